@@ -1,0 +1,1 @@
+"""dealbase: customers and sales pipelines for many tenants, one PostgreSQL schema each."""

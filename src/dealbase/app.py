@@ -1,0 +1,55 @@
+"""``create_app(settings)``: the ASGI app, REST and (later) GraphQL over one service layer."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from dealbase.config import Settings, load_settings
+from dealbase.ops.embedded_postgres import embedded_database_url
+from dealbase.ops.observability import RequestContextMiddleware, configure_logging
+from dealbase.rest_api.api import install_rest_api
+from dealbase.tenancy.authentication import Authenticator, KeyCache, KeyChangeListener
+from dealbase.tenancy.database import Database
+
+DESCRIPTION = """\
+The dealbase integration API: customers and deals of one department, authenticated with
+`X-Api-Key` and `X-Department-Id`. Errors are `application/problem+json` (RFC 9457) with a
+stable `code`; see docs/api.md.
+"""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or load_settings()
+    configure_logging(settings.log_format, settings.log_level)
+    database_url = settings.database_url or embedded_database_url(settings.data_dir)
+    database = Database(
+        database_url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
+    )
+    key_cache = KeyCache()
+    key_listener = KeyChangeListener(database_url, key_cache)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        key_listener.start()
+        try:
+            yield
+        finally:
+            key_listener.stop()
+            database.dispose()
+
+    app = FastAPI(
+        title="dealbase integration API",
+        version="1.0.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.database = database
+    app.state.authenticator = Authenticator(database, key_cache)
+    install_rest_api(app)
+    app.add_middleware(RequestContextMiddleware)
+    return app

@@ -1,0 +1,1 @@
+"""Alembic trees: ``control/`` for the shared control schema, ``tenant/`` for every tenant schema."""

@@ -1,0 +1,99 @@
+"""Runs the two Alembic trees programmatically, always on a connection inside a transaction.
+
+PostgreSQL DDL is transactional, so a tenant's upgrade either reaches head or leaves the schema
+as it was; a later run resumes from the revision each schema records in its own version table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, func, select, text
+
+from dealbase.tenancy.control_tables import CONTROL_SCHEMA
+
+_TREES = Path(__file__).parent
+
+
+def _config(tree: str, connection: Connection, schema: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(_TREES / tree))
+    config.attributes["connection"] = connection
+    config.attributes["schema"] = schema
+    return config
+
+
+def head_revision(tree: str) -> str | None:
+    config = Config()
+    config.set_main_option("script_location", str(_TREES / tree))
+    return ScriptDirectory.from_config(config).get_current_head()
+
+
+def current_revision(connection: Connection, schema: str) -> str | None:
+    context = MigrationContext.configure(connection, opts={"version_table_schema": schema})
+    return context.get_current_revision()
+
+
+def _lock(connection: Connection, name: str) -> None:
+    """Serialises two migrators of the same schema (two deploys at once) for this transaction."""
+    connection.execute(
+        select(func.pg_advisory_xact_lock(func.hashtext(f"dealbase:migrate:{name}")))
+    )
+
+
+def upgrade_control(connection: Connection) -> None:
+    _lock(connection, CONTROL_SCHEMA)
+    connection.execute(text(f"CREATE SCHEMA IF NOT EXISTS {CONTROL_SCHEMA}"))
+    command.upgrade(_config("control", connection, CONTROL_SCHEMA), "head")
+
+
+def upgrade_tenant(connection: Connection, schema: str) -> None:
+    """Creates the schema if needed and brings it to head, in the caller's transaction."""
+    _lock(connection, schema)
+    connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+    connection.execute(select(func.set_config("search_path", schema, True)))
+    command.upgrade(_config("tenant", connection, schema), "head")
+
+
+@dataclass(frozen=True, slots=True)
+class TenantMigration:
+    schema: str
+    error: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def upgrade_tenants(
+    engine: Engine,
+    schemas: Iterable[str],
+    *,
+    concurrency: int,
+    on_done: Callable[[TenantMigration], None] = lambda _: None,
+) -> list[TenantMigration]:
+    """Upgrades every schema, ``concurrency`` at a time; one failing tenant never stops the rest."""
+
+    def upgrade_one(schema: str) -> TenantMigration:
+        try:
+            with engine.begin() as connection:
+                upgrade_tenant(connection, schema)
+        except Exception as exc:  # reported per tenant by name; the run goes on
+            return TenantMigration(schema, f"{type(exc).__name__}: {exc}".splitlines()[0])
+        return TenantMigration(schema, None)
+
+    results = []
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        futures = [pool.submit(upgrade_one, schema) for schema in schemas]
+        for future in as_completed(futures):
+            result = future.result()
+            on_done(result)
+            results.append(result)
+    return results

@@ -1,0 +1,1 @@
+"""Running dealbase: the CLI, the embedded PostgreSQL, logging and request context."""

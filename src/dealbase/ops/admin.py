@@ -1,0 +1,124 @@
+"""Operator workflows (the CLI's verbs): each composes tenancy and platform services."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from dealbase.platform.pipeline import service as pipeline
+from dealbase.platform.pipeline.models import Department, DepartmentCreate, Employee, EmployeeCreate
+from dealbase.tenancy import api_keys
+from dealbase.tenancy.api_keys import IssuedKey, KeyInfo
+from dealbase.tenancy.database import Database
+from dealbase.tenancy.tenants import Tenant, create_tenant, find_tenant_by_name, get_tenant
+
+DEMO_TENANT = "demo"
+DEMO_DEPARTMENT = "Sales"
+DEMO_EMPLOYEE = "Dana Demo"
+
+
+def tenant(database: Database, tenant_id: uuid.UUID) -> Tenant:
+    with database.control() as connection:
+        return get_tenant(connection, tenant_id)
+
+
+def create_department(database: Database, tenant_id: uuid.UUID, name: str) -> Department:
+    fields = DepartmentCreate.model_validate({"name": name})
+    with database.unit_of_work(tenant(database, tenant_id).scope) as uow:
+        return pipeline.create_department(uow, fields)
+
+
+def create_employee(
+    database: Database, tenant_id: uuid.UUID, department_id: uuid.UUID, name: str, email: str | None
+) -> Employee:
+    fields = EmployeeCreate.model_validate({"name": name, "email": email})
+    with database.unit_of_work(tenant(database, tenant_id).scope) as uow:
+        return pipeline.create_employee(uow, department_id, fields)
+
+
+def issue_key(
+    database: Database, tenant_id: uuid.UUID, department_id: uuid.UUID, name: str | None
+) -> IssuedKey:
+    with database.unit_of_work(tenant(database, tenant_id).scope) as uow:
+        pipeline.get_department(uow, department_id)
+    with database.control() as connection:
+        return api_keys.issue_key(connection, tenant_id, department_id, name)
+
+
+def list_keys(database: Database, tenant_id: uuid.UUID) -> list[KeyInfo]:
+    with database.control() as connection:
+        get_tenant(connection, tenant_id)
+        return api_keys.list_keys(connection, tenant_id)
+
+
+def revoke_key(database: Database, key_id: uuid.UUID) -> KeyInfo:
+    with database.control() as connection:
+        return api_keys.revoke_key(connection, key_id)
+
+
+def rotate_key(database: Database, key_id: uuid.UUID, grace_seconds: int) -> IssuedKey:
+    with database.control() as connection:
+        return api_keys.rotate_key(connection, key_id, grace_seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class Demo:
+    tenant: Tenant
+    department: Department
+    employee: Employee
+    key: IssuedKey
+
+
+def ensure_demo(database: Database, data_dir: Path) -> Demo:
+    """The demo tenant, department, employee and key, created once and found again after.
+
+    The secret is stored only hashed, so the demo's key is kept in ``data_dir/demo-key.json``
+    (mode 0600) to print it again; a missing or no longer valid file gets a fresh key.
+    """
+    with database.control() as connection:
+        demo_tenant = find_tenant_by_name(connection, DEMO_TENANT)
+    if demo_tenant is None:
+        demo_tenant = create_tenant(database, DEMO_TENANT)
+    with database.unit_of_work(demo_tenant.scope) as uow:
+        department = pipeline.first_department(uow) or pipeline.create_department(
+            uow, DepartmentCreate(name=DEMO_DEPARTMENT)
+        )
+        employee = pipeline.first_employee(uow, department.id) or pipeline.create_employee(
+            uow, department.id, EmployeeCreate(name=DEMO_EMPLOYEE, email="dana@example.com")
+        )
+    key = _saved_demo_key(database, data_dir, demo_tenant, department.id)
+    if key is None:
+        key = issue_key(database, demo_tenant.id, department.id, "demo")
+        key_file = data_dir / "demo-key.json"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            json.dump({"key_id": str(key.key_id), "api_key": key.api_key}, handle)
+    return Demo(demo_tenant, department, employee, key)
+
+
+def _saved_demo_key(
+    database: Database, data_dir: Path, demo_tenant: Tenant, department_id: uuid.UUID
+) -> IssuedKey | None:
+    try:
+        saved = json.loads((data_dir / "demo-key.json").read_text())
+        parsed = api_keys.parse_api_key(saved["api_key"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if parsed is None:
+        return None
+    key_id, secret = parsed
+    with database.control() as connection:
+        credentials = api_keys.load_credentials(connection, key_id)
+    if (
+        credentials is None
+        or credentials.tenant_id != demo_tenant.id
+        or credentials.department_id != department_id
+        or not credentials.accepts(secret, datetime.now(UTC))
+    ):
+        return None
+    return IssuedKey(key_id, saved["api_key"], demo_tenant.id, department_id)

@@ -1,0 +1,329 @@
+"""The ``dealbase`` command; with ``--json`` a command prints exactly one JSON value on stdout."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import sys
+import uuid
+from collections.abc import Callable
+from datetime import date, datetime
+from typing import Annotated, Any, ParamSpec, TypeVar
+
+import orjson
+import typer
+from sqlalchemy.exc import OperationalError
+
+from dealbase.config import Settings, SettingsError, load_settings
+from dealbase.migrations.runner import TenantMigration, upgrade_control, upgrade_tenants
+from dealbase.ops import admin
+from dealbase.ops.embedded_postgres import embedded_database_url
+from dealbase.ops.observability import configure_logging
+from dealbase.platform.errors import DomainError, Invalid
+from dealbase.rest_api.schemas import format_timestamp
+from dealbase.tenancy.database import Database
+from dealbase.tenancy.tenants import create_tenant, list_tenants
+
+cli = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
+tenant_cli = typer.Typer(no_args_is_help=True, help="Create and list tenants.")
+department_cli = typer.Typer(no_args_is_help=True, help="Create departments.")
+employee_cli = typer.Typer(no_args_is_help=True, help="Create employees.")
+key_cli = typer.Typer(no_args_is_help=True, help="Issue, list, rotate and revoke API keys.")
+cli.add_typer(tenant_cli, name="tenant")
+cli.add_typer(department_cli, name="department")
+cli.add_typer(employee_cli, name="employee")
+cli.add_typer(key_cli, name="key")
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON value on stdout.")]
+TenantOption = Annotated[uuid.UUID, typer.Option("--tenant", help="Tenant id.")]
+DepartmentOption = Annotated[uuid.UUID, typer.Option("--department", help="Department id.")]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class CliFailure(Exception):
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _fail_cleanly(command: Callable[P, R]) -> Callable[P, R]:
+    """One line on stderr and exit 1 (2 for bad settings or arguments), never a traceback."""
+
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except CliFailure as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+        except SettingsError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        except Invalid as exc:
+            detail = "; ".join(f"{e.field}: {e.message}" for e in exc.errors) or exc.detail
+            typer.echo(f"error: {detail}", err=True)
+            raise typer.Exit(2) from None
+        except DomainError as exc:
+            typer.echo(f"error: {exc.detail}", err=True)
+            raise typer.Exit(1) from None
+        except OperationalError as exc:
+            reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+            typer.echo(f"error: cannot reach PostgreSQL: {reason}", err=True)
+            raise typer.Exit(1) from None
+
+    return run
+
+
+def _settings() -> Settings:
+    settings = load_settings()
+    configure_logging(settings.log_format, settings.log_level)
+    return settings
+
+
+def _database_url(settings: Settings) -> str:
+    return settings.database_url or embedded_database_url(settings.data_dir)
+
+
+def _database() -> Database:
+    settings = _settings()
+    return Database(_database_url(settings), pool_size=2, max_overflow=settings.migrate_concurrency)
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            field.name: _plain(getattr(value, field.name)) for field in dataclasses.fields(value)
+        }
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, datetime):
+        return format_timestamp(value)
+    if isinstance(value, date | uuid.UUID):
+        return str(value)
+    return value
+
+
+def _emit(as_json: bool, value: Any, human: str) -> None:
+    if as_json:
+        sys.stdout.write(orjson.dumps(_plain(value)).decode() + "\n")
+    else:
+        typer.echo(human)
+
+
+def _pick(value: Any, *names: str) -> dict[str, Any]:
+    plain = _plain(value)
+    return {name: plain[name] for name in names}
+
+
+@cli.command()
+@_fail_cleanly
+def migrate(
+    as_json: JsonFlag = False,
+    concurrency: Annotated[
+        int | None, typer.Option(min=1, max=64, help="Tenants at a time.")
+    ] = None,
+) -> None:
+    """Bring the control schema and every tenant schema to head (resumable; safe to re-run)."""
+    settings = _settings()
+    database = Database(_database_url(settings), pool_size=2, max_overflow=64)
+    with database.control() as connection:
+        upgrade_control(connection)
+    with database.control() as connection:
+        schemas = [tenant.schema for tenant in list_tenants(connection)]
+    results = _upgrade_with_progress(
+        database, schemas, concurrency or settings.migrate_concurrency, show=not as_json
+    )
+    failed = sorted((r for r in results if not r.ok), key=lambda r: r.schema)
+    summary = {
+        "tenants": len(results),
+        "migrated": len(results) - len(failed),
+        "failed": [{"schema": r.schema, "error": r.error} for r in failed],
+    }
+    _emit(
+        as_json,
+        summary,
+        f"control schema and {summary['migrated']}/{len(results)} tenant schemas at head",
+    )
+    for result in failed:
+        typer.echo(f"error: tenant schema {result.schema} failed: {result.error}", err=True)
+    if failed:
+        raise typer.Exit(1)
+
+
+def _upgrade_with_progress(
+    database: Database, schemas: list[str], concurrency: int, *, show: bool
+) -> list[TenantMigration]:
+    if not (show and sys.stderr.isatty() and schemas):
+        return upgrade_tenants(database.engine, schemas, concurrency=concurrency)
+    from rich.progress import Progress
+
+    with Progress(transient=False) as progress:
+        task = progress.add_task("tenant schemas", total=len(schemas))
+        return upgrade_tenants(
+            database.engine,
+            schemas,
+            concurrency=concurrency,
+            on_done=lambda _: progress.advance(task),
+        )
+
+
+@tenant_cli.command("create")
+@_fail_cleanly
+def tenant_create(name: str, as_json: JsonFlag = False) -> None:
+    """Register a tenant and create its schema at the current migration head."""
+    tenant = create_tenant(_database(), name)
+    _emit(as_json, _pick(tenant, "id", "name", "schema"), f"tenant {tenant.id} ({tenant.schema})")
+
+
+@tenant_cli.command("list")
+@_fail_cleanly
+def tenant_list(as_json: JsonFlag = False) -> None:
+    with _database().control() as connection:
+        tenants = list_tenants(connection)
+    rows = [_pick(t, "id", "name", "schema", "created_at") for t in tenants]
+    _emit(as_json, rows, "\n".join(f"{t.id}  {t.schema}  {t.name}" for t in tenants))
+
+
+@department_cli.command("create")
+@_fail_cleanly
+def department_create(name: str, tenant: TenantOption, as_json: JsonFlag = False) -> None:
+    """Create a department with the default pipeline; new deals start at its first step."""
+    department = admin.create_department(_database(), tenant, name)
+    value = {
+        "id": department.id,
+        "name": department.name,
+        "steps": [_pick(step, "id", "name", "position") for step in department.steps],
+    }
+    _emit(as_json, value, f"department {department.id} with {len(department.steps)} steps")
+
+
+@employee_cli.command("create")
+@_fail_cleanly
+def employee_create(
+    name: str,
+    tenant: TenantOption,
+    department: DepartmentOption,
+    email: Annotated[str | None, typer.Option(help="Email address.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    employee = admin.create_employee(_database(), tenant, department, name, email)
+    _emit(
+        as_json, _pick(employee, "id", "name", "email", "department_id"), f"employee {employee.id}"
+    )
+
+
+@key_cli.command("issue")
+@_fail_cleanly
+def key_issue(
+    tenant: TenantOption,
+    department: DepartmentOption,
+    name: Annotated[str | None, typer.Option(help="What the key is for.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Issue a key for one department. The secret is shown this once."""
+    issued = admin.issue_key(_database(), tenant, department, name)
+    _emit(as_json, issued, f"key {issued.key_id}\napi key (shown once): {issued.api_key}")
+
+
+@key_cli.command("list")
+@_fail_cleanly
+def key_list(tenant: TenantOption, as_json: JsonFlag = False) -> None:
+    """The tenant's keys, without secrets."""
+    keys = admin.list_keys(_database(), tenant)
+    human = "\n".join(
+        f"{k.key_id}  {'revoked' if k.revoked_at else 'active '}  {k.name or ''}" for k in keys
+    )
+    _emit(as_json, keys, human)
+
+
+@key_cli.command("revoke")
+@_fail_cleanly
+def key_revoke(key_id: uuid.UUID, as_json: JsonFlag = False) -> None:
+    """Refuse the key from now on, on every server process."""
+    info = admin.revoke_key(_database(), key_id)
+    _emit(as_json, info, f"key {info.key_id} revoked")
+
+
+@key_cli.command("rotate")
+@_fail_cleanly
+def key_rotate(
+    key_id: uuid.UUID,
+    grace_seconds: Annotated[
+        int, typer.Option(min=0, help="How long the old secret keeps working.")
+    ] = 0,
+    as_json: JsonFlag = False,
+) -> None:
+    """A new secret for the key; the old one works for --grace-seconds more, then never again."""
+    issued = admin.rotate_key(_database(), key_id, grace_seconds)
+    _emit(as_json, issued, f"key {issued.key_id}\nnew api key (shown once): {issued.api_key}")
+
+
+@cli.command()
+@_fail_cleanly
+def demo(as_json: JsonFlag = False) -> None:
+    """Ensure the demo tenant, department, employee and key, and print them with a curl example."""
+    settings = _settings()
+    database = Database(_database_url(settings), pool_size=2)
+    found = admin.ensure_demo(database, settings.data_dir)
+    base_url = f"http://{settings.host}:{settings.port}"
+    curl = (
+        f"curl -i -X POST {base_url}/api/v1/integration/customers "
+        f"-H 'Content-Type: application/json' -H 'X-Api-Key: {found.key.api_key}' "
+        f"-H 'X-Department-Id: {found.department.id}' -d '{{\"last_name\": \"Lovelace\"}}'"
+    )
+    value = {
+        "tenant_id": found.tenant.id,
+        "department_id": found.department.id,
+        "employee_id": found.employee.id,
+        "key_id": found.key.key_id,
+        "api_key": found.key.api_key,
+        "base_url": base_url,
+        "curl": curl,
+    }
+    human = "\n".join(
+        [
+            f"demo tenant:     {found.tenant.id}",
+            f"department:      {found.department.id} ({found.department.name})",
+            f"employee:        {found.employee.id} ({found.employee.name})",
+            f"X-Api-Key:       {found.key.api_key}",
+            f"X-Department-Id: {found.department.id}",
+            "",
+            "Create a customer:",
+            f"  {curl}",
+        ]
+    )
+    _emit(as_json, value, human)
+
+
+@cli.command()
+@_fail_cleanly
+def serve(
+    host: Annotated[str | None, typer.Option(help="Interface to bind (DEALBASE_HOST).")] = None,
+    port: Annotated[
+        int | None, typer.Option(min=1, max=65535, help="Port (DEALBASE_PORT).")
+    ] = None,
+    workers: Annotated[int, typer.Option(min=1, max=64, help="Server processes.")] = 1,
+) -> None:
+    """Serve the API with uvicorn."""
+    import uvicorn
+
+    settings = _settings()
+    # Worker processes build their app from the environment: hand them the resolved database,
+    # so only this process owns the embedded server.
+    os.environ["DEALBASE_DATABASE_URL"] = _database_url(settings)
+    uvicorn.run(
+        "dealbase.app:create_app",
+        factory=True,
+        host=host or settings.host,
+        port=port or settings.port,
+        workers=workers,
+        log_level=settings.log_level,
+        access_log=False,
+    )
+
+
+def main() -> None:
+    cli()

@@ -1,0 +1,1 @@
+"""Customers: people or organisations with contact data, owned by a department."""

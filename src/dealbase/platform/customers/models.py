@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict
+
+from dealbase.platform.validation import (
+    EmailText,
+    LongText,
+    PhoneText,
+    RequiredShortText,
+    ShortText,
+    UrlText,
+)
+
+EARLIEST_BIRTHDAY = date(1850, 1, 1)
+
+
+def _possible_birthday(value: date) -> date:
+    if value < EARLIEST_BIRTHDAY or value > date.today():
+        raise ValueError(f"must be a date between {EARLIEST_BIRTHDAY.isoformat()} and today")
+    return value
+
+
+Birthday = Annotated[date, AfterValidator(_possible_birthday)]
+
+
+class CustomerFields(BaseModel):
+    """The client-settable fields of a customer, as the integration document names them."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    last_name: RequiredShortText
+    first_name: ShortText | None = None
+    company: ShortText | None = None
+    website: UrlText | None = None
+    title: ShortText | None = None
+    phone_1: PhoneText | None = None
+    phone_2: PhoneText | None = None
+    phone_3: PhoneText | None = None
+    phone_1_label: ShortText | None = None
+    phone_2_label: ShortText | None = None
+    phone_3_label: ShortText | None = None
+    email: EmailText | None = None
+    postcode: ShortText | None = None
+    address: ShortText | None = None
+    address_addition: ShortText | None = None
+    city: ShortText | None = None
+    country: ShortText | None = None
+    state: ShortText | None = None
+    contact_origin: ShortText | None = None
+    birthday: Birthday | None = None
+    note: LongText | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Customer:
+    id: uuid.UUID
+    tenant_id: uuid.UUID
+    department_id: uuid.UUID
+    last_name: str
+    first_name: str | None
+    company: str | None
+    website: str | None
+    title: str | None
+    phone_1: str | None
+    phone_2: str | None
+    phone_3: str | None
+    phone_1_label: str | None
+    phone_2_label: str | None
+    phone_3_label: str | None
+    email: str | None
+    postcode: str | None
+    address: str | None
+    address_addition: str | None
+    city: str | None
+    country: str | None
+    state: str | None
+    contact_origin: str | None
+    birthday: date | None
+    note: str | None
+    created_at: datetime
+    updated_at: datetime

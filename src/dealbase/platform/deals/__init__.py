@@ -1,0 +1,1 @@
+"""Deals: sales opportunities moving through their department's pipeline steps."""

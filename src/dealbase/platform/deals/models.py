@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dealbase.platform.customers.models import Customer, CustomerFields
+from dealbase.platform.validation import LongText, RequiredShortText, ShortText, Volume
+
+MAX_CUSTOMERS_PER_DEAL = 100
+
+
+class DealCreate(BaseModel):
+    """A new deal; each element of ``customers`` becomes a new customer linked to it, in order."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    name: RequiredShortText
+    volume: Volume | None = None
+    deal_origin: ShortText | None = None
+    note: LongText | None = None
+    customers: Annotated[list[CustomerFields], Field(max_length=MAX_CUSTOMERS_PER_DEAL)] = []
+
+
+@dataclass(frozen=True, slots=True)
+class Deal:
+    id: uuid.UUID
+    department_id: uuid.UUID
+    step_id: uuid.UUID
+    employee_id: uuid.UUID | None
+    employee_name: str | None
+    name: str
+    volume: int | None
+    deal_origin: str | None
+    note: str | None
+    created_at: datetime
+    updated_at: datetime
+    customers: tuple[Customer, ...]

@@ -1,0 +1,146 @@
+"""The one error taxonomy of dealbase.
+
+Services and the tenancy layer raise these; each API maps them to its wire form once
+(``rest_api.problems`` to RFC 9457 problem details, GraphQL to ``extensions.code``). ``code`` is
+part of the public contract: clients branch on it, so a code never changes meaning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True, slots=True)
+class FieldError:
+    """One offending input field: ``field`` is a dotted path such as ``customers[2].last_name``."""
+
+    field: str
+    code: str
+    message: str
+
+    @property
+    def pointer(self) -> str:
+        """The same location as an RFC 6901 JSON pointer into the request body."""
+        parts = self.field.replace("[", ".").replace("]", "").split(".") if self.field else []
+        return (
+            "/" + "/".join(p.replace("~", "~0").replace("/", "~1") for p in parts) if parts else ""
+        )
+
+
+class DomainError(Exception):
+    """Base of every error a client can cause; never raised for a bug of ours."""
+
+    code: ClassVar[str] = "error"
+    title: ClassVar[str] = "Error"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class Unauthenticated(DomainError):
+    code = "unauthenticated"
+    title = "Unauthenticated"
+
+
+class Forbidden(DomainError):
+    code = "forbidden"
+    title = "Forbidden"
+
+
+class NotFound(DomainError):
+    code = "not_found"
+    title = "Not found"
+
+
+class Conflict(DomainError):
+    code = "conflict"
+    title = "Conflict"
+
+
+class PreconditionFailed(DomainError):
+    code = "precondition_failed"
+    title = "Precondition failed"
+
+
+class RateLimited(DomainError):
+    code = "rate_limited"
+    title = "Too many requests"
+
+    def __init__(self, detail: str, *, retry_after_seconds: int) -> None:
+        super().__init__(detail)
+        self.retry_after_seconds = retry_after_seconds
+
+
+class Invalid(DomainError):
+    """Input that breaks a rule; ``errors`` names every offending field."""
+
+    code = "validation_failed"
+    title = "Validation failed"
+
+    def __init__(self, detail: str, errors: Iterable[FieldError] = ()) -> None:
+        super().__init__(detail)
+        self.errors = tuple(errors)
+
+    @classmethod
+    def of(cls, field_name: str, code: str, message: str) -> Invalid:
+        return cls(message, [FieldError(field_name, code, message)])
+
+
+# Pydantic's error types, folded into the codes documented in docs/api.md.
+_PYDANTIC_CODES: dict[str, str] = {
+    "missing": "missing",
+    "extra_forbidden": "unknown_field",
+    "string_too_long": "too_long",
+    "string_too_short": "blank",
+    "too_long": "too_many_items",
+    "too_short": "too_few_items",
+    "greater_than_equal": "out_of_range",
+    "less_than_equal": "out_of_range",
+    "greater_than": "out_of_range",
+    "less_than": "out_of_range",
+    "date_from_datetime_parsing": "invalid_date",
+    "date_from_datetime_inexact": "invalid_date",
+    "date_parsing": "invalid_date",
+    "date_type": "invalid_date",
+    "datetime_parsing": "invalid_datetime",
+    "datetime_from_date_parsing": "invalid_datetime",
+    "datetime_type": "invalid_datetime",
+    "timezone_aware": "invalid_datetime",
+    "uuid_parsing": "invalid_id",
+    "uuid_type": "invalid_id",
+    "enum": "invalid_choice",
+    "literal_error": "invalid_choice",
+    "string_pattern_mismatch": "invalid_format",
+    "value_error": "invalid",
+}
+
+
+def field_path(location: Iterable[str | int]) -> str:
+    path = ""
+    for part in location:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else part
+    return path
+
+
+def invalid_from_pydantic(errors: Iterable[Any], *, prefix: Sequence[str | int] = ()) -> Invalid:
+    """Turns pydantic's ``ValidationError.errors()`` into one ``Invalid`` naming every field."""
+    field_errors = []
+    for error in errors:
+        kind = str(error["type"])
+        code = _PYDANTIC_CODES.get(kind)
+        if code is None:
+            code = (
+                "wrong_type" if kind.endswith("_type") or kind.endswith("_parsing") else "invalid"
+            )
+        message = str(error["msg"])
+        if code == "invalid" and message.startswith("Value error, "):
+            message = message.removeprefix("Value error, ")
+        field_errors.append(FieldError(field_path([*prefix, *error["loc"]]), code, message))
+    names = ", ".join(sorted({e.field or "(body)" for e in field_errors}))
+    return Invalid(f"The request has invalid fields: {names}.", field_errors)

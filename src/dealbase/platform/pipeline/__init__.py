@@ -1,0 +1,1 @@
+"""Departments, their pipeline steps, and their employees."""

@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict
+
+from dealbase.platform.validation import EmailText, RequiredShortText
+
+# The pipeline every new department starts with; new deals enter at the first step.
+DEFAULT_STEPS = ("Lead", "Qualified", "Proposal", "Negotiation", "Won", "Lost")
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    id: uuid.UUID
+    department_id: uuid.UUID
+    name: str
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class Department:
+    id: uuid.UUID
+    name: str
+    created_at: datetime
+    updated_at: datetime
+    steps: tuple[Step, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Employee:
+    id: uuid.UUID
+    department_id: uuid.UUID
+    name: str
+    email: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class DepartmentCreate(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    name: RequiredShortText
+
+
+class EmployeeCreate(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    name: RequiredShortText
+    email: EmailText | None = None

@@ -1,0 +1,153 @@
+"""The tables of one tenant's schema, as SQLAlchemy Core sees them.
+
+Every table sits in the placeholder schema ``tenant``. The unit of work maps that name onto the
+calling tenant's real schema (``schema_translate_map``); a statement run outside a unit of work
+therefore names a schema that does not exist and fails loudly instead of touching the wrong tenant.
+The DDL itself lives in the tenant migrations (``dealbase/migrations/tenant``), never here.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Date,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import TIMESTAMP, UUID
+
+TENANT_SCHEMA_PLACEHOLDER = "tenant"
+
+metadata = MetaData(schema=TENANT_SCHEMA_PLACEHOLDER)
+
+
+def _timestamps() -> list[Column[object]]:
+    return [
+        Column("created_at", TIMESTAMP(timezone=True), nullable=False),
+        Column("updated_at", TIMESTAMP(timezone=True), nullable=False),
+    ]
+
+
+departments = Table(
+    "departments",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("name", Text, nullable=False),
+    *_timestamps(),
+)
+
+steps = Table(
+    "steps",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("department_id", UUID(as_uuid=True), ForeignKey(departments.c.id), nullable=False),
+    Column("name", Text, nullable=False),
+    Column("position", Integer, nullable=False),
+    *_timestamps(),
+    UniqueConstraint("department_id", "position"),
+    UniqueConstraint("id", "department_id"),
+)
+
+employees = Table(
+    "employees",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("department_id", UUID(as_uuid=True), ForeignKey(departments.c.id), nullable=False),
+    Column("name", Text, nullable=False),
+    Column("email", Text),
+    *_timestamps(),
+    UniqueConstraint("id", "department_id"),
+)
+
+CUSTOMER_TEXT_FIELDS = (
+    "last_name",
+    "first_name",
+    "company",
+    "website",
+    "title",
+    "phone_1",
+    "phone_2",
+    "phone_3",
+    "phone_1_label",
+    "phone_2_label",
+    "phone_3_label",
+    "email",
+    "postcode",
+    "address",
+    "address_addition",
+    "city",
+    "country",
+    "state",
+    "contact_origin",
+    "note",
+)
+
+customers = Table(
+    "customers",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("department_id", UUID(as_uuid=True), ForeignKey(departments.c.id), nullable=False),
+    *[Column(name, Text, nullable=name != "last_name") for name in CUSTOMER_TEXT_FIELDS],
+    Column("birthday", Date),
+    *_timestamps(),
+)
+
+deals = Table(
+    "deals",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("department_id", UUID(as_uuid=True), ForeignKey(departments.c.id), nullable=False),
+    Column("step_id", UUID(as_uuid=True), nullable=False),
+    Column("employee_id", UUID(as_uuid=True)),
+    Column("name", Text, nullable=False),
+    Column("volume", BigInteger),
+    Column("deal_origin", Text),
+    Column("note", Text),
+    *_timestamps(),
+    ForeignKeyConstraint(["step_id", "department_id"], [steps.c.id, steps.c.department_id]),
+    ForeignKeyConstraint(
+        ["employee_id", "department_id"], [employees.c.id, employees.c.department_id]
+    ),
+)
+
+deal_customers = Table(
+    "deal_customers",
+    metadata,
+    Column(
+        "deal_id", UUID(as_uuid=True), ForeignKey(deals.c.id, ondelete="CASCADE"), primary_key=True
+    ),
+    Column(
+        "customer_id",
+        UUID(as_uuid=True),
+        ForeignKey(customers.c.id, ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("position", Integer, nullable=False),
+)
+
+activities = Table(
+    "activities",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("department_id", UUID(as_uuid=True), ForeignKey(departments.c.id), nullable=False),
+    Column("type", Text, nullable=False),
+    Column("subject", Text),
+    Column("note", Text),
+    Column("due_at", TIMESTAMP(timezone=True)),
+    Column("done_at", TIMESTAMP(timezone=True)),
+    Column(
+        "customer_id",
+        UUID(as_uuid=True),
+        ForeignKey(customers.c.id, ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("deal_id", UUID(as_uuid=True), ForeignKey(deals.c.id, ondelete="CASCADE")),
+    Column("employee_id", UUID(as_uuid=True), ForeignKey(employees.c.id)),
+    *_timestamps(),
+)

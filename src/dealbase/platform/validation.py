@@ -1,0 +1,61 @@
+"""Field rules shared by every input model, so REST and GraphQL validate alike."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
+
+from dealbase.platform.errors import Invalid
+from dealbase.tenancy.scope import Scope
+
+
+# PostgreSQL text cannot hold U+0000; refusing it here turns a would-be 500 into a 422.
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain the NUL character (U+0000)")
+    return value
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty or only white space")
+    return value
+
+
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
+
+
+def _email_shape(value: str) -> str:
+    if not _EMAIL.match(value):
+        raise ValueError("must look like name@domain")
+    return value
+
+
+SHORT_TEXT = 255
+LONG_TEXT = 10_000
+
+ShortText = Annotated[str, Field(max_length=SHORT_TEXT), AfterValidator(_no_nul)]
+RequiredShortText = Annotated[
+    str,
+    Field(min_length=1, max_length=SHORT_TEXT),
+    AfterValidator(_no_nul),
+    AfterValidator(_not_blank),
+]
+LongText = Annotated[str, Field(max_length=LONG_TEXT), AfterValidator(_no_nul)]
+UrlText = Annotated[str, Field(max_length=2048), AfterValidator(_no_nul)]
+PhoneText = Annotated[str, Field(max_length=64), AfterValidator(_no_nul)]
+EmailText = Annotated[
+    str, Field(max_length=320), AfterValidator(_no_nul), AfterValidator(_email_shape)
+]
+# Money as a whole number of the tenant's currency units, as the document's integer ``volume``.
+Volume = Annotated[int, Field(ge=0, le=2**63 - 1)]
+
+
+def department_of(scope: Scope) -> uuid.UUID:
+    """The department a department-bound operation acts in."""
+    if scope.department_id is None:
+        raise Invalid.of("department_id", "missing", "This operation needs a department.")
+    return scope.department_id

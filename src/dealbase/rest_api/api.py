@@ -1,0 +1,19 @@
+"""Mounts the integration API on an app: routers, problem+json mapping, OpenAPI document."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, FastAPI
+
+from dealbase.rest_api import customers, deals
+from dealbase.rest_api.openapi import install_openapi
+from dealbase.rest_api.problems import install_problem_handlers
+from dealbase.rest_api.responses import API_PREFIX
+
+
+def install_rest_api(app: FastAPI) -> None:
+    integration = APIRouter(prefix=API_PREFIX)
+    integration.include_router(customers.router)
+    integration.include_router(deals.router)
+    app.include_router(integration)
+    install_problem_handlers(app)
+    install_openapi(app)

@@ -1,0 +1,86 @@
+"""The OpenAPI document: FastAPI's, plus the request bodies our routes parse themselves."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
+
+from dealbase.rest_api.problems import PROBLEM_MEDIA_TYPE
+from dealbase.rest_api.schemas import Problem
+
+_REF = "#/components/schemas/{model}"
+_BODY_MODELS: list[type[BaseModel]] = [Problem]
+
+_STATUS_TEXT = {
+    400: "Malformed JSON.",
+    401: "Missing or invalid credentials (one identical answer whatever was wrong).",
+    403: "The key is valid but not for the department in X-Department-Id.",
+    404: "No such resource in the caller's department (nor in any other, for this caller).",
+    409: "Conflicts with the current state.",
+    412: "If-Match does not match the current ETag.",
+    413: "The body exceeds 1 MiB.",
+    415: "The body is not JSON.",
+    422: "A field breaks a rule; `errors` names each field.",
+    429: "Rate limit exceeded; retry after `Retry-After` seconds.",
+}
+
+
+def json_request_body(model: type[BaseModel], example: dict[str, Any]) -> dict[str, Any]:
+    """``openapi_extra`` for a route that validates ``model`` from the raw body itself."""
+    if model not in _BODY_MODELS:
+        _BODY_MODELS.append(model)
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {"$ref": _REF.format(model=model.__name__)},
+                    "example": example,
+                }
+            },
+        }
+    }
+
+
+def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {
+        status: {
+            "description": _STATUS_TEXT[status],
+            "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": _REF.format(model="Problem")}}},
+        }
+        for status in statuses
+    }
+
+
+def install_openapi(app: FastAPI) -> None:
+    def build() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        document = get_openapi(
+            title=app.title,
+            version=app.version,
+            description=app.description,
+            routes=app.routes,
+        )
+        schemas = document.setdefault("components", {}).setdefault("schemas", {})
+        for model in _BODY_MODELS:
+            schema = model.model_json_schema(ref_template=_REF)
+            schemas.update(schema.pop("$defs", {}))
+            schemas[model.__name__] = schema
+        # Both headers are required together: one security requirement naming both (AND), not
+        # FastAPI's one-per-scheme list (OR).
+        for path_item in document.get("paths", {}).values():
+            for operation in path_item.values():
+                requirements = operation.get("security")
+                if requirements:
+                    merged: dict[str, list[str]] = {}
+                    for requirement in requirements:
+                        merged.update(requirement)
+                    operation["security"] = [merged]
+        app.openapi_schema = document
+        return document
+
+    app.openapi = build  # type: ignore[method-assign]

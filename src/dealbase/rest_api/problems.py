@@ -1,0 +1,141 @@
+"""Every error leaves as ``application/problem+json`` (RFC 9457); the mapping lives here, once."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+import structlog
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from dealbase.platform.errors import (
+    Conflict,
+    DomainError,
+    FieldError,
+    Forbidden,
+    Invalid,
+    NotFound,
+    PreconditionFailed,
+    RateLimited,
+    Unauthenticated,
+    invalid_from_pydantic,
+)
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+log = structlog.get_logger(__name__)
+
+_DOMAIN_STATUS: dict[type[DomainError], int] = {
+    Unauthenticated: 401,
+    Forbidden: 403,
+    NotFound: 404,
+    Conflict: 409,
+    PreconditionFailed: 412,
+    Invalid: 422,
+    RateLimited: 429,
+}
+
+
+class ProtocolError(Exception):
+    """A request the HTTP layer refuses before any domain rule is asked (400, 413, 415)."""
+
+    def __init__(self, status: int, code: str, title: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.code, self.title, self.detail = status, code, title, detail
+
+
+def malformed_json(detail: str) -> ProtocolError:
+    return ProtocolError(400, "malformed_json", "Malformed JSON", detail)
+
+
+def problem(
+    request: Request,
+    status: int,
+    code: str,
+    title: str,
+    detail: str,
+    *,
+    errors: tuple[FieldError, ...] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Response:
+    body: dict[str, Any] = {
+        "type": f"/problems/{code}",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "code": code,
+        "request_id": getattr(request.state, "request_id", ""),
+    }
+    if errors is not None:
+        body["errors"] = [
+            {"field": e.field, "pointer": e.pointer, "code": e.code, "message": e.message}
+            for e in errors
+        ]
+    return Response(orjson.dumps(body), status, headers=headers, media_type=PROBLEM_MEDIA_TYPE)
+
+
+def _status_of(error: DomainError) -> int:
+    for kind in type(error).__mro__:
+        if kind in _DOMAIN_STATUS:
+            return _DOMAIN_STATUS[kind]
+    return 400
+
+
+async def _domain_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, DomainError)
+    headers = None
+    if isinstance(exc, RateLimited):
+        headers = {"Retry-After": str(exc.retry_after_seconds)}
+    errors = exc.errors if isinstance(exc, Invalid) else None
+    return problem(
+        request, _status_of(exc), exc.code, exc.title, exc.detail, errors=errors, headers=headers
+    )
+
+
+async def _protocol_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ProtocolError)
+    return problem(request, exc.status, exc.code, exc.title, exc.detail)
+
+
+async def _request_validation(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    errors = list(exc.errors())
+    # An id in the path that cannot exist answers like any unknown id.
+    if errors and all(error["loc"][0] == "path" for error in errors):
+        return problem(request, 404, "not_found", "Not found", "No resource has that id.")
+    invalid = invalid_from_pydantic(errors)
+    return problem(request, 422, invalid.code, invalid.title, invalid.detail, errors=invalid.errors)
+
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    title = code.replace("_", " ").capitalize()
+    detail = exc.detail if isinstance(exc.detail, str) else title
+    if exc.status_code == 404:
+        detail = "No resource exists at this path."
+    return problem(request, exc.status_code, code, title, detail, headers=exc.headers)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled_error", exc_info=exc)
+    return problem(
+        request,
+        500,
+        "internal_error",
+        "Internal error",
+        "The server failed; the request id identifies this failure to support.",
+    )
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(DomainError, _domain_error)
+    app.add_exception_handler(ProtocolError, _protocol_error)
+    app.add_exception_handler(RequestValidationError, _request_validation)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

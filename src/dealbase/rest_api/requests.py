@@ -1,0 +1,104 @@
+"""What every integration request needs before its route runs: the Scope and a JSON body."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from fastapi import Request, Security
+from fastapi.security import APIKeyHeader
+from pydantic import BaseModel, ValidationError
+
+from dealbase.platform.errors import invalid_from_pydantic
+from dealbase.rest_api.problems import ProtocolError, malformed_json
+from dealbase.tenancy.authentication import Authenticator
+from dealbase.tenancy.database import Database
+from dealbase.tenancy.scope import Scope
+
+MAX_BODY_BYTES = 1024 * 1024
+
+api_key_header = APIKeyHeader(
+    name="X-Api-Key",
+    scheme_name="ApiKey",
+    description="The integration's secret, as issued by `dealbase key issue`.",
+    auto_error=False,
+)
+department_header = APIKeyHeader(
+    name="X-Department-Id",
+    scheme_name="DepartmentId",
+    description="The id of the department the key was issued for.",
+    auto_error=False,
+)
+
+
+def database(request: Request) -> Database:
+    db: Database = request.app.state.database
+    return db
+
+
+def department_scope(
+    request: Request,
+    api_key: str | None = Security(api_key_header),
+    department: str | None = Security(department_header),
+) -> Scope:
+    authenticator: Authenticator = request.app.state.authenticator
+    return authenticator.department_scope(api_key, department)
+
+
+def _is_json(content_type: str | None) -> bool:
+    if content_type is None:
+        return False
+    media_type, _, parameters = content_type.partition(";")
+    media_type = media_type.strip().lower()
+    if media_type != "application/json" and not (
+        media_type.startswith("application/") and media_type.endswith("+json")
+    ):
+        return False
+    for parameter in parameters.split(";"):
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in (
+            "utf-8",
+            "utf8",
+        ):
+            return False
+    return True
+
+
+async def json_body(request: Request) -> bytes:
+    """The raw body of a JSON request: 415 for another media type, 413 past 1 MiB."""
+    if not _is_json(request.headers.get("content-type")):
+        raise ProtocolError(
+            415,
+            "unsupported_media_type",
+            "Unsupported media type",
+            "Send the body as JSON with Content-Type: application/json.",
+        )
+    too_large = ProtocolError(
+        413, "payload_too_large", "Payload too large", f"The body exceeds {MAX_BODY_BYTES} bytes."
+    )
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_body(model: type[M], body: bytes) -> M:
+    """Validates the JSON text strictly: no coercion of strings to numbers or floats to integers."""
+    if not body.strip():
+        raise malformed_json("The request body is empty; send a JSON object.")
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        for error in errors:
+            if error["type"] == "json_invalid":
+                raise malformed_json(f"The body is not valid JSON: {error['msg']}.") from None
+        raise invalid_from_pydantic(errors) from None

@@ -1,0 +1,104 @@
+"""Wire models of responses: field for field what the integration document shows."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, date, datetime
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
+
+TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
+
+
+def format_timestamp(value: datetime) -> str:
+    """ISO 8601 in UTC with exactly six fractional digits and ``Z``, as the document's rule 3."""
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+Timestamp = Annotated[
+    datetime,
+    PlainSerializer(format_timestamp, return_type=str),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "format": "date-time",
+            "pattern": TIMESTAMP_PATTERN,
+            "examples": ["2026-11-21T09:30:00.000000Z"],
+        }
+    ),
+]
+
+
+class WireModel(BaseModel):
+    model_config = ConfigDict(from_attributes=True, frozen=True)
+
+
+class CustomerOut(WireModel):
+    """A customer; every optional field that was not supplied is ``null``."""
+
+    id: uuid.UUID
+    tenant_id: uuid.UUID
+    last_name: str
+    first_name: str | None
+    company: str | None
+    website: str | None
+    title: str | None
+    phone_1: str | None
+    phone_2: str | None
+    phone_3: str | None
+    phone_1_label: str | None
+    phone_2_label: str | None
+    phone_3_label: str | None
+    email: str | None
+    postcode: str | None
+    address: str | None
+    address_addition: str | None
+    city: str | None
+    country: str | None
+    state: str | None
+    contact_origin: str | None
+    birthday: date | None
+    note: str | None
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class DealOut(WireModel):
+    """A deal with its customers, in the order they were linked."""
+
+    id: uuid.UUID
+    name: str
+    volume: int | None
+    deal_origin: str | None
+    employee_id: uuid.UUID | None
+    employee_name: str | None
+    step_id: uuid.UUID
+    department_id: uuid.UUID
+    note: str | None
+    created_at: Timestamp
+    updated_at: Timestamp
+    customers: list[CustomerOut]
+
+
+class ProblemFieldError(BaseModel):
+    field: str = Field(
+        description="Dotted path of the offending field, e.g. customers[2].last_name."
+    )
+    pointer: str = Field(description="The same location as a JSON pointer into the request body.")
+    code: str = Field(description="Stable machine-readable reason, e.g. missing, too_long.")
+    message: str
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details, with dealbase's stable ``code`` and the request id."""
+
+    type: str = Field(examples=["/problems/validation_failed"])
+    title: str
+    status: int
+    detail: str
+    code: str = Field(examples=["validation_failed"])
+    request_id: str
+    errors: list[ProblemFieldError] | None = Field(
+        default=None, description="Present on validation failures: every offending field."
+    )

@@ -1,0 +1,253 @@
+"""API keys: issued, listed, rotated and revoked by operators; checked on every request.
+
+A key reads ``dbk_<key id, 32 hex>_<secret>``. Only a SHA-256 of the secret is stored: the secret
+has 256 random bits, so a slow password hash would add latency to every request and no safety.
+Revoking or rotating a key notifies every server process (``NOTIFY``) in the same transaction,
+so their caches drop the key the moment the change commits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import Connection, RowMapping, func, insert, select, update
+
+from dealbase.platform.errors import Conflict, Forbidden, Invalid, NotFound, Unauthenticated
+from dealbase.platform.ids import new_id
+from dealbase.tenancy.control_tables import api_keys, tenants
+from dealbase.tenancy.scope import Scope
+
+KEY_CHANGES_CHANNEL = "dealbase_api_keys"
+MAX_GRACE_SECONDS = 7 * 24 * 3600
+MAX_KEY_NAME_LENGTH = 200
+_KEY_SHAPE = re.compile(r"^dbk_([0-9a-f]{32})_([A-Za-z0-9_-]{43})$")
+# One message for every 401, so a response never tells which part of the credentials was wrong.
+AUTHENTICATION_FAILED = (
+    "Authentication failed: send an active API key in X-Api-Key"
+    " and its department in X-Department-Id."
+)
+
+
+def _hash(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode()).digest()
+
+
+def _new_secret() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def _format_key(key_id: uuid.UUID, secret: str) -> str:
+    return f"dbk_{key_id.hex}_{secret}"
+
+
+def parse_api_key(value: str | None) -> tuple[uuid.UUID, str] | None:
+    if value is None:
+        return None
+    match = _KEY_SHAPE.match(value)
+    if match is None:
+        return None
+    return uuid.UUID(hex=match.group(1)), match.group(2)
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedKey:
+    """The only moment the secret exists in the clear."""
+
+    key_id: uuid.UUID
+    api_key: str
+    tenant_id: uuid.UUID
+    department_id: uuid.UUID | None
+
+
+@dataclass(frozen=True, slots=True)
+class KeyInfo:
+    key_id: uuid.UUID
+    name: str | None
+    tenant_id: uuid.UUID
+    department_id: uuid.UUID | None
+    created_at: datetime
+    rotated_at: datetime | None
+    revoked_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class KeyCredentials:
+    """What authentication needs of a key; this is what server processes cache."""
+
+    key_id: uuid.UUID
+    tenant_id: uuid.UUID
+    schema: str
+    department_id: uuid.UUID | None
+    secret_hash: bytes
+    previous_secret_hash: bytes | None
+    previous_secret_expires_at: datetime | None
+    revoked: bool
+
+    def accepts(self, secret: str, now: datetime) -> bool:
+        digest = _hash(secret)
+        current = hmac.compare_digest(digest, self.secret_hash)
+        previous = (
+            self.previous_secret_hash is not None
+            and self.previous_secret_expires_at is not None
+            and now < self.previous_secret_expires_at
+            and hmac.compare_digest(digest, self.previous_secret_hash)
+        )
+        return not self.revoked and (current or previous)
+
+
+def issue_key(
+    connection: Connection, tenant_id: uuid.UUID, department_id: uuid.UUID | None, name: str | None
+) -> IssuedKey:
+    """Stores a new key; the caller has checked that the department exists in the tenant."""
+    if name is not None and (len(name) > MAX_KEY_NAME_LENGTH or "\x00" in name):
+        raise Invalid.of(
+            "name", "too_long", f"A key name has at most {MAX_KEY_NAME_LENGTH} characters."
+        )
+    key_id, secret = new_id(), _new_secret()
+    connection.execute(
+        insert(api_keys).values(
+            id=key_id,
+            tenant_id=tenant_id,
+            department_id=department_id,
+            name=name,
+            secret_hash=_hash(secret),
+            created_at=func.now(),
+        )
+    )
+    return IssuedKey(key_id, _format_key(key_id, secret), tenant_id, department_id)
+
+
+def _info(row: RowMapping) -> KeyInfo:
+    return KeyInfo(
+        row["id"],
+        row["name"],
+        row["tenant_id"],
+        row["department_id"],
+        row["created_at"],
+        row["rotated_at"],
+        row["revoked_at"],
+    )
+
+
+def list_keys(connection: Connection, tenant_id: uuid.UUID) -> list[KeyInfo]:
+    rows = connection.execute(
+        select(api_keys).where(api_keys.c.tenant_id == tenant_id).order_by(api_keys.c.created_at)
+    ).mappings()
+    return [_info(row) for row in rows]
+
+
+def _announce_change(connection: Connection, key_id: uuid.UUID) -> None:
+    # Delivered by PostgreSQL on commit, and only then: a rolled-back change invalidates nothing.
+    connection.execute(select(func.pg_notify(KEY_CHANGES_CHANNEL, str(key_id))))
+
+
+def revoke_key(connection: Connection, key_id: uuid.UUID) -> KeyInfo:
+    row = (
+        connection.execute(
+            update(api_keys)
+            .where(api_keys.c.id == key_id)
+            .values(revoked_at=func.coalesce(api_keys.c.revoked_at, func.now()))
+            .returning(*api_keys.c)
+        )
+        .mappings()
+        .first()
+    )
+    if row is None:
+        raise NotFound(f"No API key has the id {key_id}.")
+    _announce_change(connection, key_id)
+    return _info(row)
+
+
+def rotate_key(connection: Connection, key_id: uuid.UUID, grace_seconds: int) -> IssuedKey:
+    """A new secret for the same key; the old one is accepted for ``grace_seconds`` more."""
+    if not 0 <= grace_seconds <= MAX_GRACE_SECONDS:
+        raise Invalid.of(
+            "grace_seconds",
+            "out_of_range",
+            f"The grace period is 0 to {MAX_GRACE_SECONDS} seconds.",
+        )
+    current = (
+        connection.execute(select(api_keys).where(api_keys.c.id == key_id).with_for_update())
+        .mappings()
+        .first()
+    )
+    if current is None:
+        raise NotFound(f"No API key has the id {key_id}.")
+    if current["revoked_at"] is not None:
+        raise Conflict(f"The API key {key_id} is revoked; issue a new one.")
+    secret = _new_secret()
+    connection.execute(
+        update(api_keys)
+        .where(api_keys.c.id == key_id)
+        .values(
+            secret_hash=_hash(secret),
+            previous_secret_hash=current["secret_hash"] if grace_seconds else None,
+            previous_secret_expires_at=(
+                func.now() + timedelta(seconds=grace_seconds) if grace_seconds else None
+            ),
+            rotated_at=func.now(),
+        )
+    )
+    _announce_change(connection, key_id)
+    return IssuedKey(
+        key_id, _format_key(key_id, secret), current["tenant_id"], current["department_id"]
+    )
+
+
+def load_credentials(connection: Connection, key_id: uuid.UUID) -> KeyCredentials | None:
+    row = connection.execute(
+        select(
+            api_keys.c.id,
+            api_keys.c.tenant_id,
+            tenants.c.schema_name,
+            api_keys.c.department_id,
+            api_keys.c.secret_hash,
+            api_keys.c.previous_secret_hash,
+            api_keys.c.previous_secret_expires_at,
+            api_keys.c.revoked_at,
+        )
+        .join(tenants, tenants.c.id == api_keys.c.tenant_id)
+        .where(api_keys.c.id == key_id)
+    ).first()
+    if row is None:
+        return None
+    return KeyCredentials(
+        key_id=row.id,
+        tenant_id=row.tenant_id,
+        schema=row.schema_name,
+        department_id=row.department_id,
+        secret_hash=bytes(row.secret_hash),
+        previous_secret_hash=None
+        if row.previous_secret_hash is None
+        else bytes(row.previous_secret_hash),
+        previous_secret_expires_at=row.previous_secret_expires_at,
+        revoked=row.revoked_at is not None,
+    )
+
+
+def scope_for_request(
+    credentials: KeyCredentials | None, secret: str, department_header: str | None
+) -> Scope:
+    """The Scope of a department-bound request, or the error its credentials deserve."""
+    if credentials is None or not credentials.accepts(secret, datetime.now(UTC)):
+        raise Unauthenticated(AUTHENTICATION_FAILED)
+    if department_header is None:
+        raise Unauthenticated(AUTHENTICATION_FAILED)
+    try:
+        department_id = uuid.UUID(department_header.strip())
+    except ValueError:
+        department_id = None
+    if credentials.department_id is None or department_id != credentials.department_id:
+        raise Forbidden("This API key does not give access to the department in X-Department-Id.")
+    return Scope(
+        tenant_id=credentials.tenant_id,
+        schema=credentials.schema,
+        department_id=credentials.department_id,
+        key_id=credentials.key_id,
+    )

@@ -1,0 +1,35 @@
+"""Tables of the shared ``control`` schema: what must be known before the tenant is."""
+
+from __future__ import annotations
+
+from sqlalchemy import Column, ForeignKey, MetaData, Table, Text
+from sqlalchemy.dialects.postgresql import BYTEA, TIMESTAMP, UUID
+
+CONTROL_SCHEMA = "control"
+
+metadata = MetaData(schema=CONTROL_SCHEMA)
+
+tenants = Table(
+    "tenants",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("name", Text, nullable=False, unique=True),
+    Column("schema_name", Text, nullable=False, unique=True),
+    Column("created_at", TIMESTAMP(timezone=True), nullable=False),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("tenant_id", UUID(as_uuid=True), ForeignKey(tenants.c.id), nullable=False),
+    # No foreign key: departments live in the tenant's own schema, which control never references.
+    Column("department_id", UUID(as_uuid=True)),
+    Column("name", Text),
+    Column("secret_hash", BYTEA, nullable=False),
+    Column("previous_secret_hash", BYTEA),
+    Column("previous_secret_expires_at", TIMESTAMP(timezone=True)),
+    Column("created_at", TIMESTAMP(timezone=True), nullable=False),
+    Column("rotated_at", TIMESTAMP(timezone=True)),
+    Column("revoked_at", TIMESTAMP(timezone=True)),
+)

@@ -1,0 +1,64 @@
+"""The connection pool and the units of work that bind a transaction to one tenant."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, Engine, create_engine, func, select
+from sqlalchemy.engine import make_url
+
+from dealbase.platform.tables import TENANT_SCHEMA_PLACEHOLDER
+from dealbase.tenancy.scope import Scope
+
+
+def sqlalchemy_url(database_url: str) -> str:
+    """The same URL, with the psycopg 3 driver named so SQLAlchemy does not pick psycopg2."""
+    url = make_url(database_url)
+    if url.drivername in ("postgresql", "postgres"):
+        url = url.set(drivername="postgresql+psycopg")
+    return url.render_as_string(hide_password=False)
+
+
+@dataclass(frozen=True, slots=True)
+class UnitOfWork:
+    """One transaction in one tenant's schema, opened and committed at the edge, not in services."""
+
+    connection: Connection
+    scope: Scope
+
+
+class Database:
+    def __init__(self, database_url: str, *, pool_size: int = 10, max_overflow: int = 10) -> None:
+        self.url = database_url
+        self.engine: Engine = create_engine(
+            sqlalchemy_url(database_url),
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+            pool_pre_ping=True,
+            pool_recycle=1800,
+        )
+
+    @contextmanager
+    def unit_of_work(self, scope: Scope) -> Iterator[UnitOfWork]:
+        """A transaction whose SQL lands in ``scope.schema``; commits on success, else rolls back.
+
+        The tenant routing is transaction-local on purpose: the pooled connection (or a pgbouncer
+        server connection in transaction mode) carries no tenant state to its next user.
+        """
+        with self.engine.begin() as connection:
+            connection.execution_options(
+                schema_translate_map={TENANT_SCHEMA_PLACEHOLDER: scope.schema}
+            )
+            connection.execute(select(func.set_config("search_path", scope.schema, True)))
+            yield UnitOfWork(connection, scope)
+
+    @contextmanager
+    def control(self) -> Iterator[Connection]:
+        """A transaction on the control schema (tenants, keys)."""
+        with self.engine.begin() as connection:
+            yield connection
+
+    def dispose(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,40 @@
+"""The Scope: who is calling, and which tenant schema and department their data lives in."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+
+_SCHEMA_NAME = re.compile(r"^t_[0-9a-f]{32}$")
+
+
+def schema_for_tenant(tenant_id: uuid.UUID) -> str:
+    """The tenant's schema name, derived from its id (and nothing a client controls)."""
+    return f"t_{tenant_id.hex}"
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Every service call takes one; every query is filtered by it.
+
+    ``department_id`` is None for a tenant-wide caller (an operator on the CLI); ``key_id`` is None
+    when the caller is not an API key.
+    """
+
+    tenant_id: uuid.UUID
+    schema: str
+    department_id: uuid.UUID | None = None
+    key_id: uuid.UUID | None = None
+
+    def __post_init__(self) -> None:
+        # The schema name reaches SQL as an identifier and in set_config: refuse anything else.
+        if not _SCHEMA_NAME.match(self.schema):
+            raise ValueError(f"not a tenant schema name: {self.schema!r}")
+
+    @classmethod
+    def for_tenant(cls, tenant_id: uuid.UUID) -> Scope:
+        return cls(tenant_id=tenant_id, schema=schema_for_tenant(tenant_id))
+
+    def in_department(self, department_id: uuid.UUID) -> Scope:
+        return Scope(self.tenant_id, self.schema, department_id, self.key_id)

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from dealbase.app import create_app
+from dealbase.config import Settings
+from dealbase.migrations.runner import upgrade_control
+from dealbase.tenancy.database import Database
+from tests.support import TenantWorld, build_tenant, scratch_database, server_url
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return server_url(tmp_path_factory.mktemp("embedded"))
+
+
+@pytest.fixture(scope="session")
+def database_url(postgres_server: str) -> Iterator[str]:
+    """One database for the session, with the control schema at head; tests make their own tenants."""
+    with scratch_database(postgres_server, "session") as url:
+        database = Database(url, pool_size=1)
+        with database.control() as connection:
+            upgrade_control(connection)
+        database.dispose()
+        yield url
+
+
+@pytest.fixture(scope="session")
+def database(database_url: str) -> Iterator[Database]:
+    db = Database(database_url, pool_size=4)
+    yield db
+    db.dispose()
+
+
+@pytest.fixture(scope="session")
+def settings(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    return Settings(
+        database_url=database_url,
+        data_dir=tmp_path_factory.mktemp("data"),
+        log_level="warning",
+    )
+
+
+@pytest.fixture(scope="session")
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def make_tenant(database: Database) -> Callable[..., TenantWorld]:
+    def make(departments: int = 1) -> TenantWorld:
+        return build_tenant(database, departments=departments)
+
+    return make
+
+
+@pytest.fixture
+def world(make_tenant: Callable[..., TenantWorld]) -> TenantWorld:
+    """A fresh tenant with one department and its key."""
+    return make_tenant()
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"

@@ -1,0 +1,101 @@
+"""Shared test helpers: real databases, and tenants built the way operators build them."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from dealbase.ops import admin
+from dealbase.platform.pipeline.models import Department
+from dealbase.tenancy.database import Database
+from dealbase.tenancy.tenants import Tenant, create_tenant
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def server_url(tmp_dir: Path) -> str:
+    """The PostgreSQL server the tests use: DEALBASE_TEST_DATABASE_URL, else an embedded one.
+
+    Under CI=true the variable must be set (``.ci/run`` sets it): CI tests the real server.
+    """
+    url = os.environ.get("DEALBASE_TEST_DATABASE_URL")
+    if url:
+        try:
+            psycopg.connect(url, connect_timeout=5).close()
+        except psycopg.OperationalError as exc:
+            raise RuntimeError(f"DEALBASE_TEST_DATABASE_URL is set but unreachable: {exc}") from exc
+        return url
+    if IN_CI:
+        raise RuntimeError("CI=true but DEALBASE_TEST_DATABASE_URL is not set: .ci/run sets it.")
+    from dealbase.ops.embedded_postgres import embedded_database_url
+
+    return embedded_database_url(tmp_dir)
+
+
+@contextmanager
+def scratch_database(server: str, label: str) -> Iterator[str]:
+    """A database of its own on ``server``, dropped afterwards."""
+    name = f"dealbase_test_{label}_{secrets.token_hex(4)}"
+    with psycopg.connect(server, autocommit=True) as connection:
+        connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield _with_database(server, name)
+    finally:
+        with psycopg.connect(server, autocommit=True) as connection:
+            connection.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+def _with_database(server: str, database: str) -> str:
+    """The URL ``server`` with its database name replaced (keeping ``?host=`` and the like)."""
+    base, _, query = server.partition("?")
+    scheme_and_host, _, _ = base.rpartition("/")
+    return f"{scheme_and_host}/{database}" + (f"?{query}" if query else "")
+
+
+@dataclass(frozen=True)
+class Credentials:
+    key_id: uuid.UUID
+    api_key: str
+    department_id: uuid.UUID
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"X-Api-Key": self.api_key, "X-Department-Id": str(self.department_id)}
+
+
+@dataclass(frozen=True)
+class TenantWorld:
+    """A tenant with departments, each with a key, made through the operator workflows."""
+
+    tenant: Tenant
+    departments: tuple[Department, ...]
+    keys: tuple[Credentials, ...]
+
+    @property
+    def department(self) -> Department:
+        return self.departments[0]
+
+    @property
+    def key(self) -> Credentials:
+        return self.keys[0]
+
+
+def build_tenant(database: Database, *, departments: int = 1) -> TenantWorld:
+    tenant = create_tenant(database, f"tenant-{secrets.token_hex(6)}")
+    made, keys = [], []
+    for index in range(departments):
+        department = admin.create_department(database, tenant.id, f"Department {index + 1}")
+        issued = admin.issue_key(database, tenant.id, department.id, f"key {index + 1}")
+        made.append(department)
+        keys.append(Credentials(issued.key_id, issued.api_key, department.id))
+    return TenantWorld(tenant, tuple(made), tuple(keys))
