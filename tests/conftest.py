@@ -20,7 +20,7 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="session")
 def database_url(postgres_server: str) -> Iterator[str]:
-    """One database for the session, with the control schema at head; tests make their own tenants."""
+    """A database for the session, its control schema at head; tests make their own tenants."""
     with scratch_database(postgres_server, "session") as url:
         database = Database(url, pool_size=1)
         with database.control() as connection:

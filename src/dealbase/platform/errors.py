@@ -115,6 +115,11 @@ _PYDANTIC_CODES: dict[str, str] = {
     "literal_error": "invalid_choice",
     "string_pattern_mismatch": "invalid_format",
     "value_error": "invalid",
+    # Raised by our own validators under these names (platform/validation.py).
+    "blank": "blank",
+    "invalid_character": "invalid_character",
+    "invalid_format": "invalid_format",
+    "out_of_range": "out_of_range",
 }
 
 
@@ -139,8 +144,6 @@ def invalid_from_pydantic(errors: Iterable[Any], *, prefix: Sequence[str | int] 
                 "wrong_type" if kind.endswith("_type") or kind.endswith("_parsing") else "invalid"
             )
         message = str(error["msg"])
-        if code == "invalid" and message.startswith("Value error, "):
-            message = message.removeprefix("Value error, ")
         field_errors.append(FieldError(field_path([*prefix, *error["loc"]]), code, message))
     names = ", ".join(sorted({e.field or "(body)" for e in field_errors}))
     return Invalid(f"The request has invalid fields: {names}.", field_errors)

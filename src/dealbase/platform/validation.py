@@ -7,6 +7,7 @@ import uuid
 from typing import Annotated
 
 from pydantic import AfterValidator, Field
+from pydantic_core import PydanticCustomError
 
 from dealbase.platform.errors import Invalid
 from dealbase.tenancy.scope import Scope
@@ -15,13 +16,15 @@ from dealbase.tenancy.scope import Scope
 # PostgreSQL text cannot hold U+0000; refusing it here turns a would-be 500 into a 422.
 def _no_nul(value: str) -> str:
     if "\x00" in value:
-        raise ValueError("must not contain the NUL character (U+0000)")
+        raise PydanticCustomError(
+            "invalid_character", "must not contain the NUL character (U+0000)"
+        )
     return value
 
 
 def _not_blank(value: str) -> str:
     if not value.strip():
-        raise ValueError("must not be empty or only white space")
+        raise PydanticCustomError("blank", "must not be empty or only white space")
     return value
 
 
@@ -30,7 +33,7 @@ _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
 
 def _email_shape(value: str) -> str:
     if not _EMAIL.match(value):
-        raise ValueError("must look like name@domain")
+        raise PydanticCustomError("invalid_format", "must look like name@domain")
     return value
 
 

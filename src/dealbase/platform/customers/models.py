@@ -6,6 +6,7 @@ from datetime import date, datetime
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic_core import PydanticCustomError
 
 from dealbase.platform.validation import (
     EmailText,
@@ -21,7 +22,11 @@ EARLIEST_BIRTHDAY = date(1850, 1, 1)
 
 def _possible_birthday(value: date) -> date:
     if value < EARLIEST_BIRTHDAY or value > date.today():
-        raise ValueError(f"must be a date between {EARLIEST_BIRTHDAY.isoformat()} and today")
+        raise PydanticCustomError(
+            "out_of_range",
+            "must be a date between {earliest} and today",
+            {"earliest": str(EARLIEST_BIRTHDAY)},
+        )
     return value
 
 

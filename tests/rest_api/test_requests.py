@@ -1,0 +1,94 @@
+"""What the HTTP layer refuses before any rule is asked: bad JSON, other media, big bodies."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from dealbase.rest_api.requests import MAX_BODY_BYTES
+from tests.support import TenantWorld
+
+CUSTOMERS = "/api/v1/integration/customers"
+
+
+def post_raw(
+    client: TestClient, world: TenantWorld, content: bytes, content_type: str | None
+) -> tuple[int, dict[str, object], str]:
+    headers = dict(world.key.headers)
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    response = client.post(CUSTOMERS, content=content, headers=headers)
+    return response.status_code, response.json(), response.headers["content-type"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"{", b"", b"   ", b'{"last_name": "x",}', b"\xff\xfe{}", b"[" * 100_000 + b"]" * 100_000],
+)
+def test_malformed_json_is_400(client: TestClient, world: TenantWorld, content: bytes) -> None:
+    status, problem, media = post_raw(client, world, content, "application/json")
+
+    assert status == 400
+    assert problem["code"] == "malformed_json"
+    assert media == "application/problem+json"
+
+
+@pytest.mark.parametrize("body", [b"[]", b'"Lovelace"', b"null", b"42"])
+def test_json_that_is_not_an_object_is_422(
+    client: TestClient, world: TenantWorld, body: bytes
+) -> None:
+    status, problem, _ = post_raw(client, world, body, "application/json")
+
+    assert status == 422
+    assert problem["code"] == "validation_failed"
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [None, "text/plain", "application/x-www-form-urlencoded", "application/json; charset=latin-1"],
+)
+def test_body_that_is_not_json_is_415(
+    client: TestClient, world: TenantWorld, content_type: str | None
+) -> None:
+    status, problem, _ = post_raw(client, world, b'{"last_name": "x"}', content_type)
+
+    assert status == 415
+    assert problem["code"] == "unsupported_media_type"
+
+
+def test_json_with_utf8_charset_is_accepted(client: TestClient, world: TenantWorld) -> None:
+    status, _, _ = post_raw(client, world, b'{"last_name": "x"}', "application/json; charset=UTF-8")
+
+    assert status == 201
+
+
+def test_body_over_one_mebibyte_is_413(client: TestClient, world: TenantWorld) -> None:
+    padding = "x" * MAX_BODY_BYTES
+    status, problem, _ = post_raw(
+        client, world, f'{{"last_name": "x", "note": "{padding}"}}'.encode(), "application/json"
+    )
+
+    assert status == 413
+    assert problem["code"] == "payload_too_large"
+
+
+def test_problem_carries_the_request_id_of_the_response(
+    client: TestClient, world: TenantWorld
+) -> None:
+    response = client.post(
+        CUSTOMERS, json={}, headers={**world.key.headers, "X-Request-Id": "abc-123"}
+    )
+
+    assert response.headers["x-request-id"] == "abc-123"
+    assert response.json()["request_id"] == "abc-123"
+    assert {"type", "title", "status", "detail", "code", "request_id", "errors"} <= set(
+        response.json()
+    )
+
+
+def test_unknown_path_and_wrong_method_are_problems(client: TestClient, world: TenantWorld) -> None:
+    missing = client.get("/api/v1/integration/nothing", headers=world.key.headers)
+    wrong_method = client.put(CUSTOMERS, json={}, headers=world.key.headers)
+
+    assert (missing.status_code, missing.json()["code"]) == (404, "not_found")
+    assert (wrong_method.status_code, wrong_method.json()["code"]) == (405, "method_not_allowed")

@@ -1,0 +1,119 @@
+"""401 without telling why, 403 for another department, and revocation that takes effect now."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from fastapi.testclient import TestClient
+
+from dealbase.ops import admin
+from dealbase.tenancy.database import Database
+from tests.support import TenantWorld
+
+CUSTOMERS = "/api/v1/integration/customers"
+
+
+def post(client: TestClient, headers: dict[str, str]) -> tuple[int, dict[str, object]]:
+    response = client.post(CUSTOMERS, json={"last_name": "x"}, headers=headers)
+    return response.status_code, response.json()
+
+
+def without_request_id(problem: dict[str, object]) -> dict[str, object]:
+    return {key: value for key, value in problem.items() if key != "request_id"}
+
+
+def test_every_credential_problem_gets_one_identical_401(
+    client: TestClient, world: TenantWorld, database: Database
+) -> None:
+    key = world.key
+    department = str(key.department_id)
+    revoked = admin.issue_key(database, world.tenant.id, key.department_id, "to revoke")
+    admin.revoke_key(database, revoked.key_id)
+    rotated = admin.issue_key(database, world.tenant.id, key.department_id, "to rotate")
+    admin.rotate_key(database, rotated.key_id, grace_seconds=0)
+    unknown_key = f"dbk_{uuid.uuid4().hex}_{'A' * 43}"
+    wrong_secret = key.api_key[:-1] + ("B" if key.api_key[-1] != "B" else "C")
+
+    cases = {
+        "no headers": {},
+        "no key": {"X-Department-Id": department},
+        "no department": {"X-Api-Key": key.api_key},
+        "malformed key": {"X-Api-Key": "hello", "X-Department-Id": department},
+        "unknown key": {"X-Api-Key": unknown_key, "X-Department-Id": department},
+        "wrong secret": {"X-Api-Key": wrong_secret, "X-Department-Id": department},
+        "revoked key": {"X-Api-Key": revoked.api_key, "X-Department-Id": department},
+        "rotated-out secret": {"X-Api-Key": rotated.api_key, "X-Department-Id": department},
+    }
+    answers = {name: post(client, headers) for name, headers in cases.items()}
+
+    assert {name: status for name, (status, _) in answers.items()} == dict.fromkeys(cases, 401)
+    bodies = {str(without_request_id(body)) for _, body in answers.values()}
+    assert len(bodies) == 1
+
+
+def test_valid_key_with_another_or_malformed_department_is_403(
+    client: TestClient, world: TenantWorld
+) -> None:
+    for department in (str(uuid.uuid4()), "not-a-uuid"):
+        status, problem = post(
+            client, {"X-Api-Key": world.key.api_key, "X-Department-Id": department}
+        )
+        assert (status, problem["code"]) == (403, "forbidden")
+
+
+def test_revoked_key_is_refused_by_the_running_server_at_once(
+    client: TestClient, world: TenantWorld, database: Database
+) -> None:
+    assert post(client, world.key.headers)[0] == 201  # now cached by the server
+
+    admin.revoke_key(database, world.key.key_id)
+    refused_at = _first_refusal(client, world.key.headers, within_seconds=1.0)
+
+    assert refused_at is not None, "revoked key still accepted 1 s after revocation"
+
+
+def test_rotation_with_grace_keeps_the_old_secret_for_the_grace_period_only(
+    client: TestClient, world: TenantWorld, database: Database
+) -> None:
+    old = world.key.headers
+    assert post(client, old)[0] == 201
+
+    rotated = admin.rotate_key(database, world.key.key_id, grace_seconds=2)
+    new = {**old, "X-Api-Key": rotated.api_key}
+
+    assert post(client, old)[0] == 201
+    assert post(client, new)[0] == 201
+    time.sleep(2.1)
+    assert post(client, old)[0] == 401
+    assert post(client, new)[0] == 201
+
+
+def test_rotating_twice_ends_the_grace_of_the_first_secret(
+    client: TestClient, world: TenantWorld, database: Database
+) -> None:
+    first = world.key.headers
+    admin.rotate_key(database, world.key.key_id, grace_seconds=60)
+    third = admin.rotate_key(database, world.key.key_id, grace_seconds=60)
+
+    assert post(client, first)[0] == 401
+    assert post(client, {**first, "X-Api-Key": third.api_key})[0] == 201
+
+
+def _first_refusal(
+    client: TestClient, headers: dict[str, str], within_seconds: float
+) -> float | None:
+    started = time.monotonic()
+    while (elapsed := time.monotonic() - started) < within_seconds:
+        if post(client, headers)[0] == 401:
+            return elapsed
+        time.sleep(0.02)
+    return None
+
+
+@pytest.mark.parametrize(("header", "status"), [("X-Api-Key", 401), ("X-Department-Id", 403)])
+def test_very_long_credential_headers_are_refused_cleanly(
+    client: TestClient, world: TenantWorld, header: str, status: int
+) -> None:
+    assert post(client, {**world.key.headers, header: "x" * 8000})[0] == status

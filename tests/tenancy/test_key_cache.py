@@ -1,0 +1,112 @@
+"""The key cache is trusted only while its LISTEN connection is up, and never stores stale loads."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import text
+
+from dealbase.ops import admin
+from dealbase.tenancy.api_keys import KEY_CHANGES_CHANNEL, load_credentials, parse_api_key
+from dealbase.tenancy.authentication import Authenticator, KeyCache, KeyChangeListener
+from dealbase.tenancy.database import Database
+from tests.support import TenantWorld
+
+
+@pytest.fixture
+def listening_cache(database: Database) -> Iterator[KeyCache]:
+    cache = KeyCache()
+    listener = KeyChangeListener(database.url, cache)
+    listener.start()
+    assert cache.trusted
+    yield cache
+    listener.stop()
+
+
+def test_revocation_notice_drops_the_cached_key(
+    database: Database, world: TenantWorld, listening_cache: KeyCache
+) -> None:
+    authenticator = Authenticator(database, listening_cache)
+    authenticator.department_scope(world.key.api_key, str(world.key.department_id))
+    assert listening_cache.get(world.key.key_id) is not None
+
+    admin.revoke_key(database, world.key.key_id)
+
+    deadline = time.monotonic() + 1.0
+    while listening_cache.get(world.key.key_id) is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert listening_cache.get(world.key.key_id) is None
+
+
+def test_untrusted_cache_stores_nothing(database: Database, world: TenantWorld) -> None:
+    cache = KeyCache()  # no listener: as when the LISTEN connection is down
+    authenticator = Authenticator(database, cache)
+
+    authenticator.department_scope(world.key.api_key, str(world.key.department_id))
+
+    assert cache.get(world.key.key_id) is None
+
+
+def test_load_that_raced_an_invalidation_is_not_stored(
+    database: Database, world: TenantWorld
+) -> None:
+    cache = KeyCache()
+    cache.set_trusted(True)
+    parsed = parse_api_key(world.key.api_key)
+    assert parsed is not None
+    generation = cache.generation()
+    with database.control() as connection:
+        credentials = load_credentials(connection, parsed[0])
+    assert credentials is not None
+
+    cache.invalidate(parsed[0])  # a revocation lands between the read and the store
+    cache.put(credentials, generation)
+
+    assert cache.get(parsed[0]) is None
+
+
+def test_listener_that_cannot_connect_leaves_the_cache_untrusted() -> None:
+    cache = KeyCache()
+    listener = KeyChangeListener("postgresql://nobody@127.0.0.1:1/none", cache)
+    listener.start(wait_seconds=0.5)
+    try:
+        assert not cache.trusted
+    finally:
+        listener.stop()
+
+
+def _listener_pids(database: Database) -> set[int]:
+    with database.control() as connection:
+        return set(
+            connection.execute(
+                text(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                    f" AND query = 'LISTEN {KEY_CHANGES_CHANNEL}'"
+                )
+            ).scalars()
+        )
+
+
+def test_lost_listener_connection_forgets_every_cached_key(
+    database: Database, world: TenantWorld, listening_cache: KeyCache
+) -> None:
+    """Notices sent while the connection was down are lost, so nothing cached may survive it."""
+    Authenticator(database, listening_cache).department_scope(
+        world.key.api_key, str(world.key.department_id)
+    )
+    assert listening_cache.get(world.key.key_id) is not None
+    before = _listener_pids(database)
+    with database.control() as connection:
+        connection.execute(
+            text("SELECT pg_terminate_backend(pid) FROM unnest(:pids) AS pid"),
+            {"pids": list(before)},
+        )
+
+    deadline = time.monotonic() + 5
+    while not (_listener_pids(database) - before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+    assert _listener_pids(database) - before, "listener did not reconnect"
+    assert listening_cache.get(world.key.key_id) is None
