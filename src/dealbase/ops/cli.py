@@ -7,13 +7,17 @@ import functools
 import os
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import date, datetime
 from typing import Annotated, Any, ParamSpec, TypeVar
 
 import orjson
 import typer
 from sqlalchemy.exc import OperationalError
+
+# Typer vendors click; this is the one exception it does not re-export.
+from typer._click.exceptions import NoArgsIsHelpError
+from typer.core import TyperGroup
 
 from dealbase.config import Settings, SettingsError, load_settings
 from dealbase.migrations.runner import TenantMigration, upgrade_control, upgrade_tenants
@@ -25,7 +29,43 @@ from dealbase.rest_api.schemas import format_timestamp
 from dealbase.tenancy.database import Database
 from dealbase.tenancy.tenants import create_tenant, list_tenants
 
-cli = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
+
+class _OneLineErrors(TyperGroup):
+    """Usage errors as one ``error: ...`` line on stderr (exit 2), not click's usage banner."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        def run() -> Any:
+            return super(_OneLineErrors, self).main(
+                args, prog_name, complete_var, False, windows_expand_args, **extra
+            )
+
+        if not standalone_mode:
+            return run()
+        try:
+            result = run()
+        except NoArgsIsHelpError as exc:  # a bare group: its help is the answer
+            exc.show()
+            sys.exit(0)
+        except typer.TyperException as exc:
+            typer.echo(f"error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            typer.echo("error: aborted", err=True)
+            sys.exit(1)
+        sys.exit(result if isinstance(result, int) else 0)
+
+
+cli = typer.Typer(
+    cls=_OneLineErrors, no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False
+)
 tenant_cli = typer.Typer(no_args_is_help=True, help="Create and list tenants.")
 department_cli = typer.Typer(no_args_is_help=True, help="Create departments.")
 employee_cli = typer.Typer(no_args_is_help=True, help="Create employees.")

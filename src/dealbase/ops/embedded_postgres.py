@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +14,17 @@ def embedded_database_url(data_dir: Path) -> str:
 
     The server runs as long as this process holds it; a second process on the same folder shares it.
     """
-    import pgserver  # imported late: only machines without a DATABASE_URL pay for it
-
     folder = (data_dir / "postgres").resolve()
     if folder not in _servers:
         folder.mkdir(parents=True, exist_ok=True)
-        _servers[folder] = pgserver.get_server(  # type: ignore[attr-defined]
-            folder, cleanup_mode="stop"
-        )
+        with warnings.catch_warnings():
+            # pgserver asks platformdirs for a runtime dir, which warns on machines without
+            # XDG_RUNTIME_DIR (containers, CI) and then falls back correctly.
+            warnings.simplefilter("ignore")
+            import pgserver  # late: only machines without a DATABASE_URL pay for it
+
+            _servers[folder] = pgserver.get_server(  # type: ignore[attr-defined]
+                folder, cleanup_mode="stop"
+            )
     uri: str = _servers[folder].get_uri()
     return uri
