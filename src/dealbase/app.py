@@ -29,7 +29,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         database_url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
     )
     key_cache = KeyCache()
-    key_listener = KeyChangeListener(database_url, key_cache)
+    key_listener = KeyChangeListener(settings.database_listen_url or database_url, key_cache)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

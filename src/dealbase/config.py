@@ -16,6 +16,13 @@ class Settings(BaseSettings):
         default=None,
         description="postgresql:// URL; unset starts an embedded PostgreSQL under data_dir.",
     )
+    database_listen_url: str | None = Field(
+        default=None,
+        description=(
+            "A direct (not pgbouncer transaction-mode) URL for LISTEN, which key revocation"
+            " relies on; unset: database_url."
+        ),
+    )
     data_dir: Path = Field(
         default=Path(".dealbase"), description="Embedded PostgreSQL and demo files."
     )
@@ -28,7 +35,7 @@ class Settings(BaseSettings):
     db_max_overflow: int = Field(default=10, ge=0, le=200)
     migrate_concurrency: int = Field(default=4, ge=1, le=64)
 
-    @field_validator("database_url")
+    @field_validator("database_url", "database_listen_url")
     @classmethod
     def _postgres_only(cls, value: str | None) -> str | None:
         if value is None or value == "":

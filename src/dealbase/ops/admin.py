@@ -11,6 +11,7 @@ from pathlib import Path
 
 from dealbase.platform.pipeline import service as pipeline
 from dealbase.platform.pipeline.models import Department, DepartmentCreate, Employee, EmployeeCreate
+from dealbase.platform.validation import validated
 from dealbase.tenancy import api_keys
 from dealbase.tenancy.api_keys import IssuedKey, KeyInfo
 from dealbase.tenancy.database import Database
@@ -19,6 +20,7 @@ from dealbase.tenancy.tenants import Tenant, create_tenant, find_tenant_by_name,
 DEMO_TENANT = "demo"
 DEMO_DEPARTMENT = "Sales"
 DEMO_EMPLOYEE = "Dana Demo"
+DEMO_KEY_NAME = "demo"
 
 
 def tenant(database: Database, tenant_id: uuid.UUID) -> Tenant:
@@ -27,7 +29,7 @@ def tenant(database: Database, tenant_id: uuid.UUID) -> Tenant:
 
 
 def create_department(database: Database, tenant_id: uuid.UUID, name: str) -> Department:
-    fields = DepartmentCreate.model_validate({"name": name})
+    fields = validated(DepartmentCreate, {"name": name})
     with database.unit_of_work(tenant(database, tenant_id).scope) as uow:
         return pipeline.create_department(uow, fields)
 
@@ -35,7 +37,7 @@ def create_department(database: Database, tenant_id: uuid.UUID, name: str) -> De
 def create_employee(
     database: Database, tenant_id: uuid.UUID, department_id: uuid.UUID, name: str, email: str | None
 ) -> Employee:
-    fields = EmployeeCreate.model_validate({"name": name, "email": email})
+    fields = validated(EmployeeCreate, {"name": name, "email": email})
     with database.unit_of_work(tenant(database, tenant_id).scope) as uow:
         return pipeline.create_employee(uow, department_id, fields)
 
@@ -92,7 +94,11 @@ def ensure_demo(database: Database, data_dir: Path) -> Demo:
         )
     key = _saved_demo_key(database, data_dir, demo_tenant, department.id)
     if key is None:
-        key = issue_key(database, demo_tenant.id, department.id, "demo")
+        # The old demo secret is lost with its file: retire it rather than leave it active.
+        for old in list_keys(database, demo_tenant.id):
+            if old.name == DEMO_KEY_NAME and old.revoked_at is None:
+                revoke_key(database, old.key_id)
+        key = issue_key(database, demo_tenant.id, department.id, DEMO_KEY_NAME)
         key_file = data_dir / "demo-key.json"
         data_dir.mkdir(parents=True, exist_ok=True)
         descriptor = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -20,7 +20,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.dialects.postgresql import TIMESTAMP, UUID
+from sqlalchemy.dialects.postgresql import BYTEA, TIMESTAMP, UUID
 
 TENANT_SCHEMA_PLACEHOLDER = "tenant"
 
@@ -32,6 +32,11 @@ def _timestamps() -> list[Column[object]]:
         Column("created_at", TIMESTAMP(timezone=True), nullable=False),
         Column("updated_at", TIMESTAMP(timezone=True), nullable=False),
     ]
+
+
+def _version() -> Column[int]:
+    """Bumped by every change of the row; the ETag of its resource."""
+    return Column("version", BigInteger, nullable=False, server_default="1")
 
 
 departments = Table(
@@ -96,6 +101,7 @@ customers = Table(
     *[Column(name, Text, nullable=name != "last_name") for name in CUSTOMER_TEXT_FIELDS],
     Column("birthday", Date),
     *_timestamps(),
+    _version(),
 )
 
 deals = Table(
@@ -110,6 +116,7 @@ deals = Table(
     Column("deal_origin", Text),
     Column("note", Text),
     *_timestamps(),
+    _version(),
     ForeignKeyConstraint(["step_id", "department_id"], [steps.c.id, steps.c.department_id]),
     ForeignKeyConstraint(
         ["employee_id", "department_id"], [employees.c.id, employees.c.department_id]
@@ -147,7 +154,20 @@ activities = Table(
         ForeignKey(customers.c.id, ondelete="CASCADE"),
         nullable=False,
     ),
-    Column("deal_id", UUID(as_uuid=True), ForeignKey(deals.c.id, ondelete="CASCADE")),
+    Column("deal_id", UUID(as_uuid=True), ForeignKey(deals.c.id, ondelete="SET NULL")),
     Column("employee_id", UUID(as_uuid=True), ForeignKey(employees.c.id)),
     *_timestamps(),
+    _version(),
+)
+
+idempotency_records = Table(
+    "idempotency_records",
+    metadata,
+    Column("api_key_id", UUID(as_uuid=True), primary_key=True),
+    Column("idempotency_key", Text, primary_key=True),
+    Column("fingerprint", BYTEA, nullable=False),
+    Column("status", Integer, nullable=False),
+    Column("body", BYTEA, nullable=False),
+    Column("location", Text),
+    Column("created_at", TIMESTAMP(timezone=True), nullable=False),
 )

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import re
 import uuid
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, BaseModel, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
-from dealbase.platform.errors import Invalid
+from dealbase.platform.errors import Invalid, invalid_from_pydantic
 from dealbase.tenancy.scope import Scope
 
 
@@ -62,3 +62,14 @@ def department_of(scope: Scope) -> uuid.UUID:
     if scope.department_id is None:
         raise Invalid.of("department_id", "missing", "This operation needs a department.")
     return scope.department_id
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated(model: type[M], data: dict[str, Any]) -> M:
+    """``model`` from Python values (CLI, GraphQL), with failures as ``Invalid`` like REST's."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise invalid_from_pydantic(exc.errors(include_url=False)) from None

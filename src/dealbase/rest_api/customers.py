@@ -40,7 +40,7 @@ _LOCATION = {"Location": {"description": "Path of the new customer.", "schema": 
     response_model=None,
     responses={
         201: {"model": CustomerOut, "description": "The created customer.", "headers": _LOCATION},
-        **problem_responses(400, 401, 403, 413, 415, 422, 429),
+        **problem_responses(400, 401, 403, 413, 415, 422),
     },
     openapi_extra=json_request_body(CustomerFields, {**CUSTOMER_EXAMPLE, "birthday": "1985-12-10"}),
 )
@@ -61,7 +61,7 @@ def create_customer(
     response_model=None,
     responses={
         200: {"model": CustomerOut, "description": "The customer."},
-        **problem_responses(401, 403, 404, 429),
+        **problem_responses(401, 403, 404),
     },
 )
 def get_customer(

@@ -38,7 +38,7 @@ _LOCATION = {"Location": {"description": "Path of the new deal.", "schema": {"ty
     response_model=None,
     responses={
         201: {"model": DealOut, "description": "The created deal.", "headers": _LOCATION},
-        **problem_responses(400, 401, 403, 409, 413, 415, 422, 429),
+        **problem_responses(400, 401, 403, 409, 413, 415, 422),
     },
     openapi_extra=json_request_body(DealCreate, DEAL_EXAMPLE),
 )
@@ -59,7 +59,7 @@ def create_deal(
     response_model=None,
     responses={
         200: {"model": DealOut, "description": "The deal with its customers."},
-        **problem_responses(401, 403, 404, 429),
+        **problem_responses(401, 403, 404),
     },
 )
 def get_deal(

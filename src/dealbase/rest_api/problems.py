@@ -124,12 +124,15 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled_error", exc_info=exc)
+    # Starlette answers this outside our request-context middleware, so the id goes on here.
+    request_id = getattr(request.state, "request_id", "")
     return problem(
         request,
         500,
         "internal_error",
         "Internal error",
         "The server failed; the request id identifies this failure to support.",
+        headers={"X-Request-Id": request_id},
     )
 
 

@@ -25,7 +25,7 @@ from dealbase.tenancy.api_keys import (
     parse_api_key,
     scope_for_request,
 )
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database import Database, libpq_url
 from dealbase.tenancy.scope import Scope
 
 log = structlog.get_logger(__name__)
@@ -101,7 +101,12 @@ class KeyChangeListener:
         attempt = 0
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self._url, autocommit=True, connect_timeout=5) as connection:
+                with psycopg.connect(
+                    libpq_url(self._url),
+                    autocommit=True,
+                    connect_timeout=5,
+                    application_name="dealbase-key-listener",
+                ) as connection:
                     connection.execute(f"LISTEN {KEY_CHANGES_CHANNEL}")
                     self._cache.set_trusted(True)
                     self._ready.set()

@@ -13,6 +13,12 @@ from dealbase.platform.tables import TENANT_SCHEMA_PLACEHOLDER
 from dealbase.tenancy.scope import Scope
 
 
+def libpq_url(database_url: str) -> str:
+    """The URL as libpq (psycopg.connect) takes it: without SQLAlchemy's ``+driver`` part."""
+    url = make_url(database_url)
+    return url.set(drivername=url.drivername.split("+")[0]).render_as_string(hide_password=False)
+
+
 def sqlalchemy_url(database_url: str) -> str:
     """The same URL, with the psycopg 3 driver named so SQLAlchemy does not pick psycopg2."""
     url = make_url(database_url)
@@ -36,7 +42,6 @@ class Database:
             sqlalchemy_url(database_url),
             pool_size=pool_size,
             max_overflow=max_overflow,
-            pool_pre_ping=True,
             pool_recycle=1800,
         )
 

@@ -89,3 +89,4 @@ class Customer:
     note: str | None
     created_at: datetime
     updated_at: datetime
+    version: int

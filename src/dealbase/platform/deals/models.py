@@ -38,4 +38,5 @@ class Deal:
     note: str | None
     created_at: datetime
     updated_at: datetime
+    version: int
     customers: tuple[Customer, ...]

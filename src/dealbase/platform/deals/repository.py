@@ -87,5 +87,6 @@ def to_deal(row: RowMapping, employee_name: str | None, customers: Sequence[Cust
         note=row["note"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        version=row["version"],
         customers=tuple(customers),
     )
