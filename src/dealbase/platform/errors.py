@@ -120,6 +120,7 @@ _PYDANTIC_CODES: dict[str, str] = {
     "invalid_character": "invalid_character",
     "invalid_format": "invalid_format",
     "out_of_range": "out_of_range",
+    "cannot_clear": "cannot_clear",
 }
 
 

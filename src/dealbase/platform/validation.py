@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import re
 import uuid
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Optional, TypeVar
 
-from pydantic import AfterValidator, BaseModel, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    create_model,
+    field_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from dealbase.platform.errors import Invalid, invalid_from_pydantic
@@ -73,3 +81,30 @@ def validated(model: type[M], data: dict[str, Any]) -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         raise invalid_from_pydantic(exc.errors(include_url=False)) from None
+
+
+def refuse_null(value: object, info: ValidationInfo) -> object:
+    """A ``mode="before"`` field validator: the field may be changed, never set to null."""
+    if value is None:
+        raise PydanticCustomError(
+            "cannot_clear", "{field} is required and cannot be cleared", {"field": info.field_name}
+        )
+    return value
+
+
+def _with_metadata(annotation: Any, metadata: list[Any]) -> Any:
+    return Annotated[(annotation, *metadata)] if metadata else annotation
+
+
+def partial(model: type[BaseModel], name: str) -> type[BaseModel]:
+    """``model`` for PATCH: every field optional, where an absent field stays as it is and
+    ``null`` clears it; a field ``model`` requires may be changed but never cleared."""
+    fields: dict[str, Any] = {
+        field_name: (Optional[_with_metadata(info.annotation, info.metadata)], None)  # noqa: UP045
+        for field_name, info in model.model_fields.items()
+    }
+    required = [n for n, info in model.model_fields.items() if info.is_required()]
+    validators = (
+        {"refuse_null": field_validator(*required, mode="before")(refuse_null)} if required else {}
+    )
+    return create_model(name, __config__=model.model_config, __validators__=validators, **fields)

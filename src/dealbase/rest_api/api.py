@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, FastAPI
 
-from dealbase.rest_api import customers, deals
+from dealbase.rest_api import activities, customers, deals, pipeline
 from dealbase.rest_api.openapi import install_openapi
 from dealbase.rest_api.problems import install_problem_handlers
 from dealbase.rest_api.responses import API_PREFIX
@@ -14,6 +14,8 @@ def install_rest_api(app: FastAPI) -> None:
     integration = APIRouter(prefix=API_PREFIX)
     integration.include_router(customers.router)
     integration.include_router(deals.router)
+    integration.include_router(activities.router)
+    integration.include_router(pipeline.router)
     app.include_router(integration)
     install_problem_handlers(app)
     install_openapi(app)

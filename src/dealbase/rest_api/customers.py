@@ -3,16 +3,34 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query, Request
+from pydantic import AwareDatetime
 from starlette.responses import Response
 
 from dealbase.platform.customers import service
-from dealbase.platform.customers.models import CustomerFields
-from dealbase.rest_api.openapi import json_request_body, problem_responses
-from dealbase.rest_api.requests import database, department_scope, json_body, parse_body
-from dealbase.rest_api.responses import created, json_response
-from dealbase.rest_api.schemas import CustomerOut
-from dealbase.tenancy.database import Database
+from dealbase.platform.customers.models import CustomerFields, CustomerFilter, CustomerPatch
+from dealbase.platform.validation import SHORT_TEXT, validated
+from dealbase.platform.versioning import Expected
+from dealbase.rest_api.idempotency import run_once
+from dealbase.rest_api.openapi import (
+    CREATED_HEADERS,
+    LIST_CURSOR,
+    LIST_LIMIT,
+    READ_HEADERS,
+    json_request_body,
+    problem_responses,
+)
+from dealbase.rest_api.requests import (
+    database,
+    department_scope,
+    expected_version,
+    idempotency_key,
+    json_body,
+    parse_body,
+)
+from dealbase.rest_api.responses import created, json_response, no_content, page_response
+from dealbase.rest_api.schemas import CustomerList, CustomerOut
+from dealbase.tenancy.database import Database, UnitOfWork
 from dealbase.tenancy.scope import Scope
 
 router = APIRouter(prefix="/customers", tags=["customers"])
@@ -26,11 +44,9 @@ CUSTOMER_EXAMPLE: dict[str, Any] = {
     "phone_1_label": "office",
     "city": "London",
     "country": "GB",
-    "birthday": "1815-12-10",
+    "birthday": "1985-12-10",
     "contact_origin": "website",
 }
-
-_LOCATION = {"Location": {"description": "Path of the new customer.", "schema": {"type": "string"}}}
 
 
 @router.post(
@@ -39,20 +55,63 @@ _LOCATION = {"Location": {"description": "Path of the new customer.", "schema": 
     summary="Create a customer",
     response_model=None,
     responses={
-        201: {"model": CustomerOut, "description": "The created customer.", "headers": _LOCATION},
-        **problem_responses(400, 401, 403, 413, 415, 422),
+        201: {
+            "model": CustomerOut,
+            "description": "The created customer.",
+            "headers": CREATED_HEADERS,
+        },
+        **problem_responses(400, 401, 403, 409, 413, 415, 422),
     },
-    openapi_extra=json_request_body(CustomerFields, {**CUSTOMER_EXAMPLE, "birthday": "1985-12-10"}),
+    openapi_extra=json_request_body(CustomerFields, CUSTOMER_EXAMPLE),
 )
 def create_customer(
+    request: Request,
     scope: Scope = Depends(department_scope),
     body: bytes = Depends(json_body),
+    key: str | None = Depends(idempotency_key),
     db: Database = Depends(database),
 ) -> Response:
     fields = parse_body(CustomerFields, body)
-    with db.unit_of_work(scope) as uow:
+
+    def perform(uow: UnitOfWork) -> Response:
         customer = service.create(uow, fields)
-    return created(CustomerOut, customer, f"/customers/{customer.id}")
+        return created(CustomerOut, customer, f"/customers/{customer.id}")
+
+    return run_once(request, db, scope, key, fields, perform)
+
+
+@router.get(
+    "",
+    summary="List customers",
+    description="The department's customers, oldest first, a page at a time.",
+    response_model=None,
+    responses={
+        200: {"model": CustomerList, "description": "A page of customers."},
+        **problem_responses(401, 403, 422),
+    },
+)
+def list_customers(
+    scope: Scope = Depends(department_scope),
+    db: Database = Depends(database),
+    limit: int | None = LIST_LIMIT,
+    cursor: str | None = LIST_CURSOR,
+    email: str | None = Query(
+        None, max_length=320, description="Exact email address, in any letter case."
+    ),
+    q: str | None = Query(
+        None,
+        min_length=1,
+        max_length=SHORT_TEXT,
+        description="Text the last name, first name or company contains (any letter case).",
+    ),
+    updated_since: AwareDatetime | None = Query(
+        None, description="Only customers changed at or after this time (with a UTC offset)."
+    ),
+) -> Response:
+    filters = validated(CustomerFilter, {"email": email, "q": q, "updated_since": updated_since})
+    with db.unit_of_work(scope) as uow:
+        page = service.list_page(uow, filters, limit, cursor)
+    return page_response(CustomerList, page)
 
 
 @router.get(
@@ -60,7 +119,7 @@ def create_customer(
     summary="Read a customer",
     response_model=None,
     responses={
-        200: {"model": CustomerOut, "description": "The customer."},
+        200: {"model": CustomerOut, "description": "The customer.", "headers": READ_HEADERS},
         **problem_responses(401, 403, 404),
     },
 )
@@ -72,3 +131,56 @@ def get_customer(
     with db.unit_of_work(scope) as uow:
         customer = service.get(uow, customer_id)
     return json_response(CustomerOut, customer)
+
+
+@router.patch(
+    "/{customer_id}",
+    summary="Update a customer",
+    description=(
+        "Changes the fields the body carries; `null` clears an optional field, and `last_name`"
+        " cannot be cleared. With `If-Match`, only if the customer is still at that ETag."
+    ),
+    response_model=None,
+    responses={
+        200: {
+            "model": CustomerOut,
+            "description": "The updated customer.",
+            "headers": READ_HEADERS,
+        },
+        **problem_responses(400, 401, 403, 404, 412, 413, 415, 422),
+    },
+    openapi_extra=json_request_body(CustomerPatch, {"email": "ada@example.org", "note": None}),
+)
+def update_customer(
+    customer_id: uuid.UUID,
+    scope: Scope = Depends(department_scope),
+    body: bytes = Depends(json_body),
+    expected: Expected | None = Depends(expected_version),
+    db: Database = Depends(database),
+) -> Response:
+    patch = parse_body(CustomerPatch, body)
+    with db.unit_of_work(scope) as uow:
+        customer = service.update(uow, customer_id, patch, expected)
+    return json_response(CustomerOut, customer)
+
+
+@router.delete(
+    "/{customer_id}",
+    status_code=204,
+    summary="Delete a customer",
+    description="Deletes the customer, its activities, and its place in its deals' customers.",
+    response_model=None,
+    responses={
+        204: {"description": "Deleted."},
+        **problem_responses(401, 403, 404, 412),
+    },
+)
+def delete_customer(
+    customer_id: uuid.UUID,
+    scope: Scope = Depends(department_scope),
+    expected: Expected | None = Depends(expected_version),
+    db: Database = Depends(database),
+) -> Response:
+    with db.unit_of_work(scope) as uow:
+        service.delete(uow, customer_id, expected)
+    return no_content()

@@ -2,16 +2,34 @@ from __future__ import annotations
 
 import uuid
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query, Request
+from pydantic import AwareDatetime
 from starlette.responses import Response
 
 from dealbase.platform.deals import service
-from dealbase.platform.deals.models import DealCreate
-from dealbase.rest_api.openapi import json_request_body, problem_responses
-from dealbase.rest_api.requests import database, department_scope, json_body, parse_body
-from dealbase.rest_api.responses import created, json_response
-from dealbase.rest_api.schemas import DealOut
-from dealbase.tenancy.database import Database
+from dealbase.platform.deals.models import CustomerLink, DealCreate, DealFilter, DealPatch
+from dealbase.platform.validation import validated
+from dealbase.platform.versioning import Expected
+from dealbase.rest_api.idempotency import run_once
+from dealbase.rest_api.openapi import (
+    CREATED_HEADERS,
+    LIST_CURSOR,
+    LIST_LIMIT,
+    READ_HEADERS,
+    json_request_body,
+    problem_responses,
+)
+from dealbase.rest_api.requests import (
+    database,
+    department_scope,
+    expected_version,
+    idempotency_key,
+    json_body,
+    parse_body,
+)
+from dealbase.rest_api.responses import created, json_response, no_content, page_response
+from dealbase.rest_api.schemas import DealList, DealOut
+from dealbase.tenancy.database import Database, UnitOfWork
 from dealbase.tenancy.scope import Scope
 
 router = APIRouter(prefix="/deals", tags=["deals"])
@@ -24,8 +42,6 @@ DEAL_EXAMPLE = {
     "customers": [{"last_name": "Lovelace", "first_name": "Ada"}, {"last_name": "Babbage"}],
 }
 
-_LOCATION = {"Location": {"description": "Path of the new deal.", "schema": {"type": "string"}}}
-
 
 @router.post(
     "",
@@ -37,20 +53,63 @@ _LOCATION = {"Location": {"description": "Path of the new deal.", "schema": {"ty
     ),
     response_model=None,
     responses={
-        201: {"model": DealOut, "description": "The created deal.", "headers": _LOCATION},
+        201: {"model": DealOut, "description": "The created deal.", "headers": CREATED_HEADERS},
         **problem_responses(400, 401, 403, 409, 413, 415, 422),
     },
     openapi_extra=json_request_body(DealCreate, DEAL_EXAMPLE),
 )
 def create_deal(
+    request: Request,
     scope: Scope = Depends(department_scope),
     body: bytes = Depends(json_body),
+    key: str | None = Depends(idempotency_key),
     db: Database = Depends(database),
 ) -> Response:
     fields = parse_body(DealCreate, body)
-    with db.unit_of_work(scope) as uow:
+
+    def perform(uow: UnitOfWork) -> Response:
         deal = service.create(uow, fields)
-    return created(DealOut, deal, f"/deals/{deal.id}")
+        return created(DealOut, deal, f"/deals/{deal.id}")
+
+    return run_once(request, db, scope, key, fields, perform)
+
+
+@router.get(
+    "",
+    summary="List deals",
+    description="The department's deals with their customers, oldest first, a page at a time.",
+    response_model=None,
+    responses={
+        200: {"model": DealList, "description": "A page of deals."},
+        **problem_responses(401, 403, 422),
+    },
+)
+def list_deals(
+    scope: Scope = Depends(department_scope),
+    db: Database = Depends(database),
+    limit: int | None = LIST_LIMIT,
+    cursor: str | None = LIST_CURSOR,
+    step_id: uuid.UUID | None = Query(None, description="Only deals in this step."),
+    employee_id: uuid.UUID | None = Query(
+        None, description="Only deals assigned to this employee."
+    ),
+    customer_id: uuid.UUID | None = Query(None, description="Only deals linked to this customer."),
+    updated_since: AwareDatetime | None = Query(
+        None, description="Only deals changed at or after this time (with a UTC offset)."
+    ),
+) -> Response:
+    filters = validated(
+        DealFilter,
+        {
+            "step_id": step_id,
+            "employee_id": employee_id,
+            "customer_id": customer_id,
+            "updated_since": updated_since,
+        },
+    )
+    with db.unit_of_work(scope) as uow:
+        page = service.list_page(uow, filters, limit, cursor)
+    return page_response(DealList, page)
 
 
 @router.get(
@@ -58,7 +117,11 @@ def create_deal(
     summary="Read a deal",
     response_model=None,
     responses={
-        200: {"model": DealOut, "description": "The deal with its customers."},
+        200: {
+            "model": DealOut,
+            "description": "The deal with its customers.",
+            "headers": READ_HEADERS,
+        },
         **problem_responses(401, 403, 404),
     },
 )
@@ -70,3 +133,107 @@ def get_deal(
     with db.unit_of_work(scope) as uow:
         deal = service.get(uow, deal_id)
     return json_response(DealOut, deal)
+
+
+@router.patch(
+    "/{deal_id}",
+    summary="Update, move or assign a deal",
+    description=(
+        "Changes `name`, `volume`, `deal_origin`, `note`; `step_id` moves the deal to another step"
+        " of its department; `employee_id` assigns it to an employee of its department, and `null`"
+        " unassigns it. A step or employee of another department is a 422 naming the field."
+    ),
+    response_model=None,
+    responses={
+        200: {"model": DealOut, "description": "The updated deal.", "headers": READ_HEADERS},
+        **problem_responses(400, 401, 403, 404, 412, 413, 415, 422),
+    },
+    openapi_extra=json_request_body(
+        DealPatch, {"volume": 300000, "step_id": "01a2008a-5794-7000-99be-dd0cfa5754b5"}
+    ),
+)
+def update_deal(
+    deal_id: uuid.UUID,
+    scope: Scope = Depends(department_scope),
+    body: bytes = Depends(json_body),
+    expected: Expected | None = Depends(expected_version),
+    db: Database = Depends(database),
+) -> Response:
+    patch = parse_body(DealPatch, body)
+    with db.unit_of_work(scope) as uow:
+        deal = service.update(uow, deal_id, patch, expected)
+    return json_response(DealOut, deal)
+
+
+@router.delete(
+    "/{deal_id}",
+    status_code=204,
+    summary="Delete a deal",
+    description="Deletes the deal; its customers stay, and its activities no longer name it.",
+    response_model=None,
+    responses={204: {"description": "Deleted."}, **problem_responses(401, 403, 404, 412)},
+)
+def delete_deal(
+    deal_id: uuid.UUID,
+    scope: Scope = Depends(department_scope),
+    expected: Expected | None = Depends(expected_version),
+    db: Database = Depends(database),
+) -> Response:
+    with db.unit_of_work(scope) as uow:
+        service.delete(uow, deal_id, expected)
+    return no_content()
+
+
+@router.post(
+    "/{deal_id}/customers",
+    summary="Link a customer to a deal",
+    description=(
+        "Appends an existing customer of the department to the deal's `customers`; linking a"
+        " customer that is linked already changes nothing."
+    ),
+    response_model=None,
+    responses={
+        200: {
+            "model": DealOut,
+            "description": "The deal with its customers.",
+            "headers": READ_HEADERS,
+        },
+        **problem_responses(400, 401, 403, 404, 409, 413, 415, 422),
+    },
+    openapi_extra=json_request_body(
+        CustomerLink, {"customer_id": "01a2008a-729d-7000-8ccb-38fd7605fcf5"}
+    ),
+)
+def link_customer(
+    request: Request,
+    deal_id: uuid.UUID,
+    scope: Scope = Depends(department_scope),
+    body: bytes = Depends(json_body),
+    key: str | None = Depends(idempotency_key),
+    db: Database = Depends(database),
+) -> Response:
+    link = parse_body(CustomerLink, body)
+
+    def perform(uow: UnitOfWork) -> Response:
+        return json_response(DealOut, service.link_customer(uow, deal_id, link))
+
+    return run_once(request, db, scope, key, link, perform)
+
+
+@router.delete(
+    "/{deal_id}/customers/{customer_id}",
+    status_code=204,
+    summary="Unlink a customer from a deal",
+    description="The customer itself stays; 404 when it is not linked to the deal.",
+    response_model=None,
+    responses={204: {"description": "Unlinked."}, **problem_responses(401, 403, 404)},
+)
+def unlink_customer(
+    deal_id: uuid.UUID,
+    customer_id: uuid.UUID,
+    scope: Scope = Depends(department_scope),
+    db: Database = Depends(database),
+) -> Response:
+    with db.unit_of_work(scope) as uow:
+        service.unlink_customer(uow, deal_id, customer_id)
+    return no_content()

@@ -4,26 +4,45 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Query
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
+from dealbase.platform.pagination import MAX_PAGE_SIZE
 from dealbase.rest_api.problems import PROBLEM_MEDIA_TYPE
 from dealbase.rest_api.schemas import Problem
 
 _REF = "#/components/schemas/{model}"
 _BODY_MODELS: list[type[BaseModel]] = [Problem]
 
+ETAG_HEADER = {"description": "The resource's version, for If-Match.", "schema": {"type": "string"}}
+READ_HEADERS = {"ETag": ETAG_HEADER}
+CREATED_HEADERS = {
+    "Location": {"description": "Path of the new resource.", "schema": {"type": "string"}},
+    "ETag": ETAG_HEADER,
+    "Idempotent-Replayed": {
+        "description": "`true` when this is the stored response to an earlier request with the"
+        " same Idempotency-Key.",
+        "schema": {"type": "string", "enum": ["true"]},
+    },
+}
+LIST_LIMIT = Query(
+    None, ge=1, le=MAX_PAGE_SIZE, description=f"Page size, 1 to {MAX_PAGE_SIZE} (default 25)."
+)
+LIST_CURSOR = Query(
+    None, max_length=200, description="The `next_cursor` of the previous page; omit for the first."
+)
+
 _STATUS_TEXT = {
     400: "Malformed JSON.",
     401: "Missing or invalid credentials (one identical answer whatever was wrong).",
     403: "The key is valid but not for the department in X-Department-Id.",
     404: "No such resource in the caller's department (nor in any other, for this caller).",
-    409: "Conflicts with the current state.",
+    409: "A request with the same Idempotency-Key is still running, or the state forbids it.",
     412: "If-Match does not match the current ETag.",
     413: "The body exceeds 1 MiB.",
     415: "The body is not JSON.",
-    422: "A field breaks a rule; `errors` names each field.",
+    422: "A field breaks a rule (`errors` names each), or an Idempotency-Key came with another body.",
     429: "Rate limit exceeded; retry after `Retry-After` seconds.",
 }
 

@@ -105,6 +105,10 @@ async def _request_validation(request: Request, exc: Exception) -> Response:
     # An id in the path that cannot exist answers like any unknown id.
     if errors and all(error["loc"][0] == "path" for error in errors):
         return problem(request, 404, "not_found", "Not found", "No resource has that id.")
+    # Name query and header parameters as clients know them: "limit", not "query.limit".
+    for error in errors:
+        if error["loc"] and error["loc"][0] in ("query", "header", "body"):
+            error["loc"] = error["loc"][1:]
     invalid = invalid_from_pydantic(errors)
     return problem(request, 422, invalid.code, invalid.title, invalid.detail, errors=invalid.errors)
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from fastapi import Request, Security
+from fastapi import Header, Request, Security
 from fastapi.security import APIKeyHeader
 from pydantic import BaseModel, ValidationError
 
 from dealbase.platform.errors import invalid_from_pydantic
+from dealbase.platform.versioning import Expected
 from dealbase.rest_api.problems import ProtocolError, malformed_json
 from dealbase.tenancy.authentication import Authenticator
 from dealbase.tenancy.database import Database
@@ -28,6 +29,44 @@ department_header = APIKeyHeader(
     description="The id of the department the key was issued for.",
     auto_error=False,
 )
+
+
+def expected_version(
+    if_match: str | None = Header(
+        default=None,
+        alias="If-Match",
+        max_length=1024,
+        description="Apply only if the resource's ETag is one of these (or `*`); else 412.",
+    ),
+) -> Expected | None:
+    """The versions an If-Match header admits. Weak tags never match (RFC 9110 strong
+    comparison), so a list of only those admits nothing and yields 412."""
+    if if_match is None:
+        return None
+    if if_match.strip() == "*":
+        return Expected(None)
+    versions = set()
+    for tag in if_match.split(","):
+        tag = tag.strip()
+        if len(tag) > 2 and tag[0] == tag[-1] == '"' and tag[1:-1].isdigit():
+            versions.add(int(tag[1:-1]))
+    return Expected(frozenset(versions))
+
+
+def idempotency_key(
+    key: str | None = Header(
+        default=None,
+        alias="Idempotency-Key",
+        description=(
+            "Makes a retry safe: the same key with the same body within 24 hours returns the"
+            " first response again, with `Idempotent-Replayed: true`, and writes nothing."
+        ),
+    ),
+) -> str | None:
+    """The key, also in the draft's structured-field form (a quoted string)."""
+    if key is not None and len(key) >= 2 and key[0] == key[-1] == '"':
+        return key[1:-1]
+    return key
 
 
 def database(request: Request) -> Database:

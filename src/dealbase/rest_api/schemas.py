@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, date, datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
@@ -102,3 +102,66 @@ class Problem(BaseModel):
     errors: list[ProblemFieldError] | None = Field(
         default=None, description="Present on validation failures: every offending field."
     )
+
+
+class ActivityOut(WireModel):
+    id: uuid.UUID
+    type: Literal["call", "email", "meeting", "task", "note"]
+    subject: str | None
+    note: str | None
+    due_at: Timestamp | None
+    done_at: Timestamp | None
+    customer_id: uuid.UUID
+    deal_id: uuid.UUID | None
+    employee_id: uuid.UUID | None
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class StepOut(WireModel):
+    id: uuid.UUID
+    name: str
+    position: int = Field(description="1 for the step new deals start in, then in pipeline order.")
+
+
+class EmployeeOut(WireModel):
+    id: uuid.UUID
+    name: str
+    email: str | None
+    department_id: uuid.UUID
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class DepartmentOut(WireModel):
+    id: uuid.UUID
+    name: str
+    steps: list[StepOut]
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class _ListOf(WireModel):
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` for the next page; null on the last page."
+    )
+
+
+class CustomerList(_ListOf):
+    data: list[CustomerOut]
+
+
+class DealList(_ListOf):
+    data: list[DealOut]
+
+
+class ActivityList(_ListOf):
+    data: list[ActivityOut]
+
+
+class EmployeeList(_ListOf):
+    data: list[EmployeeOut]
+
+
+class StepList(WireModel):
+    data: list[StepOut]

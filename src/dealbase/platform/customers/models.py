@@ -5,16 +5,18 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
 from dealbase.platform.validation import (
+    SHORT_TEXT,
     EmailText,
     LongText,
     PhoneText,
     RequiredShortText,
     ShortText,
     UrlText,
+    partial,
 )
 
 EARLIEST_BIRTHDAY = date(1850, 1, 1)
@@ -90,3 +92,15 @@ class Customer:
     created_at: datetime
     updated_at: datetime
     version: int
+
+
+# PATCH /customers/{id}: absent fields stay, null clears, last_name cannot be cleared.
+CustomerPatch = partial(CustomerFields, "CustomerPatch")
+
+
+class CustomerFilter(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    email: Annotated[str, Field(max_length=320)] | None = None
+    q: Annotated[str, Field(min_length=1, max_length=SHORT_TEXT)] | None = None
+    updated_since: AwareDatetime | None = None

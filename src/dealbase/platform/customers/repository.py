@@ -1,13 +1,16 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from sqlalchemy import Connection, RowMapping, func, insert, select
+from sqlalchemy import Connection, RowMapping, delete, func, insert, or_, select, update
 
-from dealbase.platform.customers.models import Customer, CustomerFields
+from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
 from dealbase.platform.ids import new_id
+from dealbase.platform.pagination import PageRequest
+from dealbase.platform.rows import at_expected_version, owned_by
 from dealbase.platform.tables import customers, deal_customers
+from dealbase.platform.versioning import Expected
 
 
 def to_customer(row: RowMapping, tenant_id: uuid.UUID) -> Customer:
@@ -45,10 +48,67 @@ def get_customer(
     connection: Connection, tenant_id: uuid.UUID, department_id: uuid.UUID, customer_id: uuid.UUID
 ) -> Customer | None:
     row = (
-        connection.execute(
-            select(customers).where(
-                customers.c.id == customer_id, customers.c.department_id == department_id
+        connection.execute(select(customers).where(owned_by(customers, department_id, customer_id)))
+        .mappings()
+        .first()
+    )
+    return None if row is None else to_customer(row, tenant_id)
+
+
+def _contains(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def list_customers(
+    connection: Connection,
+    tenant_id: uuid.UUID,
+    department_id: uuid.UUID,
+    filters: CustomerFilter,
+    page: PageRequest,
+) -> list[Customer]:
+    """Up to ``page.limit + 1`` customers in id order (the extra one tells there is more)."""
+    query = select(customers).where(customers.c.department_id == department_id)
+    if page.after is not None:
+        query = query.where(customers.c.id > page.after)
+    if filters.email is not None:
+        query = query.where(func.lower(customers.c.email) == filters.email.lower())
+    if filters.q is not None:
+        pattern = _contains(filters.q)
+        query = query.where(
+            or_(
+                *(
+                    column.ilike(pattern, escape="\\")
+                    for column in (
+                        customers.c.last_name,
+                        customers.c.first_name,
+                        customers.c.company,
+                    )
+                )
             )
+        )
+    if filters.updated_since is not None:
+        query = query.where(customers.c.updated_at >= filters.updated_since)
+    rows = connection.execute(query.order_by(customers.c.id).limit(page.limit + 1)).mappings()
+    return [to_customer(row, tenant_id) for row in rows]
+
+
+def update_customer(
+    connection: Connection,
+    tenant_id: uuid.UUID,
+    department_id: uuid.UUID,
+    customer_id: uuid.UUID,
+    changes: Mapping[str, object],
+    expected: Expected | None,
+) -> Customer | None:
+    """The changed customer, or None when it is missing or not at an expected version."""
+    row = (
+        connection.execute(
+            update(customers)
+            .where(owned_by(customers, department_id, customer_id))
+            .where(at_expected_version(customers, expected))
+            .values(**changes, updated_at=func.now(), version=customers.c.version + 1)
+            .returning(*customers.c)
         )
         .mappings()
         .first()
@@ -56,13 +116,34 @@ def get_customer(
     return None if row is None else to_customer(row, tenant_id)
 
 
-def customers_of_deal(
-    connection: Connection, tenant_id: uuid.UUID, deal_id: uuid.UUID
-) -> list[Customer]:
+def delete_customer(
+    connection: Connection,
+    department_id: uuid.UUID,
+    customer_id: uuid.UUID,
+    expected: Expected | None,
+) -> bool:
+    deleted = connection.execute(
+        delete(customers)
+        .where(owned_by(customers, department_id, customer_id))
+        .where(at_expected_version(customers, expected))
+        .returning(customers.c.id)
+    ).first()
+    return deleted is not None
+
+
+def customers_of_deals(
+    connection: Connection, tenant_id: uuid.UUID, deal_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, list[Customer]]:
+    """Each deal's customers in link order, for many deals in one statement."""
+    by_deal: dict[uuid.UUID, list[Customer]] = {deal_id: [] for deal_id in deal_ids}
+    if not deal_ids:
+        return by_deal
     rows = connection.execute(
-        select(customers)
+        select(customers, deal_customers.c.deal_id.label("linked_deal_id"))
         .join(deal_customers, deal_customers.c.customer_id == customers.c.id)
-        .where(deal_customers.c.deal_id == deal_id)
-        .order_by(deal_customers.c.position)
+        .where(deal_customers.c.deal_id.in_(deal_ids))
+        .order_by(deal_customers.c.deal_id, deal_customers.c.position)
     ).mappings()
-    return [to_customer(row, tenant_id) for row in rows]
+    for row in rows:
+        by_deal[row["linked_deal_id"]].append(to_customer(row, tenant_id))
+    return by_deal

@@ -2,10 +2,16 @@ from __future__ import annotations
 
 import uuid
 
+from pydantic import BaseModel
+
 from dealbase.platform.customers import repository
-from dealbase.platform.customers.models import Customer, CustomerFields
-from dealbase.platform.errors import NotFound
+from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
+from dealbase.platform.errors import NotFound, PreconditionFailed
+from dealbase.platform.pagination import Page, page_request
+from dealbase.platform.rows import explain_missed_write
+from dealbase.platform.tables import customers
 from dealbase.platform.validation import department_of
+from dealbase.platform.versioning import Expected
 from dealbase.tenancy.database import UnitOfWork
 
 
@@ -25,3 +31,49 @@ def get(uow: UnitOfWork, customer_id: uuid.UUID) -> Customer:
     if customer is None:
         raise NotFound(f"No customer has the id {customer_id}.")
     return customer
+
+
+def list_page(
+    uow: UnitOfWork, filters: CustomerFilter, limit: int | None, cursor: str | None
+) -> Page[Customer]:
+    page = page_request(limit, cursor, filters)
+    scope = uow.scope
+    rows = repository.list_customers(
+        uow.connection, scope.tenant_id, department_of(scope), filters, page
+    )
+    return page.page_of(rows, lambda customer: customer.id, filters)
+
+
+def update(
+    uow: UnitOfWork, customer_id: uuid.UUID, patch: BaseModel, expected: Expected | None = None
+) -> Customer:
+    """Applies the fields ``patch`` carries (``null`` clears); ``expected`` guards lost updates.
+
+    Every accepted PATCH, even an empty one, is a new version.
+    """
+    scope = uow.scope
+    department_id = department_of(scope)
+    updated = repository.update_customer(
+        uow.connection,
+        scope.tenant_id,
+        department_id,
+        customer_id,
+        patch.model_dump(exclude_unset=True),
+        expected,
+    )
+    if updated is None:
+        raise _missed(uow, department_id, customer_id)
+    return updated
+
+
+def delete(uow: UnitOfWork, customer_id: uuid.UUID, expected: Expected | None = None) -> None:
+    """Deletes the customer, its links to deals and its activities."""
+    department_id = department_of(uow.scope)
+    if not repository.delete_customer(uow.connection, department_id, customer_id, expected):
+        raise _missed(uow, department_id, customer_id)
+
+
+def _missed(
+    uow: UnitOfWork, department_id: uuid.UUID, customer_id: uuid.UUID
+) -> NotFound | PreconditionFailed:
+    return explain_missed_write(uow.connection, customers, department_id, customer_id, "customer")

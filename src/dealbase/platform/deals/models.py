@@ -5,10 +5,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 from dealbase.platform.customers.models import Customer, CustomerFields
-from dealbase.platform.validation import LongText, RequiredShortText, ShortText, Volume
+from dealbase.platform.validation import (
+    LongText,
+    RequiredShortText,
+    ShortText,
+    Volume,
+    refuse_null,
+)
 
 MAX_CUSTOMERS_PER_DEAL = 100
 
@@ -40,3 +46,36 @@ class Deal:
     updated_at: datetime
     version: int
     customers: tuple[Customer, ...]
+
+
+class DealPatch(BaseModel):
+    """PATCH /deals/{id}: absent fields stay, ``null`` clears; ``step_id`` moves the deal within
+    its department, ``employee_id`` assigns it (``null`` unassigns)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    name: RequiredShortText | None = None
+    volume: Volume | None = None
+    deal_origin: ShortText | None = None
+    note: LongText | None = None
+    step_id: uuid.UUID | None = None
+    employee_id: uuid.UUID | None = None
+
+    _not_cleared = field_validator("name", "step_id", mode="before")(refuse_null)
+
+
+class DealFilter(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    step_id: uuid.UUID | None = None
+    employee_id: uuid.UUID | None = None
+    customer_id: uuid.UUID | None = None
+    updated_since: AwareDatetime | None = None
+
+
+class CustomerLink(BaseModel):
+    """POST /deals/{id}/customers: links an existing customer of the deal's department."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    customer_id: uuid.UUID

@@ -1,14 +1,28 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from sqlalchemy import Connection, RowMapping, func, insert, select
+from sqlalchemy import (
+    Connection,
+    RowMapping,
+    Select,
+    delete,
+    exists,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from dealbase.platform.customers.models import Customer
-from dealbase.platform.deals.models import Deal
+from dealbase.platform.deals.models import Deal, DealFilter
 from dealbase.platform.ids import new_id
+from dealbase.platform.pagination import PageRequest
+from dealbase.platform.rows import at_expected_version, owned_by
 from dealbase.platform.tables import deal_customers, deals, employees, steps
+from dealbase.platform.versioning import Expected
 
 
 def first_step_id(connection: Connection, department_id: uuid.UUID) -> uuid.UUID | None:
@@ -45,42 +59,122 @@ def insert_deal(
 
 
 def link_customers(
-    connection: Connection,
-    deal_id: uuid.UUID,
-    customer_ids: Sequence[uuid.UUID],
-    first_position: int = 1,
+    connection: Connection, deal_id: uuid.UUID, customer_ids: Sequence[uuid.UUID]
 ) -> None:
+    """Links new customers of a new deal, in order."""
     if customer_ids:
         connection.execute(
             insert(deal_customers),
             [
                 {"deal_id": deal_id, "customer_id": customer_id, "position": position}
-                for position, customer_id in enumerate(customer_ids, start=first_position)
+                for position, customer_id in enumerate(customer_ids, start=1)
             ],
         )
+
+
+def link_customer(connection: Connection, deal_id: uuid.UUID, customer_id: uuid.UUID) -> bool:
+    """Appends the customer to the deal's customers; False when it was linked already."""
+    next_position = (
+        select(func.coalesce(func.max(deal_customers.c.position), 0) + 1)
+        .where(deal_customers.c.deal_id == deal_id)
+        .scalar_subquery()
+    )
+    inserted = connection.execute(
+        pg_insert(deal_customers)
+        .values(deal_id=deal_id, customer_id=customer_id, position=next_position)
+        .on_conflict_do_nothing()
+        .returning(deal_customers.c.deal_id)
+    ).first()
+    return inserted is not None
+
+
+def unlink_customer(connection: Connection, deal_id: uuid.UUID, customer_id: uuid.UUID) -> bool:
+    removed = connection.execute(
+        delete(deal_customers)
+        .where(deal_customers.c.deal_id == deal_id, deal_customers.c.customer_id == customer_id)
+        .returning(deal_customers.c.deal_id)
+    ).first()
+    return removed is not None
+
+
+def _with_employee_name() -> Select[tuple[object, ...]]:
+    return select(*deals.c, employees.c.name.label("employee_name")).outerjoin(
+        employees, employees.c.id == deals.c.employee_id
+    )
 
 
 def get_deal_row(
     connection: Connection, department_id: uuid.UUID, deal_id: uuid.UUID
 ) -> RowMapping | None:
     return (
-        connection.execute(
-            select(*deals.c, employees.c.name.label("employee_name"))
-            .outerjoin(employees, employees.c.id == deals.c.employee_id)
-            .where(deals.c.id == deal_id, deals.c.department_id == department_id)
-        )
+        connection.execute(_with_employee_name().where(owned_by(deals, department_id, deal_id)))
         .mappings()
         .first()
     )
 
 
-def to_deal(row: RowMapping, employee_name: str | None, customers: Sequence[Customer]) -> Deal:
+def list_deal_rows(
+    connection: Connection, department_id: uuid.UUID, filters: DealFilter, page: PageRequest
+) -> list[RowMapping]:
+    """Up to ``page.limit + 1`` deals in id order (the extra one tells there is more)."""
+    query = _with_employee_name().where(deals.c.department_id == department_id)
+    if page.after is not None:
+        query = query.where(deals.c.id > page.after)
+    if filters.step_id is not None:
+        query = query.where(deals.c.step_id == filters.step_id)
+    if filters.employee_id is not None:
+        query = query.where(deals.c.employee_id == filters.employee_id)
+    if filters.customer_id is not None:
+        query = query.where(
+            exists().where(
+                deal_customers.c.deal_id == deals.c.id,
+                deal_customers.c.customer_id == filters.customer_id,
+            )
+        )
+    if filters.updated_since is not None:
+        query = query.where(deals.c.updated_at >= filters.updated_since)
+    return list(
+        connection.execute(query.order_by(deals.c.id).limit(page.limit + 1)).mappings().all()
+    )
+
+
+def update_deal(
+    connection: Connection,
+    department_id: uuid.UUID,
+    deal_id: uuid.UUID,
+    changes: Mapping[str, object],
+    expected: Expected | None,
+) -> bool:
+    """Applies ``changes`` and bumps the version; False when the deal is missing or stale."""
+    changed = connection.execute(
+        update(deals)
+        .where(owned_by(deals, department_id, deal_id))
+        .where(at_expected_version(deals, expected))
+        .values(**changes, updated_at=func.now(), version=deals.c.version + 1)
+        .returning(deals.c.id)
+    ).first()
+    return changed is not None
+
+
+def delete_deal(
+    connection: Connection, department_id: uuid.UUID, deal_id: uuid.UUID, expected: Expected | None
+) -> bool:
+    deleted = connection.execute(
+        delete(deals)
+        .where(owned_by(deals, department_id, deal_id))
+        .where(at_expected_version(deals, expected))
+        .returning(deals.c.id)
+    ).first()
+    return deleted is not None
+
+
+def to_deal(row: RowMapping, customers: Sequence[Customer]) -> Deal:
     return Deal(
         id=row["id"],
         department_id=row["department_id"],
         step_id=row["step_id"],
         employee_id=row["employee_id"],
-        employee_name=employee_name,
+        employee_name=row.get("employee_name"),
         name=row["name"],
         volume=row["volume"],
         deal_origin=row["deal_origin"],

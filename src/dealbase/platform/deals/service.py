@@ -4,9 +4,14 @@ import uuid
 
 from dealbase.platform.customers import repository as customers_repository
 from dealbase.platform.deals import repository
-from dealbase.platform.deals.models import Deal, DealCreate
-from dealbase.platform.errors import Conflict, NotFound
+from dealbase.platform.deals.models import CustomerLink, Deal, DealCreate, DealFilter, DealPatch
+from dealbase.platform.errors import Conflict, Invalid, NotFound, PreconditionFailed
+from dealbase.platform.pagination import Page, page_request
+from dealbase.platform.pipeline import repository as pipeline_repository
+from dealbase.platform.rows import explain_missed_write
+from dealbase.platform.tables import deals
 from dealbase.platform.validation import department_of
+from dealbase.platform.versioning import Expected
 from dealbase.tenancy.database import UnitOfWork
 
 
@@ -25,7 +30,7 @@ def create(uow: UnitOfWork, fields: DealCreate) -> Deal:
         connection, scope.tenant_id, department_id, fields.customers
     )
     repository.link_customers(connection, row["id"], [customer.id for customer in customers])
-    return repository.to_deal(row, None, customers)
+    return repository.to_deal(row, customers)
 
 
 def get(uow: UnitOfWork, deal_id: uuid.UUID) -> Deal:
@@ -33,5 +38,82 @@ def get(uow: UnitOfWork, deal_id: uuid.UUID) -> Deal:
     row = repository.get_deal_row(connection, department_of(scope), deal_id)
     if row is None:
         raise NotFound(f"No deal has the id {deal_id}.")
-    customers = customers_repository.customers_of_deal(connection, scope.tenant_id, deal_id)
-    return repository.to_deal(row, row["employee_name"], customers)
+    customers = customers_repository.customers_of_deals(connection, scope.tenant_id, [deal_id])
+    return repository.to_deal(row, customers[deal_id])
+
+
+def list_page(
+    uow: UnitOfWork, filters: DealFilter, limit: int | None, cursor: str | None
+) -> Page[Deal]:
+    """A page of deals with their customers: two statements whatever the page size."""
+    page = page_request(limit, cursor, filters)
+    scope, connection = uow.scope, uow.connection
+    rows = repository.list_deal_rows(connection, department_of(scope), filters, page)
+    customers = customers_repository.customers_of_deals(
+        connection, scope.tenant_id, [row["id"] for row in rows[: page.limit]]
+    )
+    found = [repository.to_deal(row, customers.get(row["id"], [])) for row in rows]
+    return page.page_of(found, lambda deal: deal.id, filters)
+
+
+def update(
+    uow: UnitOfWork, deal_id: uuid.UUID, patch: DealPatch, expected: Expected | None = None
+) -> Deal:
+    """Changes fields, moves the deal (``step_id``) or assigns it (``employee_id``), within its
+    department only; a step or employee of any other department is an invalid field."""
+    connection = uow.connection
+    department_id = department_of(uow.scope)
+    changes = patch.model_dump(exclude_unset=True)
+    step_id = changes.get("step_id")
+    if step_id is not None and not pipeline_repository.step_in_department(
+        connection, department_id, step_id
+    ):
+        raise Invalid.of("step_id", "not_found", "No step of the deal's department has this id.")
+    employee_id = changes.get("employee_id")
+    if employee_id is not None and not pipeline_repository.employee_in_department(
+        connection, department_id, employee_id
+    ):
+        raise Invalid.of(
+            "employee_id", "not_found", "No employee of the deal's department has this id."
+        )
+    if not repository.update_deal(connection, department_id, deal_id, changes, expected):
+        raise _missed(uow, department_id, deal_id)
+    return get(uow, deal_id)
+
+
+def delete(uow: UnitOfWork, deal_id: uuid.UUID, expected: Expected | None = None) -> None:
+    """Deletes the deal and its links; its customers stay, its activities lose the deal."""
+    department_id = department_of(uow.scope)
+    if not repository.delete_deal(uow.connection, department_id, deal_id, expected):
+        raise _missed(uow, department_id, deal_id)
+
+
+def link_customer(uow: UnitOfWork, deal_id: uuid.UUID, link: CustomerLink) -> Deal:
+    """Appends an existing customer of the department; linking it again changes nothing."""
+    scope, connection = uow.scope, uow.connection
+    department_id = department_of(scope)
+    get(uow, deal_id)
+    customer = customers_repository.get_customer(
+        connection, scope.tenant_id, department_id, link.customer_id
+    )
+    if customer is None:
+        raise Invalid.of(
+            "customer_id", "not_found", "No customer of the deal's department has this id."
+        )
+    if repository.link_customer(connection, deal_id, link.customer_id):
+        repository.update_deal(connection, department_id, deal_id, {}, None)
+    return get(uow, deal_id)
+
+
+def unlink_customer(uow: UnitOfWork, deal_id: uuid.UUID, customer_id: uuid.UUID) -> None:
+    department_id = department_of(uow.scope)
+    get(uow, deal_id)
+    if not repository.unlink_customer(uow.connection, deal_id, customer_id):
+        raise NotFound(f"The customer {customer_id} is not linked to the deal {deal_id}.")
+    repository.update_deal(uow.connection, department_id, deal_id, {}, None)
+
+
+def _missed(
+    uow: UnitOfWork, department_id: uuid.UUID, deal_id: uuid.UUID
+) -> NotFound | PreconditionFailed:
+    return explain_missed_write(uow.connection, deals, department_id, deal_id, "deal")

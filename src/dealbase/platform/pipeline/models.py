@@ -48,3 +48,9 @@ class EmployeeCreate(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
     name: RequiredShortText
     email: EmailText | None = None
+
+
+class EmployeeFilter(BaseModel):
+    """No filters yet; it keeps a cursor tied to the kind of list it came from."""
+
+    model_config = ConfigDict(frozen=True)

@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import Connection, RowMapping, func, insert, select
+from sqlalchemy import Connection, RowMapping, exists, func, insert, select
 
 from dealbase.platform.ids import new_id
+from dealbase.platform.pagination import PageRequest
 from dealbase.platform.pipeline.models import Department, Employee, Step
 from dealbase.platform.tables import departments, employees, steps
 
@@ -126,3 +127,33 @@ def first_employee(connection: Connection, department_id: uuid.UUID) -> Employee
         .first()
     )
     return None if row is None else _employee(row)
+
+
+def step_in_department(
+    connection: Connection, department_id: uuid.UUID, step_id: uuid.UUID
+) -> bool:
+    return connection.execute(
+        select(exists().where(steps.c.id == step_id, steps.c.department_id == department_id))
+    ).scalar_one()
+
+
+def employee_in_department(
+    connection: Connection, department_id: uuid.UUID, employee_id: uuid.UUID
+) -> bool:
+    return connection.execute(
+        select(
+            exists().where(
+                employees.c.id == employee_id, employees.c.department_id == department_id
+            )
+        )
+    ).scalar_one()
+
+
+def list_employees(
+    connection: Connection, department_id: uuid.UUID, page: PageRequest
+) -> list[Employee]:
+    query = select(employees).where(employees.c.department_id == department_id)
+    if page.after is not None:
+        query = query.where(employees.c.id > page.after)
+    rows = connection.execute(query.order_by(employees.c.id).limit(page.limit + 1)).mappings()
+    return [_employee(row) for row in rows]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 from dealbase.platform.errors import NotFound
+from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.pipeline import repository
 from dealbase.platform.pipeline.models import (
     DEFAULT_STEPS,
@@ -12,7 +13,10 @@ from dealbase.platform.pipeline.models import (
     DepartmentCreate,
     Employee,
     EmployeeCreate,
+    EmployeeFilter,
+    Step,
 )
+from dealbase.platform.validation import department_of
 from dealbase.tenancy.database import UnitOfWork
 
 
@@ -41,3 +45,19 @@ def first_department(uow: UnitOfWork) -> Department | None:
 
 def first_employee(uow: UnitOfWork, department_id: uuid.UUID) -> Employee | None:
     return repository.first_employee(uow.connection, department_id)
+
+
+def own_department(uow: UnitOfWork) -> Department:
+    """The caller's department with its steps in order."""
+    return get_department(uow, department_of(uow.scope))
+
+
+def steps_in_order(uow: UnitOfWork) -> tuple[Step, ...]:
+    return repository.list_steps(uow.connection, department_of(uow.scope))
+
+
+def employees_page(uow: UnitOfWork, limit: int | None, cursor: str | None) -> Page[Employee]:
+    filters = EmployeeFilter()
+    page = page_request(limit, cursor, filters)
+    rows = repository.list_employees(uow.connection, department_of(uow.scope), page)
+    return page.page_of(rows, lambda employee: employee.id, filters)

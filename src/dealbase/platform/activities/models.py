@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict
+
+from dealbase.platform.validation import LongText, ShortText, partial
+
+ActivityType = Literal["call", "email", "meeting", "task", "note"]
+
+
+class ActivityFields(BaseModel):
+    """An activity about a customer of the department, optionally about one of its deals and
+    done by one of its employees."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    type: ActivityType
+    subject: ShortText | None = None
+    note: LongText | None = None
+    due_at: AwareDatetime | None = None
+    done_at: AwareDatetime | None = None
+    customer_id: uuid.UUID
+    deal_id: uuid.UUID | None = None
+    employee_id: uuid.UUID | None = None
+
+
+# PATCH /activities/{id}: absent fields stay, null clears; type and customer_id cannot be cleared.
+ActivityPatch = partial(ActivityFields, "ActivityPatch")
+
+
+class ActivityFilter(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    customer_id: uuid.UUID | None = None
+    deal_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    id: uuid.UUID
+    department_id: uuid.UUID
+    type: str
+    subject: str | None
+    note: str | None
+    due_at: datetime | None
+    done_at: datetime | None
+    customer_id: uuid.UUID
+    deal_id: uuid.UUID | None
+    employee_id: uuid.UUID | None
+    created_at: datetime
+    updated_at: datetime
+    version: int

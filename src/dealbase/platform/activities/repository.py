@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+
+from sqlalchemy import Connection, RowMapping, delete, func, insert, select, update
+
+from dealbase.platform.activities.models import Activity, ActivityFilter
+from dealbase.platform.ids import new_id
+from dealbase.platform.pagination import PageRequest
+from dealbase.platform.rows import at_expected_version, owned_by
+from dealbase.platform.tables import activities
+from dealbase.platform.versioning import Expected
+
+
+def _activity(row: RowMapping) -> Activity:
+    return Activity(**{column.name: row[column.name] for column in activities.c})
+
+
+def insert_activity(
+    connection: Connection, department_id: uuid.UUID, values: Mapping[str, object]
+) -> Activity:
+    row = (
+        connection.execute(
+            insert(activities)
+            .values(
+                **values,
+                id=new_id(),
+                department_id=department_id,
+                created_at=func.now(),
+                updated_at=func.now(),
+            )
+            .returning(*activities.c)
+        )
+        .mappings()
+        .one()
+    )
+    return _activity(row)
+
+
+def get_activity(
+    connection: Connection, department_id: uuid.UUID, activity_id: uuid.UUID
+) -> Activity | None:
+    row = (
+        connection.execute(
+            select(activities).where(owned_by(activities, department_id, activity_id))
+        )
+        .mappings()
+        .first()
+    )
+    return None if row is None else _activity(row)
+
+
+def list_activities(
+    connection: Connection, department_id: uuid.UUID, filters: ActivityFilter, page: PageRequest
+) -> list[Activity]:
+    query = select(activities).where(activities.c.department_id == department_id)
+    if page.after is not None:
+        query = query.where(activities.c.id > page.after)
+    if filters.customer_id is not None:
+        query = query.where(activities.c.customer_id == filters.customer_id)
+    if filters.deal_id is not None:
+        query = query.where(activities.c.deal_id == filters.deal_id)
+    rows = connection.execute(query.order_by(activities.c.id).limit(page.limit + 1)).mappings()
+    return [_activity(row) for row in rows]
+
+
+def update_activity(
+    connection: Connection,
+    department_id: uuid.UUID,
+    activity_id: uuid.UUID,
+    changes: Mapping[str, object],
+    expected: Expected | None,
+) -> Activity | None:
+    row = (
+        connection.execute(
+            update(activities)
+            .where(owned_by(activities, department_id, activity_id))
+            .where(at_expected_version(activities, expected))
+            .values(**changes, updated_at=func.now(), version=activities.c.version + 1)
+            .returning(*activities.c)
+        )
+        .mappings()
+        .first()
+    )
+    return None if row is None else _activity(row)
+
+
+def delete_activity(
+    connection: Connection,
+    department_id: uuid.UUID,
+    activity_id: uuid.UUID,
+    expected: Expected | None,
+) -> bool:
+    deleted = connection.execute(
+        delete(activities)
+        .where(owned_by(activities, department_id, activity_id))
+        .where(at_expected_version(activities, expected))
+        .returning(activities.c.id)
+    ).first()
+    return deleted is not None

@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+
+from pydantic import BaseModel
+
+from dealbase.platform.activities import repository
+from dealbase.platform.activities.models import Activity, ActivityFields, ActivityFilter
+from dealbase.platform.customers import repository as customers_repository
+from dealbase.platform.deals import repository as deals_repository
+from dealbase.platform.errors import FieldError, Invalid, NotFound, PreconditionFailed
+from dealbase.platform.pagination import Page, page_request
+from dealbase.platform.pipeline import repository as pipeline_repository
+from dealbase.platform.rows import explain_missed_write
+from dealbase.platform.tables import activities
+from dealbase.platform.validation import department_of
+from dealbase.platform.versioning import Expected
+from dealbase.tenancy.database import UnitOfWork
+
+
+def _check_references(
+    uow: UnitOfWork, department_id: uuid.UUID, values: Mapping[str, object]
+) -> None:
+    """The customer, deal and employee an activity names must be of its department."""
+    connection, tenant_id = uow.connection, uow.scope.tenant_id
+    missing = []
+    customer_id = values.get("customer_id")
+    if isinstance(customer_id, uuid.UUID) and (
+        customers_repository.get_customer(connection, tenant_id, department_id, customer_id) is None
+    ):
+        missing.append("customer_id")
+    deal_id = values.get("deal_id")
+    if isinstance(deal_id, uuid.UUID) and (
+        deals_repository.get_deal_row(connection, department_id, deal_id) is None
+    ):
+        missing.append("deal_id")
+    employee_id = values.get("employee_id")
+    if isinstance(employee_id, uuid.UUID) and not pipeline_repository.employee_in_department(
+        connection, department_id, employee_id
+    ):
+        missing.append("employee_id")
+    if missing:
+        message = "No {} of the activity's department has this id."
+        raise Invalid(
+            f"The request names ids that do not exist here: {', '.join(missing)}.",
+            [
+                FieldError(name, "not_found", message.format(name.removesuffix("_id")))
+                for name in missing
+            ],
+        )
+
+
+def create(uow: UnitOfWork, fields: ActivityFields) -> Activity:
+    department_id = department_of(uow.scope)
+    values = fields.model_dump()
+    _check_references(uow, department_id, values)
+    return repository.insert_activity(uow.connection, department_id, values)
+
+
+def get(uow: UnitOfWork, activity_id: uuid.UUID) -> Activity:
+    activity = repository.get_activity(uow.connection, department_of(uow.scope), activity_id)
+    if activity is None:
+        raise NotFound(f"No activity has the id {activity_id}.")
+    return activity
+
+
+def list_page(
+    uow: UnitOfWork, filters: ActivityFilter, limit: int | None, cursor: str | None
+) -> Page[Activity]:
+    page = page_request(limit, cursor, filters)
+    rows = repository.list_activities(uow.connection, department_of(uow.scope), filters, page)
+    return page.page_of(rows, lambda activity: activity.id, filters)
+
+
+def update(
+    uow: UnitOfWork, activity_id: uuid.UUID, patch: BaseModel, expected: Expected | None = None
+) -> Activity:
+    department_id = department_of(uow.scope)
+    changes = patch.model_dump(exclude_unset=True)
+    _check_references(uow, department_id, changes)
+    updated = repository.update_activity(
+        uow.connection, department_id, activity_id, changes, expected
+    )
+    if updated is None:
+        raise _missed(uow, department_id, activity_id)
+    return updated
+
+
+def delete(uow: UnitOfWork, activity_id: uuid.UUID, expected: Expected | None = None) -> None:
+    department_id = department_of(uow.scope)
+    if not repository.delete_activity(uow.connection, department_id, activity_id, expected):
+        raise _missed(uow, department_id, activity_id)
+
+
+def _missed(
+    uow: UnitOfWork, department_id: uuid.UUID, activity_id: uuid.UUID
+) -> NotFound | PreconditionFailed:
+    return explain_missed_write(uow.connection, activities, department_id, activity_id, "activity")

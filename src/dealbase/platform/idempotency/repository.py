@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import ColumnElement, Connection, delete, func, insert, select
+
+from dealbase.platform.idempotency.models import REPLAY_WINDOW, StoredResponse
+from dealbase.platform.tables import idempotency_records
+
+
+def try_lock(connection: Connection, schema: str, api_key_id: uuid.UUID, key: str) -> bool:
+    """A transaction-scoped lock on the key: False while another transaction holds it."""
+    lock_id = func.hashtextextended(f"{schema}:{api_key_id}:{key}", 0)
+    return bool(connection.execute(select(func.pg_try_advisory_xact_lock(lock_id))).scalar_one())
+
+
+def _record(api_key_id: uuid.UUID, key: str) -> ColumnElement[bool]:
+    return (idempotency_records.c.api_key_id == api_key_id) & (
+        idempotency_records.c.idempotency_key == key
+    )
+
+
+def find(
+    connection: Connection, api_key_id: uuid.UUID, key: str
+) -> tuple[bytes, StoredResponse] | None:
+    """The fingerprint and response stored for the key within the replay window."""
+    row = connection.execute(
+        select(
+            idempotency_records.c.fingerprint,
+            idempotency_records.c.status,
+            idempotency_records.c.body,
+            idempotency_records.c.location,
+        ).where(
+            _record(api_key_id, key),
+            idempotency_records.c.created_at > func.now() - REPLAY_WINDOW,
+        )
+    ).first()
+    if row is None:
+        return None
+    return bytes(row.fingerprint), StoredResponse(row.status, bytes(row.body), row.location)
+
+
+def forget_expired(connection: Connection, api_key_id: uuid.UUID, key: str) -> None:
+    connection.execute(delete(idempotency_records).where(*_record(api_key_id, key)))
+
+
+def store(
+    connection: Connection,
+    api_key_id: uuid.UUID,
+    key: str,
+    fingerprint: bytes,
+    response: StoredResponse,
+) -> None:
+    connection.execute(
+        insert(idempotency_records).values(
+            api_key_id=api_key_id,
+            idempotency_key=key,
+            fingerprint=fingerprint,
+            status=response.status,
+            body=response.body,
+            location=response.location,
+            created_at=func.now(),
+        )
+    )

@@ -1,0 +1,34 @@
+"""SQL shared by the features whose rows are department-owned and versioned."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import ColumnElement, Connection, Table, select, true
+
+from dealbase.platform.errors import NotFound, PreconditionFailed
+from dealbase.platform.versioning import Expected
+
+
+def owned_by(table: Table, department_id: uuid.UUID, row_id: uuid.UUID) -> ColumnElement[bool]:
+    return (table.c.id == row_id) & (table.c.department_id == department_id)
+
+
+def at_expected_version(table: Table, expected: Expected | None) -> ColumnElement[bool]:
+    if expected is None or expected.versions is None:
+        return true()
+    return table.c.version.in_(sorted(expected.versions))
+
+
+def explain_missed_write(
+    connection: Connection, table: Table, department_id: uuid.UUID, row_id: uuid.UUID, noun: str
+) -> NotFound | PreconditionFailed:
+    """Why a guarded UPDATE or DELETE touched no row: the row is not there, or it has moved on."""
+    exists = connection.execute(
+        select(table.c.version).where(owned_by(table, department_id, row_id))
+    ).first()
+    if exists is None:
+        return NotFound(f"No {noun} has the id {row_id}.")
+    return PreconditionFailed(
+        f"The {noun} has changed since the version named in If-Match; read it again."
+    )

@@ -1,0 +1,165 @@
+from __future__ import annotations
+
+import uuid
+
+from fastapi import APIRouter, Depends, Query, Request
+from starlette.responses import Response
+
+from dealbase.platform.activities import service
+from dealbase.platform.activities.models import ActivityFields, ActivityFilter, ActivityPatch
+from dealbase.platform.validation import validated
+from dealbase.platform.versioning import Expected
+from dealbase.rest_api.idempotency import run_once
+from dealbase.rest_api.openapi import (
+    CREATED_HEADERS,
+    LIST_CURSOR,
+    LIST_LIMIT,
+    READ_HEADERS,
+    json_request_body,
+    problem_responses,
+)
+from dealbase.rest_api.requests import (
+    database,
+    department_scope,
+    expected_version,
+    idempotency_key,
+    json_body,
+    parse_body,
+)
+from dealbase.rest_api.responses import created, json_response, no_content, page_response
+from dealbase.rest_api.schemas import ActivityList, ActivityOut
+from dealbase.tenancy.database import Database, UnitOfWork
+from dealbase.tenancy.scope import Scope
+
+router = APIRouter(prefix="/activities", tags=["activities"])
+
+ACTIVITY_EXAMPLE = {
+    "type": "call",
+    "subject": "Follow-up on the quote",
+    "due_at": "2026-12-01T09:00:00Z",
+    "customer_id": "01a2008a-729d-7000-8ccb-38fd7605fcf5",
+}
+
+
+@router.post(
+    "",
+    status_code=201,
+    summary="Create an activity",
+    description=(
+        "An activity about a customer of the department (`customer_id`, required), optionally"
+        " about one of its deals (`deal_id`) and done by one of its employees (`employee_id`)."
+    ),
+    response_model=None,
+    responses={
+        201: {
+            "model": ActivityOut,
+            "description": "The created activity.",
+            "headers": CREATED_HEADERS,
+        },
+        **problem_responses(400, 401, 403, 409, 413, 415, 422),
+    },
+    openapi_extra=json_request_body(ActivityFields, ACTIVITY_EXAMPLE),
+)
+def create_activity(
+    request: Request,
+    scope: Scope = Depends(department_scope),
+    body: bytes = Depends(json_body),
+    key: str | None = Depends(idempotency_key),
+    db: Database = Depends(database),
+) -> Response:
+    fields = parse_body(ActivityFields, body)
+
+    def perform(uow: UnitOfWork) -> Response:
+        activity = service.create(uow, fields)
+        return created(ActivityOut, activity, f"/activities/{activity.id}")
+
+    return run_once(request, db, scope, key, fields, perform)
+
+
+@router.get(
+    "",
+    summary="List activities",
+    description="The department's activities, oldest first, a page at a time.",
+    response_model=None,
+    responses={
+        200: {"model": ActivityList, "description": "A page of activities."},
+        **problem_responses(401, 403, 422),
+    },
+)
+def list_activities(
+    scope: Scope = Depends(department_scope),
+    db: Database = Depends(database),
+    limit: int | None = LIST_LIMIT,
+    cursor: str | None = LIST_CURSOR,
+    customer_id: uuid.UUID | None = Query(None, description="Only activities of this customer."),
+    deal_id: uuid.UUID | None = Query(None, description="Only activities of this deal."),
+) -> Response:
+    filters = validated(ActivityFilter, {"customer_id": customer_id, "deal_id": deal_id})
+    with db.unit_of_work(scope) as uow:
+        page = service.list_page(uow, filters, limit, cursor)
+    return page_response(ActivityList, page)
+
+
+@router.get(
+    "/{activity_id}",
+    summary="Read an activity",
+    response_model=None,
+    responses={
+        200: {"model": ActivityOut, "description": "The activity.", "headers": READ_HEADERS},
+        **problem_responses(401, 403, 404),
+    },
+)
+def get_activity(
+    activity_id: uuid.UUID,
+    scope: Scope = Depends(department_scope),
+    db: Database = Depends(database),
+) -> Response:
+    with db.unit_of_work(scope) as uow:
+        activity = service.get(uow, activity_id)
+    return json_response(ActivityOut, activity)
+
+
+@router.patch(
+    "/{activity_id}",
+    summary="Update an activity",
+    description="Changes the fields the body carries; `null` clears; `type` and `customer_id` cannot be cleared.",
+    response_model=None,
+    responses={
+        200: {
+            "model": ActivityOut,
+            "description": "The updated activity.",
+            "headers": READ_HEADERS,
+        },
+        **problem_responses(400, 401, 403, 404, 412, 413, 415, 422),
+    },
+    openapi_extra=json_request_body(ActivityPatch, {"done_at": "2026-12-01T09:20:00Z"}),
+)
+def update_activity(
+    activity_id: uuid.UUID,
+    scope: Scope = Depends(department_scope),
+    body: bytes = Depends(json_body),
+    expected: Expected | None = Depends(expected_version),
+    db: Database = Depends(database),
+) -> Response:
+    patch = parse_body(ActivityPatch, body)
+    with db.unit_of_work(scope) as uow:
+        activity = service.update(uow, activity_id, patch, expected)
+    return json_response(ActivityOut, activity)
+
+
+@router.delete(
+    "/{activity_id}",
+    status_code=204,
+    summary="Delete an activity",
+    response_model=None,
+    responses={204: {"description": "Deleted."}, **problem_responses(401, 403, 404, 412)},
+)
+def delete_activity(
+    activity_id: uuid.UUID,
+    scope: Scope = Depends(department_scope),
+    expected: Expected | None = Depends(expected_version),
+    db: Database = Depends(database),
+) -> Response:
+    with db.unit_of_work(scope) as uow:
+        service.delete(uow, activity_id, expected)
+    return no_content()

@@ -1,0 +1,56 @@
+"""Runs a creating request at most once per Idempotency-Key (platform.idempotency stores it)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+
+from fastapi import Request
+from pydantic import BaseModel
+from starlette.responses import Response
+
+from dealbase.platform.idempotency import service as idempotency
+from dealbase.platform.idempotency.models import StoredResponse
+from dealbase.tenancy.database import Database, UnitOfWork
+from dealbase.tenancy.scope import Scope
+
+
+def _fingerprint(request: Request, body: BaseModel) -> bytes:
+    """The request as validated (so key order and white space do not matter), and its target."""
+    target = f"{request.method} {request.url.path}\n".encode()
+    return hashlib.sha256(target + body.model_dump_json().encode()).digest()
+
+
+def run_once(
+    request: Request,
+    db: Database,
+    scope: Scope,
+    key: str | None,
+    body: BaseModel,
+    perform: Callable[[UnitOfWork], Response],
+) -> Response:
+    """``perform`` in one unit of work; with a key, at most once, its response replayed after."""
+    with db.unit_of_work(scope) as uow:
+        if key is None:
+            return perform(uow)
+        fingerprint = _fingerprint(request, body)
+        stored = idempotency.begin(uow, key, fingerprint)
+        if stored is not None:
+            return _replay(stored)
+        response = perform(uow)
+        idempotency.finish(
+            uow,
+            key,
+            fingerprint,
+            StoredResponse(
+                response.status_code, bytes(response.body), response.headers.get("location")
+            ),
+        )
+        return response
+
+
+def _replay(stored: StoredResponse) -> Response:
+    headers = {"Idempotent-Replayed": "true"}
+    if stored.location is not None:
+        headers["Location"] = stored.location
+    return Response(stored.body, stored.status, headers=headers, media_type="application/json")

@@ -1,0 +1,71 @@
+"""Read-only views of the caller's department: its pipeline steps and its employees."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+from starlette.responses import Response
+
+from dealbase.platform.pipeline import service
+from dealbase.rest_api.openapi import LIST_CURSOR, LIST_LIMIT, problem_responses
+from dealbase.rest_api.requests import database, department_scope
+from dealbase.rest_api.responses import json_response, page_response
+from dealbase.rest_api.schemas import DepartmentOut, EmployeeList, StepList
+from dealbase.tenancy.database import Database
+from dealbase.tenancy.scope import Scope
+
+router = APIRouter(tags=["pipeline"])
+
+
+@router.get(
+    "/department",
+    summary="Read the caller's department",
+    response_model=None,
+    responses={
+        200: {"model": DepartmentOut, "description": "The department and its steps."},
+        **problem_responses(401, 403),
+    },
+)
+def get_department(
+    scope: Scope = Depends(department_scope), db: Database = Depends(database)
+) -> Response:
+    with db.unit_of_work(scope) as uow:
+        department = service.own_department(uow)
+    return json_response(DepartmentOut, department)
+
+
+@router.get(
+    "/steps",
+    summary="List the department's pipeline steps",
+    description="In pipeline order; new deals start in the first.",
+    response_model=None,
+    responses={
+        200: {"model": StepList, "description": "Every step, in order."},
+        **problem_responses(401, 403),
+    },
+)
+def list_steps(
+    scope: Scope = Depends(department_scope), db: Database = Depends(database)
+) -> Response:
+    with db.unit_of_work(scope) as uow:
+        steps = service.steps_in_order(uow)
+    return json_response(StepList, {"data": steps})
+
+
+@router.get(
+    "/employees",
+    summary="List the department's employees",
+    response_model=None,
+    responses={
+        200: {"model": EmployeeList, "description": "A page of employees."},
+        **problem_responses(401, 403, 422),
+    },
+)
+def list_employees(
+    scope: Scope = Depends(department_scope),
+    db: Database = Depends(database),
+    limit: int | None = LIST_LIMIT,
+    cursor: str | None = LIST_CURSOR,
+) -> Response:
+    with db.unit_of_work(scope) as uow:
+        page = service.employees_page(uow, limit, cursor)
+    return page_response(EmployeeList, page)
