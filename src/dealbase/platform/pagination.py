@@ -22,6 +22,8 @@ from pydantic import BaseModel
 from dealbase.platform.errors import Invalid
 
 DEFAULT_PAGE_SIZE = 25
+# 16 bytes of id and 6 of filter fingerprint, unpadded base64url.
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]{30}$"
 MAX_PAGE_SIZE = 100
 
 T = TypeVar("T")

@@ -45,21 +45,33 @@ def _email_shape(value: str) -> str:
     return value
 
 
+# The same rules as JSON Schema patterns (ECMA-262 syntax), so the OpenAPI document states them;
+# the validators above enforce them with clearer messages and codes.
+_NO_NUL_PATTERN = r"^[^\u0000]*$"
+_NOT_BLANK_PATTERN = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"
+_EMAIL_PATTERN = r"^[^@\s\u0000]+@[^@\s\u0000]+$"
+
+
+def _text(max_length: int, pattern: str = _NO_NUL_PATTERN) -> Any:
+    return Field(max_length=max_length, json_schema_extra={"pattern": pattern})
+
+
 SHORT_TEXT = 255
 LONG_TEXT = 10_000
 
-ShortText = Annotated[str, Field(max_length=SHORT_TEXT), AfterValidator(_no_nul)]
+ShortText = Annotated[str, _text(SHORT_TEXT), AfterValidator(_no_nul)]
 RequiredShortText = Annotated[
     str,
-    Field(min_length=1, max_length=SHORT_TEXT),
+    _text(SHORT_TEXT, _NOT_BLANK_PATTERN),
+    Field(min_length=1),
     AfterValidator(_no_nul),
     AfterValidator(_not_blank),
 ]
-LongText = Annotated[str, Field(max_length=LONG_TEXT), AfterValidator(_no_nul)]
-UrlText = Annotated[str, Field(max_length=2048), AfterValidator(_no_nul)]
-PhoneText = Annotated[str, Field(max_length=64), AfterValidator(_no_nul)]
+LongText = Annotated[str, _text(LONG_TEXT), AfterValidator(_no_nul)]
+UrlText = Annotated[str, _text(2048), AfterValidator(_no_nul)]
+PhoneText = Annotated[str, _text(64), AfterValidator(_no_nul)]
 EmailText = Annotated[
-    str, Field(max_length=320), AfterValidator(_no_nul), AfterValidator(_email_shape)
+    str, _text(320, _EMAIL_PATTERN), AfterValidator(_no_nul), AfterValidator(_email_shape)
 ]
 # Money as a whole number of the tenant's currency units, as the document's integer ``volume``.
 Volume = Annotated[int, Field(ge=0, le=2**63 - 1)]
@@ -83,7 +95,7 @@ def validated(model: type[M], data: dict[str, Any]) -> M:
         raise invalid_from_pydantic(exc.errors(include_url=False)) from None
 
 
-def refuse_null(value: object, info: ValidationInfo) -> object:
+def _refuse_null(value: object, info: ValidationInfo) -> object:
     """A ``mode="before"`` field validator: the field may be changed, never set to null."""
     if value is None:
         raise PydanticCustomError(
@@ -99,12 +111,16 @@ def _with_metadata(annotation: Any, metadata: list[Any]) -> Any:
 def partial(model: type[BaseModel], name: str) -> type[BaseModel]:
     """``model`` for PATCH: every field optional, where an absent field stays as it is and
     ``null`` clears it; a field ``model`` requires may be changed but never cleared."""
-    fields: dict[str, Any] = {
-        field_name: (Optional[_with_metadata(info.annotation, info.metadata)], None)  # noqa: UP045
-        for field_name, info in model.model_fields.items()
-    }
     required = [n for n, info in model.model_fields.items() if info.is_required()]
+    fields: dict[str, Any] = {}
+    for field_name, info in model.model_fields.items():
+        metadata = list(info.metadata)
+        if info.json_schema_extra is not None:
+            metadata.append(Field(json_schema_extra=info.json_schema_extra))
+        annotation = _with_metadata(info.annotation, metadata)
+        # A required field stays non-nullable in the schema: null is refused below.
+        fields[field_name] = (annotation if field_name in required else Optional[annotation], None)  # noqa: UP045
     validators = (
-        {"refuse_null": field_validator(*required, mode="before")(refuse_null)} if required else {}
+        {"refuse_null": field_validator(*required, mode="before")(_refuse_null)} if required else {}
     )
     return create_model(name, __config__=model.model_config, __validators__=validators, **fields)

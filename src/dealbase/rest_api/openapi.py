@@ -8,7 +8,7 @@ from fastapi import FastAPI, Query
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
-from dealbase.platform.pagination import MAX_PAGE_SIZE
+from dealbase.platform.pagination import CURSOR_PATTERN, MAX_PAGE_SIZE
 from dealbase.rest_api.problems import PROBLEM_MEDIA_TYPE
 from dealbase.rest_api.schemas import Problem
 
@@ -30,7 +30,9 @@ LIST_LIMIT = Query(
     None, ge=1, le=MAX_PAGE_SIZE, description=f"Page size, 1 to {MAX_PAGE_SIZE} (default 25)."
 )
 LIST_CURSOR = Query(
-    None, max_length=200, description="The `next_cursor` of the previous page; omit for the first."
+    None,
+    pattern=CURSOR_PATTERN,
+    description="The `next_cursor` of the previous page, under the same filters; omit for the first.",
 )
 
 _STATUS_TEXT = {
@@ -89,6 +91,14 @@ def install_openapi(app: FastAPI) -> None:
             schema = model.model_json_schema(ref_template=_REF)
             schemas.update(schema.pop("$defs", {}))
             schemas[model.__name__] = schema
+        # FastAPI documents its own 422 body for routes with parameters; ours is a problem.
+        schemas.pop("HTTPValidationError", None)
+        schemas.pop("ValidationError", None)
+        for path_item in document.get("paths", {}).values():
+            for operation in path_item.values():
+                responses = operation.get("responses", {})
+                if "422" in responses:
+                    responses["422"] = problem_responses(422)[422]
         # Both headers are required together: one security requirement naming both (AND), not
         # FastAPI's one-per-scheme list (OR).
         for path_item in document.get("paths", {}).values():

@@ -10,6 +10,7 @@ import structlog
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from dealbase.platform.errors import (
     Conflict,
@@ -121,9 +122,25 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     title = code.replace("_", " ").capitalize()
     detail = exc.detail if isinstance(exc.detail, str) else title
+    headers = exc.headers
     if exc.status_code == 404:
         detail = "No resource exists at this path."
-    return problem(request, exc.status_code, code, title, detail, headers=exc.headers)
+    if exc.status_code == 405:
+        allowed = _methods_at(request)
+        detail = f"This path allows {', '.join(allowed)}."
+        headers = {"Allow": ", ".join(allowed)}
+    return problem(request, exc.status_code, code, title, detail, headers=headers)
+
+
+def _methods_at(request: Request) -> list[str]:
+    """Every method some route serves at this path (Starlette names only the first route's)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        route_methods = getattr(route, "methods", None)
+        if match != Match.NONE and route_methods:
+            methods |= route_methods
+    return sorted(methods)
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:

@@ -53,10 +53,15 @@ def expected_version(
     return Expected(frozenset(versions))
 
 
+# 1 to 255 printable ASCII characters, optionally as a structured-field string ("...").
+IDEMPOTENCY_KEY_PATTERN = r'^[\x20-\x7e]{1,255}$|^"[\x20-\x7e]{1,255}"$'
+
+
 def idempotency_key(
     key: str | None = Header(
         default=None,
         alias="Idempotency-Key",
+        pattern=IDEMPOTENCY_KEY_PATTERN,
         description=(
             "Makes a retry safe: the same key with the same body within 24 hours returns the"
             " first response again, with `Idempotent-Replayed: true`, and writes nothing."

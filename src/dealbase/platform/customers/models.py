@@ -59,7 +59,9 @@ class CustomerFields(BaseModel):
     country: ShortText | None = None
     state: ShortText | None = None
     contact_origin: ShortText | None = None
-    birthday: Birthday | None = None
+    birthday: Birthday | None = Field(
+        default=None, description="A real calendar date between 1850-01-01 and today."
+    )
     note: LongText | None = None
 
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from dealbase.platform.customers.models import Customer, CustomerFields
 from dealbase.platform.validation import (
@@ -13,7 +13,7 @@ from dealbase.platform.validation import (
     RequiredShortText,
     ShortText,
     Volume,
-    refuse_null,
+    partial,
 )
 
 MAX_CUSTOMERS_PER_DEAL = 100
@@ -48,20 +48,22 @@ class Deal:
     customers: tuple[Customer, ...]
 
 
-class DealPatch(BaseModel):
-    """PATCH /deals/{id}: absent fields stay, ``null`` clears; ``step_id`` moves the deal within
-    its department, ``employee_id`` assigns it (``null`` unassigns)."""
+class DealChanges(BaseModel):
+    """What PATCH /deals/{id} may set: ``step_id`` moves the deal within its department,
+    ``employee_id`` assigns it; the required fields here may be changed but never cleared."""
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
-    name: RequiredShortText | None = None
+    name: RequiredShortText
     volume: Volume | None = None
     deal_origin: ShortText | None = None
     note: LongText | None = None
-    step_id: uuid.UUID | None = None
+    step_id: uuid.UUID
     employee_id: uuid.UUID | None = None
 
-    _not_cleared = field_validator("name", "step_id", mode="before")(refuse_null)
+
+# Absent fields stay, null clears (employee_id: null unassigns).
+DealPatch = partial(DealChanges, "DealPatch")
 
 
 class DealFilter(BaseModel):

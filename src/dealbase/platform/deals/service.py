@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import uuid
 
+from pydantic import BaseModel
+
 from dealbase.platform.customers import repository as customers_repository
 from dealbase.platform.deals import repository
-from dealbase.platform.deals.models import CustomerLink, Deal, DealCreate, DealFilter, DealPatch
+from dealbase.platform.deals.models import CustomerLink, Deal, DealCreate, DealFilter
 from dealbase.platform.errors import Conflict, Invalid, NotFound, PreconditionFailed
 from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.pipeline import repository as pipeline_repository
@@ -57,13 +59,17 @@ def list_page(
 
 
 def update(
-    uow: UnitOfWork, deal_id: uuid.UUID, patch: DealPatch, expected: Expected | None = None
+    uow: UnitOfWork, deal_id: uuid.UUID, patch: BaseModel, expected: Expected | None = None
 ) -> Deal:
     """Changes fields, moves the deal (``step_id``) or assigns it (``employee_id``), within its
     department only; a step or employee of any other department is an invalid field."""
     connection = uow.connection
     department_id = department_of(uow.scope)
     changes = patch.model_dump(exclude_unset=True)
+    if ("step_id" in changes or changes.get("employee_id")) and repository.get_deal_row(
+        connection, department_id, deal_id
+    ) is None:
+        raise NotFound(f"No deal has the id {deal_id}.")  # before judging the fields it names
     step_id = changes.get("step_id")
     if step_id is not None and not pipeline_repository.step_in_department(
         connection, department_id, step_id
