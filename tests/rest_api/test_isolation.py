@@ -99,3 +99,64 @@ def test_a_key_cannot_name_another_department(
         )
         assert response.status_code == 403
         assert response.json()["code"] == "forbidden"
+
+
+def test_every_id_taking_route_answers_404_to_other_departments_and_tenants(
+    client: TestClient, two_tenants: tuple[TenantWorld, TenantWorld]
+) -> None:
+    owner = two_tenants[0].keys[0]
+    deal = client.post(
+        f"{API}/deals", json={"name": "d", "customers": [{"last_name": "x"}]}, headers=owner.headers
+    ).json()
+    customer_id = deal["customers"][0]["id"]
+    activity = client.post(
+        f"{API}/activities",
+        json={"type": "call", "customer_id": customer_id},
+        headers=owner.headers,
+    ).json()
+    owned = [f"/customers/{customer_id}", f"/deals/{deal['id']}", f"/activities/{activity['id']}"]
+    before = {path: client.get(f"{API}{path}", headers=owner.headers).json() for path in owned}
+
+    for key in every_key(two_tenants):
+        if key == owner:
+            continue
+        own_customer = client.post(
+            f"{API}/customers", json={"last_name": "o"}, headers=key.headers
+        ).json()
+        attempts = [
+            *(("GET", path, None) for path in owned),
+            *(("PATCH", path, {}) for path in owned),
+            *(("DELETE", path, None) for path in owned),
+            ("POST", f"/deals/{deal['id']}/customers", {"customer_id": own_customer["id"]}),
+            ("DELETE", f"/deals/{deal['id']}/customers/{customer_id}", None),
+        ]
+        for method, path, body in attempts:
+            response = client.request(method, f"{API}{path}", json=body, headers=key.headers)
+            assert response.status_code == 404, (method, path, key.department_id)
+            assert response.json()["code"] == "not_found"
+
+    after = {path: client.get(f"{API}{path}", headers=owner.headers).json() for path in owned}
+    assert after == before
+
+
+def test_lists_show_only_the_callers_department(
+    client: TestClient, two_tenants: tuple[TenantWorld, TenantWorld]
+) -> None:
+    created: dict[Credentials, str] = {}
+    for key in every_key(two_tenants):
+        created[key] = client.post(
+            f"{API}/deals",
+            json={"name": "d", "customers": [{"last_name": "x"}]},
+            headers=key.headers,
+        ).json()["id"]
+
+    for key, deal_id in created.items():
+        for path in ("/deals", "/customers", "/activities", "/employees"):
+            response = client.get(f"{API}{path}", headers=key.headers)
+            assert response.status_code == 200
+            if path == "/deals":
+                assert [d["id"] for d in response.json()["data"]] == [deal_id]
+        steps = client.get(f"{API}/steps", headers=key.headers).json()["data"]
+        department = client.get(f"{API}/department", headers=key.headers).json()
+        assert department["id"] == str(key.department_id)
+        assert [s["id"] for s in steps] == [s["id"] for s in department["steps"]]
