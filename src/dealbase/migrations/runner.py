@@ -6,8 +6,10 @@ as it was; a later run resumes from the revision each schema records in its own 
 
 from __future__ import annotations
 
+import multiprocessing
+import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,11 +17,15 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, func, select, text
+from sqlalchemy import Connection, Engine, create_engine, func, select, text
+from sqlalchemy.pool import NullPool
 
 from dealbase.tenancy.control_tables import CONTROL_SCHEMA
+from dealbase.tenancy.database import sqlalchemy_url
 
 _TREES = Path(__file__).parent
+# Alembic's op and context are process-wide proxies: one migration at a time per process.
+_alembic_in_use = threading.Lock()
 
 
 def _config(tree: str, connection: Connection, schema: str) -> Config:
@@ -51,7 +57,8 @@ def _lock(connection: Connection, name: str) -> None:
 def upgrade_control(connection: Connection) -> None:
     _lock(connection, CONTROL_SCHEMA)
     connection.execute(text(f"CREATE SCHEMA IF NOT EXISTS {CONTROL_SCHEMA}"))
-    command.upgrade(_config("control", connection, CONTROL_SCHEMA), "head")
+    with _alembic_in_use:
+        command.upgrade(_config("control", connection, CONTROL_SCHEMA), "head")
 
 
 def upgrade_tenant(connection: Connection, schema: str) -> None:
@@ -59,7 +66,8 @@ def upgrade_tenant(connection: Connection, schema: str) -> None:
     _lock(connection, schema)
     connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
     connection.execute(select(func.set_config("search_path", schema, True)))
-    command.upgrade(_config("tenant", connection, schema), "head")
+    with _alembic_in_use:
+        command.upgrade(_config("tenant", connection, schema), "head")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,27 +81,53 @@ class TenantMigration:
 
 
 def upgrade_tenants(
-    engine: Engine,
+    database_url: str,
     schemas: Iterable[str],
     *,
     concurrency: int,
     on_done: Callable[[TenantMigration], None] = lambda _: None,
 ) -> list[TenantMigration]:
-    """Upgrades every schema, ``concurrency`` at a time; one failing tenant never stops the rest."""
+    """Upgrades every schema, ``concurrency`` at a time; one failing tenant never stops the rest.
 
-    def upgrade_one(schema: str) -> TenantMigration:
-        try:
-            with engine.begin() as connection:
-                upgrade_tenant(connection, schema)
-        except Exception as exc:  # reported per tenant by name; the run goes on
-            return TenantMigration(schema, f"{type(exc).__name__}: {exc}".splitlines()[0])
-        return TenantMigration(schema, None)
-
+    Alembic's ``op`` and ``context`` are process-wide proxies, so parallel upgrades need
+    processes of their own, not threads.
+    """
+    schemas = list(schemas)
     results = []
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        futures = [pool.submit(upgrade_one, schema) for schema in schemas]
+    if concurrency == 1 or len(schemas) <= 1:
+        _start_worker(database_url)
+        for schema in schemas:
+            result = _upgrade_in_worker(schema)
+            on_done(result)
+            results.append(result)
+        return results
+    with ProcessPoolExecutor(
+        max_workers=min(concurrency, len(schemas)),
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_start_worker,
+        initargs=(database_url,),
+    ) as pool:
+        futures = [pool.submit(_upgrade_in_worker, schema) for schema in schemas]
         for future in as_completed(futures):
             result = future.result()
             on_done(result)
             results.append(result)
     return results
+
+
+_worker_engine: Engine | None = None
+
+
+def _start_worker(database_url: str) -> None:
+    global _worker_engine
+    _worker_engine = create_engine(sqlalchemy_url(database_url), poolclass=NullPool)
+
+
+def _upgrade_in_worker(schema: str) -> TenantMigration:
+    assert _worker_engine is not None, "_start_worker runs first"
+    try:
+        with _worker_engine.begin() as connection:
+            upgrade_tenant(connection, schema)
+    except Exception as exc:  # reported per tenant by name; the run goes on
+        return TenantMigration(schema, f"{type(exc).__name__}: {exc}".splitlines()[0])
+    return TenantMigration(schema, None)

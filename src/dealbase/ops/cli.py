@@ -12,8 +12,9 @@ from datetime import date, datetime
 from typing import Annotated, Any, ParamSpec, TypeVar
 
 import orjson
+import psycopg
 import typer
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 
 # Typer vendors click; this is the one exception it does not re-export.
 from typer._click.exceptions import NoArgsIsHelpError
@@ -110,11 +111,20 @@ def _fail_cleanly(command: Callable[P, R]) -> Callable[P, R]:
             typer.echo(f"error: {exc.detail}", err=True)
             raise typer.Exit(1) from None
         except OperationalError as exc:
-            reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-            typer.echo(f"error: cannot reach PostgreSQL: {reason}", err=True)
+            typer.echo(f"error: cannot reach PostgreSQL: {_first_line(exc)}", err=True)
+            raise typer.Exit(1) from None
+        except ProgrammingError as exc:
+            if isinstance(exc.orig, psycopg.errors.UndefinedTable):
+                typer.echo("error: the database is not migrated; run `dealbase migrate`", err=True)
+            else:
+                typer.echo(f"error: database error: {_first_line(exc)}", err=True)
             raise typer.Exit(1) from None
 
     return run
+
+
+def _first_line(exc: DBAPIError) -> str:
+    return (str(exc.orig) if exc.orig else str(exc)).strip().splitlines()[0]
 
 
 def _settings() -> Settings:
@@ -168,7 +178,7 @@ def migrate(
 ) -> None:
     """Bring the control schema and every tenant schema to head (resumable; safe to re-run)."""
     settings = _settings()
-    database = Database(_database_url(settings), pool_size=2, max_overflow=64)
+    database = Database(_database_url(settings), pool_size=2)
     with database.control() as connection:
         upgrade_control(connection)
     with database.control() as connection:
@@ -197,13 +207,13 @@ def _upgrade_with_progress(
     database: Database, schemas: list[str], concurrency: int, *, show: bool
 ) -> list[TenantMigration]:
     if not (show and sys.stderr.isatty() and schemas):
-        return upgrade_tenants(database.engine, schemas, concurrency=concurrency)
+        return upgrade_tenants(database.url, schemas, concurrency=concurrency)
     from rich.progress import Progress
 
     with Progress(transient=False) as progress:
         task = progress.add_task("tenant schemas", total=len(schemas))
         return upgrade_tenants(
-            database.engine,
+            database.url,
             schemas,
             concurrency=concurrency,
             on_done=lambda _: progress.advance(task),

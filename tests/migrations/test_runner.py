@@ -1,0 +1,195 @@
+"""``dealbase migrate``: control and every tenant schema to head, resumable, failing per tenant."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from dealbase.migrations.runner import head_revision
+from dealbase.ops import admin
+from dealbase.tenancy.control_tables import CONTROL_SCHEMA
+from dealbase.tenancy.database import Database
+from dealbase.tenancy.tenants import Tenant, create_tenant
+from tests.ops.conftest import CliRun, invoke_cli
+
+TENANT_HEAD = head_revision("tenant")
+CONTROL_HEAD = head_revision("control")
+
+
+def _migrate(database_url: str, data_dir: Path, *options: str) -> CliRun:
+    return invoke_cli(
+        ("migrate", "--json", *options),
+        {
+            "DEALBASE_DATABASE_URL": database_url,
+            "DEALBASE_DATA_DIR": str(data_dir),
+            "DEALBASE_LOG_LEVEL": "warning",
+        },
+    )
+
+
+def _revision(database: Database, schema: str) -> str | None:
+    """The revision recorded in ``schema``'s own version table (None when it has none)."""
+    with database.control() as connection:
+        table = connection.execute(
+            text("SELECT to_regclass(:name)"), {"name": f'"{schema}".alembic_version'}
+        ).scalar()
+        if table is None:
+            return None
+        return connection.execute(
+            text(f'SELECT version_num FROM "{schema}".alembic_version')
+        ).scalar_one_or_none()
+
+
+def _relations(database: Database, schema: str) -> dict[str, int]:
+    """Every table and index of ``schema``, by name, with its oid (recreated -> new oid)."""
+    with database.control() as connection:
+        rows = connection.execute(
+            text(
+                "SELECT c.relname, c.oid::int FROM pg_class c"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :schema"
+            ),
+            {"schema": schema},
+        )
+        return {str(name): int(oid) for name, oid in rows}
+
+
+def _execute(database: Database, sql: str) -> None:
+    with database.control() as connection:
+        connection.execute(text(sql))
+
+
+def _tenants(database: Database, count: int) -> list[Tenant]:
+    return [create_tenant(database, f"migrate-{secrets.token_hex(5)}") for _ in range(count)]
+
+
+def _lose_schema(database: Database, tenant: Tenant) -> None:
+    """A registered tenant whose schema is gone: migrate must build it from the first revision."""
+    _execute(database, f'DROP SCHEMA "{tenant.schema}" CASCADE')
+
+
+def _break(database: Database, tenant: Tenant) -> None:
+    """Forget the schema's revision while its tables stay: re-running t0001 must fail."""
+    _execute(database, f'DROP TABLE "{tenant.schema}".alembic_version')
+
+
+def _summary(run: CliRun) -> dict[str, Any]:
+    summary: dict[str, Any] = json.loads(run.stdout)
+    return summary
+
+
+def test_migrate_on_an_empty_database_creates_the_control_schema_at_head(
+    empty_database_url: str, tmp_path: Path
+) -> None:
+    run = _migrate(empty_database_url, tmp_path)
+
+    assert run.json() == {"tenants": 0, "migrated": 0, "failed": []}
+    database = Database(empty_database_url, pool_size=1)
+    try:
+        assert _revision(database, CONTROL_SCHEMA) == CONTROL_HEAD
+    finally:
+        database.dispose()
+
+
+def test_migrate_brings_every_tenant_schema_to_head(
+    migrated_database: Database, tmp_path: Path
+) -> None:
+    tenants = _tenants(migrated_database, 3)
+    reference = set(_relations(migrated_database, tenants[0].schema))
+    for tenant in tenants[1:]:
+        _lose_schema(migrated_database, tenant)
+    assert [_revision(migrated_database, t.schema) for t in tenants[1:]] == [None, None]
+
+    run = _migrate(migrated_database.url, tmp_path)
+
+    assert run.json() == {"tenants": 3, "migrated": 3, "failed": []}
+    assert run.stderr == ""
+    assert _revision(migrated_database, CONTROL_SCHEMA) == CONTROL_HEAD
+    for tenant in tenants:
+        assert _revision(migrated_database, tenant.schema) == TENANT_HEAD, tenant.schema
+        assert set(_relations(migrated_database, tenant.schema)) == reference, tenant.schema
+
+
+def test_migrating_many_tenants_at_once_puts_each_tenant_tree_in_its_own_schema(
+    migrated_database: Database, tmp_path: Path
+) -> None:
+    tenants = _tenants(migrated_database, 12)
+    reference = set(_relations(migrated_database, tenants[0].schema))
+    for tenant in tenants:
+        _lose_schema(migrated_database, tenant)
+
+    run = _migrate(migrated_database.url, tmp_path, "--concurrency", "8")
+
+    assert run.exit_code == 0, str(run)
+    assert run.json() == {"tenants": 12, "migrated": 12, "failed": []}
+    for tenant in tenants:
+        assert _revision(migrated_database, tenant.schema) == TENANT_HEAD, tenant.schema
+        assert set(_relations(migrated_database, tenant.schema)) == reference, tenant.schema
+
+
+def test_migrate_again_is_a_no_op_that_keeps_schemas_and_data(
+    migrated_database: Database, tmp_path: Path
+) -> None:
+    tenants = _tenants(migrated_database, 2)
+    department = admin.create_department(migrated_database, tenants[0].id, "Kept")
+    # One tenant at a time: parallel runs are pinned by the test of many tenants at once.
+    first = _migrate(migrated_database.url, tmp_path, "--concurrency", "1")
+    schemas = [CONTROL_SCHEMA, *(t.schema for t in tenants)]
+    before = {schema: _relations(migrated_database, schema) for schema in schemas}
+
+    again = _migrate(migrated_database.url, tmp_path, "--concurrency", "1")
+
+    assert again.exit_code == 0, str(again)
+    assert again.json() == first.json() == {"tenants": 2, "migrated": 2, "failed": []}
+    assert {schema: _relations(migrated_database, schema) for schema in schemas} == before
+    kept = admin.create_employee(migrated_database, tenants[0].id, department.id, "Ann", None)
+    assert kept.department_id == department.id
+
+
+@pytest.mark.parametrize("concurrency", ["1", "4"])
+def test_a_broken_tenant_is_reported_by_schema_while_the_others_reach_head(
+    migrated_database: Database, tmp_path: Path, concurrency: str
+) -> None:
+    # The broken tenant comes first, so one at a time it is also the first one tried.
+    broken, *healthy = _tenants(migrated_database, 4)
+    for tenant in healthy:
+        _lose_schema(migrated_database, tenant)
+    _break(migrated_database, broken)
+    broken_relations = _relations(migrated_database, broken.schema)
+
+    run = _migrate(migrated_database.url, tmp_path, "--concurrency", concurrency)
+
+    assert run.exit_code != 0, str(run)
+    assert not run.crashed, str(run)
+    summary = _summary(run)
+    assert [failure["schema"] for failure in summary["failed"]] == [broken.schema]
+    assert summary["failed"][0]["error"].strip()
+    assert (summary["tenants"], summary["migrated"]) == (4, 3)
+    stderr_lines = run.stderr.strip().splitlines()
+    assert len(stderr_lines) == 1, run.stderr
+    assert broken.schema in stderr_lines[0]
+    assert "Traceback" not in run.stderr
+    for tenant in healthy:
+        assert _revision(migrated_database, tenant.schema) == TENANT_HEAD, tenant.schema
+    # The failed upgrade ran in one transaction: the broken schema is exactly as it was.
+    assert _relations(migrated_database, broken.schema) == broken_relations
+
+
+def test_migrate_resumes_a_repaired_tenant_and_then_succeeds(
+    migrated_database: Database, tmp_path: Path
+) -> None:
+    broken, healthy = _tenants(migrated_database, 2)
+    _break(migrated_database, broken)
+    # One tenant at a time: parallel runs are pinned by the test of many tenants at once.
+    assert _migrate(migrated_database.url, tmp_path, "--concurrency", "1").exit_code != 0
+
+    _lose_schema(migrated_database, broken)  # the operator's repair: start that schema afresh
+    run = _migrate(migrated_database.url, tmp_path, "--concurrency", "1")
+
+    assert run.json() == {"tenants": 2, "migrated": 2, "failed": []}
+    assert _revision(migrated_database, broken.schema) == TENANT_HEAD
+    assert _revision(migrated_database, healthy.schema) == TENANT_HEAD

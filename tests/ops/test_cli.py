@@ -1,0 +1,390 @@
+"""The ``dealbase`` command, run in-process against real PostgreSQL: its JSON output and its errors."""
+
+from __future__ import annotations
+
+import secrets
+import time
+import uuid
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from dealbase.tenancy.scope import schema_for_tenant
+from tests.ops.conftest import CliRun, RunCli, invoke_cli
+from tests.support import TenantWorld, scratch_database
+
+UNKNOWN = str(uuid.UUID(int=0x5EED))
+TIMESTAMP_SHAPE = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
+# Long enough for a NOTIFY to reach the test client's listener; the requirement is 1 second.
+INVALIDATION_DEADLINE_S = 1.0
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(5)}"
+
+
+def _headers(api_key: str, department_id: str) -> dict[str, str]:
+    return {"X-Api-Key": api_key, "X-Department-Id": department_id}
+
+
+def _create_customer_status(client: TestClient, api_key: str, department_id: str) -> int:
+    response = client.post(
+        "/api/v1/integration/customers",
+        json={"last_name": "Hopper"},
+        headers=_headers(api_key, department_id),
+    )
+    status: int = response.status_code
+    return status
+
+
+def _status_within(
+    client: TestClient, api_key: str, department_id: str, expected: int, seconds: float
+) -> list[int]:
+    """Statuses of requests made until one answers ``expected`` or ``seconds`` have passed."""
+    deadline = time.monotonic() + seconds
+    statuses = [_create_customer_status(client, api_key, department_id)]
+    while statuses[-1] != expected and time.monotonic() < deadline:
+        time.sleep(0.02)
+        statuses.append(_create_customer_status(client, api_key, department_id))
+    return statuses
+
+
+def _assert_one_line_failure(run: CliRun) -> None:
+    assert run.exit_code in (1, 2), str(run)
+    assert not run.crashed, str(run)
+    assert "Traceback" not in run.stdout + run.stderr, str(run)
+    assert run.stdout == "", str(run)
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, str(run)
+    assert lines[0].strip(), str(run)
+
+
+def _tenant(run_cli: RunCli) -> dict[str, Any]:
+    created: dict[str, Any] = run_cli("tenant", "create", _unique("cli"), "--json").json()
+    return created
+
+
+def _department(run_cli: RunCli, tenant_id: str, name: str = "Sales") -> dict[str, Any]:
+    created: dict[str, Any] = run_cli(
+        "department", "create", "--tenant", tenant_id, name, "--json"
+    ).json()
+    return created
+
+
+def _key(run_cli: RunCli, tenant_id: str, department_id: str, *extra: str) -> dict[str, Any]:
+    issued: dict[str, Any] = run_cli(
+        "key", "issue", "--tenant", tenant_id, "--department", department_id, *extra, "--json"
+    ).json()
+    return issued
+
+
+def test_tenant_create_json_prints_exactly_id_name_and_schema(run_cli: RunCli) -> None:
+    name = _unique("acme")
+    run = run_cli("tenant", "create", name, "--json")
+
+    created = run.json()
+    assert set(created) == {"id", "name", "schema"}
+    assert created["name"] == name
+    assert created["schema"] == schema_for_tenant(uuid.UUID(created["id"]))
+    assert run.stdout.count("\n") == 1, "exactly one JSON value, on one line"
+
+
+def test_tenant_create_refuses_a_duplicate_name_in_one_line(run_cli: RunCli) -> None:
+    name = _unique("twice")
+    run_cli("tenant", "create", name, "--json").json()
+
+    _assert_one_line_failure(run_cli("tenant", "create", name, "--json"))
+
+
+def test_tenant_list_json_is_an_array_holding_each_created_tenant(run_cli: RunCli) -> None:
+    first, second = _tenant(run_cli), _tenant(run_cli)
+
+    listed = run_cli("tenant", "list", "--json").json()
+
+    assert isinstance(listed, list)
+    by_id = {item["id"]: item for item in listed}
+    for created in (first, second):
+        assert {key: by_id[created["id"]][key] for key in ("id", "name", "schema")} == created
+
+
+def test_department_create_json_has_id_name_and_steps_at_positions_one_to_n(
+    run_cli: RunCli,
+) -> None:
+    tenant = _tenant(run_cli)
+
+    department = _department(run_cli, tenant["id"], "Field sales")
+
+    assert set(department) == {"id", "name", "steps"}
+    assert department["name"] == "Field sales"
+    uuid.UUID(department["id"])
+    steps = department["steps"]
+    assert len(steps) >= 1
+    assert all(set(step) == {"id", "name", "position"} for step in steps)
+    assert [step["position"] for step in steps] == list(range(1, len(steps) + 1))
+    assert len({step["id"] for step in steps}) == len(steps)
+
+
+def test_new_deals_start_at_the_first_step_the_cli_printed(
+    run_cli: RunCli, client: TestClient
+) -> None:
+    tenant = _tenant(run_cli)
+    department = _department(run_cli, tenant["id"])
+    key = _key(run_cli, tenant["id"], department["id"])
+
+    response = client.post(
+        "/api/v1/integration/deals",
+        json={"name": "Pilot", "customers": [{"last_name": "Liskov"}]},
+        headers=_headers(key["api_key"], department["id"]),
+    )
+
+    assert response.status_code == 201, response.text
+    first_step = next(step for step in department["steps"] if step["position"] == 1)
+    assert response.json()["step_id"] == first_step["id"]
+
+
+@pytest.mark.parametrize("email", ["grace@example.com", None])
+def test_employee_create_json_has_exactly_id_name_email_and_department_id(
+    run_cli: RunCli, email: str | None
+) -> None:
+    tenant = _tenant(run_cli)
+    department = _department(run_cli, tenant["id"])
+    email_args = ("--email", email) if email else ()
+
+    employee = run_cli(
+        "employee",
+        "create",
+        "--tenant",
+        tenant["id"],
+        "--department",
+        department["id"],
+        "Grace Hopper",
+        *email_args,
+        "--json",
+    ).json()
+
+    assert set(employee) == {"id", "name", "email", "department_id"}
+    uuid.UUID(employee["id"])
+    assert employee["name"] == "Grace Hopper"
+    assert employee["email"] == email
+    assert employee["department_id"] == department["id"]
+
+
+def test_key_issue_json_has_exactly_the_documented_keys_and_the_key_authenticates(
+    run_cli: RunCli, client: TestClient
+) -> None:
+    tenant = _tenant(run_cli)
+    department = _department(run_cli, tenant["id"])
+
+    issued = _key(run_cli, tenant["id"], department["id"], "--name", "crm sync")
+
+    assert set(issued) == {"key_id", "api_key", "tenant_id", "department_id"}
+    uuid.UUID(issued["key_id"])
+    assert issued["tenant_id"] == tenant["id"]
+    assert issued["department_id"] == department["id"]
+    assert _create_customer_status(client, issued["api_key"], department["id"]) == 201
+
+
+def test_key_list_json_lists_every_key_and_never_a_secret(run_cli: RunCli) -> None:
+    tenant = _tenant(run_cli)
+    department = _department(run_cli, tenant["id"])
+    issued = [_key(run_cli, tenant["id"], department["id"], "--name", name) for name in ("a", "b")]
+
+    run = run_cli("key", "list", "--tenant", tenant["id"], "--json")
+
+    listed = run.json()
+    assert isinstance(listed, list)
+    assert sorted(item["key_id"] for item in listed) == sorted(k["key_id"] for k in issued)
+    for key in issued:
+        secret = key["api_key"].rsplit("_", 1)[1]
+        assert key["api_key"] not in run.stdout
+        assert secret not in run.stdout
+    assert all("api_key" not in item and "secret_hash" not in item for item in listed)
+
+
+def test_key_revoke_refuses_the_key_within_one_second(run_cli: RunCli, client: TestClient) -> None:
+    tenant = _tenant(run_cli)
+    department = _department(run_cli, tenant["id"])
+    key = _key(run_cli, tenant["id"], department["id"])
+    assert _create_customer_status(client, key["api_key"], department["id"]) == 201
+
+    revoked = run_cli("key", "revoke", key["key_id"], "--json").json()
+
+    statuses = _status_within(
+        client, key["api_key"], department["id"], 401, INVALIDATION_DEADLINE_S
+    )
+    assert statuses[-1] == 401, f"still accepted 1 s after revoke: {statuses}"
+    assert revoked["key_id"] == key["key_id"]
+    listed = run_cli("key", "list", "--tenant", tenant["id"], "--json").json()
+    assert [item["revoked_at"] is not None for item in listed] == [True]
+
+
+def test_key_rotate_without_grace_gives_a_new_secret_and_refuses_the_old_one(
+    run_cli: RunCli, client: TestClient
+) -> None:
+    tenant = _tenant(run_cli)
+    department = _department(run_cli, tenant["id"])
+    key = _key(run_cli, tenant["id"], department["id"])
+    assert _create_customer_status(client, key["api_key"], department["id"]) == 201
+
+    rotated = run_cli("key", "rotate", key["key_id"], "--grace-seconds", "0", "--json").json()
+
+    assert rotated["key_id"] == key["key_id"]
+    assert rotated["api_key"] != key["api_key"]
+    old = _status_within(client, key["api_key"], department["id"], 401, INVALIDATION_DEADLINE_S)
+    assert old[-1] == 401, f"old secret still accepted 1 s after rotate: {old}"
+    assert _create_customer_status(client, rotated["api_key"], department["id"]) == 201
+
+
+def test_key_rotate_with_grace_keeps_the_old_secret_working(
+    run_cli: RunCli, client: TestClient
+) -> None:
+    tenant = _tenant(run_cli)
+    department = _department(run_cli, tenant["id"])
+    key = _key(run_cli, tenant["id"], department["id"])
+
+    rotated = run_cli("key", "rotate", key["key_id"], "--grace-seconds", "60", "--json").json()
+
+    assert _create_customer_status(client, rotated["api_key"], department["id"]) == 201
+    assert _create_customer_status(client, key["api_key"], department["id"]) == 201
+
+
+def test_key_rotate_of_a_revoked_key_fails_in_one_line(run_cli: RunCli) -> None:
+    tenant = _tenant(run_cli)
+    department = _department(run_cli, tenant["id"])
+    key = _key(run_cli, tenant["id"], department["id"])
+    run_cli("key", "revoke", key["key_id"], "--json").json()
+
+    _assert_one_line_failure(run_cli("key", "rotate", key["key_id"], "--json"))
+
+
+def test_demo_twice_gives_the_same_tenant_department_employee_and_a_working_key(
+    run_cli: RunCli, client: TestClient
+) -> None:
+    first = run_cli("demo", "--json").json()
+    second = run_cli("demo", "--json").json()
+
+    same = ("tenant_id", "department_id", "employee_id", "key_id", "api_key")
+    assert {name: second[name] for name in same} == {name: first[name] for name in same}
+    assert _create_customer_status(client, second["api_key"], second["department_id"]) == 201
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(("department", "create", "--tenant", UNKNOWN, "Sales"), id="department"),
+        pytest.param(
+            ("employee", "create", "--tenant", "{tenant}", "--department", UNKNOWN, "Ann"),
+            id="employee-in-unknown-department",
+        ),
+        pytest.param(
+            ("employee", "create", "--tenant", UNKNOWN, "--department", "{department}", "Ann"),
+            id="employee-in-unknown-tenant",
+        ),
+        pytest.param(
+            ("key", "issue", "--tenant", "{tenant}", "--department", UNKNOWN),
+            id="key-for-unknown-department",
+        ),
+        pytest.param(
+            ("key", "issue", "--tenant", UNKNOWN, "--department", "{department}"),
+            id="key-for-unknown-tenant",
+        ),
+        pytest.param(("key", "list", "--tenant", UNKNOWN), id="key-list"),
+        pytest.param(("key", "revoke", UNKNOWN), id="key-revoke"),
+        pytest.param(("key", "rotate", UNKNOWN), id="key-rotate"),
+    ],
+)
+def test_an_unknown_id_gives_one_line_on_stderr_and_exit_1_or_2(
+    run_cli: RunCli, world: TenantWorld, command: tuple[str, ...]
+) -> None:
+    known = {"tenant": str(world.tenant.id), "department": str(world.department.id)}
+    args = tuple(part.format(**known) for part in command)
+
+    _assert_one_line_failure(run_cli(*args, "--json"))
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(("key", "revoke", "not-a-uuid"), id="malformed-key-id"),
+        pytest.param(("key", "rotate", UNKNOWN, "--grace-seconds", "-1"), id="negative-grace"),
+        pytest.param(("key", "rotate", UNKNOWN, "--grace-seconds", "soon"), id="non-int-grace"),
+        pytest.param(("department", "create", "--tenant", "nope", "Sales"), id="malformed-tenant"),
+        pytest.param(("department", "create", "--tenant", "{tenant}"), id="missing-name"),
+        pytest.param(("key", "issue", "--tenant", "{tenant}"), id="missing-department"),
+        pytest.param(("tenant", "create", "   "), id="blank-tenant-name"),
+        pytest.param(("department", "create", "--tenant", "{tenant}", ""), id="empty-department"),
+        pytest.param(
+            ("employee", "create", "--tenant", "{tenant}", "--department", "{department}", ""),
+            id="empty-employee-name",
+        ),
+        pytest.param(
+            (
+                "employee",
+                "create",
+                "--tenant",
+                "{tenant}",
+                "--department",
+                "{department}",
+                "Ann",
+                "--email",
+                "not an email",
+            ),
+            id="malformed-email",
+        ),
+        pytest.param(("tenant", "frobnicate"), id="unknown-command"),
+        pytest.param(("tenant", "list", "--colour"), id="unknown-option"),
+    ],
+)
+def test_a_bad_argument_gives_one_line_on_stderr_and_exit_1_or_2(
+    run_cli: RunCli, world: TenantWorld, command: tuple[str, ...]
+) -> None:
+    known = {"tenant": str(world.tenant.id), "department": str(world.department.id)}
+    args = tuple(part.format(**known) for part in command)
+
+    _assert_one_line_failure(run_cli(*args, "--json"))
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "command"),
+    [
+        ("DEALBASE_PORT", "abc", ("tenant", "list", "--json")),
+        ("DEALBASE_PORT", "abc", ("serve",)),
+        ("DEALBASE_PORT", "abc", ("demo", "--json")),
+        ("DEALBASE_PORT", "70000", ("serve",)),
+        ("DEALBASE_DATABASE_URL", "mysql://root@localhost/x", ("tenant", "list", "--json")),
+        ("DEALBASE_LOG_FORMAT", "xml", ("migrate", "--json")),
+        ("DEALBASE_REDIS_URL", "http://localhost", ("serve",)),
+    ],
+)
+def test_an_invalid_setting_stops_with_one_line_naming_it(
+    run_cli: RunCli, setting: str, value: str, command: tuple[str, ...]
+) -> None:
+    run = run_cli(*command, env={setting: value})
+
+    assert run.exit_code != 0, str(run)
+    _assert_one_line_failure(run)
+    assert setting in run.stderr, str(run)
+
+
+def test_an_unreachable_database_gives_one_line_and_exit_1(run_cli: RunCli) -> None:
+    run = run_cli(
+        "tenant",
+        "list",
+        "--json",
+        env={"DEALBASE_DATABASE_URL": "postgresql://postgres@127.0.0.1:1/nowhere"},
+    )
+
+    assert run.exit_code == 1, str(run)
+    _assert_one_line_failure(run)
+
+
+def test_a_database_never_migrated_gives_one_line_not_a_traceback(
+    postgres_server: str, cli_env: dict[str, str | None]
+) -> None:
+    with scratch_database(postgres_server, "unmigrated") as url:
+        run = invoke_cli(
+            ("key", "revoke", UNKNOWN, "--json"), {**cli_env, "DEALBASE_DATABASE_URL": url}
+        )
+
+    _assert_one_line_failure(run)

@@ -1,0 +1,501 @@
+"""End to end: ``dealbase serve --workers 2`` in a subprocess, provisioned only through the CLI.
+
+Pins the two documented operations over real HTTP, and the key guarantee of the issue: a revoked
+or rotated-out key is refused by every server process within 1 second of the CLI returning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from dealbase.migrations.runner import upgrade_control
+from dealbase.tenancy.database import Database
+from tests.support import scratch_database
+
+DEALBASE = Path(sys.executable).with_name("dealbase")
+API = "/api/v1/integration"
+READY_TIMEOUT_S = 30.0
+REFUSAL_DEADLINE_S = 1.0  # the requirement: refused by every process 1 s after the CLI returns
+OBSERVE_S = 1.6  # how long requests keep coming after the CLI returns
+TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
+CUSTOMER_FIELDS = {
+    "id",
+    "tenant_id",
+    "last_name",
+    "first_name",
+    "company",
+    "website",
+    "title",
+    "phone_1",
+    "phone_2",
+    "phone_3",
+    "phone_1_label",
+    "phone_2_label",
+    "phone_3_label",
+    "email",
+    "postcode",
+    "address",
+    "address_addition",
+    "city",
+    "country",
+    "state",
+    "contact_origin",
+    "birthday",
+    "note",
+    "created_at",
+    "updated_at",
+}
+DEAL_FIELDS = {
+    "id",
+    "name",
+    "volume",
+    "deal_origin",
+    "employee_id",
+    "employee_name",
+    "step_id",
+    "department_id",
+    "note",
+    "created_at",
+    "updated_at",
+    "customers",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True)
+class Server:
+    base_url: str
+    process: subprocess.Popen[bytes]
+    env: dict[str, str]
+    database: Database
+    log: Path
+
+    def cli(self, *args: str) -> Any:
+        """Runs ``dealbase ARGS --json`` in a new process; returns its one JSON value."""
+        done = subprocess.run(
+            [str(DEALBASE), *args, "--json"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, f"dealbase {' '.join(args)}: {done.stderr}"
+        return json.loads(done.stdout)
+
+    def workers(self) -> list[int]:
+        """Pids of the server's worker processes (children of ``dealbase serve`` that uvicorn
+        spawned, not multiprocessing's resource tracker)."""
+        children = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                command = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            if parent == self.process.pid and b"spawn_main" in command:
+                children.append(int(entry.name))
+        return children
+
+    def listeners(self) -> int:
+        with self.database.control() as connection:
+            count: int = connection.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND query LIKE 'LISTEN %'"
+                )
+            ).scalar_one()
+            return count
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+
+def _database_client_ports(pid: int, database_port: int) -> list[int]:
+    """Local ports of the TCP connections the process ``pid`` holds to the database port."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = []
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            if remote_port == database_port and fields[9] in inodes:
+                ports.append(local_port)
+    return ports
+
+
+@contextmanager
+def _migrated_scratch_database(postgres_server: str, label: str) -> Iterator[str]:
+    with scratch_database(postgres_server, label) as url:
+        database = Database(url, pool_size=1)
+        with database.control() as connection:
+            upgrade_control(connection)
+        database.dispose()
+        yield url
+
+
+def _start_server(database_url: str, data_dir: Path) -> Iterator[Server]:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    env = {name: value for name, value in os.environ.items() if not name.startswith("DEALBASE_")}
+    env |= {
+        "DEALBASE_DATABASE_URL": database_url,
+        "DEALBASE_DATA_DIR": str(data_dir),
+        "DEALBASE_LOG_LEVEL": "warning",
+    }
+    port = _free_port()
+    log = data_dir / "server.log"
+    database = Database(database_url, pool_size=1)
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [str(DEALBASE), "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "2"],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    server = Server(f"http://127.0.0.1:{port}", process, env, database, log)
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            assert process.poll() is None, f"server exited: {server.output()}"
+            assert time.monotonic() < deadline, f"server not ready: {server.output()}"
+            try:
+                ready = httpx.get(f"{server.base_url}/openapi.json", timeout=1).status_code == 200
+            except httpx.TransportError:
+                ready = False
+            # Both workers listen for key changes once their app has started.
+            if ready and len(server.workers()) == 2 and server.listeners() == 2:
+                break
+            time.sleep(0.05)
+        yield server
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
+        database.dispose()
+
+
+@pytest.fixture(scope="module")
+def server(postgres_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with _migrated_scratch_database(postgres_server, "serve") as url:
+        yield from _start_server(url, tmp_path_factory.mktemp("serve"))
+
+
+@dataclass(frozen=True)
+class Provisioned:
+    tenant: dict[str, Any]
+    department: dict[str, Any]
+    key: dict[str, Any]
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return headers(self.key["api_key"], self.department["id"])
+
+    @property
+    def first_step_id(self) -> str:
+        step_id: str = next(s["id"] for s in self.department["steps"] if s["position"] == 1)
+        return step_id
+
+
+def headers(api_key: str, department_id: str) -> dict[str, str]:
+    return {"X-Api-Key": api_key, "X-Department-Id": department_id, "Connection": "close"}
+
+
+def _provision(server: Server) -> Provisioned:
+    tenant = server.cli("tenant", "create", f"e2e-{os.urandom(4).hex()}")
+    department = server.cli("department", "create", "--tenant", tenant["id"], "Sales")
+    key = server.cli("key", "issue", "--tenant", tenant["id"], "--department", department["id"])
+    return Provisioned(tenant, department, key)
+
+
+@pytest.fixture(scope="module")
+def provisioned(server: Server) -> Provisioned:
+    return _provision(server)
+
+
+def _another_key(server: Server, provisioned: Provisioned) -> tuple[str, dict[str, str]]:
+    """The id and headers of a key of the provisioned department that nothing has used yet."""
+    issued = server.cli(
+        "key",
+        "issue",
+        "--tenant",
+        provisioned.tenant["id"],
+        "--department",
+        provisioned.department["id"],
+    )
+    return issued["key_id"], headers(issued["api_key"], provisioned.department["id"])
+
+
+def _assert_customer_shape(customer: dict[str, Any], tenant_id: str) -> None:
+    assert set(customer) == CUSTOMER_FIELDS
+    assert customer["tenant_id"] == tenant_id
+    assert TIMESTAMP.match(customer["created_at"]), customer["created_at"]
+    assert TIMESTAMP.match(customer["updated_at"]), customer["updated_at"]
+
+
+def test_post_customer_answers_201_with_location_and_the_documented_shape(
+    server: Server, provisioned: Provisioned
+) -> None:
+    sent = {"last_name": "Lovelace", "first_name": "Ada", "birthday": "1985-12-10"}
+
+    response = httpx.post(
+        f"{server.base_url}{API}/customers", json=sent, headers=provisioned.headers
+    )
+
+    assert response.status_code == 201, response.text
+    customer = response.json()
+    _assert_customer_shape(customer, provisioned.tenant["id"])
+    assert {name: customer[name] for name in sent} == sent
+    unsent = CUSTOMER_FIELDS - set(sent) - {"id", "tenant_id", "created_at", "updated_at"}
+    assert {name: customer[name] for name in unsent} == dict.fromkeys(unsent)
+    assert response.headers["Location"] == f"{API}/customers/{customer['id']}"
+    again = httpx.get(server.base_url + response.headers["Location"], headers=provisioned.headers)
+    assert again.status_code == 200, f"{again.text}\n{server.output()}"
+    assert again.json() == customer
+
+
+def test_post_deal_answers_201_with_location_and_the_documented_shape(
+    server: Server, provisioned: Provisioned
+) -> None:
+    sent = {
+        "name": "Analytical engine",
+        "volume": 125000,
+        "customers": [{"last_name": "Babbage"}, {"last_name": "Lovelace", "first_name": "Ada"}],
+    }
+
+    response = httpx.post(f"{server.base_url}{API}/deals", json=sent, headers=provisioned.headers)
+
+    assert response.status_code == 201, response.text
+    deal = response.json()
+    assert set(deal) == DEAL_FIELDS
+    assert (deal["name"], deal["volume"], deal["deal_origin"], deal["note"]) == (
+        "Analytical engine",
+        125000,
+        None,
+        None,
+    )
+    assert (deal["employee_id"], deal["employee_name"]) == (None, None)
+    assert deal["step_id"] == provisioned.first_step_id
+    assert deal["department_id"] == provisioned.department["id"]
+    assert TIMESTAMP.match(deal["created_at"]) and TIMESTAMP.match(deal["updated_at"])
+    assert [c["last_name"] for c in deal["customers"]] == ["Babbage", "Lovelace"]
+    assert len({c["id"] for c in deal["customers"]}) == 2
+    for customer in deal["customers"]:
+        _assert_customer_shape(customer, provisioned.tenant["id"])
+    assert response.headers["Location"] == f"{API}/deals/{deal['id']}"
+    again = httpx.get(server.base_url + response.headers["Location"], headers=provisioned.headers)
+    assert again.status_code == 200, f"{again.text}\n{server.output()}"
+    assert again.json() == deal
+
+
+@dataclass(frozen=True)
+class Sample:
+    label: str
+    started: float  # seconds after the CLI command returned
+    finished: float
+    status: int
+
+
+def _create_customer(http: httpx.Client, server: Server, request_headers: dict[str, str]) -> int:
+    """One authenticated request on a new connection (``Connection: close``), so the kernel may
+    hand it to either worker."""
+    response = http.post(
+        f"{server.base_url}{API}/customers",
+        json={"last_name": "Probe"},
+        headers=request_headers,
+        timeout=5,
+    )
+    return response.status_code
+
+
+def _database_now(server: Server) -> datetime:
+    with server.database.control() as connection:
+        now: datetime = connection.execute(text("SELECT clock_timestamp()")).scalar_one()
+        return now
+
+
+def _workers_that_queried_since(server: Server, since: datetime) -> list[bool]:
+    """For each worker: has one of its pooled connections run a statement since ``since``?
+
+    A worker's connections are told apart by their client port (from /proc), matched to
+    pg_stat_activity; the key-change listener is left out, as it only ever ran LISTEN.
+    """
+    port = make_url(server.env["DEALBASE_DATABASE_URL"]).port or 5432
+    answers = []
+    with server.database.control() as connection:
+        for pid in server.workers():
+            active = connection.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE client_port = ANY(:ports)"
+                    " AND query_start >= :since AND query NOT LIKE 'LISTEN %'"
+                ),
+                {"ports": _database_client_ports(pid, port), "since": since},
+            ).scalar_one()
+            answers.append(active > 0)
+    return answers
+
+
+def _warm_every_worker(server: Server, request_headers: dict[str, str]) -> None:
+    """Uses the key until each of the two workers has answered with it, so each caches it."""
+    url = make_url(server.env["DEALBASE_DATABASE_URL"])
+    if url.host is None or "host" in url.query:
+        pytest.fail("needs PostgreSQL over TCP to tell which worker served (set the test URL)")
+    since = _database_now(server)
+    deadline = time.monotonic() + 15
+    while True:
+        statuses = _in_parallel(lambda http: _create_customer(http, server, request_headers), 8)
+        assert statuses == [201] * 8
+        served = _workers_that_queried_since(server, since)
+        if served == [True, True]:
+            return
+        assert time.monotonic() < deadline, f"a worker never served the key: {served}"
+
+
+def _in_parallel(call: Callable[[httpx.Client], int], count: int) -> list[int]:
+    results: list[int] = [0] * count
+
+    def run(index: int) -> None:
+        with httpx.Client() as http:
+            results[index] = call(http)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def _observe(
+    server: Server, clients: list[httpx.Client], callers: dict[str, dict[str, str]], since: float
+) -> list[Sample]:
+    """Requests from one thread per client, each on a new connection, for OBSERVE_S after
+    ``since``; the clients are made beforehand so that the first requests leave at once."""
+    samples: list[Sample] = []
+    lock = threading.Lock()
+
+    def run(offset: int) -> None:
+        labels = list(callers)
+        turn = offset
+        http = clients[offset]
+        while (started := time.monotonic() - since) < OBSERVE_S:
+            label = labels[turn % len(labels)]
+            turn += 1
+            status = _create_customer(http, server, callers[label])
+            with lock:
+                samples.append(Sample(label, started, time.monotonic() - since, status))
+            time.sleep(0.01)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(clients))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return samples
+
+
+@pytest.fixture
+def clients() -> Iterator[list[httpx.Client]]:
+    with ExitStack() as stack:
+        yield [stack.enter_context(httpx.Client()) for _ in range(4)]
+
+
+def _report(samples: list[Sample], label: str) -> str:
+    mine = sorted((s for s in samples if s.label == label), key=lambda s: s.started)
+    return (
+        f"{len(mine)} requests from {mine[0].started * 1000:.0f} ms after the CLI returned;"
+        f" last accepted answer at {_last_accepted(samples, label)} s"
+    )
+
+
+def _last_accepted(samples: list[Sample], label: str) -> float | None:
+    accepted = [s.finished for s in samples if s.label == label and s.status == 201]
+    return max(accepted, default=None)
+
+
+def test_a_revoked_key_is_refused_by_every_worker_within_one_second_of_the_cli(
+    server: Server, provisioned: Provisioned, clients: list[httpx.Client]
+) -> None:
+    key_id, key_headers = _another_key(server, provisioned)
+    _warm_every_worker(server, key_headers)
+
+    server.cli("key", "revoke", key_id)
+    returned = time.monotonic()
+    samples = _observe(server, clients, {"revoked": key_headers}, returned)
+
+    late = [s for s in samples if s.started >= REFUSAL_DEADLINE_S]
+    last = _last_accepted(samples, "revoked")
+    print(f"\nrevoked key: {_report(samples, 'revoked')}")
+    assert {s.status for s in samples} <= {201, 401}, samples
+    assert len(late) >= 20, f"too few requests after {REFUSAL_DEADLINE_S} s: {len(late)}"
+    assert [s for s in late if s.status != 401] == [], f"last accepted at {last} s"
+
+
+def test_a_rotated_out_secret_is_refused_within_one_second_and_the_new_one_accepted(
+    server: Server, provisioned: Provisioned, clients: list[httpx.Client]
+) -> None:
+    key_id, old_headers = _another_key(server, provisioned)
+    _warm_every_worker(server, old_headers)
+
+    rotated = server.cli("key", "rotate", key_id, "--grace-seconds", "0")
+    returned = time.monotonic()
+    new_headers = headers(rotated["api_key"], provisioned.department["id"])
+    samples = _observe(server, clients, {"old": old_headers, "new": new_headers}, returned)
+
+    late = [s for s in samples if s.started >= REFUSAL_DEADLINE_S]
+    last_old = _last_accepted(samples, "old")
+    first_new = min(
+        (s.started for s in samples if s.label == "new" and s.status == 201), default=None
+    )
+    print(f"\nrotated key, old secret: {_report(samples, 'old')}; new first accepted {first_new}")
+    assert rotated["key_id"] == key_id
+    assert rotated["api_key"] != old_headers["X-Api-Key"]
+    assert {s.status for s in samples} <= {201, 401}, samples
+    assert sum(s.label == "old" for s in late) >= 10, _report(samples, "old")
+    assert sum(s.label == "new" for s in late) >= 10, _report(samples, "new")
+    assert [s for s in late if s.label == "old" and s.status != 401] == [], last_old
+    assert [s for s in late if s.label == "new" and s.status != 201] == []
