@@ -201,3 +201,21 @@ def test_deleted_deal_is_gone_and_its_customers_stay(
     assert (
         client.get(f"{API}/customers/{customer_id}", headers=world.key.headers).status_code == 200
     )
+
+
+def test_deleting_a_deal_is_a_change_of_its_activities(
+    client: TestClient, world: TenantWorld
+) -> None:
+    deal = make(client, world, "/deals", {"name": "D", "customers": [{"last_name": "A"}]})
+    activity = client.post(
+        f"{API}/activities",
+        json={"type": "call", "customer_id": deal["customers"][0]["id"], "deal_id": deal["id"]},
+        headers=world.key.headers,
+    )
+
+    client.delete(f"{API}/deals/{deal['id']}", headers=world.key.headers)
+
+    after = client.get(activity.headers["location"], headers=world.key.headers)
+    assert after.json()["deal_id"] is None
+    assert after.headers["etag"] != activity.headers["etag"]
+    assert after.json()["updated_at"] > activity.json()["updated_at"]

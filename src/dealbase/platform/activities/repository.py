@@ -99,3 +99,12 @@ def delete_activity(
         .returning(activities.c.id)
     ).first()
     return deleted is not None
+
+
+def detach_from_deal(connection: Connection, deal_id: uuid.UUID) -> None:
+    """Activities outlive their deal: they lose it, as a change (new version) of their own."""
+    connection.execute(
+        update(activities)
+        .where(activities.c.deal_id == deal_id)
+        .values(deal_id=None, updated_at=func.now(), version=activities.c.version + 1)
+    )

@@ -6,6 +6,7 @@ from pydantic import BaseModel
 
 from dealbase.platform.customers import repository
 from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
+from dealbase.platform.deals import repository as deals_repository
 from dealbase.platform.errors import NotFound, PreconditionFailed
 from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.rows import explain_missed_write
@@ -67,8 +68,10 @@ def update(
 
 
 def delete(uow: UnitOfWork, customer_id: uuid.UUID, expected: Expected | None = None) -> None:
-    """Deletes the customer, its links to deals and its activities."""
+    """Deletes the customer, its links to deals (a change of those deals) and its activities."""
     department_id = department_of(uow.scope)
+    # While the links still exist; a refused delete rolls this back with it.
+    deals_repository.touch_deals_of_customer(uow.connection, customer_id)
     if not repository.delete_customer(uow.connection, department_id, customer_id, expected):
         raise _missed(uow, department_id, customer_id)
 

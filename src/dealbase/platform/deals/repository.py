@@ -184,3 +184,13 @@ def to_deal(row: RowMapping, customers: Sequence[Customer]) -> Deal:
         version=row["version"],
         customers=tuple(customers),
     )
+
+
+def touch_deals_of_customer(connection: Connection, customer_id: uuid.UUID) -> None:
+    """A new version for every deal the customer is linked to: its ``customers`` will change."""
+    linked = select(deal_customers.c.deal_id).where(deal_customers.c.customer_id == customer_id)
+    connection.execute(
+        update(deals)
+        .where(deals.c.id.in_(linked))
+        .values(updated_at=func.now(), version=deals.c.version + 1)
+    )

@@ -4,6 +4,7 @@ import uuid
 
 from pydantic import BaseModel
 
+from dealbase.platform.activities import repository as activities_repository
 from dealbase.platform.customers import repository as customers_repository
 from dealbase.platform.deals import repository
 from dealbase.platform.deals.models import CustomerLink, Deal, DealCreate, DealFilter
@@ -90,6 +91,8 @@ def update(
 def delete(uow: UnitOfWork, deal_id: uuid.UUID, expected: Expected | None = None) -> None:
     """Deletes the deal and its links; its customers stay, its activities lose the deal."""
     department_id = department_of(uow.scope)
+    # Before the foreign key's SET NULL would do it silently; a refused delete rolls this back.
+    activities_repository.detach_from_deal(uow.connection, deal_id)
     if not repository.delete_deal(uow.connection, department_id, deal_id, expected):
         raise _missed(uow, department_id, deal_id)
 
