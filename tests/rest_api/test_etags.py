@@ -95,3 +95,18 @@ def test_if_match_on_an_unknown_id_is_404_not_412(client: TestClient, world: Ten
     )
 
     assert response.status_code == 404
+
+
+@pytest.mark.parametrize("if_match", ['"99999999999999999999999"', '"²"', '"', '""', ","])
+def test_if_match_that_no_version_can_match_is_412_not_an_error(
+    client: TestClient, world: TenantWorld, if_match: str
+) -> None:
+    customer = client.post(f"{API}/customers", json={"last_name": "A"}, headers=world.key.headers)
+
+    response = client.patch(
+        customer.headers["location"],
+        json={},
+        headers={**world.key.headers, "If-Match": if_match.encode("latin-1")},
+    )
+
+    assert response.status_code == 412

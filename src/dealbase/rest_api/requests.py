@@ -47,9 +47,10 @@ def expected_version(
         return Expected(None)
     versions = set()
     for tag in if_match.split(","):
-        tag = tag.strip()
-        if len(tag) > 2 and tag[0] == tag[-1] == '"' and tag[1:-1].isdigit():
-            versions.add(int(tag[1:-1]))
+        opaque = tag.strip()[1:-1] if tag.strip()[:1] == tag.strip()[-1:] == '"' else ""
+        # Our ETags are quoted version numbers; anything else can match no version.
+        if opaque.isascii() and opaque.isdigit() and len(opaque) <= 18:
+            versions.add(int(opaque))
     return Expected(frozenset(versions))
 
 
