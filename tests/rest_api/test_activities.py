@@ -535,3 +535,24 @@ def test_deleting_a_customer_deletes_its_activities_and_only_those(
     assert listed_ids(client, world.key, customer_id=ada) == []
     assert listed_ids(client, world.key) == [bob_activity]
     assert listed_ids(client, world.key, deal_id=deal_id) == [bob_activity]
+
+
+@pytest.mark.parametrize("moment", ["9999-12-31T23:00:00-05:00", "0001-01-01T00:30:00+01:00"])
+def test_a_moment_outside_the_utc_years_1_to_9999_is_422_not_an_error(
+    client: TestClient, world: TenantWorld, moment: str
+) -> None:
+    customer = client.post(
+        f"{API}/customers", json={"last_name": "A"}, headers=world.key.headers
+    ).json()
+
+    response = client.post(
+        f"{API}/activities",
+        json={"type": "task", "customer_id": customer["id"], "due_at": moment},
+        headers=world.key.headers,
+    )
+    listed = client.get(
+        f"{API}/customers", params={"updated_since": moment}, headers=world.key.headers
+    )
+
+    assert (response.status_code, response.json()["errors"][0]["field"]) == (422, "due_at")
+    assert (listed.status_code, listed.json()["errors"][0]["field"]) == (422, "updated_since")

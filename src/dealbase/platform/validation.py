@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 import uuid
+from datetime import UTC, datetime
 from typing import Annotated, Any, Optional, TypeVar
 
 from pydantic import (
     AfterValidator,
+    AwareDatetime,
     BaseModel,
     Field,
     ValidationError,
@@ -73,6 +75,20 @@ PhoneText = Annotated[str, _text(64), AfterValidator(_no_nul)]
 EmailText = Annotated[
     str, _text(320, _EMAIL_PATTERN), AfterValidator(_no_nul), AfterValidator(_email_shape)
 ]
+
+
+def _representable_in_utc(value: datetime) -> datetime:
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise PydanticCustomError(
+            "out_of_range", "must lie between the years 1 and 9999 in UTC"
+        ) from None
+
+
+# A moment with its UTC offset (a naive time is refused), stored and returned in UTC.
+Moment = Annotated[AwareDatetime, AfterValidator(_representable_in_utc)]
+
 # Money as a whole number of the tenant's currency units, as the document's integer ``volume``.
 Volume = Annotated[int, Field(ge=0, le=2**63 - 1)]
 

@@ -5,9 +5,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict
 
-from dealbase.platform.validation import LongText, ShortText, partial
+from dealbase.platform.validation import LongText, Moment, ShortText, partial
 
 ActivityType = Literal["call", "email", "meeting", "task", "note"]
 
@@ -21,8 +21,8 @@ class ActivityFields(BaseModel):
     type: ActivityType
     subject: ShortText | None = None
     note: LongText | None = None
-    due_at: AwareDatetime | None = None
-    done_at: AwareDatetime | None = None
+    due_at: Moment | None = None
+    done_at: Moment | None = None
     customer_id: uuid.UUID
     deal_id: uuid.UUID | None = None
     employee_id: uuid.UUID | None = None

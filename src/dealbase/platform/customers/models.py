@@ -5,13 +5,14 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Annotated
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
 from dealbase.platform.validation import (
     SHORT_TEXT,
     EmailText,
     LongText,
+    Moment,
     PhoneText,
     RequiredShortText,
     ShortText,
@@ -105,4 +106,4 @@ class CustomerFilter(BaseModel):
 
     email: Annotated[str, Field(max_length=320)] | None = None
     q: Annotated[str, Field(min_length=1, max_length=SHORT_TEXT)] | None = None
-    updated_since: AwareDatetime | None = None
+    updated_since: Moment | None = None

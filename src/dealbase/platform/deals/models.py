@@ -5,11 +5,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from dealbase.platform.customers.models import Customer, CustomerFields
 from dealbase.platform.validation import (
     LongText,
+    Moment,
     RequiredShortText,
     ShortText,
     Volume,
@@ -72,7 +73,7 @@ class DealFilter(BaseModel):
     step_id: uuid.UUID | None = None
     employee_id: uuid.UUID | None = None
     customer_id: uuid.UUID | None = None
-    updated_since: AwareDatetime | None = None
+    updated_since: Moment | None = None
 
 
 class CustomerLink(BaseModel):
