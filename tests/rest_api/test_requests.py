@@ -92,3 +92,13 @@ def test_unknown_path_and_wrong_method_are_problems(client: TestClient, world: T
 
     assert (missing.status_code, missing.json()["code"]) == (404, "not_found")
     assert (wrong_method.status_code, wrong_method.json()["code"]) == (405, "method_not_allowed")
+
+
+@pytest.mark.parametrize("query", ["q=a%00b", "email=x%00%40y"])
+def test_nul_in_a_search_term_is_422_not_an_error(
+    client: TestClient, world: TenantWorld, query: str
+) -> None:
+    response = client.get(f"{CUSTOMERS}?{query}", headers=world.key.headers)
+
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["code"] == "invalid_character"

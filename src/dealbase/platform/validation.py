@@ -58,6 +58,9 @@ def _text(max_length: int, pattern: str = _NO_NUL_PATTERN) -> Any:
     return Field(max_length=max_length, json_schema_extra={"pattern": pattern})
 
 
+# Any text bound for SQL, search terms included, is refused with U+0000 in it.
+PlainText = Annotated[str, AfterValidator(_no_nul)]
+
 SHORT_TEXT = 255
 LONG_TEXT = 10_000
 

@@ -14,6 +14,7 @@ from dealbase.platform.validation import (
     LongText,
     Moment,
     PhoneText,
+    PlainText,
     RequiredShortText,
     ShortText,
     UrlText,
@@ -104,6 +105,6 @@ CustomerPatch = partial(CustomerFields, "CustomerPatch")
 class CustomerFilter(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
-    email: Annotated[str, Field(max_length=320)] | None = None
-    q: Annotated[str, Field(min_length=1, max_length=SHORT_TEXT)] | None = None
+    email: Annotated[PlainText, Field(max_length=320)] | None = None
+    q: Annotated[PlainText, Field(min_length=1, max_length=SHORT_TEXT)] | None = None
     updated_since: Moment | None = None
