@@ -556,3 +556,23 @@ def test_a_moment_outside_the_utc_years_1_to_9999_is_422_not_an_error(
 
     assert (response.status_code, response.json()["errors"][0]["field"]) == (422, "due_at")
     assert (listed.status_code, listed.json()["errors"][0]["field"]) == (422, "updated_since")
+
+
+def test_moments_before_the_year_1000_keep_four_year_digits(
+    client: TestClient, world: TenantWorld
+) -> None:
+    customer = client.post(
+        f"{API}/customers", json={"last_name": "A"}, headers=world.key.headers
+    ).json()
+
+    response = client.post(
+        f"{API}/activities",
+        json={
+            "type": "meeting",
+            "customer_id": customer["id"],
+            "due_at": "0188-01-26T03:16:18.289-12:25",
+        },
+        headers=world.key.headers,
+    )
+
+    assert response.json()["due_at"] == "0188-01-26T15:41:18.289000Z"

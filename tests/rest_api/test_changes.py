@@ -219,3 +219,31 @@ def test_deleting_a_deal_is_a_change_of_its_activities(
     assert after.json()["deal_id"] is None
     assert after.headers["etag"] != activity.headers["etag"]
     assert after.json()["updated_at"] > activity.json()["updated_at"]
+
+
+def test_deal_patch_names_every_unknown_reference(client: TestClient, world: TenantWorld) -> None:
+    deal = make(client, world, "/deals", {"name": "D"})
+
+    response = patch(
+        client,
+        world,
+        f"/deals/{deal['id']}",
+        {"step_id": str(uuid.uuid4()), "employee_id": str(uuid.uuid4())},
+    )
+
+    assert [e["field"] for e in response.json()["errors"]] == ["step_id", "employee_id"]
+
+
+@pytest.mark.parametrize("resource", ["deals", "activities"])
+def test_patch_of_an_unknown_id_is_404_before_the_ids_in_its_body_are_judged(
+    client: TestClient, world: TenantWorld, resource: str
+) -> None:
+    body = (
+        {"step_id": str(uuid.uuid4())}
+        if resource == "deals"
+        else {"customer_id": str(uuid.uuid4()), "employee_id": str(uuid.uuid4())}
+    )
+
+    response = patch(client, world, f"/{resource}/{uuid.uuid4()}", body)
+
+    assert response.status_code == 404

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -92,6 +94,9 @@ def test_unknown_path_and_wrong_method_are_problems(client: TestClient, world: T
 
     assert (missing.status_code, missing.json()["code"]) == (404, "not_found")
     assert (wrong_method.status_code, wrong_method.json()["code"]) == (405, "method_not_allowed")
+    assert wrong_method.headers["allow"] == "GET, POST"
+    item = client.put(f"{CUSTOMERS}/{uuid.uuid4()}", json={}, headers=world.key.headers)
+    assert item.headers["allow"] == "DELETE, GET, PATCH"
 
 
 @pytest.mark.parametrize("query", ["q=a%00b", "email=x%00%40y"])
@@ -102,3 +107,18 @@ def test_nul_in_a_search_term_is_422_not_an_error(
 
     assert response.status_code == 422
     assert response.json()["errors"][0]["code"] == "invalid_character"
+
+
+@pytest.mark.parametrize("value", ["0.5", "1700000000", "2026-01-01", "2026-01-01T00:00:00"])
+@pytest.mark.parametrize("path", ["/api/v1/integration/customers", "/api/v1/integration/deals"])
+def test_updated_since_must_be_an_rfc3339_date_time_with_offset(
+    client: TestClient, world: TenantWorld, value: str, path: str
+) -> None:
+    response = client.get(path, params={"updated_since": value}, headers=world.key.headers)
+
+    assert response.status_code == 422
+    assert response.json()["errors"][0] == {
+        **response.json()["errors"][0],
+        "field": "updated_since",
+        "code": "invalid_datetime",
+    }

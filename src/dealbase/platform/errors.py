@@ -88,6 +88,19 @@ class Invalid(DomainError):
     def of(cls, field_name: str, code: str, message: str) -> Invalid:
         return cls(message, [FieldError(field_name, code, message)])
 
+    @classmethod
+    def unknown_references(cls, fields: Sequence[str], owner: str) -> Invalid:
+        """Ids in a body (``step_id``, ``customer_id``...) naming nothing in ``owner``."""
+        return cls(
+            f"The request names ids that do not exist here: {', '.join(fields)}.",
+            [
+                FieldError(
+                    name, "not_found", f"No {name.removesuffix('_id')} of {owner} has this id."
+                )
+                for name in fields
+            ],
+        )
+
 
 # Pydantic's error types, folded into the codes documented in docs/api.md.
 _PYDANTIC_CODES: dict[str, str] = {
@@ -121,6 +134,7 @@ _PYDANTIC_CODES: dict[str, str] = {
     "invalid_format": "invalid_format",
     "out_of_range": "out_of_range",
     "cannot_clear": "cannot_clear",
+    "invalid_datetime": "invalid_datetime",
 }
 
 

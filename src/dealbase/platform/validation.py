@@ -7,11 +7,14 @@ import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, Optional, TypeVar
 
+import orjson
 from pydantic import (
     AfterValidator,
     AwareDatetime,
     BaseModel,
+    BeforeValidator,
     Field,
+    Strict,
     ValidationError,
     ValidationInfo,
     create_model,
@@ -80,6 +83,21 @@ EmailText = Annotated[
 ]
 
 
+_RFC3339 = re.compile(
+    r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
+)
+
+
+def _rfc3339_text(value: object) -> object:
+    # Pydantic alone also reads "0.5" or "1700000000" as Unix times; the wire says RFC 3339.
+    if isinstance(value, str) and not _RFC3339.match(value):
+        raise PydanticCustomError(
+            "invalid_datetime",
+            "must be an RFC 3339 date-time with a UTC offset, e.g. 2026-11-21T09:30:00Z",
+        )
+    return value
+
+
 def _representable_in_utc(value: datetime) -> datetime:
     try:
         return value.astimezone(UTC)
@@ -90,7 +108,13 @@ def _representable_in_utc(value: datetime) -> datetime:
 
 
 # A moment with its UTC offset (a naive time is refused), stored and returned in UTC.
-Moment = Annotated[AwareDatetime, AfterValidator(_representable_in_utc)]
+# Lax inside: once the text has passed the RFC 3339 check, pydantic may parse it from a string.
+Moment = Annotated[
+    AwareDatetime,
+    Strict(False),
+    BeforeValidator(_rfc3339_text),
+    AfterValidator(_representable_in_utc),
+]
 
 # Money as a whole number of the tenant's currency units, as the document's integer ``volume``.
 Volume = Annotated[int, Field(ge=0, le=2**63 - 1)]
@@ -107,9 +131,10 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def validated(model: type[M], data: dict[str, Any]) -> M:
-    """``model`` from Python values (CLI, GraphQL), with failures as ``Invalid`` like REST's."""
+    """``model`` from Python values (query strings, CLI, GraphQL), by exactly the rules a JSON
+    body meets: the values go through JSON, so a date-time or an id is read from its text."""
     try:
-        return model.model_validate(data)
+        return model.model_validate_json(orjson.dumps(data))
     except ValidationError as exc:
         raise invalid_from_pydantic(exc.errors(include_url=False)) from None
 

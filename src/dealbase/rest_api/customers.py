@@ -4,7 +4,6 @@ import uuid
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
-from pydantic import AwareDatetime
 from starlette.responses import Response
 
 from dealbase.platform.customers import service
@@ -17,6 +16,7 @@ from dealbase.rest_api.openapi import (
     LIST_CURSOR,
     LIST_LIMIT,
     READ_HEADERS,
+    UPDATED_SINCE,
     json_request_body,
     problem_responses,
 )
@@ -104,9 +104,7 @@ def list_customers(
         max_length=SHORT_TEXT,
         description="Text the last name, first name or company contains (any letter case).",
     ),
-    updated_since: AwareDatetime | None = Query(
-        None, description="Only customers changed at or after this time (with a UTC offset)."
-    ),
+    updated_since: str | None = UPDATED_SINCE,
 ) -> Response:
     filters = validated(CustomerFilter, {"email": email, "q": q, "updated_since": updated_since})
     with db.unit_of_work(scope) as uow:

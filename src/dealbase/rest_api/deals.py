@@ -3,7 +3,6 @@ from __future__ import annotations
 import uuid
 
 from fastapi import APIRouter, Depends, Query, Request
-from pydantic import AwareDatetime
 from starlette.responses import Response
 
 from dealbase.platform.deals import service
@@ -16,6 +15,7 @@ from dealbase.rest_api.openapi import (
     LIST_CURSOR,
     LIST_LIMIT,
     READ_HEADERS,
+    UPDATED_SINCE,
     json_request_body,
     problem_responses,
 )
@@ -94,9 +94,7 @@ def list_deals(
         None, description="Only deals assigned to this employee."
     ),
     customer_id: uuid.UUID | None = Query(None, description="Only deals linked to this customer."),
-    updated_since: AwareDatetime | None = Query(
-        None, description="Only deals changed at or after this time (with a UTC offset)."
-    ),
+    updated_since: str | None = UPDATED_SINCE,
 ) -> Response:
     filters = validated(
         DealFilter,

@@ -35,6 +35,14 @@ LIST_CURSOR = Query(
     description="The `next_cursor` of the previous page, under the same filters; omit for the first.",
 )
 
+# A string parsed by the platform's rules (RFC 3339 with an offset), not FastAPI's lax datetime.
+UPDATED_SINCE = Query(
+    None,
+    max_length=64,
+    description="Only rows changed at or after this RFC 3339 date-time, with its UTC offset.",
+    json_schema_extra={"format": "date-time"},
+)
+
 _STATUS_TEXT = {
     400: "Malformed JSON.",
     401: "Missing or invalid credentials (one identical answer whatever was wrong).",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,7 +11,6 @@ import structlog
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
 
 from dealbase.platform.errors import (
     Conflict,
@@ -133,13 +133,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 def _methods_at(request: Request) -> list[str]:
-    """Every method some route serves at this path (Starlette names only the first route's)."""
+    """Every method the OpenAPI document gives this path (Starlette names one route's only)."""
     methods: set[str] = set()
-    for route in request.app.router.routes:
-        match, _ = route.matches({**request.scope, "method": "GET"})
-        route_methods = getattr(route, "methods", None)
-        if match != Match.NONE and route_methods:
-            methods |= route_methods
+    for template, operations in request.app.openapi().get("paths", {}).items():
+        if re.fullmatch(re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(template)), request.url.path):
+            methods |= {method.upper() for method in operations}
     return sorted(methods)
 
 

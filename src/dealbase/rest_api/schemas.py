@@ -13,7 +13,8 @@ TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
 
 def format_timestamp(value: datetime) -> str:
     """ISO 8601 in UTC with exactly six fractional digits and ``Z``, as the document's rule 3."""
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # isoformat, unlike strftime's %Y, pads years before 1000 to four digits.
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 Timestamp = Annotated[

@@ -9,7 +9,7 @@ from dealbase.platform.activities import repository
 from dealbase.platform.activities.models import Activity, ActivityFields, ActivityFilter
 from dealbase.platform.customers import repository as customers_repository
 from dealbase.platform.deals import repository as deals_repository
-from dealbase.platform.errors import FieldError, Invalid, NotFound, PreconditionFailed
+from dealbase.platform.errors import Invalid, NotFound, PreconditionFailed
 from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.pipeline import repository as pipeline_repository
 from dealbase.platform.rows import explain_missed_write
@@ -41,14 +41,7 @@ def _check_references(
     ):
         missing.append("employee_id")
     if missing:
-        message = "No {} of the activity's department has this id."
-        raise Invalid(
-            f"The request names ids that do not exist here: {', '.join(missing)}.",
-            [
-                FieldError(name, "not_found", message.format(name.removesuffix("_id")))
-                for name in missing
-            ],
-        )
+        raise Invalid.unknown_references(missing, "the activity's department")
 
 
 def create(uow: UnitOfWork, fields: ActivityFields) -> Activity:
@@ -78,6 +71,8 @@ def update(
 ) -> Activity:
     department_id = department_of(uow.scope)
     changes = patch.model_dump(exclude_unset=True)
+    if changes.keys() & {"customer_id", "deal_id", "employee_id"}:
+        get(uow, activity_id)  # an unknown activity is a 404 before the ids it names are judged
     _check_references(uow, department_id, changes)
     updated = repository.update_activity(
         uow.connection, department_id, activity_id, changes, expected

@@ -71,18 +71,19 @@ def update(
         connection, department_id, deal_id
     ) is None:
         raise NotFound(f"No deal has the id {deal_id}.")  # before judging the fields it names
+    unknown = []
     step_id = changes.get("step_id")
     if step_id is not None and not pipeline_repository.step_in_department(
         connection, department_id, step_id
     ):
-        raise Invalid.of("step_id", "not_found", "No step of the deal's department has this id.")
+        unknown.append("step_id")
     employee_id = changes.get("employee_id")
     if employee_id is not None and not pipeline_repository.employee_in_department(
         connection, department_id, employee_id
     ):
-        raise Invalid.of(
-            "employee_id", "not_found", "No employee of the deal's department has this id."
-        )
+        unknown.append("employee_id")
+    if unknown:
+        raise Invalid.unknown_references(unknown, "the deal's department")
     if not repository.update_deal(connection, department_id, deal_id, changes, expected):
         raise _missed(uow, department_id, deal_id)
     return get(uow, deal_id)
@@ -106,9 +107,7 @@ def link_customer(uow: UnitOfWork, deal_id: uuid.UUID, link: CustomerLink) -> De
         connection, scope.tenant_id, department_id, link.customer_id
     )
     if customer is None:
-        raise Invalid.of(
-            "customer_id", "not_found", "No customer of the deal's department has this id."
-        )
+        raise Invalid.unknown_references(["customer_id"], "the deal's department")
     if repository.link_customer(connection, deal_id, link.customer_id):
         repository.update_deal(connection, department_id, deal_id, {}, None)
     return get(uow, deal_id)
