@@ -576,3 +576,18 @@ def test_moments_before_the_year_1000_keep_four_year_digits(
     )
 
     assert response.json()["due_at"] == "0188-01-26T15:41:18.289000Z"
+
+
+@pytest.mark.parametrize("moment", [0, 1700000000, 1.5, True, "1700000000"])
+def test_a_number_is_not_a_moment(client: TestClient, world: TenantWorld, moment: object) -> None:
+    customer = client.post(
+        f"{API}/customers", json={"last_name": "A"}, headers=world.key.headers
+    ).json()
+
+    response = client.post(
+        f"{API}/activities",
+        json={"type": "call", "customer_id": customer["id"], "done_at": moment},
+        headers=world.key.headers,
+    )
+
+    assert (response.status_code, response.json()["errors"][0]["code"]) == (422, "invalid_datetime")

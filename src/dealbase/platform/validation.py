@@ -89,8 +89,10 @@ _RFC3339 = re.compile(
 
 
 def _rfc3339_text(value: object) -> object:
-    # Pydantic alone also reads "0.5" or "1700000000" as Unix times; the wire says RFC 3339.
-    if isinstance(value, str) and not _RFC3339.match(value):
+    # Pydantic alone also reads 0, "0.5" or "1700000000" as Unix times; the wire says RFC 3339.
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or not _RFC3339.match(value):
         raise PydanticCustomError(
             "invalid_datetime",
             "must be an RFC 3339 date-time with a UTC offset, e.g. 2026-11-21T09:30:00Z",

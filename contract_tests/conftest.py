@@ -1,0 +1,110 @@
+"""Fixtures for the contract suite: the real app on a real database, and a real tenant's key.
+
+The database fixtures are the ones ``tests/conftest.py`` defines, imported rather than copied so
+both suites get their database the same way (and both fail, not skip, under ``CI=true`` without
+one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from contract_tests.server_rules import DepartmentRows
+from contract_tests.support import SESSION_APP
+from dealbase.app import create_app
+from dealbase.config import Settings
+from dealbase.ops import admin
+from dealbase.tenancy.database import Database
+from tests.conftest import database, database_url, postgres_server, settings
+from tests.support import Credentials, TenantWorld, build_tenant
+
+INTEGRATION = "/api/v1/integration"
+
+# pytest finds fixtures by name in a conftest module; listing them keeps the imports "used".
+__all__ = [
+    "contract_app",
+    "contract_credentials",
+    "contract_rows",
+    "contract_world",
+    "database",
+    "database_url",
+    "postgres_server",
+    "settings",
+]
+
+
+@pytest.fixture(scope="session")
+def contract_app(settings: Settings) -> Iterator[FastAPI]:
+    """The app on the session database, seated where the suite's schemas send their requests."""
+    app = create_app(settings)
+    # The lifespan (key listener, connection pool) runs here, once for the session; see AppSeat.
+    with TestClient(app):
+        SESSION_APP.seat(app)
+        yield app
+        SESSION_APP.vacate()
+
+
+@pytest.fixture(scope="session")
+def contract_world(database: Database) -> TenantWorld:
+    """A real tenant with one department, made the way an operator makes one."""
+    return build_tenant(database)
+
+
+@pytest.fixture(scope="session")
+def contract_credentials(contract_world: TenantWorld) -> Credentials:
+    """The department's key, issued the way an operator issues one."""
+    return contract_world.key
+
+
+@pytest.fixture(scope="session")
+def contract_rows(
+    contract_app: FastAPI,
+    contract_world: TenantWorld,
+    contract_credentials: Credentials,
+    database: Database,
+) -> Callable[[], DepartmentRows]:
+    """Real customer, deal, employee and step of the department, for bodies that name one.
+
+    Made through the API (customer, deal) and the operator workflow (employee), so they are rows
+    the server itself wrote. The stateful phase follows links out of list responses and can
+    delete the customer or the deal, so each call makes a new one when its row is gone.
+    """
+    employee = admin.create_employee(
+        database, contract_world.tenant.id, contract_credentials.department_id, "Eve Contract", None
+    )
+    client = TestClient(contract_app)  # the lifespan already runs, in contract_app
+    headers = contract_credentials.headers
+
+    def created(collection: str, body: dict[str, object]) -> str:
+        response = client.post(f"{INTEGRATION}/{collection}", json=body, headers=headers)
+        assert response.status_code == 201, response.text
+        return str(response.json()["id"])
+
+    def exists(collection: str, row_id: str) -> bool:
+        return (
+            client.get(f"{INTEGRATION}/{collection}/{row_id}", headers=headers).status_code == 200
+        )
+
+    steps = client.get(f"{INTEGRATION}/steps", headers=headers)
+    assert steps.status_code == 200, steps.text
+    rows = DepartmentRows(
+        customer_id=created("customers", {"last_name": "Lovelace"}),
+        deal_id=created("deals", {"name": "Analytical engine"}),
+        employee_id=str(employee.id),
+        step_id=str(steps.json()["data"][0]["id"]),
+    )
+
+    def current() -> DepartmentRows:
+        nonlocal rows
+        if not exists("customers", rows.customer_id):
+            rows = replace(rows, customer_id=created("customers", {"last_name": "Lovelace"}))
+        if not exists("deals", rows.deal_id):
+            rows = replace(rows, deal_id=created("deals", {"name": "Analytical engine"}))
+        return rows
+
+    return current

@@ -1,0 +1,239 @@
+"""Rules the server enforces on purpose that no JSON Schema can state, and the narrow adaptations
+of generated requests that keep the contract suite from reporting them as findings.
+
+Each adaptation rewrites only a value the document accepts, into another value the document
+accepts, and only where the rule applies. A negative case therefore stays negative (its violation
+is elsewhere), and schemathesis re-validates a case changed in place, so its positive or negative
+label stays true and every check still judges it. Nothing here widens an expected status.
+
+The rules (issue 3 and the field descriptions in the document):
+
+- An id a body refers to (``customer_id``, ``deal_id``, ``employee_id``, ``step_id``) must name a
+  row of the caller's department, or the answer is 422 ``not_found``. A generated uuid never does.
+- ``cursor`` is opaque: only a ``next_cursor`` the API returned, under the same filters, is valid;
+  a random pattern-valid one is 422 ``invalid_cursor``.
+- ``birthday`` is a date from 1850-01-01 to today, else 422 ``out_of_range``.
+- ``If-Match`` names the resource's current ETag, which a generator cannot know: any other
+  value is 412 on an existing resource (the stateful phase reaches real ones).
+- An ``Idempotency-Key`` sent again with a different request is 422 ``idempotency_key_reused``.
+  The generator draws keys from a small space (the coverage phase sends the same boundary values
+  to every operation), so it reuses keys without meaning to.
+
+- An integer field takes a JSON integer: ``302.0`` is 422 ``wrong_type`` (strict JSON types),
+  though JSON Schema counts it as an integer, so the generator sends it as valid data.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from typing import Any
+
+import schemathesis
+from schemathesis.core import NOT_SET
+
+IDEMPOTENCY_KEY = "Idempotency-Key"
+IF_MATCH = "If-Match"
+MAX_IF_MATCH = 1024
+CURSOR = "cursor"
+BIRTHDAY = "birthday"
+EARLIEST_BIRTHDAY = date(1850, 1, 1)
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+@dataclass(frozen=True)
+class DepartmentRows:
+    """Real rows of the suite's department, for bodies that refer to one."""
+
+    customer_id: str
+    deal_id: str
+    employee_id: str
+    step_id: str
+
+    def by_field(self) -> dict[str, str]:
+        return {
+            "customer_id": self.customer_id,
+            "deal_id": self.deal_id,
+            "employee_id": self.employee_id,
+            "step_id": self.step_id,
+        }
+
+
+@dataclass
+class ServerRules:
+    """The adaptations, with the patterns the document states for the values they rewrite."""
+
+    document: Mapping[str, Any]
+    _requests_by_key: dict[str, str] = field(default_factory=dict)
+    _integer_fields: frozenset[str] = field(init=False)
+    _serial: Iterator[int] = field(default_factory=itertools.count)
+
+    def adapt(
+        self, case: schemathesis.Case[Any], rows: DepartmentRows, *, real_path_ids: bool = False
+    ) -> None:
+        """Rewrite ``case`` in place; the key goes last, as it depends on the final request.
+
+        ``real_path_ids``: the path's ids may name real rows (the stateful phase follows links).
+        """
+        self._drop_forged_cursor(case)
+        _drop_guessed_if_match(case)
+        _clamp_birthday(case)
+        _integral_floats_as_integers(case.body, self._integer_fields)
+        _refer_to_department_rows(case, rows, real_path_ids=real_path_ids)
+        self._keep_idempotency_keys_unshared(case)
+
+    def __post_init__(self) -> None:
+        self._integer_fields = frozenset(
+            name
+            for schema in self.document["components"]["schemas"].values()
+            for name, prop in schema.get("properties", {}).items()
+            if any(branch.get("type") == "integer" for branch in prop.get("anyOf", [prop]))
+        )
+
+    def _drop_forged_cursor(self, case: schemathesis.Case[Any]) -> None:
+        # No valid cursor can be generated (it is a keyset position plus a hash of the filters), so
+        # a pattern-valid one is dropped and the list is fetched from its start. A cursor the
+        # pattern rejects stays: that is a negative case the server must refuse.
+        query = case.query
+        if not query or CURSOR not in query:
+            return
+        pattern = self._string_pattern(case, "query", CURSOR)
+        if pattern is not None and _matches(pattern, query[CURSOR]):
+            del query[CURSOR]
+
+    def _keep_idempotency_keys_unshared(self, case: schemathesis.Case[Any]) -> None:
+        # The same key with the same request is a replay (and stays one, so replays are fuzzed
+        # too); the same key with a different request gets a fresh key of the same shape.
+        headers = case.headers
+        if not headers or IDEMPOTENCY_KEY not in headers:
+            return
+        generated = key = headers[IDEMPOTENCY_KEY]
+        pattern = self._string_pattern(case, "header", IDEMPOTENCY_KEY)
+        if pattern is None or not _matches(pattern, key):
+            return
+        request = _request_identity(case)
+        while self._requests_by_key.setdefault(key, request) != request:
+            key = _with_suffix(generated, f"-{next(self._serial)}")
+            if not _matches(pattern, key):
+                raise AssertionError(f"the unshared key {key!r} left the pattern {pattern!r}")
+        headers[IDEMPOTENCY_KEY] = key
+
+    def _string_pattern(self, case: schemathesis.Case[Any], location: str, name: str) -> str | None:
+        operation = self.document["paths"][case.operation.path][case.operation.method.lower()]
+        for parameter in operation.get("parameters", []):
+            if parameter["in"] == location and parameter["name"].lower() == name.lower():
+                schema = parameter["schema"]
+                for branch in schema.get("anyOf", [schema]):
+                    if branch.get("type") == "string" and "pattern" in branch:
+                        return str(branch["pattern"])
+        return None
+
+
+def _drop_guessed_if_match(case: schemathesis.Case[Any]) -> None:
+    # `*` (any version) stays, and so does a value over the document's 1,024 characters: that is
+    # a negative case the server must refuse.
+    headers = case.headers
+    if not headers:
+        return
+    for name in [name for name in headers if name.lower() == IF_MATCH.lower()]:
+        value = headers[name]
+        if isinstance(value, str) and value.strip() != "*" and len(value) <= MAX_IF_MATCH:
+            del headers[name]
+
+
+def _clamp_birthday(case: schemathesis.Case[Any]) -> None:
+    # Valid dates outside 1850-01-01..today are out of range by design (the field's description
+    # says so; JSON Schema has no bound for dates). Customers come alone or inside a deal's
+    # `customers`, hence the walk. A day's margin keeps a run over midnight in range.
+    _clamp_birthdays_in(case.body)
+
+
+def _clamp_birthdays_in(value: object) -> None:
+    if isinstance(value, list):
+        for item in value:
+            _clamp_birthdays_in(item)
+        return
+    if not isinstance(value, dict):
+        return
+    for item in value.values():
+        _clamp_birthdays_in(item)
+    birthday = _calendar_date(value.get(BIRTHDAY))
+    if birthday is None:
+        return  # absent, null, or not a date: the latter a negative case the server must refuse
+    latest = date.today() - timedelta(days=1)
+    clamped = min(max(birthday, EARLIEST_BIRTHDAY), latest)
+    if clamped != birthday:
+        value[BIRTHDAY] = clamped.isoformat()
+
+
+def _calendar_date(value: object) -> date | None:
+    if not isinstance(value, str) or not _ISO_DATE.fullmatch(value):
+        return None
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def _integral_floats_as_integers(value: object, integer_fields: frozenset[str]) -> None:
+    # Only a float with no fraction, in a field the document types as integer: `302.5` stays, as
+    # a negative case the server must refuse.
+    if isinstance(value, list):
+        for item in value:
+            _integral_floats_as_integers(item, integer_fields)
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            if name in integer_fields and isinstance(item, float) and item.is_integer():
+                value[name] = int(item)
+            else:
+                _integral_floats_as_integers(item, integer_fields)
+
+
+def _refer_to_department_rows(
+    case: schemathesis.Case[Any], rows: DepartmentRows, *, real_path_ids: bool
+) -> None:
+    # Where the path names no resource, or a real one, the body's references are what the server
+    # judges. Where it names a random one (stateless runs), the answer must be 404 whatever the
+    # body says, so the references stay random and the suite sees which the server judges first.
+    body = case.body
+    if (case.path_parameters and not real_path_ids) or not isinstance(body, dict):
+        return
+    for name, real_id in rows.by_field().items():
+        value = body.get(name)
+        if isinstance(value, str) and _is_uuid(value):
+            body[name] = real_id
+
+
+def _request_identity(case: schemathesis.Case[Any]) -> str:
+    """What the server's fingerprint covers: method, path and body (key order aside)."""
+    body = None if case.body is NOT_SET else case.body
+    return json.dumps(
+        [case.method, case.operation.path, case.path_parameters, body],
+        sort_keys=True,
+        default=repr,
+    )
+
+
+def _with_suffix(key: str, suffix: str) -> str:
+    """``key`` ending in ``suffix``, its quotes (if any) and length kept within 255."""
+    quoted = len(key) >= 2 and key.startswith('"') and key.endswith('"')
+    inner = key[1:-1] if quoted else key
+    inner = inner[: 255 - len(suffix)] + suffix
+    return f'"{inner}"' if quoted else inner
+
+
+def _matches(pattern: str, value: object) -> bool:
+    return isinstance(value, str) and re.search(pattern, value) is not None
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
