@@ -86,9 +86,8 @@ def contract_rows(
         return str(response.json()["id"])
 
     def exists(collection: str, row_id: str) -> bool:
-        return (
-            client.get(f"{INTEGRATION}/{collection}/{row_id}", headers=headers).status_code == 200
-        )
+        response = client.get(f"{INTEGRATION}/{collection}/{row_id}", headers=headers)
+        return bool(response.status_code == 200)
 
     steps = client.get(f"{INTEGRATION}/steps", headers=headers)
     assert steps.status_code == 200, steps.text
