@@ -96,19 +96,19 @@ STATEFUL_SEQUENCES = 15
 STATEFUL_STEPS = 8
 
 
-def test_the_document_declares_no_links_so_the_stateful_phase_runs_on_inferred_ones() -> None:
-    # Issue 6 asks the document for `links`; until it has them, schemathesis infers links from
-    # the schemas (dependency analysis, its default). When links arrive, this fails as a reminder
-    # to drop the inference note; the stateful test below runs either way.
-    declared = [
-        name
-        for operations in DOCUMENT["paths"].values()
-        for operation in operations.values()
-        if isinstance(operation, dict)
-        for response in operation.get("responses", {}).values()
-        for name in response.get("links", {})
-    ]
-    assert declared == []
+def test_each_create_links_to_the_operations_on_what_it_created() -> None:
+    # The stateful phase follows these links (and schemathesis's inferred ones besides).
+    paths = DOCUMENT["paths"]
+    links = {
+        collection: sorted(paths[collection]["post"]["responses"]["201"].get("links", {}))
+        for collection in ("/api/v1/integration/customers", DEALS, "/api/v1/integration/activities")
+    }
+
+    assert links == {
+        "/api/v1/integration/customers": ["delete_customer", "get_customer", "update_customer"],
+        DEALS: ["delete_deal", "get_deal", "link_customer", "update_deal"],
+        "/api/v1/integration/activities": ["delete_activity", "get_activity", "update_activity"],
+    }
 
 
 @pytest.mark.usefixtures("contract_app")

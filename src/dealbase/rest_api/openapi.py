@@ -107,6 +107,7 @@ def install_openapi(app: FastAPI) -> None:
                 responses = operation.get("responses", {})
                 if "422" in responses:
                     responses["422"] = problem_responses(422)[422]
+        _link_creates_to_their_resource(document["paths"])
         # Both headers are required together: one security requirement naming both (AND), not
         # FastAPI's one-per-scheme list (OR).
         for path_item in document.get("paths", {}).values():
@@ -121,3 +122,29 @@ def install_openapi(app: FastAPI) -> None:
         return document
 
     app.openapi = build  # type: ignore[method-assign]
+
+
+def _link_creates_to_their_resource(paths: dict[str, Any]) -> None:
+    """OpenAPI ``links`` from each create's 201 to the operations on what it created, so clients
+    and stateful testers can follow ``id`` from the response into the next call."""
+    for collection, operations in paths.items():
+        created = operations.get("post", {}).get("responses", {}).get("201")
+        if created is None:
+            continue
+        links: dict[str, Any] = {}
+        for path, item_operations in paths.items():
+            rest = path.removeprefix(collection + "/")
+            if rest == path or not rest.startswith("{"):
+                continue
+            parameter, _, tail = rest[1:].partition("}")
+            if "{" in tail:  # needs a second id this response cannot supply
+                continue
+            for operation in item_operations.values():
+                name = operation["operationId"]
+                links[name] = {
+                    "operationId": name,
+                    "parameters": {parameter: "$response.body#/id"},
+                    "description": f"`{parameter}` is the `id` of the created resource.",
+                }
+        if links:
+            created["links"] = links

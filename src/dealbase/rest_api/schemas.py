@@ -35,8 +35,43 @@ class WireModel(BaseModel):
     model_config = ConfigDict(from_attributes=True, frozen=True)
 
 
+_CUSTOMER_EXAMPLE = {
+    "id": "01a2008a-729d-7000-8ccb-38fd7605fcf5",
+    "tenant_id": "01a2008a-5757-7000-8f59-f1c22b8851ad",
+    "last_name": "Lovelace",
+    "first_name": "Ada",
+    **dict.fromkeys(
+        [
+            "company",
+            "website",
+            "title",
+            "phone_1",
+            "phone_2",
+            "phone_3",
+            "phone_1_label",
+            "phone_2_label",
+            "phone_3_label",
+            "postcode",
+            "address",
+            "address_addition",
+            "city",
+            "country",
+            "state",
+            "contact_origin",
+            "birthday",
+            "note",
+        ]
+    ),
+    "email": "ada@example.com",
+    "created_at": "2026-11-21T09:30:00.000000Z",
+    "updated_at": "2026-11-21T09:30:00.000000Z",
+}
+
+
 class CustomerOut(WireModel):
     """A customer; every optional field that was not supplied is ``null``."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [_CUSTOMER_EXAMPLE]})
 
     id: uuid.UUID
     tenant_id: uuid.UUID
@@ -68,6 +103,27 @@ class CustomerOut(WireModel):
 class DealOut(WireModel):
     """A deal with its customers, in the order they were linked."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "01a2008a-8a11-7000-9d35-e2bf8eeee32e",
+                    "name": "Analytical engine, 2 units",
+                    "volume": 250000,
+                    "deal_origin": "trade fair",
+                    "employee_id": None,
+                    "employee_name": None,
+                    "step_id": "01a2008a-5794-7000-99be-dd0cfa5754b6",
+                    "department_id": "01a2008a-5794-7000-99be-dd0cfa5754b5",
+                    "note": None,
+                    "created_at": "2026-11-21T09:31:00.000000Z",
+                    "updated_at": "2026-11-21T09:31:00.000000Z",
+                    "customers": [_CUSTOMER_EXAMPLE],
+                }
+            ]
+        }
+    )
+
     id: uuid.UUID
     name: str
     volume: int | None
@@ -94,6 +150,29 @@ class ProblemFieldError(BaseModel):
 class Problem(BaseModel):
     """RFC 9457 problem details, with dealbase's stable ``code`` and the request id."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "type": "/problems/validation_failed",
+                    "title": "Validation failed",
+                    "status": 422,
+                    "detail": "The request has invalid fields: last_name.",
+                    "code": "validation_failed",
+                    "request_id": "8f14e45fceea167a5a36dedd4bea2543",
+                    "errors": [
+                        {
+                            "field": "last_name",
+                            "pointer": "/last_name",
+                            "code": "missing",
+                            "message": "Field required",
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+
     type: str = Field(examples=["/problems/validation_failed"])
     title: str
     status: int
@@ -106,6 +185,26 @@ class Problem(BaseModel):
 
 
 class ActivityOut(WireModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "01a2008b-0a00-7000-b557-3b3b2532467b",
+                    "type": "call",
+                    "subject": "Follow-up on the quote",
+                    "note": None,
+                    "due_at": "2026-12-01T09:00:00.000000Z",
+                    "done_at": None,
+                    "customer_id": "01a2008a-729d-7000-8ccb-38fd7605fcf5",
+                    "deal_id": None,
+                    "employee_id": None,
+                    "created_at": "2026-11-21T09:32:00.000000Z",
+                    "updated_at": "2026-11-21T09:32:00.000000Z",
+                }
+            ]
+        }
+    )
+
     id: uuid.UUID
     type: Literal["call", "email", "meeting", "task", "note"]
     subject: str | None
