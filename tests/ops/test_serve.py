@@ -25,10 +25,9 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 
 from dealbase.migrations.runner import upgrade_control
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database import Database, application_name
 from tests.support import scratch_database
 
 DEALBASE = Path(sys.executable).with_name("dealbase")
@@ -137,31 +136,6 @@ class Server:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
-
-
-def _database_client_ports(pid: int, database_port: int) -> list[int]:
-    """Local ports of the TCP connections the process ``pid`` holds to the database port."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    ports = []
-    for table in ("tcp", "tcp6"):
-        try:
-            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            local_port = int(fields[1].rsplit(":", 1)[1], 16)
-            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
-            if remote_port == database_port and fields[9] in inodes:
-                ports.append(local_port)
-    return ports
 
 
 @contextmanager
@@ -361,19 +335,18 @@ def _database_now(server: Server) -> datetime:
 def _workers_that_queried_since(server: Server, since: datetime) -> list[bool]:
     """For each worker: has one of its pooled connections run a statement since ``since``?
 
-    A worker's connections are told apart by their client port (from /proc), matched to
-    pg_stat_activity; the key-change listener is left out, as it only ever ran LISTEN.
+    Each process names its pool's connections after its pid (``application_name``); the
+    key-change listener has a name of its own and only ever runs LISTEN.
     """
-    port = make_url(server.env["DEALBASE_DATABASE_URL"]).port or 5432
     answers = []
     with server.database.control() as connection:
         for pid in server.workers():
             active = connection.execute(
                 text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE client_port = ANY(:ports)"
-                    " AND query_start >= :since AND query NOT LIKE 'LISTEN %'"
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = :name"
+                    " AND query_start >= :since"
                 ),
-                {"ports": _database_client_ports(pid, port), "since": since},
+                {"name": application_name(pid), "since": since},
             ).scalar_one()
             answers.append(active > 0)
     return answers
@@ -381,9 +354,6 @@ def _workers_that_queried_since(server: Server, since: datetime) -> list[bool]:
 
 def _warm_every_worker(server: Server, request_headers: dict[str, str]) -> None:
     """Uses the key until each of the two workers has answered with it, so each caches it."""
-    url = make_url(server.env["DEALBASE_DATABASE_URL"])
-    if url.host is None or "host" in url.query:
-        pytest.fail("needs PostgreSQL over TCP to tell which worker served (set the test URL)")
     since = _database_now(server)
     deadline = time.monotonic() + 15
     while True:

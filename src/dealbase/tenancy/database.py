@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -11,6 +12,10 @@ from sqlalchemy.engine import make_url
 
 from dealbase.platform.tables import TENANT_SCHEMA_PLACEHOLDER
 from dealbase.tenancy.scope import Scope
+
+
+def application_name(pid: int) -> str:
+    return f"dealbase pid={pid}"
 
 
 def libpq_url(database_url: str) -> str:
@@ -43,6 +48,8 @@ class Database:
             pool_size=pool_size,
             max_overflow=max_overflow,
             pool_recycle=1800,
+            # Operators (and tests) see in pg_stat_activity which process holds a connection.
+            connect_args={"application_name": application_name(os.getpid())},
         )
 
     @contextmanager
