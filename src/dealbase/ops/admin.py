@@ -43,10 +43,12 @@ def create_employee(
 
 
 def issue_key(
-    database: Database, tenant_id: uuid.UUID, department_id: uuid.UUID, name: str | None
+    database: Database, tenant_id: uuid.UUID, department_id: uuid.UUID | None, name: str | None
 ) -> IssuedKey:
+    """A department key, or with ``department_id`` None a tenant-wide (dashboard) key."""
     with database.unit_of_work(tenant(database, tenant_id).scope) as uow:
-        pipeline.get_department(uow, department_id)
+        if department_id is not None:
+            pipeline.get_department(uow, department_id)
     with database.control() as connection:
         return api_keys.issue_key(connection, tenant_id, department_id, name)
 

@@ -9,6 +9,7 @@ import sys
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import date, datetime
+from enum import StrEnum
 from typing import Annotated, Any, ParamSpec, TypeVar
 
 import orjson
@@ -265,15 +266,34 @@ def employee_create(
     )
 
 
+class KeyScope(StrEnum):
+    department = "department"
+    tenant = "tenant"
+
+
 @key_cli.command("issue")
 @_fail_cleanly
 def key_issue(
     tenant: TenantOption,
-    department: DepartmentOption,
+    department: Annotated[
+        uuid.UUID | None, typer.Option("--department", help="Department id (department keys).")
+    ] = None,
+    scope: Annotated[
+        KeyScope,
+        typer.Option(help="department: one department's integration key; tenant: a dashboard key."),
+    ] = KeyScope.department,
     name: Annotated[str | None, typer.Option(help="What the key is for.")] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Issue a key for one department. The secret is shown this once."""
+    """Issue a key. The secret is shown this once.
+
+    A department key (the default) needs --department; a tenant-wide dashboard key
+    (--scope tenant) reaches every department of the tenant through GraphQL and takes none.
+    """
+    if (scope is KeyScope.department) == (department is None):
+        raise CliFailure(
+            "a department key needs --department; a --scope tenant key takes none", exit_code=2
+        )
     issued = admin.issue_key(_database(), tenant, department, name)
     _emit(as_json, issued, f"key {issued.key_id}\napi key (shown once): {issued.api_key}")
 

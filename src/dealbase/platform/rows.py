@@ -10,8 +10,16 @@ from dealbase.platform.errors import NotFound, PreconditionFailed
 from dealbase.platform.versioning import Expected
 
 
-def owned_by(table: Table, department_id: uuid.UUID, row_id: uuid.UUID) -> ColumnElement[bool]:
-    return (table.c.id == row_id) & (table.c.department_id == department_id)
+def in_department(table: Table, department_id: uuid.UUID | None) -> ColumnElement[bool]:
+    """Rows of the department, or of every department of the tenant when it is None (a
+    tenant-wide caller: the schema itself already holds only the tenant's rows)."""
+    return true() if department_id is None else table.c.department_id == department_id
+
+
+def owned_by(
+    table: Table, department_id: uuid.UUID | None, row_id: uuid.UUID
+) -> ColumnElement[bool]:
+    return (table.c.id == row_id) & in_department(table, department_id)
 
 
 def at_expected_version(table: Table, expected: Expected | None) -> ColumnElement[bool]:
@@ -21,7 +29,11 @@ def at_expected_version(table: Table, expected: Expected | None) -> ColumnElemen
 
 
 def explain_missed_write(
-    connection: Connection, table: Table, department_id: uuid.UUID, row_id: uuid.UUID, noun: str
+    connection: Connection,
+    table: Table,
+    department_id: uuid.UUID | None,
+    row_id: uuid.UUID,
+    noun: str,
 ) -> NotFound | PreconditionFailed:
     """Why a guarded UPDATE or DELETE touched no row: the row is not there, or it has moved on."""
     exists = connection.execute(

@@ -232,11 +232,22 @@ def load_credentials(connection: Connection, key_id: uuid.UUID) -> KeyCredential
 
 
 def scope_for_request(
-    credentials: KeyCredentials | None, secret: str, department_header: str | None
+    credentials: KeyCredentials | None,
+    secret: str,
+    department_header: str | None,
+    *,
+    tenant_wide_allowed: bool = False,
 ) -> Scope:
-    """The Scope of a department-bound request, or the error its credentials deserve."""
+    """The Scope of a request, or the error its credentials deserve.
+
+    A department key needs its department in X-Department-Id. A tenant-wide key (no department)
+    is accepted only where ``tenant_wide_allowed`` (the dashboards' GraphQL API) and needs no
+    X-Department-Id there; its Scope spans every department of its tenant.
+    """
     if credentials is None or not credentials.accepts(secret, datetime.now(UTC)):
         raise Unauthenticated(AUTHENTICATION_FAILED)
+    if credentials.department_id is None and tenant_wide_allowed:
+        return Scope(credentials.tenant_id, credentials.schema, None, credentials.key_id)
     if department_header is None:
         raise Unauthenticated(AUTHENTICATION_FAILED)
     try:

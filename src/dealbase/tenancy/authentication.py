@@ -135,11 +135,26 @@ class Authenticator:
         self.cache = cache or KeyCache()
 
     def department_scope(self, api_key: str | None, department_header: str | None) -> Scope:
+        """For the integration API: department keys only."""
+        return self._scope(api_key, department_header, tenant_wide_allowed=False)
+
+    def dashboard_scope(self, api_key: str | None, department_header: str | None) -> Scope:
+        """For the dashboards' API: department keys, and tenant-wide keys without a department."""
+        return self._scope(api_key, department_header, tenant_wide_allowed=True)
+
+    def _scope(
+        self, api_key: str | None, department_header: str | None, *, tenant_wide_allowed: bool
+    ) -> Scope:
         parsed = parse_api_key(api_key)
         if parsed is None:
             raise Unauthenticated(AUTHENTICATION_FAILED)
         key_id, secret = parsed
-        return scope_for_request(self._credentials(key_id), secret, department_header)
+        return scope_for_request(
+            self._credentials(key_id),
+            secret,
+            department_header,
+            tenant_wide_allowed=tenant_wide_allowed,
+        )
 
     def _credentials(self, key_id: uuid.UUID) -> KeyCredentials | None:
         cached = self.cache.get(key_id)

@@ -8,7 +8,7 @@ from sqlalchemy import Connection, RowMapping, delete, func, insert, select, upd
 from dealbase.platform.activities.models import Activity, ActivityFilter
 from dealbase.platform.ids import new_id
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.rows import at_expected_version, owned_by
+from dealbase.platform.rows import at_expected_version, in_department, owned_by
 from dealbase.platform.tables import activities
 from dealbase.platform.versioning import Expected
 
@@ -39,7 +39,7 @@ def insert_activity(
 
 
 def get_activity(
-    connection: Connection, department_id: uuid.UUID, activity_id: uuid.UUID
+    connection: Connection, department_id: uuid.UUID | None, activity_id: uuid.UUID
 ) -> Activity | None:
     row = (
         connection.execute(
@@ -52,9 +52,12 @@ def get_activity(
 
 
 def list_activities(
-    connection: Connection, department_id: uuid.UUID, filters: ActivityFilter, page: PageRequest
+    connection: Connection,
+    department_id: uuid.UUID | None,
+    filters: ActivityFilter,
+    page: PageRequest,
 ) -> list[Activity]:
-    query = select(activities).where(activities.c.department_id == department_id)
+    query = select(activities).where(in_department(activities, department_id))
     if page.after is not None:
         query = query.where(activities.c.id > page.after)
     if filters.customer_id is not None:
@@ -67,7 +70,7 @@ def list_activities(
 
 def update_activity(
     connection: Connection,
-    department_id: uuid.UUID,
+    department_id: uuid.UUID | None,
     activity_id: uuid.UUID,
     changes: Mapping[str, object],
     expected: Expected | None,
@@ -88,7 +91,7 @@ def update_activity(
 
 def delete_activity(
     connection: Connection,
-    department_id: uuid.UUID,
+    department_id: uuid.UUID | None,
     activity_id: uuid.UUID,
     expected: Expected | None,
 ) -> bool:

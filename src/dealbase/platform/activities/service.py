@@ -52,7 +52,7 @@ def create(uow: UnitOfWork, fields: ActivityFields) -> Activity:
 
 
 def get(uow: UnitOfWork, activity_id: uuid.UUID) -> Activity:
-    activity = repository.get_activity(uow.connection, department_of(uow.scope), activity_id)
+    activity = repository.get_activity(uow.connection, uow.scope.department_id, activity_id)
     if activity is None:
         raise NotFound(f"No activity has the id {activity_id}.")
     return activity
@@ -62,17 +62,17 @@ def list_page(
     uow: UnitOfWork, filters: ActivityFilter, limit: int | None, cursor: str | None
 ) -> Page[Activity]:
     page = page_request(limit, cursor, filters)
-    rows = repository.list_activities(uow.connection, department_of(uow.scope), filters, page)
+    rows = repository.list_activities(uow.connection, uow.scope.department_id, filters, page)
     return page.page_of(rows, lambda activity: activity.id, filters)
 
 
 def update(
     uow: UnitOfWork, activity_id: uuid.UUID, patch: BaseModel, expected: Expected | None = None
 ) -> Activity:
-    department_id = department_of(uow.scope)
     changes = patch.model_dump(exclude_unset=True)
-    if changes.keys() & {"customer_id", "deal_id", "employee_id"}:
-        get(uow, activity_id)  # an unknown activity is a 404 before the ids it names are judged
+    # Read first: an unknown activity is a 404 before the ids it names are judged, and those
+    # must be of the activity's own department (a tenant-wide caller may reach any).
+    department_id = get(uow, activity_id).department_id
     _check_references(uow, department_id, changes)
     updated = repository.update_activity(
         uow.connection, department_id, activity_id, changes, expected
@@ -83,12 +83,12 @@ def update(
 
 
 def delete(uow: UnitOfWork, activity_id: uuid.UUID, expected: Expected | None = None) -> None:
-    department_id = department_of(uow.scope)
+    department_id = uow.scope.department_id
     if not repository.delete_activity(uow.connection, department_id, activity_id, expected):
         raise _missed(uow, department_id, activity_id)
 
 
 def _missed(
-    uow: UnitOfWork, department_id: uuid.UUID, activity_id: uuid.UUID
+    uow: UnitOfWork, department_id: uuid.UUID | None, activity_id: uuid.UUID
 ) -> NotFound | PreconditionFailed:
     return explain_missed_write(uow.connection, activities, department_id, activity_id, "activity")

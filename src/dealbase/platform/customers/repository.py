@@ -8,7 +8,7 @@ from sqlalchemy import Connection, RowMapping, delete, func, insert, or_, select
 from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
 from dealbase.platform.ids import new_id
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.rows import at_expected_version, owned_by
+from dealbase.platform.rows import at_expected_version, in_department, owned_by
 from dealbase.platform.tables import customers, deal_customers
 from dealbase.platform.versioning import Expected
 
@@ -45,7 +45,10 @@ def insert_customers(
 
 
 def get_customer(
-    connection: Connection, tenant_id: uuid.UUID, department_id: uuid.UUID, customer_id: uuid.UUID
+    connection: Connection,
+    tenant_id: uuid.UUID,
+    department_id: uuid.UUID | None,
+    customer_id: uuid.UUID,
 ) -> Customer | None:
     row = (
         connection.execute(select(customers).where(owned_by(customers, department_id, customer_id)))
@@ -63,12 +66,12 @@ def _contains(text: str) -> str:
 def list_customers(
     connection: Connection,
     tenant_id: uuid.UUID,
-    department_id: uuid.UUID,
+    department_id: uuid.UUID | None,
     filters: CustomerFilter,
     page: PageRequest,
 ) -> list[Customer]:
     """Up to ``page.limit + 1`` customers in id order (the extra one tells there is more)."""
-    query = select(customers).where(customers.c.department_id == department_id)
+    query = select(customers).where(in_department(customers, department_id))
     if page.after is not None:
         query = query.where(customers.c.id > page.after)
     if filters.email is not None:
@@ -96,7 +99,7 @@ def list_customers(
 def update_customer(
     connection: Connection,
     tenant_id: uuid.UUID,
-    department_id: uuid.UUID,
+    department_id: uuid.UUID | None,
     customer_id: uuid.UUID,
     changes: Mapping[str, object],
     expected: Expected | None,
@@ -118,7 +121,7 @@ def update_customer(
 
 def delete_customer(
     connection: Connection,
-    department_id: uuid.UUID,
+    department_id: uuid.UUID | None,
     customer_id: uuid.UUID,
     expected: Expected | None,
 ) -> bool:

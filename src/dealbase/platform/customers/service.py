@@ -27,7 +27,7 @@ def create(uow: UnitOfWork, fields: CustomerFields) -> Customer:
 def get(uow: UnitOfWork, customer_id: uuid.UUID) -> Customer:
     scope = uow.scope
     customer = repository.get_customer(
-        uow.connection, scope.tenant_id, department_of(scope), customer_id
+        uow.connection, scope.tenant_id, scope.department_id, customer_id
     )
     if customer is None:
         raise NotFound(f"No customer has the id {customer_id}.")
@@ -40,7 +40,7 @@ def list_page(
     page = page_request(limit, cursor, filters)
     scope = uow.scope
     rows = repository.list_customers(
-        uow.connection, scope.tenant_id, department_of(scope), filters, page
+        uow.connection, scope.tenant_id, scope.department_id, filters, page
     )
     return page.page_of(rows, lambda customer: customer.id, filters)
 
@@ -53,7 +53,7 @@ def update(
     Every accepted PATCH, even an empty one, is a new version.
     """
     scope = uow.scope
-    department_id = department_of(scope)
+    department_id = scope.department_id
     updated = repository.update_customer(
         uow.connection,
         scope.tenant_id,
@@ -69,7 +69,7 @@ def update(
 
 def delete(uow: UnitOfWork, customer_id: uuid.UUID, expected: Expected | None = None) -> None:
     """Deletes the customer, its links to deals (a change of those deals) and its activities."""
-    department_id = department_of(uow.scope)
+    department_id = uow.scope.department_id
     # While the links still exist; a refused delete rolls this back with it.
     deals_repository.touch_deals_of_customer(uow.connection, customer_id)
     if not repository.delete_customer(uow.connection, department_id, customer_id, expected):
@@ -77,6 +77,6 @@ def delete(uow: UnitOfWork, customer_id: uuid.UUID, expected: Expected | None = 
 
 
 def _missed(
-    uow: UnitOfWork, department_id: uuid.UUID, customer_id: uuid.UUID
+    uow: UnitOfWork, department_id: uuid.UUID | None, customer_id: uuid.UUID
 ) -> NotFound | PreconditionFailed:
     return explain_missed_write(uow.connection, customers, department_id, customer_id, "customer")

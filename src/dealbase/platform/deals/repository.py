@@ -20,7 +20,7 @@ from dealbase.platform.customers.models import Customer
 from dealbase.platform.deals.models import Deal, DealFilter
 from dealbase.platform.ids import new_id
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.rows import at_expected_version, owned_by
+from dealbase.platform.rows import at_expected_version, in_department, owned_by
 from dealbase.platform.tables import deal_customers, deals, employees, steps
 from dealbase.platform.versioning import Expected
 
@@ -104,7 +104,7 @@ def _with_employee_name() -> Select[tuple[object, ...]]:
 
 
 def get_deal_row(
-    connection: Connection, department_id: uuid.UUID, deal_id: uuid.UUID
+    connection: Connection, department_id: uuid.UUID | None, deal_id: uuid.UUID
 ) -> RowMapping | None:
     return (
         connection.execute(_with_employee_name().where(owned_by(deals, department_id, deal_id)))
@@ -114,10 +114,10 @@ def get_deal_row(
 
 
 def list_deal_rows(
-    connection: Connection, department_id: uuid.UUID, filters: DealFilter, page: PageRequest
+    connection: Connection, department_id: uuid.UUID | None, filters: DealFilter, page: PageRequest
 ) -> list[RowMapping]:
     """Up to ``page.limit + 1`` deals in id order (the extra one tells there is more)."""
-    query = _with_employee_name().where(deals.c.department_id == department_id)
+    query = _with_employee_name().where(in_department(deals, department_id))
     if page.after is not None:
         query = query.where(deals.c.id > page.after)
     if filters.step_id is not None:
@@ -140,7 +140,7 @@ def list_deal_rows(
 
 def update_deal(
     connection: Connection,
-    department_id: uuid.UUID,
+    department_id: uuid.UUID | None,
     deal_id: uuid.UUID,
     changes: Mapping[str, object],
     expected: Expected | None,
@@ -157,7 +157,10 @@ def update_deal(
 
 
 def delete_deal(
-    connection: Connection, department_id: uuid.UUID, deal_id: uuid.UUID, expected: Expected | None
+    connection: Connection,
+    department_id: uuid.UUID | None,
+    deal_id: uuid.UUID,
+    expected: Expected | None,
 ) -> bool:
     deleted = connection.execute(
         delete(deals)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import uuid
 
 from pydantic import BaseModel
+from sqlalchemy import RowMapping
 
 from dealbase.platform.activities import repository as activities_repository
 from dealbase.platform.customers import repository as customers_repository
@@ -36,12 +37,18 @@ def create(uow: UnitOfWork, fields: DealCreate) -> Deal:
     return repository.to_deal(row, customers)
 
 
-def get(uow: UnitOfWork, deal_id: uuid.UUID) -> Deal:
-    scope, connection = uow.scope, uow.connection
-    row = repository.get_deal_row(connection, department_of(scope), deal_id)
+def _deal_row(uow: UnitOfWork, deal_id: uuid.UUID) -> RowMapping:
+    row = repository.get_deal_row(uow.connection, uow.scope.department_id, deal_id)
     if row is None:
         raise NotFound(f"No deal has the id {deal_id}.")
-    customers = customers_repository.customers_of_deals(connection, scope.tenant_id, [deal_id])
+    return row
+
+
+def get(uow: UnitOfWork, deal_id: uuid.UUID) -> Deal:
+    row = _deal_row(uow, deal_id)
+    customers = customers_repository.customers_of_deals(
+        uow.connection, uow.scope.tenant_id, [deal_id]
+    )
     return repository.to_deal(row, customers[deal_id])
 
 
@@ -51,7 +58,7 @@ def list_page(
     """A page of deals with their customers: two statements whatever the page size."""
     page = page_request(limit, cursor, filters)
     scope, connection = uow.scope, uow.connection
-    rows = repository.list_deal_rows(connection, department_of(scope), filters, page)
+    rows = repository.list_deal_rows(connection, scope.department_id, filters, page)
     customers = customers_repository.customers_of_deals(
         connection, scope.tenant_id, [row["id"] for row in rows[: page.limit]]
     )
@@ -65,12 +72,10 @@ def update(
     """Changes fields, moves the deal (``step_id``) or assigns it (``employee_id``), within its
     department only; a step or employee of any other department is an invalid field."""
     connection = uow.connection
-    department_id = department_of(uow.scope)
     changes = patch.model_dump(exclude_unset=True)
-    if ("step_id" in changes or changes.get("employee_id")) and repository.get_deal_row(
-        connection, department_id, deal_id
-    ) is None:
-        raise NotFound(f"No deal has the id {deal_id}.")  # before judging the fields it names
+    # Read first: an unknown deal is a 404 before the ids it names are judged, and those must
+    # be of the deal's own department (a tenant-wide caller may reach any).
+    department_id = _deal_row(uow, deal_id)["department_id"]
     unknown = []
     step_id = changes.get("step_id")
     if step_id is not None and not pipeline_repository.step_in_department(
@@ -91,7 +96,7 @@ def update(
 
 def delete(uow: UnitOfWork, deal_id: uuid.UUID, expected: Expected | None = None) -> None:
     """Deletes the deal and its links; its customers stay, its activities lose the deal."""
-    department_id = department_of(uow.scope)
+    department_id = uow.scope.department_id
     # Before the foreign key's SET NULL would do it silently; a refused delete rolls this back.
     activities_repository.detach_from_deal(uow.connection, deal_id)
     if not repository.delete_deal(uow.connection, department_id, deal_id, expected):
@@ -99,12 +104,11 @@ def delete(uow: UnitOfWork, deal_id: uuid.UUID, expected: Expected | None = None
 
 
 def link_customer(uow: UnitOfWork, deal_id: uuid.UUID, link: CustomerLink) -> Deal:
-    """Appends an existing customer of the department; linking it again changes nothing."""
-    scope, connection = uow.scope, uow.connection
-    department_id = department_of(scope)
-    get(uow, deal_id)
+    """Appends an existing customer of the deal's department; linking it again changes nothing."""
+    connection = uow.connection
+    department_id = _deal_row(uow, deal_id)["department_id"]
     customer = customers_repository.get_customer(
-        connection, scope.tenant_id, department_id, link.customer_id
+        connection, uow.scope.tenant_id, department_id, link.customer_id
     )
     if customer is None:
         raise Invalid.unknown_references(["customer_id"], "the deal's department")
@@ -114,14 +118,13 @@ def link_customer(uow: UnitOfWork, deal_id: uuid.UUID, link: CustomerLink) -> De
 
 
 def unlink_customer(uow: UnitOfWork, deal_id: uuid.UUID, customer_id: uuid.UUID) -> None:
-    department_id = department_of(uow.scope)
-    get(uow, deal_id)
+    department_id = _deal_row(uow, deal_id)["department_id"]
     if not repository.unlink_customer(uow.connection, deal_id, customer_id):
         raise NotFound(f"The customer {customer_id} is not linked to the deal {deal_id}.")
     repository.update_deal(uow.connection, department_id, deal_id, {}, None)
 
 
 def _missed(
-    uow: UnitOfWork, department_id: uuid.UUID, deal_id: uuid.UUID
+    uow: UnitOfWork, department_id: uuid.UUID | None, deal_id: uuid.UUID
 ) -> NotFound | PreconditionFailed:
     return explain_missed_write(uow.connection, deals, department_id, deal_id, "deal")

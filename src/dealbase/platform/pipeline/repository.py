@@ -7,6 +7,7 @@ from sqlalchemy import Connection, RowMapping, exists, func, insert, select
 from dealbase.platform.ids import new_id
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.pipeline.models import Department, Employee, Step
+from dealbase.platform.rows import in_department
 from dealbase.platform.tables import departments, employees, steps
 
 
@@ -150,9 +151,9 @@ def employee_in_department(
 
 
 def list_employees(
-    connection: Connection, department_id: uuid.UUID, page: PageRequest
+    connection: Connection, department_id: uuid.UUID | None, page: PageRequest
 ) -> list[Employee]:
-    query = select(employees).where(employees.c.department_id == department_id)
+    query = select(employees).where(in_department(employees, department_id))
     if page.after is not None:
         query = query.where(employees.c.id > page.after)
     rows = connection.execute(query.order_by(employees.c.id).limit(page.limit + 1)).mappings()

@@ -59,5 +59,5 @@ def steps_in_order(uow: UnitOfWork) -> tuple[Step, ...]:
 def employees_page(uow: UnitOfWork, limit: int | None, cursor: str | None) -> Page[Employee]:
     filters = EmployeeFilter()
     page = page_request(limit, cursor, filters)
-    rows = repository.list_employees(uow.connection, department_of(uow.scope), page)
+    rows = repository.list_employees(uow.connection, uow.scope.department_id, page)
     return page.page_of(rows, lambda employee: employee.id, filters)
