@@ -61,13 +61,13 @@ def upgrade_control(connection: Connection) -> None:
         command.upgrade(_config("control", connection, CONTROL_SCHEMA), "head")
 
 
-def upgrade_tenant(connection: Connection, schema: str) -> None:
-    """Creates the schema if needed and brings it to head, in the caller's transaction."""
+def upgrade_tenant(connection: Connection, schema: str, target: str = "head") -> None:
+    """Creates the schema if needed and brings it to ``target``, in the caller's transaction."""
     _lock(connection, schema)
     connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
     connection.execute(select(func.set_config("search_path", schema, True)))
     with _alembic_in_use:
-        command.upgrade(_config("tenant", connection, schema), "head")
+        command.upgrade(_config("tenant", connection, schema), target)
 
 
 @dataclass(frozen=True, slots=True)

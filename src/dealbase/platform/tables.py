@@ -54,6 +54,7 @@ steps = Table(
     Column("department_id", UUID(as_uuid=True), ForeignKey(departments.c.id), nullable=False),
     Column("name", Text, nullable=False),
     Column("position", Integer, nullable=False),
+    Column("kind", Text, nullable=False, server_default="open"),
     *_timestamps(),
     UniqueConstraint("department_id", "position"),
     UniqueConstraint("id", "department_id"),

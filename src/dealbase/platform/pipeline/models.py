@@ -3,13 +3,23 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from dealbase.platform.validation import EmailText, RequiredShortText
 
+StepKind = Literal["open", "won", "lost"]
+
 # The pipeline every new department starts with; new deals enter at the first step.
-DEFAULT_STEPS = ("Lead", "Qualified", "Proposal", "Negotiation", "Won", "Lost")
+DEFAULT_STEPS: tuple[tuple[str, StepKind], ...] = (
+    ("Lead", "open"),
+    ("Qualified", "open"),
+    ("Proposal", "open"),
+    ("Negotiation", "open"),
+    ("Won", "won"),
+    ("Lost", "lost"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +28,7 @@ class Step:
     department_id: uuid.UUID
     name: str
     position: int
+    kind: StepKind
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,13 +6,13 @@ from sqlalchemy import Connection, RowMapping, exists, func, insert, select
 
 from dealbase.platform.ids import new_id
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.pipeline.models import Department, Employee, Step
+from dealbase.platform.pipeline.models import Department, Employee, Step, StepKind
 from dealbase.platform.rows import in_department
 from dealbase.platform.tables import departments, employees, steps
 
 
 def _step(row: RowMapping) -> Step:
-    return Step(row["id"], row["department_id"], row["name"], row["position"])
+    return Step(row["id"], row["department_id"], row["name"], row["position"], row["kind"])
 
 
 def _employee(row: RowMapping) -> Employee:
@@ -26,7 +26,9 @@ def _employee(row: RowMapping) -> Employee:
     )
 
 
-def insert_department(connection: Connection, name: str, step_names: tuple[str, ...]) -> Department:
+def insert_department(
+    connection: Connection, name: str, pipeline: tuple[tuple[str, StepKind], ...]
+) -> Department:
     department = (
         connection.execute(
             insert(departments)
@@ -44,11 +46,12 @@ def insert_department(connection: Connection, name: str, step_names: tuple[str, 
                     "id": new_id(),
                     "department_id": department["id"],
                     "name": step_name,
+                    "kind": kind,
                     "position": position,
                     "created_at": department["created_at"],
                     "updated_at": department["created_at"],
                 }
-                for position, step_name in enumerate(step_names, start=1)
+                for position, (step_name, kind) in enumerate(pipeline, start=1)
             ],
         )
         .mappings()

@@ -1,0 +1,29 @@
+"""Steps say whether a deal in them is open, won or lost.
+
+Revision ID: t0003
+Revises: t0002
+Create Date: 2026-11-22
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "t0003"
+down_revision = "t0002"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.add_column("steps", sa.Column("kind", sa.Text(), nullable=False, server_default="open"))
+    op.create_check_constraint("steps_kind", "steps", "kind IN ('open', 'won', 'lost')")
+    # Departments made before this revision have the default pipeline's Won and Lost steps.
+    op.execute("UPDATE steps SET kind = 'won' WHERE name = 'Won'")
+    op.execute("UPDATE steps SET kind = 'lost' WHERE name = 'Lost'")
+
+
+def downgrade() -> None:
+    op.drop_constraint("steps_kind", "steps", type_="check")
+    op.drop_column("steps", "kind")
