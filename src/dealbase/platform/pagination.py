@@ -22,8 +22,9 @@ from pydantic import BaseModel
 from dealbase.platform.errors import Invalid
 
 DEFAULT_PAGE_SIZE = 25
-# 16 bytes of id and 6 of filter fingerprint, unpadded base64url.
-CURSOR_PATTERN = r"^[A-Za-z0-9_-]{30}$"
+# 16 bytes of id and 6 of filter fingerprint, unpadded base64url; lists in another order than
+# by id add the last row's 8-byte sort value (GraphQL's deals by volume).
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]{30}([A-Za-z0-9_-]{10})?$"
 MAX_PAGE_SIZE = 100
 
 T = TypeVar("T")
@@ -37,26 +38,41 @@ class Page(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class PageRequest:
-    """What a list asks for: ``limit`` rows after ``after`` (None: from the start)."""
+    """What a list asks for: ``limit`` rows after the row ``after`` (None: from the start).
+
+    A list ordered by something else than id (deals by volume) pages by (that value, id):
+    ``after_sort`` is the last row's value.
+    """
 
     limit: int
     after: uuid.UUID | None
+    after_sort: int | None = None
 
     def page_of(
-        self, rows: Sequence[T], id_of: Callable[[T], uuid.UUID], filters: BaseModel
+        self,
+        rows: Sequence[T],
+        id_of: Callable[[T], uuid.UUID],
+        filters: BaseModel,
+        sort_of: Callable[[T], int] | None = None,
     ) -> Page[T]:
         """``rows`` is what a query for ``limit + 1`` returned: an extra row means there is more."""
         items = list(rows[: self.limit])
-        more = len(rows) > self.limit
-        return Page(items, encode_cursor(id_of(items[-1]), filters) if more and items else None)
+        if len(rows) <= self.limit or not items:
+            return Page(items, None)
+        last = items[-1]
+        sort = None if sort_of is None else sort_of(last)
+        return Page(items, encode_cursor(id_of(last), filters, sort))
 
 
 def _fingerprint(filters: BaseModel) -> bytes:
     return hashlib.sha256(filters.model_dump_json().encode()).digest()[:6]
 
 
-def encode_cursor(last_id: uuid.UUID, filters: BaseModel) -> str:
-    return base64.urlsafe_b64encode(last_id.bytes + _fingerprint(filters)).decode().rstrip("=")
+def encode_cursor(last_id: uuid.UUID, filters: BaseModel, sort: int | None = None) -> str:
+    raw = last_id.bytes + _fingerprint(filters)
+    if sort is not None:
+        raw += sort.to_bytes(8, "big", signed=True)
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 def page_request(limit: int | None, cursor: str | None, filters: BaseModel) -> PageRequest:
@@ -69,10 +85,11 @@ def page_request(limit: int | None, cursor: str | None, filters: BaseModel) -> P
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
     except (binascii.Error, ValueError):
         raw = b""
-    if len(raw) != 22:
+    if len(raw) not in (22, 30):
         raise Invalid.of("cursor", "invalid_cursor", "The cursor is not one this API returned.")
-    if raw[16:] != _fingerprint(filters):
+    if raw[16:22] != _fingerprint(filters):
         raise Invalid.of(
             "cursor", "invalid_cursor", "The cursor belongs to a list with other filters."
         )
-    return PageRequest(limit, uuid.UUID(bytes=raw[:16]))
+    sort = int.from_bytes(raw[22:], "big", signed=True) if len(raw) == 30 else None
+    return PageRequest(limit, uuid.UUID(bytes=raw[:16]), sort)

@@ -3,7 +3,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 
-from sqlalchemy import Connection, RowMapping, delete, func, insert, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    RowMapping,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
 
 from dealbase.platform.activities.models import Activity, ActivityFilter
 from dealbase.platform.ids import new_id
@@ -51,21 +60,35 @@ def get_activity(
     return None if row is None else _activity(row)
 
 
+def _matching(
+    department_id: uuid.UUID | None, filters: ActivityFilter
+) -> list[ColumnElement[bool]]:
+    conditions = [in_department(activities, department_id)]
+    if filters.customer_id is not None:
+        conditions.append(activities.c.customer_id == filters.customer_id)
+    if filters.deal_id is not None:
+        conditions.append(activities.c.deal_id == filters.deal_id)
+    return conditions
+
+
 def list_activities(
     connection: Connection,
     department_id: uuid.UUID | None,
     filters: ActivityFilter,
     page: PageRequest,
 ) -> list[Activity]:
-    query = select(activities).where(in_department(activities, department_id))
+    query = select(activities).where(*_matching(department_id, filters))
     if page.after is not None:
         query = query.where(activities.c.id > page.after)
-    if filters.customer_id is not None:
-        query = query.where(activities.c.customer_id == filters.customer_id)
-    if filters.deal_id is not None:
-        query = query.where(activities.c.deal_id == filters.deal_id)
     rows = connection.execute(query.order_by(activities.c.id).limit(page.limit + 1)).mappings()
     return [_activity(row) for row in rows]
+
+
+def count_activities(
+    connection: Connection, department_id: uuid.UUID | None, filters: ActivityFilter
+) -> int:
+    query = select(func.count()).select_from(activities).where(*_matching(department_id, filters))
+    return int(connection.execute(query).scalar_one())
 
 
 def update_activity(

@@ -66,6 +66,10 @@ def list_page(
     return page.page_of(rows, lambda activity: activity.id, filters)
 
 
+def count(uow: UnitOfWork, filters: ActivityFilter) -> int:
+    return repository.count_activities(uow.connection, uow.scope.department_id, filters)
+
+
 def update(
     uow: UnitOfWork, activity_id: uuid.UUID, patch: BaseModel, expected: Expected | None = None
 ) -> Activity:

@@ -3,7 +3,17 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 
-from sqlalchemy import Connection, RowMapping, delete, func, insert, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    RowMapping,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 
 from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
 from dealbase.platform.ids import new_id
@@ -63,22 +73,15 @@ def _contains(text: str) -> str:
     return f"%{escaped}%"
 
 
-def list_customers(
-    connection: Connection,
-    tenant_id: uuid.UUID,
-    department_id: uuid.UUID | None,
-    filters: CustomerFilter,
-    page: PageRequest,
-) -> list[Customer]:
-    """Up to ``page.limit + 1`` customers in id order (the extra one tells there is more)."""
-    query = select(customers).where(in_department(customers, department_id))
-    if page.after is not None:
-        query = query.where(customers.c.id > page.after)
+def _matching(
+    department_id: uuid.UUID | None, filters: CustomerFilter
+) -> list[ColumnElement[bool]]:
+    conditions = [in_department(customers, department_id)]
     if filters.email is not None:
-        query = query.where(func.lower(customers.c.email) == filters.email.lower())
+        conditions.append(func.lower(customers.c.email) == filters.email.lower())
     if filters.q is not None:
         pattern = _contains(filters.q)
-        query = query.where(
+        conditions.append(
             or_(
                 *(
                     column.ilike(pattern, escape="\\")
@@ -91,9 +94,30 @@ def list_customers(
             )
         )
     if filters.updated_since is not None:
-        query = query.where(customers.c.updated_at >= filters.updated_since)
+        conditions.append(customers.c.updated_at >= filters.updated_since)
+    return conditions
+
+
+def list_customers(
+    connection: Connection,
+    tenant_id: uuid.UUID,
+    department_id: uuid.UUID | None,
+    filters: CustomerFilter,
+    page: PageRequest,
+) -> list[Customer]:
+    """Up to ``page.limit + 1`` customers in id order (the extra one tells there is more)."""
+    query = select(customers).where(*_matching(department_id, filters))
+    if page.after is not None:
+        query = query.where(customers.c.id > page.after)
     rows = connection.execute(query.order_by(customers.c.id).limit(page.limit + 1)).mappings()
     return [to_customer(row, tenant_id) for row in rows]
+
+
+def count_customers(
+    connection: Connection, department_id: uuid.UUID | None, filters: CustomerFilter
+) -> int:
+    query = select(func.count()).select_from(customers).where(*_matching(department_id, filters))
+    return int(connection.execute(query).scalar_one())
 
 
 def update_customer(

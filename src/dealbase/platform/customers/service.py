@@ -45,6 +45,10 @@ def list_page(
     return page.page_of(rows, lambda customer: customer.id, filters)
 
 
+def count(uow: UnitOfWork, filters: CustomerFilter) -> int:
+    return repository.count_customers(uow.connection, uow.scope.department_id, filters)
+
+
 def update(
     uow: UnitOfWork, customer_id: uuid.UUID, patch: BaseModel, expected: Expected | None = None
 ) -> Customer:

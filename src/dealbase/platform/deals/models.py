@@ -3,7 +3,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -67,6 +67,10 @@ class DealChanges(BaseModel):
 DealPatch = partial(DealChanges, "DealPatch")
 
 
+# A deal without a volume sorts as the smallest.
+DealOrder = Literal["created_asc", "created_desc", "volume_asc", "volume_desc"]
+
+
 class DealFilter(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
@@ -74,6 +78,11 @@ class DealFilter(BaseModel):
     employee_id: uuid.UUID | None = None
     customer_id: uuid.UUID | None = None
     updated_since: Moment | None = None
+    created_after: Moment | None = None
+    created_before: Moment | None = None
+    volume_min: Volume | None = None
+    volume_max: Volume | None = None
+    order_by: DealOrder = "created_asc"
 
 
 class CustomerLink(BaseModel):

@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sqlalchemy import (
+    ColumnElement,
     Connection,
     RowMapping,
     Select,
@@ -12,6 +14,7 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -113,28 +116,66 @@ def get_deal_row(
     )
 
 
-def list_deal_rows(
-    connection: Connection, department_id: uuid.UUID | None, filters: DealFilter, page: PageRequest
-) -> list[RowMapping]:
-    """Up to ``page.limit + 1`` deals in id order (the extra one tells there is more)."""
-    query = _with_employee_name().where(in_department(deals, department_id))
-    if page.after is not None:
-        query = query.where(deals.c.id > page.after)
+# Volume as the volume orders sort it: a deal without one sorts as the smallest.
+SORTED_VOLUME = func.coalesce(deals.c.volume, -1)
+
+
+def _matching(department_id: uuid.UUID | None, filters: DealFilter) -> list[ColumnElement[bool]]:
+    conditions = [in_department(deals, department_id)]
     if filters.step_id is not None:
-        query = query.where(deals.c.step_id == filters.step_id)
+        conditions.append(deals.c.step_id == filters.step_id)
     if filters.employee_id is not None:
-        query = query.where(deals.c.employee_id == filters.employee_id)
+        conditions.append(deals.c.employee_id == filters.employee_id)
     if filters.customer_id is not None:
-        query = query.where(
+        conditions.append(
             exists().where(
                 deal_customers.c.deal_id == deals.c.id,
                 deal_customers.c.customer_id == filters.customer_id,
             )
         )
     if filters.updated_since is not None:
-        query = query.where(deals.c.updated_at >= filters.updated_since)
-    return list(
-        connection.execute(query.order_by(deals.c.id).limit(page.limit + 1)).mappings().all()
+        conditions.append(deals.c.updated_at >= filters.updated_since)
+    if filters.created_after is not None:
+        conditions.append(deals.c.created_at >= filters.created_after)
+    if filters.created_before is not None:
+        conditions.append(deals.c.created_at < filters.created_before)
+    if filters.volume_min is not None:
+        conditions.append(deals.c.volume >= filters.volume_min)
+    if filters.volume_max is not None:
+        conditions.append(deals.c.volume <= filters.volume_max)
+    return conditions
+
+
+def list_deal_rows(
+    connection: Connection, department_id: uuid.UUID | None, filters: DealFilter, page: PageRequest
+) -> list[RowMapping]:
+    """Up to ``page.limit + 1`` deals in the filter's order (the extra one tells there is more),
+    paged by keyset: (id), or (volume, id) for the volume orders."""
+    query = _with_employee_name().where(*_matching(department_id, filters))
+    descending = filters.order_by.endswith("_desc")
+    by_volume = filters.order_by.startswith("volume")
+    keys: tuple[ColumnElement[Any], ...] = (
+        (SORTED_VOLUME, deals.c.id) if by_volume else (deals.c.id,)
+    )
+    if page.after is not None:
+        last: tuple[object, ...] = (
+            (-1 if page.after_sort is None else page.after_sort, page.after)
+            if by_volume
+            else (page.after,)
+        )
+        position, bound = tuple_(*keys), tuple_(*last)
+        query = query.where(position < bound if descending else position > bound)
+    query = query.order_by(*(key.desc() if descending else key.asc() for key in keys))
+    return list(connection.execute(query.limit(page.limit + 1)).mappings().all())
+
+
+def count_deals(
+    connection: Connection, department_id: uuid.UUID | None, filters: DealFilter
+) -> int:
+    return int(
+        connection.execute(
+            select(func.count()).select_from(deals).where(*_matching(department_id, filters))
+        ).scalar_one()
     )
 
 

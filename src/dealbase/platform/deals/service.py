@@ -63,7 +63,16 @@ def list_page(
         connection, scope.tenant_id, [row["id"] for row in rows[: page.limit]]
     )
     found = [repository.to_deal(row, customers.get(row["id"], [])) for row in rows]
-    return page.page_of(found, lambda deal: deal.id, filters)
+    by_volume = filters.order_by.startswith("volume")
+    return page.page_of(found, lambda deal: deal.id, filters, _sorted_volume if by_volume else None)
+
+
+def _sorted_volume(deal: Deal) -> int:
+    return -1 if deal.volume is None else deal.volume
+
+
+def count(uow: UnitOfWork, filters: DealFilter) -> int:
+    return repository.count_deals(uow.connection, uow.scope.department_id, filters)
 
 
 def update(
