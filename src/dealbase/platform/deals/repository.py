@@ -238,3 +238,29 @@ def touch_deals_of_customer(connection: Connection, customer_id: uuid.UUID) -> N
         .where(deals.c.id.in_(linked))
         .values(updated_at=func.now(), version=deals.c.version + 1)
     )
+
+
+def first_deal_rows_of_steps(
+    connection: Connection,
+    department_id: uuid.UUID | None,
+    step_ids: Sequence[uuid.UUID],
+    per_step: int,
+) -> list[RowMapping]:
+    """The first ``per_step`` deals (oldest first) of each step, for many steps in one statement."""
+    if not step_ids:
+        return []
+    ranked = (
+        _with_employee_name()
+        .add_columns(
+            func.row_number().over(partition_by=deals.c.step_id, order_by=deals.c.id).label("rank")
+        )
+        .where(deals.c.step_id.in_(step_ids), in_department(deals, department_id))
+        .subquery()
+    )
+    return list(
+        connection.execute(
+            select(ranked).where(ranked.c.rank <= per_step).order_by(ranked.c.step_id, ranked.c.id)
+        )
+        .mappings()
+        .all()
+    )

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
 from pydantic import BaseModel
 from sqlalchemy import RowMapping
@@ -10,7 +11,7 @@ from dealbase.platform.customers import repository as customers_repository
 from dealbase.platform.deals import repository
 from dealbase.platform.deals.models import CustomerLink, Deal, DealCreate, DealFilter
 from dealbase.platform.errors import Conflict, Invalid, NotFound, PreconditionFailed
-from dealbase.platform.pagination import Page, page_request
+from dealbase.platform.pagination import MAX_PAGE_SIZE, Page, page_request
 from dealbase.platform.pipeline import repository as pipeline_repository
 from dealbase.platform.rows import explain_missed_write
 from dealbase.platform.tables import deals
@@ -137,3 +138,22 @@ def _missed(
     uow: UnitOfWork, department_id: uuid.UUID | None, deal_id: uuid.UUID
 ) -> NotFound | PreconditionFailed:
     return explain_missed_write(uow.connection, deals, department_id, deal_id, "deal")
+
+
+def first_of_steps(
+    uow: UnitOfWork, step_ids: Sequence[uuid.UUID], per_step: int
+) -> dict[uuid.UUID, list[Deal]]:
+    """The first deals of each step (of the caller's department, or any for a tenant-wide
+    caller) with their customers, in two statements for all steps."""
+    if not 1 <= per_step <= MAX_PAGE_SIZE:
+        raise Invalid.of("first", "out_of_range", f"first is 1 to {MAX_PAGE_SIZE}.")
+    rows = repository.first_deal_rows_of_steps(
+        uow.connection, uow.scope.department_id, step_ids, per_step
+    )
+    customers = customers_repository.customers_of_deals(
+        uow.connection, uow.scope.tenant_id, [row["id"] for row in rows]
+    )
+    found: dict[uuid.UUID, list[Deal]] = {step_id: [] for step_id in step_ids}
+    for row in rows:
+        found[row["step_id"]].append(repository.to_deal(row, customers[row["id"]]))
+    return found

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from dealbase.platform.validation import EmailText, RequiredShortText
+from dealbase.platform.validation import EmailText, Moment, RequiredShortText
 
 StepKind = Literal["open", "won", "lost"]
 
@@ -65,3 +65,52 @@ class EmployeeFilter(BaseModel):
     """No filters yet; it keeps a cursor tied to the kind of list it came from."""
 
     model_config = ConfigDict(frozen=True)
+
+
+@dataclass(frozen=True, slots=True)
+class StepTotals:
+    """A step of the board with the deals now in it."""
+
+    step: Step
+    deal_count: int
+    total_volume: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepSummary:
+    step: Step
+    deal_count: int
+    volume: int
+
+
+@dataclass(frozen=True, slots=True)
+class EmployeeSummary:
+    """Deals assigned to one employee; ``employee`` None stands for the unassigned ones."""
+
+    employee: Employee | None
+    deal_count: int
+    volume: int
+    won_volume: int
+    lost_volume: int
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineSummary:
+    """Deals created in [created_from, created_to), by the step they are in now and by employee;
+    won and lost are the deals now in a step of that kind."""
+
+    created_from: datetime
+    created_to: datetime
+    deal_count: int
+    volume: int
+    won_volume: int
+    lost_volume: int
+    steps: tuple[StepSummary, ...]
+    employees: tuple[EmployeeSummary, ...]
+
+
+class SummaryRange(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    created_from: Moment
+    created_to: Moment

@@ -1,14 +1,23 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
-from sqlalchemy import Connection, RowMapping, exists, func, insert, select
+from sqlalchemy import ColumnElement, Connection, RowMapping, exists, func, insert, select
 
 from dealbase.platform.ids import new_id
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.pipeline.models import Department, Employee, Step, StepKind
+from dealbase.platform.pipeline.models import (
+    Department,
+    Employee,
+    EmployeeSummary,
+    Step,
+    StepKind,
+    StepSummary,
+    StepTotals,
+)
 from dealbase.platform.rows import in_department
-from dealbase.platform.tables import departments, employees, steps
+from dealbase.platform.tables import deals, departments, employees, steps
 
 
 def _step(row: RowMapping) -> Step:
@@ -161,3 +170,72 @@ def list_employees(
         query = query.where(employees.c.id > page.after)
     rows = connection.execute(query.order_by(employees.c.id).limit(page.limit + 1)).mappings()
     return [_employee(row) for row in rows]
+
+
+def step_totals(connection: Connection, department_id: uuid.UUID) -> list[StepTotals]:
+    """Each step of the department with the count and volume of the deals now in it: one
+    statement, summed by PostgreSQL."""
+    rows = connection.execute(
+        select(
+            steps,
+            func.count(deals.c.id).label("deal_count"),
+            func.coalesce(func.sum(deals.c.volume), 0).label("total_volume"),
+        )
+        .outerjoin(deals, deals.c.step_id == steps.c.id)
+        .where(steps.c.department_id == department_id)
+        .group_by(steps.c.id)
+        .order_by(steps.c.position)
+    ).mappings()
+    return [StepTotals(_step(row), row["deal_count"], int(row["total_volume"])) for row in rows]
+
+
+def summary_rows(
+    connection: Connection,
+    department_id: uuid.UUID | None,
+    created_from: datetime,
+    created_to: datetime,
+) -> tuple[list[StepSummary], list[EmployeeSummary]]:
+    """Deals created in the range, grouped by step and by employee, in two statements."""
+    in_range = (deals.c.created_at >= created_from) & (deals.c.created_at < created_to)
+    step_rows = connection.execute(
+        select(
+            steps,
+            func.count(deals.c.id).label("deal_count"),
+            func.coalesce(func.sum(deals.c.volume), 0).label("volume"),
+        )
+        .outerjoin(deals, (deals.c.step_id == steps.c.id) & in_range)
+        .where(in_department(steps, department_id))
+        .group_by(steps.c.id)
+        .order_by(steps.c.department_id, steps.c.position)
+    ).mappings()
+    by_step = [StepSummary(_step(row), row["deal_count"], int(row["volume"])) for row in step_rows]
+
+    def volume_in(kind: str) -> ColumnElement[int]:
+        return func.coalesce(func.sum(deals.c.volume).filter(steps.c.kind == kind), 0)
+
+    employee_rows = connection.execute(
+        select(
+            employees,
+            func.count(deals.c.id).label("deal_count"),
+            func.coalesce(func.sum(deals.c.volume), 0).label("volume"),
+            volume_in("won").label("won_volume"),
+            volume_in("lost").label("lost_volume"),
+        )
+        .select_from(deals)
+        .join(steps, steps.c.id == deals.c.step_id)
+        .outerjoin(employees, employees.c.id == deals.c.employee_id)
+        .where(in_range, in_department(deals, department_id))
+        .group_by(employees.c.id)
+        .order_by(employees.c.name.nulls_last(), employees.c.id)
+    ).mappings()
+    by_employee = [
+        EmployeeSummary(
+            None if row["id"] is None else _employee(row),
+            row["deal_count"],
+            int(row["volume"]),
+            int(row["won_volume"]),
+            int(row["lost_volume"]),
+        )
+        for row in employee_rows
+    ]
+    return by_step, by_employee

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from dealbase.platform.errors import NotFound
+from dealbase.platform.errors import Invalid, NotFound
 from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.pipeline import repository
 from dealbase.platform.pipeline.models import (
@@ -14,7 +14,10 @@ from dealbase.platform.pipeline.models import (
     Employee,
     EmployeeCreate,
     EmployeeFilter,
+    PipelineSummary,
     Step,
+    StepTotals,
+    SummaryRange,
 )
 from dealbase.platform.validation import department_of
 from dealbase.tenancy.database import UnitOfWork
@@ -61,3 +64,27 @@ def employees_page(uow: UnitOfWork, limit: int | None, cursor: str | None) -> Pa
     page = page_request(limit, cursor, filters)
     rows = repository.list_employees(uow.connection, uow.scope.department_id, page)
     return page.page_of(rows, lambda employee: employee.id, filters)
+
+
+def board(uow: UnitOfWork) -> list[StepTotals]:
+    """The caller's department's pipeline: each step with the count and volume of its deals."""
+    return repository.step_totals(uow.connection, department_of(uow.scope))
+
+
+def summary(uow: UnitOfWork, period: SummaryRange) -> PipelineSummary:
+    """Deals created in the period, for the caller's department (or the whole tenant)."""
+    if period.created_to <= period.created_from:
+        raise Invalid.of("created_to", "out_of_range", "created_to must be after created_from.")
+    by_step, by_employee = repository.summary_rows(
+        uow.connection, uow.scope.department_id, period.created_from, period.created_to
+    )
+    return PipelineSummary(
+        created_from=period.created_from,
+        created_to=period.created_to,
+        deal_count=sum(item.deal_count for item in by_employee),
+        volume=sum(item.volume for item in by_employee),
+        won_volume=sum(item.won_volume for item in by_employee),
+        lost_volume=sum(item.lost_volume for item in by_employee),
+        steps=tuple(by_step),
+        employees=tuple(by_employee),
+    )
