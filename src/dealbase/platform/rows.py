@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
-from sqlalchemy import ColumnElement, Connection, Table, select, true
+from sqlalchemy import Column, ColumnElement, Connection, RowMapping, Table, func, select, true
 
 from dealbase.platform.errors import NotFound, PreconditionFailed
 from dealbase.platform.versioning import Expected
@@ -44,3 +45,47 @@ def explain_missed_write(
     return PreconditionFailed(
         f"The {noun} has changed since the version named in If-Match; read it again."
     )
+
+
+def by_ids(
+    connection: Connection,
+    table: Table,
+    department_id: uuid.UUID | None,
+    row_ids: Sequence[uuid.UUID],
+) -> dict[uuid.UUID, RowMapping]:
+    """Many rows by id in one statement (what DataLoaders batch); unknown ids are left out."""
+    if not row_ids:
+        return {}
+    rows = connection.execute(
+        select(table).where(table.c.id.in_(row_ids), in_department(table, department_id))
+    ).mappings()
+    return {row["id"]: row for row in rows}
+
+
+def first_per_parent(
+    connection: Connection,
+    table: Table,
+    parent: Column[uuid.UUID],
+    parent_ids: Sequence[uuid.UUID],
+    department_id: uuid.UUID | None,
+    per_parent: int,
+) -> dict[uuid.UUID, list[RowMapping]]:
+    """The first ``per_parent`` rows (oldest first) of each parent, in one statement."""
+    found: dict[uuid.UUID, list[RowMapping]] = {parent_id: [] for parent_id in parent_ids}
+    if not parent_ids:
+        return found
+    ranked = (
+        select(
+            table,
+            parent.label("parent_id"),
+            func.row_number().over(partition_by=parent, order_by=table.c.id).label("rank"),
+        )
+        .where(parent.in_(parent_ids), in_department(table, department_id))
+        .subquery()
+    )
+    rows = connection.execute(
+        select(ranked).where(ranked.c.rank <= per_parent).order_by(ranked.c.parent_id, ranked.c.id)
+    ).mappings()
+    for row in rows:
+        found[row["parent_id"]].append(row)
+    return found

@@ -22,7 +22,7 @@ from dealbase.platform.tables import activities
 from dealbase.platform.versioning import Expected
 
 
-def _activity(row: RowMapping) -> Activity:
+def to_activity(row: RowMapping) -> Activity:
     return Activity(**{column.name: row[column.name] for column in activities.c})
 
 
@@ -44,7 +44,7 @@ def insert_activity(
         .mappings()
         .one()
     )
-    return _activity(row)
+    return to_activity(row)
 
 
 def get_activity(
@@ -57,7 +57,7 @@ def get_activity(
         .mappings()
         .first()
     )
-    return None if row is None else _activity(row)
+    return None if row is None else to_activity(row)
 
 
 def _matching(
@@ -81,7 +81,7 @@ def list_activities(
     if page.after is not None:
         query = query.where(activities.c.id > page.after)
     rows = connection.execute(query.order_by(activities.c.id).limit(page.limit + 1)).mappings()
-    return [_activity(row) for row in rows]
+    return [to_activity(row) for row in rows]
 
 
 def count_activities(
@@ -109,7 +109,7 @@ def update_activity(
         .mappings()
         .first()
     )
-    return None if row is None else _activity(row)
+    return None if row is None else to_activity(row)
 
 
 def delete_activity(

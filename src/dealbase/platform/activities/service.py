@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel
 
@@ -12,7 +12,8 @@ from dealbase.platform.deals import repository as deals_repository
 from dealbase.platform.errors import Invalid, NotFound, PreconditionFailed
 from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.pipeline import repository as pipeline_repository
-from dealbase.platform.rows import explain_missed_write
+from dealbase.platform.rows import by_ids as by_row_ids
+from dealbase.platform.rows import explain_missed_write, first_per_parent
 from dealbase.platform.tables import activities
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
@@ -96,3 +97,24 @@ def _missed(
     uow: UnitOfWork, department_id: uuid.UUID | None, activity_id: uuid.UUID
 ) -> NotFound | PreconditionFailed:
     return explain_missed_write(uow.connection, activities, department_id, activity_id, "activity")
+
+
+def by_ids(uow: UnitOfWork, activity_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Activity]:
+    rows = by_row_ids(uow.connection, activities, uow.scope.department_id, activity_ids)
+    return {row_id: repository.to_activity(row) for row_id, row in rows.items()}
+
+
+def first_of(
+    uow: UnitOfWork, parent: str, parent_ids: Sequence[uuid.UUID], per_parent: int
+) -> dict[uuid.UUID, list[Activity]]:
+    """The first activities of each deal (``parent="deal_id"``) or customer (``"customer_id"``),
+    in one statement for all of them."""
+    found = first_per_parent(
+        uow.connection,
+        activities,
+        activities.c[parent],
+        parent_ids,
+        uow.scope.department_id,
+        per_parent,
+    )
+    return {key: [repository.to_activity(row) for row in rows] for key, rows in found.items()}

@@ -264,3 +264,51 @@ def first_deal_rows_of_steps(
         .mappings()
         .all()
     )
+
+
+def deal_rows_by_ids(
+    connection: Connection, department_id: uuid.UUID | None, deal_ids: Sequence[uuid.UUID]
+) -> list[RowMapping]:
+    if not deal_ids:
+        return []
+    return list(
+        connection.execute(
+            _with_employee_name().where(
+                deals.c.id.in_(deal_ids), in_department(deals, department_id)
+            )
+        )
+        .mappings()
+        .all()
+    )
+
+
+def first_deal_rows_of_customers(
+    connection: Connection,
+    department_id: uuid.UUID | None,
+    customer_ids: Sequence[uuid.UUID],
+    per_customer: int,
+) -> list[RowMapping]:
+    """The first ``per_customer`` deals (oldest first) each customer is linked to."""
+    if not customer_ids:
+        return []
+    ranked = (
+        _with_employee_name()
+        .add_columns(
+            deal_customers.c.customer_id.label("linked_customer_id"),
+            func.row_number()
+            .over(partition_by=deal_customers.c.customer_id, order_by=deals.c.id)
+            .label("rank"),
+        )
+        .join(deal_customers, deal_customers.c.deal_id == deals.c.id)
+        .where(deal_customers.c.customer_id.in_(customer_ids), in_department(deals, department_id))
+        .subquery()
+    )
+    return list(
+        connection.execute(
+            select(ranked)
+            .where(ranked.c.rank <= per_customer)
+            .order_by(ranked.c.linked_customer_id, ranked.c.id)
+        )
+        .mappings()
+        .all()
+    )

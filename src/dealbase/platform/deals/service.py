@@ -150,10 +150,33 @@ def first_of_steps(
     rows = repository.first_deal_rows_of_steps(
         uow.connection, uow.scope.department_id, step_ids, per_step
     )
-    customers = customers_repository.customers_of_deals(
-        uow.connection, uow.scope.tenant_id, [row["id"] for row in rows]
-    )
     found: dict[uuid.UUID, list[Deal]] = {step_id: [] for step_id in step_ids}
-    for row in rows:
-        found[row["step_id"]].append(repository.to_deal(row, customers[row["id"]]))
+    for deal in _with_customers(uow, rows):
+        found[deal.step_id].append(deal)
+    return found
+
+
+def _with_customers(uow: UnitOfWork, rows: Sequence[RowMapping]) -> list[Deal]:
+    customers = customers_repository.customers_of_deals(
+        uow.connection, uow.scope.tenant_id, list({row["id"] for row in rows})
+    )
+    return [repository.to_deal(row, customers[row["id"]]) for row in rows]
+
+
+def by_ids(uow: UnitOfWork, deal_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Deal]:
+    """Many deals the caller may see, by id, in two statements; unknown ids are left out."""
+    rows = repository.deal_rows_by_ids(uow.connection, uow.scope.department_id, deal_ids)
+    return {deal.id: deal for deal in _with_customers(uow, rows)}
+
+
+def first_of_customers(
+    uow: UnitOfWork, customer_ids: Sequence[uuid.UUID], per_customer: int
+) -> dict[uuid.UUID, list[Deal]]:
+    """The first deals each customer is linked to, in two statements for all customers."""
+    rows = repository.first_deal_rows_of_customers(
+        uow.connection, uow.scope.department_id, customer_ids, per_customer
+    )
+    found: dict[uuid.UUID, list[Deal]] = {customer_id: [] for customer_id in customer_ids}
+    for row, deal in zip(rows, _with_customers(uow, rows), strict=True):
+        found[row["linked_customer_id"]].append(deal)
     return found

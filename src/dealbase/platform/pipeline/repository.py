@@ -20,11 +20,11 @@ from dealbase.platform.rows import in_department
 from dealbase.platform.tables import deals, departments, employees, steps
 
 
-def _step(row: RowMapping) -> Step:
+def to_step(row: RowMapping) -> Step:
     return Step(row["id"], row["department_id"], row["name"], row["position"], row["kind"])
 
 
-def _employee(row: RowMapping) -> Employee:
+def to_employee(row: RowMapping) -> Employee:
     return Employee(
         row["id"],
         row["department_id"],
@@ -71,7 +71,7 @@ def insert_department(
         department["name"],
         department["created_at"],
         department["updated_at"],
-        tuple(_step(row) for row in step_rows),
+        tuple(to_step(row) for row in step_rows),
     )
 
 
@@ -96,7 +96,7 @@ def list_steps(connection: Connection, department_id: uuid.UUID) -> tuple[Step, 
     rows = connection.execute(
         select(steps).where(steps.c.department_id == department_id).order_by(steps.c.position)
     ).mappings()
-    return tuple(_step(row) for row in rows)
+    return tuple(to_step(row) for row in rows)
 
 
 def insert_employee(
@@ -118,7 +118,7 @@ def insert_employee(
         .mappings()
         .one()
     )
-    return _employee(row)
+    return to_employee(row)
 
 
 def first_department(connection: Connection) -> Department | None:
@@ -139,7 +139,7 @@ def first_employee(connection: Connection, department_id: uuid.UUID) -> Employee
         .mappings()
         .first()
     )
-    return None if row is None else _employee(row)
+    return None if row is None else to_employee(row)
 
 
 def step_in_department(
@@ -169,7 +169,7 @@ def list_employees(
     if page.after is not None:
         query = query.where(employees.c.id > page.after)
     rows = connection.execute(query.order_by(employees.c.id).limit(page.limit + 1)).mappings()
-    return [_employee(row) for row in rows]
+    return [to_employee(row) for row in rows]
 
 
 def step_totals(connection: Connection, department_id: uuid.UUID) -> list[StepTotals]:
@@ -186,7 +186,7 @@ def step_totals(connection: Connection, department_id: uuid.UUID) -> list[StepTo
         .group_by(steps.c.id)
         .order_by(steps.c.position)
     ).mappings()
-    return [StepTotals(_step(row), row["deal_count"], int(row["total_volume"])) for row in rows]
+    return [StepTotals(to_step(row), row["deal_count"], int(row["total_volume"])) for row in rows]
 
 
 def summary_rows(
@@ -208,7 +208,9 @@ def summary_rows(
         .group_by(steps.c.id)
         .order_by(steps.c.department_id, steps.c.position)
     ).mappings()
-    by_step = [StepSummary(_step(row), row["deal_count"], int(row["volume"])) for row in step_rows]
+    by_step = [
+        StepSummary(to_step(row), row["deal_count"], int(row["volume"])) for row in step_rows
+    ]
 
     def volume_in(kind: str) -> ColumnElement[int]:
         return func.coalesce(func.sum(deals.c.volume).filter(steps.c.kind == kind), 0)
@@ -230,7 +232,7 @@ def summary_rows(
     ).mappings()
     by_employee = [
         EmployeeSummary(
-            None if row["id"] is None else _employee(row),
+            None if row["id"] is None else to_employee(row),
             row["deal_count"],
             int(row["volume"]),
             int(row["won_volume"]),
@@ -239,3 +241,23 @@ def summary_rows(
         for row in employee_rows
     ]
     return by_step, by_employee
+
+
+def all_departments(connection: Connection) -> list[Department]:
+    """Every department with its steps, in two statements."""
+    rows = connection.execute(
+        select(departments).order_by(departments.c.created_at, departments.c.id)
+    ).mappings()
+    found = {row["id"]: row for row in rows}
+    step_rows = connection.execute(
+        select(steps).order_by(steps.c.department_id, steps.c.position)
+    ).mappings()
+    steps_of: dict[uuid.UUID, list[Step]] = {department_id: [] for department_id in found}
+    for step_row in step_rows:
+        steps_of[step_row["department_id"]].append(to_step(step_row))
+    return [
+        Department(
+            row["id"], row["name"], row["created_at"], row["updated_at"], tuple(steps_of[key])
+        )
+        for key, row in found.items()
+    ]

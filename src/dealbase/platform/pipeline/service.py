@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
 from dealbase.platform.errors import Invalid, NotFound
 from dealbase.platform.pagination import Page, page_request
@@ -19,6 +20,8 @@ from dealbase.platform.pipeline.models import (
     StepTotals,
     SummaryRange,
 )
+from dealbase.platform.rows import by_ids
+from dealbase.platform.tables import employees, steps
 from dealbase.platform.validation import department_of
 from dealbase.tenancy.database import UnitOfWork
 
@@ -88,3 +91,22 @@ def summary(uow: UnitOfWork, period: SummaryRange) -> PipelineSummary:
         steps=tuple(by_step),
         employees=tuple(by_employee),
     )
+
+
+def steps_by_ids(uow: UnitOfWork, step_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Step]:
+    rows = by_ids(uow.connection, steps, uow.scope.department_id, step_ids)
+    return {row_id: repository.to_step(row) for row_id, row in rows.items()}
+
+
+def employees_by_ids(
+    uow: UnitOfWork, employee_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, Employee]:
+    rows = by_ids(uow.connection, employees, uow.scope.department_id, employee_ids)
+    return {row_id: repository.to_employee(row) for row_id, row in rows.items()}
+
+
+def departments_in_scope(uow: UnitOfWork) -> list[Department]:
+    """Every department of the tenant for a tenant-wide caller; the caller's own otherwise."""
+    if uow.scope.department_id is not None:
+        return [own_department(uow)]
+    return repository.all_departments(uow.connection)
