@@ -1,4 +1,4 @@
-"""``create_app(settings)``: the ASGI app, REST and (later) GraphQL over one service layer."""
+"""``create_app(settings)``: the ASGI app, REST and GraphQL over one service layer."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from dealbase.config import Settings, load_settings
+from dealbase.graphql_api.api import install_graphql_api
 from dealbase.ops.embedded_postgres import embedded_database_url
 from dealbase.ops.observability import RequestContextMiddleware, configure_logging
 from dealbase.rest_api.api import install_rest_api
@@ -53,5 +54,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.database = database
     app.state.authenticator = Authenticator(database, key_cache)
     install_rest_api(app)
+    install_graphql_api(app, settings)
     app.add_middleware(RequestContextMiddleware)
     return app

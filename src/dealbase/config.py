@@ -34,6 +34,14 @@ class Settings(BaseSettings):
     db_pool_size: int = Field(default=10, ge=1, le=200)
     db_max_overflow: int = Field(default=10, ge=0, le=200)
     migrate_concurrency: int = Field(default=4, ge=1, le=64)
+    graphql_introspection: bool = Field(default=True, description="Schema introspection on.")
+    graphql_ide: bool = Field(default=True, description="The GraphiQL page at GET /graphql.")
+    graphql_max_depth: int = Field(default=10, ge=2, le=50)
+    graphql_max_aliases: int = Field(default=15, ge=0, le=1000)
+    graphql_max_tokens: int = Field(default=2000, ge=100, le=100_000)
+    graphql_max_cost: int = Field(
+        default=50_000, ge=100, description="Budget of the estimated cost of one query."
+    )
 
     @field_validator("database_url", "database_listen_url")
     @classmethod

@@ -368,6 +368,15 @@ def demo(as_json: JsonFlag = False) -> None:
     _emit(as_json, value, human)
 
 
+@cli.command("graphql-schema")
+@_fail_cleanly
+def graphql_schema() -> None:
+    """Print the GraphQL schema as SDL (kept in src/dealbase/graphql_api/schema.graphql)."""
+    from dealbase.graphql_api.schema import build_schema
+
+    typer.echo(build_schema(Settings(database_url=None)).as_str())
+
+
 @cli.command()
 @_fail_cleanly
 def serve(

@@ -32,8 +32,11 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class Page(Generic[T]):
+    """``cursors[i]`` is where a page after ``items[i]`` starts (GraphQL's edge cursors)."""
+
     items: list[T]
     next_cursor: str | None
+    cursors: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +60,12 @@ class PageRequest:
     ) -> Page[T]:
         """``rows`` is what a query for ``limit + 1`` returned: an extra row means there is more."""
         items = list(rows[: self.limit])
-        if len(rows) <= self.limit or not items:
-            return Page(items, None)
-        last = items[-1]
-        sort = None if sort_of is None else sort_of(last)
-        return Page(items, encode_cursor(id_of(last), filters, sort))
+        cursors = [
+            encode_cursor(id_of(item), filters, None if sort_of is None else sort_of(item))
+            for item in items
+        ]
+        more = len(rows) > self.limit and bool(items)
+        return Page(items, cursors[-1] if more else None, cursors)
 
 
 def _fingerprint(filters: BaseModel) -> bytes:
@@ -75,10 +79,16 @@ def encode_cursor(last_id: uuid.UUID, filters: BaseModel, sort: int | None = Non
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def page_request(limit: int | None, cursor: str | None, filters: BaseModel) -> PageRequest:
+def page_size(limit: int | None) -> int:
+    """The page size asked for (default 25); 1 to 100."""
     limit = DEFAULT_PAGE_SIZE if limit is None else limit
     if not 1 <= limit <= MAX_PAGE_SIZE:
         raise Invalid.of("limit", "out_of_range", f"limit is 1 to {MAX_PAGE_SIZE}.")
+    return limit
+
+
+def page_request(limit: int | None, cursor: str | None, filters: BaseModel) -> PageRequest:
+    limit = page_size(limit)
     if cursor is None:
         return PageRequest(limit, None)
     try:

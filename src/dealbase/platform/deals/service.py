@@ -11,7 +11,7 @@ from dealbase.platform.customers import repository as customers_repository
 from dealbase.platform.deals import repository
 from dealbase.platform.deals.models import CustomerLink, Deal, DealCreate, DealFilter
 from dealbase.platform.errors import Conflict, Invalid, NotFound, PreconditionFailed
-from dealbase.platform.pagination import MAX_PAGE_SIZE, Page, page_request
+from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.pipeline import repository as pipeline_repository
 from dealbase.platform.rows import explain_missed_write
 from dealbase.platform.tables import deals
@@ -145,8 +145,6 @@ def first_of_steps(
 ) -> dict[uuid.UUID, list[Deal]]:
     """The first deals of each step (of the caller's department, or any for a tenant-wide
     caller) with their customers, in two statements for all steps."""
-    if not 1 <= per_step <= MAX_PAGE_SIZE:
-        raise Invalid.of("first", "out_of_range", f"first is 1 to {MAX_PAGE_SIZE}.")
     rows = repository.first_deal_rows_of_steps(
         uow.connection, uow.scope.department_id, step_ids, per_step
     )

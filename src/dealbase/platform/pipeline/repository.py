@@ -261,3 +261,10 @@ def all_departments(connection: Connection) -> list[Department]:
         )
         for key, row in found.items()
     ]
+
+
+def count_employees(connection: Connection, department_id: uuid.UUID | None) -> int:
+    query = (
+        select(func.count()).select_from(employees).where(in_department(employees, department_id))
+    )
+    return int(connection.execute(query).scalar_one())

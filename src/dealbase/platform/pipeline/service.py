@@ -110,3 +110,7 @@ def departments_in_scope(uow: UnitOfWork) -> list[Department]:
     if uow.scope.department_id is not None:
         return [own_department(uow)]
     return repository.all_departments(uow.connection)
+
+
+def employee_count(uow: UnitOfWork) -> int:
+    return repository.count_employees(uow.connection, uow.scope.department_id)

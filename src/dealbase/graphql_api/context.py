@@ -1,0 +1,71 @@
+"""The per-request context: who is calling, the database, and fresh DataLoaders."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from anyio import to_thread
+from fastapi import Request, Security
+from fastapi.security import APIKeyHeader
+from strawberry.fastapi import BaseContext
+
+from dealbase.platform.pipeline import service as pipeline
+from dealbase.tenancy.authentication import Authenticator
+from dealbase.tenancy.database import Database, UnitOfWork
+from dealbase.tenancy.scope import Scope
+
+T = TypeVar("T")
+
+_api_key = APIKeyHeader(name="X-Api-Key", auto_error=False)
+_department = APIKeyHeader(name="X-Department-Id", auto_error=False)
+
+
+@dataclass
+class GraphQLContext(BaseContext):
+    request_id: str
+    scope: Scope
+    database: Database
+    # Loaders are made on first use and live for this request only, so nothing is cached
+    # across requests (or callers).
+    loaders: dict[tuple[str, int], Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__init__()
+
+    async def run(self, work: Callable[[UnitOfWork], T], scope: Scope | None = None) -> T:
+        """``work`` in a unit of work of its own, off the event loop (the SQL is synchronous)."""
+
+        def in_transaction() -> T:
+            with self.database.unit_of_work(scope or self.scope) as uow:
+                return work(uow)
+
+        return await to_thread.run_sync(in_transaction)
+
+    async def scope_in(self, department_id: uuid.UUID | None) -> Scope:
+        """The caller's Scope narrowed to one department, when ``departmentId`` is given.
+
+        A department key may only name its own department; a tenant-wide key any department of
+        its tenant. Either way an unknown or foreign department answers like an unknown id.
+        """
+        if department_id is None:
+            return self.scope
+        await self.run(lambda uow: pipeline.get_department(uow, department_id))
+        return self.scope.in_department(department_id)
+
+
+async def context_for(
+    request: Request,
+    api_key: str | None = Security(_api_key),
+    department: str | None = Security(_department),
+) -> GraphQLContext:
+    """Authenticates like REST, but also admits tenant-wide dashboard keys (no department)."""
+    authenticator: Authenticator = request.app.state.authenticator
+    scope = await to_thread.run_sync(authenticator.dashboard_scope, api_key, department)
+    return GraphQLContext(
+        request_id=getattr(request.state, "request_id", ""),
+        scope=scope,
+        database=request.app.state.database,
+    )

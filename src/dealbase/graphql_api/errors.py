@@ -1,0 +1,75 @@
+"""Errors leave GraphQL with the REST API's codes in ``extensions.code``: mapped here, once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import structlog
+from graphql import GraphQLError
+from strawberry.extensions import SchemaExtension
+
+from dealbase.platform.errors import DomainError, FieldError, Invalid
+
+log = structlog.get_logger(__name__)
+
+INTERNAL = "INTERNAL"
+INVALID_QUERY = "invalid_query"
+# Platform names of paging inputs, as GraphQL's connection arguments call them.
+_ARGUMENTS = {"limit": "first", "cursor": "after"}
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def graphql_field(path: str) -> str:
+    """``customers[2].last_name`` as GraphQL names it: ``customers[2].lastName``."""
+    return ".".join(
+        _ARGUMENTS.get(part, _camel(part)) if "[" not in part else _camel(part)
+        for part in path.split(".")
+    )
+
+
+def _field_errors(errors: tuple[FieldError, ...]) -> list[dict[str, str]]:
+    return [
+        {"field": graphql_field(error.field), "code": error.code, "message": error.message}
+        for error in errors
+    ]
+
+
+class DomainErrors(SchemaExtension):
+    """A platform error keeps its message and gains its code (and fields); an unexpected one is
+    logged with the request id and shown as INTERNAL, its details never leaving the server."""
+
+    def on_operation(self) -> Iterator[None]:
+        yield
+        result = self.execution_context.result
+        if result is not None and result.errors:
+            result.errors = [self._mapped(error) for error in result.errors]
+
+    def _mapped(self, error: GraphQLError) -> GraphQLError:
+        original = error.original_error
+        extensions: dict[str, Any]
+        if original is None:  # GraphQL's own: syntax, validation, guards
+            extensions = {"code": INVALID_QUERY, **(error.extensions or {})}
+            message = error.message
+        elif isinstance(original, DomainError):
+            extensions = {"code": original.code}
+            if isinstance(original, Invalid):
+                extensions["errors"] = _field_errors(original.errors)
+            message = original.detail
+        else:
+            request_id = getattr(self.execution_context.context, "request_id", "")
+            log.error("graphql_unhandled_error", exc_info=original, request_id=request_id)
+            extensions = {"code": INTERNAL, "request_id": request_id}
+            message = "Internal error; the request id identifies it to support."
+        return GraphQLError(
+            message,
+            nodes=error.nodes,
+            source=error.source,
+            positions=error.positions,
+            path=error.path,
+            extensions=extensions,
+        )

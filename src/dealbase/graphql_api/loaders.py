@@ -1,0 +1,89 @@
+"""DataLoaders: each batches one kind of lookup into one platform call (one or two statements)
+per request, whatever the number of parents asking."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+from strawberry.dataloader import DataLoader
+
+from dealbase.graphql_api.context import GraphQLContext
+from dealbase.platform.activities import service as activities
+from dealbase.platform.activities.models import Activity
+from dealbase.platform.customers import service as customers
+from dealbase.platform.customers.models import Customer
+from dealbase.platform.deals import service as deals
+from dealbase.platform.deals.models import Deal
+from dealbase.platform.pipeline import service as pipeline
+from dealbase.platform.pipeline.models import Employee, Step
+from dealbase.tenancy.database import UnitOfWork
+
+V = TypeVar("V")
+
+
+def _loader(
+    context: GraphQLContext,
+    name: str,
+    per_parent: int,
+    fetch: Callable[[UnitOfWork, Sequence[uuid.UUID]], dict[uuid.UUID, V]],
+) -> DataLoader[uuid.UUID, V | None]:
+    key = (name, per_parent)
+    if key not in context.loaders:
+
+        async def load(ids: list[uuid.UUID]) -> list[V | None]:
+            found = await context.run(lambda uow: fetch(uow, ids))
+            return [found.get(row_id) for row_id in ids]
+
+        context.loaders[key] = DataLoader(load_fn=load)
+    loader: DataLoader[uuid.UUID, V | None] = context.loaders[key]
+    return loader
+
+
+def step(context: GraphQLContext, step_id: uuid.UUID) -> Awaitable[Step | None]:
+    return _loader(context, "step", 0, pipeline.steps_by_ids).load(step_id)
+
+
+def employee(context: GraphQLContext, employee_id: uuid.UUID) -> Awaitable[Employee | None]:
+    return _loader(context, "employee", 0, pipeline.employees_by_ids).load(employee_id)
+
+
+def customer(context: GraphQLContext, customer_id: uuid.UUID) -> Awaitable[Customer | None]:
+    return _loader(context, "customer", 0, customers.by_ids).load(customer_id)
+
+
+def deal(context: GraphQLContext, deal_id: uuid.UUID) -> Awaitable[Deal | None]:
+    return _loader(context, "deal", 0, deals.by_ids).load(deal_id)
+
+
+async def deals_of_step(context: GraphQLContext, step_id: uuid.UUID, first: int) -> list[Deal]:
+    found = await _loader(
+        context, "deals_of_step", first, lambda uow, ids: deals.first_of_steps(uow, ids, first)
+    ).load(step_id)
+    return found or []
+
+
+async def deals_of_customer(
+    context: GraphQLContext, customer_id: uuid.UUID, first: int
+) -> list[Deal]:
+    found = await _loader(
+        context,
+        "deals_of_customer",
+        first,
+        lambda uow, ids: deals.first_of_customers(uow, ids, first),
+    ).load(customer_id)
+    return found or []
+
+
+async def activities_of(
+    context: GraphQLContext, parent: str, parent_id: uuid.UUID, first: int
+) -> list[Activity]:
+    """``parent`` is ``deal_id`` or ``customer_id``."""
+    found = await _loader(
+        context,
+        f"activities_of_{parent}",
+        first,
+        lambda uow, ids: activities.first_of(uow, parent, ids, first),
+    ).load(parent_id)
+    return found or []

@@ -1,0 +1,326 @@
+"""Queries and mutations: each calls the platform service REST calls, in a unit of work."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import strawberry
+from graphql import GraphQLError
+from strawberry.extensions import (
+    DisableIntrospection,
+    MaxAliasesLimiter,
+    MaxTokensLimiter,
+    QueryDepthLimiter,
+    SchemaExtension,
+)
+from strawberry.schema.config import StrawberryConfig
+from strawberry.types import ExecutionContext
+
+from dealbase.config import Settings
+from dealbase.graphql_api.errors import DomainErrors
+from dealbase.graphql_api.guards import QueryCost
+from dealbase.graphql_api.inputs import (
+    ActivityChanges,
+    ActivityFilter,
+    ActivityInput,
+    CustomerChanges,
+    CustomerFilter,
+    CustomerInput,
+    DealChanges,
+    DealFilter,
+    DealInput,
+    DealOrder,
+    fields_of,
+)
+from dealbase.graphql_api.types import (
+    BIG_INT_SCALAR,
+    Activity,
+    BigInt,
+    Connection,
+    Customer,
+    Deal,
+    Department,
+    Employee,
+    GraphQLInfo,
+    PipelineStep,
+    PipelineSummary,
+    Step,
+    connection,
+)
+from dealbase.platform.activities import service as activities
+from dealbase.platform.activities.models import ActivityFields, ActivityPatch
+from dealbase.platform.activities.models import ActivityFilter as ActivityFilterModel
+from dealbase.platform.customers import service as customers
+from dealbase.platform.customers.models import CustomerFields, CustomerPatch
+from dealbase.platform.customers.models import CustomerFilter as CustomerFilterModel
+from dealbase.platform.deals import service as deals
+from dealbase.platform.deals.models import CustomerLink, DealCreate, DealPatch
+from dealbase.platform.deals.models import DealFilter as DealFilterModel
+from dealbase.platform.pagination import DEFAULT_PAGE_SIZE
+from dealbase.platform.pipeline import service as pipeline
+from dealbase.platform.pipeline.models import SummaryRange
+from dealbase.platform.validation import validated
+
+
+def _without(values: dict[str, Any], *names: str) -> dict[str, Any]:
+    return {name: value for name, value in values.items() if name not in names}
+
+
+@strawberry.type
+class Pipeline:
+    department: Department
+    steps: list[PipelineStep]
+
+
+@strawberry.type
+class Query:
+    @strawberry.field
+    async def customer(self, info: GraphQLInfo, id: uuid.UUID) -> Customer:
+        found = await info.context.run(lambda uow: customers.get(uow, id))
+        return Customer.of(found)
+
+    @strawberry.field
+    async def customers(
+        self,
+        info: GraphQLInfo,
+        filter: CustomerFilter | None = None,
+        first: int = DEFAULT_PAGE_SIZE,
+        after: str | None = None,
+    ) -> Connection[Customer]:
+        given = fields_of(filter) if filter else {}
+        scope = await info.context.scope_in(given.pop("department_id", None))
+        filters = validated(CustomerFilterModel, given)
+        page = await info.context.run(
+            lambda uow: customers.list_page(uow, filters, first, after), scope
+        )
+
+        async def count() -> int:
+            return await info.context.run(lambda uow: customers.count(uow, filters), scope)
+
+        return connection(page, Customer.of, count)
+
+    @strawberry.field
+    async def deal(self, info: GraphQLInfo, id: uuid.UUID) -> Deal:
+        return Deal.of(await info.context.run(lambda uow: deals.get(uow, id)))
+
+    @strawberry.field
+    async def deals(
+        self,
+        info: GraphQLInfo,
+        filter: DealFilter | None = None,
+        order_by: DealOrder = DealOrder.CREATED_ASC,
+        first: int = DEFAULT_PAGE_SIZE,
+        after: str | None = None,
+    ) -> Connection[Deal]:
+        given = fields_of(filter) if filter else {}
+        scope = await info.context.scope_in(given.pop("department_id", None))
+        filters = validated(DealFilterModel, {**given, "order_by": order_by.value})
+        page = await info.context.run(
+            lambda uow: deals.list_page(uow, filters, first, after), scope
+        )
+
+        async def count() -> int:
+            return await info.context.run(lambda uow: deals.count(uow, filters), scope)
+
+        return connection(page, Deal.of, count)
+
+    @strawberry.field
+    async def activity(self, info: GraphQLInfo, id: uuid.UUID) -> Activity:
+        return Activity.of(await info.context.run(lambda uow: activities.get(uow, id)))
+
+    @strawberry.field
+    async def activities(
+        self,
+        info: GraphQLInfo,
+        filter: ActivityFilter | None = None,
+        first: int = DEFAULT_PAGE_SIZE,
+        after: str | None = None,
+    ) -> Connection[Activity]:
+        given = fields_of(filter) if filter else {}
+        scope = await info.context.scope_in(given.pop("department_id", None))
+        filters = validated(ActivityFilterModel, given)
+        page = await info.context.run(
+            lambda uow: activities.list_page(uow, filters, first, after), scope
+        )
+
+        async def count() -> int:
+            return await info.context.run(lambda uow: activities.count(uow, filters), scope)
+
+        return connection(page, Activity.of, count)
+
+    @strawberry.field(description="The caller's department, or every one for a tenant-wide key.")
+    async def departments(self, info: GraphQLInfo) -> list[Department]:
+        found = await info.context.run(pipeline.departments_in_scope)
+        return [Department.of(department) for department in found]
+
+    @strawberry.field
+    async def employees(
+        self,
+        info: GraphQLInfo,
+        department_id: uuid.UUID | None = None,
+        first: int = DEFAULT_PAGE_SIZE,
+        after: str | None = None,
+    ) -> Connection[Employee]:
+        scope = await info.context.scope_in(department_id)
+        page = await info.context.run(lambda uow: pipeline.employees_page(uow, first, after), scope)
+
+        async def count() -> int:
+            return await info.context.run(pipeline.employee_count, scope)
+
+        return connection(page, Employee.of, count)
+
+    @strawberry.field(description="A department's steps in order (a tenant-wide key names one).")
+    async def steps(self, info: GraphQLInfo, department_id: uuid.UUID | None = None) -> list[Step]:
+        scope = await info.context.scope_in(department_id)
+        return [Step.of(step) for step in await info.context.run(pipeline.steps_in_order, scope)]
+
+    @strawberry.field(
+        description="A department's board: each step with its deals' count and volume."
+    )
+    async def pipeline(self, info: GraphQLInfo, department_id: uuid.UUID | None = None) -> Pipeline:
+        scope = await info.context.scope_in(department_id)
+
+        def board(uow: Any) -> tuple[Any, Any]:
+            return pipeline.own_department(uow), pipeline.board(uow)
+
+        department, totals = await info.context.run(board, scope)
+        return Pipeline(
+            department=Department.of(department), steps=[PipelineStep.of(step) for step in totals]
+        )
+
+    @strawberry.field
+    async def pipeline_summary(
+        self,
+        info: GraphQLInfo,
+        created_from: datetime,
+        created_to: datetime,
+        department_id: uuid.UUID | None = None,
+    ) -> PipelineSummary:
+        scope = await info.context.scope_in(department_id)
+        period = validated(SummaryRange, {"created_from": created_from, "created_to": created_to})
+        found = await info.context.run(lambda uow: pipeline.summary(uow, period), scope)
+        return PipelineSummary.of(found)
+
+
+@strawberry.type
+class Mutation:
+    @strawberry.mutation
+    async def create_customer(
+        self, info: GraphQLInfo, input: CustomerInput, department_id: uuid.UUID | None = None
+    ) -> Customer:
+        scope = await info.context.scope_in(department_id)
+        fields = validated(CustomerFields, fields_of(input))
+        return Customer.of(await info.context.run(lambda uow: customers.create(uow, fields), scope))
+
+    @strawberry.mutation
+    async def update_customer(
+        self, info: GraphQLInfo, id: uuid.UUID, changes: CustomerChanges
+    ) -> Customer:
+        patch = validated(CustomerPatch, fields_of(changes))
+        return Customer.of(await info.context.run(lambda uow: customers.update(uow, id, patch)))
+
+    @strawberry.mutation
+    async def delete_customer(self, info: GraphQLInfo, id: uuid.UUID) -> uuid.UUID:
+        await info.context.run(lambda uow: customers.delete(uow, id))
+        return id
+
+    @strawberry.mutation
+    async def create_deal(
+        self, info: GraphQLInfo, input: DealInput, department_id: uuid.UUID | None = None
+    ) -> Deal:
+        scope = await info.context.scope_in(department_id)
+        given = fields_of(input)
+        given["customers"] = [fields_of(customer) for customer in given.get("customers") or []]
+        fields = validated(DealCreate, given)
+        return Deal.of(await info.context.run(lambda uow: deals.create(uow, fields), scope))
+
+    @strawberry.mutation
+    async def update_deal(self, info: GraphQLInfo, id: uuid.UUID, changes: DealChanges) -> Deal:
+        patch = validated(DealPatch, fields_of(changes))
+        return Deal.of(await info.context.run(lambda uow: deals.update(uow, id, patch)))
+
+    @strawberry.mutation
+    async def move_deal(self, info: GraphQLInfo, id: uuid.UUID, step_id: uuid.UUID) -> Deal:
+        patch = validated(DealPatch, {"step_id": step_id})
+        return Deal.of(await info.context.run(lambda uow: deals.update(uow, id, patch)))
+
+    @strawberry.mutation(description="employeeId null unassigns the deal.")
+    async def assign_deal(
+        self, info: GraphQLInfo, id: uuid.UUID, employee_id: uuid.UUID | None
+    ) -> Deal:
+        patch = validated(DealPatch, {"employee_id": employee_id})
+        return Deal.of(await info.context.run(lambda uow: deals.update(uow, id, patch)))
+
+    @strawberry.mutation
+    async def delete_deal(self, info: GraphQLInfo, id: uuid.UUID) -> uuid.UUID:
+        await info.context.run(lambda uow: deals.delete(uow, id))
+        return id
+
+    @strawberry.mutation
+    async def link_customer(
+        self, info: GraphQLInfo, deal_id: uuid.UUID, customer_id: uuid.UUID
+    ) -> Deal:
+        link = validated(CustomerLink, {"customer_id": customer_id})
+        return Deal.of(await info.context.run(lambda uow: deals.link_customer(uow, deal_id, link)))
+
+    @strawberry.mutation
+    async def unlink_customer(
+        self, info: GraphQLInfo, deal_id: uuid.UUID, customer_id: uuid.UUID
+    ) -> Deal:
+        def unlink(uow: Any) -> Any:
+            deals.unlink_customer(uow, deal_id, customer_id)
+            return deals.get(uow, deal_id)
+
+        return Deal.of(await info.context.run(unlink))
+
+    @strawberry.mutation
+    async def create_activity(
+        self, info: GraphQLInfo, input: ActivityInput, department_id: uuid.UUID | None = None
+    ) -> Activity:
+        scope = await info.context.scope_in(department_id)
+        fields = validated(ActivityFields, fields_of(input))
+        return Activity.of(
+            await info.context.run(lambda uow: activities.create(uow, fields), scope)
+        )
+
+    @strawberry.mutation
+    async def update_activity(
+        self, info: GraphQLInfo, id: uuid.UUID, changes: ActivityChanges
+    ) -> Activity:
+        patch = validated(ActivityPatch, fields_of(changes))
+        return Activity.of(await info.context.run(lambda uow: activities.update(uow, id, patch)))
+
+    @strawberry.mutation
+    async def delete_activity(self, info: GraphQLInfo, id: uuid.UUID) -> uuid.UUID:
+        await info.context.run(lambda uow: activities.delete(uow, id))
+        return id
+
+
+class DashboardSchema(strawberry.Schema):
+    def process_errors(
+        self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
+    ) -> None:
+        """Logged where they are mapped (graphql_api.errors), unexpected ones only."""
+
+
+def build_schema(settings: Settings) -> strawberry.Schema:
+    # Factories, not instances: each operation gets extensions of its own (QueryCost keeps the
+    # operation's estimate).
+    extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
+        DomainErrors,
+        lambda: QueryDepthLimiter(max_depth=settings.graphql_max_depth),
+        lambda: MaxAliasesLimiter(max_alias_count=settings.graphql_max_aliases),
+        lambda: MaxTokensLimiter(max_token_count=settings.graphql_max_tokens),
+        lambda: QueryCost(settings.graphql_max_cost),
+    ]
+    if not settings.graphql_introspection:
+        extensions.append(DisableIntrospection)
+    return DashboardSchema(
+        query=Query,
+        mutation=Mutation,
+        extensions=extensions,
+        config=StrawberryConfig(scalar_map={BigInt: BIG_INT_SCALAR}),
+    )

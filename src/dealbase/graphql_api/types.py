@@ -1,0 +1,394 @@
+"""GraphQL object types: the platform's domain objects in GraphQL's conventions (camelCase,
+connections), with nested fields resolved through the request's DataLoaders."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import date, datetime
+from enum import Enum
+from typing import Generic, NewType, TypeVar
+
+import strawberry
+from strawberry.types import Info
+
+from dealbase.graphql_api import loaders
+from dealbase.graphql_api.context import GraphQLContext
+from dealbase.platform.activities.models import Activity as ActivityModel
+from dealbase.platform.customers.models import Customer as CustomerModel
+from dealbase.platform.deals.models import Deal as DealModel
+from dealbase.platform.pagination import Page, page_size
+from dealbase.platform.pipeline.models import Department as DepartmentModel
+from dealbase.platform.pipeline.models import Employee as EmployeeModel
+from dealbase.platform.pipeline.models import EmployeeSummary as EmployeeSummaryModel
+from dealbase.platform.pipeline.models import PipelineSummary as PipelineSummaryModel
+from dealbase.platform.pipeline.models import Step as StepModel
+from dealbase.platform.pipeline.models import StepSummary as StepSummaryModel
+from dealbase.platform.pipeline.models import StepTotals
+
+GraphQLInfo = Info[GraphQLContext, None]
+
+
+def _big_int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError("BigInt takes an integer")
+    number = int(value)
+    if not -(2**63) <= number < 2**63:
+        raise ValueError("BigInt is a 64-bit integer")
+    return number
+
+
+BigInt = NewType("BigInt", int)
+# Registered in the schema's scalar_map (graphql_api.schema).
+BIG_INT_SCALAR = strawberry.scalar(
+    name="BigInt",
+    description="A 64-bit integer (GraphQL's Int has 32 bits), as a JSON number.",
+    serialize=int,
+    parse_value=_big_int,
+)
+
+# Nested lists without their own pagination return at most this many items by default.
+NESTED_DEFAULT = 25
+
+
+@strawberry.enum
+class StepKind(Enum):
+    OPEN = "open"
+    WON = "won"
+    LOST = "lost"
+
+
+@strawberry.type
+class Step:
+    id: uuid.UUID
+    department_id: uuid.UUID
+    name: str
+    position: int
+    kind: StepKind
+
+    @classmethod
+    def of(cls, step: StepModel) -> Step:
+        return cls(
+            id=step.id,
+            department_id=step.department_id,
+            name=step.name,
+            position=step.position,
+            kind=StepKind(step.kind),
+        )
+
+
+@strawberry.type
+class Employee:
+    id: uuid.UUID
+    department_id: uuid.UUID
+    name: str
+    email: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, employee: EmployeeModel) -> Employee:
+        return cls(
+            id=employee.id,
+            department_id=employee.department_id,
+            name=employee.name,
+            email=employee.email,
+            created_at=employee.created_at,
+            updated_at=employee.updated_at,
+        )
+
+
+@strawberry.type
+class Department:
+    id: uuid.UUID
+    name: str
+    steps: list[Step]
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, department: DepartmentModel) -> Department:
+        return cls(
+            id=department.id,
+            name=department.name,
+            steps=[Step.of(step) for step in department.steps],
+            created_at=department.created_at,
+            updated_at=department.updated_at,
+        )
+
+
+@strawberry.type
+class Customer:
+    id: uuid.UUID
+    tenant_id: uuid.UUID
+    department_id: uuid.UUID
+    last_name: str
+    first_name: str | None
+    company: str | None
+    website: str | None
+    title: str | None
+    phone_1: str | None
+    phone_2: str | None
+    phone_3: str | None
+    phone_1_label: str | None
+    phone_2_label: str | None
+    phone_3_label: str | None
+    email: str | None
+    postcode: str | None
+    address: str | None
+    address_addition: str | None
+    city: str | None
+    country: str | None
+    state: str | None
+    contact_origin: str | None
+    birthday: date | None
+    note: str | None
+    created_at: datetime
+    updated_at: datetime
+    version: int
+
+    @classmethod
+    def of(cls, customer: CustomerModel) -> Customer:
+        return cls(**{name: getattr(customer, name) for name in cls.__annotations__})
+
+    @strawberry.field(description="The deals the customer is linked to, oldest first.")
+    async def deals(self, info: GraphQLInfo, first: int = NESTED_DEFAULT) -> list[Deal]:
+        found = await loaders.deals_of_customer(info.context, self.id, page_size(first))
+        return [Deal.of(deal) for deal in found]
+
+    @strawberry.field(description="The customer's activities, oldest first.")
+    async def activities(self, info: GraphQLInfo, first: int = NESTED_DEFAULT) -> list[Activity]:
+        found = await loaders.activities_of(info.context, "customer_id", self.id, page_size(first))
+        return [Activity.of(activity) for activity in found]
+
+
+@strawberry.type
+class Deal:
+    id: uuid.UUID
+    department_id: uuid.UUID
+    step_id: uuid.UUID
+    employee_id: uuid.UUID | None
+    employee_name: str | None
+    name: str
+    volume: BigInt | None
+    deal_origin: str | None
+    note: str | None
+    created_at: datetime
+    updated_at: datetime
+    version: int
+    customers: list[Customer] = strawberry.field(
+        description="The deal's customers, in the order they were linked."
+    )
+
+    @classmethod
+    def of(cls, deal: DealModel) -> Deal:
+        return cls(
+            id=deal.id,
+            department_id=deal.department_id,
+            step_id=deal.step_id,
+            employee_id=deal.employee_id,
+            employee_name=deal.employee_name,
+            name=deal.name,
+            volume=None if deal.volume is None else BigInt(deal.volume),
+            deal_origin=deal.deal_origin,
+            note=deal.note,
+            created_at=deal.created_at,
+            updated_at=deal.updated_at,
+            version=deal.version,
+            customers=[Customer.of(customer) for customer in deal.customers],
+        )
+
+    @strawberry.field
+    async def step(self, info: GraphQLInfo) -> Step:
+        step = await loaders.step(info.context, self.step_id)
+        assert step is not None, "a deal's step is in its department"
+        return Step.of(step)
+
+    @strawberry.field
+    async def employee(self, info: GraphQLInfo) -> Employee | None:
+        if self.employee_id is None:
+            return None
+        employee = await loaders.employee(info.context, self.employee_id)
+        return None if employee is None else Employee.of(employee)
+
+    @strawberry.field(description="The deal's activities, oldest first.")
+    async def activities(self, info: GraphQLInfo, first: int = NESTED_DEFAULT) -> list[Activity]:
+        found = await loaders.activities_of(info.context, "deal_id", self.id, page_size(first))
+        return [Activity.of(activity) for activity in found]
+
+
+@strawberry.enum
+class ActivityType(Enum):
+    CALL = "call"
+    EMAIL = "email"
+    MEETING = "meeting"
+    TASK = "task"
+    NOTE = "note"
+
+
+@strawberry.type
+class Activity:
+    id: uuid.UUID
+    department_id: uuid.UUID
+    type: ActivityType
+    subject: str | None
+    note: str | None
+    due_at: datetime | None
+    done_at: datetime | None
+    customer_id: uuid.UUID
+    deal_id: uuid.UUID | None
+    employee_id: uuid.UUID | None
+    created_at: datetime
+    updated_at: datetime
+    version: int
+
+    @classmethod
+    def of(cls, activity: ActivityModel) -> Activity:
+        values = {name: getattr(activity, name) for name in cls.__annotations__}
+        values["type"] = ActivityType(activity.type)
+        return cls(**values)
+
+    @strawberry.field
+    async def customer(self, info: GraphQLInfo) -> Customer:
+        customer = await loaders.customer(info.context, self.customer_id)
+        assert customer is not None, "an activity's customer is in its department"
+        return Customer.of(customer)
+
+    @strawberry.field
+    async def deal(self, info: GraphQLInfo) -> Deal | None:
+        if self.deal_id is None:
+            return None
+        deal = await loaders.deal(info.context, self.deal_id)
+        return None if deal is None else Deal.of(deal)
+
+    @strawberry.field
+    async def employee(self, info: GraphQLInfo) -> Employee | None:
+        if self.employee_id is None:
+            return None
+        employee = await loaders.employee(info.context, self.employee_id)
+        return None if employee is None else Employee.of(employee)
+
+
+Node = TypeVar("Node")
+
+
+@strawberry.type
+class PageInfo:
+    has_next_page: bool
+    end_cursor: str | None
+
+
+@strawberry.type
+class Edge(Generic[Node]):
+    node: Node
+    cursor: str
+
+
+@strawberry.type
+class Connection(Generic[Node]):
+    edges: list[Edge[Node]]
+    page_info: PageInfo
+    count: strawberry.Private[Callable[[], Awaitable[int]]]
+
+    @strawberry.field(description="How many items match the filters, over every page.")
+    async def total_count(self) -> int:
+        return await self.count()
+
+
+Item = TypeVar("Item")
+
+
+def connection(
+    page: Page[Item], to_node: Callable[[Item], Node], count: Callable[[], Awaitable[int]]
+) -> Connection[Node]:
+    return Connection(
+        edges=[
+            Edge(node=to_node(item), cursor=cursor)
+            for item, cursor in zip(page.items, page.cursors, strict=True)
+        ],
+        page_info=PageInfo(
+            has_next_page=page.next_cursor is not None,
+            end_cursor=page.cursors[-1] if page.cursors else None,
+        ),
+        count=count,
+    )
+
+
+@strawberry.type
+class PipelineStep:
+    step: Step
+    deal_count: int
+    total_volume: BigInt
+
+    @classmethod
+    def of(cls, totals: StepTotals) -> PipelineStep:
+        return cls(
+            step=Step.of(totals.step),
+            deal_count=totals.deal_count,
+            total_volume=BigInt(totals.total_volume),
+        )
+
+    @strawberry.field(description="The step's first deals, oldest first.")
+    async def deals(self, info: GraphQLInfo, first: int = NESTED_DEFAULT) -> list[Deal]:
+        found = await loaders.deals_of_step(info.context, self.step.id, page_size(first))
+        return [Deal.of(deal) for deal in found]
+
+
+@strawberry.type
+class StepSummary:
+    step: Step
+    deal_count: int
+    volume: BigInt
+
+    @classmethod
+    def of(cls, summary: StepSummaryModel) -> StepSummary:
+        return cls(
+            step=Step.of(summary.step), deal_count=summary.deal_count, volume=BigInt(summary.volume)
+        )
+
+
+@strawberry.type
+class EmployeeSummary:
+    employee: Employee | None = strawberry.field(description="null: the unassigned deals.")
+    deal_count: int
+    volume: BigInt
+    won_volume: BigInt
+    lost_volume: BigInt
+
+    @classmethod
+    def of(cls, summary: EmployeeSummaryModel) -> EmployeeSummary:
+        return cls(
+            employee=None if summary.employee is None else Employee.of(summary.employee),
+            deal_count=summary.deal_count,
+            volume=BigInt(summary.volume),
+            won_volume=BigInt(summary.won_volume),
+            lost_volume=BigInt(summary.lost_volume),
+        )
+
+
+@strawberry.type(
+    description="Deals created in [createdFrom, createdTo), by the step they are in now and by"
+    " employee; won and lost count the deals now in a step of that kind."
+)
+class PipelineSummary:
+    created_from: datetime
+    created_to: datetime
+    deal_count: int
+    volume: BigInt
+    won_volume: BigInt
+    lost_volume: BigInt
+    steps: list[StepSummary]
+    employees: list[EmployeeSummary]
+
+    @classmethod
+    def of(cls, summary: PipelineSummaryModel) -> PipelineSummary:
+        return cls(
+            created_from=summary.created_from,
+            created_to=summary.created_to,
+            deal_count=summary.deal_count,
+            volume=BigInt(summary.volume),
+            won_volume=BigInt(summary.won_volume),
+            lost_volume=BigInt(summary.lost_volume),
+            steps=[StepSummary.of(step) for step in summary.steps],
+            employees=[EmployeeSummary.of(employee) for employee in summary.employees],
+        )
