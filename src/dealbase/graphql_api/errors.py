@@ -57,9 +57,11 @@ class DomainErrors(SchemaExtension):
             message = error.message
         elif isinstance(original, DomainError):
             extensions = {"code": original.code}
+            message = original.detail
             if isinstance(original, Invalid):
                 extensions["errors"] = _field_errors(original.errors)
-            message = original.detail
+                for field_error in original.errors:  # the detail names fields as GraphQL does
+                    message = message.replace(field_error.field, graphql_field(field_error.field))
         else:
             request_id = getattr(self.execution_context.context, "request_id", "")
             log.error("graphql_unhandled_error", exc_info=original, request_id=request_id)
