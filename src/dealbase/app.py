@@ -12,6 +12,7 @@ from dealbase.graphql_api.api import install_graphql_api
 from dealbase.ops.embedded_postgres import embedded_database_url
 from dealbase.ops.observability import RequestContextMiddleware, configure_logging
 from dealbase.rest_api.api import install_rest_api
+from dealbase.rest_api.body_limit import BodyLimitMiddleware
 from dealbase.tenancy.authentication import Authenticator, KeyCache, KeyChangeListener
 from dealbase.tenancy.database import Database
 
@@ -55,5 +56,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.authenticator = Authenticator(database, key_cache)
     install_rest_api(app)
     install_graphql_api(app, settings)
+    # Outermost last: the request id exists before a too-large body is refused.
+    app.add_middleware(BodyLimitMiddleware)
     app.add_middleware(RequestContextMiddleware)
     return app

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
 
-from dealbase.rest_api.requests import MAX_BODY_BYTES
+from dealbase.rest_api.body_limit import MAX_BODY_BYTES
 from tests.support import TenantWorld
 
 CUSTOMERS = "/api/v1/integration/customers"
@@ -122,3 +123,29 @@ def test_updated_since_must_be_an_rfc3339_date_time_with_offset(
         "field": "updated_since",
         "code": "invalid_datetime",
     }
+
+
+def test_streamed_body_over_one_mebibyte_is_413(client: TestClient, world: TenantWorld) -> None:
+    def chunks() -> Iterator[bytes]:
+        yield b'{"last_name": "x", "note": "'
+        for _ in range(MAX_BODY_BYTES // 65536 + 1):
+            yield b"x" * 65536
+        yield b'"}'
+
+    response = client.post(
+        CUSTOMERS,
+        content=chunks(),
+        headers={**world.key.headers, "Content-Type": "application/json"},
+    )
+
+    assert "content-length" not in response.request.headers
+    assert response.status_code == 413
+    assert response.json()["code"] == "payload_too_large"
+
+
+def test_graphql_body_over_one_mebibyte_is_413(client: TestClient, world: TenantWorld) -> None:
+    query = "{ departments { id } }" + " " * MAX_BODY_BYTES
+
+    response = client.post("/graphql", json={"query": query}, headers=world.key.headers)
+
+    assert response.status_code == 413

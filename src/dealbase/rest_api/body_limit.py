@@ -1,0 +1,63 @@
+"""A cap on request bodies for the whole app (REST and GraphQL): 413 past 1 MiB, whether the
+client declares the size (Content-Length) or streams the body in chunks."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from dealbase.rest_api.problems import problem
+
+MAX_BODY_BYTES = 1024 * 1024
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class BodyLimitMiddleware:
+    def __init__(self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(scope, receive, send)
+            return
+        received = 0
+        started = False
+
+        async def counting_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        async def noting_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, noting_send)
+        except _TooLarge:
+            if started:
+                raise
+            await self._refuse(scope, receive, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = problem(
+            Request(scope),
+            413,
+            "payload_too_large",
+            "Payload too large",
+            f"The body exceeds {self.max_bytes} bytes.",
+        )
+        await response(scope, receive, send)
