@@ -38,10 +38,15 @@ def database(database_url: str) -> Iterator[Database]:
 
 @pytest.fixture(scope="session")
 def settings(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    # Limits far above what tests send: the rate-limit tests build apps with limits of their own.
     return Settings(
         database_url=database_url,
         data_dir=tmp_path_factory.mktemp("data"),
         log_level="warning",
+        rate_limit_key="100000/s",
+        rate_limit_key_burst=1_000_000,
+        rate_limit_tenant="100000/s",
+        rate_limit_tenant_burst=1_000_000,
     )
 
 

@@ -7,14 +7,19 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from dealbase.config import Settings, load_settings
+from dealbase.config import Settings, load_settings, parse_rate
 from dealbase.graphql_api.api import install_graphql_api
 from dealbase.ops.embedded_postgres import embedded_database_url
+from dealbase.ops.metrics import Metrics, install_metrics
 from dealbase.ops.observability import RequestContextMiddleware, configure_logging
 from dealbase.rest_api.api import install_rest_api
 from dealbase.rest_api.body_limit import BodyLimitMiddleware
+from dealbase.rest_api.rate_limit_headers import RateLimitHeadersMiddleware
+from dealbase.tenancy.admission import Admission
 from dealbase.tenancy.authentication import Authenticator, KeyCache, KeyChangeListener
 from dealbase.tenancy.database import Database
+from dealbase.tenancy.rate_limits import InProcessLimiter, RedisLimiter
+from dealbase.tenancy.scope import Rate
 
 DESCRIPTION = """\
 The dealbase integration API: customers and deals of one department, authenticated with
@@ -31,6 +36,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         database_url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
     )
     key_cache = KeyCache()
+    limiter: RedisLimiter | InProcessLimiter = (
+        RedisLimiter(settings.redis_url, timeout_seconds=settings.redis_timeout_ms / 1000)
+        if settings.redis_url
+        else InProcessLimiter()
+    )
     key_listener = KeyChangeListener(settings.database_listen_url or database_url, key_cache)
 
     @asynccontextmanager
@@ -40,6 +50,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             key_listener.stop()
+            if isinstance(limiter, RedisLimiter):
+                limiter.close()
             database.dispose()
 
     app = FastAPI(
@@ -54,9 +66,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.database = database
     app.state.authenticator = Authenticator(database, key_cache)
+    metrics = Metrics()
+    app.state.admission = Admission(
+        limiter,
+        key_rate=Rate(parse_rate(settings.rate_limit_key), settings.rate_limit_key_burst),
+        tenant_rate=Rate(parse_rate(settings.rate_limit_tenant), settings.rate_limit_tenant_burst),
+        fail_closed=settings.rate_limit_fail == "closed",
+        on_limiter_fault=metrics.rate_limiter_faults.increment,
+    )
+    install_metrics(app, metrics)
     install_rest_api(app)
     install_graphql_api(app, settings)
     # Outermost last: the request id exists before a too-large body is refused.
     app.add_middleware(BodyLimitMiddleware)
+    app.add_middleware(RateLimitHeadersMiddleware)
     app.add_middleware(RequestContextMiddleware)
     return app

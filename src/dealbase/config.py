@@ -34,6 +34,17 @@ class Settings(BaseSettings):
     db_pool_size: int = Field(default=10, ge=1, le=200)
     db_max_overflow: int = Field(default=10, ge=0, le=200)
     migrate_concurrency: int = Field(default=4, ge=1, le=64)
+    rate_limit_key: str = Field(
+        default="10/s", description="Default rate per API key, as N/s (a key may have its own)."
+    )
+    rate_limit_key_burst: int = Field(default=20, ge=1, le=1_000_000)
+    rate_limit_tenant: str = Field(default="100/s", description="Rate per tenant, all keys.")
+    rate_limit_tenant_burst: int = Field(default=200, ge=1, le=1_000_000)
+    rate_limit_fail: Literal["open", "closed"] = Field(
+        default="open",
+        description="When Redis does not answer: serve the request (open) or refuse it, 503.",
+    )
+    redis_timeout_ms: int = Field(default=50, ge=1, le=10_000)
     graphql_introspection: bool = Field(default=True, description="Schema introspection on.")
     graphql_ide: bool = Field(default=True, description="The GraphiQL page at GET /graphql.")
     graphql_max_depth: int = Field(default=10, ge=2, le=50)
@@ -50,6 +61,12 @@ class Settings(BaseSettings):
             return None
         if not value.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
             raise ValueError("must be a postgresql:// URL")
+        return value
+
+    @field_validator("rate_limit_key", "rate_limit_tenant")
+    @classmethod
+    def _rate(cls, value: str) -> str:
+        parse_rate(value)
         return value
 
     @field_validator("redis_url")
@@ -73,3 +90,15 @@ def load_settings() -> Settings:
         first = exc.errors()[0]
         name = "DEALBASE_" + "_".join(str(part) for part in first["loc"]).upper()
         raise SettingsError(f"invalid setting {name}: {first['msg']}") from None
+
+
+def parse_rate(text: str) -> float:
+    """Requests a second from ``N/s`` (or a bare number), for settings and the CLI."""
+    number = text.strip().removesuffix("/s")
+    try:
+        rate = float(number)
+    except ValueError:
+        raise ValueError("must be a rate like 10/s") from None
+    if not 0 < rate <= 100_000:
+        raise ValueError("must be above 0 and at most 100000/s")
+    return rate

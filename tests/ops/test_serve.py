@@ -155,6 +155,11 @@ def _start_server(database_url: str, data_dir: Path) -> Iterator[Server]:
         "DEALBASE_DATABASE_URL": database_url,
         "DEALBASE_DATA_DIR": str(data_dir),
         "DEALBASE_LOG_LEVEL": "warning",
+        # The revocation checks send hundreds of requests a second with one key.
+        "DEALBASE_RATE_LIMIT_KEY": "100000/s",
+        "DEALBASE_RATE_LIMIT_KEY_BURST": "1000000",
+        "DEALBASE_RATE_LIMIT_TENANT": "100000/s",
+        "DEALBASE_RATE_LIMIT_TENANT_BURST": "1000000",
     }
     port = _free_port()
     log = data_dir / "server.log"

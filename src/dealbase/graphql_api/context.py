@@ -12,7 +12,10 @@ from fastapi import Request, Security
 from fastapi.security import APIKeyHeader
 from strawberry.fastapi import BaseContext
 
+from dealbase.platform.errors import Unauthenticated
 from dealbase.platform.pipeline import service as pipeline
+from dealbase.tenancy.admission import VERDICT_STATE, Admission
+from dealbase.tenancy.api_keys import AUTHENTICATION_FAILED
 from dealbase.tenancy.authentication import Authenticator
 from dealbase.tenancy.database import Database, UnitOfWork
 from dealbase.tenancy.scope import Scope
@@ -26,7 +29,9 @@ _department = APIKeyHeader(name="X-Department-Id", auto_error=False)
 @dataclass
 class GraphQLContext(BaseContext):
     request_id: str
-    scope: Scope
+    # None only for the GraphiQL page, which a browser opens without credentials and which
+    # runs no resolver.
+    caller: Scope | None
     database: Database
     # Loaders are made on first use and live for this request only, so nothing is cached
     # across requests (or callers).
@@ -34,6 +39,12 @@ class GraphQLContext(BaseContext):
 
     def __post_init__(self) -> None:
         super().__init__()
+
+    @property
+    def scope(self) -> Scope:
+        if self.caller is None:
+            raise Unauthenticated(AUTHENTICATION_FAILED)
+        return self.caller
 
     async def run(self, work: Callable[[UnitOfWork], T], scope: Scope | None = None) -> T:
         """``work`` in a unit of work of its own, off the event loop (the SQL is synchronous)."""
@@ -62,10 +73,28 @@ async def context_for(
     department: str | None = Security(_department),
 ) -> GraphQLContext:
     """Authenticates like REST, but also admits tenant-wide dashboard keys (no department)."""
+    if _asks_for_the_ide(request):
+        return GraphQLContext(request_id="", caller=None, database=request.app.state.database)
     authenticator: Authenticator = request.app.state.authenticator
-    scope = await to_thread.run_sync(authenticator.dashboard_scope, api_key, department)
+    admission: Admission = request.app.state.admission
+
+    def admitted() -> Scope:
+        scope = authenticator.dashboard_scope(api_key, department)
+        admission.admit(scope, lambda verdict: setattr(request.state, VERDICT_STATE, verdict))
+        return scope
+
+    scope = await to_thread.run_sync(admitted)
     return GraphQLContext(
         request_id=getattr(request.state, "request_id", ""),
-        scope=scope,
+        caller=scope,
         database=request.app.state.database,
+    )
+
+
+def _asks_for_the_ide(request: Request) -> bool:
+    """A browser opening GET /graphql: Strawberry answers with the GraphiQL page (when it is on)."""
+    return (
+        request.method == "GET"
+        and "text/html" in request.headers.get("accept", "")
+        and "query" not in request.query_params
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,6 +33,27 @@ def graphql_field(path: str) -> str:
     )
 
 
+_VARIABLE = re.compile(r"^Variable '\$(?P<name>\w+)' (?:got|has) invalid value")
+_MISSING_FIELD = re.compile(r"required field '(?P<field>\w+)'")
+_VARIABLE_PATH = re.compile(r" at '?\.?(?P<path>[\w\[\].]+?)'?[:;]")
+
+
+def _variable_field(message: str) -> str | None:
+    """The input field a variable error names: ``customers[1].lastName`` within the variable
+    ``$input``; a scalar variable names itself; None for any other message."""
+    variable = _VARIABLE.match(message)
+    if variable is None:
+        return None
+    path = _VARIABLE_PATH.search(message)
+    field = path["path"] if path else ""
+    if field.startswith(variable["name"] + "."):
+        field = field.split(".", 1)[1]
+    missing = _MISSING_FIELD.search(message)
+    if missing is not None:
+        field = f"{field}.{missing['field']}" if field else missing["field"]
+    return field or variable["name"]
+
+
 def _field_errors(errors: tuple[FieldError, ...]) -> list[dict[str, str]]:
     return [
         {"field": graphql_field(error.field), "code": error.code, "message": error.message}
@@ -52,7 +74,16 @@ class DomainErrors(SchemaExtension):
     def _mapped(self, error: GraphQLError) -> GraphQLError:
         original = error.original_error
         extensions: dict[str, Any]
-        if original is None:  # GraphQL's own: syntax, validation, guards
+        variable_field = _variable_field(error.message)
+        if variable_field is not None:
+            # A variable GraphQL could not coerce to its type: an input error, as REST's 422.
+            message = error.message
+            extensions = {
+                "code": Invalid.code,
+                "errors": [{"field": variable_field, "code": "invalid", "message": message}],
+            }
+        elif original is None or isinstance(original, GraphQLError):
+            # GraphQL's own: syntax, validation, guards
             extensions = {"code": INVALID_QUERY, **(error.extensions or {})}
             message = error.message
         elif isinstance(original, DomainError):

@@ -65,6 +65,14 @@ class PreconditionFailed(DomainError):
     title = "Precondition failed"
 
 
+class Unavailable(DomainError):
+    """A dependency the request needs is down, and the service was set to refuse rather than
+    go on without it (rate limits with DEALBASE_RATE_LIMIT_FAIL=closed)."""
+
+    code = "service_unavailable"
+    title = "Service unavailable"
+
+
 class RateLimited(DomainError):
     code = "rate_limited"
     title = "Too many requests"

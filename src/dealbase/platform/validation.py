@@ -35,26 +35,27 @@ def _no_nul(value: str) -> str:
     return value
 
 
+# Rules stated twice, to the letter: as JSON-Schema patterns (ECMA-262) in the OpenAPI document,
+# and checked here with the same patterns. White space is spelled out, since Python's \s and
+# ECMA's differ (Python's also takes U+001C to U+001F and U+0085).
+_SPACE = r"\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+_NO_NUL_PATTERN = r"^[^\u0000]*$"
+_NOT_BLANK_PATTERN = rf"^[^\u0000]*[^{_SPACE}\u0000][^\u0000]*$"
+_EMAIL_PATTERN = rf"^[^@{_SPACE}\u0000]+@[^@{_SPACE}\u0000]+$"
+_NOT_BLANK = re.compile(rf"[^{_SPACE}]")
+_EMAIL = re.compile(rf"^[^@{_SPACE}]+@[^@{_SPACE}]+$")
+
+
 def _not_blank(value: str) -> str:
-    if not value.strip():
+    if not _NOT_BLANK.search(value):
         raise PydanticCustomError("blank", "must not be empty or only white space")
     return value
-
-
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
 
 
 def _email_shape(value: str) -> str:
     if not _EMAIL.match(value):
         raise PydanticCustomError("invalid_format", "must look like name@domain")
     return value
-
-
-# The same rules as JSON Schema patterns (ECMA-262 syntax), so the OpenAPI document states them;
-# the validators above enforce them with clearer messages and codes.
-_NO_NUL_PATTERN = r"^[^\u0000]*$"
-_NOT_BLANK_PATTERN = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"
-_EMAIL_PATTERN = r"^[^@\s\u0000]+@[^@\s\u0000]+$"
 
 
 def _text(max_length: int, pattern: str = _NO_NUL_PATTERN) -> Any:

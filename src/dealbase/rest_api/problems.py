@@ -22,6 +22,7 @@ from dealbase.platform.errors import (
     PreconditionFailed,
     RateLimited,
     Unauthenticated,
+    Unavailable,
     invalid_from_pydantic,
 )
 
@@ -36,6 +37,7 @@ _DOMAIN_STATUS: dict[type[DomainError], int] = {
     PreconditionFailed: 412,
     Invalid: 422,
     RateLimited: 429,
+    Unavailable: 503,
 }
 
 

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 from dealbase.platform.errors import invalid_from_pydantic
 from dealbase.platform.versioning import Expected
 from dealbase.rest_api.problems import ProtocolError, malformed_json
+from dealbase.tenancy.admission import VERDICT_STATE, Admission
 from dealbase.tenancy.authentication import Authenticator
 from dealbase.tenancy.database import Database
 from dealbase.tenancy.scope import Scope
@@ -84,7 +85,15 @@ def department_scope(
     department: str | None = Security(department_header),
 ) -> Scope:
     authenticator: Authenticator = request.app.state.authenticator
-    return authenticator.department_scope(api_key, department)
+    scope = authenticator.department_scope(api_key, department)
+    admit(request, scope)
+    return scope
+
+
+def admit(request: Request, scope: Scope) -> None:
+    """Rate limits, once the caller is known: the verdict is kept for the response headers."""
+    admission: Admission = request.app.state.admission
+    admission.admit(scope, lambda verdict: setattr(request.state, VERDICT_STATE, verdict))
 
 
 def _is_json(content_type: str | None) -> bool:

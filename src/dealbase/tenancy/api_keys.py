@@ -21,11 +21,13 @@ from sqlalchemy import Connection, RowMapping, func, insert, select, update
 from dealbase.platform.errors import Conflict, Forbidden, Invalid, NotFound, Unauthenticated
 from dealbase.platform.ids import new_id
 from dealbase.tenancy.control_tables import api_keys, tenants
-from dealbase.tenancy.scope import Scope
+from dealbase.tenancy.scope import Rate, Scope
 
 KEY_CHANGES_CHANNEL = "dealbase_api_keys"
 MAX_GRACE_SECONDS = 7 * 24 * 3600
 MAX_KEY_NAME_LENGTH = 200
+MAX_RATE = 100_000.0
+MAX_BURST = 1_000_000
 _KEY_SHAPE = re.compile(r"^dbk_([0-9a-f]{32})_([A-Za-z0-9_-]{43})$")
 # One message for every 401, so a response never tells which part of the credentials was wrong.
 AUTHENTICATION_FAILED = (
@@ -74,6 +76,7 @@ class KeyInfo:
     created_at: datetime
     rotated_at: datetime | None
     revoked_at: datetime | None
+    rate: Rate | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,7 @@ class KeyCredentials:
     previous_secret_hash: bytes | None
     previous_secret_expires_at: datetime | None
     revoked: bool
+    rate: Rate | None
 
     def accepts(self, secret: str, now: datetime) -> bool:
         digest = _hash(secret)
@@ -101,8 +105,30 @@ class KeyCredentials:
         return not self.revoked and (current or previous)
 
 
+def _rate_of(row: RowMapping) -> Rate | None:
+    if row["rate_per_second"] is None:
+        return None
+    return Rate(row["rate_per_second"], row["rate_burst"])
+
+
+def _rate_columns(rate: Rate | None) -> dict[str, object]:
+    if rate is None:
+        return {"rate_per_second": None, "rate_burst": None}
+    if not (0 < rate.per_second <= MAX_RATE and 1 <= rate.burst <= MAX_BURST):
+        raise Invalid.of(
+            "rate",
+            "out_of_range",
+            f"A rate is above 0 and at most {MAX_RATE}/s, with a burst of 1 to {MAX_BURST}.",
+        )
+    return {"rate_per_second": rate.per_second, "rate_burst": rate.burst}
+
+
 def issue_key(
-    connection: Connection, tenant_id: uuid.UUID, department_id: uuid.UUID | None, name: str | None
+    connection: Connection,
+    tenant_id: uuid.UUID,
+    department_id: uuid.UUID | None,
+    name: str | None,
+    rate: Rate | None = None,
 ) -> IssuedKey:
     """Stores a new key; the caller has checked that the department exists in the tenant."""
     if name is not None and (len(name) > MAX_KEY_NAME_LENGTH or "\x00" in name):
@@ -118,6 +144,7 @@ def issue_key(
             name=name,
             secret_hash=_hash(secret),
             created_at=func.now(),
+            **_rate_columns(rate),
         )
     )
     return IssuedKey(key_id, _format_key(key_id, secret), tenant_id, department_id)
@@ -132,6 +159,7 @@ def _info(row: RowMapping) -> KeyInfo:
         row["created_at"],
         row["rotated_at"],
         row["revoked_at"],
+        _rate_of(row),
     )
 
 
@@ -145,6 +173,24 @@ def list_keys(connection: Connection, tenant_id: uuid.UUID) -> list[KeyInfo]:
 def _announce_change(connection: Connection, key_id: uuid.UUID) -> None:
     # Delivered by PostgreSQL on commit, and only then: a rolled-back change invalidates nothing.
     connection.execute(select(func.pg_notify(KEY_CHANGES_CHANNEL, str(key_id))))
+
+
+def set_key_rate(connection: Connection, key_id: uuid.UUID, rate: Rate | None) -> KeyInfo:
+    """The key's own rate limit (None: back to the default), in force on every server at once."""
+    row = (
+        connection.execute(
+            update(api_keys)
+            .where(api_keys.c.id == key_id)
+            .values(**_rate_columns(rate))
+            .returning(*api_keys.c)
+        )
+        .mappings()
+        .first()
+    )
+    if row is None:
+        raise NotFound(f"No API key has the id {key_id}.")
+    _announce_change(connection, key_id)
+    return _info(row)
 
 
 def revoke_key(connection: Connection, key_id: uuid.UUID) -> KeyInfo:
@@ -211,6 +257,8 @@ def load_credentials(connection: Connection, key_id: uuid.UUID) -> KeyCredential
             api_keys.c.previous_secret_hash,
             api_keys.c.previous_secret_expires_at,
             api_keys.c.revoked_at,
+            api_keys.c.rate_per_second,
+            api_keys.c.rate_burst,
         )
         .join(tenants, tenants.c.id == api_keys.c.tenant_id)
         .where(api_keys.c.id == key_id)
@@ -228,6 +276,7 @@ def load_credentials(connection: Connection, key_id: uuid.UUID) -> KeyCredential
         else bytes(row.previous_secret_hash),
         previous_secret_expires_at=row.previous_secret_expires_at,
         revoked=row.revoked_at is not None,
+        rate=_rate_of(row._mapping),
     )
 
 
@@ -246,8 +295,15 @@ def scope_for_request(
     """
     if credentials is None or not credentials.accepts(secret, datetime.now(UTC)):
         raise Unauthenticated(AUTHENTICATION_FAILED)
-    if credentials.department_id is None and tenant_wide_allowed:
-        return Scope(credentials.tenant_id, credentials.schema, None, credentials.key_id)
+    if credentials.department_id is None:
+        if not tenant_wide_allowed:
+            raise Forbidden(
+                "A tenant-wide key serves the dashboards' GraphQL API; integrations use a"
+                " department key."
+            )
+        return Scope(
+            credentials.tenant_id, credentials.schema, None, credentials.key_id, credentials.rate
+        )
     if department_header is None:
         raise Unauthenticated(AUTHENTICATION_FAILED)
     try:
@@ -261,4 +317,5 @@ def scope_for_request(
         schema=credentials.schema,
         department_id=credentials.department_id,
         key_id=credentials.key_id,
+        key_rate=credentials.rate,
     )

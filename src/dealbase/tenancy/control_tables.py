@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Column, ForeignKey, MetaData, Table, Text
+from sqlalchemy import Column, Float, ForeignKey, Integer, MetaData, Table, Text
 from sqlalchemy.dialects.postgresql import BYTEA, TIMESTAMP, UUID
 
 CONTROL_SCHEMA = "control"
@@ -32,4 +32,7 @@ api_keys = Table(
     Column("created_at", TIMESTAMP(timezone=True), nullable=False),
     Column("rotated_at", TIMESTAMP(timezone=True)),
     Column("revoked_at", TIMESTAMP(timezone=True)),
+    # Both or neither: the key's own rate limit, else the default.
+    Column("rate_per_second", Float),
+    Column("rate_burst", Integer),
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 _SCHEMA_NAME = re.compile(r"^t_[0-9a-f]{32}$")
 
@@ -12,6 +12,23 @@ _SCHEMA_NAME = re.compile(r"^t_[0-9a-f]{32}$")
 def schema_for_tenant(tenant_id: uuid.UUID) -> str:
     """The tenant's schema name, derived from its id (and nothing a client controls)."""
     return f"t_{tenant_id.hex}"
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """``per_second`` requests a second on average, and up to ``burst`` at once."""
+
+    per_second: float
+    burst: int
+
+    @property
+    def interval_ms(self) -> float:
+        return 1000.0 / self.per_second
+
+    @property
+    def window_seconds(self) -> float:
+        """How long an emptied bucket takes to fill again."""
+        return self.burst / self.per_second
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +43,7 @@ class Scope:
     schema: str
     department_id: uuid.UUID | None = None
     key_id: uuid.UUID | None = None
+    key_rate: Rate | None = None  # the key's own rate limit, when it has one
 
     def __post_init__(self) -> None:
         # The schema name reaches SQL as an identifier and in set_config: refuse anything else.
@@ -37,4 +55,4 @@ class Scope:
         return cls(tenant_id=tenant_id, schema=schema_for_tenant(tenant_id))
 
     def in_department(self, department_id: uuid.UUID) -> Scope:
-        return Scope(self.tenant_id, self.schema, department_id, self.key_id)
+        return replace(self, department_id=department_id)

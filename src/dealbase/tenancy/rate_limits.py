@@ -1,0 +1,190 @@
+"""Rate limits per API key and per tenant: GCRA (the generic cell rate algorithm), exact and
+cheap — one number of state per bucket, the time at which it is full again.
+
+With Redis, every server process shares the buckets: one atomic Lua script per request checks
+both limits on Redis's own clock and spends from both only when both admit. Without Redis, an
+in-process limiter with the same arithmetic serves one process.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import redis
+import structlog
+
+from dealbase.tenancy.scope import Rate
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """One limit's answer: ``remaining`` requests could pass now, the bucket is full again in
+    ``reset_seconds``, and a refused request may pass after ``retry_after_seconds``."""
+
+    policy: str
+    rate: Rate
+    remaining: int
+    reset_seconds: float
+    retry_after_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    allowed: bool
+    buckets: tuple[Bucket, ...]  # empty when the limiter could not be asked (failed open)
+
+    @property
+    def retry_after_seconds(self) -> int:
+        """Whole seconds, at least 1, after which the refused request will pass."""
+        waits = [bucket.retry_after_seconds for bucket in self.buckets]
+        return max(1, math.ceil(max(waits, default=1.0)))
+
+
+class RateLimiterUnavailable(Exception):
+    """The shared limiter could not answer in time; the caller fails open or closed."""
+
+
+class RateLimiter(Protocol):
+    def check(
+        self, key_id: uuid.UUID, key_rate: Rate, tenant_id: uuid.UUID, tenant_rate: Rate
+    ) -> Verdict: ...
+
+
+def _gcra(tat_ms: float, now_ms: float, rate: Rate) -> tuple[bool, float, float, float]:
+    """(allowed, new theoretical arrival time, remaining, wait in ms) for one bucket."""
+    new_tat = max(tat_ms, now_ms) + rate.interval_ms
+    allow_at = new_tat - rate.interval_ms * rate.burst
+    if now_ms < allow_at:
+        return False, tat_ms, 0, allow_at - now_ms
+    remaining = math.floor((now_ms - allow_at) / rate.interval_ms)
+    return True, new_tat, remaining, 0.0
+
+
+class InProcessLimiter:
+    """For a single server process, when there is no Redis; same arithmetic as the script."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._arrivals: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._clock = clock
+
+    def check(
+        self, key_id: uuid.UUID, key_rate: Rate, tenant_id: uuid.UUID, tenant_rate: Rate
+    ) -> Verdict:
+        with self._lock:
+            now = self._clock() * 1000
+            limits = (
+                ("key", f"key:{key_id}", key_rate),
+                ("tenant", f"tenant:{tenant_id}", tenant_rate),
+            )
+            results = [
+                (policy, name, rate, _gcra(self._arrivals.get(name, now), now, rate))
+                for policy, name, rate in limits
+            ]
+            allowed = all(result[0] for *_, result in results)
+            buckets = []
+            for policy, name, rate, (_, new_tat, remaining, wait) in results:
+                tat = new_tat if allowed else self._arrivals.get(name, now)
+                if allowed:
+                    self._arrivals[name] = new_tat
+                buckets.append(
+                    Bucket(
+                        policy,
+                        rate,
+                        int(remaining) if allowed else 0,
+                        max(tat - now, 0) / 1000,
+                        wait / 1000,
+                    )
+                )
+            return Verdict(allowed, tuple(buckets))
+
+
+# KEYS: the key's bucket, the tenant's; ARGV: interval and burst of each. Returns, per bucket,
+# remaining, ms until full and ms to wait, as strings (Lua numbers would be truncated), after
+# the verdict. Redis's clock makes the buckets agree across hosts.
+_SCRIPT = """
+local now_parts = redis.call('TIME')
+local now = tonumber(now_parts[1]) * 1000 + tonumber(now_parts[2]) / 1000
+local results = {}
+local allowed = 1
+for i = 1, 2 do
+  local interval = tonumber(ARGV[i * 2 - 1])
+  local burst = tonumber(ARGV[i * 2])
+  local tat = tonumber(redis.call('GET', KEYS[i])) or now
+  local new_tat = math.max(tat, now) + interval
+  local allow_at = new_tat - interval * burst
+  if now < allow_at then
+    allowed = 0
+    results[i] = {tat, 0, allow_at - now}
+  else
+    results[i] = {new_tat, math.floor((now - allow_at) / interval), 0}
+  end
+end
+local reply = {allowed}
+for i = 1, 2 do
+  local tat = results[i][1]
+  if allowed == 1 then
+    redis.call('SET', KEYS[i], tostring(tat), 'PX', math.max(1, math.ceil(tat - now)))
+  else
+    local stored = tonumber(redis.call('GET', KEYS[i])) or now
+    tat = stored
+    results[i][2] = 0
+  end
+  table.insert(reply, tostring(results[i][2]))
+  table.insert(reply, tostring(math.max(tat - now, 0)))
+  table.insert(reply, tostring(results[i][3]))
+end
+return reply
+"""
+
+
+class RedisLimiter:
+    """Buckets shared through Redis, one round trip per request; a Redis that does not answer
+    within ``timeout_seconds`` raises RateLimiterUnavailable (the caller decides)."""
+
+    def __init__(
+        self, url: str, *, timeout_seconds: float = 0.05, prefix: str = "dealbase:rl"
+    ) -> None:
+        self._client = redis.Redis.from_url(
+            url,
+            socket_timeout=timeout_seconds,
+            socket_connect_timeout=timeout_seconds,
+            retry_on_timeout=False,
+        )
+        self._script = self._client.register_script(_SCRIPT)
+        self._prefix = prefix
+
+    def check(
+        self, key_id: uuid.UUID, key_rate: Rate, tenant_id: uuid.UUID, tenant_rate: Rate
+    ) -> Verdict:
+        try:
+            reply = self._script(
+                keys=[f"{self._prefix}:key:{key_id}", f"{self._prefix}:tenant:{tenant_id}"],
+                args=[
+                    key_rate.interval_ms,
+                    key_rate.burst,
+                    tenant_rate.interval_ms,
+                    tenant_rate.burst,
+                ],
+            )
+        except redis.RedisError as exc:
+            raise RateLimiterUnavailable(str(exc)) from exc
+        allowed = int(reply[0]) == 1
+        buckets = []
+        for index, (policy, rate) in enumerate((("key", key_rate), ("tenant", tenant_rate))):
+            remaining, until_full, wait = (
+                float(value) for value in reply[1 + index * 3 : 4 + index * 3]
+            )
+            buckets.append(Bucket(policy, rate, int(remaining), until_full / 1000, wait / 1000))
+        return Verdict(allowed, tuple(buckets))
+
+    def close(self) -> None:
+        self._client.close()
