@@ -15,6 +15,7 @@ from dealbase.platform.validation import validated
 from dealbase.tenancy import api_keys
 from dealbase.tenancy.api_keys import IssuedKey, KeyInfo
 from dealbase.tenancy.database import Database
+from dealbase.tenancy.scope import Rate
 from dealbase.tenancy.tenants import Tenant, create_tenant, find_tenant_by_name, get_tenant
 
 DEMO_TENANT = "demo"
@@ -43,20 +44,29 @@ def create_employee(
 
 
 def issue_key(
-    database: Database, tenant_id: uuid.UUID, department_id: uuid.UUID | None, name: str | None
+    database: Database,
+    tenant_id: uuid.UUID,
+    department_id: uuid.UUID | None,
+    name: str | None,
+    rate: Rate | None = None,
 ) -> IssuedKey:
     """A department key, or with ``department_id`` None a tenant-wide (dashboard) key."""
     with database.unit_of_work(tenant(database, tenant_id).scope) as uow:
         if department_id is not None:
             pipeline.get_department(uow, department_id)
     with database.control() as connection:
-        return api_keys.issue_key(connection, tenant_id, department_id, name)
+        return api_keys.issue_key(connection, tenant_id, department_id, name, rate)
 
 
 def list_keys(database: Database, tenant_id: uuid.UUID) -> list[KeyInfo]:
     with database.control() as connection:
         get_tenant(connection, tenant_id)
         return api_keys.list_keys(connection, tenant_id)
+
+
+def set_key_rate(database: Database, key_id: uuid.UUID, rate: Rate | None) -> KeyInfo:
+    with database.control() as connection:
+        return api_keys.set_key_rate(connection, key_id, rate)
 
 
 def revoke_key(database: Database, key_id: uuid.UUID) -> KeyInfo:

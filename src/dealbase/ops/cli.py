@@ -21,7 +21,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 from typer._click.exceptions import NoArgsIsHelpError
 from typer.core import TyperGroup
 
-from dealbase.config import Settings, SettingsError, load_settings
+from dealbase.config import Settings, SettingsError, load_settings, parse_rate
 from dealbase.migrations.runner import TenantMigration, upgrade_control, upgrade_tenants
 from dealbase.ops import admin
 from dealbase.ops.embedded_postgres import embedded_database_url
@@ -29,6 +29,7 @@ from dealbase.ops.observability import configure_logging
 from dealbase.platform.errors import DomainError, Invalid
 from dealbase.rest_api.schemas import format_timestamp
 from dealbase.tenancy.database import Database
+from dealbase.tenancy.scope import Rate
 from dealbase.tenancy.tenants import create_tenant, list_tenants
 
 
@@ -79,6 +80,12 @@ cli.add_typer(key_cli, name="key")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON value on stdout.")]
 TenantOption = Annotated[uuid.UUID, typer.Option("--tenant", help="Tenant id.")]
+RateOption = Annotated[
+    str | None, typer.Option("--rate", help="The key's own rate limit, as N/s (with --burst).")
+]
+BurstOption = Annotated[
+    int | None, typer.Option("--burst", min=1, help="Requests the key may send at once.")
+]
 DepartmentOption = Annotated[uuid.UUID, typer.Option("--department", help="Department id.")]
 
 P = ParamSpec("P")
@@ -283,6 +290,8 @@ def key_issue(
         typer.Option(help="department: one department's integration key; tenant: a dashboard key."),
     ] = KeyScope.department,
     name: Annotated[str | None, typer.Option(help="What the key is for.")] = None,
+    rate: RateOption = None,
+    burst: BurstOption = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Issue a key. The secret is shown this once.
@@ -294,7 +303,7 @@ def key_issue(
         raise CliFailure(
             "a department key needs --department; a --scope tenant key takes none", exit_code=2
         )
-    issued = admin.issue_key(_database(), tenant, department, name)
+    issued = admin.issue_key(_database(), tenant, department, name, _key_rate(rate, burst))
     _emit(as_json, issued, f"key {issued.key_id}\napi key (shown once): {issued.api_key}")
 
 
@@ -307,6 +316,39 @@ def key_list(tenant: TenantOption, as_json: JsonFlag = False) -> None:
         f"{k.key_id}  {'revoked' if k.revoked_at else 'active '}  {k.name or ''}" for k in keys
     )
     _emit(as_json, keys, human)
+
+
+@key_cli.command("update")
+@_fail_cleanly
+def key_update(
+    key_id: uuid.UUID,
+    rate: RateOption = None,
+    burst: BurstOption = None,
+    default_rate: Annotated[
+        bool, typer.Option("--default-rate", help="Back to the default rate limit.")
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Set the key's own rate limit (--rate N/s --burst M), or drop it (--default-rate)."""
+    if default_rate == (rate is not None or burst is not None):
+        raise CliFailure("give --rate and --burst, or --default-rate", exit_code=2)
+    info = admin.set_key_rate(_database(), key_id, None if default_rate else _key_rate(rate, burst))
+    _emit(as_json, info, f"key {info.key_id} rate: {_describe(info.rate)}")
+
+
+def _key_rate(rate: str | None, burst: int | None) -> Rate | None:
+    if rate is None and burst is None:
+        return None
+    if rate is None or burst is None:
+        raise CliFailure("--rate and --burst go together", exit_code=2)
+    try:
+        return Rate(parse_rate(rate), burst)
+    except ValueError as exc:
+        raise CliFailure(f"--rate {exc}", exit_code=2) from None
+
+
+def _describe(rate: Rate | None) -> str:
+    return "default" if rate is None else f"{rate.per_second:g}/s, burst {rate.burst}"
 
 
 @key_cli.command("revoke")

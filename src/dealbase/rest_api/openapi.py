@@ -53,7 +53,8 @@ _STATUS_TEXT = {
     413: "The body exceeds 1 MiB.",
     415: "The body is not JSON.",
     422: "A field breaks a rule (`errors` names each), or an Idempotency-Key came with another body.",
-    429: "Rate limit exceeded; retry after `Retry-After` seconds.",
+    429: "A rate limit (the key's or the tenant's) is exceeded; retry after `Retry-After` seconds.",
+    503: "Rate limits cannot be checked (their store is down) and the service is set to refuse.",
 }
 
 
@@ -108,6 +109,7 @@ def install_openapi(app: FastAPI) -> None:
                 if "422" in responses:
                     responses["422"] = problem_responses(422)[422]
         _link_creates_to_their_resource(document["paths"])
+        _add_rate_limit_responses(document["paths"])
         # Both headers are required together: one security requirement naming both (AND), not
         # FastAPI's one-per-scheme list (OR).
         for path_item in document.get("paths", {}).values():
@@ -148,3 +150,38 @@ def _link_creates_to_their_resource(paths: dict[str, Any]) -> None:
                 }
         if links:
             created["links"] = links
+
+
+_RATE_LIMIT_HEADERS = {
+    "RateLimit-Policy": {
+        "description": 'The limits (IETF RateLimit header fields): `"key";q=<burst>;w=<seconds to'
+        ' refill>, "tenant";q=...;w=...`.',
+        "schema": {"type": "string"},
+    },
+    "RateLimit": {
+        "description": 'The limit closest to running out: `"<policy>";r=<requests left>;t=<seconds'
+        " until full>`.",
+        "schema": {"type": "string"},
+    },
+}
+
+
+def _add_rate_limit_responses(paths: dict[str, Any]) -> None:
+    """Every authenticated operation is rate limited: its responses carry the RateLimit
+    headers, and it may answer 429 (with Retry-After) or 503."""
+    for operations in paths.values():
+        for operation in operations.values():
+            responses = operation.setdefault("responses", {})
+            for status, response in responses.items():
+                if status.startswith("2"):
+                    response.setdefault("headers", {}).update(_RATE_LIMIT_HEADERS)
+            refused = problem_responses(429)[429]
+            refused["headers"] = {
+                "Retry-After": {
+                    "description": "Whole seconds (at least 1) after which the request will pass.",
+                    "schema": {"type": "integer", "minimum": 1},
+                },
+                **_RATE_LIMIT_HEADERS,
+            }
+            responses["429"] = refused
+            responses["503"] = problem_responses(503)[503]

@@ -77,7 +77,9 @@ def board(uow: UnitOfWork) -> list[StepTotals]:
 def summary(uow: UnitOfWork, period: SummaryRange) -> PipelineSummary:
     """Deals created in the period, for the caller's department (or the whole tenant)."""
     if period.created_to <= period.created_from:
-        raise Invalid.of("created_to", "out_of_range", "created_to must be after created_from.")
+        raise Invalid.of(
+            "created_to", "out_of_range", "The end of the period must be after its start."
+        )
     by_step, by_employee = repository.summary_rows(
         uow.connection, uow.scope.department_id, period.created_from, period.created_to
     )

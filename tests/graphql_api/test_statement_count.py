@@ -1,0 +1,187 @@
+"""A query costs a fixed number of SQL statements whatever its page size: nested fields are
+batched by the request's DataLoaders, never loaded once per parent."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import event
+
+from dealbase.ops.admin import create_employee
+from dealbase.platform.activities import service as activities_service
+from dealbase.platform.activities.models import ActivityFields
+from dealbase.platform.deals import service as deals_service
+from dealbase.platform.deals.models import DealCreate, DealPatch
+from dealbase.platform.validation import validated
+from dealbase.tenancy.database import Database
+from tests.graphql_api.conftest import data_of
+from tests.support import TenantWorld, build_tenant
+
+DEALS = 120
+PAGE_SIZES = (5, 50, 100)
+
+DEALS_QUERY = """
+query($first: Int!) {
+  deals(first: $first) {
+    edges { node {
+      id
+      customers { id lastName }
+      step { name }
+      employee { name }
+      activities { id }
+    } }
+  }
+}
+"""
+
+CUSTOMERS_QUERY = """
+query($first: Int!) {
+  customers(first: $first) {
+    edges { node { id deals { id } activities { id } } }
+  }
+}
+"""
+
+
+@dataclass
+class StatementCounter:
+    """Counts the statements the app's engine sends while ``counting`` is on."""
+
+    counting: bool = False
+    count: int = 0
+
+    def __call__(self, *args: Any) -> None:
+        if self.counting:
+            self.count += 1
+
+    @contextmanager
+    def measure(self) -> Iterator[StatementCounter]:
+        self.count, self.counting = 0, True
+        try:
+            yield self
+        finally:
+            self.counting = False
+
+
+@pytest.fixture
+def statements(client: TestClient) -> Iterator[StatementCounter]:
+    engine = client.app.state.database.engine  # type: ignore[attr-defined]
+    counter = StatementCounter()
+    event.listen(engine, "before_cursor_execute", counter)
+    try:
+        yield counter
+    finally:
+        event.remove(engine, "before_cursor_execute", counter)
+
+
+@pytest.fixture(scope="module")
+def crowded(database: Database) -> TenantWorld:
+    """A department of 120 deals, each with one to three customers; two in three assigned to one
+    of three employees, and activities on every other deal and on its first customer."""
+    world = build_tenant(database)
+    department = world.department
+    employees = [
+        create_employee(database, world.tenant.id, department.id, f"Employee {n}", None).id
+        for n in range(3)
+    ]
+    steps = sorted(department.steps, key=lambda step: step.position)
+    with database.unit_of_work(world.tenant.scope.in_department(department.id)) as uow:
+        for index in range(DEALS):
+            customers = [{"last_name": f"Customer {index}-{n}"} for n in range(1 + index % 3)]
+            deal = deals_service.create(
+                uow,
+                validated(
+                    DealCreate, {"name": f"Deal {index}", "volume": index, "customers": customers}
+                ),
+            )
+            changes: dict[str, Any] = {"step_id": str(steps[index % 4].id)}
+            if index % 3:
+                changes["employee_id"] = str(employees[index % 3])
+            deals_service.update(uow, deal.id, validated(DealPatch, changes))
+            if index % 2 == 0:
+                for kind in ("call", "note"):
+                    activities_service.create(
+                        uow,
+                        validated(
+                            ActivityFields,
+                            {
+                                "type": kind,
+                                "customer_id": str(deal.customers[0].id),
+                                "deal_id": str(deal.id),
+                                "employee_id": str(employees[0]),
+                            },
+                        ),
+                    )
+    return world
+
+
+def run(
+    client: TestClient,
+    counter: StatementCounter,
+    query: str,
+    first: int,
+    headers: dict[str, str],
+) -> tuple[int, dict[str, Any]]:
+    data_of(client, query, {"first": first}, headers)  # warms the key cache for this key
+    with counter.measure():
+        found = data_of(client, query, {"first": first}, headers)
+    return counter.count, found
+
+
+def test_a_page_of_deals_with_nested_fields_costs_the_same_statements_at_any_size(
+    client: TestClient, crowded: TenantWorld, statements: StatementCounter
+) -> None:
+    counts = {}
+    for first in PAGE_SIZES:
+        counts[first], found = run(client, statements, DEALS_QUERY, first, crowded.key.headers)
+        nodes = [edge["node"] for edge in found["deals"]["edges"]]
+        assert len(nodes) == first
+        # The page really asks every loader: customers, steps, employees and activities.
+        assert all(node["customers"] and node["step"]["name"] for node in nodes)
+        if first >= 50:
+            assert {len(node["customers"]) for node in nodes} == {1, 2, 3}
+            assert any(node["employee"] is None for node in nodes)
+            assert len({node["employee"]["name"] for node in nodes if node["employee"]}) == 2
+            assert {len(node["activities"]) for node in nodes} == {0, 2}
+
+    assert counts[5] == counts[50] == counts[100], counts
+    assert 0 < counts[100] <= 12, counts
+
+
+def test_a_page_of_customers_with_their_deals_and_activities_costs_the_same_at_any_size(
+    client: TestClient, crowded: TenantWorld, statements: StatementCounter
+) -> None:
+    counts = {}
+    for first in PAGE_SIZES:
+        counts[first], found = run(client, statements, CUSTOMERS_QUERY, first, crowded.key.headers)
+        nodes = [edge["node"] for edge in found["customers"]["edges"]]
+        assert len(nodes) == first
+        assert all(len(node["deals"]) == 1 for node in nodes)
+        if first >= 50:
+            assert {len(node["activities"]) for node in nodes} == {0, 2}
+
+    assert counts[5] == counts[50] == counts[100], counts
+    assert 0 < counts[100] <= 10, counts
+
+
+def test_the_count_is_paid_once_however_deep_the_nesting(
+    client: TestClient, crowded: TenantWorld, statements: StatementCounter
+) -> None:
+    """Deals' customers' deals, and activities' deals and customers: still one batch each."""
+    query = """query($first: Int!) {
+      deals(first: $first) { totalCount edges { node {
+        customers { deals(first: 3) { id step { name } } }
+        activities(first: 3) { customer { lastName } deal { name } employee { name } }
+      } } }
+    }"""
+
+    counts = {
+        first: run(client, statements, query, first, crowded.key.headers)[0] for first in (5, 100)
+    }
+
+    assert counts[5] == counts[100], counts
