@@ -410,6 +410,16 @@ def demo(as_json: JsonFlag = False) -> None:
     _emit(as_json, value, human)
 
 
+@cli.command("openapi")
+@_fail_cleanly
+def openapi_document() -> None:
+    """Print the OpenAPI document (kept in openapi.json at the repository's root)."""
+    from dealbase.app import create_app
+
+    app = create_app(Settings(database_url="postgresql://unused@localhost/unused"))
+    sys.stdout.write(orjson.dumps(app.openapi(), option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
 @cli.command("graphql-schema")
 @_fail_cleanly
 def graphql_schema() -> None:
