@@ -13,8 +13,8 @@ from dealbase.ops.embedded_postgres import embedded_database_url
 from dealbase.ops.metrics import Metrics, install_metrics
 from dealbase.ops.observability import RequestContextMiddleware, configure_logging
 from dealbase.rest_api.api import install_rest_api
-from dealbase.rest_api.body_limit import BodyLimitMiddleware
 from dealbase.rest_api.rate_limit_headers import RateLimitHeadersMiddleware
+from dealbase.rest_api.request_guards import BodyLimitMiddleware, SingleValuedHeadersMiddleware
 from dealbase.tenancy.admission import Admission
 from dealbase.tenancy.authentication import Authenticator, KeyCache, KeyChangeListener
 from dealbase.tenancy.database import Database
@@ -79,6 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_graphql_api(app, settings)
     # Outermost last: the request id exists before a too-large body is refused.
     app.add_middleware(BodyLimitMiddleware)
+    app.add_middleware(SingleValuedHeadersMiddleware)
     app.add_middleware(RateLimitHeadersMiddleware)
     app.add_middleware(RequestContextMiddleware)
     return app

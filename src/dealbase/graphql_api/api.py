@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
+from cross_web import HTTPException
 from fastapi import FastAPI
 from strawberry.fastapi import GraphQLRouter
 
@@ -9,11 +13,34 @@ from dealbase.config import Settings
 from dealbase.graphql_api.context import context_for
 from dealbase.graphql_api.schema import build_schema
 
+# The app renders protocol errors of both APIs as problem+json (rest_api.problems).
+from dealbase.rest_api.problems import ProtocolError, malformed_json
+
 GRAPHQL_PATH = "/graphql"
 
 
+class _Router(GraphQLRouter[object, None]):
+    """Strawberry's router, refusing unreadable requests as the REST API does."""
+
+    def decode_json(self, data: str | bytes) -> object:
+        # orjson refuses what json.loads does not: nesting past 1,024 levels (json.loads
+        # overflows the stack), invalid UTF-8 and unpaired surrogates.
+        return orjson.loads(data)
+
+    async def run(self, *args: Any, **kwargs: Any) -> Any:
+        # The routes turn these into text/plain answers; as ProtocolErrors they leave as the
+        # app's problem+json, like every other refusal.
+        try:
+            return await super().run(*args, **kwargs)
+        except HTTPException as exc:
+            if "JSON" in exc.reason:
+                raise malformed_json(exc.reason) from None
+            code = "not_found" if exc.status_code == 404 else "unreadable_request"
+            raise ProtocolError(exc.status_code, code, "Unreadable request", exc.reason) from None
+
+
 def install_graphql_api(app: FastAPI, settings: Settings) -> None:
-    router: GraphQLRouter[object, None] = GraphQLRouter(
+    router = _Router(
         build_schema(settings),
         path=GRAPHQL_PATH,
         context_getter=context_for,

@@ -30,9 +30,10 @@ GraphQLInfo = Info[GraphQLContext, None]
 
 
 def _big_int(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | str):
+    # A JSON number only, as REST reads volumes: no strings, no floats, no booleans.
+    if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError("BigInt takes an integer")
-    number = int(value)
+    number = value
     if not -(2**63) <= number < 2**63:
         raise ValueError("BigInt is a 64-bit integer")
     return number

@@ -137,7 +137,13 @@ def validated(model: type[M], data: dict[str, Any]) -> M:
     """``model`` from Python values (query strings, CLI, GraphQL), by exactly the rules a JSON
     body meets: the values go through JSON, so a date-time or an id is read from its text."""
     try:
-        return model.model_validate_json(orjson.dumps(data))
+        text = orjson.dumps(data)
+    except orjson.JSONEncodeError:  # a str with an unpaired surrogate: not Unicode text
+        raise Invalid.of(
+            "", "invalid_character", "Text must be Unicode: no unpaired surrogates."
+        ) from None
+    try:
+        return model.model_validate_json(text)
     except ValidationError as exc:
         raise invalid_from_pydantic(exc.errors(include_url=False)) from None
 

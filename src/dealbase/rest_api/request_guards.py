@@ -1,5 +1,5 @@
-"""A cap on request bodies for the whole app (REST and GraphQL): 413 past 1 MiB, whether the
-client declares the size (Content-Length) or streams the body in chunks."""
+"""Guards on every HTTP request (REST and GraphQL) before any route reads it: one value per
+single-valued header, and a cap on the body."""
 
 from __future__ import annotations
 
@@ -61,3 +61,37 @@ class BodyLimitMiddleware:
             f"The body exceeds {self.max_bytes} bytes.",
         )
         await response(scope, receive, send)
+
+
+# Headers that carry one value (RFC 9110 5.3): two of them are ambiguous, and a proxy that reads
+# the other one than the app would authorise, deduplicate or parse another request.
+SINGLE_VALUED = (
+    b"x-api-key",
+    b"x-department-id",
+    b"idempotency-key",
+    b"content-type",
+    b"content-length",
+)
+
+
+class SingleValuedHeadersMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            names = [name.lower() for name, _ in scope["headers"]]
+            repeated = sorted(
+                {name for name in names if names.count(name) > 1} & set(SINGLE_VALUED)
+            )
+            if repeated:
+                response = problem(
+                    Request(scope),
+                    400,
+                    "repeated_header",
+                    "Repeated header",
+                    f"Send each of these headers once: {', '.join(n.decode() for n in repeated)}.",
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
