@@ -52,28 +52,8 @@ class CustomerInput:
 
 
 @strawberry.input(description="Absent fields stay as they are; null clears (not lastName).")
-class CustomerChanges:
-    last_name: str | None = strawberry.UNSET
-    first_name: str | None = strawberry.UNSET
-    company: str | None = strawberry.UNSET
-    website: str | None = strawberry.UNSET
-    title: str | None = strawberry.UNSET
-    phone_1: str | None = strawberry.UNSET
-    phone_2: str | None = strawberry.UNSET
-    phone_3: str | None = strawberry.UNSET
-    phone_1_label: str | None = strawberry.UNSET
-    phone_2_label: str | None = strawberry.UNSET
-    phone_3_label: str | None = strawberry.UNSET
-    email: str | None = strawberry.UNSET
-    postcode: str | None = strawberry.UNSET
-    address: str | None = strawberry.UNSET
-    address_addition: str | None = strawberry.UNSET
-    city: str | None = strawberry.UNSET
-    country: str | None = strawberry.UNSET
-    state: str | None = strawberry.UNSET
-    contact_origin: str | None = strawberry.UNSET
-    birthday: date | None = strawberry.UNSET
-    note: str | None = strawberry.UNSET
+class CustomerChanges(CustomerInput):
+    last_name: str | None = strawberry.UNSET  # type: ignore[assignment]
 
 
 @strawberry.input

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import strawberry
 from graphql import GraphQLError
+from pydantic import BaseModel
 from strawberry.extensions import (
     DisableIntrospection,
     MaxAliasesLimiter,
@@ -59,14 +61,48 @@ from dealbase.platform.customers.models import CustomerFilter as CustomerFilterM
 from dealbase.platform.deals import service as deals
 from dealbase.platform.deals.models import CustomerLink, DealCreate, DealPatch
 from dealbase.platform.deals.models import DealFilter as DealFilterModel
-from dealbase.platform.pagination import DEFAULT_PAGE_SIZE
+from dealbase.platform.pagination import DEFAULT_PAGE_SIZE, Page
 from dealbase.platform.pipeline import service as pipeline
 from dealbase.platform.pipeline.models import SummaryRange
 from dealbase.platform.validation import validated
+from dealbase.tenancy.database import UnitOfWork
+
+Item = TypeVar("Item")
+Node = TypeVar("Node")
+Filters = TypeVar("Filters", bound=BaseModel)
 
 
 def _without(values: dict[str, Any], *names: str) -> dict[str, Any]:
     return {name: value for name, value in values.items() if name not in names}
+
+
+@dataclass(frozen=True)
+class _Listing(Generic[Item, Filters]):
+    """A platform list as a connection: the filter input narrowed to its department (when it
+    names one) and validated as the platform's filter model, the page, and a lazy count."""
+
+    list_page: Callable[[UnitOfWork, Filters, int | None, str | None], Page[Item]]
+    count: Callable[[UnitOfWork, Filters], int]
+    filter_model: type[Filters]
+
+    async def page(
+        self,
+        info: GraphQLInfo,
+        filter_input: object | None,
+        first: int,
+        after: str | None,
+        to_node: Callable[[Item], Node],
+        order_by: dict[str, Any] | None = None,
+    ) -> Connection[Node]:
+        given = fields_of(filter_input) if filter_input is not None else {}
+        scope = await info.context.scope_in(given.pop("department_id", None))
+        filters = validated(self.filter_model, {**given, **(order_by or {})})
+        page = await info.context.run(lambda uow: self.list_page(uow, filters, first, after), scope)
+
+        async def count() -> int:
+            return await info.context.run(lambda uow: self.count(uow, filters), scope)
+
+        return connection(page, to_node, count)
 
 
 @strawberry.type
@@ -90,17 +126,8 @@ class Query:
         first: int = DEFAULT_PAGE_SIZE,
         after: str | None = None,
     ) -> Connection[Customer]:
-        given = fields_of(filter) if filter else {}
-        scope = await info.context.scope_in(given.pop("department_id", None))
-        filters = validated(CustomerFilterModel, given)
-        page = await info.context.run(
-            lambda uow: customers.list_page(uow, filters, first, after), scope
-        )
-
-        async def count() -> int:
-            return await info.context.run(lambda uow: customers.count(uow, filters), scope)
-
-        return connection(page, Customer.of, count)
+        found = _Listing(customers.list_page, customers.count, CustomerFilterModel)
+        return await found.page(info, filter, first, after, Customer.of)
 
     @strawberry.field
     async def deal(self, info: GraphQLInfo, id: uuid.UUID) -> Deal:
@@ -115,17 +142,10 @@ class Query:
         first: int = DEFAULT_PAGE_SIZE,
         after: str | None = None,
     ) -> Connection[Deal]:
-        given = fields_of(filter) if filter else {}
-        scope = await info.context.scope_in(given.pop("department_id", None))
-        filters = validated(DealFilterModel, {**given, "order_by": order_by.value})
-        page = await info.context.run(
-            lambda uow: deals.list_page(uow, filters, first, after), scope
+        found = _Listing(deals.list_page, deals.count, DealFilterModel)
+        return await found.page(
+            info, filter, first, after, Deal.of, order_by={"order_by": order_by.value}
         )
-
-        async def count() -> int:
-            return await info.context.run(lambda uow: deals.count(uow, filters), scope)
-
-        return connection(page, Deal.of, count)
 
     @strawberry.field
     async def activity(self, info: GraphQLInfo, id: uuid.UUID) -> Activity:
@@ -139,17 +159,8 @@ class Query:
         first: int = DEFAULT_PAGE_SIZE,
         after: str | None = None,
     ) -> Connection[Activity]:
-        given = fields_of(filter) if filter else {}
-        scope = await info.context.scope_in(given.pop("department_id", None))
-        filters = validated(ActivityFilterModel, given)
-        page = await info.context.run(
-            lambda uow: activities.list_page(uow, filters, first, after), scope
-        )
-
-        async def count() -> int:
-            return await info.context.run(lambda uow: activities.count(uow, filters), scope)
-
-        return connection(page, Activity.of, count)
+        found = _Listing(activities.list_page, activities.count, ActivityFilterModel)
+        return await found.page(info, filter, first, after, Activity.of)
 
     @strawberry.field(description="The caller's department, or every one for a tenant-wide key.")
     async def departments(self, info: GraphQLInfo) -> list[Department]:

@@ -99,6 +99,14 @@ class Employee:
         )
 
 
+async def _employee(info: GraphQLInfo, employee_id: uuid.UUID | None) -> Employee | None:
+    """The employee a deal or an activity is assigned to, through the request's loader."""
+    if employee_id is None:
+        return None
+    employee = await loaders.employee(info.context, employee_id)
+    return None if employee is None else Employee.of(employee)
+
+
 @strawberry.type
 class Department:
     id: uuid.UUID
@@ -207,10 +215,7 @@ class Deal:
 
     @strawberry.field
     async def employee(self, info: GraphQLInfo) -> Employee | None:
-        if self.employee_id is None:
-            return None
-        employee = await loaders.employee(info.context, self.employee_id)
-        return None if employee is None else Employee.of(employee)
+        return await _employee(info, self.employee_id)
 
     @strawberry.field(description="The deal's activities, oldest first.")
     async def activities(self, info: GraphQLInfo, first: int = NESTED_DEFAULT) -> list[Activity]:
@@ -264,10 +269,7 @@ class Activity:
 
     @strawberry.field
     async def employee(self, info: GraphQLInfo) -> Employee | None:
-        if self.employee_id is None:
-            return None
-        employee = await loaders.employee(info.context, self.employee_id)
-        return None if employee is None else Employee.of(employee)
+        return await _employee(info, self.employee_id)
 
 
 Node = TypeVar("Node")
