@@ -3,9 +3,20 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from sqlalchemy import Column, ColumnElement, Connection, RowMapping, Table, func, select, true
+from sqlalchemy import (
+    Column,
+    ColumnElement,
+    Connection,
+    RowMapping,
+    Table,
+    delete,
+    func,
+    select,
+    true,
+    update,
+)
 
 from dealbase.platform.errors import NotFound, PreconditionFailed
 from dealbase.platform.versioning import Expected
@@ -23,13 +34,57 @@ def owned_by(
     return (table.c.id == row_id) & in_department(table, department_id)
 
 
-def at_expected_version(table: Table, expected: Expected | None) -> ColumnElement[bool]:
+def _at_expected_version(table: Table, expected: Expected | None) -> ColumnElement[bool]:
     if expected is None or expected.versions is None:
         return true()
     return table.c.version.in_(sorted(expected.versions))
 
 
-def explain_missed_write(
+def update_versioned(
+    connection: Connection,
+    table: Table,
+    department_id: uuid.UUID | None,
+    row_id: uuid.UUID,
+    changes: Mapping[str, object],
+    expected: Expected | None,
+    noun: str,
+) -> RowMapping:
+    """Applies ``changes`` as a new version of the row (``updated_at`` now), only if the row is
+    the caller's and at a version ``expected`` admits; else NotFound or PreconditionFailed."""
+    row = (
+        connection.execute(
+            update(table)
+            .where(owned_by(table, department_id, row_id), _at_expected_version(table, expected))
+            .values(**changes, updated_at=func.now(), version=table.c.version + 1)
+            .returning(*table.c)
+        )
+        .mappings()
+        .first()
+    )
+    if row is None:
+        raise _missed(connection, table, department_id, row_id, noun)
+    return row
+
+
+def delete_versioned(
+    connection: Connection,
+    table: Table,
+    department_id: uuid.UUID | None,
+    row_id: uuid.UUID,
+    expected: Expected | None,
+    noun: str,
+) -> None:
+    """Deletes the row on the same terms as ``update_versioned`` changes it."""
+    deleted = connection.execute(
+        delete(table)
+        .where(owned_by(table, department_id, row_id), _at_expected_version(table, expected))
+        .returning(table.c.id)
+    ).first()
+    if deleted is None:
+        raise _missed(connection, table, department_id, row_id, noun)
+
+
+def _missed(
     connection: Connection,
     table: Table,
     department_id: uuid.UUID | None,

@@ -7,7 +7,6 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     RowMapping,
-    delete,
     func,
     insert,
     select,
@@ -17,9 +16,8 @@ from sqlalchemy import (
 from dealbase.platform.activities.models import Activity, ActivityFilter
 from dealbase.platform.ids import new_id
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.rows import at_expected_version, in_department, owned_by
+from dealbase.platform.rows import in_department, owned_by
 from dealbase.platform.tables import activities
-from dealbase.platform.versioning import Expected
 
 
 def to_activity(row: RowMapping) -> Activity:
@@ -89,42 +87,6 @@ def count_activities(
 ) -> int:
     query = select(func.count()).select_from(activities).where(*_matching(department_id, filters))
     return int(connection.execute(query).scalar_one())
-
-
-def update_activity(
-    connection: Connection,
-    department_id: uuid.UUID | None,
-    activity_id: uuid.UUID,
-    changes: Mapping[str, object],
-    expected: Expected | None,
-) -> Activity | None:
-    row = (
-        connection.execute(
-            update(activities)
-            .where(owned_by(activities, department_id, activity_id))
-            .where(at_expected_version(activities, expected))
-            .values(**changes, updated_at=func.now(), version=activities.c.version + 1)
-            .returning(*activities.c)
-        )
-        .mappings()
-        .first()
-    )
-    return None if row is None else to_activity(row)
-
-
-def delete_activity(
-    connection: Connection,
-    department_id: uuid.UUID | None,
-    activity_id: uuid.UUID,
-    expected: Expected | None,
-) -> bool:
-    deleted = connection.execute(
-        delete(activities)
-        .where(owned_by(activities, department_id, activity_id))
-        .where(at_expected_version(activities, expected))
-        .returning(activities.c.id)
-    ).first()
-    return deleted is not None
 
 
 def detach_from_deal(connection: Connection, deal_id: uuid.UUID) -> None:

@@ -9,11 +9,11 @@ from dealbase.platform.activities import repository
 from dealbase.platform.activities.models import Activity, ActivityFields, ActivityFilter
 from dealbase.platform.customers import repository as customers_repository
 from dealbase.platform.deals import repository as deals_repository
-from dealbase.platform.errors import Invalid, NotFound, PreconditionFailed
+from dealbase.platform.errors import Invalid, NotFound
 from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.pipeline import repository as pipeline_repository
 from dealbase.platform.rows import by_ids as by_row_ids
-from dealbase.platform.rows import explain_missed_write, first_per_parent
+from dealbase.platform.rows import delete_versioned, first_per_parent, update_versioned
 from dealbase.platform.tables import activities
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
@@ -79,24 +79,16 @@ def update(
     # must be of the activity's own department (a tenant-wide caller may reach any).
     department_id = get(uow, activity_id).department_id
     _check_references(uow, department_id, changes)
-    updated = repository.update_activity(
-        uow.connection, department_id, activity_id, changes, expected
+    row = update_versioned(
+        uow.connection, activities, department_id, activity_id, changes, expected, "activity"
     )
-    if updated is None:
-        raise _missed(uow, department_id, activity_id)
-    return updated
+    return repository.to_activity(row)
 
 
 def delete(uow: UnitOfWork, activity_id: uuid.UUID, expected: Expected | None = None) -> None:
-    department_id = uow.scope.department_id
-    if not repository.delete_activity(uow.connection, department_id, activity_id, expected):
-        raise _missed(uow, department_id, activity_id)
-
-
-def _missed(
-    uow: UnitOfWork, department_id: uuid.UUID | None, activity_id: uuid.UUID
-) -> NotFound | PreconditionFailed:
-    return explain_missed_write(uow.connection, activities, department_id, activity_id, "activity")
+    delete_versioned(
+        uow.connection, activities, uow.scope.department_id, activity_id, expected, "activity"
+    )
 
 
 def by_ids(uow: UnitOfWork, activity_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Activity]:

@@ -1,26 +1,23 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from sqlalchemy import (
     ColumnElement,
     Connection,
     RowMapping,
-    delete,
     func,
     insert,
     or_,
     select,
-    update,
 )
 
 from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
 from dealbase.platform.ids import new_id
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.rows import at_expected_version, in_department, owned_by
+from dealbase.platform.rows import in_department, owned_by
 from dealbase.platform.tables import customers, deal_customers
-from dealbase.platform.versioning import Expected
 
 
 def to_customer(row: RowMapping, tenant_id: uuid.UUID) -> Customer:
@@ -118,44 +115,6 @@ def count_customers(
 ) -> int:
     query = select(func.count()).select_from(customers).where(*_matching(department_id, filters))
     return int(connection.execute(query).scalar_one())
-
-
-def update_customer(
-    connection: Connection,
-    tenant_id: uuid.UUID,
-    department_id: uuid.UUID | None,
-    customer_id: uuid.UUID,
-    changes: Mapping[str, object],
-    expected: Expected | None,
-) -> Customer | None:
-    """The changed customer, or None when it is missing or not at an expected version."""
-    row = (
-        connection.execute(
-            update(customers)
-            .where(owned_by(customers, department_id, customer_id))
-            .where(at_expected_version(customers, expected))
-            .values(**changes, updated_at=func.now(), version=customers.c.version + 1)
-            .returning(*customers.c)
-        )
-        .mappings()
-        .first()
-    )
-    return None if row is None else to_customer(row, tenant_id)
-
-
-def delete_customer(
-    connection: Connection,
-    department_id: uuid.UUID | None,
-    customer_id: uuid.UUID,
-    expected: Expected | None,
-) -> bool:
-    deleted = connection.execute(
-        delete(customers)
-        .where(owned_by(customers, department_id, customer_id))
-        .where(at_expected_version(customers, expected))
-        .returning(customers.c.id)
-    ).first()
-    return deleted is not None
 
 
 def customers_of_deals(

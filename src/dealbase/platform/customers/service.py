@@ -8,10 +8,10 @@ from pydantic import BaseModel
 from dealbase.platform.customers import repository
 from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
 from dealbase.platform.deals import repository as deals_repository
-from dealbase.platform.errors import NotFound, PreconditionFailed
+from dealbase.platform.errors import NotFound
 from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.rows import by_ids as by_row_ids
-from dealbase.platform.rows import explain_missed_write
+from dealbase.platform.rows import delete_versioned, update_versioned
 from dealbase.platform.tables import customers
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
@@ -58,34 +58,25 @@ def update(
 
     Every accepted PATCH, even an empty one, is a new version.
     """
-    scope = uow.scope
-    department_id = scope.department_id
-    updated = repository.update_customer(
+    row = update_versioned(
         uow.connection,
-        scope.tenant_id,
-        department_id,
+        customers,
+        uow.scope.department_id,
         customer_id,
         patch.model_dump(exclude_unset=True),
         expected,
+        "customer",
     )
-    if updated is None:
-        raise _missed(uow, department_id, customer_id)
-    return updated
+    return repository.to_customer(row, uow.scope.tenant_id)
 
 
 def delete(uow: UnitOfWork, customer_id: uuid.UUID, expected: Expected | None = None) -> None:
     """Deletes the customer, its links to deals (a change of those deals) and its activities."""
-    department_id = uow.scope.department_id
     # While the links still exist; a refused delete rolls this back with it.
     deals_repository.touch_deals_of_customer(uow.connection, customer_id)
-    if not repository.delete_customer(uow.connection, department_id, customer_id, expected):
-        raise _missed(uow, department_id, customer_id)
-
-
-def _missed(
-    uow: UnitOfWork, department_id: uuid.UUID | None, customer_id: uuid.UUID
-) -> NotFound | PreconditionFailed:
-    return explain_missed_write(uow.connection, customers, department_id, customer_id, "customer")
+    delete_versioned(
+        uow.connection, customers, uow.scope.department_id, customer_id, expected, "customer"
+    )
 
 
 def by_ids(uow: UnitOfWork, customer_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Customer]:

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -23,9 +23,8 @@ from dealbase.platform.customers.models import Customer
 from dealbase.platform.deals.models import Deal, DealFilter
 from dealbase.platform.ids import new_id
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.rows import at_expected_version, in_department, owned_by
+from dealbase.platform.rows import in_department, owned_by
 from dealbase.platform.tables import deal_customers, deals, employees, steps
-from dealbase.platform.versioning import Expected
 
 
 def first_step_id(connection: Connection, department_id: uuid.UUID) -> uuid.UUID | None:
@@ -177,39 +176,6 @@ def count_deals(
             select(func.count()).select_from(deals).where(*_matching(department_id, filters))
         ).scalar_one()
     )
-
-
-def update_deal(
-    connection: Connection,
-    department_id: uuid.UUID | None,
-    deal_id: uuid.UUID,
-    changes: Mapping[str, object],
-    expected: Expected | None,
-) -> bool:
-    """Applies ``changes`` and bumps the version; False when the deal is missing or stale."""
-    changed = connection.execute(
-        update(deals)
-        .where(owned_by(deals, department_id, deal_id))
-        .where(at_expected_version(deals, expected))
-        .values(**changes, updated_at=func.now(), version=deals.c.version + 1)
-        .returning(deals.c.id)
-    ).first()
-    return changed is not None
-
-
-def delete_deal(
-    connection: Connection,
-    department_id: uuid.UUID | None,
-    deal_id: uuid.UUID,
-    expected: Expected | None,
-) -> bool:
-    deleted = connection.execute(
-        delete(deals)
-        .where(owned_by(deals, department_id, deal_id))
-        .where(at_expected_version(deals, expected))
-        .returning(deals.c.id)
-    ).first()
-    return deleted is not None
 
 
 def to_deal(row: RowMapping, customers: Sequence[Customer]) -> Deal:

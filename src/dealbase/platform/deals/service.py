@@ -10,10 +10,10 @@ from dealbase.platform.activities import repository as activities_repository
 from dealbase.platform.customers import repository as customers_repository
 from dealbase.platform.deals import repository
 from dealbase.platform.deals.models import CustomerLink, Deal, DealCreate, DealFilter
-from dealbase.platform.errors import Conflict, Invalid, NotFound, PreconditionFailed
+from dealbase.platform.errors import Conflict, Invalid, NotFound
 from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.pipeline import repository as pipeline_repository
-from dealbase.platform.rows import explain_missed_write
+from dealbase.platform.rows import delete_versioned, update_versioned
 from dealbase.platform.tables import deals
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
@@ -99,18 +99,15 @@ def update(
         unknown.append("employee_id")
     if unknown:
         raise Invalid.unknown_references(unknown, "the deal's department")
-    if not repository.update_deal(connection, department_id, deal_id, changes, expected):
-        raise _missed(uow, department_id, deal_id)
+    update_versioned(connection, deals, department_id, deal_id, changes, expected, "deal")
     return get(uow, deal_id)
 
 
 def delete(uow: UnitOfWork, deal_id: uuid.UUID, expected: Expected | None = None) -> None:
     """Deletes the deal and its links; its customers stay, its activities lose the deal."""
-    department_id = uow.scope.department_id
     # Before the foreign key's SET NULL would do it silently; a refused delete rolls this back.
     activities_repository.detach_from_deal(uow.connection, deal_id)
-    if not repository.delete_deal(uow.connection, department_id, deal_id, expected):
-        raise _missed(uow, department_id, deal_id)
+    delete_versioned(uow.connection, deals, uow.scope.department_id, deal_id, expected, "deal")
 
 
 def link_customer(uow: UnitOfWork, deal_id: uuid.UUID, link: CustomerLink) -> Deal:
@@ -123,7 +120,7 @@ def link_customer(uow: UnitOfWork, deal_id: uuid.UUID, link: CustomerLink) -> De
     if customer is None:
         raise Invalid.unknown_references(["customer_id"], "the deal's department")
     if repository.link_customer(connection, deal_id, link.customer_id):
-        repository.update_deal(connection, department_id, deal_id, {}, None)
+        _touch(uow, department_id, deal_id)
     return get(uow, deal_id)
 
 
@@ -131,13 +128,12 @@ def unlink_customer(uow: UnitOfWork, deal_id: uuid.UUID, customer_id: uuid.UUID)
     department_id = _deal_row(uow, deal_id)["department_id"]
     if not repository.unlink_customer(uow.connection, deal_id, customer_id):
         raise NotFound(f"The customer {customer_id} is not linked to the deal {deal_id}.")
-    repository.update_deal(uow.connection, department_id, deal_id, {}, None)
+    _touch(uow, department_id, deal_id)
 
 
-def _missed(
-    uow: UnitOfWork, department_id: uuid.UUID | None, deal_id: uuid.UUID
-) -> NotFound | PreconditionFailed:
-    return explain_missed_write(uow.connection, deals, department_id, deal_id, "deal")
+def _touch(uow: UnitOfWork, department_id: uuid.UUID, deal_id: uuid.UUID) -> None:
+    """A new version of the deal: its customers changed."""
+    update_versioned(uow.connection, deals, department_id, deal_id, {}, None, "deal")
 
 
 def first_of_steps(
