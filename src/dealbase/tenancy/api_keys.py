@@ -175,14 +175,11 @@ def _announce_change(connection: Connection, key_id: uuid.UUID) -> None:
     connection.execute(select(func.pg_notify(KEY_CHANGES_CHANNEL, str(key_id))))
 
 
-def set_key_rate(connection: Connection, key_id: uuid.UUID, rate: Rate | None) -> KeyInfo:
-    """The key's own rate limit (None: back to the default), in force on every server at once."""
+def _change_key(connection: Connection, key_id: uuid.UUID, values: dict[str, object]) -> KeyInfo:
+    """Changes the key and tells every server process, whose caches then drop it."""
     row = (
         connection.execute(
-            update(api_keys)
-            .where(api_keys.c.id == key_id)
-            .values(**_rate_columns(rate))
-            .returning(*api_keys.c)
+            update(api_keys).where(api_keys.c.id == key_id).values(**values).returning(*api_keys.c)
         )
         .mappings()
         .first()
@@ -191,23 +188,17 @@ def set_key_rate(connection: Connection, key_id: uuid.UUID, rate: Rate | None) -
         raise NotFound(f"No API key has the id {key_id}.")
     _announce_change(connection, key_id)
     return _info(row)
+
+
+def set_key_rate(connection: Connection, key_id: uuid.UUID, rate: Rate | None) -> KeyInfo:
+    """The key's own rate limit (None: back to the default), in force on every server at once."""
+    return _change_key(connection, key_id, _rate_columns(rate))
 
 
 def revoke_key(connection: Connection, key_id: uuid.UUID) -> KeyInfo:
-    row = (
-        connection.execute(
-            update(api_keys)
-            .where(api_keys.c.id == key_id)
-            .values(revoked_at=func.coalesce(api_keys.c.revoked_at, func.now()))
-            .returning(*api_keys.c)
-        )
-        .mappings()
-        .first()
+    return _change_key(
+        connection, key_id, {"revoked_at": func.coalesce(api_keys.c.revoked_at, func.now())}
     )
-    if row is None:
-        raise NotFound(f"No API key has the id {key_id}.")
-    _announce_change(connection, key_id)
-    return _info(row)
 
 
 def rotate_key(connection: Connection, key_id: uuid.UUID, grace_seconds: int) -> IssuedKey:
