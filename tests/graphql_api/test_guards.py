@@ -17,6 +17,7 @@ from dealbase.app import create_app
 from dealbase.config import Settings
 from dealbase.platform.tables import customers, deals
 from dealbase.tenancy.database import Database
+from tests.graphql_api import support
 from tests.support import TenantWorld
 
 GRAPHQL = "/graphql"
@@ -48,14 +49,7 @@ def gql(
     variables: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    response = client.post(
-        GRAPHQL,
-        json={"query": query, "variables": variables or {}},
-        headers={**world.key.headers, **(headers or {})},
-    )
-    assert response.status_code == 200, response.text
-    result: dict[str, Any] = response.json()
-    return result
+    return support.gql(client, query, variables, {**world.key.headers, **(headers or {})})
 
 
 def data_of(result: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from sqlalchemy import func, select
 from dealbase.ops.admin import create_employee, issue_key
 from dealbase.platform.tables import activities, customers, deal_customers, deals
 from dealbase.tenancy.database import Database
+from tests.graphql_api import support
 from tests.support import Credentials, TenantWorld
 
 GRAPHQL = "/graphql"
@@ -47,12 +48,7 @@ def gql(
     query: str,
     variables: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    response = client.post(
-        GRAPHQL, json={"query": query, "variables": variables or {}}, headers=headers
-    )
-    assert response.status_code == 200, response.text
-    result: dict[str, Any] = response.json()
-    return result
+    return support.gql(client, query, variables, headers)
 
 
 def data_of(result: dict[str, Any]) -> dict[str, Any]:

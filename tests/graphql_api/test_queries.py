@@ -18,7 +18,7 @@ from dealbase.platform.deals.models import DealCreate, DealPatch
 from dealbase.platform.pipeline.models import DEFAULT_STEPS
 from dealbase.platform.validation import validated
 from dealbase.tenancy.database import Database
-from tests.graphql_api.conftest import codes_of, data_of, gql, tenant_wide_headers
+from tests.graphql_api.support import codes_of, data_of, gql, tenant_wide_headers
 from tests.support import TenantWorld, build_tenant
 
 API = "/api/v1/integration"

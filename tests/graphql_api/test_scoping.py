@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from dealbase.ops import admin
 from dealbase.tenancy.database import Database
-from tests.graphql_api.conftest import GRAPHQL, codes_of, data_of, gql, tenant_wide_headers
+from tests.graphql_api.support import GRAPHQL, codes_of, data_of, gql, tenant_wide_headers
 from tests.support import TenantWorld, build_tenant
 
 API = "/api/v1/integration"

@@ -19,7 +19,7 @@ from dealbase.platform.deals import service as deals_service
 from dealbase.platform.deals.models import DealCreate, DealPatch
 from dealbase.platform.validation import validated
 from dealbase.tenancy.database import Database
-from tests.graphql_api.conftest import data_of
+from tests.graphql_api.support import data_of
 from tests.support import TenantWorld, build_tenant
 
 DEALS = 120
