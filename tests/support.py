@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
+import socket
+import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -99,3 +102,23 @@ def build_tenant(database: Database, *, departments: int = 1) -> TenantWorld:
         made.append(department)
         keys.append(Credentials(issued.key_id, issued.api_key, department.id))
     return TenantWorld(tenant, tuple(made), tuple(keys))
+
+
+def free_port() -> int:
+    """A TCP port on the loopback that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """Stops a server started in its own session: SIGTERM, then SIGKILL to the whole group."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)

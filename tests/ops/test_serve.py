@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -28,7 +26,7 @@ from sqlalchemy import text
 
 from dealbase.migrations.runner import upgrade_control
 from dealbase.tenancy.database import Database, application_name
-from tests.support import scratch_database
+from tests.support import free_port, scratch_database, stop_process
 
 DEALBASE = Path(sys.executable).with_name("dealbase")
 API = "/api/v1/integration"
@@ -77,13 +75,6 @@ DEAL_FIELDS = {
     "updated_at",
     "customers",
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @dataclass(frozen=True)
@@ -161,7 +152,7 @@ def _start_server(database_url: str, data_dir: Path) -> Iterator[Server]:
         "DEALBASE_RATE_LIMIT_TENANT": "100000/s",
         "DEALBASE_RATE_LIMIT_TENANT_BURST": "1000000",
     }
-    port = _free_port()
+    port = free_port()
     log = data_dir / "server.log"
     database = Database(database_url, pool_size=1)
     with log.open("wb") as sink:
@@ -188,13 +179,7 @@ def _start_server(database_url: str, data_dir: Path) -> Iterator[Server]:
             time.sleep(0.05)
         yield server
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
+        stop_process(process)
         database.dispose()
 
 

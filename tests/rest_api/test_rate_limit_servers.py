@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ import httpx
 import pytest
 
 from dealbase.tenancy.database import Database
-from tests.redis_support import RedisServer, free_port, redis_server
+from tests.redis_support import RedisServer, redis_server
 from tests.rest_api.rate_limit_support import (
     CUSTOMERS,
     all_at_once,
@@ -27,7 +26,7 @@ from tests.rest_api.rate_limit_support import (
     faults,
     has_rate_limit_headers,
 )
-from tests.support import TenantWorld, build_tenant
+from tests.support import TenantWorld, build_tenant, free_port, stop_process
 
 DEALBASE = Path(sys.executable).with_name("dealbase")
 READY_TIMEOUT_S = 30.0
@@ -86,13 +85,7 @@ def _serve(database_url: str, redis_url: str, directory: Path) -> Iterator[Serve
     try:
         yield server
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
+        stop_process(process)
 
 
 def _wait_ready(server: Server) -> None:
