@@ -24,17 +24,19 @@ class _Router(GraphQLRouter[object, None]):
 
     def decode_json(self, data: str | bytes) -> object:
         # orjson refuses what json.loads does not: nesting past 1,024 levels (json.loads
-        # overflows the stack), invalid UTF-8 and unpaired surrogates.
-        return orjson.loads(data)
+        # overflows the stack), invalid UTF-8 and unpaired surrogates. Raised as our own error,
+        # the refusal leaves as the app's problem+json rather than Strawberry's plain text.
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise malformed_json(f"The body is not valid JSON: {exc}.") from None
 
     async def run(self, *args: Any, **kwargs: Any) -> Any:
-        # The routes turn these into text/plain answers; as ProtocolErrors they leave as the
-        # app's problem+json, like every other refusal.
+        # Strawberry's other refusals (no operation, another content type, batches): its
+        # routes would answer them in plain text.
         try:
             return await super().run(*args, **kwargs)
         except HTTPException as exc:
-            if "JSON" in exc.reason:
-                raise malformed_json(exc.reason) from None
             code = "not_found" if exc.status_code == 404 else "unreadable_request"
             raise ProtocolError(exc.status_code, code, "Unreadable request", exc.reason) from None
 
