@@ -23,6 +23,7 @@ test: install lint typecheck pytest
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-logo
 
 typecheck: install
 	$(BIN)/mypy

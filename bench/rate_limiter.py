@@ -9,6 +9,7 @@ Without --redis (and without DEALBASE_REDIS_URL) only the in-process limiter is 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import statistics
 import time
@@ -20,14 +21,15 @@ from dealbase.tenancy.scope import Rate
 GENEROUS = Rate(per_second=100_000, burst=1_000_000)
 
 
-def measure(limiter: RateLimiter, checks: int) -> list[float]:
+async def measure(limiter: RateLimiter, checks: int) -> list[float]:
+    """One check at a time on an event loop, as a server process asks them."""
     key, tenant = uuid.uuid4(), uuid.uuid4()
     for _ in range(200):  # warm up: connection, script load
-        limiter.check(key, GENEROUS, tenant, GENEROUS)
+        await limiter.check(key, GENEROUS, tenant, GENEROUS)
     timings = []
     for _ in range(checks):
         started = time.perf_counter()
-        verdict = limiter.check(key, GENEROUS, tenant, GENEROUS)
+        verdict = await limiter.check(key, GENEROUS, tenant, GENEROUS)
         timings.append((time.perf_counter() - started) * 1_000_000)
         assert verdict.allowed
     return timings
@@ -42,21 +44,21 @@ def report(name: str, timings: list[float]) -> None:
     )
 
 
-def main() -> None:
+async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--redis", default=os.environ.get("DEALBASE_REDIS_URL"))
     parser.add_argument("--checks", type=int, default=5000)
     args = parser.parse_args()
-    report("in-process", measure(InProcessLimiter(), args.checks))
+    report("in-process", await measure(InProcessLimiter(), args.checks))
     if args.redis:
         limiter = RedisLimiter(args.redis, timeout_seconds=0.05, prefix="dealbase:bench")
         try:
-            report("redis", measure(limiter, args.checks))
+            report("redis", await measure(limiter, args.checks))
         finally:
-            limiter.close()
+            await limiter.close()
     else:
         print("redis        not measured: pass --redis URL or set DEALBASE_REDIS_URL")
 
 
 if __name__ == "__main__":
-    main()
+    asyncio.run(main())

@@ -8,13 +8,14 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from dealbase.config import Settings, load_settings, parse_rate
+from dealbase.edge.guards import BodyLimitMiddleware, SingleValuedHeadersMiddleware
+from dealbase.edge.rate_limit_headers import RateLimitHeadersMiddleware
+from dealbase.edge.request_context import RequestContextMiddleware
 from dealbase.graphql_api.api import install_graphql_api
 from dealbase.ops.embedded_postgres import embedded_database_url
 from dealbase.ops.metrics import Metrics, install_metrics
-from dealbase.ops.observability import RequestContextMiddleware, configure_logging
+from dealbase.ops.observability import configure_logging
 from dealbase.rest_api.api import install_rest_api
-from dealbase.rest_api.rate_limit_headers import RateLimitHeadersMiddleware
-from dealbase.rest_api.request_guards import BodyLimitMiddleware, SingleValuedHeadersMiddleware
 from dealbase.tenancy.admission import Admission
 from dealbase.tenancy.authentication import Authenticator, KeyCache, KeyChangeListener
 from dealbase.tenancy.database import Database
@@ -51,7 +52,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             key_listener.stop()
             if isinstance(limiter, RedisLimiter):
-                limiter.close()
+                await limiter.close()
             database.dispose()
 
     app = FastAPI(

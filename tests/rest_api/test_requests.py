@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from dealbase.rest_api.request_guards import MAX_BODY_BYTES
+from dealbase.edge.guards import MAX_BODY_BYTES
 from tests.support import TenantWorld
 
 CUSTOMERS = "/api/v1/integration/customers"

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import select
 
+from dealbase.errors import Conflict, Invalid, NotFound
 from dealbase.ops import admin
-from dealbase.platform.errors import Conflict, Invalid, NotFound
 from dealbase.tenancy.api_keys import MAX_GRACE_SECONDS
 from dealbase.tenancy.control_tables import api_keys
 from dealbase.tenancy.database import Database

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 
@@ -29,7 +30,7 @@ def test_revocation_notice_drops_the_cached_key(
     database: Database, world: TenantWorld, listening_cache: KeyCache
 ) -> None:
     authenticator = Authenticator(database, listening_cache)
-    authenticator.department_scope(world.key.api_key, str(world.key.department_id))
+    asyncio.run(authenticator.department_scope(world.key.api_key, str(world.key.department_id)))
     assert listening_cache.get(world.key.key_id) is not None
 
     admin.revoke_key(database, world.key.key_id)
@@ -44,7 +45,7 @@ def test_untrusted_cache_stores_nothing(database: Database, world: TenantWorld) 
     cache = KeyCache()  # no listener: as when the LISTEN connection is down
     authenticator = Authenticator(database, cache)
 
-    authenticator.department_scope(world.key.api_key, str(world.key.department_id))
+    asyncio.run(authenticator.department_scope(world.key.api_key, str(world.key.department_id)))
 
     assert cache.get(world.key.key_id) is None
 
@@ -93,8 +94,10 @@ def test_lost_listener_connection_forgets_every_cached_key(
     database: Database, world: TenantWorld, listening_cache: KeyCache
 ) -> None:
     """Notices sent while the connection was down are lost, so nothing cached may survive it."""
-    Authenticator(database, listening_cache).department_scope(
-        world.key.api_key, str(world.key.department_id)
+    asyncio.run(
+        Authenticator(database, listening_cache).department_scope(
+            world.key.api_key, str(world.key.department_id)
+        )
     )
     assert listening_cache.get(world.key.key_id) is not None
     before = _listener_pids(database)

@@ -6,7 +6,7 @@ against RedisLimiter on Redis's own clock (times within a few milliseconds).
 
 from __future__ import annotations
 
-import threading
+import asyncio
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -52,6 +52,7 @@ class FakeClock:
 @dataclass
 class Harness:
     limiter: RateLimiter
+    loop: asyncio.Runner  # limiters are asked on an event loop, as the server asks them
     wait: Callable[[float], None]
     exact: bool  # the in-process limiter on the fake clock
     prefix: str | None = None  # RedisLimiter's key prefix
@@ -60,7 +61,7 @@ class Harness:
     def check(
         self, key_id: uuid.UUID, key_rate: Rate, tenant_id: uuid.UUID, tenant_rate: Rate
     ) -> Verdict:
-        return self.limiter.check(key_id, key_rate, tenant_id, tenant_rate)
+        return self.loop.run(self.limiter.check(key_id, key_rate, tenant_id, tenant_rate))
 
     def assert_near(self, seconds: float, expected: float) -> None:
         """``seconds`` is ``expected``, exactly on the fake clock, else at most SLACK_S short."""
@@ -72,17 +73,18 @@ class Harness:
 
 @pytest.fixture(params=["in-process", "redis"])
 def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
-    if request.param == "in-process":
-        clock = FakeClock()
-        yield Harness(InProcessLimiter(clock), clock.advance, exact=True)
-        return
-    url: str = request.getfixturevalue("redis_url")
-    prefix = f"dealbase:test:{uuid.uuid4().hex}"
-    limiter = RedisLimiter(url, timeout_seconds=1.0, prefix=prefix)
-    try:
-        yield Harness(limiter, time.sleep, exact=False, prefix=prefix, url=url)
-    finally:
-        limiter.close()
+    with asyncio.Runner() as loop:
+        if request.param == "in-process":
+            clock = FakeClock()
+            yield Harness(InProcessLimiter(clock), loop, clock.advance, exact=True)
+            return
+        url: str = request.getfixturevalue("redis_url")
+        prefix = f"dealbase:test:{uuid.uuid4().hex}"
+        limiter = RedisLimiter(url, timeout_seconds=1.0, prefix=prefix)
+        try:
+            yield Harness(limiter, loop, time.sleep, exact=False, prefix=prefix, url=url)
+        finally:
+            loop.run(limiter.close())
 
 
 def _bucket(verdict: Verdict, policy: str) -> Bucket:
@@ -208,14 +210,22 @@ def test_retry_after_is_whole_seconds_and_at_least_one(
 
 def test_redis_keys_expire_once_the_buckets_are_full_again(redis_url: str) -> None:
     prefix = f"dealbase:test:{uuid.uuid4().hex}"
-    limiter = RedisLimiter(redis_url, timeout_seconds=1.0, prefix=prefix)
     client = redis.Redis.from_url(redis_url)
     key, tenant = uuid.uuid4(), uuid.uuid4()
     key_rate, tenant_rate = Rate(10, 5), Rate(20, 50)
     names = (f"{prefix}:key:{key}", f"{prefix}:tenant:{tenant}")
+
+    async def three_checks() -> list[bool]:
+        limiter = RedisLimiter(redis_url, timeout_seconds=1.0, prefix=prefix)
+        try:
+            return [
+                (await limiter.check(key, key_rate, tenant, tenant_rate)).allowed for _ in "abc"
+            ]
+        finally:
+            await limiter.close()
+
     try:
-        for _ in range(3):
-            assert limiter.check(key, key_rate, tenant, tenant_rate).allowed
+        assert asyncio.run(three_checks()) == [True] * 3
 
         key_ttl, tenant_ttl = (client.pttl(name) for name in names)
         # Full again 3 intervals after the first request: 300 ms for the key, 150 for the tenant.
@@ -224,57 +234,38 @@ def test_redis_keys_expire_once_the_buckets_are_full_again(redis_url: str) -> No
         time.sleep(0.35)
         assert client.exists(*names) == 0
     finally:
-        limiter.close()
         client.close()
 
 
 def test_concurrent_checks_from_two_redis_clients_admit_exactly_the_burst(redis_url: str) -> None:
-    """Two clients (as two server processes) and 40 threads: the script is atomic."""
+    """Two clients (as two server processes), 40 checks in flight at once: the script is atomic."""
     prefix = f"dealbase:test:{uuid.uuid4().hex}"
-    limiters = [RedisLimiter(redis_url, timeout_seconds=2.0, prefix=prefix) for _ in range(2)]
     key, tenant = uuid.uuid4(), uuid.uuid4()
     rate = Rate(0.2, 10)  # no refill during the test
-    results: list[bool] = []
-    lock = threading.Lock()
-    start = threading.Barrier(40)
 
-    def run(index: int) -> None:
-        start.wait()
-        verdict = limiters[index % 2].check(key, rate, tenant, GENEROUS)
-        with lock:
-            results.append(verdict.allowed)
+    async def forty_at_once() -> list[bool]:
+        limiters = [RedisLimiter(redis_url, timeout_seconds=2.0, prefix=prefix) for _ in range(2)]
+        try:
+            verdicts = await asyncio.gather(
+                *(limiters[i % 2].check(key, rate, tenant, GENEROUS) for i in range(40))
+            )
+        finally:
+            for limiter in limiters:
+                await limiter.close()
+        return [verdict.allowed for verdict in verdicts]
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(40)]
-    try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        for limiter in limiters:
-            limiter.close()
-
-    assert sorted(results) == [False] * 30 + [True] * 10
+    assert sorted(asyncio.run(forty_at_once())) == [False] * 30 + [True] * 10
 
 
 def test_concurrent_checks_in_process_admit_exactly_the_burst() -> None:
     limiter = InProcessLimiter()
     key, tenant = uuid.uuid4(), uuid.uuid4()
     rate = Rate(0.2, 10)
-    results: list[bool] = []
-    lock = threading.Lock()
-    start = threading.Barrier(40)
 
-    def run() -> None:
-        start.wait()
-        verdict = limiter.check(key, rate, tenant, GENEROUS)
-        with lock:
-            results.append(verdict.allowed)
+    async def forty_at_once() -> list[bool]:
+        verdicts = await asyncio.gather(
+            *(limiter.check(key, rate, tenant, GENEROUS) for _ in range(40))
+        )
+        return [verdict.allowed for verdict in verdicts]
 
-    threads = [threading.Thread(target=run) for _ in range(40)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-    assert sorted(results) == [False] * 30 + [True] * 10
+    assert sorted(asyncio.run(forty_at_once())) == [False] * 30 + [True] * 10

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
+from dealbase.errors import Conflict, Invalid
 from dealbase.migrations.runner import current_revision, head_revision
-from dealbase.platform.errors import Conflict, Invalid
 from dealbase.tenancy.database import Database
 from dealbase.tenancy.tenants import create_tenant, list_tenants
 

@@ -10,11 +10,9 @@ from fastapi import FastAPI
 from strawberry.fastapi import GraphQLRouter
 
 from dealbase.config import Settings
+from dealbase.edge.problems import ProtocolError, malformed_json
 from dealbase.graphql_api.context import context_for
 from dealbase.graphql_api.schema import build_schema
-
-# The app renders protocol errors of both APIs as problem+json (rest_api.problems).
-from dealbase.rest_api.problems import ProtocolError, malformed_json
 
 GRAPHQL_PATH = "/graphql"
 

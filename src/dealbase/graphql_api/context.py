@@ -8,22 +8,17 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from anyio import to_thread
-from fastapi import Request, Security
-from fastapi.security import APIKeyHeader
+from fastapi import Request
 from strawberry.fastapi import BaseContext
 
-from dealbase.platform.errors import Unauthenticated
+from dealbase.edge.callers import dashboard_scope
+from dealbase.errors import Unauthenticated
 from dealbase.platform.pipeline import service as pipeline
-from dealbase.tenancy.admission import VERDICT_STATE, Admission
 from dealbase.tenancy.api_keys import AUTHENTICATION_FAILED
-from dealbase.tenancy.authentication import Authenticator
 from dealbase.tenancy.database import Database, UnitOfWork
 from dealbase.tenancy.scope import Scope
 
 T = TypeVar("T")
-
-_api_key = APIKeyHeader(name="X-Api-Key", auto_error=False)
-_department = APIKeyHeader(name="X-Department-Id", auto_error=False)
 
 
 @dataclass
@@ -67,27 +62,15 @@ class GraphQLContext(BaseContext):
         return self.scope.in_department(department_id)
 
 
-async def context_for(
-    request: Request,
-    api_key: str | None = Security(_api_key),
-    department: str | None = Security(_department),
-) -> GraphQLContext:
+async def context_for(request: Request) -> GraphQLContext:
     """Authenticates like REST, but also admits tenant-wide dashboard keys (no department)."""
+    database: Database = request.app.state.database
     if _asks_for_the_ide(request):
-        return GraphQLContext(request_id="", caller=None, database=request.app.state.database)
-    authenticator: Authenticator = request.app.state.authenticator
-    admission: Admission = request.app.state.admission
-
-    def admitted() -> Scope:
-        scope = authenticator.dashboard_scope(api_key, department)
-        admission.admit(scope, lambda verdict: setattr(request.state, VERDICT_STATE, verdict))
-        return scope
-
-    scope = await to_thread.run_sync(admitted)
+        return GraphQLContext(request_id="", caller=None, database=database)
     return GraphQLContext(
         request_id=getattr(request.state, "request_id", ""),
-        caller=scope,
-        database=request.app.state.database,
+        caller=await dashboard_scope(request),
+        database=database,
     )
 
 

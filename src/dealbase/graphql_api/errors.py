@@ -10,7 +10,7 @@ import structlog
 from graphql import GraphQLError
 from strawberry.extensions import SchemaExtension
 
-from dealbase.platform.errors import DomainError, FieldError, Invalid
+from dealbase.errors import DomainError, FieldError, Invalid
 
 log = structlog.get_logger(__name__)
 

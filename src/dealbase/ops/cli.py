@@ -22,11 +22,11 @@ from typer._click.exceptions import NoArgsIsHelpError
 from typer.core import TyperGroup
 
 from dealbase.config import Settings, SettingsError, load_settings, parse_rate
+from dealbase.errors import DomainError, Invalid
 from dealbase.migrations.runner import TenantMigration, upgrade_control, upgrade_tenants
 from dealbase.ops import admin
 from dealbase.ops.embedded_postgres import embedded_database_url
 from dealbase.ops.observability import configure_logging
-from dealbase.platform.errors import DomainError, Invalid
 from dealbase.rest_api.schemas import format_timestamp
 from dealbase.tenancy.database import Database
 from dealbase.tenancy.scope import Rate

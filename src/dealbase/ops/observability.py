@@ -1,19 +1,12 @@
-"""Structured logs, and the request id that ties a response to its log lines."""
+"""Structured logs: JSON for machines, console for people, one configuration per process."""
 
 from __future__ import annotations
 
 import logging
-import re
 import sys
-import time
-import uuid
 from typing import Any
 
 import structlog
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-REQUEST_ID_HEADER = "x-request-id"
-_CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 def configure_logging(log_format: str, level: str) -> None:
@@ -34,50 +27,3 @@ def configure_logging(log_format: str, level: str) -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
-
-
-class RequestContextMiddleware:
-    """Gives every HTTP request an id (the client's ``X-Request-Id`` when it is sane), echoes it in
-    the response, binds it to the log context, and writes one access log line per request."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-        self.log = structlog.get_logger("dealbase.access")
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request_id = uuid.uuid4().hex
-        for name, value in scope["headers"]:
-            if name == b"x-request-id":
-                candidate = value.decode("latin-1")
-                if _CLIENT_REQUEST_ID.match(candidate):
-                    request_id = candidate
-                break
-        scope.setdefault("state", {})["request_id"] = request_id
-        structlog.contextvars.clear_contextvars()
-        structlog.contextvars.bind_contextvars(request_id=request_id)
-        started = time.perf_counter()
-        status = 500
-
-        async def send_with_id(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                message["headers"] = [
-                    *message.get("headers", []),
-                    (b"x-request-id", request_id.encode()),
-                ]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_with_id)
-        finally:
-            self.log.info(
-                "request",
-                method=scope["method"],
-                path=scope["path"],
-                status=status,
-                duration_ms=round((time.perf_counter() - started) * 1000, 2),
-            )

@@ -19,7 +19,7 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel
 
-from dealbase.platform.errors import Invalid
+from dealbase.errors import Invalid
 
 DEFAULT_PAGE_SIZE = 25
 # 16 bytes of id and 6 of filter fingerprint, unpadded base64url; lists in another order than

@@ -18,7 +18,7 @@ from sqlalchemy import (
     update,
 )
 
-from dealbase.platform.errors import NotFound, PreconditionFailed
+from dealbase.errors import NotFound, PreconditionFailed
 from dealbase.platform.versioning import Expected
 
 

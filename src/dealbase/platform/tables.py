@@ -22,7 +22,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import BYTEA, TIMESTAMP, UUID
 
-TENANT_SCHEMA_PLACEHOLDER = "tenant"
+from dealbase.tenancy.scope import TENANT_SCHEMA_PLACEHOLDER
 
 metadata = MetaData(schema=TENANT_SCHEMA_PLACEHOLDER)
 

@@ -22,7 +22,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from dealbase.platform.errors import Invalid, invalid_from_pydantic
+from dealbase.errors import Invalid, invalid_from_pydantic
 from dealbase.tenancy.scope import Scope
 
 

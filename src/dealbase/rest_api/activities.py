@@ -5,11 +5,14 @@ import uuid
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
+from dealbase.edge.callers import department_scope
+from dealbase.edge.database import database
+from dealbase.edge.idempotency import run_once
+from dealbase.edge.requests import expected_version, idempotency_key, json_body, parse_body
 from dealbase.platform.activities import service
 from dealbase.platform.activities.models import ActivityFields, ActivityFilter, ActivityPatch
 from dealbase.platform.validation import validated
 from dealbase.platform.versioning import Expected
-from dealbase.rest_api.idempotency import run_once
 from dealbase.rest_api.openapi import (
     CREATED_HEADERS,
     LIST_CURSOR,
@@ -17,14 +20,6 @@ from dealbase.rest_api.openapi import (
     READ_HEADERS,
     json_request_body,
     problem_responses,
-)
-from dealbase.rest_api.requests import (
-    database,
-    department_scope,
-    expected_version,
-    idempotency_key,
-    json_body,
-    parse_body,
 )
 from dealbase.rest_api.responses import created, json_response, no_content, page_response
 from dealbase.rest_api.schemas import ActivityList, ActivityOut

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, FastAPI
 
+from dealbase.edge.problems import install_problem_handlers
 from dealbase.rest_api import activities, customers, deals, pipeline
 from dealbase.rest_api.openapi import install_openapi
-from dealbase.rest_api.problems import install_problem_handlers
 from dealbase.rest_api.responses import API_PREFIX
 
 

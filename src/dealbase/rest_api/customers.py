@@ -6,11 +6,14 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
+from dealbase.edge.callers import department_scope
+from dealbase.edge.database import database
+from dealbase.edge.idempotency import run_once
+from dealbase.edge.requests import expected_version, idempotency_key, json_body, parse_body
 from dealbase.platform.customers import service
 from dealbase.platform.customers.models import CustomerFields, CustomerFilter, CustomerPatch
 from dealbase.platform.validation import SHORT_TEXT, validated
 from dealbase.platform.versioning import Expected
-from dealbase.rest_api.idempotency import run_once
 from dealbase.rest_api.openapi import (
     CREATED_HEADERS,
     LIST_CURSOR,
@@ -19,14 +22,6 @@ from dealbase.rest_api.openapi import (
     UPDATED_SINCE,
     json_request_body,
     problem_responses,
-)
-from dealbase.rest_api.requests import (
-    database,
-    department_scope,
-    expected_version,
-    idempotency_key,
-    json_body,
-    parse_body,
 )
 from dealbase.rest_api.responses import created, json_response, no_content, page_response
 from dealbase.rest_api.schemas import CustomerList, CustomerOut

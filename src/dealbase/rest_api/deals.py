@@ -5,11 +5,14 @@ import uuid
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
+from dealbase.edge.callers import department_scope
+from dealbase.edge.database import database
+from dealbase.edge.idempotency import run_once
+from dealbase.edge.requests import expected_version, idempotency_key, json_body, parse_body
 from dealbase.platform.deals import service
 from dealbase.platform.deals.models import CustomerLink, DealCreate, DealFilter, DealPatch
 from dealbase.platform.validation import validated
 from dealbase.platform.versioning import Expected
-from dealbase.rest_api.idempotency import run_once
 from dealbase.rest_api.openapi import (
     CREATED_HEADERS,
     LIST_CURSOR,
@@ -18,14 +21,6 @@ from dealbase.rest_api.openapi import (
     UPDATED_SINCE,
     json_request_body,
     problem_responses,
-)
-from dealbase.rest_api.requests import (
-    database,
-    department_scope,
-    expected_version,
-    idempotency_key,
-    json_body,
-    parse_body,
 )
 from dealbase.rest_api.responses import created, json_response, no_content, page_response
 from dealbase.rest_api.schemas import DealList, DealOut

@@ -8,8 +8,8 @@ from fastapi import FastAPI, Query
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
+from dealbase.edge.problems import PROBLEM_MEDIA_TYPE
 from dealbase.platform.pagination import CURSOR_PATTERN, MAX_PAGE_SIZE
-from dealbase.rest_api.problems import PROBLEM_MEDIA_TYPE
 from dealbase.rest_api.schemas import Problem
 
 _REF = "#/components/schemas/{model}"

@@ -5,9 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 from starlette.responses import Response
 
+from dealbase.edge.callers import department_scope
+from dealbase.edge.database import database
 from dealbase.platform.pipeline import service
 from dealbase.rest_api.openapi import LIST_CURSOR, LIST_LIMIT, problem_responses
-from dealbase.rest_api.requests import database, department_scope
 from dealbase.rest_api.responses import json_response, page_response
 from dealbase.rest_api.schemas import DepartmentOut, EmployeeList, StepList
 from dealbase.tenancy.database import Database

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import structlog
 
-from dealbase.platform.errors import RateLimited, Unavailable
+from dealbase.errors import RateLimited, Unavailable
 from dealbase.tenancy.rate_limits import RateLimiter, RateLimiterUnavailable, Verdict
 from dealbase.tenancy.scope import Rate, Scope
 
@@ -39,13 +39,15 @@ class Admission:
     def rates_of(self, scope: Scope) -> tuple[Rate, Rate]:
         return scope.key_rate or self.key_rate, self.tenant_rate
 
-    def admit(self, scope: Scope, record: Callable[[Verdict], None]) -> None:
+    async def admit(self, scope: Scope, record: Callable[[Verdict], None]) -> None:
         """Hands the verdict to ``record`` (for the response's headers), then raises RateLimited
         (429) when a limit refuses the request."""
         assert scope.key_id is not None, "only API key callers are admitted"
         key_rate, tenant_rate = self.rates_of(scope)
         try:
-            verdict = self._limiter.check(scope.key_id, key_rate, scope.tenant_id, tenant_rate)
+            verdict = await self._limiter.check(
+                scope.key_id, key_rate, scope.tenant_id, tenant_rate
+            )
         except RateLimiterUnavailable as exc:
             self._on_fault()
             now = time.monotonic()

@@ -18,8 +18,8 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection, RowMapping, func, insert, select, update
 
-from dealbase.platform.errors import Conflict, Forbidden, Invalid, NotFound, Unauthenticated
-from dealbase.platform.ids import new_id
+from dealbase.errors import Conflict, Forbidden, Invalid, NotFound, Unauthenticated
+from dealbase.ids import new_id
 from dealbase.tenancy.control_tables import api_keys, tenants
 from dealbase.tenancy.scope import Rate, Scope
 

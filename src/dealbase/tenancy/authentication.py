@@ -15,8 +15,9 @@ from collections import OrderedDict
 
 import psycopg
 import structlog
+from anyio import to_thread
 
-from dealbase.platform.errors import Unauthenticated
+from dealbase.errors import Unauthenticated
 from dealbase.tenancy.api_keys import (
     AUTHENTICATION_FAILED,
     KEY_CHANGES_CHANNEL,
@@ -130,36 +131,36 @@ class KeyChangeListener:
 
 
 class Authenticator:
+    """Credentials to a Scope. A cached key is answered on the event loop; only a key this
+    process has not seen (or any key while the cache is untrusted) reads the database, off it."""
+
     def __init__(self, database: Database, cache: KeyCache | None = None) -> None:
         self._database = database
         self.cache = cache or KeyCache()
 
-    def department_scope(self, api_key: str | None, department_header: str | None) -> Scope:
+    async def department_scope(self, api_key: str | None, department_header: str | None) -> Scope:
         """For the integration API: department keys only."""
-        return self._scope(api_key, department_header, tenant_wide_allowed=False)
+        return await self._scope(api_key, department_header, tenant_wide_allowed=False)
 
-    def dashboard_scope(self, api_key: str | None, department_header: str | None) -> Scope:
+    async def dashboard_scope(self, api_key: str | None, department_header: str | None) -> Scope:
         """For the dashboards' API: department keys, and tenant-wide keys without a department."""
-        return self._scope(api_key, department_header, tenant_wide_allowed=True)
+        return await self._scope(api_key, department_header, tenant_wide_allowed=True)
 
-    def _scope(
+    async def _scope(
         self, api_key: str | None, department_header: str | None, *, tenant_wide_allowed: bool
     ) -> Scope:
         parsed = parse_api_key(api_key)
         if parsed is None:
             raise Unauthenticated(AUTHENTICATION_FAILED)
         key_id, secret = parsed
+        credentials = self.cache.get(key_id)
+        if credentials is None:
+            credentials = await to_thread.run_sync(self._load, key_id)
         return scope_for_request(
-            self._credentials(key_id),
-            secret,
-            department_header,
-            tenant_wide_allowed=tenant_wide_allowed,
+            credentials, secret, department_header, tenant_wide_allowed=tenant_wide_allowed
         )
 
-    def _credentials(self, key_id: uuid.UUID) -> KeyCredentials | None:
-        cached = self.cache.get(key_id)
-        if cached is not None:
-            return cached
+    def _load(self, key_id: uuid.UUID) -> KeyCredentials | None:
         generation = self.cache.generation()
         with self._database.control() as connection:
             credentials = load_credentials(connection, key_id)

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine, create_engine, func, select
 from sqlalchemy.engine import make_url
 
-from dealbase.platform.tables import TENANT_SCHEMA_PLACEHOLDER
-from dealbase.tenancy.scope import Scope
+from dealbase.tenancy.scope import TENANT_SCHEMA_PLACEHOLDER, Scope
 
 
 def application_name(pid: int) -> str:

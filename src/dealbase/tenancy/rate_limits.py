@@ -9,7 +9,6 @@ in-process limiter with the same arithmetic serves one process.
 from __future__ import annotations
 
 import math
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -17,7 +16,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import redis
+import redis.asyncio
 import structlog
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from dealbase.tenancy.scope import Rate
 
@@ -53,7 +55,7 @@ class RateLimiterUnavailable(Exception):
 
 
 class RateLimiter(Protocol):
-    def check(
+    async def check(
         self, key_id: uuid.UUID, key_rate: Rate, tenant_id: uuid.UUID, tenant_rate: Rate
     ) -> Verdict: ...
 
@@ -80,42 +82,41 @@ class InProcessLimiter:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._arrivals: dict[str, tuple[float, float]] = {}  # (TAT, interval it was set at)
-        self._lock = threading.Lock()
         self._clock = clock
 
-    def check(
+    async def check(
         self, key_id: uuid.UUID, key_rate: Rate, tenant_id: uuid.UUID, tenant_rate: Rate
     ) -> Verdict:
-        with self._lock:
-            now = self._clock() * 1000
-            limits = (
-                ("key", f"key:{key_id}", key_rate),
-                ("tenant", f"tenant:{tenant_id}", tenant_rate),
-            )
-            states = {}
-            for _, name, rate in limits:
-                tat, interval = self._arrivals.get(name, (now, rate.interval_ms))
-                states[name] = _rescaled(tat, interval, now, rate)
-            results = [
-                (policy, name, rate, _gcra(states[name], now, rate))
-                for policy, name, rate in limits
-            ]
-            allowed = all(result[0] for *_, result in results)
-            buckets = []
-            for policy, name, rate, (_, new_tat, remaining, wait) in results:
-                tat = new_tat if allowed else states[name]
-                if allowed:
-                    self._arrivals[name] = (new_tat, rate.interval_ms)
-                buckets.append(
-                    Bucket(
-                        policy,
-                        rate,
-                        int(remaining) if allowed else 0,
-                        max(tat - now, 0) / 1000,
-                        wait / 1000,
-                    )
+        # Atomic without a lock: every check of a process runs on its one event loop, and
+        # nothing below awaits.
+        now = self._clock() * 1000
+        limits = (
+            ("key", f"key:{key_id}", key_rate),
+            ("tenant", f"tenant:{tenant_id}", tenant_rate),
+        )
+        states = {}
+        for _, name, rate in limits:
+            tat, interval = self._arrivals.get(name, (now, rate.interval_ms))
+            states[name] = _rescaled(tat, interval, now, rate)
+        results = [
+            (policy, name, rate, _gcra(states[name], now, rate)) for policy, name, rate in limits
+        ]
+        allowed = all(result[0] for *_, result in results)
+        buckets = []
+        for policy, name, rate, (_, new_tat, remaining, wait) in results:
+            tat = new_tat if allowed else states[name]
+            if allowed:
+                self._arrivals[name] = (new_tat, rate.interval_ms)
+            buckets.append(
+                Bucket(
+                    policy,
+                    rate,
+                    int(remaining) if allowed else 0,
+                    max(tat - now, 0) / 1000,
+                    wait / 1000,
                 )
-            return Verdict(allowed, tuple(buckets))
+            )
+        return Verdict(allowed, tuple(buckets))
 
 
 # KEYS: the key's bucket, the tenant's; ARGV: interval and burst of each. A bucket holds
@@ -171,22 +172,26 @@ class RedisLimiter:
     def __init__(
         self, url: str, *, timeout_seconds: float = 0.05, prefix: str = "dealbase:rl"
     ) -> None:
-        self._client = redis.Redis.from_url(
+        self._client = redis.asyncio.Redis.from_url(
             url,
             socket_timeout=timeout_seconds,
             # A new pooled connection gets longer: under load, setting one up within the
             # answer's budget failed often enough to fail open needlessly.
             socket_connect_timeout=max(timeout_seconds, 0.25),
             retry_on_timeout=False,
+            # A pooled connection that died with a Redis restart fails on its first use; one
+            # retry on a fresh connection, so a restart does not fail requests open needlessly.
+            retry=Retry(NoBackoff(), retries=1),
+            retry_on_error=[redis.ConnectionError],
         )
         self._script = self._client.register_script(_SCRIPT)
         self._prefix = prefix
 
-    def check(
+    async def check(
         self, key_id: uuid.UUID, key_rate: Rate, tenant_id: uuid.UUID, tenant_rate: Rate
     ) -> Verdict:
         try:
-            reply = self._script(
+            reply = await self._script(
                 keys=[f"{self._prefix}:key:{key_id}", f"{self._prefix}:tenant:{tenant_id}"],
                 args=[
                     key_rate.interval_ms,
@@ -206,5 +211,5 @@ class RedisLimiter:
             buckets.append(Bucket(policy, rate, int(remaining), until_full / 1000, wait / 1000))
         return Verdict(allowed, tuple(buckets))
 
-    def close(self) -> None:
-        self._client.close()
+    async def close(self) -> None:
+        await self._client.aclose()

@@ -7,6 +7,8 @@ import uuid
 from dataclasses import dataclass, replace
 
 _SCHEMA_NAME = re.compile(r"^t_[0-9a-f]{32}$")
+# The schema every tenant table is declared in; each unit of work maps it onto the caller's.
+TENANT_SCHEMA_PLACEHOLDER = "tenant"
 
 
 def schema_for_tenant(tenant_id: uuid.UUID) -> str:

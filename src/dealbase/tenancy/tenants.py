@@ -9,9 +9,9 @@ from datetime import datetime
 from sqlalchemy import Connection, RowMapping, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
+from dealbase.errors import Conflict, Invalid, NotFound
+from dealbase.ids import new_id
 from dealbase.migrations.runner import upgrade_tenant
-from dealbase.platform.errors import Conflict, Invalid, NotFound
-from dealbase.platform.ids import new_id
 from dealbase.tenancy.control_tables import tenants
 from dealbase.tenancy.database import Database
 from dealbase.tenancy.scope import Scope, schema_for_tenant

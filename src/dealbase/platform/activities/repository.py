@@ -13,8 +13,8 @@ from sqlalchemy import (
     update,
 )
 
+from dealbase.ids import new_id
 from dealbase.platform.activities.models import Activity, ActivityFilter
-from dealbase.platform.ids import new_id
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.rows import in_department, owned_by
 from dealbase.platform.tables import activities

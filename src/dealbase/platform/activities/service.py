@@ -5,11 +5,11 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel
 
+from dealbase.errors import Invalid, NotFound
 from dealbase.platform.activities import repository
 from dealbase.platform.activities.models import Activity, ActivityFields, ActivityFilter
 from dealbase.platform.customers import repository as customers_repository
 from dealbase.platform.deals import repository as deals_repository
-from dealbase.platform.errors import Invalid, NotFound
 from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.pipeline import repository as pipeline_repository
 from dealbase.platform.rows import by_ids as by_row_ids

@@ -13,8 +13,8 @@ from sqlalchemy import (
     select,
 )
 
+from dealbase.ids import new_id
 from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
-from dealbase.platform.ids import new_id
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.rows import in_department, owned_by
 from dealbase.platform.tables import customers, deal_customers

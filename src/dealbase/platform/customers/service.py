@@ -5,10 +5,10 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
+from dealbase.errors import NotFound
 from dealbase.platform.customers import repository
 from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
 from dealbase.platform.deals import repository as deals_repository
-from dealbase.platform.errors import NotFound
 from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.rows import by_ids as by_row_ids
 from dealbase.platform.rows import delete_versioned, update_versioned

@@ -19,9 +19,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
+from dealbase.ids import new_id
 from dealbase.platform.customers.models import Customer
 from dealbase.platform.deals.models import Deal, DealFilter
-from dealbase.platform.ids import new_id
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.rows import in_department, owned_by
 from dealbase.platform.tables import deal_customers, deals, employees, steps

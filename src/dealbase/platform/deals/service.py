@@ -6,11 +6,11 @@ from collections.abc import Sequence
 from pydantic import BaseModel
 from sqlalchemy import RowMapping
 
+from dealbase.errors import Conflict, Invalid, NotFound
 from dealbase.platform.activities import repository as activities_repository
 from dealbase.platform.customers import repository as customers_repository
 from dealbase.platform.deals import repository
 from dealbase.platform.deals.models import CustomerLink, Deal, DealCreate, DealFilter
-from dealbase.platform.errors import Conflict, Invalid, NotFound
 from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.pipeline import repository as pipeline_repository
 from dealbase.platform.rows import delete_versioned, update_versioned

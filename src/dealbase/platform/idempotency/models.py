@@ -3,7 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from dealbase.platform.errors import Conflict, Invalid
+from dealbase.errors import Conflict, Invalid
 
 REPLAY_WINDOW = timedelta(hours=24)
 MAX_KEY_LENGTH = 255

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from dealbase.platform.errors import FieldError, Invalid
+from dealbase.errors import FieldError, Invalid
 from dealbase.platform.idempotency import repository
 from dealbase.platform.idempotency.models import (
     MAX_KEY_LENGTH,

@@ -5,7 +5,7 @@ from datetime import datetime
 
 from sqlalchemy import ColumnElement, Connection, RowMapping, exists, func, insert, select
 
-from dealbase.platform.ids import new_id
+from dealbase.ids import new_id
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.pipeline.models import (
     Department,

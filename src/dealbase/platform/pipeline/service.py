@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from dealbase.platform.errors import Invalid, NotFound
+from dealbase.errors import Invalid, NotFound
 from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.pipeline import repository
 from dealbase.platform.pipeline.models import (

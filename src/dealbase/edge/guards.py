@@ -6,7 +6,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dealbase.rest_api.problems import problem
+from dealbase.edge.problems import problem
 
 MAX_BODY_BYTES = 1024 * 1024
 

@@ -1,36 +1,19 @@
-"""What every integration request needs before its route runs: the Scope and a JSON body."""
+"""Reading a request: its JSON body and the headers that condition a write (If-Match,
+Idempotency-Key). Every dependency here is a coroutine: none costs the request a thread hop."""
 
 from __future__ import annotations
 
 from typing import TypeVar
 
-from fastapi import Header, Request, Security
-from fastapi.security import APIKeyHeader
+from fastapi import Header, Request
 from pydantic import BaseModel, ValidationError
 
-from dealbase.platform.errors import invalid_from_pydantic
+from dealbase.edge.problems import ProtocolError, malformed_json
+from dealbase.errors import invalid_from_pydantic
 from dealbase.platform.versioning import Expected
-from dealbase.rest_api.problems import ProtocolError, malformed_json
-from dealbase.tenancy.admission import VERDICT_STATE, Admission
-from dealbase.tenancy.authentication import Authenticator
-from dealbase.tenancy.database import Database
-from dealbase.tenancy.scope import Scope
-
-api_key_header = APIKeyHeader(
-    name="X-Api-Key",
-    scheme_name="ApiKey",
-    description="The integration's secret, as issued by `dealbase key issue`.",
-    auto_error=False,
-)
-department_header = APIKeyHeader(
-    name="X-Department-Id",
-    scheme_name="DepartmentId",
-    description="The id of the department the key was issued for.",
-    auto_error=False,
-)
 
 
-def expected_version(
+async def expected_version(
     if_match: str | None = Header(
         default=None,
         alias="If-Match",
@@ -57,7 +40,7 @@ def expected_version(
 IDEMPOTENCY_KEY_PATTERN = r'^[\x20-\x7e]{1,255}$|^"[\x20-\x7e]{1,255}"$'
 
 
-def idempotency_key(
+async def idempotency_key(
     key: str | None = Header(
         default=None,
         alias="Idempotency-Key",
@@ -72,28 +55,6 @@ def idempotency_key(
     if key is not None and len(key) >= 2 and key[0] == key[-1] == '"':
         return key[1:-1]
     return key
-
-
-def database(request: Request) -> Database:
-    db: Database = request.app.state.database
-    return db
-
-
-def department_scope(
-    request: Request,
-    api_key: str | None = Security(api_key_header),
-    department: str | None = Security(department_header),
-) -> Scope:
-    authenticator: Authenticator = request.app.state.authenticator
-    scope = authenticator.department_scope(api_key, department)
-    admit(request, scope)
-    return scope
-
-
-def admit(request: Request, scope: Scope) -> None:
-    """Rate limits, once the caller is known: the verdict is kept for the response headers."""
-    admission: Admission = request.app.state.admission
-    admission.admit(scope, lambda verdict: setattr(request.state, VERDICT_STATE, verdict))
 
 
 def _is_json(content_type: str | None) -> bool:

@@ -1,7 +1,7 @@
 """The one error taxonomy of dealbase.
 
 Services and the tenancy layer raise these; each API maps them to its wire form once
-(``rest_api.problems`` to RFC 9457 problem details, GraphQL to ``extensions.code``). ``code`` is
+(``edge.problems`` to RFC 9457 problem details, GraphQL to ``extensions.code``). ``code`` is
 part of the public contract: clients branch on it, so a code never changes meaning.
 """
 

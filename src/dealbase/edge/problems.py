@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dealbase.platform.errors import (
+from dealbase.errors import (
     Conflict,
     DomainError,
     FieldError,

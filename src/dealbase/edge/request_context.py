@@ -1,0 +1,59 @@
+"""The request id that ties a response to its log lines, and one access log line per request."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+
+import structlog
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+_CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+class RequestContextMiddleware:
+    """Gives every HTTP request an id (the client's ``X-Request-Id`` when it is sane), echoes it in
+    the response, binds it to the log context, and writes one access log line per request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.log = structlog.get_logger("dealbase.access")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = uuid.uuid4().hex
+        for name, value in scope["headers"]:
+            if name == b"x-request-id":
+                candidate = value.decode("latin-1")
+                if _CLIENT_REQUEST_ID.match(candidate):
+                    request_id = candidate
+                break
+        scope.setdefault("state", {})["request_id"] = request_id
+        structlog.contextvars.clear_contextvars()
+        structlog.contextvars.bind_contextvars(request_id=request_id)
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [
+                    *message.get("headers", []),
+                    (b"x-request-id", request_id.encode()),
+                ]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            self.log.info(
+                "request",
+                method=scope["method"],
+                path=scope["path"],
+                status=status,
+                duration_ms=round((time.perf_counter() - started) * 1000, 2),
+            )
