@@ -34,7 +34,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     configure_logging(settings.log_format, settings.log_level)
     database_url = settings.database_url or embedded_database_url(settings.data_dir)
     database = Database(
-        database_url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
+        database_url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+        prepared_statements=settings.db_prepared_statements,
     )
     key_cache = KeyCache()
     limiter: RedisLimiter | InProcessLimiter = (

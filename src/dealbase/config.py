@@ -33,6 +33,14 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     db_pool_size: int = Field(default=10, ge=1, le=200)
     db_max_overflow: int = Field(default=10, ge=0, le=200)
+    db_prepared_statements: bool = Field(
+        default=True,
+        description=(
+            "Prepare statements run often on a connection; turn off behind a pgbouncer in"
+            " transaction mode that does not track them (before 1.21, or"
+            " max_prepared_statements = 0)."
+        ),
+    )
     migrate_concurrency: int = Field(default=4, ge=1, le=64)
     rate_limit_key: str = Field(
         default="10/s", description="Default rate per API key, as N/s (a key may have its own)."

@@ -50,7 +50,8 @@ query($first: Int!) {
 
 @dataclass
 class StatementCounter:
-    """Counts the statements the app's engine sends while ``counting`` is on."""
+    """Counts the statements the app sends while ``counting`` is on: those of its units of work
+    and those of its SQLAlchemy engine (the control schema)."""
 
     counting: bool = False
     count: int = 0
@@ -70,13 +71,15 @@ class StatementCounter:
 
 @pytest.fixture
 def statements(client: TestClient) -> Iterator[StatementCounter]:
-    engine = client.app.state.database.engine  # type: ignore[attr-defined]
+    database: Database = client.app.state.database  # type: ignore[attr-defined]
     counter = StatementCounter()
-    event.listen(engine, "before_cursor_execute", counter)
+    event.listen(database.engine, "before_cursor_execute", counter)
+    database.statement_listeners.append(counter)
     try:
         yield counter
     finally:
-        event.remove(engine, "before_cursor_execute", counter)
+        database.statement_listeners.remove(counter)
+        event.remove(database.engine, "before_cursor_execute", counter)
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -31,6 +33,12 @@ class GraphQLContext(BaseContext):
     # Loaders are made on first use and live for this request only, so nothing is cached
     # across requests (or callers).
     loaders: dict[tuple[str, int], Any] = field(default_factory=dict)
+    # The request's one read transaction, opened by its first read and ended with the request
+    # (or by a write): a dashboard's page, count and loaders share its BEGIN and COMMIT.
+    _reads: ExitStack = field(default_factory=ExitStack)
+    _reading: UnitOfWork | None = None
+    # One statement at a time on that connection: resolvers and loaders run concurrently.
+    _turn: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def __post_init__(self) -> None:
         super().__init__()
@@ -42,13 +50,37 @@ class GraphQLContext(BaseContext):
         return self.caller
 
     async def run(self, work: Callable[[UnitOfWork], T], scope: Scope | None = None) -> T:
-        """``work`` in a unit of work of its own, off the event loop (the SQL is synchronous)."""
+        """Reads ``work`` in the request's read transaction, off the event loop (the SQL is
+        synchronous)."""
+        narrowed = scope or self.scope
+
+        def in_transaction() -> T:
+            if self._reading is None:
+                self._reading = self._reads.enter_context(self.database.unit_of_work(self.scope))
+            return work(self._reading.narrowed_to(narrowed))
+
+        async with self._turn:
+            return await to_thread.run_sync(in_transaction)
+
+    async def write(self, work: Callable[[UnitOfWork], T], scope: Scope | None = None) -> T:
+        """``work`` in a transaction of its own, committed before it returns: each mutation of
+        a document stands or fails alone, as GraphQL runs them one after another."""
 
         def in_transaction() -> T:
             with self.database.unit_of_work(scope or self.scope) as uow:
                 return work(uow)
 
-        return await to_thread.run_sync(in_transaction)
+        # The read transaction ends first, so a request never holds two pooled connections.
+        await self.close()
+        async with self._turn:
+            return await to_thread.run_sync(in_transaction)
+
+    async def close(self) -> None:
+        """Ends the read transaction, if one was opened, and returns its connection."""
+        async with self._turn:
+            if self._reading is not None:
+                self._reading = None
+                await to_thread.run_sync(self._reads.close)
 
     async def scope_in(self, department_id: uuid.UUID | None) -> Scope:
         """The caller's Scope narrowed to one department, when ``departmentId`` is given.
@@ -62,16 +94,25 @@ class GraphQLContext(BaseContext):
         return self.scope.in_department(department_id)
 
 
-async def context_for(request: Request) -> GraphQLContext:
-    """Authenticates like REST, but also admits tenant-wide dashboard keys (no department)."""
+async def context_for(request: Request) -> AsyncIterator[GraphQLContext]:
+    """Authenticates like REST, but also admits tenant-wide dashboard keys (no department).
+
+    A dependency with ``yield``: the request's read transaction ends when the request does,
+    whether the operation succeeded, failed or was cancelled.
+    """
     database: Database = request.app.state.database
     if _asks_for_the_ide(request):
-        return GraphQLContext(request_id="", caller=None, database=database)
-    return GraphQLContext(
+        yield GraphQLContext(request_id="", caller=None, database=database)
+        return
+    context = GraphQLContext(
         request_id=getattr(request.state, "request_id", ""),
         caller=await dashboard_scope(request),
         database=database,
     )
+    try:
+        yield context
+    finally:
+        await context.close()
 
 
 def _asks_for_the_ide(request: Request) -> bool:

@@ -224,18 +224,20 @@ class Mutation:
     ) -> Customer:
         scope = await info.context.scope_in(department_id)
         fields = validated(CustomerFields, fields_of(input))
-        return Customer.of(await info.context.run(lambda uow: customers.create(uow, fields), scope))
+        return Customer.of(
+            await info.context.write(lambda uow: customers.create(uow, fields), scope)
+        )
 
     @strawberry.mutation
     async def update_customer(
         self, info: GraphQLInfo, id: uuid.UUID, changes: CustomerChanges
     ) -> Customer:
         patch = validated(CustomerPatch, fields_of(changes))
-        return Customer.of(await info.context.run(lambda uow: customers.update(uow, id, patch)))
+        return Customer.of(await info.context.write(lambda uow: customers.update(uow, id, patch)))
 
     @strawberry.mutation
     async def delete_customer(self, info: GraphQLInfo, id: uuid.UUID) -> uuid.UUID:
-        await info.context.run(lambda uow: customers.delete(uow, id))
+        await info.context.write(lambda uow: customers.delete(uow, id))
         return id
 
     @strawberry.mutation
@@ -246,28 +248,28 @@ class Mutation:
         given = fields_of(input)
         given["customers"] = [fields_of(customer) for customer in given.get("customers") or []]
         fields = validated(DealCreate, given)
-        return Deal.of(await info.context.run(lambda uow: deals.create(uow, fields), scope))
+        return Deal.of(await info.context.write(lambda uow: deals.create(uow, fields), scope))
 
     @strawberry.mutation
     async def update_deal(self, info: GraphQLInfo, id: uuid.UUID, changes: DealChanges) -> Deal:
         patch = validated(DealPatch, fields_of(changes))
-        return Deal.of(await info.context.run(lambda uow: deals.update(uow, id, patch)))
+        return Deal.of(await info.context.write(lambda uow: deals.update(uow, id, patch)))
 
     @strawberry.mutation
     async def move_deal(self, info: GraphQLInfo, id: uuid.UUID, step_id: uuid.UUID) -> Deal:
         patch = validated(DealPatch, {"step_id": step_id})
-        return Deal.of(await info.context.run(lambda uow: deals.update(uow, id, patch)))
+        return Deal.of(await info.context.write(lambda uow: deals.update(uow, id, patch)))
 
     @strawberry.mutation(description="employeeId null unassigns the deal.")
     async def assign_deal(
         self, info: GraphQLInfo, id: uuid.UUID, employee_id: uuid.UUID | None
     ) -> Deal:
         patch = validated(DealPatch, {"employee_id": employee_id})
-        return Deal.of(await info.context.run(lambda uow: deals.update(uow, id, patch)))
+        return Deal.of(await info.context.write(lambda uow: deals.update(uow, id, patch)))
 
     @strawberry.mutation
     async def delete_deal(self, info: GraphQLInfo, id: uuid.UUID) -> uuid.UUID:
-        await info.context.run(lambda uow: deals.delete(uow, id))
+        await info.context.write(lambda uow: deals.delete(uow, id))
         return id
 
     @strawberry.mutation
@@ -275,7 +277,9 @@ class Mutation:
         self, info: GraphQLInfo, deal_id: uuid.UUID, customer_id: uuid.UUID
     ) -> Deal:
         link = validated(CustomerLink, {"customer_id": customer_id})
-        return Deal.of(await info.context.run(lambda uow: deals.link_customer(uow, deal_id, link)))
+        return Deal.of(
+            await info.context.write(lambda uow: deals.link_customer(uow, deal_id, link))
+        )
 
     @strawberry.mutation
     async def unlink_customer(
@@ -285,7 +289,7 @@ class Mutation:
             deals.unlink_customer(uow, deal_id, customer_id)
             return deals.get(uow, deal_id)
 
-        return Deal.of(await info.context.run(unlink))
+        return Deal.of(await info.context.write(unlink))
 
     @strawberry.mutation
     async def create_activity(
@@ -294,7 +298,7 @@ class Mutation:
         scope = await info.context.scope_in(department_id)
         fields = validated(ActivityFields, fields_of(input))
         return Activity.of(
-            await info.context.run(lambda uow: activities.create(uow, fields), scope)
+            await info.context.write(lambda uow: activities.create(uow, fields), scope)
         )
 
     @strawberry.mutation
@@ -302,11 +306,11 @@ class Mutation:
         self, info: GraphQLInfo, id: uuid.UUID, changes: ActivityChanges
     ) -> Activity:
         patch = validated(ActivityPatch, fields_of(changes))
-        return Activity.of(await info.context.run(lambda uow: activities.update(uow, id, patch)))
+        return Activity.of(await info.context.write(lambda uow: activities.update(uow, id, patch)))
 
     @strawberry.mutation
     async def delete_activity(self, info: GraphQLInfo, id: uuid.UUID) -> uuid.UUID:
-        await info.context.run(lambda uow: activities.delete(uow, id))
+        await info.context.write(lambda uow: activities.delete(uow, id))
         return id
 
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 import orjson
 import psycopg
 import typer
-from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
+from sqlalchemy.exc import DBAPIError
 
 # Typer vendors click; this is the one exception it does not re-export.
 from typer._click.exceptions import NoArgsIsHelpError
@@ -118,21 +118,19 @@ def _fail_cleanly(command: Callable[P, R]) -> Callable[P, R]:
         except DomainError as exc:
             typer.echo(f"error: {exc.detail}", err=True)
             raise typer.Exit(1) from None
-        except OperationalError as exc:
-            typer.echo(f"error: cannot reach PostgreSQL: {_first_line(exc)}", err=True)
-            raise typer.Exit(1) from None
-        except ProgrammingError as exc:
-            if isinstance(exc.orig, psycopg.errors.UndefinedTable):
+        except (DBAPIError, psycopg.Error) as exc:
+            # Units of work raise psycopg's errors; the control schema, SQLAlchemy's wrapping them.
+            error = exc.orig if isinstance(exc, DBAPIError) and exc.orig else exc
+            first_line = str(error).strip().splitlines()[0]
+            if isinstance(error, psycopg.OperationalError):
+                typer.echo(f"error: cannot reach PostgreSQL: {first_line}", err=True)
+            elif isinstance(error, psycopg.errors.UndefinedTable):
                 typer.echo("error: the database is not migrated; run `dealbase migrate`", err=True)
             else:
-                typer.echo(f"error: database error: {_first_line(exc)}", err=True)
+                typer.echo(f"error: database error: {first_line}", err=True)
             raise typer.Exit(1) from None
 
     return run
-
-
-def _first_line(exc: DBAPIError) -> str:
-    return (str(exc.orig) if exc.orig else str(exc)).strip().splitlines()[0]
 
 
 def _settings() -> Settings:
@@ -145,9 +143,14 @@ def _database_url(settings: Settings) -> str:
     return settings.database_url or embedded_database_url(settings.data_dir)
 
 
-def _database() -> Database:
-    settings = _settings()
-    return Database(_database_url(settings), pool_size=2, max_overflow=settings.migrate_concurrency)
+def _database(settings: Settings | None = None) -> Database:
+    settings = settings or _settings()
+    return Database(
+        _database_url(settings),
+        pool_size=2,
+        max_overflow=settings.migrate_concurrency,
+        prepared_statements=settings.db_prepared_statements,
+    )
 
 
 def _plain(value: Any) -> Any:
@@ -186,7 +189,7 @@ def migrate(
 ) -> None:
     """Bring the control schema and every tenant schema to head (resumable; safe to re-run)."""
     settings = _settings()
-    database = Database(_database_url(settings), pool_size=2)
+    database = _database(settings)
     with database.control() as connection:
         upgrade_control(connection)
     with database.control() as connection:
@@ -378,7 +381,7 @@ def key_rotate(
 def demo(as_json: JsonFlag = False) -> None:
     """Ensure the demo tenant, department, employee and key, and print them with a curl example."""
     settings = _settings()
-    database = Database(_database_url(settings), pool_size=2)
+    database = _database(settings)
     found = admin.ensure_demo(database, settings.data_dir)
     base_url = f"http://{settings.host}:{settings.port}"
     curl = (

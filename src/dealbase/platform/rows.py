@@ -5,21 +5,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 
-from sqlalchemy import (
-    Column,
-    ColumnElement,
-    Connection,
-    RowMapping,
-    Table,
-    delete,
-    func,
-    select,
-    true,
-    update,
-)
+from sqlalchemy import Column, ColumnElement, Table, delete, func, select, true, update
 
 from dealbase.errors import NotFound, PreconditionFailed
 from dealbase.platform.versioning import Expected
+from dealbase.tenancy.statements import Record, TenantConnection
 
 
 def in_department(table: Table, department_id: uuid.UUID | None) -> ColumnElement[bool]:
@@ -41,14 +31,14 @@ def _at_expected_version(table: Table, expected: Expected | None) -> ColumnEleme
 
 
 def update_versioned(
-    connection: Connection,
+    connection: TenantConnection,
     table: Table,
     department_id: uuid.UUID | None,
     row_id: uuid.UUID,
     changes: Mapping[str, object],
     expected: Expected | None,
     noun: str,
-) -> RowMapping:
+) -> Record:
     """Applies ``changes`` as a new version of the row (``updated_at`` now), only if the row is
     the caller's and at a version ``expected`` admits; else NotFound or PreconditionFailed."""
     row = (
@@ -67,7 +57,7 @@ def update_versioned(
 
 
 def delete_versioned(
-    connection: Connection,
+    connection: TenantConnection,
     table: Table,
     department_id: uuid.UUID | None,
     row_id: uuid.UUID,
@@ -85,7 +75,7 @@ def delete_versioned(
 
 
 def _missed(
-    connection: Connection,
+    connection: TenantConnection,
     table: Table,
     department_id: uuid.UUID | None,
     row_id: uuid.UUID,
@@ -103,11 +93,11 @@ def _missed(
 
 
 def by_ids(
-    connection: Connection,
+    connection: TenantConnection,
     table: Table,
     department_id: uuid.UUID | None,
     row_ids: Sequence[uuid.UUID],
-) -> dict[uuid.UUID, RowMapping]:
+) -> dict[uuid.UUID, Record]:
     """Many rows by id in one statement (what DataLoaders batch); unknown ids are left out."""
     if not row_ids:
         return {}
@@ -118,15 +108,15 @@ def by_ids(
 
 
 def first_per_parent(
-    connection: Connection,
+    connection: TenantConnection,
     table: Table,
     parent: Column[uuid.UUID],
     parent_ids: Sequence[uuid.UUID],
     department_id: uuid.UUID | None,
     per_parent: int,
-) -> dict[uuid.UUID, list[RowMapping]]:
+) -> dict[uuid.UUID, list[Record]]:
     """The first ``per_parent`` rows (oldest first) of each parent, in one statement."""
-    found: dict[uuid.UUID, list[RowMapping]] = {parent_id: [] for parent_id in parent_ids}
+    found: dict[uuid.UUID, list[Record]] = {parent_id: [] for parent_id in parent_ids}
     if not parent_ids:
         return found
     ranked = (

@@ -5,12 +5,17 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from sqlalchemy import Connection, Engine, create_engine, func, select
+from psycopg_pool import ConnectionPool
+from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import make_url
 
-from dealbase.tenancy.scope import TENANT_SCHEMA_PLACEHOLDER, Scope
+from dealbase.tenancy.scope import Scope
+from dealbase.tenancy.statements import StatementCache, StatementListener, TenantConnection
+
+# psycopg prepares a statement on a connection once it has run it this many times (its default).
+PREPARE_AFTER = 5
 
 
 def application_name(pid: int) -> str:
@@ -35,35 +40,70 @@ def sqlalchemy_url(database_url: str) -> str:
 class UnitOfWork:
     """One transaction in one tenant's schema, opened and committed at the edge, not in services."""
 
-    connection: Connection
+    connection: TenantConnection
     scope: Scope
+
+    def narrowed_to(self, scope: Scope) -> UnitOfWork:
+        """The same transaction for a narrower Scope of the same tenant (one department)."""
+        if scope.schema != self.scope.schema:
+            raise ValueError("a unit of work never changes tenant")
+        return replace(self, scope=scope)
 
 
 class Database:
-    def __init__(self, database_url: str, *, pool_size: int = 10, max_overflow: int = 10) -> None:
+    """Units of work (tenant data) on a psycopg pool; the control schema through SQLAlchemy.
+
+    ``prepared_statements=False`` keeps psycopg from preparing statements on the server, which a
+    pgbouncer in transaction mode cannot keep (the next transaction may land on another server
+    connection).
+    """
+
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        pool_size: int = 10,
+        max_overflow: int = 10,
+        prepared_statements: bool = True,
+    ) -> None:
         self.url = database_url
+        # Operators (and tests) see in pg_stat_activity which process holds a connection.
+        connection_settings: dict[str, object] = {
+            "application_name": application_name(os.getpid()),
+            "prepare_threshold": PREPARE_AFTER if prepared_statements else None,
+        }
         self.engine: Engine = create_engine(
             sqlalchemy_url(database_url),
             pool_size=pool_size,
             max_overflow=max_overflow,
             pool_recycle=1800,
-            # Operators (and tests) see in pg_stat_activity which process holds a connection.
-            connect_args={"application_name": application_name(os.getpid())},
+            connect_args=connection_settings,
         )
+        self.pool: ConnectionPool = ConnectionPool(
+            libpq_url(database_url),
+            min_size=0,  # no connection before the first unit of work (the CLI may need none)
+            max_size=pool_size + max_overflow,
+            max_lifetime=1800,
+            kwargs=connection_settings,
+            name="units-of-work",
+            open=True,
+        )
+        self.statements = StatementCache(self.engine.dialect)
+        # Called with the SQL of every statement a unit of work runs (tests count them).
+        self.statement_listeners: list[StatementListener] = []
 
     @contextmanager
     def unit_of_work(self, scope: Scope) -> Iterator[UnitOfWork]:
         """A transaction whose SQL lands in ``scope.schema``; commits on success, else rolls back.
 
-        The tenant routing is transaction-local on purpose: the pooled connection (or a pgbouncer
-        server connection in transaction mode) carries no tenant state to its next user.
+        The schema is written into each statement's text, so the pooled connection (or a
+        pgbouncer server connection in transaction mode) carries no tenant state to its next user.
         """
-        with self.engine.begin() as connection:
-            connection.execution_options(
-                schema_translate_map={TENANT_SCHEMA_PLACEHOLDER: scope.schema}
+        with self.pool.connection() as connection:
+            statements = TenantConnection(
+                connection, scope.schema, self.statements, self.statement_listeners
             )
-            connection.execute(select(func.set_config("search_path", scope.schema, True)))
-            yield UnitOfWork(connection, scope)
+            yield UnitOfWork(statements, scope)
 
     @contextmanager
     def control(self) -> Iterator[Connection]:
@@ -72,4 +112,5 @@ class Database:
             yield connection
 
     def dispose(self) -> None:
+        self.pool.close()
         self.engine.dispose()

@@ -3,29 +3,22 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 
-from sqlalchemy import (
-    ColumnElement,
-    Connection,
-    RowMapping,
-    func,
-    insert,
-    select,
-    update,
-)
+from sqlalchemy import ColumnElement, func, insert, select, update
 
 from dealbase.ids import new_id
 from dealbase.platform.activities.models import Activity, ActivityFilter
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.rows import in_department, owned_by
 from dealbase.platform.tables import activities
+from dealbase.tenancy.statements import Record, TenantConnection
 
 
-def to_activity(row: RowMapping) -> Activity:
+def to_activity(row: Record) -> Activity:
     return Activity(**{column.name: row[column.name] for column in activities.c})
 
 
 def insert_activity(
-    connection: Connection, department_id: uuid.UUID, values: Mapping[str, object]
+    connection: TenantConnection, department_id: uuid.UUID, values: Mapping[str, object]
 ) -> Activity:
     row = (
         connection.execute(
@@ -46,7 +39,7 @@ def insert_activity(
 
 
 def get_activity(
-    connection: Connection, department_id: uuid.UUID | None, activity_id: uuid.UUID
+    connection: TenantConnection, department_id: uuid.UUID | None, activity_id: uuid.UUID
 ) -> Activity | None:
     row = (
         connection.execute(
@@ -70,7 +63,7 @@ def _matching(
 
 
 def list_activities(
-    connection: Connection,
+    connection: TenantConnection,
     department_id: uuid.UUID | None,
     filters: ActivityFilter,
     page: PageRequest,
@@ -83,13 +76,13 @@ def list_activities(
 
 
 def count_activities(
-    connection: Connection, department_id: uuid.UUID | None, filters: ActivityFilter
+    connection: TenantConnection, department_id: uuid.UUID | None, filters: ActivityFilter
 ) -> int:
     query = select(func.count()).select_from(activities).where(*_matching(department_id, filters))
     return int(connection.execute(query).scalar_one())
 
 
-def detach_from_deal(connection: Connection, deal_id: uuid.UUID) -> None:
+def detach_from_deal(connection: TenantConnection, deal_id: uuid.UUID) -> None:
     """Activities outlive their deal: they lose it, as a change (new version) of their own."""
     connection.execute(
         update(activities)

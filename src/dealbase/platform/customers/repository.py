@@ -3,31 +3,24 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from sqlalchemy import (
-    ColumnElement,
-    Connection,
-    RowMapping,
-    func,
-    insert,
-    or_,
-    select,
-)
+from sqlalchemy import ColumnElement, func, insert, or_, select
 
 from dealbase.ids import new_id
 from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.rows import in_department, owned_by
 from dealbase.platform.tables import customers, deal_customers
+from dealbase.tenancy.statements import Record, TenantConnection
 
 
-def to_customer(row: RowMapping, tenant_id: uuid.UUID) -> Customer:
+def to_customer(row: Record, tenant_id: uuid.UUID) -> Customer:
     return Customer(
         tenant_id=tenant_id, **{column.name: row[column.name] for column in customers.c}
     )
 
 
 def insert_customers(
-    connection: Connection,
+    connection: TenantConnection,
     tenant_id: uuid.UUID,
     department_id: uuid.UUID,
     fields: Sequence[CustomerFields],
@@ -39,7 +32,7 @@ def insert_customers(
         connection.execute(
             insert(customers)
             .values(created_at=func.now(), updated_at=func.now())
-            .returning(*customers.c, sort_by_parameter_order=True),
+            .returning(*customers.c),
             [
                 {**item.model_dump(), "id": new_id(), "department_id": department_id}
                 for item in fields
@@ -52,7 +45,7 @@ def insert_customers(
 
 
 def get_customer(
-    connection: Connection,
+    connection: TenantConnection,
     tenant_id: uuid.UUID,
     department_id: uuid.UUID | None,
     customer_id: uuid.UUID,
@@ -96,7 +89,7 @@ def _matching(
 
 
 def list_customers(
-    connection: Connection,
+    connection: TenantConnection,
     tenant_id: uuid.UUID,
     department_id: uuid.UUID | None,
     filters: CustomerFilter,
@@ -111,14 +104,14 @@ def list_customers(
 
 
 def count_customers(
-    connection: Connection, department_id: uuid.UUID | None, filters: CustomerFilter
+    connection: TenantConnection, department_id: uuid.UUID | None, filters: CustomerFilter
 ) -> int:
     query = select(func.count()).select_from(customers).where(*_matching(department_id, filters))
     return int(connection.execute(query).scalar_one())
 
 
 def customers_of_deals(
-    connection: Connection, tenant_id: uuid.UUID, deal_ids: Sequence[uuid.UUID]
+    connection: TenantConnection, tenant_id: uuid.UUID, deal_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, list[Customer]]:
     """Each deal's customers in link order, for many deals in one statement."""
     by_deal: dict[uuid.UUID, list[Customer]] = {deal_id: [] for deal_id in deal_ids}

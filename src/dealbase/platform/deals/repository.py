@@ -4,19 +4,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import (
-    ColumnElement,
-    Connection,
-    RowMapping,
-    Select,
-    delete,
-    exists,
-    func,
-    insert,
-    select,
-    tuple_,
-    update,
-)
+from sqlalchemy import ColumnElement, Select, delete, exists, func, insert, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from dealbase.ids import new_id
@@ -25,23 +13,25 @@ from dealbase.platform.deals.models import Deal, DealFilter
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.rows import in_department, owned_by
 from dealbase.platform.tables import deal_customers, deals, employees, steps
+from dealbase.tenancy.statements import Record, TenantConnection
 
 
-def first_step_id(connection: Connection, department_id: uuid.UUID) -> uuid.UUID | None:
-    return connection.execute(
+def first_step_id(connection: TenantConnection, department_id: uuid.UUID) -> uuid.UUID | None:
+    step_id: uuid.UUID | None = connection.execute(
         select(steps.c.id)
         .where(steps.c.department_id == department_id)
         .order_by(steps.c.position)
         .limit(1)
     ).scalar_one_or_none()
+    return step_id
 
 
 def insert_deal(
-    connection: Connection,
+    connection: TenantConnection,
     department_id: uuid.UUID,
     step_id: uuid.UUID,
     values: dict[str, object],
-) -> RowMapping:
+) -> Record:
     return (
         connection.execute(
             insert(deals)
@@ -61,7 +51,7 @@ def insert_deal(
 
 
 def link_customers(
-    connection: Connection, deal_id: uuid.UUID, customer_ids: Sequence[uuid.UUID]
+    connection: TenantConnection, deal_id: uuid.UUID, customer_ids: Sequence[uuid.UUID]
 ) -> None:
     """Links new customers of a new deal, in order."""
     if customer_ids:
@@ -74,7 +64,7 @@ def link_customers(
         )
 
 
-def link_customer(connection: Connection, deal_id: uuid.UUID, customer_id: uuid.UUID) -> bool:
+def link_customer(connection: TenantConnection, deal_id: uuid.UUID, customer_id: uuid.UUID) -> bool:
     """Appends the customer to the deal's customers; False when it was linked already."""
     next_position = (
         select(func.coalesce(func.max(deal_customers.c.position), 0) + 1)
@@ -90,7 +80,9 @@ def link_customer(connection: Connection, deal_id: uuid.UUID, customer_id: uuid.
     return inserted is not None
 
 
-def unlink_customer(connection: Connection, deal_id: uuid.UUID, customer_id: uuid.UUID) -> bool:
+def unlink_customer(
+    connection: TenantConnection, deal_id: uuid.UUID, customer_id: uuid.UUID
+) -> bool:
     removed = connection.execute(
         delete(deal_customers)
         .where(deal_customers.c.deal_id == deal_id, deal_customers.c.customer_id == customer_id)
@@ -106,8 +98,8 @@ def _with_employee_name() -> Select[tuple[object, ...]]:
 
 
 def get_deal_row(
-    connection: Connection, department_id: uuid.UUID | None, deal_id: uuid.UUID
-) -> RowMapping | None:
+    connection: TenantConnection, department_id: uuid.UUID | None, deal_id: uuid.UUID
+) -> Record | None:
     return (
         connection.execute(_with_employee_name().where(owned_by(deals, department_id, deal_id)))
         .mappings()
@@ -146,8 +138,11 @@ def _matching(department_id: uuid.UUID | None, filters: DealFilter) -> list[Colu
 
 
 def list_deal_rows(
-    connection: Connection, department_id: uuid.UUID | None, filters: DealFilter, page: PageRequest
-) -> list[RowMapping]:
+    connection: TenantConnection,
+    department_id: uuid.UUID | None,
+    filters: DealFilter,
+    page: PageRequest,
+) -> list[Record]:
     """Up to ``page.limit + 1`` deals in the filter's order (the extra one tells there is more),
     paged by keyset: (id), or (volume, id) for the volume orders."""
     query = _with_employee_name().where(*_matching(department_id, filters))
@@ -169,7 +164,7 @@ def list_deal_rows(
 
 
 def count_deals(
-    connection: Connection, department_id: uuid.UUID | None, filters: DealFilter
+    connection: TenantConnection, department_id: uuid.UUID | None, filters: DealFilter
 ) -> int:
     return int(
         connection.execute(
@@ -178,7 +173,7 @@ def count_deals(
     )
 
 
-def to_deal(row: RowMapping, customers: Sequence[Customer]) -> Deal:
+def to_deal(row: Record, customers: Sequence[Customer]) -> Deal:
     return Deal(
         id=row["id"],
         department_id=row["department_id"],
@@ -196,7 +191,7 @@ def to_deal(row: RowMapping, customers: Sequence[Customer]) -> Deal:
     )
 
 
-def touch_deals_of_customer(connection: Connection, customer_id: uuid.UUID) -> None:
+def touch_deals_of_customer(connection: TenantConnection, customer_id: uuid.UUID) -> None:
     """A new version for every deal the customer is linked to: its ``customers`` will change."""
     linked = select(deal_customers.c.deal_id).where(deal_customers.c.customer_id == customer_id)
     connection.execute(
@@ -207,11 +202,11 @@ def touch_deals_of_customer(connection: Connection, customer_id: uuid.UUID) -> N
 
 
 def first_deal_rows_of_steps(
-    connection: Connection,
+    connection: TenantConnection,
     department_id: uuid.UUID | None,
     step_ids: Sequence[uuid.UUID],
     per_step: int,
-) -> list[RowMapping]:
+) -> list[Record]:
     """The first ``per_step`` deals (oldest first) of each step, for many steps in one statement."""
     if not step_ids:
         return []
@@ -233,8 +228,8 @@ def first_deal_rows_of_steps(
 
 
 def deal_rows_by_ids(
-    connection: Connection, department_id: uuid.UUID | None, deal_ids: Sequence[uuid.UUID]
-) -> list[RowMapping]:
+    connection: TenantConnection, department_id: uuid.UUID | None, deal_ids: Sequence[uuid.UUID]
+) -> list[Record]:
     if not deal_ids:
         return []
     return list(
@@ -249,11 +244,11 @@ def deal_rows_by_ids(
 
 
 def first_deal_rows_of_customers(
-    connection: Connection,
+    connection: TenantConnection,
     department_id: uuid.UUID | None,
     customer_ids: Sequence[uuid.UUID],
     per_customer: int,
-) -> list[RowMapping]:
+) -> list[Record]:
     """The first ``per_customer`` deals (oldest first) each customer is linked to."""
     if not customer_ids:
         return []

@@ -4,7 +4,6 @@ import uuid
 from collections.abc import Sequence
 
 from pydantic import BaseModel
-from sqlalchemy import RowMapping
 
 from dealbase.errors import Conflict, Invalid, NotFound
 from dealbase.platform.activities import repository as activities_repository
@@ -18,6 +17,7 @@ from dealbase.platform.tables import deals
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
 from dealbase.tenancy.database import UnitOfWork
+from dealbase.tenancy.statements import Record
 
 
 def create(uow: UnitOfWork, fields: DealCreate) -> Deal:
@@ -38,7 +38,7 @@ def create(uow: UnitOfWork, fields: DealCreate) -> Deal:
     return repository.to_deal(row, customers)
 
 
-def _deal_row(uow: UnitOfWork, deal_id: uuid.UUID) -> RowMapping:
+def _deal_row(uow: UnitOfWork, deal_id: uuid.UUID) -> Record:
     row = repository.get_deal_row(uow.connection, uow.scope.department_id, deal_id)
     if row is None:
         raise NotFound(f"No deal has the id {deal_id}.")
@@ -150,7 +150,7 @@ def first_of_steps(
     return found
 
 
-def _with_customers(uow: UnitOfWork, rows: Sequence[RowMapping]) -> list[Deal]:
+def _with_customers(uow: UnitOfWork, rows: Sequence[Record]) -> list[Deal]:
     customers = customers_repository.customers_of_deals(
         uow.connection, uow.scope.tenant_id, list({row["id"] for row in rows})
     )

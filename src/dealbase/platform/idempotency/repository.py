@@ -2,13 +2,14 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import ColumnElement, Connection, delete, func, insert, select
+from sqlalchemy import ColumnElement, delete, func, insert, select
 
 from dealbase.platform.idempotency.models import REPLAY_WINDOW, StoredResponse
 from dealbase.platform.tables import idempotency_records
+from dealbase.tenancy.statements import TenantConnection
 
 
-def try_lock(connection: Connection, schema: str, api_key_id: uuid.UUID, key: str) -> bool:
+def try_lock(connection: TenantConnection, schema: str, api_key_id: uuid.UUID, key: str) -> bool:
     """A transaction-scoped lock on the key: False while another transaction holds it."""
     lock_id = func.hashtextextended(f"{schema}:{api_key_id}:{key}", 0)
     return bool(connection.execute(select(func.pg_try_advisory_xact_lock(lock_id))).scalar_one())
@@ -21,7 +22,7 @@ def _record(api_key_id: uuid.UUID, key: str) -> ColumnElement[bool]:
 
 
 def find(
-    connection: Connection, api_key_id: uuid.UUID, key: str
+    connection: TenantConnection, api_key_id: uuid.UUID, key: str
 ) -> tuple[bytes, StoredResponse] | None:
     """The fingerprint and response stored for the key within the replay window."""
     row = connection.execute(
@@ -37,15 +38,16 @@ def find(
     ).first()
     if row is None:
         return None
-    return bytes(row.fingerprint), StoredResponse(row.status, bytes(row.body), row.location)
+    fingerprint, status, body, location = row
+    return bytes(fingerprint), StoredResponse(status, bytes(body), location)
 
 
-def forget_expired(connection: Connection, api_key_id: uuid.UUID, key: str) -> None:
+def forget_expired(connection: TenantConnection, api_key_id: uuid.UUID, key: str) -> None:
     connection.execute(delete(idempotency_records).where(*_record(api_key_id, key)))
 
 
 def store(
-    connection: Connection,
+    connection: TenantConnection,
     api_key_id: uuid.UUID,
     key: str,
     fingerprint: bytes,

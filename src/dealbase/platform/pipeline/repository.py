@@ -3,7 +3,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, Connection, RowMapping, exists, func, insert, select
+from sqlalchemy import ColumnElement, exists, func, insert, select
 
 from dealbase.ids import new_id
 from dealbase.platform.pagination import PageRequest
@@ -18,13 +18,14 @@ from dealbase.platform.pipeline.models import (
 )
 from dealbase.platform.rows import in_department
 from dealbase.platform.tables import deals, departments, employees, steps
+from dealbase.tenancy.statements import Record, TenantConnection
 
 
-def to_step(row: RowMapping) -> Step:
+def to_step(row: Record) -> Step:
     return Step(row["id"], row["department_id"], row["name"], row["position"], row["kind"])
 
 
-def to_employee(row: RowMapping) -> Employee:
+def to_employee(row: Record) -> Employee:
     return Employee(
         row["id"],
         row["department_id"],
@@ -36,7 +37,7 @@ def to_employee(row: RowMapping) -> Employee:
 
 
 def insert_department(
-    connection: Connection, name: str, pipeline: tuple[tuple[str, StepKind], ...]
+    connection: TenantConnection, name: str, pipeline: tuple[tuple[str, StepKind], ...]
 ) -> Department:
     department = (
         connection.execute(
@@ -49,7 +50,7 @@ def insert_department(
     )
     step_rows = (
         connection.execute(
-            insert(steps).returning(*steps.c, sort_by_parameter_order=True),
+            insert(steps).returning(*steps.c),
             [
                 {
                     "id": new_id(),
@@ -75,7 +76,7 @@ def insert_department(
     )
 
 
-def get_department(connection: Connection, department_id: uuid.UUID) -> Department | None:
+def get_department(connection: TenantConnection, department_id: uuid.UUID) -> Department | None:
     row = (
         connection.execute(select(departments).where(departments.c.id == department_id))
         .mappings()
@@ -92,7 +93,7 @@ def get_department(connection: Connection, department_id: uuid.UUID) -> Departme
     )
 
 
-def list_steps(connection: Connection, department_id: uuid.UUID) -> tuple[Step, ...]:
+def list_steps(connection: TenantConnection, department_id: uuid.UUID) -> tuple[Step, ...]:
     rows = connection.execute(
         select(steps).where(steps.c.department_id == department_id).order_by(steps.c.position)
     ).mappings()
@@ -100,7 +101,7 @@ def list_steps(connection: Connection, department_id: uuid.UUID) -> tuple[Step, 
 
 
 def insert_employee(
-    connection: Connection, department_id: uuid.UUID, name: str, email: str | None
+    connection: TenantConnection, department_id: uuid.UUID, name: str, email: str | None
 ) -> Employee:
     row = (
         connection.execute(
@@ -121,14 +122,14 @@ def insert_employee(
     return to_employee(row)
 
 
-def first_department(connection: Connection) -> Department | None:
+def first_department(connection: TenantConnection) -> Department | None:
     department_id = connection.execute(
         select(departments.c.id).order_by(departments.c.created_at, departments.c.id).limit(1)
     ).scalar_one_or_none()
     return None if department_id is None else get_department(connection, department_id)
 
 
-def first_employee(connection: Connection, department_id: uuid.UUID) -> Employee | None:
+def first_employee(connection: TenantConnection, department_id: uuid.UUID) -> Employee | None:
     row = (
         connection.execute(
             select(employees)
@@ -143,27 +144,29 @@ def first_employee(connection: Connection, department_id: uuid.UUID) -> Employee
 
 
 def step_in_department(
-    connection: Connection, department_id: uuid.UUID, step_id: uuid.UUID
+    connection: TenantConnection, department_id: uuid.UUID, step_id: uuid.UUID
 ) -> bool:
-    return connection.execute(
+    found: bool = connection.execute(
         select(exists().where(steps.c.id == step_id, steps.c.department_id == department_id))
     ).scalar_one()
+    return found
 
 
 def employee_in_department(
-    connection: Connection, department_id: uuid.UUID, employee_id: uuid.UUID
+    connection: TenantConnection, department_id: uuid.UUID, employee_id: uuid.UUID
 ) -> bool:
-    return connection.execute(
+    found: bool = connection.execute(
         select(
             exists().where(
                 employees.c.id == employee_id, employees.c.department_id == department_id
             )
         )
     ).scalar_one()
+    return found
 
 
 def list_employees(
-    connection: Connection, department_id: uuid.UUID | None, page: PageRequest
+    connection: TenantConnection, department_id: uuid.UUID | None, page: PageRequest
 ) -> list[Employee]:
     query = select(employees).where(in_department(employees, department_id))
     if page.after is not None:
@@ -172,7 +175,7 @@ def list_employees(
     return [to_employee(row) for row in rows]
 
 
-def step_totals(connection: Connection, department_id: uuid.UUID) -> list[StepTotals]:
+def step_totals(connection: TenantConnection, department_id: uuid.UUID) -> list[StepTotals]:
     """Each step of the department with the count and volume of the deals now in it: one
     statement, summed by PostgreSQL."""
     rows = connection.execute(
@@ -190,7 +193,7 @@ def step_totals(connection: Connection, department_id: uuid.UUID) -> list[StepTo
 
 
 def summary_rows(
-    connection: Connection,
+    connection: TenantConnection,
     department_id: uuid.UUID | None,
     created_from: datetime,
     created_to: datetime,
@@ -243,7 +246,7 @@ def summary_rows(
     return by_step, by_employee
 
 
-def all_departments(connection: Connection) -> list[Department]:
+def all_departments(connection: TenantConnection) -> list[Department]:
     """Every department with its steps, in two statements."""
     rows = connection.execute(
         select(departments).order_by(departments.c.created_at, departments.c.id)
@@ -263,7 +266,7 @@ def all_departments(connection: Connection) -> list[Department]:
     ]
 
 
-def count_employees(connection: Connection, department_id: uuid.UUID | None) -> int:
+def count_employees(connection: TenantConnection, department_id: uuid.UUID | None) -> int:
     query = (
         select(func.count()).select_from(employees).where(in_department(employees, department_id))
     )

@@ -1,0 +1,128 @@
+"""Units of work run SQLAlchemy Core statements through the compiled-statement cache: each shape
+compiled once, the tenant's schema written into the text, values bound by psycopg."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+import pytest
+from sqlalchemy import Insert, func, insert, literal, select, table
+
+from dealbase.ids import new_id
+from dealbase.platform.tables import customers, departments
+from dealbase.tenancy.database import Database
+from dealbase.tenancy.scope import Scope
+from dealbase.tenancy.statements import StatementCache
+from tests.support import TenantWorld
+
+
+def _customer_count(database: Database, scope: Scope) -> int:
+    with database.unit_of_work(scope) as uow:
+        count: int = uow.connection.execute(
+            select(func.count()).select_from(customers)
+        ).scalar_one()
+        return count
+
+
+def _insert_customer(last_name: str, department_id: uuid.UUID) -> tuple[Insert, dict[str, object]]:
+    statement = insert(customers).values(created_at=func.now(), updated_at=func.now())
+    return statement, {"id": new_id(), "department_id": department_id, "last_name": last_name}
+
+
+def test_a_statement_lands_in_the_schema_of_the_unit_of_works_tenant(
+    database: Database, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    first, second = make_tenant(), make_tenant()
+    statement, values = _insert_customer("Lovelace", first.department.id)
+    with database.unit_of_work(first.tenant.scope) as uow:
+        uow.connection.execute(statement, values)
+
+    assert _customer_count(database, first.tenant.scope) == 1
+    assert _customer_count(database, second.tenant.scope) == 0
+
+
+def test_one_shape_is_compiled_once_whatever_its_values_and_tenant(
+    database: Database, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    cache = StatementCache(database.engine.dialect)
+    rendered = []
+    for world in (make_tenant(), make_tenant()):
+        for name in ("Ada", "Grace"):
+            statement = select(customers.c.id).where(customers.c.last_name == name)
+            sql, values, _ = cache.render(statement, [], world.tenant.schema)
+            rendered.append((world.tenant.schema, sql, list(values[0].values())))
+
+    assert len(cache) == 1
+    assert [values for _, _, values in rendered] == [["Ada"], ["Grace"]] * 2
+    for schema, sql, _ in rendered:
+        assert f"{schema}.customers" in sql
+        assert "tenant" not in sql.replace(schema, "")
+
+
+def test_the_cache_keeps_at_most_its_size_dropping_the_least_recently_used(
+    database: Database,
+) -> None:
+    cache = StatementCache(database.engine.dialect, size=2)
+    shapes = [select(literal(1).label(f"column_{n}")) for n in range(3)]
+    schema = Scope.for_tenant(new_id()).schema
+    for shape in shapes:
+        cache.render(shape, [], schema)
+    assert len(cache) == 2
+
+
+def test_in_lists_of_any_length_expand_including_empty_ones(
+    database: Database, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    world = make_tenant()
+    names = ["Ada", "Grace", "Barbara"]
+    with database.unit_of_work(world.tenant.scope) as uow:
+        for name in names:
+            statement, values = _insert_customer(name, world.department.id)
+            uow.connection.execute(statement, values)
+        for asked in ([], ["Ada"], names):
+            found = uow.connection.execute(
+                select(customers.c.last_name).where(customers.c.last_name.in_(asked))
+            ).all()
+            assert sorted(row[0] for row in found) == sorted(asked)
+
+
+def test_many_parameter_sets_return_their_rows_in_the_order_given(
+    database: Database, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    world = make_tenant()
+    # Ids in descending order, so an order by id (or by insertion in the heap) would show.
+    ids = sorted((new_id() for _ in range(20)), reverse=True)
+    rows = [
+        {"id": row_id, "department_id": world.department.id, "last_name": f"Customer {n}"}
+        for n, row_id in enumerate(ids)
+    ]
+    statement = (
+        insert(customers)
+        .values(created_at=func.now(), updated_at=func.now())
+        .returning(customers.c.id, customers.c.last_name)
+    )
+    with database.unit_of_work(world.tenant.scope) as uow:
+        returned = uow.connection.execute(statement, rows).mappings().all()
+
+    assert [row["id"] for row in returned] == ids
+    assert [row["last_name"] for row in returned] == [f"Customer {n}" for n in range(20)]
+
+
+@pytest.mark.parametrize("prepared", [True, False])
+def test_prepared_statements_can_be_turned_off_for_pgbouncer(
+    database_url: str, make_tenant: Callable[..., TenantWorld], prepared: bool
+) -> None:
+    world = make_tenant()
+    database = Database(database_url, pool_size=1, max_overflow=0, prepared_statements=prepared)
+    try:
+        with database.unit_of_work(world.tenant.scope) as uow:
+            for _ in range(10):
+                uow.connection.execute(select(departments.c.name))
+            on_server = uow.connection.execute(
+                select(func.count()).select_from(table("pg_prepared_statements"))
+            ).scalar_one()
+    finally:
+        database.dispose()
+
+    assert (on_server > 0) is prepared
