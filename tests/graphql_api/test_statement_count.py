@@ -4,7 +4,7 @@ batched by the request's DataLoaders, never loaded once per parent."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,8 @@ from dealbase.platform.activities.models import ActivityFields
 from dealbase.platform.deals import service as deals_service
 from dealbase.platform.deals.models import DealCreate, DealPatch
 from dealbase.platform.validation import validated
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database import Database, UnitOfWork
+from dealbase.tenancy.scope import Scope
 from tests.graphql_api.support import data_of
 from tests.support import TenantWorld, build_tenant
 
@@ -188,3 +189,23 @@ def test_the_count_is_paid_once_however_deep_the_nesting(
     }
 
     assert counts[5] == counts[100], counts
+
+
+def test_a_query_reads_in_one_transaction_and_returns_its_connection_with_the_response(
+    client: TestClient, crowded: TenantWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    database: Database = client.app.state.database  # type: ignore[attr-defined]
+    opened = []
+    unit_of_work = database.unit_of_work
+
+    def counted(scope: Scope) -> AbstractContextManager[UnitOfWork]:
+        opened.append(scope)
+        return unit_of_work(scope)
+
+    monkeypatch.setattr(database, "unit_of_work", counted)
+    data_of(client, DEALS_QUERY, {"first": 50}, crowded.key.headers)
+
+    # The page and its four loaders (customers, step, employee, activities): one transaction.
+    assert len(opened) == 1
+    stats = database.pool.get_stats()
+    assert stats["pool_available"] == stats["pool_size"], stats
