@@ -1,12 +1,21 @@
-"""Wire models of responses: field for field what the integration document shows."""
+"""Wire models of responses: field for field what the integration document shows. A customer,
+a deal and an activity take their fields from the platform's read models (``fields_from``); the
+request bodies are the platform's input models themselves."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
-from datetime import UTC, date, datetime
-from typing import Annotated, Literal
+from collections.abc import Callable, Collection, Mapping
+from datetime import UTC, datetime
+from types import UnionType
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema, create_model
+
+from dealbase.platform.activities.models import Activity
+from dealbase.platform.customers.models import Customer
+from dealbase.platform.deals.models import Deal
 
 TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
 
@@ -33,6 +42,50 @@ Timestamp = Annotated[
 
 class WireModel(BaseModel):
     model_config = ConfigDict(from_attributes=True, frozen=True)
+
+
+Wire = TypeVar("Wire", bound=WireModel)
+
+
+def _on_the_wire(annotation: Any) -> Any:
+    """The wire type of a read model's attribute: a moment is shown as the document's timestamp."""
+    if annotation is datetime:
+        return Timestamp
+    if get_origin(annotation) is UnionType:
+        return Union[tuple(_on_the_wire(member) for member in get_args(annotation))]  # noqa: UP007
+    return annotation
+
+
+def fields_from(
+    read_model: type,
+    *,
+    hidden: Collection[str] = (),
+    nested: Mapping[str, Any] | None = None,
+) -> Callable[[type[Wire]], type[Wire]]:
+    """The decorated wire model, given a field for each attribute of ``read_model`` (a platform
+    dataclass) in its order, so a platform field is declared once: ``hidden`` names the attributes
+    the wire does not show, ``nested`` the wire type of attributes holding other read models.
+
+    The result is a subclass of the decorated class under the same name (pydantic takes its fields
+    when a class is made), keeping its docstring and its configuration (examples)."""
+    types = {**get_type_hints(read_model), **(nested or {})}
+    # (type, ...): required, so an optional attribute is still always shown, as null.
+    fields: dict[str, Any] = {
+        field.name: (_on_the_wire(types[field.name]), ...)
+        for field in dataclasses.fields(read_model)
+        if field.name not in hidden
+    }
+
+    def derive(declared: type[Wire]) -> type[Wire]:
+        return create_model(
+            declared.__name__,
+            __base__=declared,
+            __module__=declared.__module__,
+            __doc__=declared.__doc__,
+            **fields,
+        )
+
+    return derive
 
 
 _CUSTOMER_EXAMPLE = {
@@ -68,38 +121,17 @@ _CUSTOMER_EXAMPLE = {
 }
 
 
+# The document's customer has no department (an integration reaches only its own) and no
+# version: that travels as the ETag header.
+@fields_from(Customer, hidden={"department_id", "version"})
 class CustomerOut(WireModel):
     """A customer; every optional field that was not supplied is ``null``."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [_CUSTOMER_EXAMPLE]})
 
-    id: uuid.UUID
-    tenant_id: uuid.UUID
-    last_name: str
-    first_name: str | None
-    company: str | None
-    website: str | None
-    title: str | None
-    phone_1: str | None
-    phone_2: str | None
-    phone_3: str | None
-    phone_1_label: str | None
-    phone_2_label: str | None
-    phone_3_label: str | None
-    email: str | None
-    postcode: str | None
-    address: str | None
-    address_addition: str | None
-    city: str | None
-    country: str | None
-    state: str | None
-    contact_origin: str | None
-    birthday: date | None
-    note: str | None
-    created_at: Timestamp
-    updated_at: Timestamp
 
-
+# The version travels as the ETag header.
+@fields_from(Deal, hidden={"version"}, nested={"customers": list[CustomerOut]})
 class DealOut(WireModel):
     """A deal with its customers, in the order they were linked."""
 
@@ -123,19 +155,6 @@ class DealOut(WireModel):
             ]
         }
     )
-
-    id: uuid.UUID
-    name: str
-    volume: int | None
-    deal_origin: str | None
-    employee_id: uuid.UUID | None
-    employee_name: str | None
-    step_id: uuid.UUID
-    department_id: uuid.UUID
-    note: str | None
-    created_at: Timestamp
-    updated_at: Timestamp
-    customers: list[CustomerOut]
 
 
 class ProblemFieldError(BaseModel):
@@ -184,6 +203,8 @@ class Problem(BaseModel):
     )
 
 
+# As a customer: no department and the version as the ETag header.
+@fields_from(Activity, hidden={"department_id", "version"})
 class ActivityOut(WireModel):
     model_config = ConfigDict(
         json_schema_extra={
@@ -204,18 +225,6 @@ class ActivityOut(WireModel):
             ]
         }
     )
-
-    id: uuid.UUID
-    type: Literal["call", "email", "meeting", "task", "note"]
-    subject: str | None
-    note: str | None
-    due_at: Timestamp | None
-    done_at: Timestamp | None
-    customer_id: uuid.UUID
-    deal_id: uuid.UUID | None
-    employee_id: uuid.UUID | None
-    created_at: Timestamp
-    updated_at: Timestamp
 
 
 class StepOut(WireModel):

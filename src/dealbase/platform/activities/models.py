@@ -43,7 +43,7 @@ class ActivityFilter(BaseModel):
 class Activity:
     id: uuid.UUID
     department_id: uuid.UUID
-    type: str
+    type: ActivityType
     subject: str | None
     note: str | None
     due_at: datetime | None

@@ -34,14 +34,17 @@ class DealCreate(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class Deal:
+    """A deal, its attributes in the order the integration document lists a deal's response
+    (the REST wire model takes its fields, in this order, from here)."""
+
     id: uuid.UUID
-    department_id: uuid.UUID
-    step_id: uuid.UUID
-    employee_id: uuid.UUID | None
-    employee_name: str | None
     name: str
     volume: int | None
     deal_origin: str | None
+    employee_id: uuid.UUID | None
+    employee_name: str | None
+    step_id: uuid.UUID
+    department_id: uuid.UUID
     note: str | None
     created_at: datetime
     updated_at: datetime
