@@ -1,17 +1,25 @@
-"""GraphQL input types; each becomes the platform's input model through ``fields_of``, so
-GraphQL and REST validate by the same rules."""
+"""GraphQL input types. The inputs of customers, deals and activities are made from the
+platform's input models (``input_of``), and each becomes that model again through ``fields_of``,
+so GraphQL and REST take the same fields and validate them by the same rules."""
 
 from __future__ import annotations
 
 import dataclasses
 import uuid
-from datetime import date, datetime
+from collections.abc import Callable, Mapping
+from datetime import datetime
 from enum import Enum
-from typing import Any
+from types import GenericAlias, UnionType
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 import strawberry
+from pydantic import AwareDatetime, BaseModel
 
 from dealbase.graphql_api.types import ActivityType, BigInt
+from dealbase.platform.activities.models import ActivityFields
+from dealbase.platform.activities.models import ActivityType as ActivityTypeLiteral
+from dealbase.platform.customers.models import CustomerFields
+from dealbase.platform.deals.models import DealCreate, DealPatch
 
 
 def fields_of(value: object) -> dict[str, Any]:
@@ -26,77 +34,104 @@ def fields_of(value: object) -> dict[str, Any]:
     return found
 
 
-@strawberry.input
+# The GraphQL enum of each Literal the platform's input models use.
+_ENUMS: dict[Any, type[Enum]] = {ActivityTypeLiteral: ActivityType}
+
+
+def _graphql_type(annotation: Any, nested: Mapping[type[BaseModel], type]) -> Any:
+    """The GraphQL type of a platform field: its shape only. Lengths, patterns and ranges stay
+    on the platform model, which every mutation applies to ``fields_of`` its input, so GraphQL
+    and REST refuse the same values with the same errors."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _graphql_type(get_args(annotation)[0], nested)
+    if origin in (Union, UnionType):
+        return Union[tuple(_graphql_type(member, nested) for member in get_args(annotation))]  # noqa: UP007
+    if origin is list:
+        (item,) = get_args(annotation)
+        return GenericAlias(list, (_graphql_type(item, nested),))
+    if origin is Literal:
+        return _ENUMS[annotation]
+    if annotation is int:  # the platform's integers are 64-bit; GraphQL's Int has 32
+        return BigInt
+    if annotation is AwareDatetime:
+        return datetime
+    return nested.get(annotation, annotation)
+
+
+Input = TypeVar("Input")
+
+
+def input_of(
+    model: type[BaseModel],
+    *,
+    every_field_optional: bool = False,
+    nested: Mapping[type[BaseModel], type] | None = None,
+    description: str | None = None,
+) -> Callable[[type[Input]], type[Input]]:
+    """The decorated class as the GraphQL input object of ``model``, a field for each of its
+    fields, so a field is declared once, on the platform model. A field the model requires is
+    non-null, unless ``every_field_optional`` (an input that changes an object); any other is
+    nullable and UNSET when absent, which ``fields_of`` leaves out. Required fields come first,
+    as the schema has always listed them; ``nested`` names the input of a nested platform model."""
+
+    def derive(declared: type[Input]) -> type[Input]:
+        fields = model.model_fields
+        annotations: dict[str, Any] = {}
+        for name in sorted(fields, key=lambda name: not fields[name].is_required()):
+            graphql_type = _graphql_type(fields[name].annotation, nested or {})
+            if fields[name].is_required() and not every_field_optional:
+                annotations[name] = graphql_type
+            else:
+                annotations[name] = graphql_type | None
+                setattr(declared, name, strawberry.UNSET)
+        declared.__annotations__ = annotations
+        return strawberry.input(declared, description=description)
+
+    return derive
+
+
+@input_of(CustomerFields)
 class CustomerInput:
-    last_name: str
-    first_name: str | None = strawberry.UNSET
-    company: str | None = strawberry.UNSET
-    website: str | None = strawberry.UNSET
-    title: str | None = strawberry.UNSET
-    phone_1: str | None = strawberry.UNSET
-    phone_2: str | None = strawberry.UNSET
-    phone_3: str | None = strawberry.UNSET
-    phone_1_label: str | None = strawberry.UNSET
-    phone_2_label: str | None = strawberry.UNSET
-    phone_3_label: str | None = strawberry.UNSET
-    email: str | None = strawberry.UNSET
-    postcode: str | None = strawberry.UNSET
-    address: str | None = strawberry.UNSET
-    address_addition: str | None = strawberry.UNSET
-    city: str | None = strawberry.UNSET
-    country: str | None = strawberry.UNSET
-    state: str | None = strawberry.UNSET
-    contact_origin: str | None = strawberry.UNSET
-    birthday: date | None = strawberry.UNSET
-    note: str | None = strawberry.UNSET
+    pass
 
 
-@strawberry.input(description="Absent fields stay as they are; null clears (not lastName).")
-class CustomerChanges(CustomerInput):
-    last_name: str | None = strawberry.UNSET  # type: ignore[assignment]
+# Every field of CustomerInput, optional: what updateCustomer validates as CustomerPatch.
+@input_of(
+    CustomerFields,
+    every_field_optional=True,
+    description="Absent fields stay as they are; null clears (not lastName).",
+)
+class CustomerChanges:
+    pass
 
 
-@strawberry.input
+@input_of(DealCreate, nested={CustomerFields: CustomerInput})
 class DealInput:
-    name: str
-    volume: BigInt | None = strawberry.UNSET
-    deal_origin: str | None = strawberry.UNSET
-    note: str | None = strawberry.UNSET
-    customers: list[CustomerInput] | None = strawberry.UNSET
+    pass
 
 
-@strawberry.input(description="Absent fields stay as they are; null clears (not name or stepId).")
+# Not DealInput made optional: a deal's changes also move (stepId) and assign (employeeId) it.
+@input_of(
+    DealPatch, description="Absent fields stay as they are; null clears (not name or stepId)."
+)
 class DealChanges:
-    name: str | None = strawberry.UNSET
-    volume: BigInt | None = strawberry.UNSET
-    deal_origin: str | None = strawberry.UNSET
-    note: str | None = strawberry.UNSET
-    step_id: uuid.UUID | None = strawberry.UNSET
-    employee_id: uuid.UUID | None = strawberry.UNSET
+    pass
 
 
-@strawberry.input
+@input_of(ActivityFields)
 class ActivityInput:
-    type: ActivityType
-    customer_id: uuid.UUID
-    subject: str | None = strawberry.UNSET
-    note: str | None = strawberry.UNSET
-    due_at: datetime | None = strawberry.UNSET
-    done_at: datetime | None = strawberry.UNSET
-    deal_id: uuid.UUID | None = strawberry.UNSET
-    employee_id: uuid.UUID | None = strawberry.UNSET
+    pass
 
 
-@strawberry.input(description="Absent fields stay as they are; null clears (not type, customerId).")
+# Every field of ActivityInput, optional: what updateActivity validates as ActivityPatch.
+@input_of(
+    ActivityFields,
+    every_field_optional=True,
+    description="Absent fields stay as they are; null clears (not type, customerId).",
+)
 class ActivityChanges:
-    type: ActivityType | None = strawberry.UNSET
-    customer_id: uuid.UUID | None = strawberry.UNSET
-    subject: str | None = strawberry.UNSET
-    note: str | None = strawberry.UNSET
-    due_at: datetime | None = strawberry.UNSET
-    done_at: datetime | None = strawberry.UNSET
-    deal_id: uuid.UUID | None = strawberry.UNSET
-    employee_id: uuid.UUID | None = strawberry.UNSET
+    pass
 
 
 @strawberry.input
