@@ -19,20 +19,26 @@ def to_customer(row: Record, tenant_id: uuid.UUID) -> Customer:
     )
 
 
+# Built once: building a statement costs more CPU than running it (coercing every column).
+_INSERT = (
+    insert(customers)
+    .values(created_at=func.now(), updated_at=func.now())
+    .returning(*customers.c)
+)
+
+
 def insert_customers(
     connection: TenantConnection,
     tenant_id: uuid.UUID,
     department_id: uuid.UUID,
     fields: Sequence[CustomerFields],
 ) -> list[Customer]:
-    """Inserts in one statement; the result keeps the order of ``fields``."""
+    """Inserts in one round trip; the result keeps the order of ``fields``."""
     if not fields:
         return []
     rows = (
         connection.execute(
-            insert(customers)
-            .values(created_at=func.now(), updated_at=func.now())
-            .returning(*customers.c),
+            _INSERT,
             [
                 {**item.model_dump(), "id": new_id(), "department_id": department_id}
                 for item in fields
