@@ -49,6 +49,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await database.open()
         key_listener.start()
         try:
             yield
@@ -56,7 +57,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             key_listener.stop()
             if isinstance(limiter, RedisLimiter):
                 await limiter.close()
-            database.dispose()
+            await database.close()
 
     app = FastAPI(
         title="dealbase integration API",

@@ -4,7 +4,7 @@ batched by the request's DataLoaders, never loaded once per parent."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,16 +196,16 @@ def test_a_query_reads_in_one_transaction_and_returns_its_connection_with_the_re
 ) -> None:
     database: Database = client.app.state.database  # type: ignore[attr-defined]
     opened = []
-    unit_of_work = database.unit_of_work
+    unit_of_work = database.unit_of_work_on_event_loop
 
-    def counted(scope: Scope) -> AbstractContextManager[UnitOfWork]:
+    def counted(scope: Scope) -> AbstractAsyncContextManager[UnitOfWork]:
         opened.append(scope)
         return unit_of_work(scope)
 
-    monkeypatch.setattr(database, "unit_of_work", counted)
+    monkeypatch.setattr(database, "unit_of_work_on_event_loop", counted)
     data_of(client, DEALS_QUERY, {"first": 50}, crowded.key.headers)
 
     # The page and its four loaders (customers, step, employee, activities): one transaction.
     assert len(opened) == 1
-    stats = database.pool.get_stats()
+    stats = database.async_pool.get_stats()
     assert stats["pool_available"] == stats["pool_size"], stats

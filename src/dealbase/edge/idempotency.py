@@ -21,7 +21,7 @@ def _fingerprint(request: Request, body: BaseModel) -> bytes:
     return hashlib.sha256(target + body.model_dump_json().encode()).digest()
 
 
-def run_once(
+async def run_once(
     request: Request,
     db: Database,
     scope: Scope,
@@ -30,10 +30,11 @@ def run_once(
     perform: Callable[[UnitOfWork], Response],
 ) -> Response:
     """``perform`` in one unit of work; with a key, at most once, its response replayed after."""
-    with db.unit_of_work(scope) as uow:
-        if key is None:
-            return perform(uow)
-        fingerprint = _fingerprint(request, body)
+    if key is None:
+        return await db.run(scope, perform)
+    fingerprint = _fingerprint(request, body)
+
+    def once(uow: UnitOfWork) -> Response:
         stored = idempotency.begin(uow, key, fingerprint)
         if stored is not None:
             return _replay(stored)
@@ -47,6 +48,8 @@ def run_once(
             ),
         )
         return response
+
+    return await db.run(scope, once)
 
 
 def _replay(stored: StoredResponse) -> Response:

@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
-from contextlib import ExitStack
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from anyio import to_thread
 from fastapi import Request
 from strawberry.fastapi import BaseContext
 
@@ -17,7 +16,7 @@ from dealbase.edge.callers import dashboard_scope
 from dealbase.errors import Unauthenticated
 from dealbase.platform.pipeline import service as pipeline
 from dealbase.tenancy.api_keys import AUTHENTICATION_FAILED
-from dealbase.tenancy.database import Database, UnitOfWork
+from dealbase.tenancy.database import Database, UnitOfWork, run_on_event_loop
 from dealbase.tenancy.scope import Scope
 
 T = TypeVar("T")
@@ -35,7 +34,7 @@ class GraphQLContext(BaseContext):
     loaders: dict[tuple[str, int], Any] = field(default_factory=dict)
     # The request's one read transaction, opened by its first read and ended with the request
     # (or by a write): a dashboard's page, count and loaders share its BEGIN and COMMIT.
-    _reads: ExitStack = field(default_factory=ExitStack)
+    _reads: AsyncExitStack = field(default_factory=AsyncExitStack)
     _reading: UnitOfWork | None = None
     # One statement at a time on that connection: resolvers and loaders run concurrently.
     _turn: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -50,37 +49,28 @@ class GraphQLContext(BaseContext):
         return self.caller
 
     async def run(self, work: Callable[[UnitOfWork], T], scope: Scope | None = None) -> T:
-        """Reads ``work`` in the request's read transaction, off the event loop (the SQL is
-        synchronous)."""
+        """Reads ``work`` in the request's read transaction."""
         narrowed = scope or self.scope
-
-        def in_transaction() -> T:
-            if self._reading is None:
-                self._reading = self._reads.enter_context(self.database.unit_of_work(self.scope))
-            return work(self._reading.narrowed_to(narrowed))
-
         async with self._turn:
-            return await to_thread.run_sync(in_transaction)
+            if self._reading is None:
+                self._reading = await self._reads.enter_async_context(
+                    self.database.unit_of_work_on_event_loop(self.scope)
+                )
+            return await run_on_event_loop(work, self._reading.narrowed_to(narrowed))
 
     async def write(self, work: Callable[[UnitOfWork], T], scope: Scope | None = None) -> T:
         """``work`` in a transaction of its own, committed before it returns: each mutation of
         a document stands or fails alone, as GraphQL runs them one after another."""
-
-        def in_transaction() -> T:
-            with self.database.unit_of_work(scope or self.scope) as uow:
-                return work(uow)
-
         # The read transaction ends first, so a request never holds two pooled connections.
         await self.close()
         async with self._turn:
-            return await to_thread.run_sync(in_transaction)
+            return await self.database.run(scope or self.scope, work)
 
     async def close(self) -> None:
         """Ends the read transaction, if one was opened, and returns its connection."""
         async with self._turn:
-            if self._reading is not None:
-                self._reading = None
-                await to_thread.run_sync(self._reads.close)
+            self._reading = None
+            await self._reads.aclose()
 
     async def scope_in(self, department_id: uuid.UUID | None) -> Scope:
         """The caller's Scope narrowed to one department, when ``departmentId`` is given.

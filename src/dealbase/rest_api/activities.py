@@ -55,7 +55,7 @@ ACTIVITY_EXAMPLE = {
     },
     openapi_extra=json_request_body(ActivityFields, ACTIVITY_EXAMPLE),
 )
-def create_activity(
+async def create_activity(
     request: Request,
     scope: Scope = Depends(department_scope),
     body: bytes = Depends(json_body),
@@ -68,7 +68,7 @@ def create_activity(
         activity = service.create(uow, fields)
         return created(ActivityOut, activity, f"/activities/{activity.id}")
 
-    return run_once(request, db, scope, key, fields, perform)
+    return await run_once(request, db, scope, key, fields, perform)
 
 
 @router.get(
@@ -81,7 +81,7 @@ def create_activity(
         **problem_responses(401, 403, 422),
     },
 )
-def list_activities(
+async def list_activities(
     scope: Scope = Depends(department_scope),
     db: Database = Depends(database),
     limit: int | None = LIST_LIMIT,
@@ -90,8 +90,7 @@ def list_activities(
     deal_id: uuid.UUID | None = Query(None, description="Only activities of this deal."),
 ) -> Response:
     filters = validated(ActivityFilter, {"customer_id": customer_id, "deal_id": deal_id})
-    with db.unit_of_work(scope) as uow:
-        page = service.list_page(uow, filters, limit, cursor)
+    page = await db.run(scope, lambda uow: service.list_page(uow, filters, limit, cursor))
     return page_response(ActivityList, page)
 
 
@@ -104,13 +103,12 @@ def list_activities(
         **problem_responses(401, 403, 404),
     },
 )
-def get_activity(
+async def get_activity(
     activity_id: uuid.UUID,
     scope: Scope = Depends(department_scope),
     db: Database = Depends(database),
 ) -> Response:
-    with db.unit_of_work(scope) as uow:
-        activity = service.get(uow, activity_id)
+    activity = await db.run(scope, lambda uow: service.get(uow, activity_id))
     return json_response(ActivityOut, activity)
 
 
@@ -129,7 +127,7 @@ def get_activity(
     },
     openapi_extra=json_request_body(ActivityPatch, {"done_at": "2026-12-01T09:20:00Z"}),
 )
-def update_activity(
+async def update_activity(
     activity_id: uuid.UUID,
     scope: Scope = Depends(department_scope),
     body: bytes = Depends(json_body),
@@ -137,8 +135,7 @@ def update_activity(
     db: Database = Depends(database),
 ) -> Response:
     patch = parse_body(ActivityPatch, body)
-    with db.unit_of_work(scope) as uow:
-        activity = service.update(uow, activity_id, patch, expected)
+    activity = await db.run(scope, lambda uow: service.update(uow, activity_id, patch, expected))
     return json_response(ActivityOut, activity)
 
 
@@ -149,12 +146,11 @@ def update_activity(
     response_model=None,
     responses={204: {"description": "Deleted."}, **problem_responses(401, 403, 404, 412)},
 )
-def delete_activity(
+async def delete_activity(
     activity_id: uuid.UUID,
     scope: Scope = Depends(department_scope),
     expected: Expected | None = Depends(expected_version),
     db: Database = Depends(database),
 ) -> Response:
-    with db.unit_of_work(scope) as uow:
-        service.delete(uow, activity_id, expected)
+    await db.run(scope, lambda uow: service.delete(uow, activity_id, expected))
     return no_content()

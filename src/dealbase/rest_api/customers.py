@@ -59,7 +59,7 @@ CUSTOMER_EXAMPLE: dict[str, Any] = {
     },
     openapi_extra=json_request_body(CustomerFields, CUSTOMER_EXAMPLE),
 )
-def create_customer(
+async def create_customer(
     request: Request,
     scope: Scope = Depends(department_scope),
     body: bytes = Depends(json_body),
@@ -72,7 +72,7 @@ def create_customer(
         customer = service.create(uow, fields)
         return created(CustomerOut, customer, f"/customers/{customer.id}")
 
-    return run_once(request, db, scope, key, fields, perform)
+    return await run_once(request, db, scope, key, fields, perform)
 
 
 @router.get(
@@ -85,7 +85,7 @@ def create_customer(
         **problem_responses(401, 403, 422),
     },
 )
-def list_customers(
+async def list_customers(
     scope: Scope = Depends(department_scope),
     db: Database = Depends(database),
     limit: int | None = LIST_LIMIT,
@@ -102,8 +102,7 @@ def list_customers(
     updated_since: str | None = UPDATED_SINCE,
 ) -> Response:
     filters = validated(CustomerFilter, {"email": email, "q": q, "updated_since": updated_since})
-    with db.unit_of_work(scope) as uow:
-        page = service.list_page(uow, filters, limit, cursor)
+    page = await db.run(scope, lambda uow: service.list_page(uow, filters, limit, cursor))
     return page_response(CustomerList, page)
 
 
@@ -116,13 +115,12 @@ def list_customers(
         **problem_responses(401, 403, 404),
     },
 )
-def get_customer(
+async def get_customer(
     customer_id: uuid.UUID,
     scope: Scope = Depends(department_scope),
     db: Database = Depends(database),
 ) -> Response:
-    with db.unit_of_work(scope) as uow:
-        customer = service.get(uow, customer_id)
+    customer = await db.run(scope, lambda uow: service.get(uow, customer_id))
     return json_response(CustomerOut, customer)
 
 
@@ -144,7 +142,7 @@ def get_customer(
     },
     openapi_extra=json_request_body(CustomerPatch, {"email": "ada@example.org", "note": None}),
 )
-def update_customer(
+async def update_customer(
     customer_id: uuid.UUID,
     scope: Scope = Depends(department_scope),
     body: bytes = Depends(json_body),
@@ -152,8 +150,7 @@ def update_customer(
     db: Database = Depends(database),
 ) -> Response:
     patch = parse_body(CustomerPatch, body)
-    with db.unit_of_work(scope) as uow:
-        customer = service.update(uow, customer_id, patch, expected)
+    customer = await db.run(scope, lambda uow: service.update(uow, customer_id, patch, expected))
     return json_response(CustomerOut, customer)
 
 
@@ -168,12 +165,11 @@ def update_customer(
         **problem_responses(401, 403, 404, 412),
     },
 )
-def delete_customer(
+async def delete_customer(
     customer_id: uuid.UUID,
     scope: Scope = Depends(department_scope),
     expected: Expected | None = Depends(expected_version),
     db: Database = Depends(database),
 ) -> Response:
-    with db.unit_of_work(scope) as uow:
-        service.delete(uow, customer_id, expected)
+    await db.run(scope, lambda uow: service.delete(uow, customer_id, expected))
     return no_content()

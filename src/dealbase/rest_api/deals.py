@@ -53,7 +53,7 @@ DEAL_EXAMPLE = {
     },
     openapi_extra=json_request_body(DealCreate, DEAL_EXAMPLE),
 )
-def create_deal(
+async def create_deal(
     request: Request,
     scope: Scope = Depends(department_scope),
     body: bytes = Depends(json_body),
@@ -66,7 +66,7 @@ def create_deal(
         deal = service.create(uow, fields)
         return created(DealOut, deal, f"/deals/{deal.id}")
 
-    return run_once(request, db, scope, key, fields, perform)
+    return await run_once(request, db, scope, key, fields, perform)
 
 
 @router.get(
@@ -79,7 +79,7 @@ def create_deal(
         **problem_responses(401, 403, 422),
     },
 )
-def list_deals(
+async def list_deals(
     scope: Scope = Depends(department_scope),
     db: Database = Depends(database),
     limit: int | None = LIST_LIMIT,
@@ -100,8 +100,7 @@ def list_deals(
             "updated_since": updated_since,
         },
     )
-    with db.unit_of_work(scope) as uow:
-        page = service.list_page(uow, filters, limit, cursor)
+    page = await db.run(scope, lambda uow: service.list_page(uow, filters, limit, cursor))
     return page_response(DealList, page)
 
 
@@ -118,13 +117,12 @@ def list_deals(
         **problem_responses(401, 403, 404),
     },
 )
-def get_deal(
+async def get_deal(
     deal_id: uuid.UUID,
     scope: Scope = Depends(department_scope),
     db: Database = Depends(database),
 ) -> Response:
-    with db.unit_of_work(scope) as uow:
-        deal = service.get(uow, deal_id)
+    deal = await db.run(scope, lambda uow: service.get(uow, deal_id))
     return json_response(DealOut, deal)
 
 
@@ -145,7 +143,7 @@ def get_deal(
         DealPatch, {"volume": 300000, "step_id": "01a2008a-5794-7000-99be-dd0cfa5754b5"}
     ),
 )
-def update_deal(
+async def update_deal(
     deal_id: uuid.UUID,
     scope: Scope = Depends(department_scope),
     body: bytes = Depends(json_body),
@@ -153,8 +151,7 @@ def update_deal(
     db: Database = Depends(database),
 ) -> Response:
     patch = parse_body(DealPatch, body)
-    with db.unit_of_work(scope) as uow:
-        deal = service.update(uow, deal_id, patch, expected)
+    deal = await db.run(scope, lambda uow: service.update(uow, deal_id, patch, expected))
     return json_response(DealOut, deal)
 
 
@@ -166,14 +163,13 @@ def update_deal(
     response_model=None,
     responses={204: {"description": "Deleted."}, **problem_responses(401, 403, 404, 412)},
 )
-def delete_deal(
+async def delete_deal(
     deal_id: uuid.UUID,
     scope: Scope = Depends(department_scope),
     expected: Expected | None = Depends(expected_version),
     db: Database = Depends(database),
 ) -> Response:
-    with db.unit_of_work(scope) as uow:
-        service.delete(uow, deal_id, expected)
+    await db.run(scope, lambda uow: service.delete(uow, deal_id, expected))
     return no_content()
 
 
@@ -197,7 +193,7 @@ def delete_deal(
         CustomerLink, {"customer_id": "01a2008a-729d-7000-8ccb-38fd7605fcf5"}
     ),
 )
-def link_customer(
+async def link_customer(
     request: Request,
     deal_id: uuid.UUID,
     scope: Scope = Depends(department_scope),
@@ -210,7 +206,7 @@ def link_customer(
     def perform(uow: UnitOfWork) -> Response:
         return json_response(DealOut, service.link_customer(uow, deal_id, link))
 
-    return run_once(request, db, scope, key, link, perform)
+    return await run_once(request, db, scope, key, link, perform)
 
 
 @router.delete(
@@ -221,12 +217,11 @@ def link_customer(
     response_model=None,
     responses={204: {"description": "Unlinked."}, **problem_responses(401, 403, 404)},
 )
-def unlink_customer(
+async def unlink_customer(
     deal_id: uuid.UUID,
     customer_id: uuid.UUID,
     scope: Scope = Depends(department_scope),
     db: Database = Depends(database),
 ) -> Response:
-    with db.unit_of_work(scope) as uow:
-        service.unlink_customer(uow, deal_id, customer_id)
+    await db.run(scope, lambda uow: service.unlink_customer(uow, deal_id, customer_id))
     return no_content()

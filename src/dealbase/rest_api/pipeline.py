@@ -26,11 +26,10 @@ router = APIRouter(tags=["pipeline"])
         **problem_responses(401, 403),
     },
 )
-def get_department(
+async def get_department(
     scope: Scope = Depends(department_scope), db: Database = Depends(database)
 ) -> Response:
-    with db.unit_of_work(scope) as uow:
-        department = service.own_department(uow)
+    department = await db.run(scope, lambda uow: service.own_department(uow))
     return json_response(DepartmentOut, department)
 
 
@@ -44,11 +43,10 @@ def get_department(
         **problem_responses(401, 403),
     },
 )
-def list_steps(
+async def list_steps(
     scope: Scope = Depends(department_scope), db: Database = Depends(database)
 ) -> Response:
-    with db.unit_of_work(scope) as uow:
-        steps = service.steps_in_order(uow)
+    steps = await db.run(scope, lambda uow: service.steps_in_order(uow))
     return json_response(StepList, {"data": steps})
 
 
@@ -61,12 +59,11 @@ def list_steps(
         **problem_responses(401, 403, 422),
     },
 )
-def list_employees(
+async def list_employees(
     scope: Scope = Depends(department_scope),
     db: Database = Depends(database),
     limit: int | None = LIST_LIMIT,
     cursor: str | None = LIST_CURSOR,
 ) -> Response:
-    with db.unit_of_work(scope) as uow:
-        page = service.employees_page(uow, limit, cursor)
+    page = await db.run(scope, lambda uow: service.employees_page(uow, limit, cursor))
     return page_response(EmployeeList, page)

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
-from psycopg_pool import ConnectionPool
+import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import make_url
+from sqlalchemy.util import greenlet_spawn
 
 from dealbase.tenancy.scope import Scope
 from dealbase.tenancy.statements import StatementCache, StatementListener, TenantConnection
+
+T = TypeVar("T")
 
 # psycopg prepares a statement on a connection once it has run it this many times (its default).
 PREPARE_AFTER = 5
@@ -50,8 +56,18 @@ class UnitOfWork:
         return replace(self, scope=scope)
 
 
+async def run_on_event_loop(work: Callable[[UnitOfWork], T], uow: UnitOfWork) -> T:
+    """``work(uow)``, synchronous platform code, run so that the awaits of an asynchronous unit
+    of work go to the event loop: no thread hop, a greenlet switch per round trip instead."""
+    return await greenlet_spawn(work, uow)
+
+
 class Database:
-    """Units of work (tenant data) on a psycopg pool; the control schema through SQLAlchemy.
+    """Units of work (tenant data) on psycopg pools; the control schema through SQLAlchemy.
+
+    The server runs units of work on the event loop (``run``, the asynchronous pool); the CLI
+    and the tests open them synchronously (``unit_of_work``, the synchronous pool). Neither pool
+    connects before its first unit of work.
 
     ``prepared_statements=False`` keeps psycopg from preparing statements on the server, which a
     pgbouncer in transaction mode cannot keep (the next transaction may land on another server
@@ -68,7 +84,7 @@ class Database:
     ) -> None:
         self.url = database_url
         # Operators (and tests) see in pg_stat_activity which process holds a connection.
-        connection_settings: dict[str, object] = {
+        connection_settings: dict[str, Any] = {
             "application_name": application_name(os.getpid()),
             "prepare_threshold": PREPARE_AFTER if prepared_statements else None,
         }
@@ -81,12 +97,25 @@ class Database:
         )
         self.pool: ConnectionPool = ConnectionPool(
             libpq_url(database_url),
-            min_size=0,  # no connection before the first unit of work (the CLI may need none)
+            min_size=0,
             max_size=pool_size + max_overflow,
             max_lifetime=1800,
             kwargs=connection_settings,
             name="units-of-work",
             open=True,
+        )
+        # Opened by ``open``, in the event loop it then belongs to.
+        self._async_pool_loop: asyncio.AbstractEventLoop | None = None
+        self._conninfo = libpq_url(database_url)
+        self._connection_settings = connection_settings
+        self.async_pool: AsyncConnectionPool = AsyncConnectionPool(
+            libpq_url(database_url),
+            min_size=0,
+            max_size=pool_size + max_overflow,
+            max_lifetime=1800,
+            kwargs=connection_settings,
+            name="units-of-work-on-the-event-loop",
+            open=False,
         )
         self.statements = StatementCache(self.engine.dialect)
         # Called with the SQL of every statement a unit of work runs (tests count them).
@@ -105,11 +134,47 @@ class Database:
             )
             yield UnitOfWork(statements, scope)
 
+    async def open(self) -> None:
+        """Opens the asynchronous pool in the running event loop, which it then belongs to (the
+        server's: the app's lifespan opens it)."""
+        await self.async_pool.open()
+        self._async_pool_loop = asyncio.get_running_loop()
+
+    @asynccontextmanager
+    async def unit_of_work_on_event_loop(self, scope: Scope) -> AsyncIterator[UnitOfWork]:
+        """``unit_of_work`` on the asynchronous pool; its work goes through ``run_on_event_loop``.
+
+        On any loop but the pool's (a test client driving the app without its lifespan starts
+        one per request) the unit of work gets a connection of its own, closed with it.
+        """
+        connections: AbstractAsyncContextManager[psycopg.AsyncConnection[Any]] = (
+            self.async_pool.connection()
+            if asyncio.get_running_loop() is self._async_pool_loop
+            else await psycopg.AsyncConnection.connect(self._conninfo, **self._connection_settings)
+        )
+        async with connections as connection:
+            statements = TenantConnection(
+                connection, scope.schema, self.statements, self.statement_listeners
+            )
+            yield UnitOfWork(statements, scope)
+
+    async def run(self, scope: Scope, work: Callable[[UnitOfWork], T]) -> T:
+        """``work`` in a unit of work of its own, committed if it returns, without a thread."""
+        async with self.unit_of_work_on_event_loop(scope) as uow:
+            return await run_on_event_loop(work, uow)
+
     @contextmanager
     def control(self) -> Iterator[Connection]:
         """A transaction on the control schema (tenants, keys)."""
         with self.engine.begin() as connection:
             yield connection
+
+    async def close(self) -> None:
+        """Closes every pool; call it in the event loop ``open`` ran in."""
+        if self._async_pool_loop is not None:
+            await self.async_pool.close()
+            self._async_pool_loop = None
+        self.dispose()
 
     def dispose(self) -> None:
         self.pool.close()

@@ -21,9 +21,7 @@ def to_customer(row: Record, tenant_id: uuid.UUID) -> Customer:
 
 # Built once: building a statement costs more CPU than running it (coercing every column).
 _INSERT = (
-    insert(customers)
-    .values(created_at=func.now(), updated_at=func.now())
-    .returning(*customers.c)
+    insert(customers).values(created_at=func.now(), updated_at=func.now()).returning(*customers.c)
 )
 
 
