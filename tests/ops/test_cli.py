@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from dealbase.tenancy.api_keys import parse_api_key
 from dealbase.tenancy.scope import schema_for_tenant
 from tests.ops.conftest import CliRun, RunCli, invoke_cli
 from tests.support import TenantWorld, scratch_database
@@ -196,7 +197,10 @@ def test_key_list_json_lists_every_key_and_never_a_secret(run_cli: RunCli) -> No
     assert isinstance(listed, list)
     assert sorted(item["key_id"] for item in listed) == sorted(k["key_id"] for k in issued)
     for key in issued:
-        secret = key["api_key"].rsplit("_", 1)[1]
+        # The secret is what follows the key id; it may itself contain "_" (URL-safe base64).
+        parsed = parse_api_key(key["api_key"])
+        assert parsed is not None
+        secret = parsed[1]
         assert key["api_key"] not in run.stdout
         assert secret not in run.stdout
     assert all("api_key" not in item and "secret_hash" not in item for item in listed)
