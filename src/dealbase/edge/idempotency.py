@@ -9,9 +9,11 @@ from fastapi import Request
 from pydantic import BaseModel
 from starlette.responses import Response
 
+from dealbase.edge.database import database_of
+from dealbase.edge.requests import idempotency_key
 from dealbase.platform.idempotency import service as idempotency
 from dealbase.platform.idempotency.models import StoredResponse
-from dealbase.tenancy.database import Database, UnitOfWork
+from dealbase.tenancy.database import UnitOfWork
 from dealbase.tenancy.scope import Scope
 
 
@@ -23,13 +25,14 @@ def _fingerprint(request: Request, body: BaseModel) -> bytes:
 
 async def run_once(
     request: Request,
-    db: Database,
     scope: Scope,
-    key: str | None,
+    idempotency_key_header: str | None,
     body: BaseModel,
     perform: Callable[[UnitOfWork], Response],
 ) -> Response:
     """``perform`` in one unit of work; with a key, at most once, its response replayed after."""
+    db = database_of(request)
+    key = idempotency_key(idempotency_key_header)
     if key is None:
         return await db.run(scope, perform)
     fingerprint = _fingerprint(request, body)

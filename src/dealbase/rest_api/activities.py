@@ -6,13 +6,12 @@ from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
 from dealbase.edge.callers import department_scope
-from dealbase.edge.database import database
+from dealbase.edge.database import database_of
 from dealbase.edge.idempotency import run_once
-from dealbase.edge.requests import expected_version, idempotency_key, json_body, parse_body
+from dealbase.edge.requests import IdempotencyKey, IfMatch, expected_version, json_body, parse_body
 from dealbase.platform.activities import service
 from dealbase.platform.activities.models import ActivityFields, ActivityFilter, ActivityPatch
 from dealbase.platform.validation import validated
-from dealbase.platform.versioning import Expected
 from dealbase.rest_api.openapi import (
     CREATED_HEADERS,
     LIST_CURSOR,
@@ -23,7 +22,7 @@ from dealbase.rest_api.openapi import (
 )
 from dealbase.rest_api.responses import created, json_response, no_content, page_response
 from dealbase.rest_api.schemas import ActivityList, ActivityOut
-from dealbase.tenancy.database import Database, UnitOfWork
+from dealbase.tenancy.database import UnitOfWork
 from dealbase.tenancy.scope import Scope
 
 router = APIRouter(prefix="/activities", tags=["activities"])
@@ -59,8 +58,7 @@ async def create_activity(
     request: Request,
     scope: Scope = Depends(department_scope),
     body: bytes = Depends(json_body),
-    key: str | None = Depends(idempotency_key),
-    db: Database = Depends(database),
+    idempotency_key: IdempotencyKey = None,
 ) -> Response:
     fields = parse_body(ActivityFields, body)
 
@@ -68,7 +66,7 @@ async def create_activity(
         activity = service.create(uow, fields)
         return created(ActivityOut, activity, f"/activities/{activity.id}")
 
-    return await run_once(request, db, scope, key, fields, perform)
+    return await run_once(request, scope, idempotency_key, fields, perform)
 
 
 @router.get(
@@ -82,15 +80,17 @@ async def create_activity(
     },
 )
 async def list_activities(
+    request: Request,
     scope: Scope = Depends(department_scope),
-    db: Database = Depends(database),
     limit: int | None = LIST_LIMIT,
     cursor: str | None = LIST_CURSOR,
     customer_id: uuid.UUID | None = Query(None, description="Only activities of this customer."),
     deal_id: uuid.UUID | None = Query(None, description="Only activities of this deal."),
 ) -> Response:
     filters = validated(ActivityFilter, {"customer_id": customer_id, "deal_id": deal_id})
-    page = await db.run(scope, lambda uow: service.list_page(uow, filters, limit, cursor))
+    page = await database_of(request).run(
+        scope, lambda uow: service.list_page(uow, filters, limit, cursor)
+    )
     return page_response(ActivityList, page)
 
 
@@ -104,11 +104,11 @@ async def list_activities(
     },
 )
 async def get_activity(
+    request: Request,
     activity_id: uuid.UUID,
     scope: Scope = Depends(department_scope),
-    db: Database = Depends(database),
 ) -> Response:
-    activity = await db.run(scope, lambda uow: service.get(uow, activity_id))
+    activity = await database_of(request).run(scope, lambda uow: service.get(uow, activity_id))
     return json_response(ActivityOut, activity)
 
 
@@ -128,14 +128,16 @@ async def get_activity(
     openapi_extra=json_request_body(ActivityPatch, {"done_at": "2026-12-01T09:20:00Z"}),
 )
 async def update_activity(
+    request: Request,
     activity_id: uuid.UUID,
     scope: Scope = Depends(department_scope),
     body: bytes = Depends(json_body),
-    expected: Expected | None = Depends(expected_version),
-    db: Database = Depends(database),
+    if_match: IfMatch = None,
 ) -> Response:
     patch = parse_body(ActivityPatch, body)
-    activity = await db.run(scope, lambda uow: service.update(uow, activity_id, patch, expected))
+    activity = await database_of(request).run(
+        scope, lambda uow: service.update(uow, activity_id, patch, expected_version(if_match))
+    )
     return json_response(ActivityOut, activity)
 
 
@@ -147,10 +149,12 @@ async def update_activity(
     responses={204: {"description": "Deleted."}, **problem_responses(401, 403, 404, 412)},
 )
 async def delete_activity(
+    request: Request,
     activity_id: uuid.UUID,
     scope: Scope = Depends(department_scope),
-    expected: Expected | None = Depends(expected_version),
-    db: Database = Depends(database),
+    if_match: IfMatch = None,
 ) -> Response:
-    await db.run(scope, lambda uow: service.delete(uow, activity_id, expected))
+    await database_of(request).run(
+        scope, lambda uow: service.delete(uow, activity_id, expected_version(if_match))
+    )
     return no_content()

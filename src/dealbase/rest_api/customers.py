@@ -7,13 +7,12 @@ from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
 from dealbase.edge.callers import department_scope
-from dealbase.edge.database import database
+from dealbase.edge.database import database_of
 from dealbase.edge.idempotency import run_once
-from dealbase.edge.requests import expected_version, idempotency_key, json_body, parse_body
+from dealbase.edge.requests import IdempotencyKey, IfMatch, expected_version, json_body, parse_body
 from dealbase.platform.customers import service
 from dealbase.platform.customers.models import CustomerFields, CustomerFilter, CustomerPatch
 from dealbase.platform.validation import SHORT_TEXT, validated
-from dealbase.platform.versioning import Expected
 from dealbase.rest_api.openapi import (
     CREATED_HEADERS,
     LIST_CURSOR,
@@ -25,7 +24,7 @@ from dealbase.rest_api.openapi import (
 )
 from dealbase.rest_api.responses import created, json_response, no_content, page_response
 from dealbase.rest_api.schemas import CustomerList, CustomerOut
-from dealbase.tenancy.database import Database, UnitOfWork
+from dealbase.tenancy.database import UnitOfWork
 from dealbase.tenancy.scope import Scope
 
 router = APIRouter(prefix="/customers", tags=["customers"])
@@ -63,8 +62,7 @@ async def create_customer(
     request: Request,
     scope: Scope = Depends(department_scope),
     body: bytes = Depends(json_body),
-    key: str | None = Depends(idempotency_key),
-    db: Database = Depends(database),
+    idempotency_key: IdempotencyKey = None,
 ) -> Response:
     fields = parse_body(CustomerFields, body)
 
@@ -72,7 +70,7 @@ async def create_customer(
         customer = service.create(uow, fields)
         return created(CustomerOut, customer, f"/customers/{customer.id}")
 
-    return await run_once(request, db, scope, key, fields, perform)
+    return await run_once(request, scope, idempotency_key, fields, perform)
 
 
 @router.get(
@@ -86,8 +84,8 @@ async def create_customer(
     },
 )
 async def list_customers(
+    request: Request,
     scope: Scope = Depends(department_scope),
-    db: Database = Depends(database),
     limit: int | None = LIST_LIMIT,
     cursor: str | None = LIST_CURSOR,
     email: str | None = Query(
@@ -102,7 +100,9 @@ async def list_customers(
     updated_since: str | None = UPDATED_SINCE,
 ) -> Response:
     filters = validated(CustomerFilter, {"email": email, "q": q, "updated_since": updated_since})
-    page = await db.run(scope, lambda uow: service.list_page(uow, filters, limit, cursor))
+    page = await database_of(request).run(
+        scope, lambda uow: service.list_page(uow, filters, limit, cursor)
+    )
     return page_response(CustomerList, page)
 
 
@@ -116,11 +116,11 @@ async def list_customers(
     },
 )
 async def get_customer(
+    request: Request,
     customer_id: uuid.UUID,
     scope: Scope = Depends(department_scope),
-    db: Database = Depends(database),
 ) -> Response:
-    customer = await db.run(scope, lambda uow: service.get(uow, customer_id))
+    customer = await database_of(request).run(scope, lambda uow: service.get(uow, customer_id))
     return json_response(CustomerOut, customer)
 
 
@@ -143,14 +143,16 @@ async def get_customer(
     openapi_extra=json_request_body(CustomerPatch, {"email": "ada@example.org", "note": None}),
 )
 async def update_customer(
+    request: Request,
     customer_id: uuid.UUID,
     scope: Scope = Depends(department_scope),
     body: bytes = Depends(json_body),
-    expected: Expected | None = Depends(expected_version),
-    db: Database = Depends(database),
+    if_match: IfMatch = None,
 ) -> Response:
     patch = parse_body(CustomerPatch, body)
-    customer = await db.run(scope, lambda uow: service.update(uow, customer_id, patch, expected))
+    customer = await database_of(request).run(
+        scope, lambda uow: service.update(uow, customer_id, patch, expected_version(if_match))
+    )
     return json_response(CustomerOut, customer)
 
 
@@ -166,10 +168,12 @@ async def update_customer(
     },
 )
 async def delete_customer(
+    request: Request,
     customer_id: uuid.UUID,
     scope: Scope = Depends(department_scope),
-    expected: Expected | None = Depends(expected_version),
-    db: Database = Depends(database),
+    if_match: IfMatch = None,
 ) -> Response:
-    await db.run(scope, lambda uow: service.delete(uow, customer_id, expected))
+    await database_of(request).run(
+        scope, lambda uow: service.delete(uow, customer_id, expected_version(if_match))
+    )
     return no_content()

@@ -6,13 +6,12 @@ from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
 from dealbase.edge.callers import department_scope
-from dealbase.edge.database import database
+from dealbase.edge.database import database_of
 from dealbase.edge.idempotency import run_once
-from dealbase.edge.requests import expected_version, idempotency_key, json_body, parse_body
+from dealbase.edge.requests import IdempotencyKey, IfMatch, expected_version, json_body, parse_body
 from dealbase.platform.deals import service
 from dealbase.platform.deals.models import CustomerLink, DealCreate, DealFilter, DealPatch
 from dealbase.platform.validation import validated
-from dealbase.platform.versioning import Expected
 from dealbase.rest_api.openapi import (
     CREATED_HEADERS,
     LIST_CURSOR,
@@ -24,7 +23,7 @@ from dealbase.rest_api.openapi import (
 )
 from dealbase.rest_api.responses import created, json_response, no_content, page_response
 from dealbase.rest_api.schemas import DealList, DealOut
-from dealbase.tenancy.database import Database, UnitOfWork
+from dealbase.tenancy.database import UnitOfWork
 from dealbase.tenancy.scope import Scope
 
 router = APIRouter(prefix="/deals", tags=["deals"])
@@ -57,8 +56,7 @@ async def create_deal(
     request: Request,
     scope: Scope = Depends(department_scope),
     body: bytes = Depends(json_body),
-    key: str | None = Depends(idempotency_key),
-    db: Database = Depends(database),
+    idempotency_key: IdempotencyKey = None,
 ) -> Response:
     fields = parse_body(DealCreate, body)
 
@@ -66,7 +64,7 @@ async def create_deal(
         deal = service.create(uow, fields)
         return created(DealOut, deal, f"/deals/{deal.id}")
 
-    return await run_once(request, db, scope, key, fields, perform)
+    return await run_once(request, scope, idempotency_key, fields, perform)
 
 
 @router.get(
@@ -80,8 +78,8 @@ async def create_deal(
     },
 )
 async def list_deals(
+    request: Request,
     scope: Scope = Depends(department_scope),
-    db: Database = Depends(database),
     limit: int | None = LIST_LIMIT,
     cursor: str | None = LIST_CURSOR,
     step_id: uuid.UUID | None = Query(None, description="Only deals in this step."),
@@ -100,7 +98,9 @@ async def list_deals(
             "updated_since": updated_since,
         },
     )
-    page = await db.run(scope, lambda uow: service.list_page(uow, filters, limit, cursor))
+    page = await database_of(request).run(
+        scope, lambda uow: service.list_page(uow, filters, limit, cursor)
+    )
     return page_response(DealList, page)
 
 
@@ -118,11 +118,11 @@ async def list_deals(
     },
 )
 async def get_deal(
+    request: Request,
     deal_id: uuid.UUID,
     scope: Scope = Depends(department_scope),
-    db: Database = Depends(database),
 ) -> Response:
-    deal = await db.run(scope, lambda uow: service.get(uow, deal_id))
+    deal = await database_of(request).run(scope, lambda uow: service.get(uow, deal_id))
     return json_response(DealOut, deal)
 
 
@@ -144,14 +144,16 @@ async def get_deal(
     ),
 )
 async def update_deal(
+    request: Request,
     deal_id: uuid.UUID,
     scope: Scope = Depends(department_scope),
     body: bytes = Depends(json_body),
-    expected: Expected | None = Depends(expected_version),
-    db: Database = Depends(database),
+    if_match: IfMatch = None,
 ) -> Response:
     patch = parse_body(DealPatch, body)
-    deal = await db.run(scope, lambda uow: service.update(uow, deal_id, patch, expected))
+    deal = await database_of(request).run(
+        scope, lambda uow: service.update(uow, deal_id, patch, expected_version(if_match))
+    )
     return json_response(DealOut, deal)
 
 
@@ -164,12 +166,14 @@ async def update_deal(
     responses={204: {"description": "Deleted."}, **problem_responses(401, 403, 404, 412)},
 )
 async def delete_deal(
+    request: Request,
     deal_id: uuid.UUID,
     scope: Scope = Depends(department_scope),
-    expected: Expected | None = Depends(expected_version),
-    db: Database = Depends(database),
+    if_match: IfMatch = None,
 ) -> Response:
-    await db.run(scope, lambda uow: service.delete(uow, deal_id, expected))
+    await database_of(request).run(
+        scope, lambda uow: service.delete(uow, deal_id, expected_version(if_match))
+    )
     return no_content()
 
 
@@ -198,15 +202,14 @@ async def link_customer(
     deal_id: uuid.UUID,
     scope: Scope = Depends(department_scope),
     body: bytes = Depends(json_body),
-    key: str | None = Depends(idempotency_key),
-    db: Database = Depends(database),
+    idempotency_key: IdempotencyKey = None,
 ) -> Response:
     link = parse_body(CustomerLink, body)
 
     def perform(uow: UnitOfWork) -> Response:
         return json_response(DealOut, service.link_customer(uow, deal_id, link))
 
-    return await run_once(request, db, scope, key, link, perform)
+    return await run_once(request, scope, idempotency_key, link, perform)
 
 
 @router.delete(
@@ -218,10 +221,12 @@ async def link_customer(
     responses={204: {"description": "Unlinked."}, **problem_responses(401, 403, 404)},
 )
 async def unlink_customer(
+    request: Request,
     deal_id: uuid.UUID,
     customer_id: uuid.UUID,
     scope: Scope = Depends(department_scope),
-    db: Database = Depends(database),
 ) -> Response:
-    await db.run(scope, lambda uow: service.unlink_customer(uow, deal_id, customer_id))
+    await database_of(request).run(
+        scope, lambda uow: service.unlink_customer(uow, deal_id, customer_id)
+    )
     return no_content()

@@ -85,6 +85,22 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
+SECURITY_SCHEMES: dict[str, dict[str, str]] = {
+    "ApiKey": {
+        "type": "apiKey",
+        "description": "The integration's secret, as issued by `dealbase key issue`.",
+        "in": "header",
+        "name": "X-Api-Key",
+    },
+    "DepartmentId": {
+        "type": "apiKey",
+        "description": "The id of the department the key was issued for.",
+        "in": "header",
+        "name": "X-Department-Id",
+    },
+}
+
+
 def install_openapi(app: FastAPI) -> None:
     def build() -> dict[str, Any]:
         if app.openapi_schema is not None:
@@ -110,16 +126,12 @@ def install_openapi(app: FastAPI) -> None:
                     responses["422"] = problem_responses(422)[422]
         _link_creates_to_their_resource(document["paths"])
         _add_rate_limit_responses(document["paths"])
-        # Both headers are required together: one security requirement naming both (AND), not
-        # FastAPI's one-per-scheme list (OR).
+        # The edge reads the credentials itself (edge/callers.py), so FastAPI sees no security
+        # dependency: every operation needs both headers together (one requirement, AND).
+        document["components"]["securitySchemes"] = SECURITY_SCHEMES
         for path_item in document.get("paths", {}).values():
             for operation in path_item.values():
-                requirements = operation.get("security")
-                if requirements:
-                    merged: dict[str, list[str]] = {}
-                    for requirement in requirements:
-                        merged.update(requirement)
-                    operation["security"] = [merged]
+                operation["security"] = [{name: [] for name in SECURITY_SCHEMES}]
         app.openapi_schema = document
         return document
 

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
 from dealbase.edge.callers import department_scope
-from dealbase.edge.database import database
+from dealbase.edge.database import database_of
 from dealbase.platform.pipeline import service
 from dealbase.rest_api.openapi import LIST_CURSOR, LIST_LIMIT, problem_responses
 from dealbase.rest_api.responses import json_response, page_response
 from dealbase.rest_api.schemas import DepartmentOut, EmployeeList, StepList
-from dealbase.tenancy.database import Database
 from dealbase.tenancy.scope import Scope
 
 router = APIRouter(tags=["pipeline"])
@@ -26,10 +25,8 @@ router = APIRouter(tags=["pipeline"])
         **problem_responses(401, 403),
     },
 )
-async def get_department(
-    scope: Scope = Depends(department_scope), db: Database = Depends(database)
-) -> Response:
-    department = await db.run(scope, lambda uow: service.own_department(uow))
+async def get_department(request: Request, scope: Scope = Depends(department_scope)) -> Response:
+    department = await database_of(request).run(scope, lambda uow: service.own_department(uow))
     return json_response(DepartmentOut, department)
 
 
@@ -43,10 +40,8 @@ async def get_department(
         **problem_responses(401, 403),
     },
 )
-async def list_steps(
-    scope: Scope = Depends(department_scope), db: Database = Depends(database)
-) -> Response:
-    steps = await db.run(scope, lambda uow: service.steps_in_order(uow))
+async def list_steps(request: Request, scope: Scope = Depends(department_scope)) -> Response:
+    steps = await database_of(request).run(scope, lambda uow: service.steps_in_order(uow))
     return json_response(StepList, {"data": steps})
 
 
@@ -60,10 +55,12 @@ async def list_steps(
     },
 )
 async def list_employees(
+    request: Request,
     scope: Scope = Depends(department_scope),
-    db: Database = Depends(database),
     limit: int | None = LIST_LIMIT,
     cursor: str | None = LIST_CURSOR,
 ) -> Response:
-    page = await db.run(scope, lambda uow: service.employees_page(uow, limit, cursor))
+    page = await database_of(request).run(
+        scope, lambda uow: service.employees_page(uow, limit, cursor)
+    )
     return page_response(EmployeeList, page)
