@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck pytest migrate demo clean
+.PHONY: install run test lint typecheck pytest migrate demo clean bench profile
 
 install: $(STAMP)
 
@@ -36,3 +36,19 @@ migrate: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+# Benchmarks (bench/README.md): `make bench` loads dealbase beside its peers and prints one table;
+# `make profile SCENARIO=post_customers` records one scenario with py-spy. Both read their settings
+# from the environment or the command line (BENCH_SECONDS=3, DEALBASE_BENCH_DATABASE_URL=...).
+BENCH_STAMP := $(VENV)/.bench-installed
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
+	@touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BIN)/python bench/run.py bench
+
+profile: $(BENCH_STAMP)
+	@test -n "$(SCENARIO)" || { echo "usage: make profile SCENARIO=<name>; the names: $(BIN)/python bench/run.py profile --help" >&2; exit 2; }
+	$(BIN)/python bench/run.py profile --scenario '$(SCENARIO)'

@@ -1,0 +1,1 @@
+"""The machinery of bench/run.py: tools, scratch stack, seeding, load generators and reports."""

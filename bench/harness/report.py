@@ -1,0 +1,147 @@
+"""The table a run prints, the targets of issue 9, and the results file."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.load import Measurement
+from harness.scenarios import BY_NAME, MAX_TAIL, TARGETS, Scenario
+
+
+@dataclass
+class Outcome:
+    """A scenario's result: its measurement, or why it has none."""
+
+    scenario: Scenario
+    measurement: Measurement | None = None
+    failure: str | None = None
+    load_average_before: list[float] | None = None
+    load_average_after: list[float] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None and self.measurement is not None
+
+    @property
+    def tail(self) -> float | None:
+        m = self.measurement
+        return m.p99_ms / m.p50_ms if self.ok and m and m.p50_ms > 0 else None
+
+
+def ratio(outcomes: dict[str, Outcome], name: str, other: str) -> float | None:
+    mine, theirs = outcomes.get(name), outcomes.get(other)
+    if not (mine and theirs and mine.ok and theirs.ok):
+        return None
+    assert mine.measurement
+    assert theirs.measurement
+    if theirs.measurement.requests_per_second <= 0:
+        return None
+    return mine.measurement.requests_per_second / theirs.measurement.requests_per_second
+
+
+def _number(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:,.{digits}f}"
+
+
+def table(outcomes: dict[str, Outcome]) -> str:
+    header = (
+        "| scenario | what | req/s | p50 ms | p99 ms | p99/p50 | errors | ratio | to |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|---|"
+    )
+    rows = [header]
+    for outcome in outcomes.values():
+        scenario, m = outcome.scenario, outcome.measurement
+        compare = scenario.compare_to
+        if outcome.ok and m:
+            figures = (
+                f"{m.requests_per_second:,.0f} | {m.p50_ms:.1f} | {m.p99_ms:.1f} | "
+                f"{_number(outcome.tail, 1)} | {m.errors}"
+            )
+        else:
+            errors = m.errors if m else "—"
+            figures = f"FAILED | — | — | — | {errors}"
+        ratio_text = _number(ratio(outcomes, scenario.name, compare)) if compare else "—"
+        rows.append(
+            f"| {scenario.name} | {scenario.what} | {figures} | {ratio_text} | {compare or ''} |"
+        )
+    return "\n".join(rows)
+
+
+def targets(outcomes: dict[str, Outcome]) -> list[dict[str, Any]]:
+    checks: list[dict[str, Any]] = []
+    for target in TARGETS:
+        value = ratio(outcomes, target.scenario, target.other)
+        checks.append(
+            {
+                "target": target.label,
+                "value": value,
+                "met": None if value is None else value >= target.ratio,
+            }
+        )
+    tails = {
+        name: outcome.tail
+        for name, outcome in outcomes.items()
+        if outcome.scenario.server != "pgbench" and outcome.tail is not None
+    }
+    over = {name: tail for name, tail in tails.items() if tail > MAX_TAIL}
+    worst = max(tails.items(), key=lambda item: item[1]) if tails else None
+    checks.append(
+        {
+            "target": f"p99 <= {MAX_TAIL:g} x p50 in every scenario",
+            "value": worst[1] if worst else None,
+            "worst": worst[0] if worst else None,
+            "over": sorted(over),
+            "met": None if worst is None else not over,
+        }
+    )
+    return checks
+
+
+def targets_text(checks: list[dict[str, Any]]) -> str:
+    lines = ["Targets of issue 9 (ratios of req/s measured in this run):"]
+    for check in checks:
+        verdict = {True: "met", False: "MISSED", None: "not measured"}[check["met"]]
+        value = _number(check["value"])
+        if "over" in check:
+            worst = f"worst {value} ({check['worst']})" if check["worst"] else value
+            over = f"; over: {', '.join(check['over'])}" if check["over"] else ""
+            lines.append(f"  {check['target']:<52} {worst}{over}  {verdict}")
+        else:
+            lines.append(f"  {check['target']:<52} {value}  {verdict}")
+    return "\n".join(lines)
+
+
+def outcome_record(outcome: Outcome, outcomes: dict[str, Outcome]) -> dict[str, Any]:
+    scenario = outcome.scenario
+    record: dict[str, Any] = {
+        "name": scenario.name,
+        "server": scenario.server,
+        "what": scenario.what,
+        "script": scenario.script,
+        "query": scenario.query,
+        "compare_to": scenario.compare_to,
+        "ratio": ratio(outcomes, scenario.name, scenario.compare_to)
+        if scenario.compare_to
+        else None,
+        "p99_over_p50": outcome.tail,
+        "ok": outcome.ok,
+        "failure": outcome.failure,
+        "load_average_before": outcome.load_average_before,
+        "load_average_after": outcome.load_average_after,
+        "measurement": outcome.measurement.as_dict() if outcome.measurement else None,
+        **outcome.extra,
+    }
+    return record
+
+
+def write_results(path: Path, document: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
+
+
+def describe(name: str) -> str:
+    return BY_NAME[name].what

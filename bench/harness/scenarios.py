@@ -1,0 +1,169 @@
+"""The scenarios of `make bench`, in the order they run, each with the one it is compared to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Server = Literal["dealbase", "baseline", "postgraphile", "pgbench"]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    server: Server
+    what: str
+    script: str | None = None  # bench/wrk/<script>; None for pgbench
+    query: str | None = None  # bench/queries/<query> for graphql.lua
+    compare_to: str | None = None  # the scenario whose req/s the ratio divides by
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        "pgbench_insert",
+        "pgbench",
+        "pgbench: the baseline's key lookup + INSERT ... RETURNING, prepared (the database's ceiling)",
+    ),
+    Scenario(
+        "baseline_post_customers",
+        "baseline",
+        "baseline service: POST /customers",
+        "post_customers.lua",
+        compare_to="pgbench_insert",
+    ),
+    Scenario(
+        "baseline_get_customer",
+        "baseline",
+        "baseline service: GET /customers/{id}",
+        "get_customer.lua",
+    ),
+    Scenario(
+        "baseline_list_customers",
+        "baseline",
+        "baseline service: GET /customers?limit=50",
+        "list_customers.lua",
+    ),
+    Scenario(
+        "post_customers",
+        "dealbase",
+        "POST /customers",
+        "post_customers.lua",
+        compare_to="baseline_post_customers",
+    ),
+    Scenario(
+        "post_deals",
+        "dealbase",
+        "POST /deals with 3 new customers",
+        "post_deals.lua",
+        compare_to="baseline_post_customers",
+    ),
+    Scenario(
+        "get_customer",
+        "dealbase",
+        "GET /customers/{id}, rotating over the seeded ids",
+        "get_customer.lua",
+        compare_to="baseline_get_customer",
+    ),
+    Scenario(
+        "list_customers",
+        "dealbase",
+        "GET /customers?limit=50",
+        "list_customers.lua",
+        compare_to="baseline_list_customers",
+    ),
+    Scenario(
+        "postgraphile_dashboard",
+        "postgraphile",
+        "PostGraphile 5: 50 deals with step, employee, customers",
+        "graphql.lua",
+        "postgraphile_dashboard.graphql",
+    ),
+    Scenario(
+        "postgraphile_customers",
+        "postgraphile",
+        "PostGraphile 5: 50 customers with deals and activities",
+        "graphql.lua",
+        "postgraphile_customers_with_deals.graphql",
+    ),
+    Scenario(
+        "graphql_dashboard",
+        "dealbase",
+        "GraphQL: 50 deals with step, employee, customers",
+        "graphql.lua",
+        "dashboard.graphql",
+        compare_to="postgraphile_dashboard",
+    ),
+    Scenario(
+        "rest_deals",
+        "dealbase",
+        "REST: GET /deals?limit=50 (the same deals with customers)",
+        "rest_deals.lua",
+        compare_to="postgraphile_dashboard",
+    ),
+    Scenario(
+        "graphql_customers",
+        "dealbase",
+        "GraphQL: 50 customers with deals and activities",
+        "graphql.lua",
+        "customers_with_deals.graphql",
+        compare_to="postgraphile_customers",
+    ),
+)
+
+BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}
+DEALBASE_SCENARIOS = tuple(s.name for s in SCENARIOS if s.server == "dealbase")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A target of issue 9: `scenario` at least `ratio` times `other`'s req/s."""
+
+    label: str
+    scenario: str
+    other: str
+    ratio: float
+
+
+TARGETS = (
+    Target(
+        "POST /customers >= 0.8 x baseline POST", "post_customers", "baseline_post_customers", 0.8
+    ),
+    Target(
+        "POST /deals (3 customers) >= 0.5 x baseline POST",
+        "post_deals",
+        "baseline_post_customers",
+        0.5,
+    ),
+    Target(
+        "GraphQL dashboard >= 1.0 x PostGraphile",
+        "graphql_dashboard",
+        "postgraphile_dashboard",
+        1.0,
+    ),
+    Target(
+        "GraphQL dashboard >= 1.0 x the same deals by REST", "graphql_dashboard", "rest_deals", 1.0
+    ),
+)
+MAX_TAIL = 4.0  # p99 at most 4 x p50 in every scenario
+
+
+class UnknownScenario(Exception):
+    pass
+
+
+def select(names: tuple[str, ...]) -> list[Scenario]:
+    """The scenarios named (all when none), with the ones their ratios need, in run order."""
+    if not names:
+        return list(SCENARIOS)
+    unknown = [name for name in names if name not in BY_NAME]
+    if unknown:
+        raise UnknownScenario(
+            f"unknown scenario {', '.join(unknown)}; the scenarios are: " + ", ".join(BY_NAME)
+        )
+    wanted = set(names)
+    for name in names:
+        other = BY_NAME[name].compare_to
+        while other is not None and other not in wanted:
+            wanted.add(other)
+            other = BY_NAME[other].compare_to
+    return [scenario for scenario in SCENARIOS if scenario.name in wanted]

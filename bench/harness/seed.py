@@ -1,0 +1,248 @@
+"""The data the reads read, written through dealbase's own REST API (so it is exactly what the
+service writes), and checks that each server answers every read with the whole of it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, TypeVar
+
+import httpx
+
+from harness.paths import QUERIES
+from harness.settings import BenchSettings
+from harness.stack import REST_PREFIX, Tenant
+
+T = TypeVar("T")
+CONCURRENCY = 8
+FIRST = 50
+ACTIVITY_TYPES = ("call", "email", "meeting", "task", "note")
+
+
+class SeedFailed(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Seeded:
+    deal_ids: list[str]
+    customer_ids: list[str]
+    activities: int
+
+    def summary(self) -> dict[str, int]:
+        return {
+            "deals": len(self.deal_ids),
+            "customers": len(self.customer_ids),
+            "activities": self.activities,
+        }
+
+
+async def _gather(calls: list[Callable[[], Awaitable[T]]]) -> list[T]:
+    """The calls, CONCURRENCY at a time, results in call order."""
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(call: Callable[[], Awaitable[T]]) -> T:
+        async with gate:
+            return await call()
+
+    return list(await asyncio.gather(*(one(call) for call in calls)))
+
+
+def _expect(response: httpx.Response, status: int) -> dict[str, Any]:
+    if response.status_code != status:
+        raise SeedFailed(
+            f"{response.request.method} {response.request.url.path} answered "
+            f"{response.status_code}, not {status}: {response.text[:500]}"
+        )
+    body: dict[str, Any] = response.json()
+    return body
+
+
+async def _seed(base_url: str, tenant: Tenant, settings: BenchSettings) -> Seeded:
+    async with httpx.AsyncClient(
+        base_url=base_url + REST_PREFIX, headers=tenant.headers, timeout=30.0
+    ) as client:
+
+        async def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+            return _expect(await client.post(path, json=body), 201)
+
+        async def patch(path: str, body: dict[str, Any]) -> dict[str, Any]:
+            return _expect(await client.patch(path, json=body), 200)
+
+        # Deals first, so the first customers (in id order) are the deals' customers.
+        deals = await _gather(
+            [
+                partial(
+                    post,
+                    "/deals",
+                    {
+                        "name": f"Deal {index:04}",
+                        "volume": 1000 * (index + 1),
+                        "deal_origin": "bench",
+                        "customers": [
+                            {
+                                "last_name": f"Customer {index:04}.{n}",
+                                "first_name": "Ada",
+                                "company": f"Company {index % 17}",
+                                "email": f"c{index}.{n}@example.com",
+                                "city": "London",
+                            }
+                            for n in range(3)
+                        ],
+                    },
+                )
+                for index in range(settings.seed_deals)
+            ]
+        )
+        await _gather(
+            [
+                partial(
+                    patch,
+                    f"/deals/{deal['id']}",
+                    {
+                        "step_id": tenant.step_ids[index % len(tenant.step_ids)],
+                        "employee_id": tenant.employee_ids[index % len(tenant.employee_ids)],
+                    },
+                )
+                for index, deal in enumerate(deals)
+            ]
+        )
+        deal_customers = [
+            (customer["id"], deal["id"]) for deal in deals for customer in deal["customers"]
+        ]
+        more = max(0, settings.seed_customers - len(deal_customers))
+        customers = await _gather(
+            [
+                partial(
+                    post,
+                    "/customers",
+                    {
+                        "last_name": f"Customer {index:06}",
+                        "first_name": "Grace",
+                        "email": f"customer{index}@example.com",
+                        "city": "Arlington",
+                    },
+                )
+                for index in range(more)
+            ]
+        )
+        activity_calls: list[Callable[[], Awaitable[dict[str, Any]]]] = []
+        for index, (customer_id, deal_id) in enumerate(deal_customers[: FIRST * 2]):
+            for n in range(settings.activities_per_customer):
+                activity_calls.append(
+                    partial(
+                        post,
+                        "/activities",
+                        {
+                            "type": ACTIVITY_TYPES[(index + n) % len(ACTIVITY_TYPES)],
+                            "customer_id": customer_id,
+                            "deal_id": deal_id,
+                            "employee_id": tenant.employee_ids[index % len(tenant.employee_ids)],
+                            "subject": f"Follow-up {n + 1}",
+                            "due_at": "2026-12-01T09:00:00Z",
+                        },
+                    )
+                )
+        await _gather(activity_calls)
+    return Seeded(
+        deal_ids=[deal["id"] for deal in deals],
+        customer_ids=[customer_id for customer_id, _ in deal_customers]
+        + [customer["id"] for customer in customers],
+        activities=len(activity_calls),
+    )
+
+
+def seed(base_url: str, tenant: Tenant, settings: BenchSettings) -> Seeded:
+    return asyncio.run(_seed(base_url, tenant, settings))
+
+
+def _graphql(client: httpx.Client, query_file: str) -> tuple[dict[str, Any], int]:
+    response = client.post(
+        "/graphql",
+        json={"query": (QUERIES / query_file).read_text(), "variables": {"first": FIRST}},
+    )
+    body = response.json() if response.status_code == 200 else None
+    if body is None or body.get("errors") or not body.get("data"):
+        raise SeedFailed(f"{query_file} answered {response.status_code}: {response.text[:800]}")
+    data: dict[str, Any] = body["data"]
+    return data, len(response.content)
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise SeedFailed(message)
+
+
+def check_dealbase(base_url: str, tenant: Tenant) -> dict[str, int]:
+    """Each read answers the seeded data whole; returns each read's response size in bytes."""
+    sizes: dict[str, int] = {}
+    with httpx.Client(base_url=base_url, headers=tenant.headers, timeout=30.0) as client:
+        data, sizes["graphql_dashboard"] = _graphql(client, "dashboard.graphql")
+        edges = data["deals"]["edges"]
+        _require(len(edges) == FIRST, f"the dashboard has {len(edges)} deals, not {FIRST}")
+        for edge in edges:
+            node = edge["node"]
+            _require(
+                node["step"] is not None
+                and node["employee"] is not None
+                and len(node["customers"]) == 3,
+                f"a dashboard deal lacks its step, employee or 3 customers: {node}",
+            )
+        data, sizes["graphql_customers"] = _graphql(client, "customers_with_deals.graphql")
+        edges = data["customers"]["edges"]
+        _require(len(edges) == FIRST, f"customers_with_deals has {len(edges)} customers")
+        _require(
+            all(edge["node"]["deals"] and edge["node"]["activities"] for edge in edges),
+            "a customer of customers_with_deals has no deal or no activity",
+        )
+        response = client.get(f"{REST_PREFIX}/deals", params={"limit": FIRST})
+        deals = _expect(response, 200)["data"]
+        sizes["rest_deals"] = len(response.content)
+        _require(
+            len(deals) == FIRST
+            and all(len(deal["customers"]) == 3 and deal["employee_id"] for deal in deals),
+            "GET /deals?limit=50 lacks deals, customers or employees",
+        )
+        response = client.get(f"{REST_PREFIX}/customers", params={"limit": FIRST})
+        _require(len(_expect(response, 200)["data"]) == FIRST, "GET /customers has too few")
+        sizes["list_customers"] = len(response.content)
+    return sizes
+
+
+def check_postgraphile(base_url: str) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    with httpx.Client(base_url=base_url, timeout=30.0) as client:
+        data, sizes["postgraphile_dashboard"] = _graphql(client, "postgraphile_dashboard.graphql")
+        edges = data["allDeals"]["edges"]
+        _require(len(edges) == FIRST, f"PostGraphile's dashboard has {len(edges)} deals")
+        for edge in edges:
+            node = edge["node"]
+            _require(
+                node["stepByStepIdAndDepartmentId"] is not None
+                and node["employeeByEmployeeIdAndDepartmentId"] is not None
+                and len(node["dealCustomersByDealId"]["nodes"]) == 3,
+                f"a PostGraphile dashboard deal lacks its step, employee or customers: {node}",
+            )
+        data, sizes["postgraphile_customers"] = _graphql(
+            client, "postgraphile_customers_with_deals.graphql"
+        )
+        _require(
+            len(data["allCustomers"]["edges"]) == FIRST, "PostGraphile's customers are too few"
+        )
+    return sizes
+
+
+def check_baseline(base_url: str, tenant: Tenant, customer_id: str) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    with httpx.Client(
+        base_url=base_url + REST_PREFIX, headers=tenant.headers, timeout=30.0
+    ) as client:
+        response = client.get(f"/customers/{customer_id}")
+        _expect(response, 200)
+        sizes["baseline_get_customer"] = len(response.content)
+        response = client.get("/customers", params={"limit": FIRST})
+        _require(len(_expect(response, 200)["data"]) == FIRST, "the baseline's list is short")
+        sizes["baseline_list_customers"] = len(response.content)
+    return sizes

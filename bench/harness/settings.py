@@ -1,0 +1,72 @@
+"""The settings of one run, from the environment (what `make bench VAR=...` passes)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
+DEFAULT_REDIS = "redis://127.0.0.1:6379/13"
+
+
+class SettingsError(Exception):
+    pass
+
+
+def _int(name: str, default: int, low: int, high: int) -> int:
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise SettingsError(f"{name} must be a whole number, not {text!r}") from None
+    if not low <= value <= high:
+        raise SettingsError(f"{name} must be from {low} to {high}, not {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """Every knob of a run; written into the results file as it was."""
+
+    database_server: str
+    redis_url: str
+    seconds: int
+    warmup_seconds: int
+    connections: int
+    threads: int
+    workers: int
+    timeout_seconds: int
+    pool_size: int
+    seed_deals: int
+    seed_customers: int
+    activities_per_customer: int
+    scenarios: tuple[str, ...]
+    profile_gil_only: bool
+
+    @classmethod
+    def from_environment(cls) -> BenchSettings:
+        scenarios = os.environ.get("BENCH_SCENARIOS", "").replace(",", " ").split()
+        return cls(
+            database_server=os.environ.get("DEALBASE_BENCH_DATABASE_URL") or DEFAULT_SERVER,
+            redis_url=os.environ.get("DEALBASE_BENCH_REDIS_URL") or DEFAULT_REDIS,
+            seconds=_int("BENCH_SECONDS", 10, 1, 3600),
+            warmup_seconds=_int("BENCH_WARMUP", 2, 0, 600),
+            connections=_int("BENCH_CONNECTIONS", 32, 1, 1000),
+            threads=_int("BENCH_THREADS", 2, 1, 64),
+            workers=_int("BENCH_WORKERS", 2, 1, 64),
+            timeout_seconds=_int("BENCH_TIMEOUT", 5, 1, 120),
+            pool_size=_int("BENCH_POOL_SIZE", 10, 1, 200),
+            seed_deals=_int("BENCH_SEED_DEALS", 60, 50, 100_000),
+            seed_customers=_int("BENCH_SEED_CUSTOMERS", 1000, 200, 1_000_000),
+            activities_per_customer=_int("BENCH_SEED_ACTIVITIES", 2, 1, 100),
+            scenarios=tuple(scenarios),
+            profile_gil_only=os.environ.get("BENCH_PROFILE_GIL", "1") != "0",
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        values = asdict(self)
+        values["scenarios"] = list(self.scenarios)
+        return values

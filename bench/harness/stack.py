@@ -1,0 +1,264 @@
+"""The scratch stack of one run: a database of its own on the PostgreSQL server, dealbase's tenant,
+department, employees and key made with the `dealbase` CLI, and the servers under test."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+from psycopg import sql
+
+from harness.paths import BASELINES, POSTGRAPHILE, ROOT, venv_tool
+from harness.processes import Service, free_port
+from harness.settings import BenchSettings
+from harness.tools import node_environment
+
+REST_PREFIX = "/api/v1/integration"
+# Far above any load here, so no request is refused; dealbase's ceiling is 100000/s.
+GENEROUS_RATE = "100000/s"
+GENEROUS_BURST = "1000000"
+
+
+def database_url(server: str, name: str) -> str:
+    """`server` (a URL of any database on the server) pointed at the database `name`."""
+    base, _, query = server.partition("?")
+    return f"{base.rpartition('/')[0]}/{name}" + (f"?{query}" if query else "")
+
+
+@contextmanager
+def scratch_database(server: str) -> Iterator[str]:
+    """A new database on the server, dropped (with its connections) when the run ends."""
+    name = f"dealbase_bench_{secrets.token_hex(4)}"
+    with psycopg.connect(server, autocommit=True) as connection:
+        connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield database_url(server, name)
+    finally:
+        with psycopg.connect(server, autocommit=True) as connection:
+            connection.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+def clean_environment() -> dict[str, str]:
+    """This process's environment without any DEALBASE_ setting of the caller's."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("DEALBASE_")}
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """What the CLI made: ids, the schema, the key (with its secret) and the steps."""
+
+    tenant_id: str
+    schema: str
+    department_id: str
+    step_ids: tuple[str, ...]
+    employee_ids: tuple[str, ...]
+    key_id: str
+    api_key: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"X-Api-Key": self.api_key, "X-Department-Id": self.department_id}
+
+
+def _cli(database: str, *arguments: str) -> Any:
+    environment = {**clean_environment(), "DEALBASE_DATABASE_URL": database}
+    result = subprocess.run(
+        [venv_tool("dealbase"), *arguments, "--json"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"dealbase {' '.join(arguments)} failed: {result.stderr.strip()}")
+    return json.loads(result.stdout)
+
+
+def provision(database: str, employees: int = 5) -> Tenant:
+    """Migrates the scratch database and makes the tenant the run loads, through the CLI."""
+    _cli(database, "migrate")
+    tenant = _cli(database, "tenant", "create", "bench")
+    department = _cli(database, "department", "create", "--tenant", tenant["id"], "Sales")
+    employee_ids = [
+        _cli(
+            database,
+            "employee",
+            "create",
+            "--tenant",
+            tenant["id"],
+            "--department",
+            department["id"],
+            f"Employee {index}",
+            "--email",
+            f"employee{index}@example.com",
+        )["id"]
+        for index in range(1, employees + 1)
+    ]
+    key = _cli(
+        database,
+        "key",
+        "issue",
+        "--tenant",
+        tenant["id"],
+        "--department",
+        department["id"],
+        "--name",
+        "bench",
+        "--rate",
+        GENEROUS_RATE,
+        "--burst",
+        GENEROUS_BURST,
+    )
+    return Tenant(
+        tenant_id=tenant["id"],
+        schema=tenant["schema"],
+        department_id=department["id"],
+        step_ids=tuple(step["id"] for step in department["steps"]),
+        employee_ids=tuple(employee_ids),
+        key_id=key["key_id"],
+        api_key=key["api_key"],
+    )
+
+
+def dealbase_environment(database: str, settings: BenchSettings, port: int) -> dict[str, str]:
+    """Every production feature on: keys, tenant routing, Redis rate limits, JSON logs at info."""
+    return {
+        **clean_environment(),
+        "DEALBASE_DATABASE_URL": database,
+        "DEALBASE_REDIS_URL": settings.redis_url,
+        "DEALBASE_LOG_FORMAT": "json",
+        "DEALBASE_LOG_LEVEL": "info",
+        "DEALBASE_HOST": "127.0.0.1",
+        "DEALBASE_PORT": str(port),
+        "DEALBASE_DB_POOL_SIZE": str(settings.pool_size),
+        "DEALBASE_RATE_LIMIT_KEY": GENEROUS_RATE,
+        "DEALBASE_RATE_LIMIT_KEY_BURST": GENEROUS_BURST,
+        "DEALBASE_RATE_LIMIT_TENANT": GENEROUS_RATE,
+        "DEALBASE_RATE_LIMIT_TENANT_BURST": GENEROUS_BURST,
+    }
+
+
+def _answers_http(path: str) -> Any:
+    def probe(client: httpx.Client) -> bool:
+        client.get(path)
+        return True
+
+    return probe
+
+
+def start_dealbase(
+    database: str, settings: BenchSettings, log_path: Path
+) -> tuple[Service, dict[str, str]]:
+    port = free_port()
+    environment = dealbase_environment(database, settings, port)
+    service = Service(
+        "dealbase",
+        [venv_tool("dealbase"), "serve", "--workers", str(settings.workers)],
+        environment=environment,
+        log_path=log_path,
+        port=port,
+        cwd=ROOT,
+    )
+    service.wait_ready(lambda client: client.get("/openapi.json").status_code == 200)
+    shown = {k: v for k, v in environment.items() if k.startswith("DEALBASE_")}
+    return service, shown
+
+
+def start_baseline(database: str, settings: BenchSettings, log_path: Path) -> Service:
+    port = free_port()
+    service = Service(
+        "baseline",
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--app-dir",
+            str(BASELINES),
+            "fastapi_psycopg:app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            str(settings.workers),
+            "--no-access-log",
+            "--log-level",
+            "warning",
+        ],
+        environment={
+            **clean_environment(),
+            "BASELINE_DATABASE_URL": database,
+            "BASELINE_POOL_SIZE": str(settings.pool_size),
+        },
+        log_path=log_path,
+        port=port,
+        cwd=ROOT,
+    )
+    service.wait_ready(_answers_http(f"{REST_PREFIX}/customers"))
+    return service
+
+
+def start_postgraphile(
+    database: str, schema: str, node: str, settings: BenchSettings, log_path: Path
+) -> Service:
+    port = free_port()
+    service = Service(
+        "postgraphile",
+        [node, str(POSTGRAPHILE / "server.mjs")],
+        environment={
+            **node_environment(node),
+            "DATABASE_URL": database,
+            "SCHEMA": schema,
+            "PORT": str(port),
+            "HOST": "127.0.0.1",
+            "WORKERS": str(settings.workers),
+            "POOL_SIZE": str(settings.pool_size),
+        },
+        log_path=log_path,
+        port=port,
+        cwd=POSTGRAPHILE,
+    )
+    service.wait_ready(
+        lambda client: client.post("/graphql", json={"query": "{ __typename }"}).status_code == 200
+    )
+    return service
+
+
+def server_versions(server: str, redis_url: str) -> dict[str, Any]:
+    import redis
+
+    with psycopg.connect(server) as connection:
+        row = connection.execute("SHOW server_version").fetchone()
+        settings: dict[str, str] = dict(
+            connection.execute(
+                "SELECT name, setting FROM pg_settings WHERE name IN ('max_connections',"
+                " 'shared_buffers', 'synchronous_commit', 'fsync', 'wal_level')"
+            ).fetchall()
+        )
+    client = redis.Redis.from_url(redis_url)
+    try:
+        redis_version = client.info("server").get("redis_version")
+    finally:
+        client.close()
+    return {
+        "postgres_server": row[0] if row else None,
+        "postgres_settings": settings,
+        "redis_server": redis_version,
+    }
+
+
+def new_uuid() -> str:
+    return str(uuid.uuid4())

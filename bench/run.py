@@ -1,0 +1,408 @@
+"""`make bench` and `make profile`: dealbase under load beside its peers, measured in one run.
+
+    .venv/bin/python bench/run.py bench                        # every scenario, one table
+    .venv/bin/python bench/run.py profile --scenario post_customers
+
+bench: makes a scratch database on the PostgreSQL server (DEALBASE_BENCH_DATABASE_URL), migrates
+and seeds it, serves dealbase with every production feature on, and loads each scenario with wrk
+(a warm-up first), beside the baseline FastAPI + psycopg service of bench/baselines, pgbench
+running the baseline's SQL and PostGraphile 5 serving the tenant's schema. It prints one table
+(req/s, p50, p99, errors, each ratio to its peer) and the targets of issue 9, writes
+bench/results/<date>.json, and drops the database. A scenario with any error (a non-2xx answer,
+a GraphQL error, a socket error or a timeout) fails the run (exit 1) instead of giving a figure.
+
+profile: the same setup for dealbase alone, one scenario under load while py-spy records the
+server's worker processes; writes a speedscope file and a text summary to bench/results/.
+
+Settings come from the environment; bench/README.md lists them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import traceback
+from collections.abc import Callable
+from contextlib import ExitStack
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from harness import seed as seeding
+from harness.load import LoadFailed, Measurement, PgbenchLoad, WrkLoad, run_pgbench, run_wrk
+from harness.paths import QUERIES, RESULTS, ROOT
+from harness.processes import Service, ServiceFailed
+from harness.profiling import ProfileFailed, start_recording, stop_recording, summarize
+from harness.report import Outcome, outcome_record, table, targets, targets_text, write_results
+from harness.scenarios import DEALBASE_SCENARIOS, Scenario, UnknownScenario, select
+from harness.settings import BenchSettings, SettingsError
+from harness.stack import (
+    REST_PREFIX,
+    Tenant,
+    provision,
+    scratch_database,
+    server_versions,
+    start_baseline,
+    start_dealbase,
+    start_postgraphile,
+)
+from harness.tools import (
+    ToolMissing,
+    Toolset,
+    ensure_node,
+    ensure_pgbench,
+    ensure_postgraphile,
+    ensure_py_spy,
+    ensure_wrk,
+    git_state,
+    load_average,
+    machine,
+    versions,
+)
+
+
+def say(message: str) -> None:
+    print(f"bench: {message}", flush=True)
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C, so servers stop and the scratch database is dropped."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+class Run:
+    """One run's stack: the scratch database, the tenant, the servers and the seeded ids."""
+
+    def __init__(self, settings: BenchSettings, stamp: str, stack: ExitStack) -> None:
+        self.settings = settings
+        self.stamp = stamp
+        self.stack = stack
+        self.logs = RESULTS / f"{stamp}-logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.database = stack.enter_context(scratch_database(settings.database_server))
+        say(f"scratch database {self.database.rpartition('/')[2]}: migrating, provisioning")
+        self.tenant: Tenant = provision(self.database)
+        self.dealbase_log = self.logs / "dealbase.log"
+        self.dealbase, self.dealbase_settings = start_dealbase(
+            self.database, settings, self.dealbase_log
+        )
+        stack.callback(self.dealbase.stop)
+        say(f"dealbase serving on {self.dealbase.base_url} ({settings.workers} workers)")
+        say("seeding through the REST API")
+        self.seeded = seeding.seed(self.dealbase.base_url, self.tenant, settings)
+        self.ids_file = self.logs / "customer_ids.txt"
+        self.ids_file.write_text("\n".join(self.seeded.customer_ids) + "\n")
+        self.sizes = seeding.check_dealbase(self.dealbase.base_url, self.tenant)
+        say(f"seeded {self.seeded.summary()}; every read answers the seeded data whole")
+
+    def wrk_load(self, scenario: Scenario, base_url: str) -> WrkLoad:
+        assert scenario.script is not None
+        environment = {
+            "BENCH_API_KEY": self.tenant.api_key,
+            "BENCH_DEPARTMENT_ID": self.tenant.department_id,
+            "BENCH_PREFIX": REST_PREFIX,
+            "BENCH_IDS_FILE": str(self.ids_file),
+        }
+        if scenario.query:
+            environment["BENCH_QUERY_FILE"] = str(QUERIES / scenario.query)
+            environment["BENCH_VARIABLES"] = '{"first": 50}'
+        return WrkLoad(scenario.script, base_url, environment)
+
+
+def measure(
+    scenario: Scenario,
+    run: Callable[[int], Measurement],
+    settings: BenchSettings,
+    during: Callable[[], Any] | None = None,
+) -> Outcome:
+    """A warm-up, then the measured run; any error fails the scenario."""
+    outcome = Outcome(scenario, load_average_before=load_average())
+    try:
+        if settings.warmup_seconds:
+            warm = run(settings.warmup_seconds)
+            if warm.errors:
+                outcome.measurement = warm
+                outcome.failure = f"{warm.errors} errors in the warm-up: {warm.error_detail}"
+                return outcome
+        if during is not None:
+            during()
+        outcome.measurement = run(settings.seconds)
+    except LoadFailed as exc:
+        outcome.failure = str(exc)
+        return outcome
+    finally:
+        outcome.load_average_after = load_average()
+    m = outcome.measurement
+    if m.errors:
+        outcome.failure = f"{m.errors} errors: {m.error_detail}"
+    elif m.requests == 0:
+        outcome.failure = (
+            f"no request completed in {settings.seconds} s (each took longer); "
+            "a longer BENCH_SECONDS measures it"
+        )
+    return outcome
+
+
+def report_line(outcome: Outcome) -> None:
+    m = outcome.measurement
+    if outcome.ok and m:
+        say(
+            f"{outcome.scenario.name}: {m.requests_per_second:,.0f} req/s, p50 {m.p50_ms:.1f} ms,"
+            f" p99 {m.p99_ms:.1f} ms, {m.requests} requests, 0 errors"
+        )
+        return
+    print(f"\nbench: FAILED {outcome.scenario.name}: {outcome.failure}", file=sys.stderr)
+    if m and m.first_error:
+        print(f"  first bad response: {m.first_error}", file=sys.stderr)
+    print("", file=sys.stderr, flush=True)
+
+
+def bench(settings: BenchSettings) -> int:
+    selected = select(settings.scenarios)
+    servers = {scenario.server for scenario in selected}
+    tools = Toolset(
+        wrk=ensure_wrk(),
+        pgbench=ensure_pgbench() if "pgbench" in servers else None,
+        node=(node := ensure_node()) if "postgraphile" in servers else None,
+    )
+    if tools.node:
+        tools = Toolset(tools.wrk, tools.pgbench, tools.node, ensure_postgraphile(node))
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
+    results_path = RESULTS / f"{stamp}.json"
+    document: dict[str, Any] = {
+        "date": stamp,
+        "command": " ".join(sys.argv),
+        "machine": machine(),
+        "git": git_state(),
+        "versions": versions(tools),
+        "settings": settings.as_dict(),
+    }
+    outcomes: dict[str, Outcome] = {}
+    say(
+        f"{len(selected)} scenarios, {settings.seconds} s each after a {settings.warmup_seconds} s"
+        f" warm-up, wrk -t{settings.threads} -c{settings.connections}"
+    )
+    try:
+        document["versions"].update(server_versions(settings.database_server, settings.redis_url))
+        with ExitStack() as stack:
+            run = Run(settings, stamp, stack)
+            document["seed"] = run.seeded.summary()
+            document["response_bytes"] = dict(run.sizes)
+            document["dealbase_environment"] = {
+                k: v for k, v in run.dealbase_settings.items() if k != "DEALBASE_DATABASE_URL"
+            }
+            _run_scenarios(run, tools, selected, outcomes, document)
+            stack.close()
+            lines = run.dealbase_log.read_text(errors="replace").count("\n")
+            document["dealbase_log"] = {
+                "path": str(run.dealbase_log.relative_to(ROOT)),
+                "lines": lines,
+            }
+    finally:
+        document["machine"]["load_average_after"] = load_average()
+        document["scenarios"] = [outcome_record(o, outcomes) for o in outcomes.values()]
+        document["targets"] = targets(outcomes)
+        write_results(results_path, document)
+    print()
+    print(table(outcomes))
+    print()
+    print(targets_text(document["targets"]))
+    print(f"\nResults: {results_path.relative_to(ROOT)}")
+    failed = [name for name, outcome in outcomes.items() if not outcome.ok]
+    if failed:
+        print(
+            f"\nbench: FAILED: {', '.join(failed)} gave errors, so they have no figures"
+            " (see above and the results file).",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def _run_scenarios(
+    run: Run,
+    tools: Toolset,
+    selected: list[Scenario],
+    outcomes: dict[str, Outcome],
+    document: dict[str, Any],
+) -> None:
+    settings = run.settings
+    phases: list[tuple[str, list[Scenario]]] = []
+    for scenario in selected:
+        if phases and phases[-1][0] == scenario.server:
+            phases[-1][1].append(scenario)
+        else:
+            phases.append((scenario.server, [scenario]))
+    for server, scenarios in phases:
+        service: Service | None = None
+        try:
+            if server == "baseline":
+                service = start_baseline(run.database, settings, run.logs / "baseline.log")
+                document.setdefault("response_bytes", {}).update(
+                    seeding.check_baseline(service.base_url, run.tenant, run.seeded.customer_ids[0])
+                )
+            elif server == "postgraphile":
+                assert tools.node is not None
+                service = start_postgraphile(
+                    run.database,
+                    run.tenant.schema,
+                    tools.node,
+                    settings,
+                    run.logs / "postgraphile.log",
+                )
+                document.setdefault("response_bytes", {}).update(
+                    seeding.check_postgraphile(service.base_url)
+                )
+        except (ServiceFailed, seeding.SeedFailed) as exc:
+            for scenario in scenarios:
+                outcomes[scenario.name] = Outcome(scenario, failure=f"{server}: {exc}")
+                report_line(outcomes[scenario.name])
+            if service is not None:
+                service.stop()
+            continue
+        try:
+            for scenario in scenarios:
+                say(f"{scenario.name}: {scenario.what}")
+                run_load: Callable[[int], Measurement]
+                if scenario.server == "pgbench":
+                    assert tools.pgbench is not None
+                    load = PgbenchLoad(
+                        run.database,
+                        run.tenant.schema,
+                        run.tenant.key_id,
+                        run.tenant.department_id,
+                        clients=settings.workers * settings.pool_size,
+                    )
+                    run_load = partial(run_pgbench, tools.pgbench, load, settings)
+                else:
+                    base_url = service.base_url if service else run.dealbase.base_url
+                    run_load = partial(
+                        run_wrk, tools.wrk, run.wrk_load(scenario, base_url), settings
+                    )
+                outcome = measure(scenario, run_load, settings)
+                outcomes[scenario.name] = outcome
+                report_line(outcome)
+        finally:
+            if service is not None:
+                service.stop()
+
+
+def _profile_files(stamp: str, scenario: str) -> tuple[Path, Path, Path]:
+    """The speedscope file, the text summary and py-spy's own output."""
+    base = f"{stamp}-profile-{scenario}"
+    return (
+        RESULTS / f"{base}.speedscope.json",
+        RESULTS / f"{base}.txt",
+        RESULTS / f"{base}.py-spy.log",
+    )
+
+
+def profile(settings: BenchSettings, name: str) -> int:
+    if name not in DEALBASE_SCENARIOS:
+        raise UnknownScenario(
+            f"profile takes a dealbase scenario: {', '.join(DEALBASE_SCENARIOS)} (not {name!r})"
+        )
+    scenario = select((name,))[-1]
+    tools = Toolset(wrk=ensure_wrk(), py_spy=ensure_py_spy())
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
+    speedscope, summary, log = _profile_files(stamp, name)
+    with ExitStack() as stack:
+        run = Run(settings, stamp, stack)
+        load = run.wrk_load(scenario, run.dealbase.base_url)
+        recording = None
+
+        def start() -> None:
+            nonlocal recording
+            say(f"py-spy recording dealbase (pid {run.dealbase.pid} and its workers)")
+            recording = start_recording(
+                tools.py_spy or "py-spy",
+                run.dealbase.pid,
+                speedscope,
+                log,
+                gil_only=settings.profile_gil_only,
+            )
+
+        say(f"{scenario.name}: {scenario.what}, {settings.seconds} s under py-spy")
+        try:
+            outcome = measure(
+                scenario,
+                lambda seconds: run_wrk(tools.wrk, load, settings, seconds),
+                settings,
+                during=start,
+            )
+        finally:
+            if recording is not None:
+                stop_recording(recording)
+        report_line(outcome)
+        text = summarize(speedscope)
+        m = outcome.measurement
+        sampled = (
+            "samples taken while the thread held the GIL (BENCH_PROFILE_GIL=0: every busy thread)"
+            if settings.profile_gil_only
+            else "samples of every thread py-spy did not judge idle"
+        )
+        load_line = (
+            f"{m.requests_per_second:,.0f} req/s under the profiler, p50 {m.p50_ms:.1f} ms,"
+            f" p99 {m.p99_ms:.1f} ms, {m.errors} errors"
+            if m
+            else f"no figures: {outcome.failure}"
+        )
+        heading = "\n".join(
+            [
+                f"py-spy profile of dealbase, scenario {scenario.name} ({scenario.what}), {stamp}",
+                f"{settings.workers} workers, wrk -t{settings.threads} -c{settings.connections}"
+                f" for {settings.seconds} s: {load_line}",
+                f"{sampled}; load average {outcome.load_average_before} before, "
+                f"{outcome.load_average_after} after",
+                f"speedscope file: {speedscope.relative_to(ROOT)} (open it in speedscope)",
+                "",
+                "",
+            ]
+        )
+        summary.write_text(heading + text)
+        print()
+        print(heading + text)
+        say(f"wrote {speedscope.relative_to(ROOT)} and {summary.relative_to(ROOT)}")
+        return 0 if outcome.ok else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Scenarios: " + ", ".join(s.name for s in select(())),
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("bench", help="every scenario (or BENCH_SCENARIOS), one table")
+    profiler = commands.add_parser("profile", help="one dealbase scenario under py-spy")
+    profiler.add_argument("--scenario", required=True, help=", ".join(DEALBASE_SCENARIOS))
+    arguments = parser.parse_args()
+    _stop_on_sigterm()
+    try:
+        settings = BenchSettings.from_environment()
+        if arguments.command == "profile":
+            return profile(settings, arguments.scenario)
+        return bench(settings)
+    except (SettingsError, UnknownScenario, ToolMissing) as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
+    except (ServiceFailed, seeding.SeedFailed, ProfileFailed, LoadFailed) as exc:
+        print(f"bench: FAILED: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("bench: interrupted; servers stopped, scratch database dropped", file=sys.stderr)
+        return 130
+    except Exception:
+        traceback.print_exc()
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
