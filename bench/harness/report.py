@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.load import Measurement
-from harness.scenarios import BY_NAME, MAX_TAIL, TARGETS, Scenario
+from harness.scenarios import MAX_TAIL, TARGETS, Scenario
 
 
 @dataclass
@@ -141,7 +141,3 @@ def outcome_record(outcome: Outcome, outcomes: dict[str, Outcome]) -> dict[str, 
 def write_results(path: Path, document: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
-
-
-def describe(name: str) -> str:
-    return BY_NAME[name].what

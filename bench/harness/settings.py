@@ -57,7 +57,7 @@ class BenchSettings:
             connections=_int("BENCH_CONNECTIONS", 32, 1, 1000),
             threads=_int("BENCH_THREADS", 2, 1, 64),
             workers=_int("BENCH_WORKERS", 2, 1, 64),
-            timeout_seconds=_int("BENCH_TIMEOUT", 5, 1, 120),
+            timeout_seconds=_int("BENCH_TIMEOUT", 30, 1, 300),
             pool_size=_int("BENCH_POOL_SIZE", 10, 1, 200),
             seed_deals=_int("BENCH_SEED_DEALS", 60, 50, 100_000),
             seed_customers=_int("BENCH_SEED_CUSTOMERS", 1000, 200, 1_000_000),

@@ -8,8 +8,7 @@ import os
 import secrets
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,7 +150,9 @@ def dealbase_environment(database: str, settings: BenchSettings, port: int) -> d
     }
 
 
-def _answers_http(path: str) -> Any:
+def _answers_http(path: str) -> Callable[[httpx.Client], bool]:
+    """Ready once the server answers `path` at all (the baseline answers 401 without a key)."""
+
     def probe(client: httpx.Client) -> bool:
         client.get(path)
         return True
@@ -258,7 +259,3 @@ def server_versions(server: str, redis_url: str) -> dict[str, Any]:
         "postgres_settings": settings,
         "redis_server": redis_version,
     }
-
-
-def new_uuid() -> str:
-    return str(uuid.uuid4())
