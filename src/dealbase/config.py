@@ -61,6 +61,15 @@ class Settings(BaseSettings):
     graphql_max_cost: int = Field(
         default=50_000, ge=100, description="Budget of the estimated cost of one query."
     )
+    graphql_document_cache_size: int = Field(
+        default=100,
+        ge=0,
+        le=100_000,
+        description=(
+            "GraphQL documents each worker keeps parsed, validated and costed, the least"
+            " recently used dropped first; 0 reads every document anew."
+        ),
+    )
 
     @field_validator("database_url", "database_listen_url")
     @classmethod

@@ -1,11 +1,14 @@
-"""Limits on what one query may ask: its estimated cost, checked before it runs."""
+"""Limits on what one query may ask, checked before it runs: its depth, aliases and tokens, and
+its estimated cost."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from graphql import (
+    ASTValidationRule,
     DocumentNode,
     FieldNode,
     FragmentDefinitionNode,
@@ -22,21 +25,91 @@ from graphql import (
     IntValueNode,
     OperationDefinitionNode,
     SelectionSetNode,
-    ValidationContext,
-    ValidationRule,
     VariableNode,
     get_named_type,
 )
-from strawberry.extensions import SchemaExtension
+from strawberry.extensions import DisableIntrospection, MaxAliasesLimiter, QueryDepthLimiter
 
+from dealbase.config import Settings
 from dealbase.platform.pagination import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
 
 QUERY_TOO_COSTLY = "query_too_costly"
 
 
-def estimate_cost(
-    schema: GraphQLSchema, document: DocumentNode, variables: Mapping[str, Any] | None
-) -> int:
+@dataclass(frozen=True)
+class Guards:
+    """The limits of one schema, from the settings: the rules validation adds to GraphQL's own
+    (Strawberry's depth and alias limits, and its introspection switch), the tokens parsing
+    reads at most, and the budget of the estimated cost."""
+
+    validation_rules: tuple[type[ASTValidationRule], ...]
+    max_tokens: int
+    max_cost: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> Guards:
+        # Strawberry's limiters as plain rules, made once: as extensions they would make new
+        # rule classes for every request.
+        rules = [
+            *QueryDepthLimiter(max_depth=settings.graphql_max_depth).validation_rules,
+            *MaxAliasesLimiter(max_alias_count=settings.graphql_max_aliases).validation_rules,
+        ]
+        if not settings.graphql_introspection:
+            rules += DisableIntrospection().validation_rules
+        return cls(tuple(rules), settings.graphql_max_tokens, settings.graphql_max_cost)
+
+
+def cost_refusal(estimate: int, budget: int) -> GraphQLError:
+    return GraphQLError(
+        f"The query's estimated cost {estimate} is over the budget of {budget};"
+        " ask for fewer items (first) or fewer fields.",
+        extensions={"code": QUERY_TOO_COSTLY},
+    )
+
+
+def _items(first: object) -> int:
+    """The items a list asked for with ``first`` may hold: its value, or the maximum when it is
+    not a number (a variable not given); at least one."""
+    return max(first if isinstance(first, int) else MAX_PAGE_SIZE, 1)
+
+
+@dataclass(frozen=True)
+class CostPlan:
+    """A document's estimated cost as a function of its variables: ``fixed``, plus for each
+    variable a ``first`` reads, the cost of one item times the items that variable asks for.
+
+    Made once per document (the walk through the document and the schema), it estimates the
+    cost of each request's variables with a few multiplications.
+    """
+
+    fixed: int = 0
+    per_item: Mapping[str, CostPlan] = field(default_factory=dict)
+
+    def __add__(self, other: CostPlan) -> CostPlan:
+        per_item = dict(self.per_item)
+        for variable, item in other.per_item.items():
+            per_item[variable] = per_item[variable] + item if variable in per_item else item
+        return CostPlan(self.fixed + other.fixed, per_item)
+
+    def times(self, count: int) -> CostPlan:
+        if count == 1:
+            return self
+        per_item = {variable: item.times(count) for variable, item in self.per_item.items()}
+        return CostPlan(self.fixed * count, per_item)
+
+    def estimate(self, variables: Mapping[str, Any] | None) -> int:
+        given = variables or {}
+        return self.fixed + sum(
+            _items(given.get(variable)) * item.estimate(given)
+            for variable, item in self.per_item.items()
+        )
+
+
+_ONE = CostPlan(1)
+_NOTHING = CostPlan()
+
+
+def cost_plan(schema: GraphQLSchema, document: DocumentNode) -> CostPlan:
     """Every field costs 1, and the fields below a list count once per item it may hold.
 
     A field taking ``first`` holds that many (a variable counts at its value, else at the
@@ -48,9 +121,9 @@ def estimate_cost(
         for definition in document.definitions
         if isinstance(definition, FragmentDefinitionNode)
     }
-    given = variables or {}
 
-    def first_of(field: FieldNode, definition: GraphQLField) -> int | None:
+    def first_of(field: FieldNode, definition: GraphQLField) -> int | str | None:
+        """The items ``first`` asks for, or the variable that says; None without ``first``."""
         if "first" not in definition.args:
             return None
         for argument in field.arguments or ():
@@ -59,38 +132,39 @@ def estimate_cost(
             if isinstance(argument.value, IntValueNode):
                 return int(argument.value.value)
             if isinstance(argument.value, VariableNode):
-                value = given.get(argument.value.name.value)
-                return value if isinstance(value, int) else MAX_PAGE_SIZE
+                return argument.value.name.value
         default = definition.args["first"].default_value
         return default if isinstance(default, int) else DEFAULT_PAGE_SIZE
 
-    def repeat_of(field: FieldNode, definition: GraphQLField) -> int:
+    def field_cost(field: FieldNode, definition: GraphQLField, children: CostPlan) -> CostPlan:
         first = first_of(field, definition)
+        if isinstance(first, str):
+            return CostPlan(1, {first: children})
         if first is not None:
-            return max(first, 1)
+            return _ONE + children.times(_items(first))
         returns = definition.type
         if isinstance(returns, GraphQLNonNull):
             returns = returns.of_type
-        if isinstance(returns, GraphQLList):
-            return 1 if field.name.value == "edges" else DEFAULT_PAGE_SIZE
-        return 1
+        if isinstance(returns, GraphQLList) and field.name.value != "edges":
+            return _ONE + children.times(DEFAULT_PAGE_SIZE)
+        return _ONE + children
 
     def cost_of(
         selection_set: SelectionSetNode | None, parent: GraphQLNamedType, seen: frozenset[str]
-    ) -> int:
+    ) -> CostPlan:
         if selection_set is None or not isinstance(
             parent, GraphQLObjectType | GraphQLInterfaceType
         ):
-            return 0
-        total = 0
+            return _NOTHING
+        total = _NOTHING
         for selection in selection_set.selections:
             if isinstance(selection, FieldNode):
                 definition = parent.fields.get(selection.name.value)
                 if definition is None:  # __typename, or an error validation reports
-                    total += 1
+                    total += _ONE
                     continue
                 children = cost_of(selection.selection_set, get_named_type(definition.type), seen)
-                total += 1 + repeat_of(selection, definition) * children
+                total += field_cost(selection, definition, children)
             elif isinstance(selection, InlineFragmentNode):
                 condition = selection.type_condition
                 on = schema.get_type(condition.name.value) if condition else parent
@@ -103,7 +177,7 @@ def estimate_cost(
                     total += cost_of(fragment.selection_set, on, seen | {name})
         return total
 
-    total = 0
+    total = _NOTHING
     for definition in document.definitions:
         if isinstance(definition, OperationDefinitionNode):
             root = schema.get_root_type(definition.operation)
@@ -112,43 +186,8 @@ def estimate_cost(
     return total
 
 
-class QueryCost(SchemaExtension):
-    """Refuses a query whose estimated cost is over the budget before it runs, and reports the
-    estimate in the response's ``extensions.cost`` either way."""
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self.estimate: int | None = None
-
-    def on_validate(self) -> Iterator[None]:
-        context = self.execution_context
-        if context.graphql_document is not None:
-            self.estimate = estimate_cost(
-                context.schema._schema, context.graphql_document, context.variables
-            )
-            if self.estimate > self.budget:
-                context.validation_rules = (
-                    *context.validation_rules,
-                    _refusal(self.estimate, self.budget),
-                )
-        yield
-
-    def get_results(self) -> dict[str, Any]:
-        if self.estimate is None:
-            return {}
-        return {"cost": {"estimated": self.estimate, "budget": self.budget}}
-
-
-def _refusal(estimate: int, budget: int) -> type[ValidationRule]:
-    class CostOverBudget(ValidationRule):
-        def __init__(self, context: ValidationContext) -> None:
-            super().__init__(context)
-            context.report_error(
-                GraphQLError(
-                    f"The query's estimated cost {estimate} is over the budget of {budget};"
-                    " ask for fewer items (first) or fewer fields.",
-                    extensions={"code": QUERY_TOO_COSTLY},
-                )
-            )
-
-    return CostOverBudget
+def estimate_cost(
+    schema: GraphQLSchema, document: DocumentNode, variables: Mapping[str, Any] | None
+) -> int:
+    """The estimated cost of ``document`` run with ``variables`` (see ``cost_plan``)."""
+    return cost_plan(schema, document).estimate(variables)

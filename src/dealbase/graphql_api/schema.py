@@ -11,19 +11,14 @@ from typing import Any, Generic, TypeVar
 import strawberry
 from graphql import GraphQLError
 from pydantic import BaseModel
-from strawberry.extensions import (
-    DisableIntrospection,
-    MaxAliasesLimiter,
-    MaxTokensLimiter,
-    QueryDepthLimiter,
-    SchemaExtension,
-)
+from strawberry.extensions import SchemaExtension
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext
 
 from dealbase.config import Settings
+from dealbase.graphql_api.documents import DocumentCache, DocumentGuard
 from dealbase.graphql_api.errors import DomainErrors
-from dealbase.graphql_api.guards import QueryCost
+from dealbase.graphql_api.guards import Guards
 from dealbase.graphql_api.inputs import (
     ActivityChanges,
     ActivityFilter,
@@ -322,17 +317,16 @@ class DashboardSchema(strawberry.Schema):
 
 
 def build_schema(settings: Settings) -> strawberry.Schema:
-    # Factories, not instances: each operation gets extensions of its own (QueryCost keeps the
+    # One cache per schema, shared by its operations: its entries hold this schema's verdicts.
+    # Validation rules belong in Guards, not in AddValidationRules extensions: the guard
+    # validates (or finds the verdict) in Strawberry's stead.
+    documents = DocumentCache(Guards.of(settings), settings.graphql_document_cache_size)
+    # Factories, not instances: each operation gets extensions of its own (the guard keeps the
     # operation's estimate).
     extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
         DomainErrors,
-        lambda: QueryDepthLimiter(max_depth=settings.graphql_max_depth),
-        lambda: MaxAliasesLimiter(max_alias_count=settings.graphql_max_aliases),
-        lambda: MaxTokensLimiter(max_token_count=settings.graphql_max_tokens),
-        lambda: QueryCost(settings.graphql_max_cost),
+        lambda: DocumentGuard(documents),
     ]
-    if not settings.graphql_introspection:
-        extensions.append(DisableIntrospection)
     return DashboardSchema(
         query=Query,
         mutation=Mutation,
