@@ -47,7 +47,7 @@ def _number(value: float | None, digits: int = 2) -> str:
     return "—" if value is None else f"{value:,.{digits}f}"
 
 
-def table(outcomes: dict[str, Outcome]) -> str:
+def table(outcomes: dict[str, Outcome], seconds: int | None = None) -> str:
     header = (
         "| scenario | what | req/s | p50 ms | p99 ms | p99/p50 | errors | ratio | to |\n"
         "|---|---|---:|---:|---:|---:|---:|---:|---|"
@@ -68,6 +68,17 @@ def table(outcomes: dict[str, Outcome]) -> str:
         rows.append(
             f"| {scenario.name} | {scenario.what} | {figures} | {ratio_text} | {compare or ''} |"
         )
+    if seconds is not None:
+        longer = [
+            f"{o.scenario.name} {o.measurement.seconds:.0f} s"
+            for o in outcomes.values()
+            if o.ok and o.measurement and o.measurement.seconds > seconds + 1
+        ]
+        if longer:
+            rows.append(
+                f"\nMeasured longer than {seconds} s, so that each connection completed about ten"
+                f" requests: {', '.join(longer)}."
+            )
     return "\n".join(rows)
 
 
