@@ -12,9 +12,11 @@ from dealbase.platform.rows import in_department, owned_by
 from dealbase.platform.tables import activities
 from dealbase.tenancy.statements import Record, TenantConnection
 
+_COLUMNS = tuple(column.name for column in activities.c)  # named once: see customers
+
 
 def to_activity(row: Record) -> Activity:
-    return Activity(**{column.name: row[column.name] for column in activities.c})
+    return Activity(**{name: row[name] for name in _COLUMNS})
 
 
 def insert_activity(
