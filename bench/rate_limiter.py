@@ -1,7 +1,7 @@
 """What the rate limiter adds to a request: the CPU and the time of one admission check.
 
 Run: .venv/bin/python bench/rate_limiter.py [--redis redis://127.0.0.1:6379/15]
-         [--checks 2000] [--rounds 9] [--loop uvloop|asyncio]
+         [--checks 2000] [--rounds 9] [--loop uvloop|asyncio] [--before GIT_REVISION]
 
 One check (both limits, key and tenant) at a time on one event loop, as a server process asks
 them, with limits high enough that every call admits. Measured per limiter:
@@ -10,27 +10,33 @@ them, with limits high enough that every call admits. Measured per limiter:
   --checks. This is what every request pays in the server process, and the figure to compare:
   the machine is shared, so wall time mostly measures the neighbours. The limiters take turns,
   round after round (A, B, C, A, B, C, ...) in one process, and the median round is reported,
-  with its ratio to redis-py's.
+  with its ratio to the first Redis limiter's (the one at --before, else redis-py).
 - Wall time of one check (median and 99th percentile over every check of every round): the
   latency a request waits, Redis's own work and the round trip included.
 
 Limiters: the in-process one; RedisLimiter (its own pipelined connection); and, as the
 reference, the same script through redis-py's asyncio client as RedisLimiter used it before
-(connection pool, Script object, one retry on ConnectionError). Without --redis (and without
-DEALBASE_REDIS_URL) only the in-process limiter is measured. The loop defaults to uvloop, the
-one `dealbase serve` runs on.
+(connection pool, Script object, one retry on ConnectionError). With --before, also RedisLimiter
+as it was at that git revision, for before and after figures from one run. Without --redis (and
+without DEALBASE_REDIS_URL) only the in-process limiter is measured. The loop defaults to uvloop,
+the one `dealbase serve` runs on.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import redis
 import redis.asyncio
@@ -54,6 +60,8 @@ GENEROUS = Rate(per_second=100_000, burst=1_000_000)
 TIMEOUT_S = 0.05  # the service's default DEALBASE_REDIS_TIMEOUT_MS
 PREFIX = "dealbase:bench"
 WARM_UP_CHECKS = 200  # connection, script load
+ROOT = Path(__file__).resolve().parent.parent
+MODULE = "src/dealbase/tenancy/rate_limits.py"
 
 
 class RedisPyLimiter:
@@ -101,6 +109,27 @@ class RedisPyLimiter:
         await self._client.aclose()
 
 
+def limiter_at(revision: str, url: str) -> RateLimiter:
+    """RedisLimiter as it was at a git revision, loaded beside today's."""
+    source = subprocess.run(
+        ["git", "show", f"{revision}:{MODULE}"], cwd=ROOT, capture_output=True, check=True
+    ).stdout
+    name = f"rate_limits_at_{revision}"
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / f"{name}.py"
+        path.write_bytes(source)
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up while it loads
+        spec.loader.exec_module(module)
+    # Its faults count as today's do (one_round counts them instead of stopping).
+    module.__dict__["RateLimiterUnavailable"] = RateLimiterUnavailable
+    limiter: RateLimiter = module.RedisLimiter(url, timeout_seconds=TIMEOUT_S, prefix=PREFIX)
+    return limiter
+
+
 @dataclass
 class Figures:
     cpu_per_check_us: list[float] = field(default_factory=list)  # one per round
@@ -124,28 +153,35 @@ async def one_round(limiter: RateLimiter, checks: int, figures: Figures) -> None
     figures.cpu_per_check_us.append((time.process_time() - started_cpu) / checks * 1_000_000)
 
 
-def report(figures: dict[str, Figures], reference: str | None) -> None:
-    base = statistics.median(figures[reference].cpu_per_check_us) if reference else None
+def report(figures: dict[str, Figures], base: str | None) -> None:
+    """One line per limiter; CPU also as a ratio to ``base``'s."""
+    base_cpu = statistics.median(figures[base].cpu_per_check_us) if base else None
+    width = max(len(name) for name in figures)
     print(
-        f"{'limiter':<13} {'CPU/check':>10} {'vs redis-py':>12} {'wall median':>12}"
+        f"{'limiter':<{width}} {'CPU/check':>10} {'ratio':>6} {'wall median':>12}"
         f" {'wall p99':>10} {'timed out':>10}"
     )
     for name, measured in figures.items():
         cpu = statistics.median(measured.cpu_per_check_us)
         ordered = sorted(measured.wall_us)
         p99 = ordered[int(len(ordered) * 0.99) - 1]
-        ratio = f"{cpu / base:.2f}" if base else "-"
+        ratio = f"{cpu / base_cpu:.2f}" if base_cpu else "-"
         print(
-            f"{name:<13} {cpu:8.1f} µs {ratio:>12} {statistics.median(ordered):9.1f} µs"
+            f"{name:<{width}} {cpu:8.1f} µs {ratio:>6} {statistics.median(ordered):9.1f} µs"
             f" {p99:7.1f} µs {measured.unavailable:>10}"
         )
+    if base:
+        print(f"ratio: CPU per check over {base}'s")
 
 
-async def main(url: str | None, checks: int, rounds: int) -> None:
-    limiters: dict[str, RateLimiter] = {"in-process": InProcessLimiter()}
+async def main(url: str | None, checks: int, rounds: int, before: str | None) -> None:
+    limiters: dict[str, RateLimiter] = {}
+    if url and before:
+        limiters[f"RedisLimiter at {before}"] = limiter_at(before, url)
     if url:
-        limiters["RedisLimiter"] = RedisLimiter(url, timeout_seconds=TIMEOUT_S, prefix=PREFIX)
         limiters["redis-py"] = RedisPyLimiter(url)
+        limiters["RedisLimiter"] = RedisLimiter(url, timeout_seconds=TIMEOUT_S, prefix=PREFIX)
+    limiters["in-process"] = InProcessLimiter()
     try:
         for limiter in limiters.values():
             await one_round(limiter, WARM_UP_CHECKS, Figures())
@@ -155,9 +191,10 @@ async def main(url: str | None, checks: int, rounds: int) -> None:
                 await one_round(limiter, checks, figures[name])
     finally:
         for limiter in limiters.values():
-            if isinstance(limiter, RedisLimiter | RedisPyLimiter):
-                await limiter.close()
-    report(figures, "redis-py" if url else None)
+            close = getattr(limiter, "close", None)
+            if close is not None:
+                await close()
+    report(figures, next(iter(figures)) if url else None)
     if not url:
         print("Redis not measured: pass --redis URL or set DEALBASE_REDIS_URL")
 
@@ -168,13 +205,14 @@ def cli() -> None:
     parser.add_argument("--checks", type=int, default=2000, help="checks per round")
     parser.add_argument("--rounds", type=int, default=9, help="rounds per limiter, alternated")
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
+    parser.add_argument("--before", help="also RedisLimiter at this git revision")
     args = parser.parse_args()
     print(
         f"{args.rounds} rounds of {args.checks} checks per limiter, on {args.loop};"
         f" redis-py {redis.__version__}, {'hiredis' if HIREDIS_AVAILABLE else 'its Python'} parser"
     )
     run: Callable[..., None] = uvloop.run if args.loop == "uvloop" else asyncio.run
-    run(main(args.redis, args.checks, args.rounds))
+    run(main(args.redis, args.checks, args.rounds, args.before))
 
 
 if __name__ == "__main__":

@@ -389,9 +389,9 @@ class RedisLimiter:
 
     The checks of a process share one pipelined connection (_Connection) rather than going
     through redis-py, whose general machinery (connection pool, retry wrapper, stream reader,
-    reply parser, a timeout per read) cost about three times the CPU per check that this path
-    does (measured with bench/rate_limiter.py). The connection opens on first use, and again
-    after it was lost or gave up on a request.
+    reply parser, a timeout per write and read) cost three to four times the CPU per check that
+    this path does (bench/rate_limiter.py, figures in bench/README.md). The connection opens on
+    first use, and again after it was lost or gave up on a request.
     """
 
     def __init__(
