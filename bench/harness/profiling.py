@@ -106,9 +106,8 @@ def summarize(speedscope: Path, top: int = 40) -> str:
             seconds += weight
             per_thread[profile.get("name", "?")] += weight
             own[function_of[stack[-1]]] += weight
-            for index in set(stack):
-                if not is_process[index]:
-                    total[function_of[index]] += weight
+            for function in {function_of[index] for index in stack if not is_process[index]}:
+                total[function] += weight
     if samples == 0:
         raise ProfileFailed(f"{speedscope} holds no samples")
 
