@@ -4,11 +4,12 @@ SQLAlchemy Core stays the language of every query; only the execution is ours. I
 ``Connection.execute`` spends most of a short transaction's CPU on machinery a unit of work does
 not use (execution contexts, events, result metadata, pool proxies): a one-INSERT transaction
 took 0.64 ms of CPU through it and 0.27 ms as the same SQL through psycopg (docs/architecture.md,
-"The path to PostgreSQL"). Here a statement is compiled once per shape, keyed by SQLAlchemy's own
-cache key (the structure, not the values); the tenant's schema is written into the compiled text
-in place of the ``tenant`` placeholder, so the routing travels inside the first statement and no
-``search_path`` round trip is needed; the values go to psycopg, which prepares a statement once it
-has run it a few times on a connection (unless prepared statements are turned off, for pgbouncer).
+"Decisions and their reasons"). Here a statement is compiled once per shape, keyed by
+SQLAlchemy's own cache key (the structure, not the values); the tenant's schema is written into
+the compiled text in place of the ``tenant`` placeholder, so the routing travels inside the first
+statement and no ``search_path`` round trip is needed; the values go to psycopg, which prepares a
+statement once it has run it a few times on a connection (unless prepared statements are turned
+off, for pgbouncer).
 """
 
 from __future__ import annotations
