@@ -18,6 +18,7 @@ from strawberry.types import ExecutionContext
 from dealbase.config import Settings
 from dealbase.graphql_api.documents import DocumentCache, DocumentGuard
 from dealbase.graphql_api.errors import DomainErrors
+from dealbase.graphql_api.execution import PlainLeavesExecutionContext, mark_plain_leaves
 from dealbase.graphql_api.guards import Guards
 from dealbase.graphql_api.inputs import (
     ActivityChanges,
@@ -327,9 +328,12 @@ def build_schema(settings: Settings) -> strawberry.Schema:
         DomainErrors,
         lambda: DocumentGuard(documents),
     ]
-    return DashboardSchema(
+    schema = DashboardSchema(
         query=Query,
         mutation=Mutation,
         extensions=extensions,
+        execution_context_class=PlainLeavesExecutionContext,
         config=StrawberryConfig(scalar_map={BigInt: BIG_INT_SCALAR}),
     )
+    mark_plain_leaves(schema._schema)
+    return schema
