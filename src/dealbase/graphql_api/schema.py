@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -14,8 +14,10 @@ from pydantic import BaseModel
 from strawberry.extensions import SchemaExtension
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext
+from strawberry.types.nodes import SelectedField, Selection
 
 from dealbase.config import Settings
+from dealbase.graphql_api import loaders
 from dealbase.graphql_api.documents import DocumentCache, DocumentGuard
 from dealbase.graphql_api.errors import DomainErrors
 from dealbase.graphql_api.execution import PlainLeavesExecutionContext, mark_plain_leaves
@@ -101,6 +103,20 @@ class _Listing(Generic[Item, Filters]):
         return connection(page, to_node, count)
 
 
+def _selects(selections: Sequence[Selection], path: str) -> bool:
+    """Whether the document selects the field at ``path`` (dotted field names, not aliases),
+    through fragments; ``@skip`` and ``@include`` are not read: at worst a prefetch loads what no
+    field asks for."""
+    name, _, rest = path.partition(".")
+    for selection in selections:
+        if not isinstance(selection, SelectedField):
+            if _selects(selection.selections, path):
+                return True
+        elif selection.name == name and (not rest or _selects(selection.selections, rest)):
+            return True
+    return False
+
+
 @strawberry.type
 class Pipeline:
     department: Department
@@ -139,9 +155,20 @@ class Query:
         after: str | None = None,
     ) -> Connection[Deal]:
         found = _Listing(deals.list_page, deals.count, DealFilterModel)
-        return await found.page(
+        page = await found.page(
             info, filter, first, after, Deal.of, order_by={"order_by": order_by.value}
         )
+        nodes = [edge.node for edge in page.edges]
+        # One entry per node of this field in the document (a field may be selected twice).
+        selected = [inner for field in info.selected_fields for inner in field.selections]
+        steps = _selects(selected, "edges.node.step")
+        employees = _selects(selected, "edges.node.employee")
+        await loaders.prefetch(
+            info.context,
+            step_ids=[node.step_id for node in nodes if steps],
+            employee_ids=[node.employee_id for node in nodes if employees and node.employee_id],
+        )
+        return page
 
     @strawberry.field
     async def activity(self, info: GraphQLInfo, id: uuid.UUID) -> Activity:

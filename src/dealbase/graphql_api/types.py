@@ -3,6 +3,7 @@ connections), with nested fields resolved through the request's DataLoaders."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import date, datetime
@@ -99,12 +100,40 @@ class Employee:
         )
 
 
-async def _employee(info: GraphQLInfo, employee_id: uuid.UUID | None) -> Employee | None:
+Model = TypeVar("Model")
+Converted = TypeVar("Converted")
+
+
+def _now_or_later(
+    found: asyncio.Future[Model], convert: Callable[[Model], Converted]
+) -> Converted | Awaitable[Converted]:
+    """A loader's answer converted now when its batch already ran (``loaders.prefetch``), so
+    graphql-core has no awaitable to gather; later otherwise."""
+    if found.done():
+        return convert(found.result())
+
+    async def later() -> Converted:
+        return convert(await found)
+
+    return later()
+
+
+def _employee_of(employee: EmployeeModel | None) -> Employee | None:
+    return None if employee is None else Employee.of(employee)
+
+
+def _employee(
+    info: GraphQLInfo, employee_id: uuid.UUID | None
+) -> Employee | Awaitable[Employee | None] | None:
     """The employee a deal or an activity is assigned to, through the request's loader."""
     if employee_id is None:
         return None
-    employee = await loaders.employee(info.context, employee_id)
-    return None if employee is None else Employee.of(employee)
+    return _now_or_later(loaders.employee(info.context, employee_id), _employee_of)
+
+
+def _step_of(step: StepModel | None) -> Step:
+    assert step is not None, "a deal's step is in its department"
+    return Step.of(step)
 
 
 @strawberry.type
@@ -212,15 +241,14 @@ class Deal:
             customers=[Customer.of(customer) for customer in deal.customers],
         )
 
-    @strawberry.field
-    async def step(self, info: GraphQLInfo) -> Step:
-        step = await loaders.step(info.context, self.step_id)
-        assert step is not None, "a deal's step is in its department"
-        return Step.of(step)
+    # Plain functions that may return an awaitable: graphql-core awaits what needs it.
+    @strawberry.field(graphql_type=Step)
+    def step(self, info: GraphQLInfo) -> Step | Awaitable[Step]:
+        return _now_or_later(loaders.step(info.context, self.step_id), _step_of)
 
-    @strawberry.field
-    async def employee(self, info: GraphQLInfo) -> Employee | None:
-        return await _employee(info, self.employee_id)
+    @strawberry.field(graphql_type=Employee | None)
+    def employee(self, info: GraphQLInfo) -> Employee | Awaitable[Employee | None] | None:
+        return _employee(info, self.employee_id)
 
     @strawberry.field(description="The deal's activities, oldest first.")
     async def activities(self, info: GraphQLInfo, first: int = NESTED_DEFAULT) -> list[Activity]:
@@ -272,9 +300,9 @@ class Activity:
         deal = await loaders.deal(info.context, self.deal_id)
         return None if deal is None else Deal.of(deal)
 
-    @strawberry.field
-    async def employee(self, info: GraphQLInfo) -> Employee | None:
-        return await _employee(info, self.employee_id)
+    @strawberry.field(graphql_type=Employee | None)
+    def employee(self, info: GraphQLInfo) -> Employee | Awaitable[Employee | None] | None:
+        return _employee(info, self.employee_id)
 
 
 Node = TypeVar("Node")
