@@ -262,6 +262,19 @@ def test_a_query_over_the_budget_is_refused_before_running(
     assert str(cost["estimated"]) in error["message"] and "100" in error["message"]
 
 
+def test_an_estimate_past_64_bits_is_reported_whole(client: TestClient, world: TenantWorld) -> None:
+    # JSON numbers have no size limit; the estimate of nested pages of 2^31 items has 94 bits.
+    huge = "first: 2147483647"
+    result = gql(
+        client,
+        world,
+        f"{{ deals({huge}) {{ edges {{ node {{ customers {{ deals({huge}) {{"
+        f" activities({huge}) {{ id }} }} }} }} }} }} }}",
+    )
+    assert refusal(result)["extensions"]["code"] == "query_too_costly"
+    assert cost_of(result)["estimated"] >= 2**64
+
+
 def test_a_mutation_over_the_budget_writes_nothing(
     client: TestClient, database: Database, world: TenantWorld
 ) -> None:
