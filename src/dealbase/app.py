@@ -13,12 +13,13 @@ from dealbase.edge.rate_limit_headers import RateLimitHeadersMiddleware
 from dealbase.edge.request_context import RequestContextMiddleware
 from dealbase.graphql_api.api import install_graphql_api
 from dealbase.ops.embedded_postgres import embedded_database_url
+from dealbase.ops.health import install_health
 from dealbase.ops.metrics import Metrics, install_metrics
 from dealbase.ops.observability import configure_logging
 from dealbase.rest_api.api import install_rest_api
 from dealbase.tenancy.admission import Admission
 from dealbase.tenancy.authentication import Authenticator, KeyCache, KeyChangeListener
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database import Database, DatabaseLimits
 from dealbase.tenancy.rate_limits import InProcessLimiter, RedisLimiter
 from dealbase.tenancy.scope import Rate
 
@@ -38,6 +39,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
         prepared_statements=settings.db_prepared_statements,
+        limits=DatabaseLimits(
+            statement_timeout_ms=settings.db_statement_timeout_ms,
+            lock_timeout_ms=settings.db_lock_timeout_ms,
+            acquire_timeout_seconds=settings.db_acquire_timeout_ms / 1000,
+        ),
     )
     key_cache = KeyCache()
     limiter: RedisLimiter | InProcessLimiter = (
@@ -83,6 +89,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Routes are matched in order, one after another: /graphql, a single path that dashboards
     # call all day, goes before the twenty REST routes instead of after them.
     install_graphql_api(app, settings)
+    install_health(app, database, limiter if isinstance(limiter, RedisLimiter) else None)
     install_rest_api(app)
     # Outermost last: the request id exists before a too-large body is refused.
     app.add_middleware(BodyLimitMiddleware)

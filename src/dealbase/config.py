@@ -41,6 +41,27 @@ class Settings(BaseSettings):
             " max_prepared_statements = 0)."
         ),
     )
+    db_statement_timeout_ms: int = Field(
+        default=15_000,
+        ge=0,
+        le=3_600_000,
+        description="A statement of a request running longer is cancelled (503); 0: no limit.",
+    )
+    db_lock_timeout_ms: int = Field(
+        default=3_000,
+        ge=0,
+        le=3_600_000,
+        description="A statement waiting longer for a row or table lock fails (503); 0: no limit.",
+    )
+    db_acquire_timeout_ms: int = Field(
+        default=3_000,
+        ge=100,
+        le=60_000,
+        description=(
+            "How long a request waits for a database connection (the pool's, or PostgreSQL to"
+            " accept a new one) before it is answered 503."
+        ),
+    )
     migrate_concurrency: int = Field(default=4, ge=1, le=64)
     rate_limit_key: str = Field(
         default="10/s", description="Default rate per API key, as N/s (a key may have its own)."

@@ -66,11 +66,30 @@ class PreconditionFailed(DomainError):
 
 
 class Unavailable(DomainError):
-    """A dependency the request needs is down, and the service was set to refuse rather than
-    go on without it (rate limits with DEALBASE_RATE_LIMIT_FAIL=closed)."""
+    """A dependency the request needs is down or too slow (the database; Redis, when rate
+    limits are set to fail closed): the same request may succeed later, after
+    ``retry_after_seconds`` when given."""
 
     code = "service_unavailable"
     title = "Service unavailable"
+
+    def __init__(self, detail: str, *, retry_after_seconds: int | None = None) -> None:
+        super().__init__(detail)
+        self.retry_after_seconds = retry_after_seconds
+
+
+class DatabaseUnavailable(Unavailable):
+    """PostgreSQL could not be reached, or a connection to it broke, or it refused the work for
+    a reason that passes (shutting down, too many connections, a deadlock)."""
+
+    code = "database_unavailable"
+
+
+class DatabaseTimeout(Unavailable):
+    """A statement ran past the statement timeout, or waited for a lock past the lock timeout."""
+
+    code = "database_timeout"
+    title = "Database timeout"
 
 
 class RateLimited(DomainError):

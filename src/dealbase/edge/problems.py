@@ -62,7 +62,10 @@ def problem(
     *,
     errors: tuple[FieldError, ...] | None = None,
     headers: Mapping[str, str] | None = None,
+    members: Mapping[str, Any] | None = None,
 ) -> Response:
+    """An ``application/problem+json`` response; ``members`` are extension members (RFC 9457
+    section 3.2) beside the standard ones."""
     body: dict[str, Any] = {
         "type": f"/problems/{code}",
         "title": title,
@@ -76,6 +79,8 @@ def problem(
             {"field": e.field, "pointer": e.pointer, "code": e.code, "message": e.message}
             for e in errors
         ]
+    if members is not None:
+        body.update(members)
     return Response(orjson.dumps(body), status, headers=headers, media_type=PROBLEM_MEDIA_TYPE)
 
 
@@ -89,7 +94,7 @@ def _status_of(error: DomainError) -> int:
 async def _domain_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, DomainError)
     headers = None
-    if isinstance(exc, RateLimited):
+    if isinstance(exc, RateLimited | Unavailable) and exc.retry_after_seconds is not None:
         headers = {"Retry-After": str(exc.retry_after_seconds)}
     errors = exc.errors if isinstance(exc, Invalid) else None
     return problem(

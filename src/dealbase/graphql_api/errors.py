@@ -10,7 +10,7 @@ import structlog
 from graphql import GraphQLError
 from strawberry.extensions import SchemaExtension
 
-from dealbase.errors import DomainError, FieldError, Invalid
+from dealbase.errors import DomainError, FieldError, Invalid, RateLimited, Unavailable
 
 log = structlog.get_logger(__name__)
 
@@ -89,6 +89,8 @@ class DomainErrors(SchemaExtension):
         elif isinstance(original, DomainError):
             extensions = {"code": original.code}
             message = original.detail
+            if isinstance(original, RateLimited | Unavailable) and original.retry_after_seconds:
+                extensions["retry_after_seconds"] = original.retry_after_seconds
             if isinstance(original, Invalid):
                 extensions["errors"] = _field_errors(original.errors)
                 for field_error in original.errors:  # the detail names fields as GraphQL does

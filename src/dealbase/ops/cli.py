@@ -28,7 +28,7 @@ from dealbase.ops import admin
 from dealbase.ops.embedded_postgres import embedded_database_url
 from dealbase.ops.observability import configure_logging
 from dealbase.rest_api.schemas import format_timestamp
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database import Database, DatabaseLimits
 from dealbase.tenancy.scope import Rate
 from dealbase.tenancy.tenants import create_tenant, list_tenants
 
@@ -150,6 +150,11 @@ def _database(settings: Settings | None = None) -> Database:
         pool_size=2,
         max_overflow=settings.migrate_concurrency,
         prepared_statements=settings.db_prepared_statements,
+        # An operator's command may build an index on a large table or wait its turn for a
+        # lock: the request limits are not its own.
+        limits=DatabaseLimits(
+            statement_timeout_ms=0, lock_timeout_ms=0, acquire_timeout_seconds=30
+        ),
     )
 
 

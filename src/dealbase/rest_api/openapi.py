@@ -54,7 +54,11 @@ _STATUS_TEXT = {
     415: "The body is not JSON.",
     422: "A field breaks a rule (`errors` names each), or an Idempotency-Key came with another body.",
     429: "A rate limit (the key's or the tenant's) is exceeded; retry after `Retry-After` seconds.",
-    503: "Rate limits cannot be checked (their store is down) and the service is set to refuse.",
+    503: (
+        "Retry after `Retry-After` seconds: the database is unavailable (`database_unavailable`)"
+        " or did not finish in time (`database_timeout`, nothing written), or rate limits"
+        " cannot be checked and the service is set to refuse (`service_unavailable`)."
+    ),
 }
 
 
@@ -180,7 +184,8 @@ _RATE_LIMIT_HEADERS = {
 
 def _add_rate_limit_responses(paths: dict[str, Any]) -> None:
     """Every authenticated operation is rate limited: its responses carry the RateLimit
-    headers, and it may answer 429 (with Retry-After) or 503."""
+    headers, and it may answer 429 (with Retry-After) or 503 (the database or the rate limits'
+    store unavailable)."""
     for operations in paths.values():
         for operation in operations.values():
             responses = operation.setdefault("responses", {})
@@ -196,4 +201,12 @@ def _add_rate_limit_responses(paths: dict[str, Any]) -> None:
                 **_RATE_LIMIT_HEADERS,
             }
             responses["429"] = refused
-            responses["503"] = problem_responses(503)[503]
+            unavailable = problem_responses(503)[503]
+            unavailable["headers"] = {
+                "Retry-After": {
+                    "description": "Whole seconds after which a retry may succeed (the database"
+                    " codes send it).",
+                    "schema": {"type": "integer", "minimum": 1},
+                }
+            }
+            responses["503"] = unavailable

@@ -10,11 +10,13 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+import sqlalchemy.exc
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.util import greenlet_spawn
 
+from dealbase.errors import DatabaseTimeout, DatabaseUnavailable
 from dealbase.tenancy.scope import Scope
 from dealbase.tenancy.statements import StatementCache, StatementListener, TenantConnection
 
@@ -40,6 +42,66 @@ def sqlalchemy_url(database_url: str) -> str:
     if url.drivername in ("postgresql", "postgres"):
         url = url.set(drivername="postgresql+psycopg")
     return url.render_as_string(hide_password=False)
+
+
+# Seconds a client is told to wait (Retry-After) before retrying what the database could not do.
+RETRY_AFTER_SECONDS = 2
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseLimits:
+    """How long any one piece of database work may take, so that a slow query or a database
+    that is down holds neither a pooled connection nor a request for long.
+
+    Both timeouts travel in the connection's startup packet (libpq ``options``): they apply to
+    every statement of every transaction, at no round trip. 0 turns one off.
+    """
+
+    statement_timeout_ms: int = 15_000
+    lock_timeout_ms: int = 3_000
+    # Waiting for a pooled connection, and for PostgreSQL to accept a new one.
+    acquire_timeout_seconds: float = 3.0
+
+    def connection_options(self) -> str:
+        return (
+            f"-c statement_timeout={self.statement_timeout_ms}"
+            f" -c lock_timeout={self.lock_timeout_ms}"
+        )
+
+
+def _timed_out(error: BaseException | None) -> bool:
+    return isinstance(error, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable)
+
+
+def _unreachable(error: BaseException | None) -> bool:
+    # OperationalError: the connection (08), resources (53), operator intervention such as a
+    # shutdown (57), a deadlock or serialization failure (40): all pass, a retry may succeed.
+    return isinstance(error, psycopg.OperationalError | PoolTimeout)
+
+
+@contextmanager
+def database_faults() -> Iterator[None]:
+    """The driver's faults as the errors a client is told of: a timeout or an unreachable
+    database is a 503 to retry (``Retry-After``), not an internal error."""
+    try:
+        yield
+    except (
+        psycopg.Error,
+        PoolTimeout,
+        sqlalchemy.exc.DBAPIError,
+        sqlalchemy.exc.TimeoutError,
+    ) as exc:
+        cause = exc.orig if isinstance(exc, sqlalchemy.exc.DBAPIError) else exc
+        if _timed_out(cause):
+            raise DatabaseTimeout(
+                "The database did not finish in time; try again.",
+                retry_after_seconds=RETRY_AFTER_SECONDS,
+            ) from exc
+        if _unreachable(cause) or isinstance(exc, sqlalchemy.exc.TimeoutError):
+            raise DatabaseUnavailable(
+                "The database is unavailable; try again.", retry_after_seconds=RETRY_AFTER_SECONDS
+            ) from exc
+        raise
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,20 +143,35 @@ class Database:
         pool_size: int = 10,
         max_overflow: int = 10,
         prepared_statements: bool = True,
+        limits: DatabaseLimits = DatabaseLimits(),
     ) -> None:
         self.url = database_url
+        self.limits = limits
         # Operators (and tests) see in pg_stat_activity which process holds a connection.
         connection_settings: dict[str, Any] = {
             "application_name": application_name(os.getpid()),
             "prepare_threshold": PREPARE_AFTER if prepared_statements else None,
+            "options": limits.connection_options(),
+            "connect_timeout": max(1, round(limits.acquire_timeout_seconds)),
         }
         self.engine: Engine = create_engine(
             sqlalchemy_url(database_url),
             pool_size=pool_size,
             max_overflow=max_overflow,
             pool_recycle=1800,
+            # A connection that broke while idle (PostgreSQL restarted) is replaced, not used.
+            pool_pre_ping=True,
+            pool_timeout=limits.acquire_timeout_seconds,
             connect_args=connection_settings,
         )
+        # reconnect_timeout: a failed attempt to connect is retried with a growing delay for
+        # this long, and no other attempt starts meanwhile; kept short, the first request after
+        # PostgreSQL is back connects at once instead of after the delay reached while it was
+        # down (16 s after 30 s down).
+        pool_timeouts: dict[str, Any] = {
+            "timeout": limits.acquire_timeout_seconds,
+            "reconnect_timeout": limits.acquire_timeout_seconds,
+        }
         self.pool: ConnectionPool = ConnectionPool(
             libpq_url(database_url),
             min_size=0,
@@ -103,9 +180,11 @@ class Database:
             kwargs=connection_settings,
             name="units-of-work",
             open=True,
+            **pool_timeouts,
         )
         # Opened by ``open``, in the event loop it then belongs to.
         self._async_pool_loop: asyncio.AbstractEventLoop | None = None
+        self._pool_check: asyncio.Task[None] | None = None
         self._conninfo = libpq_url(database_url)
         self._connection_settings = connection_settings
         self.async_pool: AsyncConnectionPool = AsyncConnectionPool(
@@ -116,6 +195,7 @@ class Database:
             kwargs=connection_settings,
             name="units-of-work-on-the-event-loop",
             open=False,
+            **pool_timeouts,
         )
         self.statements = StatementCache(self.engine.dialect)
         # Called with the SQL of every statement a unit of work runs (tests count them).
@@ -128,7 +208,7 @@ class Database:
         The schema is written into each statement's text, so the pooled connection (or a
         pgbouncer server connection in transaction mode) carries no tenant state to its next user.
         """
-        with self.pool.connection() as connection:
+        with database_faults(), self.pool.connection() as connection:
             statements = TenantConnection(
                 connection, scope.schema, self.statements, self.statement_listeners
             )
@@ -147,16 +227,39 @@ class Database:
         On any loop but the pool's (a test client driving the app without its lifespan starts
         one per request) the unit of work gets a connection of its own, closed with it.
         """
-        connections: AbstractAsyncContextManager[psycopg.AsyncConnection[Any]] = (
-            self.async_pool.connection()
-            if asyncio.get_running_loop() is self._async_pool_loop
-            else await psycopg.AsyncConnection.connect(self._conninfo, **self._connection_settings)
-        )
-        async with connections as connection:
-            statements = TenantConnection(
-                connection, scope.schema, self.statements, self.statement_listeners
-            )
-            yield UnitOfWork(statements, scope)
+        with database_faults():
+            try:
+                async with await self._connection() as connection:
+                    statements = TenantConnection(
+                        connection, scope.schema, self.statements, self.statement_listeners
+                    )
+                    yield UnitOfWork(statements, scope)
+            except psycopg.OperationalError:
+                if self._async_pool_loop is asyncio.get_running_loop():
+                    # Its peers in the pool likely broke alike (PostgreSQL restarted): drop
+                    # them now rather than fail one request each.
+                    self._check_pool_soon()
+                raise
+
+    async def _connection(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]:
+        if asyncio.get_running_loop() is self._async_pool_loop:
+            return self.async_pool.connection()
+        return await psycopg.AsyncConnection.connect(self._conninfo, **self._connection_settings)
+
+    def _check_pool_soon(self) -> None:
+        if self._pool_check is None or self._pool_check.done():
+            self._pool_check = asyncio.get_running_loop().create_task(self.async_pool.check())
+
+    async def ping(self) -> None:
+        """Returns once PostgreSQL answers a statement on the event loop's pool; raises
+        DatabaseUnavailable (or DatabaseTimeout) otherwise, within the acquire timeout."""
+        with database_faults():
+            try:
+                async with asyncio.timeout(self.limits.acquire_timeout_seconds):
+                    async with await self._connection() as connection:
+                        await connection.execute("SELECT 1")
+            except TimeoutError as exc:
+                raise PoolTimeout("PostgreSQL did not answer in time") from exc
 
     async def run(self, scope: Scope, work: Callable[[UnitOfWork], T]) -> T:
         """``work`` in a unit of work of its own, committed if it returns, without a thread."""
@@ -166,7 +269,7 @@ class Database:
     @contextmanager
     def control(self) -> Iterator[Connection]:
         """A transaction on the control schema (tenants, keys)."""
-        with self.engine.begin() as connection:
+        with database_faults(), self.engine.begin() as connection:
             yield connection
 
     async def close(self) -> None:

@@ -440,6 +440,14 @@ class RedisLimiter:
             (_bucket("key", key_rate, *figures[:3]), _bucket("tenant", tenant_rate, *figures[3:])),
         )
 
+    async def ping(self) -> None:
+        """Returns once Redis answers PING; raises RateLimiterUnavailable as ``check`` would."""
+        try:
+            connection = self._ready() or await self._connected()
+            await connection.request(_command(b"PING"), self._connect_timeout)
+        except (OSError, _ReplyError) as exc:
+            raise RateLimiterUnavailable(str(exc) or type(exc).__name__) from exc
+
     async def _evaluate(self, arguments: bytes) -> bytes:
         """The script's reply: EVALSHA, then EVAL when this Redis does not have the script."""
         connection = self._ready() or await self._connected()
