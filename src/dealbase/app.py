@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -14,7 +16,7 @@ from dealbase.edge.request_context import RequestContextMiddleware
 from dealbase.graphql_api.api import install_graphql_api
 from dealbase.ops.embedded_postgres import embedded_database_url
 from dealbase.ops.health import install_health
-from dealbase.ops.metrics import Metrics, install_metrics
+from dealbase.ops.metrics import Metrics, install_metrics, worker_stopped
 from dealbase.ops.observability import configure_logging
 from dealbase.rest_api.api import install_rest_api
 from dealbase.tenancy.admission import Admission
@@ -52,18 +54,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         else InProcessLimiter()
     )
     key_listener = KeyChangeListener(settings.database_listen_url or database_url, key_cache)
+    metrics = Metrics()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await database.open()
         key_listener.start()
+        pool_sampler = asyncio.create_task(metrics.sample_pool(database.pool_usage))
         try:
             yield
         finally:
+            pool_sampler.cancel()
             key_listener.stop()
             if isinstance(limiter, RedisLimiter):
                 await limiter.close()
             await database.close()
+            worker_stopped(os.getpid())
 
     app = FastAPI(
         title="dealbase integration API",
@@ -76,24 +82,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.database = database
-    app.state.authenticator = Authenticator(database, key_cache)
-    metrics = Metrics()
+    app.state.authenticator = Authenticator(database, key_cache, on_lookup=metrics.key_looked_up)
     app.state.admission = Admission(
         limiter,
         key_rate=Rate(parse_rate(settings.rate_limit_key), settings.rate_limit_key_burst),
         tenant_rate=Rate(parse_rate(settings.rate_limit_tenant), settings.rate_limit_tenant_burst),
         fail_closed=settings.rate_limit_fail == "closed",
-        on_limiter_fault=metrics.rate_limiter_faults.increment,
+        on_limiter_fault=metrics.rate_limiter_fault,
+        on_refused=metrics.rate_limit_refused,
     )
-    install_metrics(app, metrics)
+    if settings.metrics_port is None:
+        install_metrics(app, metrics)
     # Routes are matched in order, one after another: /graphql, a single path that dashboards
     # call all day, goes before the twenty REST routes instead of after them.
-    install_graphql_api(app, settings)
+    install_graphql_api(app, settings, metrics.graphql_operation)
     install_health(app, database, limiter if isinstance(limiter, RedisLimiter) else None)
     install_rest_api(app)
     # Outermost last: the request id exists before a too-large body is refused.
     app.add_middleware(BodyLimitMiddleware)
     app.add_middleware(SingleValuedHeadersMiddleware)
     app.add_middleware(RateLimitHeadersMiddleware)
-    app.add_middleware(RequestContextMiddleware)
+    app.add_middleware(RequestContextMiddleware, observe=metrics.request_answered)
     return app

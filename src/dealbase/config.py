@@ -29,6 +29,15 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(default=None, description="redis:// URL; optional.")
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
+    metrics_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description=(
+            "Serve GET /metrics on this port of DEALBASE_HOST (from the serving process), and not"
+            " on the API's port; unset: on the API's port."
+        ),
+    )
     log_format: Literal["console", "json"] = "console"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     db_pool_size: int = Field(default=10, ge=1, le=200)

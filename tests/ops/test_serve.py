@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -22,6 +25,9 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
 from dealbase.migrations.runner import upgrade_control
@@ -84,6 +90,7 @@ class Server:
     env: dict[str, str]
     database: Database
     log: Path
+    metrics_dir: Path
 
     def cli(self, *args: str) -> Any:
         """Runs ``dealbase ARGS --json`` in a new process; returns its one JSON value."""
@@ -139,7 +146,9 @@ def _migrated_scratch_database(postgres_server: str, label: str) -> Iterator[str
         yield url
 
 
-def _start_server(database_url: str, data_dir: Path) -> Iterator[Server]:
+def _start_server(
+    database_url: str, data_dir: Path, extra_env: dict[str, str] | None = None
+) -> Iterator[Server]:
     data_dir.mkdir(parents=True, exist_ok=True)
     env = {name: value for name, value in os.environ.items() if not name.startswith("DEALBASE_")}
     env |= {
@@ -151,6 +160,8 @@ def _start_server(database_url: str, data_dir: Path) -> Iterator[Server]:
         "DEALBASE_RATE_LIMIT_KEY_BURST": "1000000",
         "DEALBASE_RATE_LIMIT_TENANT": "100000/s",
         "DEALBASE_RATE_LIMIT_TENANT_BURST": "1000000",
+        "PROMETHEUS_MULTIPROC_DIR": str(data_dir / "metrics"),
+        **(extra_env or {}),
     }
     port = free_port()
     log = data_dir / "server.log"
@@ -163,7 +174,7 @@ def _start_server(database_url: str, data_dir: Path) -> Iterator[Server]:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    server = Server(f"http://127.0.0.1:{port}", process, env, database, log)
+    server = Server(f"http://127.0.0.1:{port}", process, env, database, log, data_dir / "metrics")
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
@@ -459,3 +470,73 @@ def test_a_rotated_out_secret_is_refused_within_one_second_and_the_new_one_accep
     assert sum(s.label == "new" for s in late) >= 10, _report(samples, "new")
     assert [s for s in late if s.label == "old" and s.status != 401] == [], last_old
     assert [s for s in late if s.label == "new" and s.status != 201] == []
+
+
+def _counted(metrics_text: str, route: str, status: str) -> float:
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(metrics_text)
+        for sample in family.samples
+        if sample.name == "dealbase_http_requests_total"
+        and sample.labels == {"route": route, "method": "GET", "status": status}
+    )
+
+
+def _counted_by_each_worker(server: Server, route: str) -> dict[str, float]:
+    """Each worker's own count, read from its file alone: pid -> requests counted."""
+    counts = {}
+    for path in server.metrics_dir.glob("counter_*.db"):
+        with tempfile.TemporaryDirectory() as alone:
+            shutil.copy(path, alone)
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry, path=alone)  # type: ignore[no-untyped-call]
+            counts[path.stem.rsplit("_", 1)[1]] = _counted(
+                generate_latest(registry).decode(), route, "401"
+            )
+    return counts
+
+
+def _unauthenticated_gets_until_both_workers_answered(server: Server, route: str) -> int:
+    """Sends GETs eight at a time until each worker has answered some; returns how many."""
+    url = server.base_url + route.replace("{customer_id}", str(uuid.uuid4()))
+    before = _counted_by_each_worker(server, route)
+    sent, deadline = 0, time.monotonic() + 15
+    while True:
+        now = _counted_by_each_worker(server, route)
+        workers = {str(pid) for pid in server.workers()}
+        if all(now.get(pid, 0) > before.get(pid, 0) for pid in workers):
+            return sent
+        assert time.monotonic() < deadline, "a worker answered none of the requests"
+        statuses = _in_parallel(lambda http: http.get(url).status_code, 8)
+        assert statuses == [401] * 8
+        sent += 8
+
+
+def test_one_scrape_adds_up_the_requests_of_every_worker(server: Server) -> None:
+    route = f"{API}/customers/{{customer_id}}"
+    before = _counted(httpx.get(f"{server.base_url}/metrics").text, route, "401")
+
+    sent = _unauthenticated_gets_until_both_workers_answered(server, route)
+
+    # Whichever worker answers the scrape, it reports both workers' counts.
+    for _ in range(6):
+        scraped = httpx.get(f"{server.base_url}/metrics", headers={"Connection": "close"})
+        assert scraped.status_code == 200
+        assert _counted(scraped.text, route, "401") == before + sent
+
+
+def test_metrics_on_their_own_port_are_not_served_on_the_api_port(
+    postgres_server: str, tmp_path: Path
+) -> None:
+    metrics_port = free_port()
+    with _migrated_scratch_database(postgres_server, "metrics_port") as url:
+        for server in _start_server(
+            url, tmp_path / "serve", {"DEALBASE_METRICS_PORT": str(metrics_port)}
+        ):
+            sent = _unauthenticated_gets_until_both_workers_answered(
+                server, f"{API}/customers/{{customer_id}}"
+            )
+            assert httpx.get(f"{server.base_url}/metrics").status_code == 404
+            scraped = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics")
+            assert scraped.status_code == 200
+            assert _counted(scraped.text, f"{API}/customers/{{customer_id}}", "401") == sent

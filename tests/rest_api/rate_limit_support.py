@@ -19,7 +19,7 @@ from dealbase.config import Settings
 API = "/api/v1/integration"
 CUSTOMERS = f"{API}/customers"
 PROBLEM = "application/problem+json"
-FAULTS = re.compile(r"^dealbase_rate_limiter_faults_total (\d+)$", re.MULTILINE)
+FAULTS = re.compile(r"^dealbase_rate_limiter_faults_total (\d+)(?:\.0)?$", re.MULTILINE)
 T = TypeVar("T")
 
 

@@ -5,20 +5,28 @@ from __future__ import annotations
 import re
 import time
 import uuid
+from collections.abc import Callable
 
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 _CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# The route of a request no route matched: one label for every unknown path.
+UNMATCHED = "unmatched"
+
+# (route template, method, status, seconds): called once per answered request.
+RequestObserver = Callable[[str, str, int, float], None]
 
 
 class RequestContextMiddleware:
     """Gives every HTTP request an id (the client's ``X-Request-Id`` when it is sane), echoes it in
-    the response, binds it to the log context, and writes one access log line per request."""
+    the response, binds it to the log context, writes one access log line per request, and
+    reports each to ``observe`` (metrics)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, observe: RequestObserver | None = None) -> None:
         self.app = app
         self.log = structlog.get_logger("dealbase.access")
+        self.observe = observe
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -50,10 +58,15 @@ class RequestContextMiddleware:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
+            seconds = time.perf_counter() - started
+            route = getattr(scope.get("route"), "path", UNMATCHED)
             self.log.info(
                 "request",
                 method=scope["method"],
                 path=scope["path"],
+                route=route,
                 status=status,
-                duration_ms=round((time.perf_counter() - started) * 1000, 2),
+                duration_ms=round(seconds * 1000, 2),
             )
+            if self.observe is not None:
+                self.observe(route, scope["method"], status, seconds)

@@ -12,7 +12,7 @@ from strawberry.fastapi import GraphQLRouter
 from dealbase.config import Settings
 from dealbase.edge.problems import ProtocolError, malformed_json
 from dealbase.graphql_api.context import context_for
-from dealbase.graphql_api.schema import build_schema
+from dealbase.graphql_api.schema import OperationObserver, build_schema
 
 GRAPHQL_PATH = "/graphql"
 
@@ -48,9 +48,11 @@ class _Router(GraphQLRouter[object, None]):
             raise ProtocolError(exc.status_code, code, "Unreadable request", exc.reason) from None
 
 
-def install_graphql_api(app: FastAPI, settings: Settings) -> None:
+def install_graphql_api(
+    app: FastAPI, settings: Settings, observe: OperationObserver | None = None
+) -> None:
     router = _Router(
-        build_schema(settings),
+        build_schema(settings, observe),
         path=GRAPHQL_PATH,
         context_getter=context_for,
         graphql_ide="graphiql" if settings.graphql_ide else None,

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 import strawberry
-from graphql import GraphQLError
+from graphql import GraphQLError, get_operation_ast
 from pydantic import BaseModel
 from strawberry.extensions import SchemaExtension
 from strawberry.schema.config import StrawberryConfig
@@ -344,7 +344,32 @@ class DashboardSchema(strawberry.Schema):
         """Logged where they are mapped (graphql_api.errors), unexpected ones only."""
 
 
-def build_schema(settings: Settings) -> strawberry.Schema:
+# (operation name or None, operation type or "unknown", each error's extensions.code).
+OperationObserver = Callable[[str | None, str, list[str]], None]
+
+
+class _Reported(SchemaExtension):
+    """Tells ``observe`` of each operation once its errors carry their codes (it is listed
+    before DomainErrors, so it finishes after it)."""
+
+    def __init__(self, observe: OperationObserver) -> None:
+        self._observe = observe
+
+    def on_operation(self) -> Iterator[None]:
+        yield
+        context = self.execution_context
+        name = context.operation_name
+        document = context.graphql_document
+        operation = get_operation_ast(document, name) if document is not None else None
+        if name is None and operation is not None and operation.name is not None:
+            name = operation.name.value
+        kind = operation.operation.value if operation is not None else "unknown"
+        result = context.result
+        errors = result.errors if result is not None and result.errors else []
+        self._observe(name, kind, [str((e.extensions or {}).get("code", "")) for e in errors])
+
+
+def build_schema(settings: Settings, observe: OperationObserver | None = None) -> strawberry.Schema:
     # One cache per schema, shared by its operations: its entries hold this schema's verdicts.
     # Validation rules belong in Guards, not in AddValidationRules extensions: the guard
     # validates (or finds the verdict) in Strawberry's stead.
@@ -355,6 +380,8 @@ def build_schema(settings: Settings) -> strawberry.Schema:
         DomainErrors,
         lambda: DocumentGuard(documents),
     ]
+    if observe is not None:
+        extensions.insert(0, lambda: _Reported(observe))
     schema = DashboardSchema(
         query=Query,
         mutation=Mutation,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import shutil
 import sys
 import uuid
 from collections.abc import Callable, Sequence
@@ -26,6 +27,7 @@ from dealbase.errors import DomainError, Invalid
 from dealbase.migrations.runner import TenantMigration, upgrade_control, upgrade_tenants
 from dealbase.ops import admin
 from dealbase.ops.embedded_postgres import embedded_database_url
+from dealbase.ops.metrics_files import prepare_metrics_dir
 from dealbase.ops.observability import configure_logging
 from dealbase.rest_api.schemas import format_timestamp
 from dealbase.tenancy.database import Database, DatabaseLimits
@@ -453,15 +455,29 @@ def serve(
     # Worker processes build their app from the environment: hand them the resolved database,
     # so only this process owns the embedded server.
     os.environ["DEALBASE_DATABASE_URL"] = _database_url(settings)
-    uvicorn.run(
-        "dealbase.app:create_app",
-        factory=True,
-        host=host or settings.host,
-        port=port or settings.port,
-        workers=workers,
-        log_level=settings.log_level,
-        access_log=False,
-    )
+    # Before prometheus_client is first imported: it picks its kind of values then.
+    metrics_dir = prepare_metrics_dir()
+    from dealbase.ops.metrics import multiprocess_registry
+
+    if settings.metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        registry = multiprocess_registry()
+        assert registry is not None, "prepare_metrics_dir set PROMETHEUS_MULTIPROC_DIR"
+        start_http_server(settings.metrics_port, addr=host or settings.host, registry=registry)
+    try:
+        uvicorn.run(
+            "dealbase.app:create_app",
+            factory=True,
+            host=host or settings.host,
+            port=port or settings.port,
+            workers=workers,
+            log_level=settings.log_level,
+            access_log=False,
+        )
+    finally:
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 def main() -> None:

@@ -1,48 +1,169 @@
-"""Process-local counters, exposed at GET /metrics in Prometheus's text format."""
+"""Prometheus metrics (prometheus_client), one scrape for every worker of a server.
+
+``dealbase serve`` points ``PROMETHEUS_MULTIPROC_DIR`` at an empty folder before its workers
+start (ops.metrics_files): each worker then keeps its values in files there, and a scrape,
+served by any worker at ``GET /metrics`` or by the serving process on ``DEALBASE_METRICS_PORT``,
+adds them up. A process without that variable (a test's app, uvicorn run by hand) reports its
+own values.
+
+The layers below report through callbacks of ``Metrics``, so none of them imports
+prometheus_client.
+"""
 
 from __future__ import annotations
 
-import threading
+import asyncio
+import os
+import re
+from collections.abc import Callable, Sequence
 
 from fastapi import FastAPI
-from starlette.responses import PlainTextResponse
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+from starlette.responses import Response
 
+from dealbase.ops.metrics_files import MULTIPROCESS_DIR
 
-class Counter:
-    def __init__(self, name: str, help_text: str) -> None:
-        self.name = name
-        self.help_text = help_text
-        self._value = 0
-        self._lock = threading.Lock()
-
-    def increment(self) -> None:
-        with self._lock:
-            self._value += 1
-
-    @property
-    def value(self) -> int:
-        return self._value
+# GraphQL operation names are the client's to choose: a process labels at most this many
+# distinct ones, and counts the rest as "other", so a client cannot grow the series without end.
+MAX_OPERATION_NAMES = 200
+_OPERATION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+# How often each worker records its pool's connections.
+POOL_SAMPLE_SECONDS = 2.0
 
 
 class Metrics:
-    def __init__(self) -> None:
-        self.rate_limiter_faults = Counter(
-            "dealbase_rate_limiter_faults_total",
-            "Requests whose rate limits could not be checked (Redis unreachable or slow).",
-        )
+    """One app's metrics, and the callbacks the request edge, the rate limits, authentication and
+    GraphQL report to. Each app has a registry of its own (a test process builds many apps); in
+    a served worker the values also go to the multiprocess files, which a scrape adds up."""
 
-    def exposition(self) -> str:
-        lines = []
-        for counter in (self.rate_limiter_faults,):
-            lines += [
-                f"# HELP {counter.name} {counter.help_text}",
-                f"# TYPE {counter.name} counter",
-                f"{counter.name} {counter.value}",
-            ]
-        return "\n".join(lines) + "\n"
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        registry = self.registry
+        self._requests = Counter(
+            "dealbase_http_requests",
+            "HTTP requests answered, by route template (unmatched: no route), method, status.",
+            ["route", "method", "status"],
+            registry=registry,
+        )
+        self._request_seconds = Histogram(
+            "dealbase_http_request_duration_seconds",
+            "Time from a request's arrival to its response's last byte, by route and method.",
+            ["route", "method"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+            registry=registry,
+        )
+        self._pool_connections = Gauge(
+            "dealbase_db_pool_connections",
+            "Connections of the request pools, in use or idle, summed over live workers.",
+            ["state"],
+            multiprocess_mode="livesum",
+            registry=registry,
+        )
+        self._pool_waiting = Gauge(
+            "dealbase_db_pool_waiting_requests",
+            "Requests waiting for a pooled connection, summed over live workers.",
+            multiprocess_mode="livesum",
+            registry=registry,
+        )
+        self._rate_limit_refusals = Counter(
+            "dealbase_rate_limit_refusals",
+            "Requests refused 429 by a rate limit.",
+            registry=registry,
+        )
+        self._rate_limiter_faults = Counter(
+            "dealbase_rate_limiter_faults",
+            "Requests whose rate limits could not be checked (Redis unreachable or slow).",
+            registry=registry,
+        )
+        self._key_lookups = Counter(
+            "dealbase_key_cache_lookups",
+            "API key lookups, by whether the process's key cache answered (hit) or not (miss).",
+            ["result"],
+            registry=registry,
+        )
+        self._graphql_operations = Counter(
+            "dealbase_graphql_operations",
+            "GraphQL operations run, by operation name (anonymous, other) and type.",
+            ["operation", "type"],
+            registry=registry,
+        )
+        self._graphql_errors = Counter(
+            "dealbase_graphql_errors",
+            "Errors in GraphQL responses, by extensions.code.",
+            ["code"],
+            registry=registry,
+        )
+        self._operation_names: set[str] = set()
+
+    def request_answered(self, route: str, method: str, status: int, seconds: float) -> None:
+        self._requests.labels(route, method, str(status)).inc()
+        self._request_seconds.labels(route, method).observe(seconds)
+
+    def rate_limit_refused(self) -> None:
+        self._rate_limit_refusals.inc()
+
+    def rate_limiter_fault(self) -> None:
+        self._rate_limiter_faults.inc()
+
+    def key_looked_up(self, cached: bool) -> None:
+        self._key_lookups.labels("hit" if cached else "miss").inc()
+
+    def graphql_operation(self, name: str | None, kind: str, error_codes: Sequence[str]) -> None:
+        self._graphql_operations.labels(self._operation_label(name), kind).inc()
+        for code in error_codes:
+            self._graphql_errors.labels(code).inc()
+
+    def _operation_label(self, name: str | None) -> str:
+        if not name:
+            return "anonymous"
+        if name in self._operation_names:
+            return name
+        if _OPERATION_NAME.match(name) and len(self._operation_names) < MAX_OPERATION_NAMES:
+            self._operation_names.add(name)
+            return name
+        return "other"
+
+    def record_pool(self, usage: tuple[int, int, int]) -> None:
+        """``usage``: connections in use, idle, and requests waiting."""
+        in_use, idle, waiting = usage
+        self._pool_connections.labels("in_use").set(in_use)
+        self._pool_connections.labels("idle").set(idle)
+        self._pool_waiting.set(waiting)
+
+    async def sample_pool(self, usage: Callable[[], tuple[int, int, int]]) -> None:
+        """Records the pool's usage every few seconds until cancelled."""
+        while True:
+            self.record_pool(usage())
+            await asyncio.sleep(POOL_SAMPLE_SECONDS)
+
+    def exposition(self) -> bytes:
+        return generate_latest(multiprocess_registry() or self.registry)
+
+
+def multiprocess_registry() -> CollectorRegistry | None:
+    """The registry that adds up every worker's files, when this process serves workers."""
+    if not os.environ.get(MULTIPROCESS_DIR):
+        return None
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    return registry
+
+
+def worker_stopped(pid: int) -> None:
+    """Drops a stopped worker's live gauges from the sums."""
+    if os.environ.get(MULTIPROCESS_DIR):
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
 
 
 def install_metrics(app: FastAPI, metrics: Metrics) -> None:
     @app.get("/metrics", include_in_schema=False)
-    def exposition() -> PlainTextResponse:
-        return PlainTextResponse(metrics.exposition(), media_type="text/plain; version=0.0.4")
+    def exposition() -> Response:
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

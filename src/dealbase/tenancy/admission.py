@@ -28,12 +28,14 @@ class Admission:
         tenant_rate: Rate,
         fail_closed: bool,
         on_limiter_fault: Callable[[], None] = lambda: None,
+        on_refused: Callable[[], None] = lambda: None,
     ) -> None:
         self._limiter = limiter
         self.key_rate = key_rate
         self.tenant_rate = tenant_rate
         self._fail_closed = fail_closed
         self._on_fault = on_limiter_fault
+        self._on_refused = on_refused
         self._last_warning = float("-inf")
 
     def rates_of(self, scope: Scope) -> tuple[Rate, Rate]:
@@ -65,6 +67,7 @@ class Admission:
             verdict = Verdict(True, ())
         record(verdict)
         if not verdict.allowed:
+            self._on_refused()
             raise RateLimited(
                 "The rate limit is exceeded; retry after the Retry-After seconds.",
                 retry_after_seconds=verdict.retry_after_seconds,

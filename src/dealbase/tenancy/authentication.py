@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 
 import psycopg
 import structlog
@@ -134,9 +135,16 @@ class Authenticator:
     """Credentials to a Scope. A cached key is answered on the event loop; only a key this
     process has not seen (or any key while the cache is untrusted) reads the database, off it."""
 
-    def __init__(self, database: Database, cache: KeyCache | None = None) -> None:
+    def __init__(
+        self,
+        database: Database,
+        cache: KeyCache | None = None,
+        on_lookup: Callable[[bool], None] = lambda cached: None,
+    ) -> None:
         self._database = database
         self.cache = cache or KeyCache()
+        # Told whether each lookup was answered from the cache (metrics).
+        self._on_lookup = on_lookup
 
     async def department_scope(self, api_key: str | None, department_header: str | None) -> Scope:
         """For the integration API: department keys only."""
@@ -154,6 +162,7 @@ class Authenticator:
             raise Unauthenticated(AUTHENTICATION_FAILED)
         key_id, secret = parsed
         credentials = self.cache.get(key_id)
+        self._on_lookup(credentials is not None)
         if credentials is None:
             credentials = await to_thread.run_sync(self._load, key_id)
         return scope_for_request(

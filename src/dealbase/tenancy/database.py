@@ -250,6 +250,12 @@ class Database:
         if self._pool_check is None or self._pool_check.done():
             self._pool_check = asyncio.get_running_loop().create_task(self.async_pool.check())
 
+    def pool_usage(self) -> tuple[int, int, int]:
+        """The event loop's pool: connections in use, idle, and requests waiting for one."""
+        stats = self.async_pool.get_stats()
+        idle = stats.get("pool_available", 0)
+        return stats.get("pool_size", 0) - idle, idle, stats.get("requests_waiting", 0)
+
     async def ping(self) -> None:
         """Returns once PostgreSQL answers a statement on the event loop's pool; raises
         DatabaseUnavailable (or DatabaseTimeout) otherwise, within the acquire timeout."""
