@@ -540,3 +540,44 @@ def test_metrics_on_their_own_port_are_not_served_on_the_api_port(
             scraped = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics")
             assert scraped.status_code == 200
             assert _counted(scraped.text, f"{API}/customers/{{customer_id}}", "401") == sent
+
+
+def test_json_logs_name_the_caller_and_never_hold_a_secret_or_a_body(
+    postgres_server: str, tmp_path: Path
+) -> None:
+    """Every line a served process writes, uvicorn's included, is one JSON object; the access
+    line names the tenant, department, key id and route; no line holds the key's secret or a
+    value of a request body."""
+    marker = f"unique-{uuid.uuid4().hex}"
+    json_logs = {"DEALBASE_LOG_FORMAT": "json", "DEALBASE_LOG_LEVEL": "info"}
+    with _migrated_scratch_database(postgres_server, "logs") as url:
+        for server in _start_server(url, tmp_path / "serve", json_logs):
+            provisioned = _provision(server)
+            created = httpx.post(
+                f"{server.base_url}{API}/customers",
+                json={"last_name": marker, "note": marker},
+                headers=provisioned.headers,
+            )
+            assert created.status_code == 201, created.text
+            wrong = {**provisioned.headers, "X-Api-Key": provisioned.key["api_key"] + "x"}
+            refused = httpx.post(
+                f"{server.base_url}{API}/customers", json={"last_name": marker}, headers=wrong
+            )
+            assert refused.status_code == 401
+            stop_process(server.process)
+            lines = server.log.read_text().splitlines()
+
+    records = [json.loads(line) for line in lines]  # every line is JSON
+    assert any(r.get("logger", "").startswith("uvicorn") for r in records), "uvicorn's lines"
+    secret = provisioned.key["api_key"].split("_", 2)[2]  # dbk_<key id>_<secret>
+    everything = "\n".join(lines)
+    assert len(secret) == 43
+    assert secret not in everything
+    assert marker not in everything
+    [access] = [r for r in records if r.get("event") == "request" and r.get("status") == 201]
+    assert access["route"] == f"{API}/customers"
+    assert access["method"] == "POST"
+    assert access["tenant_id"] == provisioned.tenant["id"]
+    assert access["department_id"] == provisioned.department["id"]
+    assert access["key_id"] == provisioned.key["key_id"]
+    assert access["duration_ms"] > 0

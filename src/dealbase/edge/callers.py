@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from fastapi import Request
 
+from dealbase.edge.request_context import CALLER_STATE
 from dealbase.tenancy.admission import VERDICT_STATE, Admission
 from dealbase.tenancy.authentication import Authenticator
 from dealbase.tenancy.scope import Scope
@@ -39,6 +40,8 @@ async def dashboard_scope(request: Request) -> Scope:
 
 
 async def _admitted(request: Request, scope: Scope) -> Scope:
+    # Known from here on, refused or not: the access line names the caller.
+    setattr(request.state, CALLER_STATE, scope)
     admission: Admission = request.app.state.admission
     await admission.admit(scope, lambda verdict: setattr(request.state, VERDICT_STATE, verdict))
     return scope

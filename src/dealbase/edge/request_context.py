@@ -13,6 +13,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 _CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # The route of a request no route matched: one label for every unknown path.
 UNMATCHED = "unmatched"
+# Where the edge keeps an authenticated request's Scope (request.state), for its access line.
+CALLER_STATE = "caller"
 
 # (route template, method, status, seconds): called once per answered request.
 RequestObserver = Callable[[str, str, int, float], None]
@@ -60,6 +62,7 @@ class RequestContextMiddleware:
         finally:
             seconds = time.perf_counter() - started
             route = getattr(scope.get("route"), "path", UNMATCHED)
+            caller = scope["state"].get(CALLER_STATE)
             self.log.info(
                 "request",
                 method=scope["method"],
@@ -67,6 +70,12 @@ class RequestContextMiddleware:
                 route=route,
                 status=status,
                 duration_ms=round(seconds * 1000, 2),
+                # The key's id, never its secret.
+                tenant_id=str(caller.tenant_id) if caller else None,
+                department_id=str(caller.department_id)
+                if caller and caller.department_id
+                else None,
+                key_id=str(caller.key_id) if caller and caller.key_id else None,
             )
             if self.observe is not None:
                 self.observe(route, scope["method"], status, seconds)

@@ -473,6 +473,8 @@ def serve(
             port=port or settings.port,
             workers=workers,
             log_level=settings.log_level,
+            # uvicorn's lines go through our logging (ops.observability), not its own format.
+            log_config=None,
             access_log=False,
         )
     finally:

@@ -1,4 +1,9 @@
-"""Structured logs: JSON for machines, console for people, one configuration per process."""
+"""Structured logs: JSON for machines, console for people, one configuration per process.
+
+structlog renders the service's own events; the standard library's loggers (uvicorn's start-up,
+shutdown and errors, psycopg's pool, Alembic) go through the same processors and renderer, so a
+JSON log is JSON on every line.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,9 @@ from typing import Any
 
 import structlog
 
+# Libraries that log at INFO on every request (psycopg's pool: each connection handed out).
+_QUIET = {"psycopg.pool": logging.WARNING}
+
 
 def configure_logging(log_format: str, level: str) -> None:
     renderer: Any = (
@@ -15,15 +23,36 @@ def configure_logging(log_format: str, level: str) -> None:
         if log_format == "json"
         else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     )
+    threshold = logging.getLevelName(level.upper())
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+        processors=[*shared, structlog.processors.format_exc_info, renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(threshold),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                renderer,
+            ],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(threshold)
+    # uvicorn's loggers keep handlers of their own unless told otherwise: through the root.
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logger = logging.getLogger(name)
+        logger.handlers = []
+        logger.propagate = True
+    for name, quiet in _QUIET.items():
+        logging.getLogger(name).setLevel(max(quiet, threshold))
