@@ -38,6 +38,15 @@ class Settings(BaseSettings):
             " on the API's port; unset: on the API's port."
         ),
     )
+    shutdown_timeout_seconds: int = Field(
+        default=30,
+        ge=1,
+        le=600,
+        description=(
+            "On SIGTERM, how long requests in progress may take to finish before they are"
+            " cancelled and the server stops."
+        ),
+    )
     log_format: Literal["console", "json"] = "console"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     db_pool_size: int = Field(default=10, ge=1, le=200)

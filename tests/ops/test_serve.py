@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -581,3 +582,100 @@ def test_json_logs_name_the_caller_and_never_hold_a_secret_or_a_body(
     assert access["department_id"] == provisioned.department["id"]
     assert access["key_id"] == provisioned.key["key_id"]
     assert access["duration_ms"] > 0
+
+
+def test_sigterm_during_a_burst_answers_every_request_that_reached_the_server(
+    postgres_server: str, tmp_path: Path
+) -> None:
+    """Four clients loop POSTs on keep-alive connections; SIGTERM comes mid-burst. Each request
+    either is answered (201) or finds the server no longer accepting connections; none is sent
+    and then dropped."""
+    outcomes: list[int | str] = []
+    with _migrated_scratch_database(postgres_server, "sigterm") as url:
+        for server in _start_server(url, tmp_path / "serve"):
+            provisioned = _provision(server)
+            keep_alive = {
+                "X-Api-Key": provisioned.key["api_key"],
+                "X-Department-Id": provisioned.department["id"],
+            }
+
+            def loop(index: int, base_url: str, keep_alive: dict[str, str]) -> None:
+                with httpx.Client(timeout=30) as http:
+                    for sent in range(100_000):
+                        try:
+                            response = http.post(
+                                f"{base_url}{API}/customers",
+                                json={"last_name": f"client {index} request {sent}"},
+                                headers=keep_alive,
+                            )
+                        except httpx.ConnectError:
+                            outcomes.append("refused")
+                            return
+                        except httpx.HTTPError as exc:
+                            outcomes.append(f"{type(exc).__name__}: {exc}")
+                            return
+                        outcomes.append(response.status_code)
+
+            clients = [
+                threading.Thread(target=loop, args=(index, server.base_url, keep_alive))
+                for index in range(4)
+            ]
+            for client in clients:
+                client.start()
+            time.sleep(1.5)
+            server.process.send_signal(signal.SIGTERM)
+            for client in clients:
+                client.join(timeout=60)
+            assert server.process.wait(timeout=60) == 0, server.output()
+
+    dropped = [outcome for outcome in outcomes if isinstance(outcome, str) and outcome != "refused"]
+    assert dropped == [], dropped
+    assert outcomes.count("refused") == 4
+    assert {outcome for outcome in outcomes if isinstance(outcome, int)} == {201}
+    assert outcomes.count(201) > 20
+
+
+def test_sigterm_stops_the_embedded_postgresql_that_serve_started(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    env = {name: value for name, value in os.environ.items() if not name.startswith("DEALBASE_")}
+    env |= {"DEALBASE_DATA_DIR": str(data_dir), "DEALBASE_LOG_LEVEL": "warning"}
+    port = free_port()
+    log = tmp_path / "server.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [str(DEALBASE), "serve", "--port", str(port)],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        postmaster = int((data_dir / "postgres" / "postmaster.pid").read_text().split()[0])
+
+        process.send_signal(signal.SIGTERM)
+
+        assert process.wait(timeout=30) == 0, log.read_text()
+        deadline = time.monotonic() + 10
+        while _alive(postmaster):
+            assert time.monotonic() < deadline, "the embedded PostgreSQL still runs"
+            time.sleep(0.1)
+    finally:
+        stop_process(process)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import os
 import shutil
+import signal
 import sys
 import uuid
 from collections.abc import Callable, Sequence
@@ -25,7 +26,7 @@ from typer.core import TyperGroup
 from dealbase.config import Settings, SettingsError, load_settings, parse_rate
 from dealbase.errors import DomainError, Invalid
 from dealbase.migrations.runner import TenantMigration, upgrade_control, upgrade_tenants
-from dealbase.ops import admin
+from dealbase.ops import admin, serving
 from dealbase.ops.embedded_postgres import embedded_database_url
 from dealbase.ops.metrics_files import prepare_metrics_dir
 from dealbase.ops.observability import configure_logging
@@ -465,21 +466,32 @@ def serve(
         registry = multiprocess_registry()
         assert registry is not None, "prepare_metrics_dir set PROMETHEUS_MULTIPROC_DIR"
         start_http_server(settings.metrics_port, addr=host or settings.host, registry=registry)
+    # uvicorn handles SIGTERM itself (a graceful shutdown), then raises it again to the handler
+    # it found: this one ends the process normally, so that exit handlers run (the embedded
+    # PostgreSQL stops) instead of the signal killing it.
+    signal.signal(signal.SIGTERM, _exit_normally)
     try:
-        uvicorn.run(
-            "dealbase.app:create_app",
-            factory=True,
-            host=host or settings.host,
-            port=port or settings.port,
-            workers=workers,
-            log_level=settings.log_level,
-            # uvicorn's lines go through our logging (ops.observability), not its own format.
-            log_config=None,
-            access_log=False,
+        serving.run(
+            uvicorn.Config(
+                "dealbase.app:create_app",
+                factory=True,
+                host=host or settings.host,
+                port=port or settings.port,
+                workers=workers,
+                log_level=settings.log_level,
+                # uvicorn's lines go through our logging (ops.observability), not its format.
+                log_config=None,
+                access_log=False,
+                timeout_graceful_shutdown=settings.shutdown_timeout_seconds,
+            )
         )
     finally:
         if metrics_dir is not None:
             shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _exit_normally(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def main() -> None:

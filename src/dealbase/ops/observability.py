@@ -13,8 +13,8 @@ from typing import Any
 
 import structlog
 
-# Libraries that log at INFO on every request (psycopg's pool: each connection handed out).
-_QUIET = {"psycopg.pool": logging.WARNING}
+# Libraries chatty at INFO: psycopg's pool (each connection it hands out), pgserver (each command).
+_QUIET = {"psycopg.pool": logging.WARNING, "pgserver": logging.WARNING}
 
 
 def configure_logging(log_format: str, level: str) -> None:
