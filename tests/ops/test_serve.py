@@ -16,6 +16,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -679,3 +681,27 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+@pytest.mark.parametrize("path", [f"{API}/customers", "/graphql"])
+def test_a_client_that_sends_a_whole_oversized_body_before_reading_gets_the_413(
+    server: Server, path: str
+) -> None:
+    """urllib sends the whole body, with Connection: close, before it reads the answer: the
+    server reads the body to its end before it answers 413, so the answer is not reset."""
+    body = json.dumps({"last_name": "x" * (2 * 1024 * 1024)}).encode()
+    statuses = []
+    for _ in range(10):
+        # The test server's http:// URL, nothing a user supplies.
+        request = urllib.request.Request(  # noqa: S310
+            server.base_url + path,
+            data=body,
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+                statuses.append(response.status)
+        except urllib.error.HTTPError as refused:
+            statuses.append(refused.code)
+    assert statuses == [413] * 10

@@ -3,16 +3,39 @@ single-valued header, and a cap on the body."""
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dealbase.edge.problems import problem
 
 MAX_BODY_BYTES = 1024 * 1024
+# A refused body is read to its end, up to this much and this long, before the 413 is sent: a
+# client that sends its whole body before reading the answer (urllib; any client with
+# Connection: close) would otherwise find its connection reset under the 413, as the server
+# closes a socket with unread data. A larger or slower body is cut off.
+DRAIN_BYTES = 8 * MAX_BODY_BYTES
+DRAIN_SECONDS = 10.0
 
 
 class _TooLarge(Exception):
     pass
+
+
+async def _drain(receive: Receive, read: int) -> None:
+    """Reads and drops the rest of a request body, ``read`` bytes of it already read."""
+    try:
+        async with asyncio.timeout(DRAIN_SECONDS):
+            while read <= DRAIN_BYTES:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return
+                read += len(message.get("body", b""))
+                if not message.get("more_body", False):
+                    return
+    except TimeoutError:
+        return
 
 
 class BodyLimitMiddleware:
@@ -24,8 +47,14 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope["headers"]).get(b"content-length", b"")
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.max_bytes:
+            # A client that waits for 100 Continue has sent no body: refused before it does.
+            if headers.get(b"expect", b"").lower() != b"100-continue" and (
+                int(declared) <= DRAIN_BYTES
+            ):
+                await _drain(receive, 0)
             await self._refuse(scope, receive, send)
             return
         received = 0
@@ -50,6 +79,7 @@ class BodyLimitMiddleware:
         except _TooLarge:
             if started:
                 raise
+            await _drain(receive, received)
             await self._refuse(scope, receive, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
