@@ -10,7 +10,14 @@ from dealbase.app import create_app
 from dealbase.config import Settings
 from dealbase.migrations.runner import upgrade_control
 from dealbase.tenancy.database import Database
-from tests.support import TenantWorld, build_tenant, scratch_database, server_url
+from tests.support import (
+    THROUGH_PGBOUNCER,
+    TenantWorld,
+    build_tenant,
+    scratch_database,
+    server_url,
+    through_pgbouncer,
+)
 
 
 @pytest.fixture(scope="session")
@@ -38,9 +45,19 @@ def database(database_url: str) -> Iterator[Database]:
 
 @pytest.fixture(scope="session")
 def settings(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    # The LISTEN for key changes needs a direct connection, as in production behind pgbouncer.
+    through: dict[str, object] = (
+        {
+            "database_url": through_pgbouncer(database_url),
+            "database_listen_url": database_url,
+            "db_pgbouncer": True,
+        }
+        if THROUGH_PGBOUNCER
+        else {"database_url": database_url}
+    )
     # Limits far above what tests send: the rate-limit tests build apps with limits of their own.
     return Settings(
-        database_url=database_url,
+        **through,  # type: ignore[arg-type]
         data_dir=tmp_path_factory.mktemp("data"),
         log_level="warning",
         rate_limit_key="100000/s",

@@ -43,6 +43,23 @@ def server_url(tmp_dir: Path) -> str:
     return embedded_database_url(tmp_dir)
 
 
+# Set by `make test` for its second pass of the REST and GraphQL tests: the apps the tests build
+# then reach PostgreSQL through the pgbouncer at DEALBASE_TEST_PGBOUNCER_URL (transaction mode,
+# a server pool of 1); the tests' own checks and set-up still connect directly.
+THROUGH_PGBOUNCER = os.environ.get("DEALBASE_TEST_THROUGH_PGBOUNCER") == "1"
+
+
+def through_pgbouncer(database_url: str) -> str:
+    """The same database, reached through the tests' pgbouncer."""
+    pgbouncer = os.environ.get("DEALBASE_TEST_PGBOUNCER_URL")
+    if not pgbouncer:
+        raise RuntimeError(
+            "DEALBASE_TEST_THROUGH_PGBOUNCER=1 needs DEALBASE_TEST_PGBOUNCER_URL"
+            " (.ci/start-pgbouncer prints one)"
+        )
+    return _with_database(pgbouncer, database_url.partition("?")[0].rpartition("/")[2])
+
+
 @contextmanager
 def scratch_database(server: str, label: str) -> Iterator[str]:
     """A database of its own on ``server``, dropped afterwards."""

@@ -40,7 +40,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         database_url,
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
-        prepared_statements=settings.db_prepared_statements,
+        prepared_statements=settings.db_prepared_statements and not settings.db_pgbouncer,
+        startup_options=not settings.db_pgbouncer,
         limits=DatabaseLimits(
             statement_timeout_ms=settings.db_statement_timeout_ms,
             lock_timeout_ms=settings.db_lock_timeout_ms,

@@ -51,6 +51,14 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     db_pool_size: int = Field(default=10, ge=1, le=200)
     db_max_overflow: int = Field(default=10, ge=0, le=200)
+    db_pgbouncer: bool = Field(
+        default=False,
+        description=(
+            "DATABASE_URL goes through pgbouncer in transaction mode: no prepared statements,"
+            " and no startup options (pgbouncer refuses them; its connect_query sets the time"
+            " limits then)."
+        ),
+    )
     db_prepared_statements: bool = Field(
         default=True,
         description=(

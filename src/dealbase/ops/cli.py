@@ -152,7 +152,8 @@ def _database(settings: Settings | None = None) -> Database:
         _database_url(settings),
         pool_size=2,
         max_overflow=settings.migrate_concurrency,
-        prepared_statements=settings.db_prepared_statements,
+        prepared_statements=settings.db_prepared_statements and not settings.db_pgbouncer,
+        startup_options=not settings.db_pgbouncer,
         # An operator's command may build an index on a large table or wait its turn for a
         # lock: the request limits are not its own.
         limits=DatabaseLimits(

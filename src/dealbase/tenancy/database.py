@@ -133,7 +133,8 @@ class Database:
 
     ``prepared_statements=False`` keeps psycopg from preparing statements on the server, which a
     pgbouncer in transaction mode cannot keep (the next transaction may land on another server
-    connection).
+    connection). ``startup_options=False`` sends no ``options`` (the time limits) when
+    connecting, which pgbouncer refuses; its ``connect_query`` sets them then.
     """
 
     def __init__(
@@ -143,6 +144,7 @@ class Database:
         pool_size: int = 10,
         max_overflow: int = 10,
         prepared_statements: bool = True,
+        startup_options: bool = True,
         limits: DatabaseLimits = DatabaseLimits(),
     ) -> None:
         self.url = database_url
@@ -151,9 +153,10 @@ class Database:
         connection_settings: dict[str, Any] = {
             "application_name": application_name(os.getpid()),
             "prepare_threshold": PREPARE_AFTER if prepared_statements else None,
-            "options": limits.connection_options(),
             "connect_timeout": max(1, round(limits.acquire_timeout_seconds)),
         }
+        if startup_options:
+            connection_settings["options"] = limits.connection_options()
         self.engine: Engine = create_engine(
             sqlalchemy_url(database_url),
             pool_size=pool_size,
