@@ -39,6 +39,8 @@ pytest: install
 	elif [ "$$CI" = true ]; then \
 	  echo "CI=true but DEALBASE_TEST_PGBOUNCER_URL is not set: .ci/run starts pgbouncer" >&2; \
 	  exit 1; \
+	else \
+	  echo "pytest: DEALBASE_TEST_PGBOUNCER_URL unset, so the pass through pgbouncer did not run"; \
 	fi
 
 migrate: install
