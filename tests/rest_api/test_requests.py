@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
+from starlette.types import Message
 
 from dealbase.edge.guards import MAX_BODY_BYTES
 from tests.support import TenantWorld
@@ -149,3 +151,42 @@ def test_graphql_body_over_one_mebibyte_is_413(client: TestClient, world: Tenant
     response = client.post("/graphql", json={"query": query}, headers=world.key.headers)
 
     assert response.status_code == 413
+
+
+def test_a_client_gone_before_its_body_arrived_is_499_not_an_internal_error(
+    client: TestClient, world: TenantWorld
+) -> None:
+    app = client.app
+    sent: list[Message] = []
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": CUSTOMERS,
+        "raw_path": CUSTOMERS.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            *[(name.lower().encode(), value.encode()) for name, value in world.key.headers.items()],
+            (b"content-type", b"application/json"),
+            (b"content-length", b"100"),
+        ],
+        "client": ("127.0.0.1", 1),
+        "server": ("testserver", 80),
+    }
+
+    async def gone() -> Message:
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    async def call() -> None:
+        await app(scope, gone, send)
+
+    asyncio.run(call())
+
+    # Not 500: nobody reads it, but the access line and the metrics tell it from our failures.
+    assert sent[0]["status"] == 499

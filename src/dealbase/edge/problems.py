@@ -11,6 +11,7 @@ import structlog
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from dealbase.errors import (
     Conflict,
@@ -148,6 +149,16 @@ def _methods_at(request: Request) -> list[str]:
     return sorted(methods)
 
 
+# nginx's status for a request its client closed before the answer: nothing is sent (the client
+# is gone), but the access line and the metrics show it apart from the server's failures.
+CLIENT_CLOSED_REQUEST = 499
+
+
+async def _client_disconnected(request: Request, exc: Exception) -> Response:
+    log.info("client_disconnected")
+    return Response(status_code=CLIENT_CLOSED_REQUEST)
+
+
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled_error", exc_info=exc)
     # Starlette answers this outside our request-context middleware, so the id goes on here.
@@ -167,4 +178,5 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ProtocolError, _protocol_error)
     app.add_exception_handler(RequestValidationError, _request_validation)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(ClientDisconnect, _client_disconnected)
     app.add_exception_handler(Exception, _unexpected)
