@@ -283,6 +283,18 @@ def test_concurrent_checks_in_process_admit_exactly_the_burst() -> None:
     assert sorted(asyncio.run(forty_at_once())) == [False] * 30 + [True] * 10
 
 
+def test_a_burst_of_one_admits_its_first_request_at_any_moment() -> None:
+    # At this moment (ms), (now + 100000) - 100000 rounds a ulp above now: a bucket of burst 1
+    # computed its first admission a ulp in the future and refused the request.
+    now_s = 8384.0099289538
+    assert (now_s * 1000 + 100_000.0) - 100_000.0 > now_s * 1000
+    limiter = InProcessLimiter(lambda: now_s)
+
+    verdict = asyncio.run(limiter.check(uuid.uuid4(), Rate(0.01, 1), uuid.uuid4(), GENEROUS))
+
+    assert verdict.allowed
+
+
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     with redis_server(tmp_path / "redis") as server:

@@ -72,7 +72,9 @@ def _rescaled(tat_ms: float, stored_interval_ms: float, now_ms: float, rate: Rat
 def _gcra(tat_ms: float, now_ms: float, rate: Rate) -> tuple[bool, float, float, float]:
     """(allowed, new theoretical arrival time, remaining, wait in ms) for one bucket."""
     new_tat = max(tat_ms, now_ms) + rate.interval_ms
-    allow_at = new_tat - rate.interval_ms * rate.burst
+    # new_tat - interval * burst, written so that a full bucket of burst 1 gives exactly now:
+    # the subtraction rounded a ulp above it and refused a new key's first request.
+    allow_at = max(tat_ms, now_ms) - rate.interval_ms * (rate.burst - 1)
     if now_ms < allow_at:
         return False, tat_ms, 0, allow_at - now_ms
     remaining = math.floor((now_ms - allow_at) / rate.interval_ms)
@@ -143,7 +145,7 @@ for i = 1, 2 do
     tat = now + math.max(stored_tat - now, 0) / stored_interval * interval
   end
   local new_tat = math.max(tat, now) + interval
-  local allow_at = new_tat - interval * burst
+  local allow_at = math.max(tat, now) - interval * (burst - 1)
   if now < allow_at then
     allowed = 0
   end
