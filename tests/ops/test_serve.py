@@ -638,7 +638,10 @@ def test_sigterm_during_a_burst_answers_every_request_that_reached_the_server(
 
 
 def test_sigterm_stops_the_embedded_postgresql_that_serve_started(tmp_path: Path) -> None:
-    data_dir = tmp_path / "data"
+    # Not under pytest's private (0700) folder: as root the embedded server runs as pgserver's
+    # own user, which must reach its data.
+    data_dir = Path(tempfile.mkdtemp(prefix="dealbase-embedded-"))
+    data_dir.chmod(0o755)
     env = {name: value for name, value in os.environ.items() if not name.startswith("DEALBASE_")}
     env |= {"DEALBASE_DATA_DIR": str(data_dir), "DEALBASE_LOG_LEVEL": "warning"}
     port = free_port()
@@ -673,6 +676,7 @@ def test_sigterm_stops_the_embedded_postgresql_that_serve_started(tmp_path: Path
             time.sleep(0.1)
     finally:
         stop_process(process)
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:

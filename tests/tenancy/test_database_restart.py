@@ -9,8 +9,10 @@ disturbs nothing else."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import warnings
@@ -73,12 +75,17 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    cluster = Cluster(tmp_path / "postgres")
+def cluster() -> Iterator[Cluster]:
+    # Not under pytest's temporary folder: pytest keeps its root private (0700), and as root the
+    # server runs as pgserver's own user, which must reach the data folder.
+    folder = Path(tempfile.mkdtemp(prefix="dealbase-restart-"))
+    folder.chmod(0o755)
+    cluster = Cluster(folder / "postgres")
     try:
         yield cluster
     finally:
         cluster.server.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @dataclass(frozen=True)

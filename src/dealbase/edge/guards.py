@@ -58,13 +58,15 @@ class BodyLimitMiddleware:
             await self._refuse(scope, receive, send)
             return
         received = 0
+        body_ended = False
         started = False
 
         async def counting_receive() -> Message:
-            nonlocal received
+            nonlocal received, body_ended
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
+                body_ended = not message.get("more_body", False)
                 if received > self.max_bytes:
                     raise _TooLarge
             return message
@@ -79,7 +81,9 @@ class BodyLimitMiddleware:
         except _TooLarge:
             if started:
                 raise
-            await _drain(receive, received)
+            if not body_ended:
+                # After its last part, a server's receive waits for the client to go.
+                await _drain(receive, received)
             await self._refuse(scope, receive, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
