@@ -633,6 +633,42 @@ def test_customers_of_a_page_with_their_deals_and_activities(
     assert by_name["Turing"] == {"lastName": "Turing", "deals": [], "activities": []}
 
 
+@pytest.mark.parametrize(
+    ("signature", "first", "variables"),
+    [("", "1", {}), ("($n: Int!)", "$n", {"n": 1})],
+    ids=["literal", "variable"],
+)
+def test_a_page_of_customers_takes_its_nested_lists_first(
+    client: TestClient, shop: Shop, signature: str, first: str, variables: dict[str, int]
+) -> None:
+    # The page loads its customers' nested lists before it returns, reading their `first`.
+    query = f"""query{signature} {{ customers(first: 100) {{ edges {{ node {{
+        lastName deals(first: {first}) {{ name }} activities(first: {first}) {{ type }} }} }} }} }}"""
+
+    nodes = [
+        e["node"] for e in data_of(client, query, variables, shop.headers)["customers"]["edges"]
+    ]
+
+    by_name = {node["lastName"]: node for node in nodes}
+    assert by_name["Lovelace"] == {
+        "lastName": "Lovelace",
+        "deals": [{"name": "Delta"}],
+        "activities": [{"type": "CALL"}],
+    }
+
+
+def test_a_nested_first_out_of_range_under_a_page_is_refused_for_that_field(
+    client: TestClient, shop: Shop
+) -> None:
+    query = (
+        """{ customers(first: 100) { edges { node { lastName deals(first: 101) { name } } } } }"""
+    )
+
+    body = gql(client, query, {}, shop.headers)
+
+    assert {error["extensions"]["code"] for error in body["errors"]} == {"validation_failed"}
+
+
 # --- activities ----------------------------------------------------------------------------
 
 ACTIVITY_PAGE = """

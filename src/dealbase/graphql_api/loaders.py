@@ -54,17 +54,6 @@ def employee(context: GraphQLContext, employee_id: uuid.UUID) -> asyncio.Future[
     return cast("asyncio.Future[Employee | None]", loader.load(employee_id))
 
 
-async def prefetch(
-    context: GraphQLContext, step_ids: Iterable[uuid.UUID], employee_ids: Iterable[uuid.UUID]
-) -> None:
-    """Loads the steps and employees of a page in the batches their fields would have made, so
-    that each item's field finds its value done instead of awaiting it: graphql-core gathers the
-    awaitables of a list's items in a task each (100 for a page of 50 deals)."""
-    pending: list[asyncio.Future[Any]] = [step(context, step_id) for step_id in set(step_ids)]
-    pending += [employee(context, employee_id) for employee_id in set(employee_ids)]
-    await asyncio.gather(*pending)
-
-
 def customer(context: GraphQLContext, customer_id: uuid.UUID) -> Awaitable[Customer | None]:
     return _loader(context, "customer", 0, customers.by_ids).load(customer_id)
 
@@ -73,33 +62,43 @@ def deal(context: GraphQLContext, deal_id: uuid.UUID) -> Awaitable[Deal | None]:
     return _loader(context, "deal", 0, deals.by_ids).load(deal_id)
 
 
-async def deals_of_step(context: GraphQLContext, step_id: uuid.UUID, first: int) -> list[Deal]:
-    found = await _loader(
+def deals_of_step(
+    context: GraphQLContext, step_id: uuid.UUID, first: int
+) -> asyncio.Future[list[Deal] | None]:
+    loader = _loader(
         context, "deals_of_step", first, lambda uow, ids: deals.first_of_steps(uow, ids, first)
-    ).load(step_id)
-    return found or []
+    )
+    return cast("asyncio.Future[list[Deal] | None]", loader.load(step_id))
 
 
-async def deals_of_customer(
+def deals_of_customer(
     context: GraphQLContext, customer_id: uuid.UUID, first: int
-) -> list[Deal]:
-    found = await _loader(
+) -> asyncio.Future[list[Deal] | None]:
+    loader = _loader(
         context,
         "deals_of_customer",
         first,
         lambda uow, ids: deals.first_of_customers(uow, ids, first),
-    ).load(customer_id)
-    return found or []
+    )
+    return cast("asyncio.Future[list[Deal] | None]", loader.load(customer_id))
 
 
-async def activities_of(
+def activities_of(
     context: GraphQLContext, parent: str, parent_id: uuid.UUID, first: int
-) -> list[Activity]:
+) -> asyncio.Future[list[Activity] | None]:
     """``parent`` is ``deal_id`` or ``customer_id``."""
-    found = await _loader(
+    loader = _loader(
         context,
         f"activities_of_{parent}",
         first,
         lambda uow, ids: activities.first_of(uow, parent, ids, first),
-    ).load(parent_id)
-    return found or []
+    )
+    return cast("asyncio.Future[list[Activity] | None]", loader.load(parent_id))
+
+
+async def prefetch(loads: Iterable[asyncio.Future[Any]]) -> None:
+    """Waits for loads a page's items will ask for, started before the page returns, so that
+    each item's field finds its value done instead of awaiting it: graphql-core gathers the
+    awaitables of a list's items in a task each (100 for a page of 50 deals with a step and an
+    employee)."""
+    await asyncio.gather(*loads)

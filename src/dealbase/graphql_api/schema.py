@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from strawberry.types import ExecutionContext
 from strawberry.types.nodes import SelectedField, Selection
 
 from dealbase.config import Settings
+from dealbase.errors import Invalid
 from dealbase.graphql_api import loaders
 from dealbase.graphql_api.documents import DocumentCache, DocumentGuard
 from dealbase.graphql_api.errors import DomainErrors
@@ -37,6 +39,7 @@ from dealbase.graphql_api.inputs import (
 )
 from dealbase.graphql_api.types import (
     BIG_INT_SCALAR,
+    NESTED_DEFAULT,
     Activity,
     BigInt,
     Connection,
@@ -59,7 +62,7 @@ from dealbase.platform.customers.models import CustomerFilter as CustomerFilterM
 from dealbase.platform.deals import service as deals
 from dealbase.platform.deals.models import CustomerLink, DealCreate, DealPatch
 from dealbase.platform.deals.models import DealFilter as DealFilterModel
-from dealbase.platform.pagination import DEFAULT_PAGE_SIZE, Page
+from dealbase.platform.pagination import DEFAULT_PAGE_SIZE, Page, page_size
 from dealbase.platform.pipeline import service as pipeline
 from dealbase.platform.pipeline.models import SummaryRange
 from dealbase.platform.validation import validated
@@ -103,18 +106,40 @@ class _Listing(Generic[Item, Filters]):
         return connection(page, to_node, count)
 
 
-def _selects(selections: Sequence[Selection], path: str) -> bool:
-    """Whether the document selects the field at ``path`` (dotted field names, not aliases),
-    through fragments; ``@skip`` and ``@include`` are not read: at worst a prefetch loads what no
-    field asks for."""
+def _selected(selections: Sequence[Selection], path: str) -> SelectedField | None:
+    """The document's first selection of the field at ``path`` (dotted field names, not
+    aliases), through fragments. ``@skip`` and ``@include`` are not read: at worst a prefetch
+    loads what no field asks for."""
     name, _, rest = path.partition(".")
     for selection in selections:
         if not isinstance(selection, SelectedField):
-            if _selects(selection.selections, path):
-                return True
-        elif selection.name == name and (not rest or _selects(selection.selections, rest)):
-            return True
-    return False
+            found = _selected(selection.selections, path)
+        elif selection.name != name:
+            continue
+        else:
+            found = _selected(selection.selections, rest) if rest else selection
+        if found is not None:
+            return found
+    return None
+
+
+def _within(info: GraphQLInfo) -> list[Selection]:
+    """What the document selects inside the field being resolved (each of its nodes)."""
+    return [inner for field in info.selected_fields for inner in field.selections]
+
+
+def _nested_page_size(selections: Sequence[Selection], path: str) -> int | None:
+    """The page size of the nested list at ``path`` as its field will ask for it, or None when
+    it is not selected or its ``first`` is one the field will refuse (it reports that)."""
+    field = _selected(selections, path)
+    if field is None:
+        return None
+    # A literal comes as its text (Strawberry does not coerce it), a variable as its value;
+    # validation has made either a valid Int.
+    try:
+        return page_size(int(field.arguments.get("first", NESTED_DEFAULT)))
+    except Invalid:
+        return None
 
 
 @strawberry.type
@@ -139,7 +164,21 @@ class Query:
         after: str | None = None,
     ) -> Connection[Customer]:
         found = _Listing(customers.list_page, customers.count, CustomerFilterModel)
-        return await found.page(info, filter, first, after, Customer.of)
+        page = await found.page(info, filter, first, after, Customer.of)
+        ids = [edge.node.id for edge in page.edges]
+        selected = _within(info)
+        loads: list[asyncio.Future[Any]] = []
+        deals_first = _nested_page_size(selected, "edges.node.deals")
+        if deals_first is not None:
+            loads += [loaders.deals_of_customer(info.context, id, deals_first) for id in ids]
+        activities_first = _nested_page_size(selected, "edges.node.activities")
+        if activities_first is not None:
+            loads += [
+                loaders.activities_of(info.context, "customer_id", id, activities_first)
+                for id in ids
+            ]
+        await loaders.prefetch(loads)
+        return page
 
     @strawberry.field
     async def deal(self, info: GraphQLInfo, id: uuid.UUID) -> Deal:
@@ -159,15 +198,14 @@ class Query:
             info, filter, first, after, Deal.of, order_by={"order_by": order_by.value}
         )
         nodes = [edge.node for edge in page.edges]
-        # One entry per node of this field in the document (a field may be selected twice).
-        selected = [inner for field in info.selected_fields for inner in field.selections]
-        steps = _selects(selected, "edges.node.step")
-        employees = _selects(selected, "edges.node.employee")
-        await loaders.prefetch(
-            info.context,
-            step_ids=[node.step_id for node in nodes if steps],
-            employee_ids=[node.employee_id for node in nodes if employees and node.employee_id],
-        )
+        selected = _within(info)
+        loads: list[asyncio.Future[Any]] = []
+        if _selected(selected, "edges.node.step"):
+            loads += [loaders.step(info.context, step_id) for step_id in {n.step_id for n in nodes}]
+        if _selected(selected, "edges.node.employee"):
+            employee_ids = {n.employee_id for n in nodes if n.employee_id is not None}
+            loads += [loaders.employee(info.context, employee_id) for employee_id in employee_ids]
+        await loaders.prefetch(loads)
         return page
 
     @strawberry.field

@@ -118,6 +118,14 @@ def _now_or_later(
     return later()
 
 
+def _deals_of(found: list[DealModel] | None) -> list[Deal]:
+    return [Deal.of(deal) for deal in found or []]
+
+
+def _activities_of(found: list[ActivityModel] | None) -> list[Activity]:
+    return [Activity.of(activity) for activity in found or []]
+
+
 def _employee_of(employee: EmployeeModel | None) -> Employee | None:
     return None if employee is None else Employee.of(employee)
 
@@ -194,15 +202,23 @@ class Customer:
     def of(cls, customer: CustomerModel) -> Customer:
         return cls(**{name: getattr(customer, name) for name in cls.__annotations__})
 
-    @strawberry.field(description="The deals the customer is linked to, oldest first.")
-    async def deals(self, info: GraphQLInfo, first: int = NESTED_DEFAULT) -> list[Deal]:
-        found = await loaders.deals_of_customer(info.context, self.id, page_size(first))
-        return [Deal.of(deal) for deal in found]
+    @strawberry.field(
+        description="The deals the customer is linked to, oldest first.", graphql_type=list["Deal"]
+    )
+    def deals(
+        self, info: GraphQLInfo, first: int = NESTED_DEFAULT
+    ) -> list[Deal] | Awaitable[list[Deal]]:
+        found = loaders.deals_of_customer(info.context, self.id, page_size(first))
+        return _now_or_later(found, _deals_of)
 
-    @strawberry.field(description="The customer's activities, oldest first.")
-    async def activities(self, info: GraphQLInfo, first: int = NESTED_DEFAULT) -> list[Activity]:
-        found = await loaders.activities_of(info.context, "customer_id", self.id, page_size(first))
-        return [Activity.of(activity) for activity in found]
+    @strawberry.field(
+        description="The customer's activities, oldest first.", graphql_type=list["Activity"]
+    )
+    def activities(
+        self, info: GraphQLInfo, first: int = NESTED_DEFAULT
+    ) -> list[Activity] | Awaitable[list[Activity]]:
+        found = loaders.activities_of(info.context, "customer_id", self.id, page_size(first))
+        return _now_or_later(found, _activities_of)
 
 
 @strawberry.type
@@ -250,10 +266,14 @@ class Deal:
     def employee(self, info: GraphQLInfo) -> Employee | Awaitable[Employee | None] | None:
         return _employee(info, self.employee_id)
 
-    @strawberry.field(description="The deal's activities, oldest first.")
-    async def activities(self, info: GraphQLInfo, first: int = NESTED_DEFAULT) -> list[Activity]:
-        found = await loaders.activities_of(info.context, "deal_id", self.id, page_size(first))
-        return [Activity.of(activity) for activity in found]
+    @strawberry.field(
+        description="The deal's activities, oldest first.", graphql_type=list["Activity"]
+    )
+    def activities(
+        self, info: GraphQLInfo, first: int = NESTED_DEFAULT
+    ) -> list[Activity] | Awaitable[list[Activity]]:
+        found = loaders.activities_of(info.context, "deal_id", self.id, page_size(first))
+        return _now_or_later(found, _activities_of)
 
 
 @strawberry.enum
@@ -364,10 +384,12 @@ class PipelineStep:
             total_volume=BigInt(totals.total_volume),
         )
 
-    @strawberry.field(description="The step's first deals, oldest first.")
-    async def deals(self, info: GraphQLInfo, first: int = NESTED_DEFAULT) -> list[Deal]:
-        found = await loaders.deals_of_step(info.context, self.step.id, page_size(first))
-        return [Deal.of(deal) for deal in found]
+    @strawberry.field(description="The step's first deals, oldest first.", graphql_type=list[Deal])
+    def deals(
+        self, info: GraphQLInfo, first: int = NESTED_DEFAULT
+    ) -> list[Deal] | Awaitable[list[Deal]]:
+        found = loaders.deals_of_step(info.context, self.step.id, page_size(first))
+        return _now_or_later(found, _deals_of)
 
 
 @strawberry.type
