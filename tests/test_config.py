@@ -13,6 +13,8 @@ from dealbase.config import SettingsError, load_settings
         ("DEALBASE_LOG_FORMAT", "xml"),
         ("DEALBASE_DATABASE_URL", "mysql://x"),
         ("DEALBASE_REDIS_URL", "http://x"),
+        ("DEALBASE_REDIS_URL", "redis://localhost/0?socket_timeout=5"),
+        ("DEALBASE_REDIS_URL", "redis://localhost/zero"),
     ],
 )
 def test_invalid_setting_is_one_line_naming_it(

@@ -140,6 +140,11 @@ class Settings(BaseSettings):
             return None
         if not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        # Checked here, with the limiter's own parser, so a URL it cannot use stops the service
+        # with the setting's name rather than a traceback from each worker.
+        from dealbase.tenancy.rate_limits import check_redis_url
+
+        check_redis_url(value)
         return value
 
 

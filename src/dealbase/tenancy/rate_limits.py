@@ -336,6 +336,11 @@ class _Connection(asyncio.Protocol):
             self._transport.abort()
 
 
+def check_redis_url(url: str) -> None:
+    """Raises ValueError, naming the problem, for a URL RedisLimiter cannot connect with."""
+    _Endpoint.of(url)
+
+
 @dataclass(frozen=True, slots=True)
 class _Endpoint:
     """Where Redis listens (from its URL), and the commands that set up a new connection."""
