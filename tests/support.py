@@ -7,12 +7,14 @@ import secrets
 import signal
 import socket
 import subprocess
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import psycopg
 from psycopg import sql
 
@@ -139,3 +141,20 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=10)
+
+
+def wait_until_served(
+    process: subprocess.Popen[bytes], url: str, output: Callable[[], str], seconds: float
+) -> None:
+    """Returns once ``GET url`` answers 200; fails, with the server's ``output``, if the
+    process exits or ``seconds`` pass first."""
+    deadline = time.monotonic() + seconds
+    while True:
+        assert process.poll() is None, f"server exited: {output()}"
+        assert time.monotonic() < deadline, f"server not ready: {output()}"
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)

@@ -35,7 +35,7 @@ from sqlalchemy import text
 
 from dealbase.migrations.runner import upgrade_control
 from dealbase.tenancy.database import Database, application_name
-from tests.support import free_port, scratch_database, stop_process
+from tests.support import free_port, scratch_database, stop_process, wait_until_served
 
 DEALBASE = Path(sys.executable).with_name("dealbase")
 API = "/api/v1/integration"
@@ -655,16 +655,7 @@ def test_sigterm_stops_the_embedded_postgresql_that_serve_started(tmp_path: Path
             start_new_session=True,
         )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
+        wait_until_served(process, f"http://127.0.0.1:{port}/readyz", log.read_text, 60)
         postmaster = int((data_dir / "postgres" / "postmaster.pid").read_text().split()[0])
 
         process.send_signal(signal.SIGTERM)

@@ -26,7 +26,7 @@ from tests.rest_api.rate_limit_support import (
     faults,
     has_rate_limit_headers,
 )
-from tests.support import TenantWorld, build_tenant, free_port, stop_process
+from tests.support import TenantWorld, build_tenant, free_port, stop_process, wait_until_served
 
 DEALBASE = Path(sys.executable).with_name("dealbase")
 READY_TIMEOUT_S = 30.0
@@ -89,16 +89,7 @@ def _serve(database_url: str, redis_url: str, directory: Path) -> Iterator[Serve
 
 
 def _wait_ready(server: Server) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while True:
-        assert server.process.poll() is None, f"server exited: {server.output()}"
-        assert time.monotonic() < deadline, f"server not ready: {server.output()}"
-        try:
-            if httpx.get(f"{server.base_url}/metrics", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
+    wait_until_served(server.process, f"{server.base_url}/metrics", server.output, READY_TIMEOUT_S)
 
 
 @dataclass(frozen=True)
