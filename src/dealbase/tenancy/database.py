@@ -230,6 +230,7 @@ class Database:
         On any loop but the pool's (a test client driving the app without its lifespan starts
         one per request) the unit of work gets a connection of its own, closed with it.
         """
+        connection: psycopg.AsyncConnection[Any] | None = None
         with database_faults():
             try:
                 async with await self._connection() as connection:
@@ -238,9 +239,11 @@ class Database:
                     )
                     yield UnitOfWork(statements, scope)
             except psycopg.OperationalError:
-                if self._async_pool_loop is asyncio.get_running_loop():
+                lost = connection is not None and connection.broken
+                if lost and self._async_pool_loop is asyncio.get_running_loop():
                     # Its peers in the pool likely broke alike (PostgreSQL restarted): drop
-                    # them now rather than fail one request each.
+                    # them now rather than fail one request each. (Not after a timeout or a
+                    # deadlock: the connection is fine then.)
                     self._check_pool_soon()
                 raise
 
