@@ -68,13 +68,35 @@ def scratch_database(server: str, label: str) -> Iterator[str]:
     name = f"dealbase_test_{label}_{secrets.token_hex(4)}"
     with psycopg.connect(server, autocommit=True) as connection:
         connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = _with_database(server, name)
     try:
-        yield _with_database(server, name)
+        yield url
     finally:
+        try:
+            roles = tenant_roles_of(url)
+        except psycopg.Error:  # a test left it unreachable: its roles stay behind
+            roles = []
         with psycopg.connect(server, autocommit=True) as connection:
             connection.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+            # Roles belong to the cluster and outlive the database; their grants did not.
+            if roles:
+                connection.execute(
+                    sql.SQL("DROP ROLE IF EXISTS {}").format(
+                        sql.SQL(", ").join(map(sql.Identifier, roles))
+                    )
+                )
+
+
+def tenant_roles_of(database_url: str) -> list[str]:
+    """The tenant roles of the tenant schemas in the database (each named as its schema)."""
+    with psycopg.connect(database_url) as connection:
+        rows = connection.execute(
+            "SELECT nspname FROM pg_namespace n JOIN pg_roles r ON r.rolname = n.nspname"
+            " WHERE nspname ~ '^t_[0-9a-f]{32}$'"
+        ).fetchall()
+    return [name for (name,) in rows]
 
 
 def _with_database(server: str, database: str) -> str:

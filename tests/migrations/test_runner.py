@@ -87,7 +87,7 @@ def test_migrate_on_an_empty_database_creates_the_control_schema_at_head(
 ) -> None:
     run = _migrate(empty_database_url, tmp_path)
 
-    assert run.json() == {"tenants": 0, "migrated": 0, "failed": []}
+    assert run.json() == {"tenants": 0, "migrated": 0, "failed": [], "repaired": []}
     database = Database(empty_database_url, pool_size=1)
     try:
         assert _revision(database, CONTROL_SCHEMA) == CONTROL_HEAD
@@ -106,7 +106,7 @@ def test_migrate_brings_every_tenant_schema_to_head(
 
     run = _migrate(migrated_database.url, tmp_path)
 
-    assert run.json() == {"tenants": 3, "migrated": 3, "failed": []}
+    assert run.json() == {"tenants": 3, "migrated": 3, "failed": [], "repaired": []}
     assert run.stderr == ""
     assert _revision(migrated_database, CONTROL_SCHEMA) == CONTROL_HEAD
     for tenant in tenants:
@@ -125,7 +125,7 @@ def test_migrating_many_tenants_at_once_puts_each_tenant_tree_in_its_own_schema(
     run = _migrate(migrated_database.url, tmp_path, "--concurrency", "8")
 
     assert run.exit_code == 0, str(run)
-    assert run.json() == {"tenants": 12, "migrated": 12, "failed": []}
+    assert run.json() == {"tenants": 12, "migrated": 12, "failed": [], "repaired": []}
     for tenant in tenants:
         assert _revision(migrated_database, tenant.schema) == TENANT_HEAD, tenant.schema
         assert set(_relations(migrated_database, tenant.schema)) == reference, tenant.schema
@@ -144,7 +144,9 @@ def test_migrate_again_is_a_no_op_that_keeps_schemas_and_data(
     again = _migrate(migrated_database.url, tmp_path, "--concurrency", "1")
 
     assert again.exit_code == 0, str(again)
-    assert again.json() == first.json() == {"tenants": 2, "migrated": 2, "failed": []}
+    assert (
+        again.json() == first.json() == {"tenants": 2, "migrated": 2, "failed": [], "repaired": []}
+    )
     assert {schema: _relations(migrated_database, schema) for schema in schemas} == before
     kept = admin.create_employee(migrated_database, tenants[0].id, department.id, "Ann", None)
     assert kept.department_id == department.id
@@ -190,6 +192,31 @@ def test_migrate_resumes_a_repaired_tenant_and_then_succeeds(
     _lose_schema(migrated_database, broken)  # the operator's repair: start that schema afresh
     run = _migrate(migrated_database.url, tmp_path, "--concurrency", "1")
 
-    assert run.json() == {"tenants": 2, "migrated": 2, "failed": []}
+    assert run.json() == {"tenants": 2, "migrated": 2, "failed": [], "repaired": []}
     assert _revision(migrated_database, broken.schema) == TENANT_HEAD
     assert _revision(migrated_database, healthy.schema) == TENANT_HEAD
+
+
+def test_migrate_recreates_a_missing_tenant_role_and_reports_the_repair(
+    migrated_database: Database, tmp_path: Path
+) -> None:
+    """A tenant from before tenant roles, or whose role someone dropped: no unit of work can run
+    until migrate puts the role and its grants back."""
+    tenant, untouched = _tenants(migrated_database, 2)
+    _execute(migrated_database, f'DROP OWNED BY "{tenant.schema}"; DROP ROLE "{tenant.schema}"')
+
+    run = _migrate(migrated_database.url, tmp_path, "--concurrency", "1")
+
+    assert run.exit_code == 0, str(run)
+    (repaired,) = run.json()["repaired"]
+    assert repaired["schema"] == tenant.schema
+    assert f"created role {tenant.schema}" in repaired["repairs"]
+    assert untouched.schema not in {r["schema"] for r in run.json()["repaired"]}
+    employee = admin.create_employee(
+        migrated_database,
+        tenant.id,
+        admin.create_department(migrated_database, tenant.id, "Back").id,
+        "Ann",
+        None,
+    )
+    assert employee.name == "Ann"

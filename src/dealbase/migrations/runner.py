@@ -22,6 +22,7 @@ from sqlalchemy.pool import NullPool
 
 from dealbase.tenancy.control_tables import CONTROL_SCHEMA
 from dealbase.tenancy.database import sqlalchemy_url
+from dealbase.tenancy.roles import TENANT_OWNER_ROLE, ensure_roles, repair_grants
 
 _TREES = Path(__file__).parent
 # Alembic's op and context are process-wide proxies: one migration at a time per process.
@@ -61,19 +62,36 @@ def upgrade_control(connection: Connection) -> None:
         command.upgrade(_config("control", connection, CONTROL_SCHEMA), "head")
 
 
-def upgrade_tenant(connection: Connection, schema: str, target: str = "head") -> None:
-    """Creates the schema if needed and brings it to ``target``, in the caller's transaction."""
+def upgrade_tenant(connection: Connection, schema: str, target: str = "head") -> list[str]:
+    """Creates the schema if needed and brings it to ``target``, in the caller's transaction, and
+    leaves the tenant's role and its grants as ``tenancy.roles`` has them; returns what it had
+    to repair (nothing, for a tenant already in order)."""
     _lock(connection, schema)
-    connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+    repairs = ensure_roles(connection, schema)
+    existed = connection.execute(
+        text("SELECT 1 FROM pg_namespace WHERE nspname = :schema"), {"schema": schema}
+    ).first()
+    # The migrations run as the owner, so what they create is the owner's, not the login role's.
+    connection.execute(
+        text(f'CREATE SCHEMA IF NOT EXISTS "{schema}" AUTHORIZATION "{TENANT_OWNER_ROLE}"')
+    )
+    connection.execute(text(f'SET LOCAL ROLE "{TENANT_OWNER_ROLE}"'))
+    if existed:
+        repairs += repair_grants(connection, schema)
     connection.execute(select(func.set_config("search_path", schema, True)))
     with _alembic_in_use:
         command.upgrade(_config("tenant", connection, schema), target)
+    # What the migrations just created is granted now: that is provisioning, not a repair.
+    repair_grants(connection, schema)
+    connection.execute(text("SET LOCAL ROLE NONE"))
+    return repairs
 
 
 @dataclass(frozen=True, slots=True)
 class TenantMigration:
     schema: str
     error: str | None
+    repairs: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -127,7 +145,7 @@ def _upgrade_in_worker(schema: str) -> TenantMigration:
     assert _worker_engine is not None, "_start_worker runs first"
     try:
         with _worker_engine.begin() as connection:
-            upgrade_tenant(connection, schema)
+            repairs = upgrade_tenant(connection, schema)
     except Exception as exc:  # reported per tenant by name; the run goes on
         return TenantMigration(schema, f"{type(exc).__name__}: {exc}".splitlines()[0])
-    return TenantMigration(schema, None)
+    return TenantMigration(schema, None, tuple(repairs))

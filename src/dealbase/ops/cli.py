@@ -32,6 +32,7 @@ from dealbase.ops.metrics_files import prepare_metrics_dir
 from dealbase.ops.observability import configure_logging
 from dealbase.rest_api.schemas import format_timestamp
 from dealbase.tenancy.database import Database, DatabaseLimits
+from dealbase.tenancy.roles import inheriting_login_role
 from dealbase.tenancy.scope import Rate
 from dealbase.tenancy.tenants import create_tenant, list_tenants
 
@@ -207,18 +208,33 @@ def migrate(
         database, schemas, concurrency or settings.migrate_concurrency, show=not as_json
     )
     failed = sorted((r for r in results if not r.ok), key=lambda r: r.schema)
+    repaired = sorted((r for r in results if r.repairs), key=lambda r: r.schema)
     summary = {
         "tenants": len(results),
         "migrated": len(results) - len(failed),
         "failed": [{"schema": r.schema, "error": r.error} for r in failed],
+        # Tenant roles created and grants put back as they should be (docs/security.md).
+        "repaired": [{"schema": r.schema, "repairs": list(r.repairs)} for r in repaired],
     }
     _emit(
         as_json,
         summary,
         f"control schema and {summary['migrated']}/{len(results)} tenant schemas at head",
     )
+    if not as_json:
+        for result in repaired:
+            for repair in result.repairs:
+                typer.echo(f"repaired tenant schema {result.schema}: {repair}")
     for result in failed:
         typer.echo(f"error: tenant schema {result.schema} failed: {result.error}", err=True)
+    with database.control() as connection:
+        inheriting = inheriting_login_role(connection)
+    if inheriting:
+        typer.echo(
+            f"warning: the login role {inheriting} inherits the privileges of every tenant role;"
+            f" make it NOINHERIT (ALTER ROLE {inheriting} NOINHERIT), docs/security.md",
+            err=True,
+        )
     if failed:
         raise typer.Exit(1)
 

@@ -17,6 +17,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.util import greenlet_spawn
 
 from dealbase.errors import DatabaseTimeout, DatabaseUnavailable
+from dealbase.tenancy.roles import switch_to_tenant
 from dealbase.tenancy.scope import Scope
 from dealbase.tenancy.statements import StatementCache, StatementListener, TenantConnection
 
@@ -157,6 +158,9 @@ class Database:
         }
         if startup_options:
             connection_settings["options"] = limits.connection_options()
+        # Units of work send their own BEGIN, with the switch to the tenant's role in the same
+        # round trip (``roles.switch_to_tenant``); psycopg would send a BEGIN of its own first.
+        unit_of_work_settings = {**connection_settings, "autocommit": True}
         self.engine: Engine = create_engine(
             sqlalchemy_url(database_url),
             pool_size=pool_size,
@@ -180,7 +184,7 @@ class Database:
             min_size=0,
             max_size=pool_size + max_overflow,
             max_lifetime=1800,
-            kwargs=connection_settings,
+            kwargs=unit_of_work_settings,
             name="units-of-work",
             open=True,
             **pool_timeouts,
@@ -189,13 +193,13 @@ class Database:
         self._async_pool_loop: asyncio.AbstractEventLoop | None = None
         self._pool_check: asyncio.Task[None] | None = None
         self._conninfo = libpq_url(database_url)
-        self._connection_settings = connection_settings
+        self._connection_settings = unit_of_work_settings
         self.async_pool: AsyncConnectionPool = AsyncConnectionPool(
             libpq_url(database_url),
             min_size=0,
             max_size=pool_size + max_overflow,
             max_lifetime=1800,
-            kwargs=connection_settings,
+            kwargs=unit_of_work_settings,
             name="units-of-work-on-the-event-loop",
             open=False,
             **pool_timeouts,
@@ -206,12 +210,15 @@ class Database:
 
     @contextmanager
     def unit_of_work(self, scope: Scope) -> Iterator[UnitOfWork]:
-        """A transaction whose SQL lands in ``scope.schema``; commits on success, else rolls back.
+        """A transaction whose SQL lands in ``scope.schema``, run as the tenant's role; commits on
+        success, else rolls back.
 
-        The schema is written into each statement's text, so the pooled connection (or a
-        pgbouncer server connection in transaction mode) carries no tenant state to its next user.
+        The schema is written into each statement's text and the role is set for the transaction
+        only, so the pooled connection (or a pgbouncer server connection in transaction mode)
+        carries no tenant state to its next user.
         """
         with database_faults(), self.pool.connection() as connection:
+            connection.execute(switch_to_tenant(scope.schema), prepare=False)
             statements = TenantConnection(
                 connection, scope.schema, self.statements, self.statement_listeners
             )
@@ -234,6 +241,7 @@ class Database:
         with database_faults():
             try:
                 async with await self._connection() as connection:
+                    await connection.execute(switch_to_tenant(scope.schema), prepare=False)
                     statements = TenantConnection(
                         connection, scope.schema, self.statements, self.statement_listeners
                     )

@@ -11,6 +11,13 @@ _SCHEMA_NAME = re.compile(r"^t_[0-9a-f]{32}$")
 TENANT_SCHEMA_PLACEHOLDER = "tenant"
 
 
+def checked_schema_name(schema: str) -> str:
+    """``schema``, refused unless it is a tenant schema's name: it reaches SQL as an identifier."""
+    if not _SCHEMA_NAME.match(schema):
+        raise ValueError(f"not a tenant schema name: {schema!r}")
+    return schema
+
+
 def schema_for_tenant(tenant_id: uuid.UUID) -> str:
     """The tenant's schema name, derived from its id (and nothing a client controls)."""
     return f"t_{tenant_id.hex}"
@@ -48,9 +55,7 @@ class Scope:
     key_rate: Rate | None = None  # the key's own rate limit, when it has one
 
     def __post_init__(self) -> None:
-        # The schema name reaches SQL as an identifier and in set_config: refuse anything else.
-        if not _SCHEMA_NAME.match(self.schema):
-            raise ValueError(f"not a tenant schema name: {self.schema!r}")
+        checked_schema_name(self.schema)
 
     @classmethod
     def for_tenant(cls, tenant_id: uuid.UUID) -> Scope:

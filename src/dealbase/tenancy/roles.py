@@ -1,0 +1,258 @@
+"""The PostgreSQL roles that make the database itself keep tenants apart.
+
+Each tenant has a role named after its schema (``t_<id>``): it may use that schema and read and
+write its tables, and nothing else. Every unit of work becomes the tenant's role for its
+transaction only (``database.Database``), so a statement that names another tenant's schema,
+whatever the application's routing did, is refused by PostgreSQL with a permission error.
+
+The tenant schemas and their objects belong to ``dealbase_owner``, a role that cannot log in;
+migrations become it to change a tenant's tables. The login role the service connects as holds
+no privilege on any tenant schema: it is a member of these roles only so that it may switch to
+them (``SET ROLE``), and it must not inherit their privileges (PostgreSQL 16 and later: each
+membership is granted ``INHERIT FALSE``; on 15, the login role is created ``NOINHERIT``:
+docs/operations.md, "The database login role").
+
+Everything here runs inside the migrator's transaction, and checks before it changes: running it
+again on a tenant whose roles and grants are as they should be writes nothing.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, text
+
+from dealbase.tenancy.scope import checked_schema_name
+
+TENANT_OWNER_ROLE = "dealbase_owner"
+# The migration bookkeeping of each tenant schema: only migrations touch it, the tenant's role
+# gets no privilege on it.
+MIGRATION_TABLE = "alembic_version"
+
+# What a tenant's role is granted, by kind of object in its schema.
+_SCHEMA_PRIVILEGES = frozenset({"USAGE"})
+_TABLE_PRIVILEGES = frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"})
+_READ_ONLY_PRIVILEGES = frozenset({"SELECT"})
+_SEQUENCE_PRIVILEGES = frozenset({"USAGE", "SELECT"})
+_PRIVILEGES_BY_RELATION_KIND = {
+    "r": ("TABLE", _TABLE_PRIVILEGES),
+    "p": ("TABLE", _TABLE_PRIVILEGES),
+    "v": ("TABLE", _READ_ONLY_PRIVILEGES),
+    "m": ("TABLE", _READ_ONLY_PRIVILEGES),
+    "f": ("TABLE", _READ_ONLY_PRIVILEGES),
+    "S": ("SEQUENCE", _SEQUENCE_PRIVILEGES),
+}
+# A tenant role is a plain group role: anything more is drift to undo.
+_PLAIN_ROLE = "NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS"
+
+
+def tenant_role(schema: str) -> str:
+    """The tenant's role: its schema's name, checked to be one (it reaches SQL as an identifier)."""
+    return checked_schema_name(schema)
+
+
+def switch_to_tenant(schema: str) -> str:
+    """The statement that opens a unit of work's transaction as the tenant's role.
+
+    ``SET LOCAL`` ends with the transaction, commit or rollback, so the pooled connection (or a
+    pgbouncer server connection) goes back to its next user as the login role.
+    """
+    return f'BEGIN; SET LOCAL ROLE "{tenant_role(schema)}"'
+
+
+def ensure_roles(connection: Connection, schema: str) -> list[str]:
+    """Creates the owner and tenant roles if missing, lets the login role switch to them, and
+    hands any object of the schema that is not the owner's to it (schemas created before tenant
+    roles belonged to the login role). Runs as the login role; returns what it changed."""
+    role = tenant_role(schema)
+    changes: list[str] = []
+    login_is_superuser, server_version = connection.execute(
+        text(
+            "SELECT rolsuper, current_setting('server_version_num')::int"
+            " FROM pg_roles WHERE rolname = session_user"
+        )
+    ).one()
+    for name in (TENANT_OWNER_ROLE, role):
+        if _create_role(connection, name):
+            changes.append(f"created role {name}")
+        # A superuser may switch to any role; anyone else needs the membership.
+        if not login_is_superuser and not _login_is_member(connection, name):
+            # From PostgreSQL 16 a membership says itself whether it passes privileges on.
+            options = " WITH INHERIT FALSE, SET TRUE" if server_version >= 160000 else ""
+            connection.execute(text(f'GRANT "{name}" TO SESSION_USER{options}'))
+            changes.append(f"granted role {name} to the login role")
+    changes += _make_plain(connection, role)
+    changes += _adopt(connection, schema)
+    return changes
+
+
+def _create_role(connection: Connection, name: str) -> bool:
+    exists = connection.execute(
+        text("SELECT 1 FROM pg_roles WHERE rolname = :name"), {"name": name}
+    ).first()
+    if exists:
+        return False
+    # Roles belong to the whole cluster: another database's migrator may create the same one
+    # between the check and here, which is as good as creating it.
+    connection.execute(
+        text(
+            "DO $$ BEGIN"
+            f' CREATE ROLE "{name}" {_PLAIN_ROLE};'
+            " EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;"
+            " END $$"
+        )
+    )
+    return True
+
+
+def _login_is_member(connection: Connection, name: str) -> bool:
+    return (
+        connection.execute(
+            text(
+                "SELECT 1 FROM pg_auth_members m"
+                " JOIN pg_roles r ON r.oid = m.roleid"
+                " JOIN pg_roles login ON login.oid = m.member"
+                " WHERE r.rolname = :name AND login.rolname = session_user"
+            ),
+            {"name": name},
+        ).first()
+        is not None
+    )
+
+
+def _make_plain(connection: Connection, role: str) -> list[str]:
+    """Undoes attributes and memberships a tenant role should not have."""
+    changes = []
+    attributes = connection.execute(
+        text(
+            "SELECT rolcanlogin OR rolsuper OR rolcreatedb OR rolcreaterole OR rolreplication"
+            " OR rolbypassrls FROM pg_roles WHERE rolname = :role"
+        ),
+        {"role": role},
+    ).scalar_one()
+    if attributes:
+        connection.execute(text(f'ALTER ROLE "{role}" {_PLAIN_ROLE}'))
+        changes.append(f"made role {role} a plain role again")
+    memberships = connection.execute(
+        text(
+            "SELECT granted.rolname FROM pg_auth_members m"
+            " JOIN pg_roles granted ON granted.oid = m.roleid"
+            " JOIN pg_roles member ON member.oid = m.member"
+            " WHERE member.rolname = :role ORDER BY 1"
+        ),
+        {"role": role},
+    ).scalars()
+    for granted in memberships:
+        connection.execute(text(f'REVOKE "{granted}" FROM "{role}"'))
+        changes.append(f"revoked role {granted} from {role}")
+    return changes
+
+
+def _adopt(connection: Connection, schema: str) -> list[str]:
+    objects = connection.execute(
+        text(
+            """
+            WITH owner AS (SELECT oid FROM pg_roles WHERE rolname = :owner),
+            space AS (SELECT oid, nspname, nspowner FROM pg_namespace WHERE nspname = :schema)
+            SELECT 'SCHEMA', quote_ident(nspname) FROM space
+             WHERE nspowner <> (SELECT oid FROM owner)
+            UNION ALL
+            SELECT CASE c.relkind WHEN 'S' THEN 'SEQUENCE' WHEN 'v' THEN 'VIEW'
+                                  WHEN 'm' THEN 'MATERIALIZED VIEW'
+                                  WHEN 'f' THEN 'FOREIGN TABLE' ELSE 'TABLE' END,
+                   format('%I.%I', space.nspname, c.relname)
+              FROM pg_class c JOIN space ON space.oid = c.relnamespace
+             WHERE c.relowner <> (SELECT oid FROM owner)
+               AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+               -- a sequence a column owns changes owner with its table
+               AND NOT (c.relkind = 'S' AND EXISTS (
+                   SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass
+                      AND d.objid = c.oid AND d.deptype IN ('a', 'i')))
+            UNION ALL
+            SELECT 'TYPE', format('%I.%I', space.nspname, t.typname)
+              FROM pg_type t JOIN space ON space.oid = t.typnamespace
+             WHERE t.typowner <> (SELECT oid FROM owner) AND t.typtype IN ('e', 'd', 'r')
+            UNION ALL
+            SELECT CASE p.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END,
+                   format('%I.%I(%s)', space.nspname, p.proname,
+                          pg_get_function_identity_arguments(p.oid))
+              FROM pg_proc p JOIN space ON space.oid = p.pronamespace
+             WHERE p.proowner <> (SELECT oid FROM owner) AND p.prokind IN ('f', 'p')
+            """
+        ),
+        {"owner": TENANT_OWNER_ROLE, "schema": schema},
+    ).all()
+    for kind, name in objects:
+        connection.execute(text(f'ALTER {kind} {name} OWNER TO "{TENANT_OWNER_ROLE}"'))
+    return [f"gave {kind.lower()} {name} to {TENANT_OWNER_ROLE}" for kind, name in objects]
+
+
+def repair_grants(connection: Connection, schema: str) -> list[str]:
+    """Makes the schema's grants exactly these: its tenant role may use the schema and read and
+    write its tables; no other role (PUBLIC included) holds any privilege on them. Runs as the
+    owner; returns what it changed."""
+    role = tenant_role(schema)
+    granted = connection.execute(
+        text(
+            """
+            SELECT 'SCHEMA', 's', quote_ident(n.nspname), '', grantee, privilege
+              FROM pg_namespace n
+              LEFT JOIN LATERAL (
+                  SELECT coalesce(r.rolname, 'PUBLIC') AS grantee, a.privilege_type AS privilege
+                    FROM aclexplode(n.nspacl) a LEFT JOIN pg_roles r ON r.oid = a.grantee
+                   WHERE a.grantee <> n.nspowner) acl ON true
+             WHERE n.nspname = :schema
+            UNION ALL
+            SELECT 'RELATION', c.relkind::text, format('%I.%I', n.nspname, c.relname), c.relname,
+                   grantee, privilege
+              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+              LEFT JOIN LATERAL (
+                  SELECT coalesce(r.rolname, 'PUBLIC') AS grantee, a.privilege_type AS privilege
+                    FROM aclexplode(c.relacl) a LEFT JOIN pg_roles r ON r.oid = a.grantee
+                   WHERE a.grantee <> c.relowner) acl ON true
+             WHERE n.nspname = :schema AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+            """
+        ),
+        {"schema": schema},
+    ).all()
+    held: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    expected: dict[tuple[str, str], frozenset[str]] = {}
+    for kind, relkind, name, bare_name, grantee, privilege in granted:
+        if kind == "SCHEMA":
+            target, privileges = ("SCHEMA", name), _SCHEMA_PRIVILEGES
+        else:
+            keyword, privileges = _PRIVILEGES_BY_RELATION_KIND[relkind]
+            target = (keyword, name)
+            if bare_name == MIGRATION_TABLE:
+                privileges = frozenset()
+        expected[target] = privileges
+        grants = held.setdefault(target, set())
+        if grantee is not None:
+            grants.add((grantee, privilege))
+    changes = []
+    for target, privileges in expected.items():
+        wanted = {(role, privilege) for privilege in privileges}
+        if held[target] == wanted:
+            continue
+        keyword, name = target
+        for grantee in sorted({grantee for grantee, _ in held[target]}):
+            quoted = grantee if grantee == "PUBLIC" else f'"{grantee}"'
+            connection.execute(text(f"REVOKE ALL ON {keyword} {name} FROM {quoted}"))
+        if privileges:
+            connection.execute(
+                text(f'GRANT {", ".join(sorted(privileges))} ON {keyword} {name} TO "{role}"')
+            )
+        changes.append(f"reset the grants on {keyword.lower()} {name}")
+    return changes
+
+
+def inheriting_login_role(connection: Connection) -> str | None:
+    """The login role's name if it holds the privileges of the tenant roles it is a member of
+    (a login role with INHERIT on PostgreSQL 15): then it can read every tenant's schema outside
+    a unit of work, and isolation rests on the application again. None when it does not, and
+    for a superuser, which bypasses every privilege anyway (docs/security.md)."""
+    row = connection.execute(
+        text(
+            "SELECT rolname FROM pg_roles WHERE rolname = session_user AND rolinherit"
+            " AND NOT rolsuper AND current_setting('server_version_num')::int < 160000"
+        )
+    ).first()
+    return None if row is None else str(row[0])
