@@ -28,14 +28,15 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-# A second pass of the REST and GraphQL tests (isolation included) runs their apps through the
+# A second pass of the REST and GraphQL tests and the isolation fuzz runs their apps through the
 # pgbouncer at DEALBASE_TEST_PGBOUNCER_URL (transaction mode, a server pool of 1), when set;
 # .ci/run starts one, and under CI=true its absence fails the run.
 pytest: install
 	$(BIN)/pytest
 	@if [ -n "$$DEALBASE_TEST_PGBOUNCER_URL" ]; then \
-	  echo "pytest: the REST and GraphQL tests again, through pgbouncer"; \
-	  DEALBASE_TEST_THROUGH_PGBOUNCER=1 $(BIN)/pytest tests/rest_api tests/graphql_api; \
+	  echo "pytest: the REST and GraphQL tests and the isolation fuzz again, through pgbouncer"; \
+	  DEALBASE_TEST_THROUGH_PGBOUNCER=1 $(BIN)/pytest tests/rest_api tests/graphql_api \
+	    tests/tenancy/test_isolation_fuzz.py; \
 	elif [ "$$CI" = true ]; then \
 	  echo "CI=true but DEALBASE_TEST_PGBOUNCER_URL is not set: .ci/run starts pgbouncer" >&2; \
 	  exit 1; \
