@@ -1,4 +1,5 @@
-"""Admitting an authenticated request under its key's and its tenant's rate limits."""
+"""Admitting an authenticated request under its key's and its tenant's rate limits, and what
+every limit of a request does when the shared limiter cannot answer (``LimiterFaults``)."""
 
 from __future__ import annotations
 
