@@ -64,6 +64,8 @@ def settings(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Set
         rate_limit_key_burst=1_000_000,
         rate_limit_tenant="100000/s",
         rate_limit_tenant_burst=1_000_000,
+        rate_limit_auth_failures="100000/s",
+        rate_limit_auth_failures_burst=1_000_000,
     )
 
 

@@ -15,6 +15,9 @@ from dealbase.config import SettingsError, load_settings
         ("DEALBASE_REDIS_URL", "http://x"),
         ("DEALBASE_REDIS_URL", "redis://localhost/0?socket_timeout=5"),
         ("DEALBASE_REDIS_URL", "redis://localhost/zero"),
+        ("DEALBASE_RATE_LIMIT_AUTH_FAILURES", "often"),
+        ("DEALBASE_RATE_LIMIT_AUTH_FAILURES", "0/s"),
+        ("DEALBASE_RATE_LIMIT_AUTH_FAILURES_BURST", "0"),
     ],
 )
 def test_invalid_setting_is_one_line_naming_it(

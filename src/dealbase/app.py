@@ -19,9 +19,10 @@ from dealbase.ops.health import install_health
 from dealbase.ops.metrics import Metrics, install_metrics, worker_stopped
 from dealbase.ops.observability import configure_logging
 from dealbase.rest_api.api import install_rest_api
-from dealbase.tenancy.admission import Admission
+from dealbase.tenancy.admission import Admission, LimiterFaults
 from dealbase.tenancy.authentication import Authenticator, KeyCache, KeyChangeListener
 from dealbase.tenancy.database import Database, DatabaseLimits
+from dealbase.tenancy.failure_allowance import FailureAllowance
 from dealbase.tenancy.rate_limits import InProcessLimiter, RedisLimiter
 from dealbase.tenancy.scope import Rate
 
@@ -84,12 +85,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.database = database
     app.state.authenticator = Authenticator(database, key_cache, on_lookup=metrics.key_looked_up)
+    limiter_faults = LimiterFaults(
+        fail_closed=settings.rate_limit_fail == "closed", on_fault=metrics.rate_limiter_fault
+    )
+    app.state.failure_allowance = FailureAllowance(
+        limiter,
+        rate=Rate(
+            parse_rate(settings.rate_limit_auth_failures), settings.rate_limit_auth_failures_burst
+        ),
+        faults=limiter_faults,
+        on_refused=metrics.auth_failure_refused,
+    )
     app.state.admission = Admission(
         limiter,
         key_rate=Rate(parse_rate(settings.rate_limit_key), settings.rate_limit_key_burst),
         tenant_rate=Rate(parse_rate(settings.rate_limit_tenant), settings.rate_limit_tenant_burst),
-        fail_closed=settings.rate_limit_fail == "closed",
-        on_limiter_fault=metrics.rate_limiter_fault,
+        faults=limiter_faults,
         on_refused=metrics.rate_limit_refused,
     )
     if settings.metrics_port is None:

@@ -95,6 +95,14 @@ class Settings(BaseSettings):
     rate_limit_key_burst: int = Field(default=20, ge=1, le=1_000_000)
     rate_limit_tenant: str = Field(default="100/s", description="Rate per tenant, all keys.")
     rate_limit_tenant_burst: int = Field(default=200, ge=1, le=1_000_000)
+    rate_limit_auth_failures: str = Field(
+        default="1/s",
+        description=(
+            "Failed authentications (401) a client address may make, as N/s; past its burst"
+            " the address is refused 429 until it has room again, with a good key too."
+        ),
+    )
+    rate_limit_auth_failures_burst: int = Field(default=10, ge=1, le=1_000_000)
     rate_limit_fail: Literal["open", "closed"] = Field(
         default="open",
         description="When Redis does not answer: serve the request (open) or refuse it, 503.",
@@ -127,7 +135,7 @@ class Settings(BaseSettings):
             raise ValueError("must be a postgresql:// URL")
         return value
 
-    @field_validator("rate_limit_key", "rate_limit_tenant")
+    @field_validator("rate_limit_key", "rate_limit_tenant", "rate_limit_auth_failures")
     @classmethod
     def _rate(cls, value: str) -> str:
         parse_rate(value)

@@ -158,11 +158,14 @@ def _start_server(
         "DEALBASE_DATABASE_URL": database_url,
         "DEALBASE_DATA_DIR": str(data_dir),
         "DEALBASE_LOG_LEVEL": "warning",
-        # The revocation checks send hundreds of requests a second with one key.
+        # The revocation checks send hundreds of requests a second with one key, and go on
+        # once it is refused 401.
         "DEALBASE_RATE_LIMIT_KEY": "100000/s",
         "DEALBASE_RATE_LIMIT_KEY_BURST": "1000000",
         "DEALBASE_RATE_LIMIT_TENANT": "100000/s",
         "DEALBASE_RATE_LIMIT_TENANT_BURST": "1000000",
+        "DEALBASE_RATE_LIMIT_AUTH_FAILURES": "100000/s",
+        "DEALBASE_RATE_LIMIT_AUTH_FAILURES_BURST": "1000000",
         "PROMETHEUS_MULTIPROC_DIR": str(data_dir / "metrics"),
         **(extra_env or {}),
     }

@@ -1,5 +1,6 @@
 """Helpers for the rate-limit tests over HTTP: apps with limits of their own, the RateLimit
-headers read as the IETF draft writes them, and requests sent all at once."""
+headers read as the IETF draft writes them, counters at GET /metrics, and requests sent all at
+once."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any, TypeVar
 
 import httpx
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from dealbase.app import create_app
 from dealbase.config import Settings
@@ -87,6 +89,17 @@ def faults(client: TestClient | httpx.Client, base_url: str = "") -> int:
     match = FAULTS.search(response.text)
     assert match is not None, response.text
     return int(match.group(1))
+
+
+def counted(client: TestClient, name: str, **labels: str) -> float:
+    """A counter's sample at GET /metrics (0 when it has none yet), ``_total`` in its name."""
+    response = client.get("/metrics")
+    assert response.status_code == 200, response.text
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return float(sample.value)
+    return 0.0
 
 
 def assert_rate_limited(response: httpx.Response) -> int:

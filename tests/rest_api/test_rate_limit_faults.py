@@ -95,6 +95,25 @@ def test_unreachable_redis_serves_or_refuses_and_counts_each_fault(
 
 
 @pytest.mark.parametrize("fail", ["open", "closed"])
+def test_unreachable_redis_answers_failed_authentications_and_counts_one_fault_each(
+    settings: Settings, world: TenantWorld, fail: str
+) -> None:
+    """The failure allowance cannot be asked: served (to its 401) or refused 503, and the
+    request's limiter is not asked again, so it counts once and waits out no second timeout."""
+    failures = {"rate_limit_auth_failures": "0.2/s", "rate_limit_auth_failures_burst": 2}
+    guess = {**world.key.headers, "X-Api-Key": world.key.api_key[:-1] + "_"}
+    with serving(
+        settings, redis_url=closed_port_url(), rate_limit_fail=fail, **LIMITS, **failures
+    ) as client:
+        responses = [client.post(CUSTOMERS, json={}, headers=guess) for _ in range(5)]
+        counted = faults(client)
+
+    expected = 401 if fail == "open" else 503
+    assert [r.status_code for r in responses] == [expected] * 5, [r.text for r in responses]
+    assert counted == 5
+
+
+@pytest.mark.parametrize("fail", ["open", "closed"])
 def test_redis_killed_mid_test_then_back_on_the_same_port(
     settings: Settings, world: TenantWorld, own_redis: RedisServer, fail: str
 ) -> None:

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
 
 import httpx
-import pytest
 from fastapi.testclient import TestClient
 
 from dealbase.config import Settings
-from tests.redis_support import shared_redis_url
 from tests.rest_api.rate_limit_support import (
     CUSTOMERS,
     PROBLEM,
@@ -33,21 +31,6 @@ from tests.support import Credentials, TenantWorld
 # (the 50 ms default is pinned in test_rate_limit_faults.py).
 PATIENT = {"redis_timeout_ms": 1000}
 GRAPHQL_QUERY = {"query": "{ customers(first: 1) { edges { node { id } } } }"}
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with shared_redis_url(tmp_path_factory.mktemp("redis")) as url:
-        yield url
-
-
-@pytest.fixture(params=["redis", "in-process"])
-def limiter_url(request: pytest.FixtureRequest) -> str | None:
-    """The app's DEALBASE_REDIS_URL: a real Redis, or none (the in-process limiter)."""
-    if request.param == "in-process":
-        return None
-    url: str = request.getfixturevalue("redis_url")
-    return url
 
 
 def _send(client: TestClient, key: Credentials) -> httpx.Response:

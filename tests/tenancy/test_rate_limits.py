@@ -25,7 +25,6 @@ import uvloop
 from dealbase.tenancy.rate_limits import (
     Bucket,
     InProcessLimiter,
-    RateLimiter,
     RateLimiterUnavailable,
     RedisLimiter,
     Verdict,
@@ -62,7 +61,7 @@ class FakeClock:
 
 @dataclass
 class Harness:
-    limiter: RateLimiter
+    limiter: InProcessLimiter | RedisLimiter
     loop: asyncio.Runner  # limiters are asked on an event loop, as the server asks them
     wait: Callable[[float], None]
     exact: bool  # the in-process limiter on the fake clock
@@ -73,6 +72,12 @@ class Harness:
         self, key_id: uuid.UUID, key_rate: Rate, tenant_id: uuid.UUID, tenant_rate: Rate
     ) -> Verdict:
         return self.loop.run(self.limiter.check(key_id, key_rate, tenant_id, tenant_rate))
+
+    def failure_wait(self, address: str, rate: Rate) -> float:
+        return self.loop.run(self.limiter.failure_wait(address, rate))
+
+    def spend_failure(self, address: str, rate: Rate) -> None:
+        self.loop.run(self.limiter.spend_failure(address, rate))
 
     def assert_near(self, seconds: float, expected: float) -> None:
         """``seconds`` is ``expected``, exactly on the fake clock, else at most SLACK_S short."""
@@ -293,6 +298,99 @@ def test_a_burst_of_one_admits_its_first_request_at_any_moment() -> None:
     verdict = asyncio.run(limiter.check(uuid.uuid4(), Rate(0.01, 1), uuid.uuid4(), GENEROUS))
 
     assert verdict.allowed
+
+
+def test_failure_allowance_takes_its_burst_then_waits_one_interval(harness: Harness) -> None:
+    address = "192.0.2.1"
+    rate = Rate(per_second=10, burst=3)  # one failure every 100 ms
+
+    waits = []
+    for _ in range(3):
+        waits.append(harness.failure_wait(address, rate))
+        harness.spend_failure(address, rate)
+    spent = harness.failure_wait(address, rate)
+
+    assert waits == [0, 0, 0]
+    harness.assert_near(spent, 0.1)
+    harness.wait(spent)
+    assert harness.failure_wait(address, rate) == 0
+
+
+def test_asking_the_failure_allowance_spends_nothing(harness: Harness) -> None:
+    address = "192.0.2.2"
+    rate = Rate(per_second=0.01, burst=2)
+
+    assert [harness.failure_wait(address, rate) for _ in range(20)] == [0] * 20
+    harness.spend_failure(address, rate)
+    assert harness.failure_wait(address, rate) == 0
+    harness.spend_failure(address, rate)
+    harness.assert_near(harness.failure_wait(address, rate), 100.0)
+
+
+def test_failures_past_an_empty_allowance_are_owed(harness: Harness) -> None:
+    """Failures of requests in flight when the allowance ran out still count: the address waits
+    until they are paid back at the rate."""
+    address = "192.0.2.3"
+    rate = Rate(per_second=10, burst=2)
+
+    for _ in range(6):  # 2 of the burst, and 4 owed
+        harness.spend_failure(address, rate)
+
+    harness.assert_near(harness.failure_wait(address, rate), 0.5)
+
+
+def test_one_address_failures_leave_another_allowance_whole(harness: Harness) -> None:
+    guesser, neighbour = "192.0.2.4", "192.0.2.5"
+    rate = Rate(per_second=0.01, burst=3)
+
+    for _ in range(10):
+        harness.spend_failure(guesser, rate)
+
+    assert harness.failure_wait(guesser, rate) > 0
+    assert harness.failure_wait(neighbour, rate) == 0
+
+
+def test_redis_failure_allowance_expires_once_full_again(redis_url: str) -> None:
+    prefix = f"dealbase:test:{uuid.uuid4().hex}"
+    address = "2001:db8:1:2::/64"
+    rate = Rate(per_second=10, burst=5)
+
+    async def three_failures() -> None:
+        limiter = RedisLimiter(redis_url, timeout_seconds=1.0, prefix=prefix)
+        try:
+            for _ in "abc":
+                await limiter.spend_failure(address, rate)
+        finally:
+            await limiter.close()
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        asyncio.run(three_failures())
+
+        # Full again 3 intervals after the first failure: 300 ms.
+        assert 0 < client.pttl(f"{prefix}:auth:{address}") <= 300
+        time.sleep(0.35)
+        assert client.exists(f"{prefix}:auth:{address}") == 0
+    finally:
+        client.close()
+
+
+def test_in_process_limiter_forgets_failure_allowances_full_again() -> None:
+    """Client addresses are many: the in-process limiter keeps only the recent failures'."""
+    clock = FakeClock()
+    limiter = InProcessLimiter(clock)
+    rate = Rate(per_second=10, burst=5)
+
+    async def failures(addresses: range) -> None:
+        for number in addresses:
+            await limiter.spend_failure(f"10.0.{number // 256}.{number % 256}", rate)
+
+    asyncio.run(failures(range(2000)))
+    clock.advance(1.0)  # every allowance full again
+    asyncio.run(failures(range(2000, 6000)))
+
+    # Swept when the first 2000 were full again and 48 new ones in: only the 4000 new are left.
+    assert len(limiter._failures) == 4000
 
 
 @pytest.fixture

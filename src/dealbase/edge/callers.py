@@ -1,18 +1,27 @@
 """Who is calling: credentials to a Scope, then admission under the rate limits, for both APIs.
 
 Both run on the event loop: a cached key needs no thread and no database, and the shared
-limiter is asked over an asynchronous Redis connection. The verdict stays on the request for
-the RateLimit headers (``edge.rate_limit_headers``), whatever the answer.
+limiter is asked over an asynchronous Redis connection. The client address's allowance of failed
+authentications is asked first, so a refused address's key is neither parsed nor looked up, and
+spent only when authentication fails (``tenancy.failure_allowance``). The verdict stays on the
+request for the RateLimit headers (``edge.rate_limit_headers``), whatever the answer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from fastapi import Request
 
 from dealbase.edge.request_context import CALLER_STATE
+from dealbase.errors import Unauthenticated
 from dealbase.tenancy.admission import VERDICT_STATE, Admission
 from dealbase.tenancy.authentication import Authenticator
+from dealbase.tenancy.failure_allowance import FailureAllowance, client_address
 from dealbase.tenancy.scope import Scope
+
+# An Authenticator's method: (X-Api-Key, X-Department-Id) to a Scope, or Unauthenticated.
+Authenticate = Callable[[str | None, str | None], Awaitable[Scope]]
 
 
 async def department_scope(request: Request) -> Scope:
@@ -22,26 +31,34 @@ async def department_scope(request: Request) -> Scope:
     each request two more dependencies to resolve; the OpenAPI document declares them as its
     security schemes (``rest_api/openapi.py``).
     """
-    headers = request.headers
     authenticator: Authenticator = request.app.state.authenticator
-    scope = await authenticator.department_scope(
-        headers.get("x-api-key"), headers.get("x-department-id")
-    )
-    return await _admitted(request, scope)
+    return await _authenticated(request, authenticator.department_scope)
 
 
 async def dashboard_scope(request: Request) -> Scope:
     """The dashboards' caller: a department key, or a tenant-wide key without a department."""
     authenticator: Authenticator = request.app.state.authenticator
-    scope = await authenticator.dashboard_scope(
-        request.headers.get("x-api-key"), request.headers.get("x-department-id")
-    )
-    return await _admitted(request, scope)
+    return await _authenticated(request, authenticator.dashboard_scope)
 
 
-async def _admitted(request: Request, scope: Scope) -> Scope:
+async def _authenticated(request: Request, authenticate: Authenticate) -> Scope:
+    failures: FailureAllowance = request.app.state.failure_allowance
+    # The peer as uvicorn reports it: behind trusted proxies, the client they forwarded for.
+    address = client_address(request.client.host if request.client is not None else None)
+    limiter_answers = await failures.admit(address)
+    headers = request.headers
+    try:
+        scope = await authenticate(headers.get("x-api-key"), headers.get("x-department-id"))
+    except Unauthenticated:
+        if limiter_answers:
+            await failures.spend(address)
+        raise
     # Known from here on, refused or not: the access line names the caller.
     setattr(request.state, CALLER_STATE, scope)
     admission: Admission = request.app.state.admission
-    await admission.admit(scope, lambda verdict: setattr(request.state, VERDICT_STATE, verdict))
+    await admission.admit(
+        scope,
+        lambda verdict: setattr(request.state, VERDICT_STATE, verdict),
+        limiter_answers=limiter_answers,
+    )
     return scope

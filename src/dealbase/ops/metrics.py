@@ -78,6 +78,11 @@ class Metrics:
             "Requests refused 429 by a rate limit.",
             registry=registry,
         )
+        self._auth_failure_refusals = Counter(
+            "dealbase_auth_failure_refusals",
+            "Requests refused 429 before authentication: their client address failed it too often.",
+            registry=registry,
+        )
         self._rate_limiter_faults = Counter(
             "dealbase_rate_limiter_faults",
             "Requests whose rate limits could not be checked (Redis unreachable or slow).",
@@ -109,6 +114,9 @@ class Metrics:
 
     def rate_limit_refused(self) -> None:
         self._rate_limit_refusals.inc()
+
+    def auth_failure_refused(self) -> None:
+        self._auth_failure_refusals.inc()
 
     def rate_limiter_fault(self) -> None:
         self._rate_limiter_faults.inc()

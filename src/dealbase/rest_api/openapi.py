@@ -53,7 +53,11 @@ _STATUS_TEXT = {
     413: "The body exceeds 1 MiB.",
     415: "The body is not JSON.",
     422: "A field breaks a rule (`errors` names each), or an Idempotency-Key came with another body.",
-    429: "A rate limit (the key's or the tenant's) is exceeded; retry after `Retry-After` seconds.",
+    429: (
+        "A rate limit (the key's or the tenant's) is exceeded, or the client address failed"
+        " authentication too often (refused whatever its credentials); retry after"
+        " `Retry-After` seconds."
+    ),
     503: (
         "Retry after `Retry-After` seconds: the database is unavailable (`database_unavailable`)"
         " or did not finish in time (`database_timeout`, nothing written), or rate limits"

@@ -1,10 +1,16 @@
-"""Rate limits per API key and per tenant: GCRA (the generic cell rate algorithm), exact and
-cheap — one number of state per bucket, the time at which it is full again.
+"""Rate limits per API key and per tenant, and the allowance of failed authentications per
+client address: GCRA (the generic cell rate algorithm), exact and cheap — one number of state
+per bucket, the time at which it is full again.
 
 With Redis, every server process shares the buckets: one atomic Lua script per request checks
 both limits on Redis's own clock and spends from both only when both admit, sent over a lean
 pipelined connection of the limiter's own (every request pays for it). Without Redis, an
 in-process limiter with the same arithmetic serves one process.
+
+A failure allowance is asked before authentication (how long until the address may fail once
+more: the request waits for nothing when the answer is 0) and spent after it only when it failed.
+A spend is never refused: failures of requests that were in flight when the allowance ran out are
+owed, and paid back at the rate before the address may fail again.
 """
 
 from __future__ import annotations
@@ -48,8 +54,12 @@ class Verdict:
     @property
     def retry_after_seconds(self) -> int:
         """Whole seconds, at least 1, after which the refused request will pass."""
-        waits = [bucket.retry_after_seconds for bucket in self.buckets]
-        return max(1, math.ceil(max(waits, default=1.0)))
+        return retry_after(max((bucket.retry_after_seconds for bucket in self.buckets), default=1))
+
+
+def retry_after(wait_seconds: float) -> int:
+    """A wait as a Retry-After: whole seconds, rounded up, at least 1."""
+    return max(1, math.ceil(wait_seconds))
 
 
 class RateLimiterUnavailable(Exception):
@@ -60,6 +70,18 @@ class RateLimiter(Protocol):
     async def check(
         self, key_id: uuid.UUID, key_rate: Rate, tenant_id: uuid.UUID, tenant_rate: Rate
     ) -> Verdict: ...
+
+
+class FailureLimiter(Protocol):
+    """Failed authentications per client address (``tenancy.failure_allowance``)."""
+
+    async def failure_wait(self, address: str, rate: Rate) -> float:
+        """Seconds until ``address`` may fail once more; 0 when it may now. Spends nothing."""
+        ...
+
+    async def spend_failure(self, address: str, rate: Rate) -> None:
+        """Spends one failure of ``address``, past an empty allowance too (then owed)."""
+        ...
 
 
 def _rescaled(tat_ms: float, stored_interval_ms: float, now_ms: float, rate: Rate) -> float:
@@ -81,11 +103,19 @@ def _gcra(tat_ms: float, now_ms: float, rate: Rate) -> tuple[bool, float, float,
     return True, new_tat, remaining, 0.0
 
 
+# The in-process limiter forgets the failure allowances that are full again (the same as none)
+# once it holds this many, and then whenever their number has doubled since: client addresses
+# are many, and the memory they take is bounded by the addresses that failed recently.
+_FAILURE_SWEEP_SIZE = 1024
+
+
 class InProcessLimiter:
     """For a single server process, when there is no Redis; same arithmetic as the script."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._arrivals: dict[str, tuple[float, float]] = {}  # (TAT, interval it was set at)
+        self._failures: dict[str, tuple[float, float]] = {}  # by address, as _arrivals
+        self._sweep_failures_at = _FAILURE_SWEEP_SIZE
         self._clock = clock
 
     async def check(
@@ -121,6 +151,25 @@ class InProcessLimiter:
                 )
             )
         return Verdict(allowed, tuple(buckets))
+
+    async def failure_wait(self, address: str, rate: Rate) -> float:
+        now = self._clock() * 1000
+        _, _, _, wait = _gcra(self._failure_tat(address, now, rate), now, rate)
+        return wait / 1000
+
+    async def spend_failure(self, address: str, rate: Rate) -> None:
+        now = self._clock() * 1000
+        tat = max(self._failure_tat(address, now, rate), now) + rate.interval_ms
+        self._failures[address] = (tat, rate.interval_ms)
+        if len(self._failures) >= self._sweep_failures_at:
+            self._failures = {
+                name: state for name, state in self._failures.items() if state[0] > now
+            }
+            self._sweep_failures_at = max(_FAILURE_SWEEP_SIZE, 2 * len(self._failures))
+
+    def _failure_tat(self, address: str, now: float, rate: Rate) -> float:
+        tat, interval = self._failures.get(address, (now, rate.interval_ms))
+        return _rescaled(tat, interval, now, rate)
 
 
 # KEYS: the key's bucket, the tenant's; ARGV: interval and burst of each. A bucket holds
@@ -170,6 +219,33 @@ return table.concat(reply, ' ')
 """
 
 
+# KEYS: the address's failure allowance; ARGV: "wait" or "spend", the interval, the burst. The
+# bucket as _SCRIPT keeps it. "wait" answers the ms until one more failure fits (0: it fits now)
+# and writes nothing; "spend" moves the TAT on by one interval whatever it was (never refused)
+# and answers "0".
+_FAILURE_SCRIPT = b"""
+local now_parts = redis.call('TIME')
+local now = tonumber(now_parts[1]) * 1000 + tonumber(now_parts[2]) / 1000
+local interval = tonumber(ARGV[2])
+local tat = now
+local stored = redis.call('GET', KEYS[1])
+if stored then
+  local separator = string.find(stored, ':', 1, true)
+  local stored_tat = tonumber(string.sub(stored, 1, separator - 1))
+  local stored_interval = tonumber(string.sub(stored, separator + 1))
+  tat = now + math.max(stored_tat - now, 0) / stored_interval * interval
+end
+if ARGV[1] == 'spend' then
+  local new_tat = math.max(tat, now) + interval
+  redis.call('SET', KEYS[1], tostring(new_tat) .. ':' .. tostring(interval),
+    'PX', math.max(1, math.ceil(new_tat - now)))
+  return '0'
+end
+local allow_at = math.max(tat, now) - interval * (tonumber(ARGV[3]) - 1)
+return tostring(math.max(allow_at - now, 0))
+"""
+
+
 def _bulk(value: bytes) -> bytes:
     return b"$%d\r\n%s\r\n" % (len(value), value)
 
@@ -186,6 +262,12 @@ def _command(*parts: bytes) -> bytes:
 _SCRIPT_SHA = hashlib.sha1(_SCRIPT, usedforsecurity=False).hexdigest().encode()
 _EVALSHA_HEAD = b"*9\r\n" + _bulk(b"EVALSHA") + _bulk(_SCRIPT_SHA) + _bulk(b"2")
 _EVAL_HEAD = b"*9\r\n" + _bulk(b"EVAL") + _bulk(_SCRIPT) + _bulk(b"2")
+# The failure allowance's: the head, then its key and 3 arguments.
+_FAILURE_SHA = hashlib.sha1(_FAILURE_SCRIPT, usedforsecurity=False).hexdigest().encode()
+_FAILURE_HEADS = (
+    b"*7\r\n" + _bulk(b"EVALSHA") + _bulk(_FAILURE_SHA) + _bulk(b"1"),
+    b"*7\r\n" + _bulk(b"EVAL") + _bulk(_FAILURE_SCRIPT) + _bulk(b"1"),
+)
 # Replies in RESP2 (the protocol a new connection speaks): "+OK", "-ERR ...", "$<length>".
 _SIMPLE, _ERROR, _BULK = ord("+"), ord("-"), ord("$")
 # A timer can fire a little before the deadline it was set for (an event loop's clock ticks in
@@ -391,8 +473,9 @@ def _bucket(
 
 
 class RedisLimiter:
-    """Buckets shared through Redis, one round trip per request; a Redis that does not answer
-    within ``timeout_seconds`` raises RateLimiterUnavailable (the caller decides).
+    """Buckets shared through Redis, one round trip per call (a request asks its address's
+    failure allowance, then checks its limits); a Redis that does not answer within
+    ``timeout_seconds`` raises RateLimiterUnavailable (the caller decides).
 
     The checks of a process share one pipelined connection (_Connection) rather than going
     through redis-py, whose general machinery (connection pool, retry wrapper, stream reader,
@@ -414,6 +497,7 @@ class RedisLimiter:
         # Each key's bulk string up to the uuid, whose text is always 36 characters long.
         self._key_head = f"${len(prefix) + 5 + 36}\r\n{prefix}:key:"
         self._tenant_head = f"${len(prefix) + 8 + 36}\r\n{prefix}:tenant:"
+        self._failure_prefix = f"{prefix}:auth:".encode()
         self._connection: _Connection | None = None
         self._opening: asyncio.Task[_Connection] | None = None  # shared by concurrent checks
         self._closed = False
@@ -430,22 +514,46 @@ class RedisLimiter:
             f"${len(tenant_interval)}\r\n{tenant_interval}\r\n"
             f"${len(tenant_burst)}\r\n{tenant_burst}\r\n"
         ).encode()
-        try:
-            try:
-                reply = await self._evaluate(arguments)
-            except _ConnectionLost:
-                # A connection that died with its Redis (a restart) fails on its first use
-                # when the loop had not yet seen it close: once more on a new connection, so a
-                # restart does not fail a request needlessly. (Had Redis run the script before
-                # the connection died, the retry spends twice, as redis-py's retry would.)
-                reply = await self._evaluate(arguments)
-        except (OSError, _ReplyError) as exc:  # TimeoutError and ConnectionError are OSErrors
-            raise RateLimiterUnavailable(str(exc) or type(exc).__name__) from exc
+        reply = await self._run(_EVALSHA_HEAD, _EVAL_HEAD, arguments)
         allowed, *figures = reply.split(b" ")
         return Verdict(
             allowed == b"1",
             (_bucket("key", key_rate, *figures[:3]), _bucket("tenant", tenant_rate, *figures[3:])),
         )
+
+    async def failure_wait(self, address: str, rate: Rate) -> float:
+        reply = await self._run(*_FAILURE_HEADS, self._failure_arguments(b"wait", address, rate))
+        return float(reply) / 1000
+
+    async def spend_failure(self, address: str, rate: Rate) -> None:
+        await self._run(*_FAILURE_HEADS, self._failure_arguments(b"spend", address, rate))
+
+    def _failure_arguments(self, mode: bytes, address: str, rate: Rate) -> bytes:
+        return b"".join(
+            map(
+                _bulk,
+                (
+                    self._failure_prefix + address.encode(),
+                    mode,
+                    repr(rate.interval_ms).encode(),
+                    str(rate.burst).encode(),
+                ),
+            )
+        )
+
+    async def _run(self, evalsha_head: bytes, eval_head: bytes, arguments: bytes) -> bytes:
+        """A script's reply; raises RateLimiterUnavailable when Redis does not give one."""
+        try:
+            try:
+                return await self._evaluate(evalsha_head, eval_head, arguments)
+            except _ConnectionLost:
+                # A connection that died with its Redis (a restart) fails on its first use
+                # when the loop had not yet seen it close: once more on a new connection, so a
+                # restart does not fail a request needlessly. (Had Redis run the script before
+                # the connection died, the retry spends twice, as redis-py's retry would.)
+                return await self._evaluate(evalsha_head, eval_head, arguments)
+        except (OSError, _ReplyError) as exc:  # TimeoutError and ConnectionError are OSErrors
+            raise RateLimiterUnavailable(str(exc) or type(exc).__name__) from exc
 
     async def ping(self) -> None:
         """Returns once Redis answers PING; raises RateLimiterUnavailable as ``check`` would."""
@@ -455,16 +563,16 @@ class RedisLimiter:
         except (OSError, _ReplyError) as exc:
             raise RateLimiterUnavailable(str(exc) or type(exc).__name__) from exc
 
-    async def _evaluate(self, arguments: bytes) -> bytes:
+    async def _evaluate(self, evalsha_head: bytes, eval_head: bytes, arguments: bytes) -> bytes:
         """The script's reply: EVALSHA, then EVAL when this Redis does not have the script."""
         connection = self._ready() or await self._connected()
         try:
-            return await connection.request(_EVALSHA_HEAD + arguments, self._timeout)
+            return await connection.request(evalsha_head + arguments, self._timeout)
         except _ReplyError as error:
             if not str(error).startswith("NOSCRIPT"):
                 raise
         connection = self._ready() or await self._connected()
-        return await connection.request(_EVAL_HEAD + arguments, self._timeout)
+        return await connection.request(eval_head + arguments, self._timeout)
 
     def _ready(self) -> _Connection | None:
         """The connection when it takes requests from this event loop (a connection belongs to
