@@ -8,11 +8,18 @@ has room for one more failure, with a good key too — the address is being used
 good key from it would be one more guess the limit is there to slow. Requests that authenticate
 spend nothing, so an address that sends only good keys is never refused, and an address's
 failures never touch another's allowance.
+
+Only addresses this process has seen fail lately are asked about before authentication: a
+request from any other address costs no round trip to the limiter, so the limit adds nothing to
+the requests of good clients. An address that fails on several processes at once gets one
+failure on each before each of them asks first: a handful of guesses more, each still counted.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 
 from dealbase.errors import RateLimited
@@ -22,6 +29,8 @@ from dealbase.tenancy.scope import Rate
 
 # One host on IPv6 is usually given a whole /64: it could rotate through its addresses.
 IPV6_HOST_PREFIX = 64
+# Addresses a process remembers having seen fail; the oldest is forgotten first.
+MAX_REMEMBERED_ADDRESSES = 100_000
 
 
 def client_address(host: str | None) -> str | None:
@@ -49,17 +58,22 @@ class FailureAllowance:
         rate: Rate,
         faults: LimiterFaults,
         on_refused: Callable[[], None] = lambda: None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._limiter = limiter
         self.rate = rate
         self._faults = faults
         self._on_refused = on_refused
+        self._clock = clock
+        # Address -> until when (clock) it is asked about before authentication: its allowance
+        # may not be full again before then.
+        self._failing: OrderedDict[str, float] = OrderedDict()
 
     async def admit(self, address: str | None) -> bool:
         """Raises RateLimited (429) when ``address`` has spent its allowance. Returns False when
         the limiter could not answer and the request is served anyway (failing open; failing
         closed raises Unavailable): the request's other limits need not be asked again."""
-        if address is None:
+        if address is None or not self._failed_lately(address):
             return True
         try:
             wait_seconds = await self._limiter.failure_wait(address, self.rate)
@@ -67,6 +81,7 @@ class FailureAllowance:
             self._faults.fail(exc)
             return False
         if wait_seconds > 0:
+            self._remember(address, wait_seconds)
             self._on_refused()
             raise RateLimited(
                 "Too many failed authentications from this address; retry after the Retry-After"
@@ -79,9 +94,28 @@ class FailureAllowance:
         """Spends one failure of ``address``, whose authentication failed."""
         if address is None:
             return
+        self._remember(address, 0.0)
         try:
             await self._limiter.spend_failure(address, self.rate)
         except RateLimiterUnavailable as exc:
             # Counted and logged, but the request keeps its 401 even when failing closed: it
             # is refused already, and a 503 would tell a guesser nothing truer.
             self._faults.record(exc)
+
+    def _failed_lately(self, address: str) -> bool:
+        until = self._failing.get(address)
+        if until is None:
+            return False
+        if until <= self._clock():
+            del self._failing[address]
+            return False
+        return True
+
+    def _remember(self, address: str, wait_seconds: float) -> None:
+        # A full allowance refills in window_seconds after its last failure; a refused address
+        # is asked about at least until its wait is over.
+        until = self._clock() + max(self.rate.window_seconds, wait_seconds)
+        self._failing[address] = max(until, self._failing.get(address, until))
+        self._failing.move_to_end(address)
+        if len(self._failing) > MAX_REMEMBERED_ADDRESSES:
+            self._failing.popitem(last=False)
