@@ -310,6 +310,8 @@ def _run_scenarios(
                         run.tenant.key_id,
                         run.tenant.department_id,
                         clients=settings.workers * settings.pool_size,
+                        script=scenario.script or "insert_customer.sql",
+                        protocol=scenario.pgbench_protocol,
                     )
                     run_load = partial(run_pgbench, tools.pgbench, load, settings)
                 else:

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.paths import PGBENCH_SCRIPT, WRK_SCRIPTS
+from harness.paths import PGBENCH_SCRIPTS, WRK_SCRIPTS
 from harness.settings import BenchSettings
 
 
@@ -110,6 +110,10 @@ class PgbenchLoad:
     key_id: str
     department_id: str
     clients: int
+    script: str  # bench/pgbench/<script>
+    # "prepared" as dealbase and the baseline run their statements; "simple" where a script
+    # sends two statements in one round trip (``\;``), which only the simple protocol carries.
+    protocol: str = "prepared"
 
 
 def _percentile(ordered: list[float], fraction: float) -> float:
@@ -119,15 +123,15 @@ def _percentile(ordered: list[float], fraction: float) -> float:
 def run_pgbench(
     pgbench: str, load: PgbenchLoad, settings: BenchSettings, seconds: int
 ) -> Measurement:
-    """The baseline's SQL, prepared, from `clients` connections; latencies from pgbench's
-    per-transaction log (-l)."""
+    """A script's SQL from `clients` connections, the tenant's schema as search_path and its
+    role as :role; latencies from pgbench's per-transaction log (-l)."""
     with tempfile.TemporaryDirectory(prefix="dealbase-pgbench-") as scratch:
         prefix = Path(scratch) / "log"
         command = [
             pgbench,
             "-n",
             "-M",
-            "prepared",
+            load.protocol,
             "-c",
             str(load.clients),
             "-j",
@@ -135,7 +139,9 @@ def run_pgbench(
             "-T",
             str(seconds),
             "-f",
-            str(PGBENCH_SCRIPT),
+            str(PGBENCH_SCRIPTS / load.script),
+            "-D",
+            f"role={load.schema}",
             "-D",
             f"key_id={load.key_id}",
             "-D",

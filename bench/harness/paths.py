@@ -13,7 +13,7 @@ WRK_SCRIPTS = BENCH / "wrk"
 QUERIES = BENCH / "queries"
 POSTGRAPHILE = BENCH / "postgraphile"
 BASELINES = BENCH / "baselines"
-PGBENCH_SCRIPT = BENCH / "pgbench" / "insert_customer.sql"
+PGBENCH_SCRIPTS = BENCH / "pgbench"
 # The interpreter running the harness is the project's virtual environment's.
 VENV_BIN = Path(sys.executable).parent
 

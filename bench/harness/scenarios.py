@@ -13,9 +13,10 @@ class Scenario:
     name: str
     server: Server
     what: str
-    script: str | None = None  # bench/wrk/<script>; None for pgbench
+    script: str | None = None  # bench/wrk/<script>, or bench/pgbench/<script> for pgbench
     query: str | None = None  # bench/queries/<query> for graphql.lua
     compare_to: str | None = None  # the scenario whose req/s the ratio divides by
+    pgbench_protocol: str = "prepared"
 
 
 # Each dealbase scenario runs right after the peer it is compared to (the peer's server started
@@ -25,6 +26,24 @@ SCENARIOS: tuple[Scenario, ...] = (
         "pgbench_insert",
         "pgbench",
         "pgbench: the baseline's SQL for POST /customers, prepared (the database's ceiling)",
+        "insert_customer.sql",
+    ),
+    # The price of running each unit of work as its tenant's role: the same transaction opened by
+    # BEGIN alone and by BEGIN with SET LOCAL ROLE in its round trip (docs/security.md).
+    Scenario(
+        "pgbench_unit_of_work",
+        "pgbench",
+        "pgbench: POST /customers' transaction opened by BEGIN alone",
+        "unit_of_work.sql",
+        pgbench_protocol="simple",
+    ),
+    Scenario(
+        "pgbench_unit_of_work_as_tenant",
+        "pgbench",
+        "pgbench: the same, opened by BEGIN; SET LOCAL ROLE in one round trip",
+        "unit_of_work_as_tenant.sql",
+        compare_to="pgbench_unit_of_work",
+        pgbench_protocol="simple",
     ),
     Scenario(
         "baseline_post_customers",

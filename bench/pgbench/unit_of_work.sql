@@ -1,0 +1,22 @@
+-- POST /customers' unit of work as dealbase sends it, opened by BEGIN alone: three round trips.
+-- The twin of unit_of_work_as_tenant.sql; the two differ only in their first line.
+-- bench/run.py runs it with -M simple, as its twin must be run, the tenant's schema as
+-- search_path (PGOPTIONS) and -D department_id=... (written in quotes: -M simple substitutes
+-- variables as text).
+BEGIN;
+INSERT INTO customers (
+    id, department_id, last_name, first_name, company, website, title, phone_1, phone_2,
+    phone_3, phone_1_label, phone_2_label, phone_3_label, email, postcode, address,
+    address_addition, city, country, state, contact_origin, birthday, note, created_at, updated_at)
+  VALUES (
+    encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid()) PLACING
+      substring(int8send(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
+      FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid,
+    ':department_id', 'Lovelace', 'Ada', 'Analytical Engines Ltd', NULL, NULL, NULL, NULL,
+    NULL, NULL, NULL, NULL, 'ada@example.com', NULL, NULL,
+    NULL, 'London', NULL, NULL, NULL, NULL, NULL, now(), now())
+  RETURNING id, department_id, last_name, first_name, company, website, title, phone_1, phone_2,
+    phone_3, phone_1_label, phone_2_label, phone_3_label, email, postcode, address,
+    address_addition, city, country, state, contact_origin, birthday, note, created_at,
+    updated_at;
+COMMIT;
