@@ -20,7 +20,8 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, func, insert, select, update
+from sqlalchemy import Connection, RowMapping, bindparam, column, func, insert, or_, select, update
+from sqlalchemy.dialects.postgresql import ARRAY, TIMESTAMP, UUID
 
 from dealbase.errors import Conflict, Forbidden, Invalid, NotFound, Unauthenticated
 from dealbase.ids import new_id
@@ -394,6 +395,34 @@ def _replace_secret(
     _announce_change(connection, key_id)
     return IssuedKey(
         key_id, _format_key(key_id, secret), current["tenant_id"], current["department_id"]
+    )
+
+
+def record_uses(connection: Connection, last_uses: Mapping[uuid.UUID, datetime]) -> None:
+    """Moves each key's ``last_used_at`` forward to its last use, in one statement.
+
+    A row whose ``last_used_at`` is already as late (another process wrote it) is not
+    rewritten; a key that no longer exists is skipped.
+    """
+    if not last_uses:
+        return
+    uses = (
+        func.unnest(
+            bindparam("key_ids", list(last_uses), type_=ARRAY(UUID(as_uuid=True))),
+            bindparam("used_at", list(last_uses.values()), type_=ARRAY(TIMESTAMP(timezone=True))),
+        )
+        .table_valued(
+            column("key_id", UUID(as_uuid=True)), column("used_at", TIMESTAMP(timezone=True))
+        )
+        .render_derived(name="uses")
+    )
+    connection.execute(
+        update(api_keys)
+        .where(
+            api_keys.c.id == uses.c.key_id,
+            or_(api_keys.c.last_used_at.is_(None), api_keys.c.last_used_at < uses.c.used_at),
+        )
+        .values(last_used_at=uses.c.used_at)
     )
 
 
