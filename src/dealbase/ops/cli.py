@@ -451,9 +451,7 @@ def key_audit(tenant: TenantOption, as_json: JsonFlag = False) -> None:
 
 def _audit_line(record: AuditRecord) -> str:
     details = " ".join(
-        f"{name}={orjson.dumps(value).decode()}"
-        for name, value in record.details.items()
-        if value is not None
+        f"{name}={orjson.dumps(value).decode()}" for name, value in sorted(record.details.items())
     )
     return (
         f"{format_timestamp(record.at)}  {record.action:6}  {record.key_id}  {record.actor}"
