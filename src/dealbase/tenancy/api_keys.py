@@ -1,10 +1,11 @@
-"""API keys: issued, listed, rotated and revoked by operators; checked on every request.
+"""API keys: issued, listed, rotated, reset and revoked by operators; checked on every request.
 
 A key reads ``dbk_<key id, 32 hex>_<secret>``. Only a SHA-256 of the secret is stored: the secret
 has 256 random bits, so a slow password hash would add latency to every request and no safety.
-Revoking, rotating or resetting a key notifies every server process (``NOTIFY``) in the same
-transaction, so their caches drop the key the moment the change commits. Every change also
-writes an audit row (``api_key_audit``) in that transaction: who did what to which key, when.
+Changing a key (its rate, its secret, its revocation) notifies every server process
+(``NOTIFY``) in the same transaction, so their caches drop the key the moment the change
+commits. Every change also writes an audit row (``api_key_audit``) in that transaction: who did
+what to which key, when.
 """
 
 from __future__ import annotations
@@ -406,10 +407,17 @@ def record_uses(connection: Connection, last_uses: Mapping[uuid.UUID, datetime])
     """
     if not last_uses:
         return
+    # In key order: two processes writing overlapping keys lock the rows in the same order,
+    # instead of deadlocking.
+    key_ids = sorted(last_uses)
     uses = (
         func.unnest(
-            bindparam("key_ids", list(last_uses), type_=ARRAY(UUID(as_uuid=True))),
-            bindparam("used_at", list(last_uses.values()), type_=ARRAY(TIMESTAMP(timezone=True))),
+            bindparam("key_ids", key_ids, type_=ARRAY(UUID(as_uuid=True))),
+            bindparam(
+                "used_at",
+                [last_uses[key_id] for key_id in key_ids],
+                type_=ARRAY(TIMESTAMP(timezone=True)),
+            ),
         )
         .table_valued(
             column("key_id", UUID(as_uuid=True)), column("used_at", TIMESTAMP(timezone=True))
