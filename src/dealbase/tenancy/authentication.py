@@ -146,7 +146,7 @@ class Authenticator:
         self.cache = cache or KeyCache()
         # Told whether each lookup was answered from the cache (metrics).
         self._on_lookup = on_lookup
-        # Told the id of each key accepted (its last use); called on the event loop, so cheap.
+        # Told the id of each key accepted (its last use); runs on the event loop: must be cheap.
         self._on_accepted = on_accepted
 
     async def department_scope(self, api_key: str | None, department_header: str | None) -> Scope:

@@ -25,6 +25,8 @@ FLUSH_INTERVAL_SECONDS = 60.0
 
 
 class KeyUseRecorder:
+    """One per server process: ``note`` on the request's path, ``flush`` off it."""
+
     def __init__(
         self, database: Database, flush_interval_seconds: float = FLUSH_INTERVAL_SECONDS
     ) -> None:
@@ -65,7 +67,7 @@ class KeyUseRecorder:
                 log.warning(
                     "key_uses_not_recorded",
                     keys=len(last_uses),
-                    error=str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc),
+                    error=(str(exc).strip().splitlines() or [repr(exc)])[0],
                     retry_in_s=self.flush_interval_seconds,
                 )
                 return False
