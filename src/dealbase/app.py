@@ -7,6 +7,7 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from anyio import to_thread
 from fastapi import FastAPI
 
 from dealbase.config import Settings, load_settings, parse_rate
@@ -23,6 +24,7 @@ from dealbase.tenancy.admission import Admission, LimiterFaults
 from dealbase.tenancy.authentication import Authenticator, KeyCache, KeyChangeListener
 from dealbase.tenancy.database import Database, DatabaseLimits
 from dealbase.tenancy.failure_allowance import FailureAllowance
+from dealbase.tenancy.key_usage import KeyUseRecorder
 from dealbase.tenancy.rate_limits import InProcessLimiter, RedisLimiter
 from dealbase.tenancy.scope import Rate
 
@@ -56,6 +58,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         else InProcessLimiter()
     )
     key_listener = KeyChangeListener(settings.database_listen_url or database_url, key_cache)
+    key_uses = KeyUseRecorder(database)
     metrics = Metrics()
 
     @asynccontextmanager
@@ -63,10 +66,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await database.open()
         key_listener.start()
         pool_sampler = asyncio.create_task(metrics.sample_pool(database.pool_usage))
+        key_use_flusher = asyncio.create_task(key_uses.flush_periodically())
         try:
             yield
         finally:
             pool_sampler.cancel()
+            key_use_flusher.cancel()
+            # The uses noted since the last flush, before the pools close.
+            await to_thread.run_sync(key_uses.flush)
             key_listener.stop()
             if isinstance(limiter, RedisLimiter):
                 await limiter.close()
@@ -84,7 +91,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.database = database
-    app.state.authenticator = Authenticator(database, key_cache, on_lookup=metrics.key_looked_up)
+    app.state.authenticator = Authenticator(
+        database, key_cache, on_lookup=metrics.key_looked_up, on_accepted=key_uses.note
+    )
     limiter_faults = LimiterFaults(
         fail_closed=settings.rate_limit_fail == "closed", on_fault=metrics.rate_limiter_fault
     )

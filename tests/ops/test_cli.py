@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 import secrets
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import func, select, update
 
-from dealbase.tenancy.api_keys import parse_api_key
+from dealbase.ops import admin
+from dealbase.tenancy.api_keys import parse_api_key, record_uses
+from dealbase.tenancy.control_tables import api_keys
+from dealbase.tenancy.database import Database
 from dealbase.tenancy.scope import schema_for_tenant
 from tests.ops.conftest import CliRun, RunCli, invoke_cli
 from tests.support import TenantWorld, scratch_database
@@ -262,6 +269,240 @@ def test_key_rotate_of_a_revoked_key_fails_in_one_line(run_cli: RunCli) -> None:
     _assert_one_line_failure(run_cli("key", "rotate", key["key_id"], "--json"))
 
 
+def _secret(api_key: str) -> str:
+    # The secret is what follows the key id; it may itself contain "_" (URL-safe base64).
+    parsed = parse_api_key(api_key)
+    assert parsed is not None
+    return parsed[1]
+
+
+def _parse_timestamp(value: str) -> datetime:
+    assert re.match(TIMESTAMP_SHAPE, value), value
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def test_key_issue_expires_in_sets_the_expiry_that_key_list_shows(run_cli: RunCli) -> None:
+    tenant = _tenant(run_cli)
+    department = _department(run_cli, tenant["id"])
+    before = datetime.now(UTC)
+
+    issued = _key(run_cli, tenant["id"], department["id"], "--expires-in", "90d")
+    for_hours = _key(run_cli, tenant["id"], department["id"], "--expires-in", "12h")
+    for_minutes = _key(run_cli, tenant["id"], department["id"], "--expires-in", "30m")
+    forever = _key(run_cli, tenant["id"], department["id"])
+
+    listed = {
+        k["key_id"]: k for k in run_cli("key", "list", "--tenant", tenant["id"], "--json").json()
+    }
+    expected = {
+        issued["key_id"]: timedelta(days=90),
+        for_hours["key_id"]: timedelta(hours=12),
+        for_minutes["key_id"]: timedelta(minutes=30),
+    }
+    for key_id, lifetime in expected.items():
+        expires_at = _parse_timestamp(listed[key_id]["expires_at"])
+        assert before + lifetime <= expires_at <= datetime.now(UTC) + lifetime, key_id
+    assert listed[forever["key_id"]]["expires_at"] is None
+
+
+@pytest.mark.parametrize(
+    "lifetime",
+    [
+        "0d",
+        "0m",
+        "-1d",
+        "-90d",
+        "soon",
+        "90",
+        "d",
+        "1.5d",
+        "90 d",
+        "90s",
+        "1w",
+        "1827d",
+        "43801h",
+        "99999999d",
+        "",
+    ],
+)
+def test_key_issue_refuses_a_lifetime_that_is_not_positive_whole_units_up_to_five_years(
+    run_cli: RunCli, world: TenantWorld, lifetime: str
+) -> None:
+    run = run_cli(
+        "key",
+        "issue",
+        "--tenant",
+        str(world.tenant.id),
+        "--department",
+        str(world.department.id),
+        "--expires-in",
+        lifetime,
+        "--json",
+    )
+
+    _assert_one_line_failure(run)
+    assert run.exit_code == 2, str(run)
+    assert "--expires-in" in run.stderr, str(run)
+
+
+def test_key_list_shows_state_last_use_and_expiry(run_cli: RunCli, database: Database) -> None:
+    tenant = _tenant(run_cli)
+    department = _department(run_cli, tenant["id"])
+    used = _key(run_cli, tenant["id"], department["id"], "--name", "used", "--expires-in", "1d")
+    expired = _key(run_cli, tenant["id"], department["id"], "--name", "expired")
+    revoked = _key(run_cli, tenant["id"], department["id"], "--name", "revoked")
+    run_cli("key", "revoke", revoked["key_id"], "--json").json()
+    last_use = datetime(2026, 11, 23, 9, 30, 15, 123456, tzinfo=UTC)
+    with database.control() as connection:
+        record_uses(connection, {uuid.UUID(used["key_id"]): last_use})
+        connection.execute(
+            update(api_keys)
+            .where(api_keys.c.id == uuid.UUID(expired["key_id"]))
+            .values(expires_at=func.now() - timedelta(seconds=1))
+        )
+
+    listed = run_cli("key", "list", "--tenant", tenant["id"], "--json").json()
+    human = run_cli("key", "list", "--tenant", tenant["id"])
+
+    assert all(
+        set(item)
+        == {
+            "key_id",
+            "name",
+            "tenant_id",
+            "department_id",
+            "created_at",
+            "rotated_at",
+            "revoked_at",
+            "rate",
+            "expires_at",
+            "last_used_at",
+        }
+        for item in listed
+    )
+    by_name = {item["name"]: item for item in listed}
+    assert by_name["used"]["last_used_at"] == "2026-11-23T09:30:15.123456Z"
+    assert by_name["expired"]["last_used_at"] is None
+    lines = {line.split()[-1]: line for line in human.stdout.splitlines()}
+    assert human.exit_code == 0 and set(lines) == {"used", "expired", "revoked"}, str(human)
+    assert lines["used"].split()[:5] == [
+        used["key_id"],
+        "active",
+        "last",
+        "used",
+        "2026-11-23T09:30:15.123456Z",
+    ]
+    assert f"expires {by_name['used']['expires_at']}" in lines["used"]
+    assert lines["expired"].split()[:5] == [expired["key_id"], "expired", "last", "used", "never"]
+    assert lines["revoked"].split()[1] == "revoked"
+    assert "expires never" in lines["revoked"]
+
+
+def test_key_reset_prints_a_new_key_once_and_the_old_one_is_refused_within_one_second(
+    run_cli: RunCli, client: TestClient
+) -> None:
+    tenant = _tenant(run_cli)
+    department = _department(run_cli, tenant["id"])
+    key = _key(run_cli, tenant["id"], department["id"])
+    assert _create_customer_status(client, key["api_key"], department["id"]) == 201
+
+    run = run_cli("key", "reset", key["key_id"])
+    reset = run_cli("key", "reset", key["key_id"], "--json").json()
+
+    lines = run.stdout.splitlines()
+    assert run.exit_code == 0 and lines[0] == f"key {key['key_id']}", str(run)
+    assert re.fullmatch(r"new api key \(shown once\): dbk_[0-9a-f]{32}_\S{43}", lines[1]), str(run)
+    assert set(reset) == {"key_id", "api_key", "tenant_id", "department_id"}
+    assert reset["key_id"] == key["key_id"]
+    for older in (key["api_key"], lines[1].rsplit(" ", 1)[1]):
+        refused = _status_within(client, older, department["id"], 401, INVALIDATION_DEADLINE_S)
+        assert refused[-1] == 401, f"an older secret still accepted 1 s after reset: {refused}"
+    assert _create_customer_status(client, reset["api_key"], department["id"]) == 201
+
+
+def test_key_reset_of_a_revoked_key_fails_in_one_line(run_cli: RunCli) -> None:
+    tenant = _tenant(run_cli)
+    department = _department(run_cli, tenant["id"])
+    key = _key(run_cli, tenant["id"], department["id"])
+    run_cli("key", "revoke", key["key_id"], "--json").json()
+
+    run = run_cli("key", "reset", key["key_id"], "--json")
+
+    _assert_one_line_failure(run)
+    assert "revoked" in run.stderr
+
+
+def test_key_audit_lists_every_change_oldest_first_and_never_a_secret(
+    run_cli: RunCli, database: Database
+) -> None:
+    tenant = _tenant(run_cli)
+    department = _department(run_cli, tenant["id"])
+    key = _key(
+        run_cli,
+        tenant["id"],
+        department["id"],
+        "--name",
+        "crm",
+        "--expires-in",
+        "7d",
+        "--rate",
+        "5/s",
+        "--burst",
+        "10",
+    )
+    run_cli("key", "update", key["key_id"], "--rate", "2/s", "--burst", "4", "--json").json()
+    rotated = run_cli("key", "rotate", key["key_id"], "--grace-seconds", "30", "--json").json()
+    reset = run_cli("key", "reset", key["key_id"], "--json").json()
+    run_cli("key", "revoke", key["key_id"], "--json").json()
+    with database.control() as connection:
+        secret_hash = connection.execute(
+            select(api_keys.c.secret_hash).where(api_keys.c.id == uuid.UUID(key["key_id"]))
+        ).scalar_one()
+
+    as_json = run_cli("key", "audit", "--tenant", tenant["id"], "--json")
+    human = run_cli("key", "audit", "--tenant", tenant["id"])
+
+    records = as_json.json()
+    assert [r["action"] for r in records] == ["issue", "rate", "rotate", "reset", "revoke"]
+    assert all(
+        set(r) == {"at", "tenant_id", "key_id", "action", "actor", "details"} for r in records
+    )
+    assert {(r["tenant_id"], r["key_id"], r["actor"]) for r in records} == {
+        (tenant["id"], key["key_id"], admin.operator())
+    }
+    ats = [_parse_timestamp(r["at"]) for r in records]
+    assert ats == sorted(ats)
+    assert records[0]["details"] == {
+        "name": "crm",
+        "department_id": department["id"],
+        "expires_at": records[0]["details"]["expires_at"],
+        "rate_per_second": 5.0,
+        "rate_burst": 10,
+    }
+    _parse_timestamp(records[0]["details"]["expires_at"])
+    assert [r["details"] for r in records[1:]] == [
+        {"rate_per_second": 2.0, "rate_burst": 4},
+        {"grace_seconds": 30},
+        {},
+        {},
+    ]
+    assert human.exit_code == 0, str(human)
+    assert [line.split()[1] for line in human.stdout.splitlines()] == [
+        "issue",
+        "rate",
+        "rotate",
+        "reset",
+        "revoke",
+    ]
+    assert "grace_seconds=30" in human.stdout and 'name="crm"' in human.stdout
+    assert "rate_burst=4 rate_per_second=2.0" in human.stdout
+    output = as_json.stdout + as_json.stderr + human.stdout + human.stderr
+    for api_key in (key["api_key"], rotated["api_key"], reset["api_key"]):
+        assert _secret(api_key) not in output
+        assert hashlib.sha256(_secret(api_key).encode()).hexdigest() not in output
+    assert bytes(secret_hash).hex() not in output
+
+
 def test_demo_twice_gives_the_same_tenant_department_employee_and_a_working_key(
     run_cli: RunCli, client: TestClient
 ) -> None:
@@ -296,6 +537,8 @@ def test_demo_twice_gives_the_same_tenant_department_employee_and_a_working_key(
         pytest.param(("key", "list", "--tenant", UNKNOWN), id="key-list"),
         pytest.param(("key", "revoke", UNKNOWN), id="key-revoke"),
         pytest.param(("key", "rotate", UNKNOWN), id="key-rotate"),
+        pytest.param(("key", "reset", UNKNOWN), id="key-reset"),
+        pytest.param(("key", "audit", "--tenant", UNKNOWN), id="key-audit"),
     ],
 )
 def test_an_unknown_id_gives_one_line_on_stderr_and_exit_1_or_2(

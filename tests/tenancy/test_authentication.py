@@ -1,14 +1,19 @@
-"""401 without telling why, 403 for another department, and revocation that takes effect now."""
+"""401 without telling why, 403 for another department, and revocation, reset and expiry that
+take effect now, also for a key the server has cached."""
 
 from __future__ import annotations
 
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import func, update
 
 from dealbase.ops import admin
+from dealbase.tenancy.authentication import Authenticator
+from dealbase.tenancy.control_tables import api_keys
 from dealbase.tenancy.database import Database
 from tests.support import TenantWorld
 
@@ -33,6 +38,15 @@ def test_every_credential_problem_gets_one_identical_401(
     admin.revoke_key(database, revoked.key_id)
     rotated = admin.issue_key(database, world.tenant.id, key.department_id, "to rotate")
     admin.rotate_key(database, rotated.key_id, grace_seconds=0)
+    reset = admin.issue_key(database, world.tenant.id, key.department_id, "to reset")
+    admin.reset_key(database, reset.key_id)
+    expired = admin.issue_key(database, world.tenant.id, key.department_id, "expired")
+    with database.control() as connection:
+        connection.execute(
+            update(api_keys)
+            .where(api_keys.c.id == expired.key_id)
+            .values(expires_at=func.now() - timedelta(seconds=1))
+        )
     unknown_key = f"dbk_{uuid.uuid4().hex}_{'A' * 43}"
     wrong_secret = key.api_key[:-1] + ("B" if key.api_key[-1] != "B" else "C")
 
@@ -45,6 +59,8 @@ def test_every_credential_problem_gets_one_identical_401(
         "wrong secret": {"X-Api-Key": wrong_secret, "X-Department-Id": department},
         "revoked key": {"X-Api-Key": revoked.api_key, "X-Department-Id": department},
         "rotated-out secret": {"X-Api-Key": rotated.api_key, "X-Department-Id": department},
+        "secret before a reset": {"X-Api-Key": reset.api_key, "X-Department-Id": department},
+        "expired key": {"X-Api-Key": expired.api_key, "X-Department-Id": department},
     }
     answers = {name: post(client, headers) for name, headers in cases.items()}
 
@@ -99,6 +115,52 @@ def test_rotating_twice_ends_the_grace_of_the_first_secret(
 
     assert post(client, first)[0] == 401
     assert post(client, {**first, "X-Api-Key": third.api_key})[0] == 201
+
+
+def test_cached_key_is_refused_once_it_expires_with_the_same_401(
+    client: TestClient, world: TenantWorld, database: Database
+) -> None:
+    issued = admin.issue_key(
+        database,
+        world.tenant.id,
+        world.department.id,
+        "short-lived",
+        expires_in=timedelta(seconds=1.5),
+    )
+    headers = {**world.key.headers, "X-Api-Key": issued.api_key}
+    (expires_at,) = (
+        k.expires_at
+        for k in admin.list_keys(database, world.tenant.id)
+        if k.key_id == issued.key_id
+    )
+    assert expires_at is not None
+    assert post(client, headers)[0] == 201
+    authenticator: Authenticator = client.app.state.authenticator  # type: ignore[attr-defined]
+    assert authenticator.cache.get(issued.key_id) is not None, "the server caches the key"
+
+    time.sleep(max(0.0, (expires_at - datetime.now(UTC)).total_seconds()) + 0.05)
+    assert authenticator.cache.get(issued.key_id) is not None, "nothing told the cache"
+    status, problem = post(client, headers)
+
+    unknown = {**world.key.headers, "X-Api-Key": f"dbk_{uuid.uuid4().hex}_{'A' * 43}"}
+    assert status == 401
+    assert without_request_id(problem) == without_request_id(post(client, unknown)[1])
+    assert post(client, world.key.headers)[0] == 201
+
+
+def test_reset_refuses_the_old_and_a_grace_period_secret_on_a_running_server(
+    client: TestClient, world: TenantWorld, database: Database
+) -> None:
+    first = world.key.headers
+    rotated = admin.rotate_key(database, world.key.key_id, grace_seconds=3600)
+    second = {**first, "X-Api-Key": rotated.api_key}
+    assert (post(client, first)[0], post(client, second)[0]) == (201, 201)  # both cached
+
+    reset = admin.reset_key(database, world.key.key_id)
+
+    assert _first_refusal(client, first, within_seconds=1.0) is not None
+    assert post(client, second)[0] == 401
+    assert post(client, {**first, "X-Api-Key": reset.api_key})[0] == 201
 
 
 def _first_refusal(

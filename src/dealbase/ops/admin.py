@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from dealbase.platform.pipeline import service as pipeline
 from dealbase.platform.pipeline.models import Department, DepartmentCreate, Employee, EmployeeCreate
 from dealbase.platform.validation import validated
 from dealbase.tenancy import api_keys
-from dealbase.tenancy.api_keys import IssuedKey, KeyInfo
+from dealbase.tenancy.api_keys import AuditRecord, IssuedKey, KeyInfo
 from dealbase.tenancy.database import Database
 from dealbase.tenancy.scope import Rate
 from dealbase.tenancy.tenants import Tenant, create_tenant, find_tenant_by_name, get_tenant
@@ -43,19 +44,37 @@ def create_employee(
         return pipeline.create_employee(uow, department_id, fields)
 
 
+def operator() -> str:
+    """Who is changing keys, for the audit: the operating-system user running the command."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        # No login name in the environment and a uid without a passwd entry (a container).
+        return f"uid:{os.getuid()}"
+
+
 def issue_key(
     database: Database,
     tenant_id: uuid.UUID,
     department_id: uuid.UUID | None,
     name: str | None,
     rate: Rate | None = None,
+    expires_in: timedelta | None = None,
 ) -> IssuedKey:
     """A department key, or with ``department_id`` None a tenant-wide (dashboard) key."""
     with database.unit_of_work(tenant(database, tenant_id).scope) as uow:
         if department_id is not None:
             pipeline.get_department(uow, department_id)
     with database.control() as connection:
-        return api_keys.issue_key(connection, tenant_id, department_id, name, rate)
+        return api_keys.issue_key(
+            connection,
+            tenant_id,
+            department_id,
+            name,
+            rate,
+            expires_in=expires_in,
+            actor=operator(),
+        )
 
 
 def list_keys(database: Database, tenant_id: uuid.UUID) -> list[KeyInfo]:
@@ -64,19 +83,30 @@ def list_keys(database: Database, tenant_id: uuid.UUID) -> list[KeyInfo]:
         return api_keys.list_keys(connection, tenant_id)
 
 
+def key_audit(database: Database, tenant_id: uuid.UUID) -> list[AuditRecord]:
+    with database.control() as connection:
+        get_tenant(connection, tenant_id)
+        return api_keys.list_audit(connection, tenant_id)
+
+
 def set_key_rate(database: Database, key_id: uuid.UUID, rate: Rate | None) -> KeyInfo:
     with database.control() as connection:
-        return api_keys.set_key_rate(connection, key_id, rate)
+        return api_keys.set_key_rate(connection, key_id, rate, actor=operator())
 
 
 def revoke_key(database: Database, key_id: uuid.UUID) -> KeyInfo:
     with database.control() as connection:
-        return api_keys.revoke_key(connection, key_id)
+        return api_keys.revoke_key(connection, key_id, actor=operator())
 
 
 def rotate_key(database: Database, key_id: uuid.UUID, grace_seconds: int) -> IssuedKey:
     with database.control() as connection:
-        return api_keys.rotate_key(connection, key_id, grace_seconds)
+        return api_keys.rotate_key(connection, key_id, grace_seconds, actor=operator())
+
+
+def reset_key(database: Database, key_id: uuid.UUID) -> IssuedKey:
+    with database.control() as connection:
+        return api_keys.reset_key(connection, key_id, actor=operator())
 
 
 @dataclass(frozen=True, slots=True)

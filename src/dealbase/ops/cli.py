@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import re
 import shutil
 import signal
 import sys
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import date, datetime
+from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, ParamSpec, TypeVar
 
@@ -31,6 +32,7 @@ from dealbase.ops.embedded_postgres import embedded_database_url
 from dealbase.ops.metrics_files import prepare_metrics_dir
 from dealbase.ops.observability import configure_logging
 from dealbase.rest_api.schemas import format_timestamp
+from dealbase.tenancy.api_keys import MAX_KEY_LIFETIME, AuditRecord, KeyInfo
 from dealbase.tenancy.database import Database, DatabaseLimits
 from dealbase.tenancy.roles import inheriting_login_role
 from dealbase.tenancy.scope import Rate
@@ -76,7 +78,9 @@ cli = typer.Typer(
 tenant_cli = typer.Typer(no_args_is_help=True, help="Create and list tenants.")
 department_cli = typer.Typer(no_args_is_help=True, help="Create departments.")
 employee_cli = typer.Typer(no_args_is_help=True, help="Create employees.")
-key_cli = typer.Typer(no_args_is_help=True, help="Issue, list, rotate and revoke API keys.")
+key_cli = typer.Typer(
+    no_args_is_help=True, help="Issue, list, rotate, reset and revoke API keys; their audit."
+)
 cli.add_typer(tenant_cli, name="tenant")
 cli.add_typer(department_cli, name="department")
 cli.add_typer(employee_cli, name="employee")
@@ -320,6 +324,13 @@ def key_issue(
     name: Annotated[str | None, typer.Option(help="What the key is for.")] = None,
     rate: RateOption = None,
     burst: BurstOption = None,
+    expires_in: Annotated[
+        str | None,
+        typer.Option(
+            "--expires-in",
+            help="Refuse the key after this long: a whole number of d, h or m (90d, 12h, 30m).",
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Issue a key. The secret is shown this once.
@@ -331,19 +342,56 @@ def key_issue(
         raise CliFailure(
             "a department key needs --department; a --scope tenant key takes none", exit_code=2
         )
-    issued = admin.issue_key(_database(), tenant, department, name, _key_rate(rate, burst))
+    lifetime = None if expires_in is None else _lifetime(expires_in)
+    issued = admin.issue_key(
+        _database(), tenant, department, name, _key_rate(rate, burst), lifetime
+    )
     _emit(as_json, issued, f"key {issued.key_id}\napi key (shown once): {issued.api_key}")
+
+
+_LIFETIME_SHAPE = re.compile(r"^([0-9]{1,7})([dhm])$")
+_LIFETIME_UNITS = {"d": timedelta(days=1), "h": timedelta(hours=1), "m": timedelta(minutes=1)}
+
+
+def _lifetime(text: str) -> timedelta:
+    match = _LIFETIME_SHAPE.match(text.strip())
+    if match is None:
+        raise CliFailure(
+            f"--expires-in {text!r}: a whole number followed by d, h or m, as in 90d",
+            exit_code=2,
+        )
+    lifetime = int(match.group(1)) * _LIFETIME_UNITS[match.group(2)]
+    if not timedelta(0) < lifetime <= MAX_KEY_LIFETIME:
+        raise CliFailure(
+            f"--expires-in {text!r}: above 0 and at most {MAX_KEY_LIFETIME.days}d", exit_code=2
+        )
+    return lifetime
 
 
 @key_cli.command("list")
 @_fail_cleanly
 def key_list(tenant: TenantOption, as_json: JsonFlag = False) -> None:
-    """The tenant's keys, without secrets."""
+    """The tenant's keys, without secrets: state, last use (to the minute) and expiry."""
     keys = admin.list_keys(_database(), tenant)
+    now = datetime.now(UTC)
     human = "\n".join(
-        f"{k.key_id}  {'revoked' if k.revoked_at else 'active '}  {k.name or ''}" for k in keys
+        f"{k.key_id}  {_state(k, now):7}  last used {_when(k.last_used_at, 'never')}"
+        f"  expires {_when(k.expires_at, 'never')}  {k.name or ''}".rstrip()
+        for k in keys
     )
     _emit(as_json, keys, human)
+
+
+def _state(key: KeyInfo, now: datetime) -> str:
+    if key.revoked_at is not None:
+        return "revoked"
+    if key.expires_at is not None and key.expires_at <= now:
+        return "expired"
+    return "active"
+
+
+def _when(value: datetime | None, otherwise: str) -> str:
+    return otherwise if value is None else format_timestamp(value)
 
 
 @key_cli.command("update")
@@ -399,6 +447,32 @@ def key_rotate(
     """A new secret for the key; the old one works for --grace-seconds more, then never again."""
     issued = admin.rotate_key(_database(), key_id, grace_seconds)
     _emit(as_json, issued, f"key {issued.key_id}\nnew api key (shown once): {issued.api_key}")
+
+
+@key_cli.command("reset")
+@_fail_cleanly
+def key_reset(key_id: uuid.UUID, as_json: JsonFlag = False) -> None:
+    """For a compromised secret: a new one, and every older secret refused at once."""
+    issued = admin.reset_key(_database(), key_id)
+    _emit(as_json, issued, f"key {issued.key_id}\nnew api key (shown once): {issued.api_key}")
+
+
+@key_cli.command("audit")
+@_fail_cleanly
+def key_audit(tenant: TenantOption, as_json: JsonFlag = False) -> None:
+    """Every change to the tenant's keys, oldest first: when, what, which key, who."""
+    records = admin.key_audit(_database(), tenant)
+    _emit(as_json, records, "\n".join(_audit_line(record) for record in records))
+
+
+def _audit_line(record: AuditRecord) -> str:
+    details = " ".join(
+        f"{name}={orjson.dumps(value).decode()}" for name, value in sorted(record.details.items())
+    )
+    return (
+        f"{format_timestamp(record.at)}  {record.action:6}  {record.key_id}  {record.actor}"
+        f"  {details}".rstrip()
+    )
 
 
 @cli.command()

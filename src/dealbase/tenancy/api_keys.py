@@ -1,9 +1,11 @@
-"""API keys: issued, listed, rotated and revoked by operators; checked on every request.
+"""API keys: issued, listed, rotated, reset and revoked by operators; checked on every request.
 
 A key reads ``dbk_<key id, 32 hex>_<secret>``. Only a SHA-256 of the secret is stored: the secret
 has 256 random bits, so a slow password hash would add latency to every request and no safety.
-Revoking or rotating a key notifies every server process (``NOTIFY``) in the same transaction,
-so their caches drop the key the moment the change commits.
+Changing a key (its rate, its secret, its revocation) notifies every server process
+(``NOTIFY``) in the same transaction, so their caches drop the key the moment the change
+commits. Every change also writes an audit row (``api_key_audit``) in that transaction: who did
+what to which key, when.
 """
 
 from __future__ import annotations
@@ -13,14 +15,18 @@ import hmac
 import re
 import secrets
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any
 
-from sqlalchemy import Connection, RowMapping, func, insert, select, update
+from sqlalchemy import Connection, RowMapping, bindparam, column, func, insert, or_, select, update
+from sqlalchemy.dialects.postgresql import ARRAY, TIMESTAMP, UUID
 
 from dealbase.errors import Conflict, Forbidden, Invalid, NotFound, Unauthenticated
 from dealbase.ids import new_id
-from dealbase.tenancy.control_tables import api_keys, tenants
+from dealbase.tenancy.control_tables import api_key_audit, api_keys, tenants
 from dealbase.tenancy.scope import Rate, Scope
 
 KEY_CHANGES_CHANNEL = "dealbase_api_keys"
@@ -28,6 +34,7 @@ MAX_GRACE_SECONDS = 7 * 24 * 3600
 MAX_KEY_NAME_LENGTH = 200
 MAX_RATE = 100_000.0
 MAX_BURST = 1_000_000
+MAX_KEY_LIFETIME = timedelta(days=5 * 365)
 _KEY_SHAPE = re.compile(r"^dbk_([0-9a-f]{32})_([A-Za-z0-9_-]{43})$")
 # One message for every 401, so a response never tells which part of the credentials was wrong.
 AUTHENTICATION_FAILED = (
@@ -57,6 +64,16 @@ def parse_api_key(value: str | None) -> tuple[uuid.UUID, str] | None:
     return uuid.UUID(hex=match.group(1)), match.group(2)
 
 
+class KeyAction(StrEnum):
+    """What an audit row records; the values are stored."""
+
+    issue = "issue"
+    rotate = "rotate"
+    revoke = "revoke"
+    reset = "reset"
+    rate = "rate"
+
+
 @dataclass(frozen=True, slots=True)
 class IssuedKey:
     """The only moment the secret exists in the clear."""
@@ -77,6 +94,20 @@ class KeyInfo:
     rotated_at: datetime | None
     revoked_at: datetime | None
     rate: Rate | None
+    expires_at: datetime | None
+    last_used_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """One change to a key. ``details`` holds the change's arguments, never a secret."""
+
+    at: datetime
+    tenant_id: uuid.UUID
+    key_id: uuid.UUID
+    action: KeyAction
+    actor: str
+    details: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +123,10 @@ class KeyCredentials:
     previous_secret_expires_at: datetime | None
     revoked: bool
     rate: Rate | None
+    expires_at: datetime | None
 
     def accepts(self, secret: str, now: datetime) -> bool:
+        """Checked at every use, against ``now``: a cached key expires on time too."""
         digest = _hash(secret)
         current = hmac.compare_digest(digest, self.secret_hash)
         previous = (
@@ -102,7 +135,8 @@ class KeyCredentials:
             and now < self.previous_secret_expires_at
             and hmac.compare_digest(digest, self.previous_secret_hash)
         )
-        return not self.revoked and (current or previous)
+        expired = self.expires_at is not None and now >= self.expires_at
+        return not self.revoked and not expired and (current or previous)
 
 
 def _rate_of(row: RowMapping) -> Rate | None:
@@ -123,29 +157,94 @@ def _rate_columns(rate: Rate | None) -> dict[str, object]:
     return {"rate_per_second": rate.per_second, "rate_burst": rate.burst}
 
 
+def _rate_details(rate: Rate | None) -> dict[str, object]:
+    return {
+        "rate_per_second": None if rate is None else rate.per_second,
+        "rate_burst": None if rate is None else rate.burst,
+    }
+
+
+def _json_timestamp(value: datetime | None) -> str | None:
+    """As the CLI prints timestamps: UTC, six fractional digits and ``Z``."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+def _audit(
+    connection: Connection,
+    row: RowMapping,
+    action: KeyAction,
+    actor: str,
+    details: Mapping[str, object],
+) -> None:
+    """Records a change to the key ``row`` in the caller's transaction: both commit, or neither."""
+    connection.execute(
+        insert(api_key_audit).values(
+            tenant_id=row["tenant_id"],
+            key_id=row["id"],
+            action=action.value,
+            actor=actor,
+            at=func.now(),
+            details=dict(details),
+        )
+    )
+
+
 def issue_key(
     connection: Connection,
     tenant_id: uuid.UUID,
     department_id: uuid.UUID | None,
     name: str | None,
     rate: Rate | None = None,
+    *,
+    expires_in: timedelta | None = None,
+    actor: str,
 ) -> IssuedKey:
-    """Stores a new key; the caller has checked that the department exists in the tenant."""
+    """Stores a new key; the caller has checked that the department exists in the tenant.
+
+    With ``expires_in``, the key is refused from ``now() + expires_in`` on.
+    """
     if name is not None and (len(name) > MAX_KEY_NAME_LENGTH or "\x00" in name):
         raise Invalid.of(
             "name", "too_long", f"A key name has at most {MAX_KEY_NAME_LENGTH} characters."
         )
-    key_id, secret = new_id(), _new_secret()
-    connection.execute(
-        insert(api_keys).values(
-            id=key_id,
-            tenant_id=tenant_id,
-            department_id=department_id,
-            name=name,
-            secret_hash=_hash(secret),
-            created_at=func.now(),
-            **_rate_columns(rate),
+    if expires_in is not None and not timedelta(0) < expires_in <= MAX_KEY_LIFETIME:
+        raise Invalid.of(
+            "expires_in",
+            "out_of_range",
+            f"A key expires after more than 0 seconds and at most {MAX_KEY_LIFETIME.days} days.",
         )
+    key_id, secret = new_id(), _new_secret()
+    row = (
+        connection.execute(
+            insert(api_keys)
+            .values(
+                id=key_id,
+                tenant_id=tenant_id,
+                department_id=department_id,
+                name=name,
+                secret_hash=_hash(secret),
+                created_at=func.now(),
+                expires_at=None if expires_in is None else func.now() + expires_in,
+                **_rate_columns(rate),
+            )
+            .returning(api_keys.c.id, api_keys.c.tenant_id, api_keys.c.expires_at)
+        )
+        .mappings()
+        .one()
+    )
+    _audit(
+        connection,
+        row,
+        KeyAction.issue,
+        actor,
+        {
+            "name": name,
+            "department_id": None if department_id is None else str(department_id),
+            "expires_at": _json_timestamp(row["expires_at"]),
+            **_rate_details(rate),
+        },
     )
     return IssuedKey(key_id, _format_key(key_id, secret), tenant_id, department_id)
 
@@ -160,6 +259,8 @@ def _info(row: RowMapping) -> KeyInfo:
         row["rotated_at"],
         row["revoked_at"],
         _rate_of(row),
+        row["expires_at"],
+        row["last_used_at"],
     )
 
 
@@ -175,8 +276,35 @@ def _announce_change(connection: Connection, key_id: uuid.UUID) -> None:
     connection.execute(select(func.pg_notify(KEY_CHANGES_CHANNEL, str(key_id))))
 
 
-def _change_key(connection: Connection, key_id: uuid.UUID, values: dict[str, object]) -> KeyInfo:
-    """Changes the key and tells every server process, whose caches then drop it."""
+def list_audit(connection: Connection, tenant_id: uuid.UUID) -> list[AuditRecord]:
+    """The tenant's key changes, oldest first."""
+    rows = connection.execute(
+        select(api_key_audit)
+        .where(api_key_audit.c.tenant_id == tenant_id)
+        .order_by(api_key_audit.c.at, api_key_audit.c.id)
+    ).mappings()
+    return [
+        AuditRecord(
+            at=row["at"],
+            tenant_id=row["tenant_id"],
+            key_id=row["key_id"],
+            action=KeyAction(row["action"]),
+            actor=row["actor"],
+            details=row["details"],
+        )
+        for row in rows
+    ]
+
+
+def _change_key(
+    connection: Connection,
+    key_id: uuid.UUID,
+    values: dict[str, object],
+    action: KeyAction,
+    actor: str,
+    details: Mapping[str, object],
+) -> KeyInfo:
+    """Changes the key, audits it and tells every server process, whose caches then drop it."""
     row = (
         connection.execute(
             update(api_keys).where(api_keys.c.id == key_id).values(**values).returning(*api_keys.c)
@@ -186,22 +314,34 @@ def _change_key(connection: Connection, key_id: uuid.UUID, values: dict[str, obj
     )
     if row is None:
         raise NotFound(f"No API key has the id {key_id}.")
+    _audit(connection, row, action, actor, details)
     _announce_change(connection, key_id)
     return _info(row)
 
 
-def set_key_rate(connection: Connection, key_id: uuid.UUID, rate: Rate | None) -> KeyInfo:
+def set_key_rate(
+    connection: Connection, key_id: uuid.UUID, rate: Rate | None, *, actor: str
+) -> KeyInfo:
     """The key's own rate limit (None: back to the default), in force on every server at once."""
-    return _change_key(connection, key_id, _rate_columns(rate))
-
-
-def revoke_key(connection: Connection, key_id: uuid.UUID) -> KeyInfo:
     return _change_key(
-        connection, key_id, {"revoked_at": func.coalesce(api_keys.c.revoked_at, func.now())}
+        connection, key_id, _rate_columns(rate), KeyAction.rate, actor, _rate_details(rate)
     )
 
 
-def rotate_key(connection: Connection, key_id: uuid.UUID, grace_seconds: int) -> IssuedKey:
+def revoke_key(connection: Connection, key_id: uuid.UUID, *, actor: str) -> KeyInfo:
+    return _change_key(
+        connection,
+        key_id,
+        {"revoked_at": func.coalesce(api_keys.c.revoked_at, func.now())},
+        KeyAction.revoke,
+        actor,
+        {},
+    )
+
+
+def rotate_key(
+    connection: Connection, key_id: uuid.UUID, grace_seconds: int, *, actor: str
+) -> IssuedKey:
     """A new secret for the same key; the old one is accepted for ``grace_seconds`` more."""
     if not 0 <= grace_seconds <= MAX_GRACE_SECONDS:
         raise Invalid.of(
@@ -209,6 +349,25 @@ def rotate_key(connection: Connection, key_id: uuid.UUID, grace_seconds: int) ->
             "out_of_range",
             f"The grace period is 0 to {MAX_GRACE_SECONDS} seconds.",
         )
+    return _replace_secret(
+        connection, key_id, grace_seconds, KeyAction.rotate, actor, {"grace_seconds": grace_seconds}
+    )
+
+
+def reset_key(connection: Connection, key_id: uuid.UUID, *, actor: str) -> IssuedKey:
+    """For a compromised secret: a new one, and the old one -- with any previous secret still
+    in a rotation's grace period -- refused at once."""
+    return _replace_secret(connection, key_id, 0, KeyAction.reset, actor, {})
+
+
+def _replace_secret(
+    connection: Connection,
+    key_id: uuid.UUID,
+    grace_seconds: int,
+    action: KeyAction,
+    actor: str,
+    details: Mapping[str, object],
+) -> IssuedKey:
     current = (
         connection.execute(select(api_keys).where(api_keys.c.id == key_id).with_for_update())
         .mappings()
@@ -219,6 +378,8 @@ def rotate_key(connection: Connection, key_id: uuid.UUID, grace_seconds: int) ->
     if current["revoked_at"] is not None:
         raise Conflict(f"The API key {key_id} is revoked; issue a new one.")
     secret = _new_secret()
+    # Without a grace period, the previous secret goes too, even one still in an earlier
+    # rotation's grace period.
     connection.execute(
         update(api_keys)
         .where(api_keys.c.id == key_id)
@@ -231,9 +392,45 @@ def rotate_key(connection: Connection, key_id: uuid.UUID, grace_seconds: int) ->
             rotated_at=func.now(),
         )
     )
+    _audit(connection, current, action, actor, details)
     _announce_change(connection, key_id)
     return IssuedKey(
         key_id, _format_key(key_id, secret), current["tenant_id"], current["department_id"]
+    )
+
+
+def record_uses(connection: Connection, last_uses: Mapping[uuid.UUID, datetime]) -> None:
+    """Moves each key's ``last_used_at`` forward to its last use, in one statement.
+
+    A row whose ``last_used_at`` is already as late (another process wrote it) is not
+    rewritten; a key that no longer exists is skipped.
+    """
+    if not last_uses:
+        return
+    # In key order: two processes writing overlapping keys lock the rows in the same order,
+    # instead of deadlocking.
+    key_ids = sorted(last_uses)
+    uses = (
+        func.unnest(
+            bindparam("key_ids", key_ids, type_=ARRAY(UUID(as_uuid=True))),
+            bindparam(
+                "used_at",
+                [last_uses[key_id] for key_id in key_ids],
+                type_=ARRAY(TIMESTAMP(timezone=True)),
+            ),
+        )
+        .table_valued(
+            column("key_id", UUID(as_uuid=True)), column("used_at", TIMESTAMP(timezone=True))
+        )
+        .render_derived(name="uses")
+    )
+    connection.execute(
+        update(api_keys)
+        .where(
+            api_keys.c.id == uses.c.key_id,
+            or_(api_keys.c.last_used_at.is_(None), api_keys.c.last_used_at < uses.c.used_at),
+        )
+        .values(last_used_at=uses.c.used_at)
     )
 
 
@@ -250,6 +447,7 @@ def load_credentials(connection: Connection, key_id: uuid.UUID) -> KeyCredential
             api_keys.c.revoked_at,
             api_keys.c.rate_per_second,
             api_keys.c.rate_burst,
+            api_keys.c.expires_at,
         )
         .join(tenants, tenants.c.id == api_keys.c.tenant_id)
         .where(api_keys.c.id == key_id)
@@ -268,6 +466,7 @@ def load_credentials(connection: Connection, key_id: uuid.UUID) -> KeyCredential
         previous_secret_expires_at=row.previous_secret_expires_at,
         revoked=row.revoked_at is not None,
         rate=_rate_of(row._mapping),
+        expires_at=row.expires_at,
     )
 
 

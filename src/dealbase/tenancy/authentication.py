@@ -140,11 +140,14 @@ class Authenticator:
         database: Database,
         cache: KeyCache | None = None,
         on_lookup: Callable[[bool], None] = lambda cached: None,
+        on_accepted: Callable[[uuid.UUID], None] = lambda key_id: None,
     ) -> None:
         self._database = database
         self.cache = cache or KeyCache()
         # Told whether each lookup was answered from the cache (metrics).
         self._on_lookup = on_lookup
+        # Told the id of each key accepted (its last use); runs on the event loop: must be cheap.
+        self._on_accepted = on_accepted
 
     async def department_scope(self, api_key: str | None, department_header: str | None) -> Scope:
         """For the integration API: department keys only."""
@@ -165,9 +168,11 @@ class Authenticator:
         self._on_lookup(credentials is not None)
         if credentials is None:
             credentials = await to_thread.run_sync(self._load, key_id)
-        return scope_for_request(
+        scope = scope_for_request(
             credentials, secret, department_header, tenant_wide_allowed=tenant_wide_allowed
         )
+        self._on_accepted(key_id)
+        return scope
 
     def _load(self, key_id: uuid.UUID) -> KeyCredentials | None:
         generation = self.cache.generation()

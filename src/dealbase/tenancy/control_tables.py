@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Float, ForeignKey, Integer, MetaData, Table, Text
-from sqlalchemy.dialects.postgresql import BYTEA, TIMESTAMP, UUID
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Float,
+    ForeignKey,
+    Identity,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+)
+from sqlalchemy.dialects.postgresql import BYTEA, JSONB, TIMESTAMP, UUID
 
 CONTROL_SCHEMA = "control"
 
@@ -35,4 +45,22 @@ api_keys = Table(
     # Both or neither: the key's own rate limit, else the default.
     Column("rate_per_second", Float),
     Column("rate_burst", Integer),
+    # None: the key never expires. Checked on every request, against the server's clock.
+    Column("expires_at", TIMESTAMP(timezone=True)),
+    # Written in batches by the server processes, at most once a minute per key and process.
+    Column("last_used_at", TIMESTAMP(timezone=True)),
+)
+
+# What operators did to keys, one row per change, written in the change's own transaction.
+# Never a secret nor a hash of one: ``details`` holds the change's other arguments.
+api_key_audit = Table(
+    "api_key_audit",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("tenant_id", UUID(as_uuid=True), ForeignKey(tenants.c.id), nullable=False),
+    Column("key_id", UUID(as_uuid=True), ForeignKey(api_keys.c.id), nullable=False),
+    Column("action", Text, nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("at", TIMESTAMP(timezone=True), nullable=False),
+    Column("details", JSONB, nullable=False),
 )
