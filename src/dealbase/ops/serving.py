@@ -17,6 +17,7 @@ neither closed, 1 in 3 of 4 runs with only the second closed, none in 8 with bot
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 from uvicorn import Config, Server
@@ -52,6 +53,10 @@ class DrainingHttpToolsProtocol(HttpToolsProtocol):
 class ClosingSupervisor(Multiprocess):
     def handle_term(self) -> None:
         for sock in self.sockets:
+            # Shut down, not only closed: the socket stops listening for every process at once.
+            # Closed, it went on listening while any worker still held it (one slower to stop
+            # than another), and a client reconnecting to it then was reset.
+            sock.shutdown(socket.SHUT_RD)
             sock.close()
         super().handle_term()
 
