@@ -37,17 +37,29 @@ def database_url(server: str, name: str) -> str:
 
 @contextmanager
 def scratch_database(server: str) -> Iterator[str]:
-    """A new database on the server, dropped (with its connections) when the run ends."""
+    """A new database on the server, dropped (with its connections) when the run ends, and the
+    roles of its tenants with it (roles belong to the cluster and would outlive it)."""
     name = f"dealbase_bench_{secrets.token_hex(4)}"
     with psycopg.connect(server, autocommit=True) as connection:
         connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = database_url(server, name)
     try:
-        yield database_url(server, name)
+        yield url
     finally:
+        with psycopg.connect(url, autocommit=True) as connection:
+            roles = [
+                role
+                for (role,) in connection.execute(
+                    "SELECT nspname FROM pg_namespace JOIN pg_roles ON rolname = nspname"
+                    " WHERE nspname ~ '^t_[0-9a-f]{32}$'"
+                )
+            ]
         with psycopg.connect(server, autocommit=True) as connection:
             connection.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+            for role in roles:
+                connection.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
 
 
 def clean_environment() -> dict[str, str]:
