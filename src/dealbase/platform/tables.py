@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     Date,
     ForeignKey,
@@ -20,7 +21,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.dialects.postgresql import BYTEA, TIMESTAMP, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, JSONB, TIMESTAMP, UUID
 
 from dealbase.tenancy.scope import TENANT_SCHEMA_PLACEHOLDER
 
@@ -171,4 +172,43 @@ idempotency_records = Table(
     Column("body", BYTEA, nullable=False),
     Column("location", Text),
     Column("created_at", TIMESTAMP(timezone=True), nullable=False),
+)
+
+event_positions = Table(
+    "event_positions",
+    metadata,
+    Column("department_id", UUID(as_uuid=True), ForeignKey(departments.c.id), primary_key=True),
+    Column("last_position", BigInteger, nullable=False),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("department_id", UUID(as_uuid=True), ForeignKey(departments.c.id), nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("type", Text, nullable=False),
+    Column("data", JSONB, nullable=False),
+    Column("changed_fields", ARRAY(Text)),
+    Column("previous", JSONB),
+    Column("created_at", TIMESTAMP(timezone=True), nullable=False),
+    UniqueConstraint("department_id", "position"),
+)
+
+webhook_endpoints = Table(
+    "webhook_endpoints",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("department_id", UUID(as_uuid=True), ForeignKey(departments.c.id), nullable=False),
+    Column("url", Text, nullable=False),
+    Column("event_types", ARRAY(Text), nullable=False),
+    Column("enabled", Boolean, nullable=False, server_default="true"),
+    Column("disabled_reason", Text),
+    Column("description", Text),
+    Column("ordered", Boolean, nullable=False, server_default="true"),
+    Column("secret", Text, nullable=False),
+    Column("previous_secret", Text),
+    Column("previous_secret_expires_at", TIMESTAMP(timezone=True)),
+    *_timestamps(),
+    _version(),
 )
