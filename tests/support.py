@@ -7,6 +7,7 @@ import secrets
 import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -180,3 +181,49 @@ def wait_until_served(
         except httpx.TransportError:
             pass
         time.sleep(0.05)
+
+
+DEALBASE = Path(sys.executable).with_name("dealbase")
+
+
+@dataclass(frozen=True)
+class ServeProcess:
+    """A ``dealbase serve`` of a test: its process, its URL, its environment and its output."""
+
+    process: subprocess.Popen[bytes]
+    base_url: str
+    env: dict[str, str]
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@contextmanager
+def dealbase_serve(
+    directory: Path, settings: dict[str, str], *options: str
+) -> Iterator[ServeProcess]:
+    """``dealbase serve OPTIONS`` on a free loopback port, in a session of its own, with none of
+    the caller's DEALBASE_ settings or FORWARDED_ALLOW_IPS but ``settings`` (DEALBASE_DATA_DIR
+    defaults to ``directory``); its output in ``directory/server.log``; stopped afterwards."""
+    directory.mkdir(parents=True, exist_ok=True)
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("DEALBASE_") and name != "FORWARDED_ALLOW_IPS"
+    }
+    env |= {"DEALBASE_DATA_DIR": str(directory), **settings}
+    port = free_port()
+    log = directory / "server.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [str(DEALBASE), "serve", "--host", "127.0.0.1", "--port", str(port), *options],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        yield ServeProcess(process, f"http://127.0.0.1:{port}", env, log)
+    finally:
+        stop_process(process)

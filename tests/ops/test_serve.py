@@ -12,7 +12,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -35,9 +34,15 @@ from sqlalchemy import text
 
 from dealbase.migrations.runner import upgrade_control
 from dealbase.tenancy.database import Database, application_name
-from tests.support import free_port, scratch_database, stop_process, wait_until_served
+from tests.support import (
+    DEALBASE,
+    dealbase_serve,
+    free_port,
+    scratch_database,
+    stop_process,
+    wait_until_served,
+)
 
-DEALBASE = Path(sys.executable).with_name("dealbase")
 API = "/api/v1/integration"
 READY_TIMEOUT_S = 30.0
 REFUSAL_DEADLINE_S = 1.0  # the requirement: refused by every process 1 s after the CLI returns
@@ -152,11 +157,8 @@ def _migrated_scratch_database(postgres_server: str, label: str) -> Iterator[str
 def _start_server(
     database_url: str, data_dir: Path, extra_env: dict[str, str] | None = None
 ) -> Iterator[Server]:
-    data_dir.mkdir(parents=True, exist_ok=True)
-    env = {name: value for name, value in os.environ.items() if not name.startswith("DEALBASE_")}
-    env |= {
+    settings = {
         "DEALBASE_DATABASE_URL": database_url,
-        "DEALBASE_DATA_DIR": str(data_dir),
         "DEALBASE_LOG_LEVEL": "warning",
         # The revocation checks send hundreds of requests a second with one key, and go on
         # once it is refused 401.
@@ -169,34 +171,33 @@ def _start_server(
         "PROMETHEUS_MULTIPROC_DIR": str(data_dir / "metrics"),
         **(extra_env or {}),
     }
-    port = free_port()
-    log = data_dir / "server.log"
     database = Database(database_url, pool_size=1)
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [str(DEALBASE), "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "2"],
-            env=env,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    server = Server(f"http://127.0.0.1:{port}", process, env, database, log, data_dir / "metrics")
     try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
-            assert process.poll() is None, f"server exited: {server.output()}"
-            assert time.monotonic() < deadline, f"server not ready: {server.output()}"
-            try:
-                ready = httpx.get(f"{server.base_url}/openapi.json", timeout=1).status_code == 200
-            except httpx.TransportError:
-                ready = False
-            # Both workers listen for key changes once their app has started.
-            if ready and len(server.workers()) == 2 and server.listeners() == 2:
-                break
-            time.sleep(0.05)
-        yield server
+        with dealbase_serve(data_dir, settings, "--workers", "2") as served:
+            server = Server(
+                served.base_url,
+                served.process,
+                served.env,
+                database,
+                served.log,
+                data_dir / "metrics",
+            )
+            deadline = time.monotonic() + READY_TIMEOUT_S
+            while True:
+                assert served.process.poll() is None, f"server exited: {server.output()}"
+                assert time.monotonic() < deadline, f"server not ready: {server.output()}"
+                try:
+                    ready = (
+                        httpx.get(f"{server.base_url}/openapi.json", timeout=1).status_code == 200
+                    )
+                except httpx.TransportError:
+                    ready = False
+                # Both workers listen for key changes once their app has started.
+                if ready and len(server.workers()) == 2 and server.listeners() == 2:
+                    break
+                time.sleep(0.05)
+            yield server
     finally:
-        stop_process(process)
         database.dispose()
 
 

@@ -5,9 +5,6 @@ trusts the loopback), and from any other peer a client cannot choose its address
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,9 +12,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.support import TenantWorld, free_port, stop_process, wait_until_served
+from tests.support import TenantWorld, dealbase_serve, wait_until_served
 
-DEALBASE = Path(sys.executable).with_name("dealbase")
 CUSTOMERS = "/api/v1/integration/customers"
 READY_TIMEOUT_S = 30.0
 
@@ -25,38 +21,18 @@ READY_TIMEOUT_S = 30.0
 @contextmanager
 def _serve(database_url: str, directory: Path, extra_env: dict[str, str]) -> Iterator[str]:
     """One worker (its in-process limiter counts every request), three failures per address."""
-    directory.mkdir(parents=True, exist_ok=True)
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith("DEALBASE_") and name != "FORWARDED_ALLOW_IPS"
-    }
-    env |= {
+    settings = {
         "DEALBASE_DATABASE_URL": database_url,
-        "DEALBASE_DATA_DIR": str(directory),
         "DEALBASE_LOG_LEVEL": "warning",
         "DEALBASE_RATE_LIMIT_AUTH_FAILURES": "0.1/s",
         "DEALBASE_RATE_LIMIT_AUTH_FAILURES_BURST": "3",
         **extra_env,
     }
-    port = free_port()
-    log = directory / "server.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [str(DEALBASE), "serve", "--host", "127.0.0.1", "--port", str(port)],
-            env=env,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    base_url = f"http://127.0.0.1:{port}"
-    try:
+    with dealbase_serve(directory, settings) as server:
         wait_until_served(
-            process, f"{base_url}/healthz", lambda: log.read_text(errors="replace"), READY_TIMEOUT_S
+            server.process, f"{server.base_url}/healthz", server.output, READY_TIMEOUT_S
         )
-        yield base_url
-    finally:
-        stop_process(process)
+        yield server.base_url
 
 
 def _statuses(base_url: str, world: TenantWorld, forwarded_for: list[str]) -> list[int]:

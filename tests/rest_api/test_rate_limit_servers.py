@@ -5,9 +5,6 @@ logs one warning and counts every fault, and both apply the shared limits again 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -26,23 +23,21 @@ from tests.rest_api.rate_limit_support import (
     faults,
     has_rate_limit_headers,
 )
-from tests.support import TenantWorld, build_tenant, free_port, stop_process, wait_until_served
+from tests.support import (
+    ServeProcess,
+    TenantWorld,
+    build_tenant,
+    dealbase_serve,
+    wait_until_served,
+)
 
-DEALBASE = Path(sys.executable).with_name("dealbase")
 READY_TIMEOUT_S = 30.0
 RECOVERY_DEADLINE_S = 3.0
 WARNING = "rate_limiter_unavailable"
 
 
 @dataclass(frozen=True)
-class Server:
-    base_url: str
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
+class Server(ServeProcess):
     def warnings(self) -> list[dict[str, object]]:
         """The server's JSON log lines about the limiter being unavailable."""
         found = []
@@ -56,11 +51,8 @@ class Server:
 
 @contextmanager
 def _serve(database_url: str, redis_url: str, directory: Path) -> Iterator[Server]:
-    directory.mkdir(parents=True, exist_ok=True)
-    env = {name: value for name, value in os.environ.items() if not name.startswith("DEALBASE_")}
-    env |= {
+    settings = {
         "DEALBASE_DATABASE_URL": database_url,
-        "DEALBASE_DATA_DIR": str(directory),
         "DEALBASE_REDIS_URL": redis_url,
         "DEALBASE_LOG_LEVEL": "warning",
         "DEALBASE_LOG_FORMAT": "json",
@@ -71,21 +63,8 @@ def _serve(database_url: str, redis_url: str, directory: Path) -> Iterator[Serve
         # The timeout itself is pinned in test_rate_limit_faults.py.
         "DEALBASE_REDIS_TIMEOUT_MS": "1000",
     }
-    port = free_port()
-    log = directory / "server.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [str(DEALBASE), "serve", "--host", "127.0.0.1", "--port", str(port)],
-            env=env,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    server = Server(f"http://127.0.0.1:{port}", process, log)
-    try:
-        yield server
-    finally:
-        stop_process(process)
+    with dealbase_serve(directory, settings) as served:
+        yield Server(served.process, served.base_url, served.env, served.log)
 
 
 def _wait_ready(server: Server) -> None:
