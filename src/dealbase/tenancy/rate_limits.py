@@ -172,27 +172,36 @@ class InProcessLimiter:
         return _rescaled(tat, interval, now, rate)
 
 
+# What both scripts start with: Redis's clock, and a bucket's TAT as stored in "<TAT>:<interval
+# it was set at>", rescaled to the interval asked for (as _rescaled); an empty bucket's is now.
+_BUCKET_LUA = b"""
+local now_parts = redis.call('TIME')
+local now = tonumber(now_parts[1]) * 1000 + tonumber(now_parts[2]) / 1000
+local function stored_tat(key, interval)
+  local stored = redis.call('GET', key)
+  if not stored then
+    return now
+  end
+  local separator = string.find(stored, ':', 1, true)
+  local tat = tonumber(string.sub(stored, 1, separator - 1))
+  local set_at = tonumber(string.sub(stored, separator + 1))
+  return now + math.max(tat - now, 0) / set_at * interval
+end
+"""
+
+
 # KEYS: the key's bucket, the tenant's; ARGV: interval and burst of each. A bucket holds
 # "<TAT>:<interval it was set at>", rescaled when the rate changed (as _rescaled). Returns one
 # string: the verdict, then per bucket remaining, ms until full and ms to wait, separated by
 # spaces (a single bulk string is the cheapest reply to read, and Lua numbers returned as such
 # would be truncated to integers). Redis's clock makes the buckets agree across hosts.
-_SCRIPT = b"""
-local now_parts = redis.call('TIME')
-local now = tonumber(now_parts[1]) * 1000 + tonumber(now_parts[2]) / 1000
+_SCRIPT = _BUCKET_LUA + b"""
 local buckets = {}
 local allowed = 1
 for i = 1, 2 do
   local interval = tonumber(ARGV[i * 2 - 1])
   local burst = tonumber(ARGV[i * 2])
-  local tat = now
-  local stored = redis.call('GET', KEYS[i])
-  if stored then
-    local separator = string.find(stored, ':', 1, true)
-    local stored_tat = tonumber(string.sub(stored, 1, separator - 1))
-    local stored_interval = tonumber(string.sub(stored, separator + 1))
-    tat = now + math.max(stored_tat - now, 0) / stored_interval * interval
-  end
+  local tat = stored_tat(KEYS[i], interval)
   local new_tat = math.max(tat, now) + interval
   local allow_at = math.max(tat, now) - interval * (burst - 1)
   if now < allow_at then
@@ -223,18 +232,9 @@ return table.concat(reply, ' ')
 # bucket as _SCRIPT keeps it. "wait" answers the ms until one more failure fits (0: it fits now)
 # and writes nothing; "spend" moves the TAT on by one interval whatever it was (never refused)
 # and answers "0".
-_FAILURE_SCRIPT = b"""
-local now_parts = redis.call('TIME')
-local now = tonumber(now_parts[1]) * 1000 + tonumber(now_parts[2]) / 1000
+_FAILURE_SCRIPT = _BUCKET_LUA + b"""
 local interval = tonumber(ARGV[2])
-local tat = now
-local stored = redis.call('GET', KEYS[1])
-if stored then
-  local separator = string.find(stored, ':', 1, true)
-  local stored_tat = tonumber(string.sub(stored, 1, separator - 1))
-  local stored_interval = tonumber(string.sub(stored, separator + 1))
-  tat = now + math.max(stored_tat - now, 0) / stored_interval * interval
-end
+local tat = stored_tat(KEYS[1], interval)
 if ARGV[1] == 'spend' then
   local new_tat = math.max(tat, now) + interval
   redis.call('SET', KEYS[1], tostring(new_tat) .. ':' .. tostring(interval),
