@@ -151,6 +151,24 @@ def test_the_service_login_role_holds_no_privilege_on_any_tenant_schema(
             database.dispose()
 
 
+def test_the_control_upgrade_lets_the_login_role_switch_to_the_owner_before_any_tenant(
+    postgres_server: str,
+) -> None:
+    """migrate's workers then upgrade tenants in parallel without racing to grant it."""
+    with _non_superuser_login(postgres_server) as (login, url):
+        database = Database(url, pool_size=1)
+        try:
+            with database.control() as connection:
+                upgrade_control(connection)
+        finally:
+            database.dispose()
+        with psycopg.connect(url) as connection:
+            member = connection.execute(
+                "SELECT pg_has_role(%s, %s, 'MEMBER')", [login, TENANT_OWNER_ROLE]
+            ).fetchone()
+        assert member == (True,)
+
+
 @pytest.mark.parametrize("inherit", [False, True])
 def test_migrate_names_a_login_role_that_would_inherit_every_tenants_privileges(
     postgres_server: str, inherit: bool

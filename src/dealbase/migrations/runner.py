@@ -22,7 +22,12 @@ from sqlalchemy.pool import NullPool
 
 from dealbase.tenancy.control_tables import CONTROL_SCHEMA
 from dealbase.tenancy.database import sqlalchemy_url
-from dealbase.tenancy.roles import TENANT_OWNER_ROLE, ensure_roles, repair_grants
+from dealbase.tenancy.roles import (
+    TENANT_OWNER_ROLE,
+    ensure_owner_role,
+    ensure_roles,
+    repair_grants,
+)
 
 _TREES = Path(__file__).parent
 # Alembic's op and context are process-wide proxies: one migration at a time per process.
@@ -57,6 +62,7 @@ def _lock(connection: Connection, name: str) -> None:
 
 def upgrade_control(connection: Connection) -> None:
     _lock(connection, CONTROL_SCHEMA)
+    ensure_owner_role(connection)
     connection.execute(text(f"CREATE SCHEMA IF NOT EXISTS {CONTROL_SCHEMA}"))
     with _alembic_in_use:
         command.upgrade(_config("control", connection, CONTROL_SCHEMA), "head")

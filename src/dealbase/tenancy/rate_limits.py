@@ -195,7 +195,9 @@ end
 # string: the verdict, then per bucket remaining, ms until full and ms to wait, separated by
 # spaces (a single bulk string is the cheapest reply to read, and Lua numbers returned as such
 # would be truncated to integers). Redis's clock makes the buckets agree across hosts.
-_SCRIPT = _BUCKET_LUA + b"""
+_SCRIPT = (
+    _BUCKET_LUA
+    + b"""
 local buckets = {}
 local allowed = 1
 for i = 1, 2 do
@@ -226,13 +228,16 @@ for i = 1, 2 do
 end
 return table.concat(reply, ' ')
 """
+)
 
 
 # KEYS: the address's failure allowance; ARGV: "wait" or "spend", the interval, the burst. The
 # bucket as _SCRIPT keeps it. "wait" answers the ms until one more failure fits (0: it fits now)
 # and writes nothing; "spend" moves the TAT on by one interval whatever it was (never refused)
 # and answers "0".
-_FAILURE_SCRIPT = _BUCKET_LUA + b"""
+_FAILURE_SCRIPT = (
+    _BUCKET_LUA
+    + b"""
 local interval = tonumber(ARGV[2])
 local tat = stored_tat(KEYS[1], interval)
 if ARGV[1] == 'spend' then
@@ -244,6 +249,7 @@ end
 local allow_at = math.max(tat, now) - interval * (tonumber(ARGV[3]) - 1)
 return tostring(math.max(allow_at - now, 0))
 """
+)
 
 
 def _bulk(value: bytes) -> bytes:

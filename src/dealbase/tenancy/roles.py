@@ -58,29 +58,40 @@ def switch_to_tenant(schema: str) -> str:
     return f'BEGIN; SET LOCAL ROLE "{tenant_role(schema)}"'
 
 
+def ensure_owner_role(connection: Connection) -> list[str]:
+    """Creates ``dealbase_owner`` if missing and lets the login role switch to it. ``migrate``
+    runs it once before its workers upgrade tenants in parallel, so that they do not race to
+    grant the same membership. Runs as the login role; returns what it changed."""
+    return _ensure_switchable_role(connection, TENANT_OWNER_ROLE)
+
+
 def ensure_roles(connection: Connection, schema: str) -> list[str]:
     """Creates the owner and tenant roles if missing, lets the login role switch to them, and
     hands any object of the schema that is not the owner's to it (schemas created before tenant
     roles belonged to the login role). Runs as the login role; returns what it changed."""
     role = tenant_role(schema)
-    changes: list[str] = []
+    changes = ensure_owner_role(connection) + _ensure_switchable_role(connection, role)
+    changes += _make_plain(connection, role)
+    changes += _adopt(connection, schema)
+    return changes
+
+
+def _ensure_switchable_role(connection: Connection, name: str) -> list[str]:
+    changes = []
+    if _create_role(connection, name):
+        changes.append(f"created role {name}")
     login_is_superuser, server_version = connection.execute(
         text(
             "SELECT rolsuper, current_setting('server_version_num')::int"
             " FROM pg_roles WHERE rolname = session_user"
         )
     ).one()
-    for name in (TENANT_OWNER_ROLE, role):
-        if _create_role(connection, name):
-            changes.append(f"created role {name}")
-        # A superuser may switch to any role; anyone else needs the membership.
-        if not login_is_superuser and not _login_is_member(connection, name):
-            # From PostgreSQL 16 a membership says itself whether it passes privileges on.
-            options = " WITH INHERIT FALSE, SET TRUE" if server_version >= 160000 else ""
-            connection.execute(text(f'GRANT "{name}" TO SESSION_USER{options}'))
-            changes.append(f"granted role {name} to the login role")
-    changes += _make_plain(connection, role)
-    changes += _adopt(connection, schema)
+    # A superuser may switch to any role; anyone else needs the membership.
+    if not login_is_superuser and not _login_is_member(connection, name):
+        # From PostgreSQL 16 a membership says itself whether it passes privileges on.
+        options = " WITH INHERIT FALSE, SET TRUE" if server_version >= 160000 else ""
+        connection.execute(text(f'GRANT "{name}" TO SESSION_USER{options}'))
+        changes.append(f"granted role {name} to the login role")
     return changes
 
 
