@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Annotated, Generic, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from dealbase.platform.event_types import EVENT_TYPES, EventType
@@ -32,6 +32,20 @@ EventSelection = Annotated[
     list[EventChoice],
     Field(min_length=1, max_length=len(EVENT_TYPES)),
     AfterValidator(_one_selection),
+    # The rule as the OpenAPI document states it: distinct event types, or "*" alone.
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {
+                    "type": "array",
+                    "items": {"enum": list(EVENT_TYPES)},
+                    "minItems": 1,
+                    "uniqueItems": True,
+                },
+                {"type": "array", "items": {"const": "*"}, "minItems": 1, "maxItems": 1},
+            ]
+        }
+    ),
 ]
 
 
