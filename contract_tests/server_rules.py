@@ -19,6 +19,9 @@ The rules (issue 3 and the field descriptions in the document):
   The generator draws keys from a small space (the coverage phase sends the same boundary values
   to every operation), so it reuses keys without meaning to.
 
+- A webhook endpoint's ``url`` must lead to a public address (a name is resolved, and there is
+  no network here): a string of the document's shape becomes an https URL to a public IP.
+
 - An integer field takes a JSON integer: ``302.0`` is 422 ``wrong_type`` (strict JSON types),
   though JSON Schema counts it as an integer, so the generator sends it as valid data.
 """
@@ -83,6 +86,7 @@ class ServerRules:
         self._drop_forged_cursor(case)
         _drop_guessed_if_match(case)
         _clamp_birthday(case)
+        _webhook_url_to_a_public_address(case)
         _integral_floats_as_integers(case.body, self._integer_fields)
         _refer_to_department_rows(case, rows, real_path_ids=real_path_ids)
         self._keep_idempotency_keys_unshared(case)
@@ -169,6 +173,22 @@ def _clamp_birthdays_in(value: object) -> None:
     clamped = min(max(birthday, EARLIEST_BIRTHDAY), latest)
     if clamped != birthday:
         value[BIRTHDAY] = clamped.isoformat()
+
+
+WEBHOOK_URL = "url"
+MAX_WEBHOOK_URL = 2048
+PUBLIC_WEBHOOK_URL = "https://8.8.8.8/hooks"
+
+
+def _webhook_url_to_a_public_address(case: schemathesis.Case[Any]) -> None:
+    # Only a value the document accepts (a string of at most 2048 characters without U+0000):
+    # another stays, as a negative case the server must refuse.
+    body = case.body
+    if "/webhooks" not in case.path or not isinstance(body, dict):
+        return
+    url = body.get(WEBHOOK_URL)
+    if isinstance(url, str) and len(url) <= MAX_WEBHOOK_URL and "\x00" not in url:
+        body[WEBHOOK_URL] = PUBLIC_WEBHOOK_URL
 
 
 def _calendar_date(value: object) -> date | None:

@@ -19,6 +19,7 @@ from dealbase.ops.embedded_postgres import embedded_database_url
 from dealbase.ops.health import install_health
 from dealbase.ops.metrics import Metrics, install_metrics, worker_stopped
 from dealbase.ops.observability import configure_logging
+from dealbase.platform.webhooks.addresses import AddressPolicy
 from dealbase.rest_api.api import install_rest_api
 from dealbase.tenancy.admission import Admission, LimiterFaults
 from dealbase.tenancy.authentication import Authenticator, KeyCache, KeyChangeListener
@@ -91,6 +92,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.database = database
+    app.state.webhook_addresses = AddressPolicy(allow_private=settings.webhooks_allow_private)
     app.state.authenticator = Authenticator(
         database, key_cache, on_lookup=metrics.key_looked_up, on_accepted=key_uses.note
     )

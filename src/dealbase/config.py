@@ -125,6 +125,13 @@ class Settings(BaseSettings):
             " recently used dropped first; 0 reads every document anew."
         ),
     )
+    webhooks_allow_private: bool = Field(
+        default=False,
+        description=(
+            "Webhook endpoints may use http and addresses that are not public (loopback,"
+            " private, link-local): for development and tests only."
+        ),
+    )
 
     @field_validator("database_url", "database_listen_url")
     @classmethod

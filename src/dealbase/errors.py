@@ -161,6 +161,8 @@ _PYDANTIC_CODES: dict[str, str] = {
     "invalid_format": "invalid_format",
     "out_of_range": "out_of_range",
     "cannot_clear": "cannot_clear",
+    "duplicate_item": "duplicate_item",
+    "invalid_choice": "invalid_choice",
     "invalid_datetime": "invalid_datetime",
 }
 

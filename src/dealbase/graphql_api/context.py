@@ -13,8 +13,10 @@ from fastapi import Request
 from strawberry.fastapi import BaseContext
 
 from dealbase.edge.callers import dashboard_scope
+from dealbase.edge.database import webhook_addresses_of
 from dealbase.errors import Unauthenticated
 from dealbase.platform.pipeline import service as pipeline
+from dealbase.platform.webhooks.addresses import AddressPolicy
 from dealbase.tenancy.api_keys import AUTHENTICATION_FAILED
 from dealbase.tenancy.database import Database, UnitOfWork, run_on_event_loop
 from dealbase.tenancy.scope import Scope
@@ -29,6 +31,8 @@ class GraphQLContext(BaseContext):
     # runs no resolver.
     caller: Scope | None
     database: Database
+    # Where webhooks may be sent (DEALBASE_WEBHOOKS_ALLOW_PRIVATE).
+    webhook_addresses: AddressPolicy = field(default_factory=AddressPolicy)
     # Loaders are made on first use and live for this request only, so nothing is cached
     # across requests (or callers).
     loaders: dict[tuple[str, int], Any] = field(default_factory=dict)
@@ -98,6 +102,7 @@ async def context_for(request: Request) -> AsyncIterator[GraphQLContext]:
         request_id=getattr(request.state, "request_id", ""),
         caller=await dashboard_scope(request),
         database=database,
+        webhook_addresses=webhook_addresses_of(request),
     )
     try:
         yield context

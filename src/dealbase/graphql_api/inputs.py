@@ -20,6 +20,7 @@ from dealbase.platform.activities.models import ActivityFields
 from dealbase.platform.activities.models import ActivityType as ActivityTypeLiteral
 from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.deals.models import DealCreate, DealPatch
+from dealbase.platform.webhooks.models import EventChoice, WebhookEndpointFields
 
 
 def fields_of(value: object) -> dict[str, Any]:
@@ -34,8 +35,9 @@ def fields_of(value: object) -> dict[str, Any]:
     return found
 
 
-# The GraphQL enum of each Literal the platform's input models use.
-_ENUMS: dict[Any, type[Enum]] = {ActivityTypeLiteral: ActivityType}
+# The GraphQL type of each Literal the platform's input models use: an enum, or String where
+# the values are not GraphQL names (event types have dots; the platform model judges them).
+_LITERALS: dict[Any, type] = {ActivityTypeLiteral: ActivityType, EventChoice: str}
 
 
 def _graphql_type(annotation: Any, nested: Mapping[type[BaseModel], type]) -> Any:
@@ -51,7 +53,7 @@ def _graphql_type(annotation: Any, nested: Mapping[type[BaseModel], type]) -> An
         (item,) = get_args(annotation)
         return GenericAlias(list, (_graphql_type(item, nested),))
     if origin is Literal:
-        return _ENUMS[annotation]
+        return _LITERALS[annotation]
     if annotation is int:  # the platform's integers are 64-bit; GraphQL's Int has 32
         return BigInt
     if annotation is AwareDatetime:
@@ -131,6 +133,22 @@ class ActivityInput:
     description="Absent fields stay as they are; null clears (not type, customerId).",
 )
 class ActivityChanges:
+    pass
+
+
+@input_of(WebhookEndpointFields)
+class WebhookEndpointInput:
+    pass
+
+
+# Every field of WebhookEndpointInput, optional: what updateWebhookEndpoint validates as
+# WebhookEndpointPatch.
+@input_of(
+    WebhookEndpointFields,
+    every_field_optional=True,
+    description="Absent fields stay as they are; only description can be cleared (null).",
+)
+class WebhookEndpointChanges:
     pass
 
 

@@ -35,6 +35,8 @@ from dealbase.graphql_api.inputs import (
     DealFilter,
     DealInput,
     DealOrder,
+    WebhookEndpointChanges,
+    WebhookEndpointInput,
     fields_of,
 )
 from dealbase.graphql_api.types import (
@@ -48,9 +50,11 @@ from dealbase.graphql_api.types import (
     Department,
     Employee,
     GraphQLInfo,
+    IssuedWebhookSecret,
     PipelineStep,
     PipelineSummary,
     Step,
+    WebhookEndpoint,
     connection,
 )
 from dealbase.platform.activities import service as activities
@@ -66,6 +70,8 @@ from dealbase.platform.pagination import DEFAULT_PAGE_SIZE, Page, page_size
 from dealbase.platform.pipeline import service as pipeline
 from dealbase.platform.pipeline.models import SummaryRange
 from dealbase.platform.validation import validated
+from dealbase.platform.webhooks import service as webhooks
+from dealbase.platform.webhooks.models import WebhookEndpointFields, WebhookEndpointPatch
 from dealbase.tenancy.database import UnitOfWork
 
 Item = TypeVar("Item")
@@ -276,6 +282,26 @@ class Query:
         found = await info.context.run(lambda uow: pipeline.summary(uow, period), scope)
         return PipelineSummary.of(found)
 
+    @strawberry.field
+    async def webhook_endpoint(self, info: GraphQLInfo, id: uuid.UUID) -> WebhookEndpoint:
+        return WebhookEndpoint.of(await info.context.run(lambda uow: webhooks.get(uow, id)))
+
+    @strawberry.field(description="Webhook endpoints, oldest first (a department's, if named).")
+    async def webhook_endpoints(
+        self,
+        info: GraphQLInfo,
+        department_id: uuid.UUID | None = None,
+        first: int = DEFAULT_PAGE_SIZE,
+        after: str | None = None,
+    ) -> Connection[WebhookEndpoint]:
+        scope = await info.context.scope_in(department_id)
+        page = await info.context.run(lambda uow: webhooks.list_page(uow, first, after), scope)
+
+        async def count() -> int:
+            return await info.context.run(webhooks.count, scope)
+
+        return connection(page, WebhookEndpoint.of, count)
+
 
 @strawberry.type
 class Mutation:
@@ -373,6 +399,40 @@ class Mutation:
     async def delete_activity(self, info: GraphQLInfo, id: uuid.UUID) -> uuid.UUID:
         await info.context.write(lambda uow: activities.delete(uow, id))
         return id
+
+    @strawberry.mutation(description="The answer carries the signing secret, shown this once.")
+    async def create_webhook_endpoint(
+        self, info: GraphQLInfo, input: WebhookEndpointInput, department_id: uuid.UUID | None = None
+    ) -> IssuedWebhookSecret:
+        scope = await info.context.scope_in(department_id)
+        fields = validated(WebhookEndpointFields, fields_of(input))
+        checked = await webhooks.checked(fields, info.context.webhook_addresses)
+        issued = await info.context.write(lambda uow: webhooks.create(uow, checked), scope)
+        return IssuedWebhookSecret.of(issued)
+
+    @strawberry.mutation
+    async def update_webhook_endpoint(
+        self, info: GraphQLInfo, id: uuid.UUID, changes: WebhookEndpointChanges
+    ) -> WebhookEndpoint:
+        patch = validated(WebhookEndpointPatch, fields_of(changes))
+        checked = await webhooks.checked(patch, info.context.webhook_addresses)
+        return WebhookEndpoint.of(
+            await info.context.write(lambda uow: webhooks.update(uow, id, checked))
+        )
+
+    @strawberry.mutation
+    async def delete_webhook_endpoint(self, info: GraphQLInfo, id: uuid.UUID) -> uuid.UUID:
+        await info.context.write(lambda uow: webhooks.delete(uow, id))
+        return id
+
+    @strawberry.mutation(
+        description="A new signing secret, shown this once; the one it replaces still signs for"
+        " 24 hours."
+    )
+    async def rotate_webhook_secret(self, info: GraphQLInfo, id: uuid.UUID) -> IssuedWebhookSecret:
+        return IssuedWebhookSecret.of(
+            await info.context.write(lambda uow: webhooks.rotate_secret(uow, id))
+        )
 
 
 class DashboardSchema(strawberry.Schema):

@@ -26,6 +26,8 @@ from dealbase.platform.pipeline.models import PipelineSummary as PipelineSummary
 from dealbase.platform.pipeline.models import Step as StepModel
 from dealbase.platform.pipeline.models import StepSummary as StepSummaryModel
 from dealbase.platform.pipeline.models import StepTotals
+from dealbase.platform.webhooks.models import WebhookEndpoint as WebhookEndpointModel
+from dealbase.platform.webhooks.models import WithSecret
 
 GraphQLInfo = Info[GraphQLContext, None]
 
@@ -323,6 +325,44 @@ class Activity:
     @strawberry.field(graphql_type=Employee | None)
     def employee(self, info: GraphQLInfo) -> Employee | Awaitable[Employee | None] | None:
         return _employee(info, self.employee_id)
+
+
+@strawberry.type(description="Where a department's events are sent; its secret is never shown.")
+class WebhookEndpoint:
+    id: uuid.UUID
+    department_id: uuid.UUID
+    url: str
+    events: list[str] = strawberry.field(description='Event types, or ["*"] for every type.')
+    enabled: bool
+    disabled_reason: str | None = strawberry.field(
+        description="Why delivery disabled the endpoint; null when enabled or disabled by hand."
+    )
+    description: str | None
+    ordered: bool = strawberry.field(
+        description="Events are sent one at a time in commit order; false: in parallel."
+    )
+    previous_secret_expires_at: datetime | None = strawberry.field(
+        description="Until when the secret replaced by the last rotation still signs."
+    )
+    created_at: datetime
+    updated_at: datetime
+    version: int
+
+    @classmethod
+    def of(cls, endpoint: WebhookEndpointModel) -> WebhookEndpoint:
+        return cls(**{name: getattr(endpoint, name) for name in cls.__annotations__})
+
+
+@strawberry.type(description="An endpoint with its new signing secret, shown this once.")
+class IssuedWebhookSecret:
+    endpoint: WebhookEndpoint
+    secret: str = strawberry.field(
+        description="Standard Webhooks signing secret: whsec_ and the base64 of the key."
+    )
+
+    @classmethod
+    def of(cls, issued: WithSecret) -> IssuedWebhookSecret:
+        return cls(endpoint=WebhookEndpoint.of(issued), secret=issued.secret)
 
 
 Node = TypeVar("Node")

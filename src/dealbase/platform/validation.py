@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 import uuid
 from datetime import UTC, datetime
-from typing import Annotated, Any, Optional, TypeVar
+from types import NoneType, UnionType
+from typing import Annotated, Any, Optional, TypeVar, Union, get_args, get_origin
 
 import orjson
 from pydantic import (
@@ -161,10 +162,19 @@ def _with_metadata(annotation: Any, metadata: list[Any]) -> Any:
     return Annotated[(annotation, *metadata)] if metadata else annotation
 
 
+def _admits_null(annotation: Any) -> bool:
+    return get_origin(annotation) in (Union, UnionType) and NoneType in get_args(annotation)
+
+
 def partial(model: type[BaseModel], name: str) -> type[BaseModel]:
     """``model`` for PATCH: every field optional, where an absent field stays as it is and
-    ``null`` clears it; a field ``model`` requires may be changed but never cleared."""
-    required = [n for n, info in model.model_fields.items() if info.is_required()]
+    ``null`` clears it; a field ``model`` requires, or one it never takes as null (a flag with a
+    default), may be changed but never cleared."""
+    required = [
+        n
+        for n, info in model.model_fields.items()
+        if info.is_required() or not _admits_null(info.annotation)
+    ]
     fields: dict[str, Any] = {}
     for field_name, info in model.model_fields.items():
         metadata = list(info.metadata)

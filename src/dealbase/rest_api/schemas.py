@@ -11,11 +11,20 @@ from datetime import UTC, datetime
 from types import UnionType
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema, create_model
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    PlainSerializer,
+    WithJsonSchema,
+    create_model,
+)
 
 from dealbase.platform.activities.models import Activity
 from dealbase.platform.customers.models import Customer
 from dealbase.platform.deals.models import Deal
+from dealbase.platform.webhooks.models import WebhookEndpoint
 
 TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
 
@@ -227,6 +236,48 @@ class ActivityOut(WireModel):
     )
 
 
+_WEBHOOK_ENDPOINT_EXAMPLE: dict[str, JsonValue] = {
+    "id": "01a2008b-3c00-7000-8a4e-5f0f3c9d2a11",
+    "url": "https://hooks.example.com/dealbase",
+    "events": ["deal.created", "deal.step_changed"],
+    "enabled": True,
+    "disabled_reason": None,
+    "description": "Pipeline board",
+    "ordered": True,
+    "previous_secret_expires_at": None,
+    "created_at": "2026-11-21T09:33:00.000000Z",
+    "updated_at": "2026-11-21T09:33:00.000000Z",
+}
+
+
+# As a customer: no department and the version as the ETag header.
+@fields_from(WebhookEndpoint, hidden={"department_id", "version"})
+class WebhookEndpointOut(WireModel):
+    """A webhook endpoint. Its secret is shown only when it is issued: in the answer that
+    creates the endpoint and in the one that rotates the secret."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [_WEBHOOK_ENDPOINT_EXAMPLE]})
+
+
+class WebhookEndpointWithSecretOut(WebhookEndpointOut):
+    """A webhook endpoint with its new signing secret, shown this once."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    **_WEBHOOK_ENDPOINT_EXAMPLE,
+                    "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                }
+            ]
+        }
+    )
+
+    secret: str = Field(
+        description="Standard Webhooks signing secret: `whsec_` and the base64 of the key."
+    )
+
+
 class StepOut(WireModel):
     id: uuid.UUID
     name: str
@@ -266,6 +317,10 @@ class DealList(_ListOf):
 
 class ActivityList(_ListOf):
     data: list[ActivityOut]
+
+
+class WebhookEndpointList(_ListOf):
+    data: list[WebhookEndpointOut]
 
 
 class EmployeeList(_ListOf):

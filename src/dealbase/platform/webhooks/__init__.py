@@ -1,0 +1,2 @@
+"""Webhook endpoints: where a department's events are delivered, signed with the endpoint's
+secret."""

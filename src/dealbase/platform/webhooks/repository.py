@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from datetime import timedelta
+
+from sqlalchemy import func, insert, select
+
+from dealbase.ids import new_id
+from dealbase.platform.pagination import PageRequest
+from dealbase.platform.rows import in_department, owned_by
+from dealbase.platform.tables import webhook_endpoints
+from dealbase.platform.webhooks.models import WebhookEndpoint
+from dealbase.tenancy.statements import Record, TenantConnection
+
+# How long the secret a rotation replaced still signs, so receivers can switch without a gap.
+ROTATION_OVERLAP = timedelta(hours=24)
+
+# What is read back: every column but the secrets, which leave the service only when issued.
+_READ = [
+    column for column in webhook_endpoints.c if column.name not in ("secret", "previous_secret")
+]
+
+
+def to_endpoint(row: Record) -> WebhookEndpoint:
+    return WebhookEndpoint(
+        id=row["id"],
+        department_id=row["department_id"],
+        url=row["url"],
+        events=list(row["event_types"]),
+        enabled=row["enabled"],
+        disabled_reason=row["disabled_reason"],
+        description=row["description"],
+        ordered=row["ordered"],
+        previous_secret_expires_at=row["previous_secret_expires_at"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        version=row["version"],
+    )
+
+
+def columns_of(fields: Mapping[str, object]) -> dict[str, object]:
+    """The input's field names as the table's columns."""
+    return {("event_types" if name == "events" else name): value for name, value in fields.items()}
+
+
+def insert_endpoint(
+    connection: TenantConnection,
+    department_id: uuid.UUID,
+    fields: Mapping[str, object],
+    secret: str,
+) -> WebhookEndpoint:
+    row = (
+        connection.execute(
+            insert(webhook_endpoints)
+            .values(
+                **columns_of(fields),
+                id=new_id(),
+                department_id=department_id,
+                secret=secret,
+                created_at=func.now(),
+                updated_at=func.now(),
+            )
+            .returning(*_READ)
+        )
+        .mappings()
+        .one()
+    )
+    return to_endpoint(row)
+
+
+def get_endpoint(
+    connection: TenantConnection, department_id: uuid.UUID | None, endpoint_id: uuid.UUID
+) -> WebhookEndpoint | None:
+    row = (
+        connection.execute(
+            select(*_READ).where(owned_by(webhook_endpoints, department_id, endpoint_id))
+        )
+        .mappings()
+        .first()
+    )
+    return None if row is None else to_endpoint(row)
+
+
+def list_endpoints(
+    connection: TenantConnection, department_id: uuid.UUID | None, page: PageRequest
+) -> list[WebhookEndpoint]:
+    query = select(*_READ).where(in_department(webhook_endpoints, department_id))
+    if page.after is not None:
+        query = query.where(webhook_endpoints.c.id > page.after)
+    rows = connection.execute(
+        query.order_by(webhook_endpoints.c.id).limit(page.limit + 1)
+    ).mappings()
+    return [to_endpoint(row) for row in rows]
+
+
+def count_endpoints(connection: TenantConnection, department_id: uuid.UUID | None) -> int:
+    query = (
+        select(func.count())
+        .select_from(webhook_endpoints)
+        .where(in_department(webhook_endpoints, department_id))
+    )
+    return int(connection.execute(query).scalar_one())
+
+
+def rotation(new_secret: str) -> dict[str, object]:
+    """The changes of a rotation: the new secret signs from now on, the one it replaces until
+    the overlap ends (a secret replaced earlier stops at once)."""
+    return {
+        "secret": new_secret,
+        "previous_secret": webhook_endpoints.c.secret,
+        "previous_secret_expires_at": func.now() + ROTATION_OVERLAP,
+    }
