@@ -187,7 +187,8 @@ def test_the_feed_gives_each_event_once_across_pages_and_polls_on_from_an_empty_
 ) -> None:
     made = [post(client, world, "/customers", {"last_name": f"C{n}"})["id"] for n in range(7)]
 
-    seen, cursor, pages = [], None, 0
+    seen: list[str] = []
+    cursor, pages = None, 0
     while True:
         page = feed(client, world, limit=3, **({"after": cursor} if cursor else {}))
         pages += 1
@@ -259,3 +260,20 @@ def test_the_feed_never_shows_another_departments_or_tenants_events(
 
     assert [event["data"]["last_name"] for event in events] == ["Mine"]
     assert {event["department_id"] for event in events} == {str(mine.department.id)}
+
+
+def test_a_customer_create_costs_one_statement_more_for_its_event(
+    client: TestClient, world: TenantWorld
+) -> None:
+    database: Database = client.app.state.database  # type: ignore[attr-defined]
+    sent: list[str] = []
+    post(client, world, "/customers", {"last_name": "Warm"})  # the key cached
+    database.statement_listeners.append(sent.append)
+    try:
+        post(client, world, "/customers", {"last_name": "Lovelace"})
+    finally:
+        database.statement_listeners.remove(sent.append)
+
+    # Besides BEGIN and COMMIT: the customer's INSERT, then the events' (positions and events).
+    assert len(sent) == 2
+    assert "event_positions" in sent[1]
