@@ -10,8 +10,8 @@ The rules (issue 3 and the field descriptions in the document):
 
 - An id a body refers to (``customer_id``, ``deal_id``, ``employee_id``, ``step_id``) must name a
   row of the caller's department, or the answer is 422 ``not_found``. A generated uuid never does.
-- ``cursor`` is opaque: only a ``next_cursor`` the API returned, under the same filters, is valid;
-  a random pattern-valid one is 422 ``invalid_cursor``.
+- ``cursor`` (the events feed's ``after``) is opaque: only a ``next_cursor`` the API returned,
+  under the same filters, is valid; a random pattern-valid one is 422 ``invalid_cursor``.
 - ``birthday`` is a date from 1850-01-01 to today, else 422 ``out_of_range``.
 - ``If-Match`` names the resource's current ETag, which a generator cannot know: any other
   value is 412 on an existing resource (the stateful phase reaches real ones).
@@ -43,7 +43,8 @@ from schemathesis.core import NOT_SET
 IDEMPOTENCY_KEY = "Idempotency-Key"
 IF_MATCH = "If-Match"
 MAX_IF_MATCH = 1024
-CURSOR = "cursor"
+# The lists page with ``cursor``, the events feed with ``after``.
+CURSORS = ("cursor", "after")
 BIRTHDAY = "birthday"
 EARLIEST_BIRTHDAY = date(1850, 1, 1)
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -104,11 +105,12 @@ class ServerRules:
         # a pattern-valid one is dropped and the list is fetched from its start. A cursor the
         # pattern rejects stays: that is a negative case the server must refuse.
         query = case.query
-        if not query or CURSOR not in query:
-            return
-        pattern = self._string_pattern(case, "query", CURSOR)
-        if pattern is not None and _matches(pattern, query[CURSOR]):
-            del query[CURSOR]
+        for name in CURSORS:
+            if not query or name not in query:
+                continue
+            pattern = self._string_pattern(case, "query", name)
+            if pattern is not None and _matches(pattern, query[name]):
+                del query[name]
 
     def _keep_idempotency_keys_unshared(self, case: schemathesis.Case[Any]) -> None:
         # The same key with the same request is a replay (and stays one, so replays are fuzzed

@@ -1,11 +1,16 @@
-"""The wire models' documented examples are responses the models themselves accept."""
+"""The wire models' documented examples are responses the models themselves accept, and the
+models describe the responses the platform shapes."""
 
 from __future__ import annotations
 
 import pytest
+from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
 from dealbase.rest_api.schemas import ActivityOut, CustomerOut, DealOut, Problem
+from tests.support import TenantWorld
+
+API = "/api/v1/integration"
 
 
 @pytest.mark.parametrize("model", [CustomerOut, DealOut, ActivityOut, Problem])
@@ -15,3 +20,22 @@ def test_documented_examples_validate_against_their_model(model: type[BaseModel]
     assert examples
     for example in examples:
         assert model.model_validate(example).model_dump(mode="json") == example
+
+
+def test_wire_models_describe_the_platform_shape_field_for_field(
+    client: TestClient, world: TenantWorld
+) -> None:
+    headers = world.key.headers
+    deal = client.post(
+        f"{API}/deals",
+        json={"name": "Engine", "customers": [{"last_name": "Ada"}]},
+        headers=headers,
+    ).json()
+    customer = deal["customers"][0]
+    activity = client.post(
+        f"{API}/activities", json={"type": "call", "customer_id": customer["id"]}, headers=headers
+    ).json()
+
+    for model, body in ((DealOut, deal), (CustomerOut, customer), (ActivityOut, activity)):
+        assert list(model.model_fields) == list(body), model.__name__
+        assert model.model_validate(body).model_dump(mode="json") == body, model.__name__

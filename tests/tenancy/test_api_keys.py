@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 
 from dealbase.errors import Conflict, Invalid, NotFound
 from dealbase.ops import admin
-from dealbase.rest_api.schemas import format_timestamp
+from dealbase.platform.resources import format_timestamp
 from dealbase.tenancy import api_keys as api_keys_module
 from dealbase.tenancy.api_keys import (
     MAX_GRACE_SECONDS,

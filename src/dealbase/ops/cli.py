@@ -31,7 +31,7 @@ from dealbase.ops import admin, serving
 from dealbase.ops.embedded_postgres import embedded_database_url
 from dealbase.ops.metrics_files import prepare_metrics_dir
 from dealbase.ops.observability import configure_logging
-from dealbase.rest_api.schemas import format_timestamp
+from dealbase.platform.resources import format_timestamp
 from dealbase.tenancy.api_keys import MAX_KEY_LIFETIME, AuditRecord, KeyInfo
 from dealbase.tenancy.database import Database, DatabaseLimits
 from dealbase.tenancy.roles import inheriting_login_role

@@ -11,6 +11,9 @@ from dealbase.errors import NotFound, PreconditionFailed
 from dealbase.platform.versioning import Expected
 from dealbase.tenancy.statements import Record, TenantConnection
 
+# The prefix of the previous values' columns in what update_versioned's statement returns.
+_BEFORE = "before_"
+
 
 def in_department(table: Table, department_id: uuid.UUID | None) -> ColumnElement[bool]:
     """Rows of the department, or of every department of the tenant when it is None (a
@@ -38,22 +41,31 @@ def update_versioned(
     changes: Mapping[str, object],
     expected: Expected | None,
     noun: str,
-) -> Record:
+) -> tuple[Record, Record]:
     """Applies ``changes`` as a new version of the row (``updated_at`` now), only if the row is
-    the caller's and at a version ``expected`` admits; else NotFound or PreconditionFailed."""
-    row = (
+    the caller's and at a version ``expected`` admits; else NotFound or PreconditionFailed.
+
+    Returns the row before and after, from the one statement: the row is locked and read by a
+    subquery of the UPDATE (what its events tell as ``previous``)."""
+    before = (
+        select(*table.c).where(owned_by(table, department_id, row_id)).with_for_update()
+    ).subquery("before")
+    found = (
         connection.execute(
             update(table)
-            .where(owned_by(table, department_id, row_id), _at_expected_version(table, expected))
+            .where(table.c.id == before.c.id, _at_expected_version(table, expected))
             .values(**changes, updated_at=func.now(), version=table.c.version + 1)
-            .returning(*table.c)
+            .returning(*table.c, *(column.label(f"{_BEFORE}{column.name}") for column in before.c))
         )
         .mappings()
         .first()
     )
-    if row is None:
+    if found is None:
         raise _missed(connection, table, department_id, row_id, noun)
-    return row
+    names = [column.name for column in table.c]
+    return {name: found[f"{_BEFORE}{name}"] for name in names}, {
+        name: found[name] for name in names
+    }
 
 
 def delete_versioned(
@@ -63,15 +75,21 @@ def delete_versioned(
     row_id: uuid.UUID,
     expected: Expected | None,
     noun: str,
-) -> None:
-    """Deletes the row on the same terms as ``update_versioned`` changes it."""
-    deleted = connection.execute(
-        delete(table)
-        .where(owned_by(table, department_id, row_id), _at_expected_version(table, expected))
-        .returning(table.c.id)
-    ).first()
+) -> Record:
+    """Deletes the row on the same terms as ``update_versioned`` changes it; returns it as it
+    was."""
+    deleted = (
+        connection.execute(
+            delete(table)
+            .where(owned_by(table, department_id, row_id), _at_expected_version(table, expected))
+            .returning(*table.c)
+        )
+        .mappings()
+        .first()
+    )
     if deleted is None:
         raise _missed(connection, table, department_id, row_id, noun)
+    return deleted
 
 
 def _missed(

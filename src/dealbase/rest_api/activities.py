@@ -11,6 +11,7 @@ from dealbase.edge.idempotency import run_once
 from dealbase.edge.requests import IdempotencyKey, IfMatch, expected_version, json_body, parse_body
 from dealbase.platform.activities import service
 from dealbase.platform.activities.models import ActivityFields, ActivityFilter, ActivityPatch
+from dealbase.platform.resources import activity_json
 from dealbase.platform.validation import validated
 from dealbase.rest_api.openapi import (
     CREATED_HEADERS,
@@ -20,7 +21,7 @@ from dealbase.rest_api.openapi import (
     json_request_body,
     problem_responses,
 )
-from dealbase.rest_api.responses import created, json_response, no_content, page_response
+from dealbase.rest_api.responses import created, no_content, resource_page, resource_response
 from dealbase.rest_api.schemas import ActivityList, ActivityOut
 from dealbase.tenancy.database import UnitOfWork
 from dealbase.tenancy.scope import Scope
@@ -64,7 +65,7 @@ async def create_activity(
 
     def perform(uow: UnitOfWork) -> Response:
         activity = service.create(uow, fields)
-        return created(ActivityOut, activity, f"/activities/{activity.id}")
+        return created(activity_json, activity, f"/activities/{activity.id}")
 
     return await run_once(request, scope, idempotency_key, fields, perform)
 
@@ -91,7 +92,7 @@ async def list_activities(
     page = await database_of(request).run(
         scope, lambda uow: service.list_page(uow, filters, limit, cursor)
     )
-    return page_response(ActivityList, page)
+    return resource_page(activity_json, page)
 
 
 @router.get(
@@ -109,7 +110,7 @@ async def get_activity(
     scope: Scope = Depends(department_scope),
 ) -> Response:
     activity = await database_of(request).run(scope, lambda uow: service.get(uow, activity_id))
-    return json_response(ActivityOut, activity)
+    return resource_response(activity_json, activity)
 
 
 @router.patch(
@@ -138,7 +139,7 @@ async def update_activity(
     activity = await database_of(request).run(
         scope, lambda uow: service.update(uow, activity_id, patch, expected_version(if_match))
     )
-    return json_response(ActivityOut, activity)
+    return resource_response(activity_json, activity)
 
 
 @router.delete(

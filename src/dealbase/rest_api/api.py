@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI
 
 from dealbase.edge.problems import install_problem_handlers
-from dealbase.rest_api import activities, customers, deals, pipeline, webhooks
+from dealbase.rest_api import activities, customers, deals, events, pipeline, webhooks
 from dealbase.rest_api.openapi import install_openapi
 from dealbase.rest_api.responses import API_PREFIX
 
@@ -17,6 +17,7 @@ def install_rest_api(app: FastAPI) -> None:
     integration.include_router(activities.router)
     integration.include_router(pipeline.router)
     integration.include_router(webhooks.router)
+    integration.include_router(events.router)
     app.include_router(integration)
     install_problem_handlers(app)
     install_openapi(app)

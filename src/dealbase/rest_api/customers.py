@@ -12,6 +12,7 @@ from dealbase.edge.idempotency import run_once
 from dealbase.edge.requests import IdempotencyKey, IfMatch, expected_version, json_body, parse_body
 from dealbase.platform.customers import service
 from dealbase.platform.customers.models import CustomerFields, CustomerFilter, CustomerPatch
+from dealbase.platform.resources import customer_json
 from dealbase.platform.validation import SHORT_TEXT, validated
 from dealbase.rest_api.openapi import (
     CREATED_HEADERS,
@@ -22,7 +23,7 @@ from dealbase.rest_api.openapi import (
     json_request_body,
     problem_responses,
 )
-from dealbase.rest_api.responses import created, json_response, no_content, page_response
+from dealbase.rest_api.responses import created, no_content, resource_page, resource_response
 from dealbase.rest_api.schemas import CustomerList, CustomerOut
 from dealbase.tenancy.database import UnitOfWork
 from dealbase.tenancy.scope import Scope
@@ -68,7 +69,7 @@ async def create_customer(
 
     def perform(uow: UnitOfWork) -> Response:
         customer = service.create(uow, fields)
-        return created(CustomerOut, customer, f"/customers/{customer.id}")
+        return created(customer_json, customer, f"/customers/{customer.id}")
 
     return await run_once(request, scope, idempotency_key, fields, perform)
 
@@ -103,7 +104,7 @@ async def list_customers(
     page = await database_of(request).run(
         scope, lambda uow: service.list_page(uow, filters, limit, cursor)
     )
-    return page_response(CustomerList, page)
+    return resource_page(customer_json, page)
 
 
 @router.get(
@@ -121,7 +122,7 @@ async def get_customer(
     scope: Scope = Depends(department_scope),
 ) -> Response:
     customer = await database_of(request).run(scope, lambda uow: service.get(uow, customer_id))
-    return json_response(CustomerOut, customer)
+    return resource_response(customer_json, customer)
 
 
 @router.patch(
@@ -153,7 +154,7 @@ async def update_customer(
     customer = await database_of(request).run(
         scope, lambda uow: service.update(uow, customer_id, patch, expected_version(if_match))
     )
-    return json_response(CustomerOut, customer)
+    return resource_response(customer_json, customer)
 
 
 @router.delete(

@@ -11,6 +11,7 @@ from dealbase.edge.idempotency import run_once
 from dealbase.edge.requests import IdempotencyKey, IfMatch, expected_version, json_body, parse_body
 from dealbase.platform.deals import service
 from dealbase.platform.deals.models import CustomerLink, DealCreate, DealFilter, DealPatch
+from dealbase.platform.resources import deal_json
 from dealbase.platform.validation import validated
 from dealbase.rest_api.openapi import (
     CREATED_HEADERS,
@@ -21,7 +22,7 @@ from dealbase.rest_api.openapi import (
     json_request_body,
     problem_responses,
 )
-from dealbase.rest_api.responses import created, json_response, no_content, page_response
+from dealbase.rest_api.responses import created, no_content, resource_page, resource_response
 from dealbase.rest_api.schemas import DealList, DealOut
 from dealbase.tenancy.database import UnitOfWork
 from dealbase.tenancy.scope import Scope
@@ -62,7 +63,7 @@ async def create_deal(
 
     def perform(uow: UnitOfWork) -> Response:
         deal = service.create(uow, fields)
-        return created(DealOut, deal, f"/deals/{deal.id}")
+        return created(deal_json, deal, f"/deals/{deal.id}")
 
     return await run_once(request, scope, idempotency_key, fields, perform)
 
@@ -101,7 +102,7 @@ async def list_deals(
     page = await database_of(request).run(
         scope, lambda uow: service.list_page(uow, filters, limit, cursor)
     )
-    return page_response(DealList, page)
+    return resource_page(deal_json, page)
 
 
 @router.get(
@@ -123,7 +124,7 @@ async def get_deal(
     scope: Scope = Depends(department_scope),
 ) -> Response:
     deal = await database_of(request).run(scope, lambda uow: service.get(uow, deal_id))
-    return json_response(DealOut, deal)
+    return resource_response(deal_json, deal)
 
 
 @router.patch(
@@ -154,7 +155,7 @@ async def update_deal(
     deal = await database_of(request).run(
         scope, lambda uow: service.update(uow, deal_id, patch, expected_version(if_match))
     )
-    return json_response(DealOut, deal)
+    return resource_response(deal_json, deal)
 
 
 @router.delete(
@@ -207,7 +208,7 @@ async def link_customer(
     link = parse_body(CustomerLink, body)
 
     def perform(uow: UnitOfWork) -> Response:
-        return json_response(DealOut, service.link_customer(uow, deal_id, link))
+        return resource_response(deal_json, service.link_customer(uow, deal_id, link))
 
     return await run_once(request, scope, idempotency_key, link, perform)
 

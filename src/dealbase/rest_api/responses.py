@@ -1,13 +1,25 @@
-"""Building successful responses from domain objects through their wire models."""
+"""Building successful responses: customers, deals and activities as the platform shapes them
+(``platform.resources``), the pipeline's objects through their wire models."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
+import orjson
 from pydantic import BaseModel
 from starlette.responses import Response
 
 from dealbase.platform.pagination import Page
+from dealbase.platform.resources import JsonObject
+
+
+class Versioned(Protocol):
+    @property
+    def version(self) -> int: ...
+
+
+Resource = TypeVar("Resource", bound=Versioned)
 
 API_PREFIX = "/api/v1/integration"
 
@@ -27,7 +39,25 @@ def json_response(model: type[BaseModel], value: object, status: int = 200) -> R
     return response
 
 
-def created(model: type[BaseModel], value: object, location: str) -> Response:
+def resource_response(
+    shape: Callable[[Resource], JsonObject], value: Resource, status: int = 200
+) -> Response:
+    """A customer, deal or activity as ``shape`` (a ``platform.resources`` function) shows it,
+    with its version as the ``ETag``."""
+    response = Response(orjson.dumps(shape(value)), status, media_type="application/json")
+    response.headers["ETag"] = etag(value.version)
+    return response
+
+
+def created(shape: Callable[[Resource], JsonObject], value: Resource, location: str) -> Response:
+    response = resource_response(shape, value, 201)
+    response.headers["Location"] = API_PREFIX + location
+    return response
+
+
+def created_as(model: type[BaseModel], value: object, location: str) -> Response:
+    """``created`` for what is shown through a wire model rather than a ``platform.resources``
+    shape (a webhook endpoint with its secret)."""
     response = json_response(model, value, 201)
     response.headers["Location"] = API_PREFIX + location
     return response
@@ -35,6 +65,11 @@ def created(model: type[BaseModel], value: object, location: str) -> Response:
 
 def page_response(model: type[BaseModel], page: Page[Any]) -> Response:
     return json_response(model, {"data": page.items, "next_cursor": page.next_cursor})
+
+
+def resource_page(shape: Callable[[Resource], JsonObject], page: Page[Resource]) -> Response:
+    body = {"data": [shape(item) for item in page.items], "next_cursor": page.next_cursor}
+    return Response(orjson.dumps(body), media_type="application/json")
 
 
 def no_content() -> Response:

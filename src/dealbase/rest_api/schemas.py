@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Callable, Collection, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from types import UnionType
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -24,15 +24,15 @@ from pydantic import (
 from dealbase.platform.activities.models import Activity
 from dealbase.platform.customers.models import Customer
 from dealbase.platform.deals.models import Deal
+from dealbase.platform.resources import (
+    ACTIVITY_HIDDEN,
+    CUSTOMER_HIDDEN,
+    DEAL_HIDDEN,
+    format_timestamp,
+)
 from dealbase.platform.webhooks.models import WebhookEndpoint
 
 TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
-
-
-def format_timestamp(value: datetime) -> str:
-    """ISO 8601 in UTC with exactly six fractional digits and ``Z``, as the document's rule 3."""
-    # isoformat, unlike strftime's %Y, pads years before 1000 to four digits.
-    return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 Timestamp = Annotated[
@@ -130,17 +130,16 @@ _CUSTOMER_EXAMPLE = {
 }
 
 
-# The document's customer has no department (an integration reaches only its own) and no
-# version: that travels as the ETag header.
-@fields_from(Customer, hidden={"department_id", "version"})
+# The shape platform.resources.customer_json builds, described for the OpenAPI document.
+@fields_from(Customer, hidden=CUSTOMER_HIDDEN)
 class CustomerOut(WireModel):
     """A customer; every optional field that was not supplied is ``null``."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [_CUSTOMER_EXAMPLE]})
 
 
-# The version travels as the ETag header.
-@fields_from(Deal, hidden={"version"}, nested={"customers": list[CustomerOut]})
+# The shape platform.resources.deal_json builds.
+@fields_from(Deal, hidden=DEAL_HIDDEN, nested={"customers": list[CustomerOut]})
 class DealOut(WireModel):
     """A deal with its customers, in the order they were linked."""
 
@@ -212,8 +211,8 @@ class Problem(BaseModel):
     )
 
 
-# As a customer: no department and the version as the ETag header.
-@fields_from(Activity, hidden={"department_id", "version"})
+# The shape platform.resources.activity_json builds.
+@fields_from(Activity, hidden=ACTIVITY_HIDDEN)
 class ActivityOut(WireModel):
     model_config = ConfigDict(
         json_schema_extra={

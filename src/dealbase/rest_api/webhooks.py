@@ -19,7 +19,7 @@ from dealbase.rest_api.openapi import (
     json_request_body,
     problem_responses,
 )
-from dealbase.rest_api.responses import created, json_response, no_content, page_response
+from dealbase.rest_api.responses import created_as, json_response, no_content, page_response
 from dealbase.rest_api.schemas import (
     WebhookEndpointList,
     WebhookEndpointOut,
@@ -71,7 +71,7 @@ async def create_webhook_endpoint(
 
     def perform(uow: UnitOfWork) -> Response:
         endpoint = service.create(uow, checked)
-        return created(WebhookEndpointWithSecretOut, endpoint, f"/webhooks/{endpoint.id}")
+        return created_as(WebhookEndpointWithSecretOut, endpoint, f"/webhooks/{endpoint.id}")
 
     return await run_once(request, scope, idempotency_key, fields, perform)
 

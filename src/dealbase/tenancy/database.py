@@ -6,8 +6,8 @@ import asyncio
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
-from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, TypeVar, cast
 
 import psycopg
 import sqlalchemy.exc
@@ -105,12 +105,38 @@ def database_faults() -> Iterator[None]:
         raise
 
 
+class Finisher(Protocol):
+    """Work a unit of work does last, just before its COMMIT (the events outbox)."""
+
+    def __init__(self) -> None: ...
+
+    def before_commit(self, connection: TenantConnection) -> None: ...
+
+
+F = TypeVar("F", bound=Finisher)
+
+
 @dataclass(frozen=True, slots=True)
 class UnitOfWork:
     """One transaction in one tenant's schema, opened and committed at the edge, not in services."""
 
     connection: TenantConnection
     scope: Scope
+    # One of each kind, run after the work returned and before COMMIT, in the order they were
+    # first asked for. Shared with the narrowed units of work of the same transaction.
+    finishers: dict[type[Finisher], Finisher] = field(default_factory=dict)
+
+    def finisher(self, kind: type[F]) -> F:
+        """The transaction's finisher of that kind, made on first use."""
+        found = self.finishers.get(kind)
+        if found is None:
+            found = self.finishers[kind] = kind()
+        return cast(F, found)
+
+    def finish(self) -> None:
+        """Runs the finishers; the unit of work calls it once its work has returned."""
+        for finisher in self.finishers.values():
+            finisher.before_commit(self.connection)
 
     def narrowed_to(self, scope: Scope) -> UnitOfWork:
         """The same transaction for a narrower Scope of the same tenant (one department)."""
@@ -222,7 +248,9 @@ class Database:
             statements = TenantConnection(
                 connection, scope.schema, self.statements, self.statement_listeners
             )
-            yield UnitOfWork(statements, scope)
+            uow = UnitOfWork(statements, scope)
+            yield uow
+            uow.finish()
 
     async def open(self) -> None:
         """Opens the asynchronous pool in the running event loop, which it then belongs to (the
@@ -245,7 +273,11 @@ class Database:
                     statements = TenantConnection(
                         connection, scope.schema, self.statements, self.statement_listeners
                     )
-                    yield UnitOfWork(statements, scope)
+                    uow = UnitOfWork(statements, scope)
+                    yield uow
+                    if uow.finishers:
+                        # Platform code: its statements await on the event loop from a greenlet.
+                        await run_on_event_loop(UnitOfWork.finish, uow)
             except psycopg.OperationalError:
                 lost = connection is not None and connection.broken
                 if lost and self._async_pool_loop is asyncio.get_running_loop():

@@ -10,8 +10,10 @@ from dealbase.platform.activities import repository
 from dealbase.platform.activities.models import Activity, ActivityFields, ActivityFilter
 from dealbase.platform.customers import repository as customers_repository
 from dealbase.platform.deals import repository as deals_repository
+from dealbase.platform.events import service as events
 from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.pipeline import repository as pipeline_repository
+from dealbase.platform.resources import activity_json
 from dealbase.platform.rows import by_ids as by_row_ids
 from dealbase.platform.rows import delete_versioned, first_per_parent, update_versioned
 from dealbase.platform.tables import activities
@@ -49,7 +51,9 @@ def create(uow: UnitOfWork, fields: ActivityFields) -> Activity:
     department_id = department_of(uow.scope)
     values = fields.model_dump()
     _check_references(uow, department_id, values)
-    return repository.insert_activity(uow.connection, department_id, values)
+    activity = repository.insert_activity(uow.connection, department_id, values)
+    events.record(uow, "activity.created", department_id, activity_json(activity))
+    return activity
 
 
 def get(uow: UnitOfWork, activity_id: uuid.UUID) -> Activity:
@@ -79,16 +83,24 @@ def update(
     # must be of the activity's own department (a tenant-wide caller may reach any).
     department_id = get(uow, activity_id).department_id
     _check_references(uow, department_id, changes)
-    row = update_versioned(
+    before, after = update_versioned(
         uow.connection, activities, department_id, activity_id, changes, expected, "activity"
     )
-    return repository.to_activity(row)
+    activity = repository.to_activity(after)
+    changed, previous = events.changes(before, after, changes)
+    if changed:
+        events.record(
+            uow, "activity.updated", department_id, activity_json(activity), changed, previous
+        )
+    return activity
 
 
 def delete(uow: UnitOfWork, activity_id: uuid.UUID, expected: Expected | None = None) -> None:
-    delete_versioned(
+    row = delete_versioned(
         uow.connection, activities, uow.scope.department_id, activity_id, expected, "activity"
     )
+    activity = repository.to_activity(row)
+    events.record(uow, "activity.deleted", activity.department_id, activity_json(activity))
 
 
 def by_ids(uow: UnitOfWork, activity_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Activity]:

@@ -9,7 +9,9 @@ from dealbase.errors import NotFound
 from dealbase.platform.customers import repository
 from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
 from dealbase.platform.deals import repository as deals_repository
+from dealbase.platform.events import service as events
 from dealbase.platform.pagination import Page, page_request
+from dealbase.platform.resources import customer_json
 from dealbase.platform.rows import by_ids as by_row_ids
 from dealbase.platform.rows import delete_versioned, update_versioned
 from dealbase.platform.tables import customers
@@ -23,6 +25,7 @@ def create(uow: UnitOfWork, fields: CustomerFields) -> Customer:
     (customer,) = repository.insert_customers(
         uow.connection, scope.tenant_id, department_of(scope), [fields]
     )
+    events.record(uow, "customer.created", customer.department_id, customer_json(customer))
     return customer
 
 
@@ -56,27 +59,42 @@ def update(
 ) -> Customer:
     """Applies the fields ``patch`` carries (``null`` clears); ``expected`` guards lost updates.
 
-    Every accepted PATCH, even an empty one, is a new version.
+    Every accepted PATCH, even an empty one, is a new version; only one that changes a value
+    is an event (``customer.updated``).
     """
-    row = update_versioned(
+    changes = patch.model_dump(exclude_unset=True)
+    before, after = update_versioned(
         uow.connection,
         customers,
         uow.scope.department_id,
         customer_id,
-        patch.model_dump(exclude_unset=True),
+        changes,
         expected,
         "customer",
     )
-    return repository.to_customer(row, uow.scope.tenant_id)
+    customer = repository.to_customer(after, uow.scope.tenant_id)
+    changed, previous = events.changes(before, after, changes)
+    if changed:
+        events.record(
+            uow,
+            "customer.updated",
+            customer.department_id,
+            customer_json(customer),
+            changed,
+            previous,
+        )
+    return customer
 
 
 def delete(uow: UnitOfWork, customer_id: uuid.UUID, expected: Expected | None = None) -> None:
     """Deletes the customer, its links to deals (a change of those deals) and its activities."""
     # While the links still exist; a refused delete rolls this back with it.
     deals_repository.touch_deals_of_customer(uow.connection, customer_id)
-    delete_versioned(
+    row = delete_versioned(
         uow.connection, customers, uow.scope.department_id, customer_id, expected, "customer"
     )
+    customer = repository.to_customer(row, uow.scope.tenant_id)
+    events.record(uow, "customer.deleted", customer.department_id, customer_json(customer))
 
 
 def by_ids(uow: UnitOfWork, customer_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Customer]:

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from pydantic import BaseModel
 
@@ -10,8 +10,11 @@ from dealbase.platform.activities import repository as activities_repository
 from dealbase.platform.customers import repository as customers_repository
 from dealbase.platform.deals import repository
 from dealbase.platform.deals.models import CustomerLink, Deal, DealCreate, DealFilter
+from dealbase.platform.events import service as events
+from dealbase.platform.events.models import EventType
 from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.pipeline import repository as pipeline_repository
+from dealbase.platform.resources import customer_json, deal_json
 from dealbase.platform.rows import delete_versioned, update_versioned
 from dealbase.platform.tables import deals
 from dealbase.platform.validation import department_of
@@ -35,7 +38,12 @@ def create(uow: UnitOfWork, fields: DealCreate) -> Deal:
         connection, scope.tenant_id, department_id, fields.customers
     )
     repository.link_customers(connection, row["id"], [customer.id for customer in customers])
-    return repository.to_deal(row, customers)
+    deal = repository.to_deal(row, customers)
+    # The customers first: a receiver of deal.created already knows the customers it names.
+    for customer in customers:
+        events.record(uow, "customer.created", department_id, customer_json(customer))
+    events.record(uow, "deal.created", department_id, deal_json(deal))
+    return deal
 
 
 def _deal_row(uow: UnitOfWork, deal_id: uuid.UUID) -> Record:
@@ -99,15 +107,47 @@ def update(
         unknown.append("employee_id")
     if unknown:
         raise Invalid.unknown_references(unknown, "the deal's department")
-    update_versioned(connection, deals, department_id, deal_id, changes, expected, "deal")
-    return get(uow, deal_id)
+    before, after = update_versioned(
+        connection, deals, department_id, deal_id, changes, expected, "deal"
+    )
+    deal = get(uow, deal_id)
+    _record_changes(uow, deal, before, after, changes)
+    return deal
+
+
+# The changes that are an event of their own besides deal.updated.
+_FIELD_EVENTS: tuple[tuple[str, EventType], ...] = (
+    ("step_id", "deal.step_changed"),
+    ("employee_id", "deal.assigned"),
+)
+
+
+def _record_changes(
+    uow: UnitOfWork, deal: Deal, before: Record, after: Record, fields: Collection[str]
+) -> None:
+    """deal.updated for any changed value (with every changed field), and beside it
+    deal.step_changed when it moved and deal.assigned when its employee changed (each with
+    that one field and its value before); a PATCH that changes no value is no event."""
+    changed, previous = events.changes(before, after, fields)
+    if not changed:
+        return
+    data = deal_json(deal)
+    events.record(uow, "deal.updated", deal.department_id, data, changed, previous)
+    for field, event_type in _FIELD_EVENTS:
+        if field in changed:
+            events.record(
+                uow, event_type, deal.department_id, data, (field,), {field: previous[field]}
+            )
 
 
 def delete(uow: UnitOfWork, deal_id: uuid.UUID, expected: Expected | None = None) -> None:
     """Deletes the deal and its links; its customers stay, its activities lose the deal."""
+    # As it was, for its event: with its customers and its employee's name.
+    deal = get(uow, deal_id)
     # Before the foreign key's SET NULL would do it silently; a refused delete rolls this back.
     activities_repository.detach_from_deal(uow.connection, deal_id)
     delete_versioned(uow.connection, deals, uow.scope.department_id, deal_id, expected, "deal")
+    events.record(uow, "deal.deleted", deal.department_id, deal_json(deal))
 
 
 def link_customer(uow: UnitOfWork, deal_id: uuid.UUID, link: CustomerLink) -> Deal:

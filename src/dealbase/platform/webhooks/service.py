@@ -81,7 +81,7 @@ def update(
     changes = patch.value.model_dump(exclude_unset=True)
     if "enabled" in changes:
         changes["disabled_reason"] = None
-    row = update_versioned(
+    _, row = update_versioned(
         uow.connection,
         webhook_endpoints,
         uow.scope.department_id,
@@ -109,7 +109,7 @@ def rotate_secret(
 ) -> WithSecret:
     """A new secret; the one it replaces keeps signing for ``repository.ROTATION_OVERLAP``."""
     secret = new_secret()
-    row = update_versioned(
+    _, row = update_versioned(
         uow.connection,
         webhook_endpoints,
         uow.scope.department_id,

@@ -1,0 +1,109 @@
+"""Events: recorded by the services that change customers, deals and activities, in the same
+transaction, and read back as the department's feed.
+
+A transaction's events are written by one statement, its last before COMMIT (``Outbox``), which
+also numbers them: positions count up per department in commit order, so a reader that pages by
+position sees every event exactly once.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import uuid
+from collections.abc import Collection, Mapping
+from datetime import timedelta
+
+from dealbase.errors import Invalid
+from dealbase.ids import new_id
+from dealbase.platform.events import repository
+from dealbase.platform.events.models import (
+    RETENTION_DAYS,
+    EventFilter,
+    EventPage,
+    EventType,
+    NewEvent,
+)
+from dealbase.platform.pagination import page_size
+from dealbase.platform.resources import JsonObject, json_value
+from dealbase.platform.validation import department_of
+from dealbase.tenancy.database import UnitOfWork
+
+RETENTION = timedelta(days=RETENTION_DAYS)
+
+
+def record(
+    uow: UnitOfWork,
+    event_type: EventType,
+    department_id: uuid.UUID,
+    data: JsonObject,
+    changed_fields: tuple[str, ...] | None = None,
+    previous: JsonObject | None = None,
+) -> None:
+    """Adds an event to the transaction; it is written just before COMMIT, or never if the
+    transaction rolls back."""
+    uow.finisher(repository.Outbox).pending.append(
+        NewEvent(new_id(), department_id, event_type, data, changed_fields, previous)
+    )
+
+
+def changes(
+    before: Mapping[str, object], after: Mapping[str, object], fields: Collection[str]
+) -> tuple[tuple[str, ...], JsonObject]:
+    """Which of ``fields`` an update changed (in ``fields``' order), and their values before,
+    as JSON shows them."""
+    changed = tuple(name for name in fields if before[name] != after[name])
+    return changed, {name: json_value(before[name]) for name in changed}
+
+
+# An unpadded base64url cursor: the position (8 bytes) and a fingerprint of the filter (6).
+_CURSOR_BYTES = 14
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]{19}$"
+
+
+def _fingerprint(filters: EventFilter) -> bytes:
+    return hashlib.sha256(filters.model_dump_json().encode()).digest()[:6]
+
+
+def _cursor(position: int, filters: EventFilter) -> str:
+    raw = position.to_bytes(8, "big") + _fingerprint(filters)
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _position_after(cursor: str, filters: EventFilter) -> int:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) != _CURSOR_BYTES:
+        raise Invalid.of("after", "invalid_cursor", "The cursor is not one this API returned.")
+    if raw[8:] != _fingerprint(filters):
+        raise Invalid.of(
+            "after", "invalid_cursor", "The cursor belongs to a feed with other types."
+        )
+    return int.from_bytes(raw[:8], "big")
+
+
+def feed(uow: UnitOfWork, filters: EventFilter, limit: int | None, after: str | None) -> EventPage:
+    """The department's events of the last 30 days after the cursor, in commit order.
+
+    Without a cursor the feed starts at the oldest event kept. The next cursor is where to poll
+    from: after this page's last event, or where this page started when it is empty. Positions
+    are given in commit order, so an event committed later always lands after the cursor.
+    """
+    limit = page_size(limit)
+    position = 0 if after is None else _position_after(after, filters)
+    scope = uow.scope
+    department_id = department_of(scope)
+    found = repository.events_after(
+        uow.connection, scope.tenant_id, department_id, position, filters, limit, RETENTION
+    )
+    if found:
+        position = found[-1].position
+    return EventPage(found, _cursor(position, filters))
+
+
+def purge(uow: UnitOfWork) -> int:
+    """Deletes the tenant's events older than 30 days (all departments); returns how many."""
+    return repository.purge_older_than(uow.connection, RETENTION)

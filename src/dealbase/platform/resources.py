@@ -1,0 +1,64 @@
+"""Customers, deals and activities as JSON objects: exactly what the REST API answers with and
+what their events carry as ``data``, built here once so the two can never drift apart.
+
+The REST wire models (``rest_api/schemas.py``) describe this shape in the OpenAPI document; a
+test holds them to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from datetime import UTC, date, datetime
+from typing import Any
+
+from dealbase.platform.activities.models import Activity
+from dealbase.platform.customers.models import Customer
+from dealbase.platform.deals.models import Deal
+
+JsonObject = dict[str, Any]
+
+
+def format_timestamp(value: datetime) -> str:
+    """ISO 8601 in UTC with exactly six fractional digits and ``Z``, as the document's rule 3."""
+    # isoformat, unlike strftime's %Y, pads years before 1000 to four digits.
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+def json_value(value: object) -> Any:
+    """One attribute of a read model as JSON shows it."""
+    if isinstance(value, datetime):
+        return format_timestamp(value)
+    if isinstance(value, uuid.UUID | date):
+        return str(value)
+    return value
+
+
+def _shown(read_model: type, hidden: frozenset[str]) -> tuple[str, ...]:
+    return tuple(field.name for field in dataclasses.fields(read_model) if field.name not in hidden)
+
+
+# The integration document's customer and activity have no department (an integration reaches
+# only its own); no resource shows its version, which travels as the ETag header.
+CUSTOMER_HIDDEN = frozenset({"department_id", "version"})
+DEAL_HIDDEN = frozenset({"version"})
+ACTIVITY_HIDDEN = frozenset({"department_id", "version"})
+
+_CUSTOMER_FIELDS = _shown(Customer, CUSTOMER_HIDDEN)
+_DEAL_FIELDS = _shown(Deal, DEAL_HIDDEN | {"customers"})
+_ACTIVITY_FIELDS = _shown(Activity, ACTIVITY_HIDDEN)
+
+
+def customer_json(customer: Customer) -> JsonObject:
+    return {name: json_value(getattr(customer, name)) for name in _CUSTOMER_FIELDS}
+
+
+def deal_json(deal: Deal) -> JsonObject:
+    """A deal with its customers, in the order they were linked."""
+    shown = {name: json_value(getattr(deal, name)) for name in _DEAL_FIELDS}
+    shown["customers"] = [customer_json(customer) for customer in deal.customers]
+    return shown
+
+
+def activity_json(activity: Activity) -> JsonObject:
+    return {name: json_value(getattr(activity, name)) for name in _ACTIVITY_FIELDS}
