@@ -13,8 +13,9 @@ from starlette.responses import Response
 
 from dealbase.edge.callers import department_scope
 from dealbase.edge.database import database_of
+from dealbase.platform.event_types import EVENT_TYPES, EventType
 from dealbase.platform.events import service
-from dealbase.platform.events.models import EVENT_TYPES, EventFilter, EventType, event_json
+from dealbase.platform.events.models import EventFilter, event_json
 from dealbase.rest_api.openapi import LIST_LIMIT, problem_responses
 from dealbase.rest_api.schemas import Timestamp, WireModel
 from dealbase.tenancy.scope import Scope

@@ -10,8 +10,8 @@ from dealbase.platform.activities import repository as activities_repository
 from dealbase.platform.customers import repository as customers_repository
 from dealbase.platform.deals import repository
 from dealbase.platform.deals.models import CustomerLink, Deal, DealCreate, DealFilter
+from dealbase.platform.event_types import EventType
 from dealbase.platform.events import service as events
-from dealbase.platform.events.models import EventType
 from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.pipeline import repository as pipeline_repository
 from dealbase.platform.resources import customer_json, deal_json

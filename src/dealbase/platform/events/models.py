@@ -5,26 +5,12 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, get_args
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from dealbase.platform.event_types import EventType
 from dealbase.platform.resources import JsonObject, format_timestamp
-
-EventType = Literal[
-    "customer.created",
-    "customer.updated",
-    "customer.deleted",
-    "deal.created",
-    "deal.updated",
-    "deal.step_changed",
-    "deal.assigned",
-    "deal.deleted",
-    "activity.created",
-    "activity.updated",
-    "activity.deleted",
-]
-EVENT_TYPES: tuple[EventType, ...] = get_args(EventType)
 
 # How long events stay in the feed; older ones are purged.
 RETENTION_DAYS = 30

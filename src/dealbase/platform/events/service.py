@@ -17,14 +17,9 @@ from datetime import timedelta
 
 from dealbase.errors import Invalid
 from dealbase.ids import new_id
+from dealbase.platform.event_types import EventType
 from dealbase.platform.events import repository
-from dealbase.platform.events.models import (
-    RETENTION_DAYS,
-    EventFilter,
-    EventPage,
-    EventType,
-    NewEvent,
-)
+from dealbase.platform.events.models import RETENTION_DAYS, EventFilter, EventPage, NewEvent
 from dealbase.platform.pagination import page_size
 from dealbase.platform.resources import JsonObject, json_value
 from dealbase.platform.validation import department_of
