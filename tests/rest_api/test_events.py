@@ -277,3 +277,24 @@ def test_a_customer_create_costs_one_statement_more_for_its_event(
     # Besides BEGIN and COMMIT: the customer's INSERT, then the events' (positions and events).
     assert len(sent) == 2
     assert "event_positions" in sent[1]
+
+
+def test_linking_and_unlinking_a_customer_is_a_deal_update_of_its_customers(
+    client: TestClient, world: TenantWorld
+) -> None:
+    deal = post(client, world, "/deals", {"name": "Engine", "customers": [{"last_name": "A"}]})
+    customer = post(client, world, "/customers", {"last_name": "B"})
+    path = f"{API}/deals/{deal['id']}/customers"
+
+    linked = client.post(path, json={"customer_id": customer["id"]}, headers=world.key.headers)
+    again = client.post(path, json={"customer_id": customer["id"]}, headers=world.key.headers)
+    client.delete(f"{path}/{customer['id']}", headers=world.key.headers)
+
+    assert (linked.status_code, again.status_code) == (200, 200)
+    link_event, unlink_event = all_events(client, world)[-2:]  # linking again is no change
+    assert link_event["type"] == unlink_event["type"] == "deal.updated"
+    assert link_event["changed_fields"] == unlink_event["changed_fields"] == ["customers"]
+    assert link_event["previous"] == {"customers": deal["customers"]}
+    assert link_event["data"] == linked.json()
+    assert unlink_event["previous"] == {"customers": linked.json()["customers"]}
+    assert unlink_event["data"] == read(client, world, f"/deals/{deal['id']}")

@@ -153,27 +153,34 @@ def delete(uow: UnitOfWork, deal_id: uuid.UUID, expected: Expected | None = None
 def link_customer(uow: UnitOfWork, deal_id: uuid.UUID, link: CustomerLink) -> Deal:
     """Appends an existing customer of the deal's department; linking it again changes nothing."""
     connection = uow.connection
-    department_id = _deal_row(uow, deal_id)["department_id"]
+    before = get(uow, deal_id)
     customer = customers_repository.get_customer(
-        connection, uow.scope.tenant_id, department_id, link.customer_id
+        connection, uow.scope.tenant_id, before.department_id, link.customer_id
     )
     if customer is None:
         raise Invalid.unknown_references(["customer_id"], "the deal's department")
-    if repository.link_customer(connection, deal_id, link.customer_id):
-        _touch(uow, department_id, deal_id)
-    return get(uow, deal_id)
+    if not repository.link_customer(connection, deal_id, link.customer_id):
+        return before
+    return _customers_changed(uow, before)
 
 
 def unlink_customer(uow: UnitOfWork, deal_id: uuid.UUID, customer_id: uuid.UUID) -> None:
-    department_id = _deal_row(uow, deal_id)["department_id"]
+    before = get(uow, deal_id)
     if not repository.unlink_customer(uow.connection, deal_id, customer_id):
         raise NotFound(f"The customer {customer_id} is not linked to the deal {deal_id}.")
-    _touch(uow, department_id, deal_id)
+    _customers_changed(uow, before)
 
 
-def _touch(uow: UnitOfWork, department_id: uuid.UUID, deal_id: uuid.UUID) -> None:
-    """A new version of the deal: its customers changed."""
-    update_versioned(uow.connection, deals, department_id, deal_id, {}, None, "deal")
+def _customers_changed(uow: UnitOfWork, before: Deal) -> Deal:
+    """A new version of the deal, whose customers changed, and its deal.updated event (with the
+    customers as they were)."""
+    update_versioned(uow.connection, deals, before.department_id, before.id, {}, None, "deal")
+    after = get(uow, before.id)
+    previous = {"customers": deal_json(before)["customers"]}
+    events.record(
+        uow, "deal.updated", after.department_id, deal_json(after), ("customers",), previous
+    )
+    return after
 
 
 def first_of_steps(
