@@ -763,3 +763,21 @@ def test_a_refused_variable_has_the_rest_code_and_names_the_field(
     (error,) = result["errors"]
     assert error["extensions"]["code"] == "validation_failed", error
     assert [item["field"] for item in error["extensions"].get("errors", [])] == [field]
+
+
+def test_a_graphql_mutation_records_the_event_rest_would(
+    client: TestClient, world: TenantWorld
+) -> None:
+    made = data_of(
+        gql(client, world.key.headers, CREATE_CUSTOMER, {"input": {"lastName": "Lovelace"}})
+    )["createCustomer"]
+
+    events = client.get(
+        "/api/v1/integration/events",
+        params={"types": "customer.created"},
+        headers=world.key.headers,
+    ).json()["data"]
+
+    assert [event["data"] for event in events] == [
+        rest_get(client, world.key, f"/customers/{made['id']}").json()
+    ]
