@@ -24,8 +24,8 @@ from dealbase.tenancy.control_tables import CONTROL_SCHEMA
 from dealbase.tenancy.database import sqlalchemy_url
 from dealbase.tenancy.roles import (
     TENANT_OWNER_ROLE,
-    ensure_owner_role,
     ensure_roles,
+    ensure_shared_roles,
     repair_grants,
 )
 
@@ -62,7 +62,7 @@ def _lock(connection: Connection, name: str) -> None:
 
 def upgrade_control(connection: Connection) -> None:
     _lock(connection, CONTROL_SCHEMA)
-    ensure_owner_role(connection)
+    ensure_shared_roles(connection)
     connection.execute(text(f"CREATE SCHEMA IF NOT EXISTS {CONTROL_SCHEMA}"))
     with _alembic_in_use:
         command.upgrade(_config("control", connection, CONTROL_SCHEMA), "head")

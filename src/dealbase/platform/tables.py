@@ -209,6 +209,48 @@ webhook_endpoints = Table(
     Column("secret", Text, nullable=False),
     Column("previous_secret", Text),
     Column("previous_secret_expires_at", TIMESTAMP(timezone=True)),
+    Column("scanned_position", BigInteger, nullable=False, server_default="0"),
+    Column("failing_since", TIMESTAMP(timezone=True)),
     *_timestamps(),
     _version(),
+)
+
+webhook_deliveries = Table(
+    "webhook_deliveries",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column(
+        "endpoint_id",
+        UUID(as_uuid=True),
+        ForeignKey(webhook_endpoints.c.id, ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("event_id", UUID(as_uuid=True), ForeignKey(events.c.id, ondelete="CASCADE")),
+    Column("event_type", Text, nullable=False),
+    Column("position", BigInteger),
+    Column("payload", JSONB),
+    Column("state", Text, nullable=False),
+    Column("attempt_count", Integer, nullable=False, server_default="0"),
+    Column("next_attempt_at", TIMESTAMP(timezone=True)),
+    Column("leased_until", TIMESTAMP(timezone=True)),
+    Column("created_at", TIMESTAMP(timezone=True), nullable=False),
+    Column("started_at", TIMESTAMP(timezone=True), nullable=False),
+    Column("delivered_at", TIMESTAMP(timezone=True)),
+    UniqueConstraint("endpoint_id", "event_id"),
+)
+
+webhook_attempts = Table(
+    "webhook_attempts",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column(
+        "delivery_id",
+        UUID(as_uuid=True),
+        ForeignKey(webhook_deliveries.c.id, ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("attempted_at", TIMESTAMP(timezone=True), nullable=False),
+    Column("status_code", Integer),
+    Column("duration_ms", Integer, nullable=False),
+    Column("error", Text),
 )

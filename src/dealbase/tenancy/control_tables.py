@@ -64,3 +64,21 @@ api_key_audit = Table(
     Column("at", TIMESTAMP(timezone=True), nullable=False),
     Column("details", JSONB, nullable=False),
 )
+
+# A tenant schema the webhook worker should visit from ``due_at`` on (``tenancy.wakeups``).
+webhook_wakeups = Table(
+    "webhook_wakeups",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("schema_name", Text, nullable=False),
+    Column("due_at", TIMESTAMP(timezone=True), nullable=False),
+    Column("claimed_by", UUID(as_uuid=True)),
+)
+
+# Periodic work that one worker of all does (the events purge), and when it last ran.
+worker_tasks = Table(
+    "worker_tasks",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("last_run_at", TIMESTAMP(timezone=True), nullable=False),
+)

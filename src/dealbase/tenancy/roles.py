@@ -23,6 +23,10 @@ from sqlalchemy import Connection, text
 from dealbase.tenancy.scope import checked_schema_name
 
 TENANT_OWNER_ROLE = "dealbase_owner"
+# Every tenant role is a member, and through it may do the one thing tenants share: ask the
+# webhook worker to visit their own schema (a row in ``control.webhook_wakeups``, whose row
+# security admits only the member's own schema name).
+TENANTS_GROUP_ROLE = "dealbase_tenants"
 # The migration bookkeeping of each tenant schema: only migrations touch it, the tenant's role
 # gets no privilege on it.
 MIGRATION_TABLE = "alembic_version"
@@ -58,11 +62,15 @@ def switch_to_tenant(schema: str) -> str:
     return f'BEGIN; SET LOCAL ROLE "{tenant_role(schema)}"'
 
 
-def ensure_owner_role(connection: Connection) -> list[str]:
-    """Creates ``dealbase_owner`` if missing and lets the login role switch to it. ``migrate``
-    runs it once before its workers upgrade tenants in parallel, so that they do not race to
-    grant the same membership. Runs as the login role; returns what it changed."""
-    return _ensure_switchable_role(connection, TENANT_OWNER_ROLE)
+def ensure_shared_roles(connection: Connection) -> list[str]:
+    """Creates ``dealbase_owner`` and ``dealbase_tenants`` if missing and lets the login role
+    switch to the owner. ``migrate`` runs it once (with the control schema's upgrade, whose
+    grants name the group) before its workers upgrade tenants in parallel, so that they do not
+    race to grant the same membership. Runs as the login role; returns what it changed."""
+    changes = _ensure_switchable_role(connection, TENANT_OWNER_ROLE)
+    if _create_role(connection, TENANTS_GROUP_ROLE):
+        changes.append(f"created role {TENANTS_GROUP_ROLE}")
+    return changes
 
 
 def ensure_roles(connection: Connection, schema: str) -> list[str]:
@@ -70,8 +78,9 @@ def ensure_roles(connection: Connection, schema: str) -> list[str]:
     hands any object of the schema that is not the owner's to it (schemas created before tenant
     roles belonged to the login role). Runs as the login role; returns what it changed."""
     role = tenant_role(schema)
-    changes = ensure_owner_role(connection) + _ensure_switchable_role(connection, role)
+    changes = ensure_shared_roles(connection) + _ensure_switchable_role(connection, role)
     changes += _make_plain(connection, role)
+    changes += _join_tenants_group(connection, role)
     changes += _adopt(connection, schema)
     return changes
 
@@ -130,7 +139,7 @@ def _login_is_member(connection: Connection, name: str) -> bool:
 
 
 def _make_plain(connection: Connection, role: str) -> list[str]:
-    """Undoes attributes and memberships a tenant role should not have."""
+    """Undoes attributes and memberships a tenant role should not have (any but the group's)."""
     changes = []
     attributes = connection.execute(
         text(
@@ -147,14 +156,30 @@ def _make_plain(connection: Connection, role: str) -> list[str]:
             "SELECT granted.rolname FROM pg_auth_members m"
             " JOIN pg_roles granted ON granted.oid = m.roleid"
             " JOIN pg_roles member ON member.oid = m.member"
-            " WHERE member.rolname = :role ORDER BY 1"
+            " WHERE member.rolname = :role AND granted.rolname <> :group ORDER BY 1"
         ),
-        {"role": role},
+        {"role": role, "group": TENANTS_GROUP_ROLE},
     ).scalars()
     for granted in memberships:
         connection.execute(text(f'REVOKE "{granted}" FROM "{role}"'))
         changes.append(f"revoked role {granted} from {role}")
     return changes
+
+
+def _join_tenants_group(connection: Connection, role: str) -> list[str]:
+    joined = connection.execute(
+        text(
+            "SELECT 1 FROM pg_auth_members m"
+            " JOIN pg_roles granted ON granted.oid = m.roleid"
+            " JOIN pg_roles member ON member.oid = m.member"
+            " WHERE member.rolname = :role AND granted.rolname = :group"
+        ),
+        {"role": role, "group": TENANTS_GROUP_ROLE},
+    ).first()
+    if joined:
+        return []
+    connection.execute(text(f'GRANT "{TENANTS_GROUP_ROLE}" TO "{role}"'))
+    return [f"granted role {TENANTS_GROUP_ROLE} to {role}"]
 
 
 def _adopt(connection: Connection, schema: str) -> list[str]:

@@ -27,6 +27,7 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.util import await_
 
+from dealbase.tenancy.control_tables import CONTROL_SCHEMA
 from dealbase.tenancy.scope import TENANT_SCHEMA_PLACEHOLDER
 
 # One row as a mapping of column name to value.
@@ -37,6 +38,8 @@ T = TypeVar("T")
 # How SQLAlchemy's compiler marks a schema to be translated at execution time.
 _TENANT_SCHEMA_TOKEN = f"__[SCHEMA_{TENANT_SCHEMA_PLACEHOLDER}]"
 _TRANSLATE_LATER = {TENANT_SCHEMA_PLACEHOLDER: TENANT_SCHEMA_PLACEHOLDER}
+# The compiler marks every schema so, the control schema's included; that one stays itself.
+_CONTROL_SCHEMA_TOKEN = f"__[SCHEMA_{CONTROL_SCHEMA}]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +119,8 @@ class StatementCache:
                 }
                 for given in values
             ]
+        if _CONTROL_SCHEMA_TOKEN in sql:  # a tenant's one statement there: waking the worker
+            sql = sql.replace(_CONTROL_SCHEMA_TOKEN, CONTROL_SCHEMA)
         return sql.replace(_TENANT_SCHEMA_TOKEN, schema), values, entry
 
     def _compile(

@@ -6,13 +6,14 @@ import uuid
 from collections import Counter
 from datetime import timedelta
 
-from sqlalchemy import BigInteger, Text, bindparam, column, delete, func, select
+from sqlalchemy import BigInteger, Text, bindparam, column, delete, exists, func, select
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from dealbase.platform.events.models import Event, EventFilter, NewEvent
-from dealbase.platform.tables import event_positions, events
+from dealbase.platform.tables import event_positions, events, webhook_endpoints
 from dealbase.tenancy.statements import Record, TenantConnection
+from dealbase.tenancy.wakeups import wake_worker
 
 
 def _record_statement() -> object:
@@ -53,7 +54,7 @@ def _record_statement() -> object:
         )
         .render_derived(name="recorded", with_types=True)
     )
-    return (
+    inserted = (
         pg_insert(events)
         .from_select(
             [
@@ -77,8 +78,14 @@ def _record_statement() -> object:
                 func.now(),
             ).join_from(recorded, bumped, bumped.c.department_id == recorded.c.department_id),
         )
-        .add_cte(bumped)
+        .cte("inserted")
     )
+    # Whether a webhook endpoint will want these events: then the worker is woken.
+    subscribed = exists().where(
+        webhook_endpoints.c.enabled,
+        webhook_endpoints.c.department_id.in_(select(counted.c.department_id)),
+    )
+    return select(subscribed).add_cte(bumped, inserted)
 
 
 # Built once: the same shape for any number of events and departments.
@@ -87,7 +94,8 @@ _RECORD = _record_statement()
 
 class Outbox:
     """The events of one transaction, written by its last statement before COMMIT, so the lock
-    on the department's position row is held for as short a time as can be."""
+    on the department's position row is held for as short a time as can be. When an enabled
+    webhook endpoint is in one of their departments, one more statement wakes the worker."""
 
     def __init__(self) -> None:
         self.pending: list[NewEvent] = []
@@ -111,7 +119,7 @@ class Outbox:
                     "previous": event.previous,
                 }
             )
-        connection.execute(
+        subscribed = connection.execute(
             _RECORD,  # type: ignore[arg-type]
             {
                 "counts": [
@@ -120,8 +128,10 @@ class Outbox:
                 ],
                 "events": rows,
             },
-        )
+        ).scalar()
         self.pending.clear()
+        if subscribed:
+            wake_worker(connection)
 
 
 def _to_event(row: Record, tenant_id: uuid.UUID) -> Event:

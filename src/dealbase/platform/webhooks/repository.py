@@ -9,16 +9,19 @@ from sqlalchemy import func, insert, select
 from dealbase.ids import new_id
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.rows import in_department, owned_by
-from dealbase.platform.tables import webhook_endpoints
+from dealbase.platform.tables import event_positions, webhook_endpoints
 from dealbase.platform.webhooks.models import WebhookEndpoint
 from dealbase.tenancy.statements import Record, TenantConnection
 
 # How long the secret a rotation replaced still signs, so receivers can switch without a gap.
 ROTATION_OVERLAP = timedelta(hours=24)
 
-# What is read back: every column but the secrets, which leave the service only when issued.
+# What is read back: every column but the secrets, which leave the service only when issued,
+# and the worker's bookkeeping.
 _READ = [
-    column for column in webhook_endpoints.c if column.name not in ("secret", "previous_secret")
+    column
+    for column in webhook_endpoints.c
+    if column.name not in ("secret", "previous_secret", "scanned_position", "failing_since")
 ]
 
 
@@ -58,6 +61,13 @@ def insert_endpoint(
                 id=new_id(),
                 department_id=department_id,
                 secret=secret,
+                # Delivery starts with the department's next event.
+                scanned_position=func.coalesce(
+                    select(event_positions.c.last_position)
+                    .where(event_positions.c.department_id == department_id)
+                    .scalar_subquery(),
+                    0,
+                ),
                 created_at=func.now(),
                 updated_at=func.now(),
             )

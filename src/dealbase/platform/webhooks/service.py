@@ -23,6 +23,7 @@ from dealbase.platform.webhooks.models import (
     WithSecret,
 )
 from dealbase.tenancy.database import UnitOfWork
+from dealbase.tenancy.wakeups import WakeWorker
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -77,10 +78,13 @@ def update(
     expected: Expected | None = None,
 ) -> WebhookEndpoint:
     """Applies the fields the patch carries. Enabling or disabling the endpoint clears why
-    delivery disabled it: its owner has decided now."""
+    delivery disabled it: its owner has decided now. Enabling it wakes the worker, for the
+    deliveries that waited meanwhile."""
     changes = patch.value.model_dump(exclude_unset=True)
     if "enabled" in changes:
         changes["disabled_reason"] = None
+    if changes.get("enabled") is True:
+        uow.finisher(WakeWorker)
     _, row = update_versioned(
         uow.connection,
         webhook_endpoints,

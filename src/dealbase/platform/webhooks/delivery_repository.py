@@ -1,0 +1,431 @@
+"""The SQL of deliveries: made from the events outbox, leased by workers, and their log."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+from sqlalchemy import (
+    BindParameter,
+    Boolean,
+    ColumnElement,
+    and_,
+    bindparam,
+    case,
+    delete,
+    exists,
+    func,
+    insert,
+    literal,
+    literal_column,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.orm import aliased
+
+from dealbase.ids import new_id
+from dealbase.platform.event_types import ALL_EVENTS
+from dealbase.platform.events.models import Event, event_json
+from dealbase.platform.pagination import PageRequest
+from dealbase.platform.tables import (
+    event_positions,
+    events,
+    webhook_attempts,
+    webhook_deliveries,
+    webhook_endpoints,
+)
+from dealbase.platform.webhooks.delivery_models import Attempt, Delivery, Outgoing
+from dealbase.tenancy.statements import Record, TenantConnection
+
+_deliveries = webhook_deliveries
+_endpoints = webhook_endpoints
+
+# A UUIDv7 made by PostgreSQL (15 has no function for it): the millisecond clock over the first
+# six bytes of a random UUID, and the version bits turned from 4 to 7. Deliveries are listed by
+# id, newest first, as every row made by the service is.
+_NEW_UUID7: ColumnElement[uuid.UUID] = literal_column(
+    "encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid()) placing"
+    " substring(int8send(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)"
+    " FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid"
+)
+
+
+def _scan_statement() -> Any:
+    """Deliveries of the events each enabled endpoint has not yet seen, in one statement."""
+    behind = (
+        select(
+            _endpoints.c.id,
+            _endpoints.c.department_id,
+            _endpoints.c.event_types,
+            _endpoints.c.scanned_position.label("since"),
+            event_positions.c.last_position.label("upto"),
+        )
+        .join(event_positions, event_positions.c.department_id == _endpoints.c.department_id)
+        .where(
+            _endpoints.c.enabled, event_positions.c.last_position > _endpoints.c.scanned_position
+        )
+        # An endpoint another worker is scanning (or its owner changing) waits for the next visit.
+        .with_for_update(of=_endpoints, skip_locked=True)
+        .cte("behind")
+    )
+    advanced = (
+        update(_endpoints)
+        .where(_endpoints.c.id == behind.c.id)
+        .values(scanned_position=behind.c.upto)
+        .cte("advanced")
+    )
+    subscribed = or_(
+        events.c.type == func.any(behind.c.event_types),
+        behind.c.event_types == literal([ALL_EVENTS], _endpoints.c.event_types.type),
+    )
+    return (
+        pg_insert(_deliveries)
+        .from_select(
+            [
+                "id",
+                "endpoint_id",
+                "event_id",
+                "event_type",
+                "position",
+                "state",
+                "next_attempt_at",
+                "created_at",
+                "started_at",
+            ],
+            select(
+                _NEW_UUID7,
+                behind.c.id,
+                events.c.id,
+                events.c.type,
+                events.c.position,
+                literal("pending"),
+                bindparam("now"),
+                bindparam("now"),
+                bindparam("now"),
+            )
+            .join_from(
+                behind,
+                events,
+                and_(
+                    events.c.department_id == behind.c.department_id,
+                    events.c.position > behind.c.since,
+                    events.c.position <= behind.c.upto,
+                ),
+            )
+            .where(subscribed)
+            .order_by(behind.c.id, events.c.position),
+        )
+        .on_conflict_do_nothing(index_elements=["endpoint_id", "event_id"])
+        .add_cte(advanced)
+    )
+
+
+_SCAN = _scan_statement()
+
+
+def scan(connection: TenantConnection, now: datetime) -> None:
+    """Makes a pending delivery, due ``now``, of every event an enabled endpoint subscribes to
+    and has not seen, and moves each endpoint past what it saw."""
+    connection.execute(_SCAN, {"now": now})
+
+
+def _pending_before() -> ColumnElement[bool]:
+    """An earlier pending delivery of the same endpoint: an ordered endpoint's next waits."""
+    earlier = aliased(_deliveries)
+    return exists().where(
+        earlier.c.endpoint_id == _deliveries.c.endpoint_id,
+        earlier.c.state == "pending",
+        earlier.c.position < _deliveries.c.position,
+    )
+
+
+def _lease_statement() -> Any:
+    now: BindParameter[datetime] = bindparam("now")
+    candidates = (
+        select(_deliveries.c.id)
+        .join(_endpoints, _endpoints.c.id == _deliveries.c.endpoint_id)
+        .where(
+            _deliveries.c.state == "pending",
+            _endpoints.c.enabled,
+            _deliveries.c.next_attempt_at <= now,
+            or_(_deliveries.c.leased_until.is_(None), _deliveries.c.leased_until <= now),
+            or_(~_endpoints.c.ordered, _deliveries.c.position.is_(None), ~_pending_before()),
+        )
+        .order_by(_deliveries.c.next_attempt_at, _deliveries.c.position)
+        .limit(bindparam("limit"))
+        .with_for_update(of=_deliveries, skip_locked=True)
+        .cte("candidates")
+    )
+    leased = (
+        update(_deliveries)
+        .where(_deliveries.c.id.in_(select(candidates.c.id)))
+        .values(leased_until=bindparam("until"))
+        .returning(
+            _deliveries.c.id,
+            _deliveries.c.endpoint_id,
+            _deliveries.c.event_id,
+            _deliveries.c.payload,
+            _deliveries.c.attempt_count,
+            _deliveries.c.started_at,
+            _deliveries.c.leased_until,
+        )
+        .cte("leased")
+    )
+    # The secret a rotation replaced signs until its overlap ends.
+    previous_secret = case(
+        (_endpoints.c.previous_secret_expires_at > now, _endpoints.c.previous_secret),
+        else_=None,
+    )
+    return (
+        select(
+            leased.c.id.label("delivery_id"),
+            leased.c.endpoint_id,
+            leased.c.payload,
+            leased.c.attempt_count,
+            leased.c.started_at,
+            leased.c.leased_until,
+            _endpoints.c.url,
+            _endpoints.c.secret,
+            previous_secret.label("previous_secret"),
+            _endpoints.c.failing_since,
+            *[column.label(f"event_{column.name}") for column in events.c],
+        )
+        .join_from(leased, _endpoints, _endpoints.c.id == leased.c.endpoint_id)
+        .outerjoin(events, events.c.id == leased.c.event_id)
+    )
+
+
+_LEASE = _lease_statement()
+
+
+def _body(row: Record, tenant_id: uuid.UUID) -> tuple[str, bytes]:
+    """The message id and the body: the event as the feed shows it, or the test event."""
+    if row["event_id"] is None:
+        payload = row["payload"]
+        return str(payload["id"]), orjson.dumps(payload)
+    event = Event(
+        id=row["event_id"],
+        tenant_id=tenant_id,
+        department_id=row["event_department_id"],
+        position=row["event_position"],
+        type=row["event_type"],
+        data=row["event_data"],
+        changed_fields=row["event_changed_fields"],
+        previous=row["event_previous"],
+        created_at=row["event_created_at"],
+    )
+    return str(event.id), orjson.dumps(event_json(event))
+
+
+def lease(
+    connection: TenantConnection,
+    tenant_id: uuid.UUID,
+    now: datetime,
+    until: datetime,
+    limit: int,
+) -> list[Outgoing]:
+    """Up to ``limit`` deliveries due at ``now``, leased to the caller until ``until``: none
+    another worker holds, and of an ordered endpoint only its earliest pending one."""
+    rows = connection.execute(_LEASE, {"now": now, "until": until, "limit": limit}).mappings()
+    leased = []
+    for row in rows:
+        message_id, body = _body(row, tenant_id)
+        secrets = (row["secret"],) + (
+            () if row["previous_secret"] is None else (row["previous_secret"],)
+        )
+        leased.append(
+            Outgoing(
+                delivery_id=row["delivery_id"],
+                endpoint_id=row["endpoint_id"],
+                url=row["url"],
+                secrets=secrets,
+                message_id=message_id,
+                body=body,
+                attempt_count=row["attempt_count"],
+                started_at=row["started_at"],
+                leased_until=row["leased_until"],
+                failing_since=row["failing_since"],
+            )
+        )
+    return leased
+
+
+_RECORD_ATTEMPT = insert(webhook_attempts).values(
+    id=bindparam("attempt_id"),
+    delivery_id=bindparam("delivery_id"),
+    attempted_at=bindparam("attempted_at"),
+    status_code=bindparam("status_code"),
+    duration_ms=bindparam("duration_ms"),
+    error=bindparam("error"),
+)
+# Only while the lease is the caller's: a worker whose lease ran out (and whose delivery another
+# worker took) leaves the state to that worker; its attempt is still logged.
+_SETTLE = (
+    update(_deliveries)
+    .where(
+        _deliveries.c.id == bindparam("delivery_id"),
+        _deliveries.c.leased_until == bindparam("leased_until"),
+    )
+    .values(
+        state=bindparam("new_state"),
+        attempt_count=_deliveries.c.attempt_count + 1,
+        next_attempt_at=bindparam("retry_at"),
+        delivered_at=bindparam("succeeded_at"),
+        leased_until=None,
+    )
+)
+_MARK_ENDPOINT = (
+    update(_endpoints)
+    .where(_endpoints.c.id == bindparam("endpoint_id"))
+    .values(
+        failing_since=case(
+            (bindparam("succeeded", type_=Boolean), None),
+            else_=func.coalesce(_endpoints.c.failing_since, bindparam("failed_at")),
+        ),
+        enabled=_endpoints.c.enabled & ~bindparam("disable", type_=Boolean),
+        disabled_reason=case(
+            (bindparam("disable", type_=Boolean), bindparam("reason")),
+            else_=_endpoints.c.disabled_reason,
+        ),
+    )
+)
+
+
+def record(
+    connection: TenantConnection,
+    attempts: Sequence[Mapping[str, object]],
+    settled: Sequence[Mapping[str, object]],
+    endpoints: Sequence[Mapping[str, object]],
+) -> None:
+    """Logs attempts, moves their deliveries on, and marks their endpoints failing, healthy or
+    disabled: each in one round trip."""
+    connection.execute(_RECORD_ATTEMPT, attempts)
+    connection.execute(_SETTLE, settled)
+    if endpoints:
+        connection.execute(_MARK_ENDPOINT, endpoints)
+
+
+def next_due(connection: TenantConnection) -> datetime | None:
+    """When the schema next has a delivery to try: the earliest retry of an enabled endpoint's
+    pending delivery, or the end of a lease (a worker that died holding it)."""
+    due = func.greatest(_deliveries.c.next_attempt_at, _deliveries.c.leased_until)
+    found = connection.execute(
+        select(func.min(due))
+        .join_from(_deliveries, _endpoints, _endpoints.c.id == _deliveries.c.endpoint_id)
+        .where(_deliveries.c.state == "pending", _endpoints.c.enabled)
+    ).scalar()
+    return found if isinstance(found, datetime) else None
+
+
+def _to_attempt(row: Record) -> Attempt:
+    return Attempt(
+        attempted_at=row["attempted_at"],
+        status_code=row["status_code"],
+        duration_ms=row["duration_ms"],
+        error=row["error"],
+    )
+
+
+_DELIVERY_COLUMNS = [
+    _deliveries.c.id,
+    _deliveries.c.endpoint_id,
+    _deliveries.c.event_id,
+    _deliveries.c.event_type,
+    _deliveries.c.state,
+    _deliveries.c.attempt_count,
+    _deliveries.c.next_attempt_at,
+    _deliveries.c.created_at,
+    _deliveries.c.delivered_at,
+]
+
+
+def _with_attempts(connection: TenantConnection, rows: Sequence[Record]) -> list[Delivery]:
+    ids = [row["id"] for row in rows]
+    attempts: dict[uuid.UUID, list[Attempt]] = {delivery_id: [] for delivery_id in ids}
+    if ids:
+        found = connection.execute(
+            select(webhook_attempts)
+            .where(webhook_attempts.c.delivery_id.in_(ids))
+            .order_by(webhook_attempts.c.delivery_id, webhook_attempts.c.id)
+        ).mappings()
+        for attempt in found:
+            attempts[attempt["delivery_id"]].append(_to_attempt(attempt))
+    return [Delivery(**row, attempts=attempts[row["id"]]) for row in rows]
+
+
+def list_deliveries(
+    connection: TenantConnection, endpoint_id: uuid.UUID, page: PageRequest
+) -> list[Delivery]:
+    """The endpoint's deliveries, newest first, each with its attempts in order."""
+    query = select(*_DELIVERY_COLUMNS).where(_deliveries.c.endpoint_id == endpoint_id)
+    if page.after is not None:
+        query = query.where(_deliveries.c.id < page.after)
+    rows = connection.execute(
+        query.order_by(_deliveries.c.id.desc()).limit(page.limit + 1)
+    ).mappings()
+    return _with_attempts(connection, list(rows))
+
+
+def get_delivery(
+    connection: TenantConnection, endpoint_id: uuid.UUID, delivery_id: uuid.UUID
+) -> Delivery | None:
+    rows = connection.execute(
+        select(*_DELIVERY_COLUMNS).where(
+            _deliveries.c.endpoint_id == endpoint_id, _deliveries.c.id == delivery_id
+        )
+    ).mappings()
+    found = _with_attempts(connection, list(rows))
+    return found[0] if found else None
+
+
+def redeliver(connection: TenantConnection, endpoint_id: uuid.UUID, delivery_id: uuid.UUID) -> bool:
+    """Makes the delivery pending and due now, its three days of retries starting again; a
+    delivery a worker is sending keeps its lease. False when there is no such delivery."""
+    changed = connection.execute(
+        update(_deliveries)
+        .where(_deliveries.c.endpoint_id == endpoint_id, _deliveries.c.id == delivery_id)
+        .values(
+            state="pending",
+            next_attempt_at=func.now(),
+            started_at=func.now(),
+            delivered_at=None,
+        )
+        .returning(_deliveries.c.id)
+    ).first()
+    return changed is not None
+
+
+def insert_test(
+    connection: TenantConnection, endpoint_id: uuid.UUID, payload: Mapping[str, object]
+) -> uuid.UUID:
+    """A pending delivery of a test event, due now, sent whatever the endpoint subscribes to."""
+    delivery_id = new_id()
+    connection.execute(
+        insert(_deliveries).values(
+            id=delivery_id,
+            endpoint_id=endpoint_id,
+            event_type=payload["type"],
+            payload=payload,
+            state="pending",
+            next_attempt_at=func.now(),
+            created_at=func.now(),
+            started_at=func.now(),
+        )
+    )
+    return delivery_id
+
+
+def purge_tests_older_than(connection: TenantConnection, age: timedelta) -> int:
+    """Deletes test deliveries made more than ``age`` ago (a delivery of an event goes with its
+    event); returns how many."""
+    purged = connection.execute(
+        delete(_deliveries)
+        .where(_deliveries.c.event_id.is_(None), _deliveries.c.created_at <= func.now() - age)
+        .returning(_deliveries.c.id)
+    )
+    return len(purged.all())
