@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import os
@@ -32,11 +33,14 @@ from dealbase.ops.embedded_postgres import embedded_database_url
 from dealbase.ops.metrics_files import prepare_metrics_dir
 from dealbase.ops.observability import configure_logging
 from dealbase.platform.resources import format_timestamp
+from dealbase.platform.webhooks.addresses import AddressPolicy
 from dealbase.tenancy.api_keys import MAX_KEY_LIFETIME, AuditRecord, KeyInfo
 from dealbase.tenancy.database import Database, DatabaseLimits
 from dealbase.tenancy.roles import inheriting_login_role
 from dealbase.tenancy.scope import Rate
 from dealbase.tenancy.tenants import create_tenant, list_tenants
+from dealbase.worker.delivery import DeliveryWorker, WorkerLimits
+from dealbase.worker.sending import Sender
 
 
 class _OneLineErrors(TyperGroup):
@@ -579,6 +583,53 @@ def serve(
     finally:
         if metrics_dir is not None:
             shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+_DEFAULT_WORKER_LIMITS = WorkerLimits()
+
+
+@cli.command()
+@_fail_cleanly
+def worker(
+    tenants_at_once: Annotated[
+        int, typer.Option(min=1, max=256, help="Tenants visited at once.")
+    ] = _DEFAULT_WORKER_LIMITS.tenants_at_once,
+    deliveries_per_step: Annotated[
+        int,
+        typer.Option(min=1, max=1000, help="Deliveries leased, and sent at once, per tenant."),
+    ] = _DEFAULT_WORKER_LIMITS.deliveries_per_step,
+) -> None:
+    """Deliver webhooks, and purge events older than 30 days, until SIGTERM or Ctrl-C. Run one
+    or more, on any hosts: they share the work through the database."""
+    settings = _settings()
+    if settings.metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        start_http_server(settings.metrics_port, addr=settings.host)
+    limits = WorkerLimits(tenants_at_once=tenants_at_once, deliveries_per_step=deliveries_per_step)
+    asyncio.run(_deliver_until_stopped(settings, limits))
+
+
+async def _deliver_until_stopped(settings: Settings, limits: WorkerLimits) -> None:
+    database = Database(
+        _database_url(settings),
+        pool_size=limits.tenants_at_once,
+        max_overflow=0,
+        prepared_statements=settings.db_prepared_statements and not settings.db_pgbouncer,
+        startup_options=not settings.db_pgbouncer,
+    )
+    sender = Sender(AddressPolicy(allow_private=settings.webhooks_allow_private))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for stopping in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(stopping, stop.set)
+    await database.open()
+    typer.echo("dealbase worker: delivering webhooks (SIGTERM or Ctrl-C stops)", err=True)
+    try:
+        await DeliveryWorker(database, sender, limits=limits).run(stop)
+    finally:
+        await sender.close()
+        await database.close()
 
 
 def _exit_normally(signum: int, frame: object) -> None:

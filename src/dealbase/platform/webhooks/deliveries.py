@@ -101,7 +101,7 @@ def _record(uow: UnitOfWork, sent: Sequence[Sent], jitter: Jitter) -> None:
         settled.append(
             {
                 "delivery_id": delivery.delivery_id,
-                "leased_until": delivery.leased_until,
+                "held_until": delivery.leased_until,
                 "new_state": state,
                 "retry_at": retry_at,
                 "succeeded_at": at if response.succeeded else None,

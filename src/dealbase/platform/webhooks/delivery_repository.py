@@ -269,7 +269,7 @@ _SETTLE = (
     update(_deliveries)
     .where(
         _deliveries.c.id == bindparam("delivery_id"),
-        _deliveries.c.leased_until == bindparam("leased_until"),
+        _deliveries.c.leased_until == bindparam("held_until"),
     )
     .values(
         state=bindparam("new_state"),

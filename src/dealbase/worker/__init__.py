@@ -1,0 +1,1 @@
+"""Background work: webhook delivery and the events purge; tenant-aware, no HTTP server."""

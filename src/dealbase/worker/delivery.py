@@ -1,0 +1,230 @@
+"""The webhook worker: claims wakeups, visits the tenants they name, and sends what is due.
+
+Any number of workers, on any hosts, share the work through the database alone: a wakeup is
+claimed by one worker at a time (``tenancy.wakeups``) and a delivery is leased by one worker at a
+time (``FOR UPDATE SKIP LOCKED``, then a lease that outlives a worker that dies holding it). A
+tenant with nothing to deliver has no wakeup, so it costs a worker nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import partial
+
+import structlog
+from prometheus_client import Counter, Histogram
+
+from dealbase.errors import DomainError
+from dealbase.platform.events import service as events
+from dealbase.platform.webhooks import deliveries
+from dealbase.platform.webhooks.delivery_models import Outgoing, Sent
+from dealbase.platform.webhooks.retries import Jitter, random_jitter
+from dealbase.tenancy import wakeups
+from dealbase.tenancy.database import Database, UnitOfWork
+from dealbase.tenancy.scope import Scope
+from dealbase.tenancy.tenants import Tenant, list_tenants
+from dealbase.tenancy.worker_tasks import claim_task
+from dealbase.worker.sending import TIMEOUT_SECONDS, Sender
+
+log = structlog.get_logger("dealbase.worker")
+
+Clock = Callable[[], datetime]
+
+ATTEMPTS = Counter(
+    "dealbase_webhook_attempts",
+    "Webhook delivery attempts, by outcome.",
+    ["outcome"],
+)
+ATTEMPT_SECONDS = Histogram(
+    "dealbase_webhook_attempt_seconds",
+    "How long webhook delivery attempts took, answer or not.",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+VISIT_FAILURES = Counter(
+    "dealbase_webhook_visit_failures",
+    "Visits of a tenant that failed (the database, most likely); the tenant is visited again"
+    " when its claim lapses.",
+)
+
+
+def _purge(uow: UnitOfWork) -> int:
+    return events.purge(uow) + deliveries.purge(uow)
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLimits:
+    # Tenants visited at once, and deliveries leased (and sent at once) per step of a visit.
+    tenants_at_once: int = 8
+    deliveries_per_step: int = 50
+    # A leased delivery is another worker's to send once this has passed: more than a send
+    # can take, so a live worker never loses one it is sending.
+    delivery_lease: timedelta = timedelta(seconds=TIMEOUT_SECONDS * 3)
+    # A visit ends (and the tenant is woken again at once) after this long, so that one busy
+    # tenant does not hold a worker's slot; a claim lapses after this plus a delivery lease.
+    visit_budget: timedelta = timedelta(seconds=30)
+    # How often an idle worker looks for wakeups.
+    poll_interval: timedelta = timedelta(seconds=1)
+    # How often the events older than the feed keeps are purged (by one worker of all), and how
+    # often a worker asks whether that is its turn.
+    purge_every: timedelta = timedelta(hours=24)
+    purge_check_every: timedelta = timedelta(hours=1)
+
+    @property
+    def claim_lease(self) -> timedelta:
+        return self.visit_budget + self.delivery_lease
+
+
+class DeliveryWorker:
+    def __init__(
+        self,
+        database: Database,
+        sender: Sender,
+        *,
+        limits: WorkerLimits = WorkerLimits(),
+        clock: Clock = utc_now,
+        jitter: Jitter = random_jitter,
+    ) -> None:
+        self.database = database
+        self.sender = sender
+        self.limits = limits
+        self.clock = clock
+        self.jitter = jitter
+        self.id = uuid.uuid4()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Delivers until ``stop`` is set; then finishes the visits under way (whose leases
+        would otherwise hold their deliveries back until they lapse)."""
+        next_purge_check = time.monotonic()
+        while not stop.is_set():
+            if time.monotonic() >= next_purge_check:
+                next_purge_check += self.limits.purge_check_every.total_seconds()
+                await self.purge_if_due()
+            try:
+                visited = await self.run_once()
+            except DomainError as failed:  # the database is down: wait, and try again
+                log.warning("webhook_worker_claim_failed", error=failed.detail)
+                visited = 0
+            if not visited:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.limits.poll_interval.total_seconds())
+
+    async def run_once(self) -> int:
+        """Claims due wakeups and visits their tenants, ``tenants_at_once`` at a time; returns
+        how many tenants it visited."""
+        schemas = await asyncio.to_thread(self._claim)
+        if not schemas:
+            return 0
+        slots = asyncio.Semaphore(self.limits.tenants_at_once)
+
+        async def visit_in_slot(schema: str) -> None:
+            async with slots:
+                await self.visit(schema)
+
+        await asyncio.gather(*(visit_in_slot(schema) for schema in schemas))
+        return len(schemas)
+
+    async def run_until_idle(self) -> None:
+        """Visits until no wakeup is due (tests, and a final pass)."""
+        while await self.run_once():
+            pass
+
+    async def purge_if_due(self) -> int | None:
+        """Purges every tenant's old events and test deliveries if no worker has for
+        ``purge_every``; returns how many rows it deleted, None when it was not its turn."""
+        try:
+            due = await asyncio.to_thread(self._claim_purge)
+        except DomainError as failed:
+            log.warning("webhook_worker_purge_claim_failed", error=failed.detail)
+            return None
+        if not due:
+            return None
+        purged = 0
+        for tenant in await asyncio.to_thread(self._tenants):
+            try:
+                purged += await self.database.run(tenant.scope, _purge)
+            except Exception:
+                log.exception("events_purge_failed", tenant_id=str(tenant.id))
+        log.info("events_purged", rows=purged)
+        return purged
+
+    def _claim_purge(self) -> bool:
+        with self.database.control() as connection:
+            return claim_task(connection, "events_purge", self.clock(), self.limits.purge_every)
+
+    def _tenants(self) -> list[Tenant]:
+        with self.database.control() as connection:
+            return list_tenants(connection)
+
+    def _claim(self) -> list[str]:
+        with self.database.control() as connection:
+            return wakeups.claim(
+                connection,
+                self.id,
+                self.clock(),
+                self.limits.claim_lease,
+                self.limits.tenants_at_once * 4,
+            )
+
+    async def visit(self, schema: str) -> None:
+        """Sends the tenant's due deliveries, step by step, until none is due or the visit's
+        time is up; then schedules the tenant's next visit, if anything is pending. A visit that
+        fails leaves its claim to lapse, so the tenant is visited again."""
+        scope = Scope(tenant_id=uuid.UUID(hex=schema.removeprefix("t_")), schema=schema)
+        deadline = time.monotonic() + self.limits.visit_budget.total_seconds()
+        sent: list[Sent] = []
+        first = True
+        try:
+            while True:
+                out_of_time = time.monotonic() > deadline
+                step = await self.database.run(
+                    scope,
+                    partial(
+                        deliveries.step,
+                        now=self.clock(),
+                        sent=sent,
+                        jitter=self.jitter,
+                        lease_for=self.limits.delivery_lease,
+                        limit=0 if out_of_time else self.limits.deliveries_per_step,
+                        scan=first,
+                    ),
+                )
+                first = False
+                if not step.leased:
+                    break
+                sent = await self._send_all(step.leased)
+        except Exception:
+            VISIT_FAILURES.inc()
+            log.exception("webhook_visit_failed", schema=schema)
+            return
+        await asyncio.to_thread(self._end_visit, schema, step.next_due)
+
+    def _end_visit(self, schema: str, next_due: datetime | None) -> None:
+        with self.database.control() as connection:
+            wakeups.end_visit(connection, self.id, schema, next_due)
+
+    async def _send_all(self, leased: Sequence[Outgoing]) -> list[Sent]:
+        async def send(delivery: Outgoing) -> Sent:
+            attempted_at = self.clock()
+            response = await self.sender.send(delivery, attempted_at)
+            outcome = (
+                "delivered"
+                if response.succeeded
+                else "no_answer"
+                if response.status_code is None
+                else "refused"
+            )
+            ATTEMPTS.labels(outcome).inc()
+            ATTEMPT_SECONDS.observe(response.duration_ms / 1000)
+            return Sent(delivery, response, attempted_at)
+
+        return list(await asyncio.gather(*(send(delivery) for delivery in leased)))

@@ -1,0 +1,136 @@
+"""Sending one delivery: resolve the host, check where it leads, POST the signed body, and say
+what came of it in a ``Response``; never an exception."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import time
+from datetime import datetime, timedelta
+from email.utils import parsedate_to_datetime
+from urllib.parse import SplitResult, urlsplit
+
+import httpx
+
+from dealbase.errors import Invalid
+from dealbase.platform.webhooks import signing
+from dealbase.platform.webhooks.addresses import (
+    AddressPolicy,
+    IPAddress,
+    check_addresses,
+    resolve,
+)
+from dealbase.platform.webhooks.delivery_models import Outgoing, Response
+
+# A 2xx within this many seconds, resolving the name included, is a success.
+TIMEOUT_SECONDS = 10.0
+USER_AGENT = "dealbase-webhooks/1"
+# Of a response, at most this much is read (and then dropped): enough to keep the connection
+# for the next delivery, too little for a receiver to make the worker hold much.
+_RESPONSE_BYTES_READ = 64 * 1024
+# Any longer Retry-After is as good as this (the retry policy caps it further).
+_LONGEST_RETRY_AFTER_SECONDS = 7 * 24 * 3600
+
+
+class Sender:
+    """One HTTP client for a worker's deliveries. The request goes to the address that was
+    checked, not to the name (which could resolve elsewhere a moment later), with the name in
+    ``Host`` and, for ``https``, in the TLS handshake, where the certificate is checked
+    against it."""
+
+    def __init__(self, policy: AddressPolicy, *, max_connections: int = 100) -> None:
+        self.policy = policy
+        self._client = httpx.AsyncClient(
+            follow_redirects=False,
+            trust_env=False,
+            timeout=httpx.Timeout(TIMEOUT_SECONDS),
+            limits=httpx.Limits(max_connections=max_connections),
+        )
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    async def send(self, delivery: Outgoing, now: datetime) -> Response:
+        started = time.perf_counter()
+
+        def answered(
+            status: int | None, error: str | None, wait: timedelta | None = None
+        ) -> Response:
+            elapsed_ms = round((time.perf_counter() - started) * 1000)
+            return Response(status, elapsed_ms, error, wait)
+
+        timestamp = int(now.timestamp())
+        headers = {
+            "content-type": "application/json",
+            "user-agent": USER_AGENT,
+            **signing.headers(delivery.secrets, delivery.message_id, timestamp, delivery.body),
+        }
+        try:
+            async with asyncio.timeout(TIMEOUT_SECONDS):
+                parts = urlsplit(delivery.url)
+                address = await self._checked_address(parts)
+                status, retry_after = await self._post(parts, address, headers, delivery.body)
+        except Invalid as refused:
+            return answered(None, refused.detail)
+        except TimeoutError:
+            return answered(None, f"No answer within {TIMEOUT_SECONDS:g} seconds.")
+        except httpx.HTTPError as failed:
+            return answered(None, f"The request failed: {type(failed).__name__}: {failed}"[:500])
+        if 200 <= status < 300:
+            return answered(status, None)
+        wait = _retry_after(retry_after, now) if status in (429, 503) else None
+        return answered(status, f"The endpoint answered {status}.", wait)
+
+    async def _checked_address(self, parts: SplitResult) -> IPAddress:
+        host = parts.hostname or ""
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        if parts.scheme != "https" and not self.policy.allow_private:
+            raise Invalid.of("url", "invalid_format", "The URL is not an https:// URL.")
+        try:
+            addresses: list[IPAddress] = [ipaddress.ip_address(host.partition("%")[0])]
+        except ValueError:
+            addresses = await resolve(host, port)
+        check_addresses(host, addresses, self.policy)
+        return addresses[0]
+
+    async def _post(
+        self, parts: SplitResult, address: IPAddress, headers: dict[str, str], body: bytes
+    ) -> tuple[int, str | None]:
+        host = parts.hostname or ""
+        literal = f"[{address}]" if address.version == 6 else str(address)
+        netloc = literal if parts.port is None else f"{literal}:{parts.port}"
+        url = parts._replace(netloc=netloc).geturl()
+        host_header = host if parts.port is None else f"{host}:{parts.port}"
+        request = self._client.build_request(
+            "POST",
+            url,
+            content=body,
+            headers={**headers, "host": host_header},
+            extensions={"sni_hostname": host},
+        )
+        response = await self._client.send(request, stream=True)
+        try:
+            read = 0
+            async for chunk in response.aiter_raw():
+                read += len(chunk)
+                if read > _RESPONSE_BYTES_READ:
+                    break
+        finally:
+            await response.aclose()
+        return response.status_code, response.headers.get("retry-after")
+
+
+def _retry_after(value: str | None, now: datetime) -> timedelta | None:
+    """``Retry-After`` as a wait: seconds, or an HTTP date; None when absent or unreadable."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return timedelta(seconds=min(int(value), _LONGEST_RETRY_AFTER_SECONDS))
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(when - now, timedelta(0))

@@ -1,0 +1,187 @@
+"""A database of the worker tests' own (a worker visits every tenant with a wakeup, so no other
+test's endpoints may be in it), a real HTTP receiver on the loopback, and a clock the tests move.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, TypeVar
+
+import pytest
+
+from dealbase.migrations.runner import upgrade_control
+from dealbase.platform.webhooks import service as endpoints
+from dealbase.platform.webhooks.addresses import AddressPolicy
+from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields
+from dealbase.tenancy.database import Database
+from dealbase.worker.delivery import DeliveryWorker, WorkerLimits
+from dealbase.worker.sending import Sender
+from tests.support import TenantWorld, build_tenant, scratch_database
+
+T = TypeVar("T")
+
+
+@pytest.fixture(scope="module")
+def worker_database_url(postgres_server: str) -> Iterator[str]:
+    with scratch_database(postgres_server, "worker") as url:
+        database = Database(url, pool_size=1)
+        with database.engine.begin() as connection:
+            upgrade_control(connection)
+        database.dispose()
+        yield url
+
+
+@pytest.fixture
+def worker_database(worker_database_url: str) -> Iterator[Database]:
+    database = Database(worker_database_url, pool_size=4)
+    yield database
+    database.dispose()
+
+
+@dataclass
+class Received:
+    headers: dict[str, str]
+    body: bytes
+    at: float
+
+
+@dataclass
+class Receiver:
+    """Records every request; answers each with the next of ``answers`` (status, headers, how
+    long to wait first), then with ``default``."""
+
+    url: str
+    requests: list[Received] = field(default_factory=list)
+    answers: list[tuple[int, dict[str, str], float]] = field(default_factory=list)
+    default: int = 204
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def answer(self, *statuses: int, headers: dict[str, str] | None = None) -> None:
+        with self.lock:
+            self.answers += [(status, headers or {}, 0.0) for status in statuses]
+
+    def hold(self, seconds: float) -> None:
+        """The next request is answered 204 only after ``seconds``."""
+        with self.lock:
+            self.answers.append((204, {}, seconds))
+
+    def ids(self) -> list[str]:
+        return [request.headers["webhook-id"] for request in self.requests]
+
+    def types(self) -> list[str]:
+        import orjson
+
+        return [orjson.loads(request.body)["type"] for request in self.requests]
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    state = Receiver(url="")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("content-length", 0)))
+            with state.lock:
+                status, headers, wait = (
+                    state.answers.pop(0) if state.answers else (state.default, {}, 0.0)
+                )
+            if wait:
+                time.sleep(wait)
+            with state.lock:
+                state.requests.append(
+                    Received({k.lower(): v for k, v in self.headers.items()}, body, time.time())
+                )
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/hooks"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield state
+    server.shutdown()
+    server.server_close()
+
+
+@dataclass
+class Clock:
+    """The workers' time: the real time moved on by what the tests skip (wakeups and events
+    carry the database's real time, so the workers' may not fall behind it)."""
+
+    skipped: timedelta = timedelta(0)
+
+    def __call__(self) -> datetime:
+        return datetime.now(UTC) + self.skipped
+
+    def advance(self, by: timedelta) -> None:
+        self.skipped += by
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+ALLOW_PRIVATE = AddressPolicy(allow_private=True)
+
+
+class Workers:
+    """Makes workers on the tests' database and clock, with no jitter (waits are exact) unless
+    a test gives its own; ``run`` drives a scenario in an event loop and closes their senders
+    in it."""
+
+    def __init__(self, database: Database, clock: Clock) -> None:
+        self.database = database
+        self.clock = clock
+        self.made: list[DeliveryWorker] = []
+
+    def __call__(self, policy: AddressPolicy = ALLOW_PRIVATE, **options: Any) -> DeliveryWorker:
+        options.setdefault("jitter", lambda: 1.0)
+        options.setdefault("limits", WorkerLimits())
+        worker = DeliveryWorker(self.database, Sender(policy), clock=self.clock, **options)
+        self.made.append(worker)
+        return worker
+
+    def run(self, scenario: Coroutine[Any, Any, T]) -> T:
+        async def closing() -> T:
+            try:
+                return await scenario
+            finally:
+                for worker in self.made:
+                    await worker.sender.close()
+                self.made.clear()
+
+        return asyncio.run(closing())
+
+
+@pytest.fixture
+def workers(worker_database: Database, clock: Clock) -> Workers:
+    return Workers(worker_database, clock)
+
+
+@pytest.fixture
+def tenant(worker_database: Database) -> TenantWorld:
+    return build_tenant(worker_database)
+
+
+def add_endpoint(
+    database: Database, world: TenantWorld, url: str, **fields: Any
+) -> endpoints.WithSecret:
+    """An endpoint made through the service, its URL taken as checked (the tests' receiver is
+    on the loopback, which only the policy of the worker under test may refuse)."""
+    fields.setdefault("events", ["*"])
+    with database.unit_of_work(world.tenant.scope.in_department(world.department.id)) as uow:
+        return endpoints.create(uow, Checked(WebhookEndpointFields(url=url, **fields)))
