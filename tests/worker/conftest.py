@@ -18,7 +18,7 @@ import pytest
 from dealbase.migrations.runner import upgrade_control
 from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.addresses import AddressPolicy
-from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields
+from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields, WithSecret
 from dealbase.tenancy.database import Database
 from dealbase.worker.delivery import DeliveryWorker, WorkerLimits
 from dealbase.worker.sending import Sender
@@ -177,9 +177,7 @@ def tenant(worker_database: Database) -> TenantWorld:
     return build_tenant(worker_database)
 
 
-def add_endpoint(
-    database: Database, world: TenantWorld, url: str, **fields: Any
-) -> endpoints.WithSecret:
+def add_endpoint(database: Database, world: TenantWorld, url: str, **fields: Any) -> WithSecret:
     """An endpoint made through the service, its URL taken as checked (the tests' receiver is
     on the loopback, which only the policy of the worker under test may refuse)."""
     fields.setdefault("events", ["*"])
