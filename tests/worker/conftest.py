@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
 
+import orjson
 import pytest
 
 from dealbase.migrations.runner import upgrade_control
@@ -61,6 +62,9 @@ class Receiver:
     answers: list[tuple[int, dict[str, str], float]] = field(default_factory=list)
     default: int = 204
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Requests begun, answered or not.
+    arrived: int = 0
+    server: _Server | None = None
 
     def answer(self, *statuses: int, headers: dict[str, str] | None = None) -> None:
         with self.lock:
@@ -71,49 +75,72 @@ class Receiver:
         with self.lock:
             self.answers.append((204, {}, seconds))
 
+    def stop(self) -> None:
+        """Stops listening: connections are refused until ``start``."""
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+    def start(self) -> None:
+        """Listens again, on the same port."""
+        self.server = _serve(self, int(self.url.split(":")[2].split("/")[0]))
+
     def ids(self) -> list[str]:
         return [request.headers["webhook-id"] for request in self.requests]
 
     def types(self) -> list[str]:
-        import orjson
-
         return [orjson.loads(request.body)["type"] for request in self.requests]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_POST(self) -> None:
+        state = self.server.state
+        with state.lock:
+            state.arrived += 1
+            status, headers, wait = (
+                state.answers.pop(0) if state.answers else (state.default, {}, 0.0)
+            )
+        body = self.rfile.read(int(self.headers.get("content-length", 0)))
+        if wait:
+            time.sleep(wait)
+        with state.lock:
+            state.requests.append(
+                Received({k.lower(): v for k, v in self.headers.items()}, body, time.time())
+            )
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # Room for every connection a worker opens at once (a refused one would be retried later).
+    request_queue_size = 256
+    state: Receiver
+
+
+def _serve(state: Receiver, port: int) -> _Server:
+    server = _Server(("127.0.0.1", port), _Handler)
+    server.state = state
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
 
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     state = Receiver(url="")
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("content-length", 0)))
-            with state.lock:
-                status, headers, wait = (
-                    state.answers.pop(0) if state.answers else (state.default, {}, 0.0)
-                )
-            if wait:
-                time.sleep(wait)
-            with state.lock:
-                state.requests.append(
-                    Received({k.lower(): v for k, v in self.headers.items()}, body, time.time())
-                )
-            self.send_response(status)
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.send_header("content-length", "0")
-            self.end_headers()
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/hooks"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    state.server = _serve(state, 0)
+    state.url = f"http://127.0.0.1:{state.server.server_address[1]}/hooks"
     yield state
-    server.shutdown()
-    server.server_close()
+    state.stop()
 
 
 @dataclass
@@ -140,8 +167,7 @@ ALLOW_PRIVATE = AddressPolicy(allow_private=True)
 
 class Workers:
     """Makes workers on the tests' database and clock, with no jitter (waits are exact) unless
-    a test gives its own; ``run`` drives a scenario in an event loop and closes their senders
-    in it."""
+    a test gives its own; ``run`` drives a scenario in an event loop of its own."""
 
     def __init__(self, database: Database, clock: Clock) -> None:
         self.database = database
@@ -160,9 +186,10 @@ class Workers:
             try:
                 return await scenario
             finally:
+                # An HTTP client belongs to the event loop it ran in: the next run gets another.
                 for worker in self.made:
                     await worker.sender.close()
-                self.made.clear()
+                    worker.sender = Sender(worker.sender.policy)
 
         return asyncio.run(closing())
 

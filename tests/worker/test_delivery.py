@@ -3,16 +3,31 @@ it tries again, and what it never sends."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import itertools
+import uuid
+from datetime import timedelta
+from typing import Any
+
 import orjson
-from standardwebhooks.webhooks import Webhook
+import pytest
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from dealbase.platform.customers import service as customers
-from dealbase.platform.customers.models import CustomerFields
+from dealbase.platform.customers.models import CustomerFields, CustomerPatch
 from dealbase.platform.events import service as events
 from dealbase.platform.events.models import EventFilter, event_json
+from dealbase.platform.webhooks import deliveries
+from dealbase.platform.webhooks import service as endpoints
+from dealbase.platform.webhooks.addresses import AddressPolicy
+from dealbase.platform.webhooks.delivery_models import Delivery
+from dealbase.platform.webhooks.models import Checked, WebhookEndpointPatch
 from dealbase.tenancy.database import Database
-from tests.support import TenantWorld
-from tests.worker.conftest import Receiver, Workers, add_endpoint
+from dealbase.tenancy.scope import Scope
+from dealbase.worker.delivery import DeliveryWorker
+from tests.support import TenantWorld, build_tenant
+from tests.worker.conftest import Clock, Receiver, Workers, add_endpoint
 
 
 def add_customer(database: Database, world: TenantWorld, last_name: str) -> None:
@@ -41,3 +56,379 @@ def test_an_event_arrives_signed_as_standard_webhooks_verifies_it(
     assert orjson.loads(request.body) == event
     assert request.headers["webhook-id"] == event["id"]
     assert request.headers["content-type"] == "application/json"
+
+
+def in_department(world: TenantWorld) -> Scope:
+    return world.tenant.scope.in_department(world.department.id)
+
+
+def log_of(database: Database, world: TenantWorld, endpoint_id: uuid.UUID) -> list[Delivery]:
+    """The endpoint's deliveries, oldest first."""
+    with database.unit_of_work(in_department(world)) as uow:
+        return list(reversed(deliveries.list_page(uow, endpoint_id, 100, None).items))
+
+
+def endpoint_of(database: Database, world: TenantWorld, endpoint_id: uuid.UUID) -> Any:
+    with database.unit_of_work(in_department(world)) as uow:
+        return endpoints.get(uow, endpoint_id)
+
+
+def deliver(workers: Workers, worker: DeliveryWorker | None = None) -> None:
+    workers.run((worker or workers()).run_until_idle())
+
+
+def test_failed_attempts_are_retried_after_5_10_20_seconds_then_delivered(
+    worker_database: Database,
+    tenant: TenantWorld,
+    receiver: Receiver,
+    workers: Workers,
+    clock: Clock,
+) -> None:
+    endpoint = add_endpoint(worker_database, tenant, receiver.url)
+    add_customer(worker_database, tenant, "Lovelace")
+    receiver.answer(500, 500, 500)
+    worker = workers()
+
+    deliver(workers, worker)
+    for wait in (5, 10, 20):
+        clock.advance(timedelta(seconds=wait - 1))
+        deliver(workers, worker)
+        assert receiver.arrived == len(receiver.requests)
+        before = len(receiver.requests)
+        clock.advance(timedelta(seconds=1.5))
+        deliver(workers, worker)
+        assert len(receiver.requests) == before + 1, f"no retry {wait} s after the last"
+
+    (delivery,) = log_of(worker_database, tenant, endpoint.id)
+    assert delivery.state == "delivered" and delivery.attempt_count == 4
+    assert [attempt.status_code for attempt in delivery.attempts] == [500, 500, 500, 204]
+    assert delivery.attempts[0].error == "The endpoint answered 500."
+    assert delivery.attempts[-1].error is None
+    gaps = [
+        (later.attempted_at - earlier.attempted_at).total_seconds()
+        for earlier, later in itertools.pairwise(delivery.attempts)
+    ]
+    for gap, wait in zip(gaps, (5, 10, 20), strict=True):
+        assert wait <= gap < wait + 2
+    assert len(set(receiver.ids())) == 1
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_retry_after_on_429_and_503_holds_the_next_attempt_back(
+    worker_database: Database,
+    tenant: TenantWorld,
+    receiver: Receiver,
+    workers: Workers,
+    clock: Clock,
+    status: int,
+) -> None:
+    add_endpoint(worker_database, tenant, receiver.url)
+    add_customer(worker_database, tenant, "Lovelace")
+    receiver.answer(status, headers={"Retry-After": "120"})
+    worker = workers()
+    deliver(workers, worker)
+
+    clock.advance(timedelta(seconds=60))
+    deliver(workers, worker)
+    assert len(receiver.requests) == 1
+
+    clock.advance(timedelta(seconds=61))
+    deliver(workers, worker)
+    assert len(receiver.requests) == 2
+
+
+def test_410_disables_the_endpoint_and_says_why(
+    worker_database: Database,
+    tenant: TenantWorld,
+    receiver: Receiver,
+    workers: Workers,
+    clock: Clock,
+) -> None:
+    endpoint = add_endpoint(worker_database, tenant, receiver.url)
+    add_customer(worker_database, tenant, "Lovelace")
+    receiver.answer(410)
+    deliver(workers)
+
+    add_customer(worker_database, tenant, "Hopper")
+    clock.advance(timedelta(hours=1))
+    deliver(workers)
+
+    assert len(receiver.requests) == 1
+    disabled = endpoint_of(worker_database, tenant, endpoint.id)
+    assert disabled.enabled is False
+    assert "410 Gone" in disabled.disabled_reason
+    (delivery,) = log_of(worker_database, tenant, endpoint.id)
+    assert delivery.state == "failed" and delivery.next_attempt_at is None
+
+
+def test_an_endpoint_failing_for_three_days_is_disabled_and_its_delivery_gives_up(
+    worker_database: Database,
+    tenant: TenantWorld,
+    receiver: Receiver,
+    workers: Workers,
+    clock: Clock,
+) -> None:
+    endpoint = add_endpoint(worker_database, tenant, receiver.url)
+    add_customer(worker_database, tenant, "Lovelace")
+    receiver.default = 500
+    worker = workers()
+    started = clock()
+    deliver(workers, worker)
+    while clock() - started < timedelta(days=4):
+        clock.advance(timedelta(hours=1))
+        deliver(workers, worker)
+
+    (delivery,) = log_of(worker_database, tenant, endpoint.id)
+    assert delivery.state == "failed"
+    first, last = delivery.attempts[0].attempted_at, delivery.attempts[-1].attempted_at
+    assert timedelta(days=2) < last - first <= timedelta(days=3)
+    # 5 s doubling to 12 h: 15 attempts within the first day, then one every 12 h or so.
+    assert 17 <= delivery.attempt_count <= 21
+    disabled = endpoint_of(worker_database, tenant, endpoint.id)
+    assert disabled.enabled is False
+    assert "No delivery succeeded for three days" in disabled.disabled_reason
+    assert "The endpoint answered 500." in disabled.disabled_reason
+
+
+def test_a_success_between_failures_keeps_the_endpoint_enabled(
+    worker_database: Database,
+    tenant: TenantWorld,
+    receiver: Receiver,
+    workers: Workers,
+    clock: Clock,
+) -> None:
+    endpoint = add_endpoint(worker_database, tenant, receiver.url, ordered=False)
+    receiver.default = 500
+    worker = workers()
+    started = clock()
+    add_customer(worker_database, tenant, "Lovelace")
+    deliver(workers, worker)
+    while clock() - started < timedelta(days=4):
+        clock.advance(timedelta(hours=12))
+        receiver.answer(204)
+        add_customer(worker_database, tenant, "Hopper")
+        deliver(workers, worker)
+
+    assert endpoint_of(worker_database, tenant, endpoint.id).enabled is True
+
+
+def test_an_ordered_endpoint_gets_the_next_event_only_after_the_previous_one(
+    worker_database: Database,
+    tenant: TenantWorld,
+    receiver: Receiver,
+    workers: Workers,
+    clock: Clock,
+) -> None:
+    add_endpoint(worker_database, tenant, receiver.url)
+    for name in ("first", "second", "third"):
+        add_customer(worker_database, tenant, name)
+    receiver.answer(500)
+    deliver(workers)
+    assert len(receiver.requests) == 1
+
+    clock.advance(timedelta(seconds=6))
+    deliver(workers)
+
+    names = [orjson.loads(request.body)["data"]["last_name"] for request in receiver.requests]
+    assert names == ["first", "first", "second", "third"]
+
+
+def test_an_unordered_endpoint_gets_later_events_while_one_is_retried(
+    worker_database: Database, tenant: TenantWorld, receiver: Receiver, workers: Workers
+) -> None:
+    add_endpoint(worker_database, tenant, receiver.url, ordered=False)
+    for name in ("first", "second", "third"):
+        add_customer(worker_database, tenant, name)
+    receiver.answer(500)
+    deliver(workers)
+
+    assert len(receiver.requests) == 3
+    assert len(set(receiver.ids())) == 3
+
+
+def test_only_subscribed_event_types_are_delivered(
+    worker_database: Database, tenant: TenantWorld, receiver: Receiver, workers: Workers
+) -> None:
+    add_endpoint(worker_database, tenant, receiver.url, events=["customer.updated"])
+    with worker_database.unit_of_work(in_department(tenant)) as uow:
+        customer = customers.create(uow, CustomerFields(last_name="Lovelace"))
+    with worker_database.unit_of_work(in_department(tenant)) as uow:
+        customers.update(uow, customer.id, CustomerPatch(city="London"))
+    deliver(workers)
+
+    assert receiver.types() == ["customer.updated"]
+
+
+def test_a_worker_killed_mid_delivery_leaves_the_event_to_another(
+    worker_database: Database,
+    tenant: TenantWorld,
+    receiver: Receiver,
+    workers: Workers,
+    clock: Clock,
+) -> None:
+    endpoint = add_endpoint(worker_database, tenant, receiver.url)
+    add_customer(worker_database, tenant, "Lovelace")
+    receiver.hold(1.0)
+    doomed, survivor = workers(), workers()
+
+    async def kill_mid_delivery() -> None:
+        task = asyncio.create_task(doomed.run_once())
+        while receiver.arrived == 0:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        # Its lease and its claim on the tenant's wakeup hold the event back until they lapse.
+        await survivor.run_until_idle()
+        assert receiver.arrived == 1
+        clock.advance(doomed.limits.claim_lease + timedelta(seconds=1))
+        await survivor.run_until_idle()
+
+    workers.run(kill_mid_delivery())
+
+    (delivery,) = log_of(worker_database, tenant, endpoint.id)
+    assert delivery.state == "delivered"
+    assert receiver.arrived == 2 and len(set(receiver.ids())) == 1
+
+
+def test_two_workers_deliver_each_event_once(
+    worker_database: Database, receiver: Receiver, workers: Workers
+) -> None:
+    worlds = [build_tenant(worker_database) for _ in range(3)]
+    for world in worlds:
+        add_endpoint(worker_database, world, receiver.url, ordered=False)
+        add_endpoint(worker_database, world, receiver.url + "/ordered")
+        for index in range(20):
+            add_customer(worker_database, world, f"customer {index}")
+    first, second = workers(), workers()
+
+    async def both() -> None:
+        await asyncio.gather(first.run_until_idle(), second.run_until_idle())
+
+    workers.run(both())
+
+    # Each event once per endpoint: 3 tenants, 2 endpoints, 20 events.
+    assert len(receiver.requests) == 120
+    assert len(set(receiver.ids())) == 60
+
+
+def test_events_wait_while_the_receiver_is_down_and_arrive_in_order_when_it_is_back(
+    worker_database: Database,
+    tenant: TenantWorld,
+    receiver: Receiver,
+    workers: Workers,
+    clock: Clock,
+) -> None:
+    endpoint = add_endpoint(worker_database, tenant, receiver.url)
+    receiver.stop()
+    for name in ("first", "second"):
+        add_customer(worker_database, tenant, name)
+    worker = workers()
+    deliver(workers, worker)
+    clock.advance(timedelta(seconds=6))
+    deliver(workers, worker)
+    (waiting, _) = log_of(worker_database, tenant, endpoint.id)
+    assert [attempt.status_code for attempt in waiting.attempts] == [None, None]
+    assert "ConnectError" in (waiting.attempts[0].error or "")
+
+    receiver.start()
+    clock.advance(timedelta(seconds=11))
+    deliver(workers, worker)
+
+    names = [orjson.loads(request.body)["data"]["last_name"] for request in receiver.requests]
+    assert names == ["first", "second"]
+
+
+def test_events_of_a_rolled_back_transaction_are_never_sent(
+    worker_database: Database, tenant: TenantWorld, receiver: Receiver, workers: Workers
+) -> None:
+    add_endpoint(worker_database, tenant, receiver.url)
+
+    def fail_after_writing() -> None:
+        with worker_database.unit_of_work(in_department(tenant)) as uow:
+            customers.create(uow, CustomerFields(last_name="Rolled back"))
+            uow.finish()  # the events and the wakeup are written, then the transaction fails
+            raise RuntimeError("the request failed after its writes")
+
+    with pytest.raises(RuntimeError):
+        fail_after_writing()
+    deliver(workers)
+    assert receiver.requests == []
+
+    add_customer(worker_database, tenant, "Committed")
+    deliver(workers)
+    names = [orjson.loads(request.body)["data"]["last_name"] for request in receiver.requests]
+    assert names == ["Committed"]
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_a_private_address_is_refused_at_delivery_unless_allowed(
+    worker_database: Database,
+    tenant: TenantWorld,
+    receiver: Receiver,
+    workers: Workers,
+    host: str,
+) -> None:
+    port = receiver.url.split(":")[2].split("/")[0]
+    endpoint = add_endpoint(worker_database, tenant, f"https://{host}:{port}/hooks")
+    add_customer(worker_database, tenant, "Lovelace")
+
+    deliver(workers, workers(AddressPolicy(allow_private=False)))
+
+    assert receiver.arrived == 0
+    (delivery,) = log_of(worker_database, tenant, endpoint.id)
+    (attempt,) = delivery.attempts
+    assert attempt.status_code is None
+    assert "not public" in (attempt.error or "")
+    assert delivery.state == "pending"
+
+
+def test_during_a_rotation_either_secret_verifies_the_signature(
+    worker_database: Database, tenant: TenantWorld, receiver: Receiver, workers: Workers
+) -> None:
+    endpoint = add_endpoint(worker_database, tenant, receiver.url)
+    with worker_database.unit_of_work(in_department(tenant)) as uow:
+        rotated = endpoints.rotate_secret(uow, endpoint.id)
+    add_customer(worker_database, tenant, "Lovelace")
+    deliver(workers)
+
+    (request,) = receiver.requests
+    assert len(request.headers["webhook-signature"].split(" ")) == 2
+    for secret in (endpoint.secret, rotated.secret):
+        Webhook(secret).verify(request.body, request.headers)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(endpoints.new_secret()).verify(request.body, request.headers)
+
+
+def test_a_disabled_endpoint_keeps_its_events_until_it_is_enabled_again(
+    worker_database: Database, tenant: TenantWorld, receiver: Receiver, workers: Workers
+) -> None:
+    endpoint = add_endpoint(worker_database, tenant, receiver.url, enabled=False)
+    with worker_database.unit_of_work(in_department(tenant)) as uow:
+        endpoints.update(uow, endpoint.id, Checked(WebhookEndpointPatch(enabled=False)))
+    add_customer(worker_database, tenant, "Lovelace")
+    deliver(workers)
+    assert receiver.requests == []
+
+    with worker_database.unit_of_work(in_department(tenant)) as uow:
+        endpoints.update(uow, endpoint.id, Checked(WebhookEndpointPatch(enabled=True)))
+    deliver(workers)
+
+    assert [orjson.loads(r.body)["data"]["last_name"] for r in receiver.requests] == ["Lovelace"]
+
+
+def test_tenants_with_nothing_to_deliver_are_never_visited(
+    worker_database: Database, receiver: Receiver, workers: Workers
+) -> None:
+    for _ in range(5):
+        world = build_tenant(worker_database)
+        add_customer(worker_database, world, "No endpoint here")
+    statements: list[str] = []
+    worker_database.statement_listeners.append(statements.append)
+    try:
+        visited = workers.run(workers().run_once())
+    finally:
+        worker_database.statement_listeners.remove(statements.append)
+
+    assert visited == 0
+    assert statements == []

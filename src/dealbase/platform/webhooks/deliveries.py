@@ -69,14 +69,15 @@ def _gone_reason(at: datetime) -> str:
 def _failing_reason(since: datetime, error: str | None) -> str:
     return (
         f"No delivery succeeded for three days: every attempt since {format_timestamp(since)}"
-        f" failed, the last with: {error}"
+        f" failed, and a delivery gave up. The last error: {error}"
     )
 
 
 def _record(uow: UnitOfWork, sent: Sequence[Sent], jitter: Jitter) -> None:
     """Logs each attempt and settles its delivery: delivered; failed (a 410, or no retry left
     within three days of its first attempt); or pending, retried later. An endpoint that
-    answered 410, or none of whose attempts succeeded for three days, is disabled."""
+    answered 410 is disabled, and so is one whose delivery gave up with no attempt succeeding
+    since that delivery's first (three days of failures)."""
     attempts, settled = [], []
     endpoints_seen: dict[uuid.UUID, dict[str, object]] = {}
     for item in sent:
@@ -91,13 +92,15 @@ def _record(uow: UnitOfWork, sent: Sequence[Sent], jitter: Jitter) -> None:
                 "error": response.error,
             }
         )
-        state, retry_at = "delivered", None
+        state, retry_at, gave_up = "delivered", None, False
         if not response.succeeded:
             state = "failed"
             if not response.gone:
                 wait = wait_after(delivery.attempt_count + 1, response.retry_after, jitter())
                 if at + wait <= delivery.started_at + GIVE_UP_AFTER:
                     state, retry_at = "pending", at + wait
+                else:
+                    gave_up = True
         settled.append(
             {
                 "delivery_id": delivery.delivery_id,
@@ -121,9 +124,10 @@ def _record(uow: UnitOfWork, sent: Sequence[Sent], jitter: Jitter) -> None:
             mark.update(succeeded=True, disable=False, reason=None)
         elif response.gone:
             mark.update(disable=True, reason=_gone_reason(at))
-        elif not mark["succeeded"] and not mark["disable"]:
+        elif gave_up and not mark["succeeded"] and not mark["disable"]:
+            # Nothing succeeded since this delivery's first attempt, about three days ago.
             since = delivery.failing_since or at
-            if at - since >= GIVE_UP_AFTER:
+            if since <= (delivery.first_attempted_at or at):
                 mark.update(disable=True, reason=_failing_reason(since, response.error))
     repository.record(uow.connection, attempts, settled, list(endpoints_seen.values()))
 

@@ -144,6 +144,12 @@ def _pending_before() -> ColumnElement[bool]:
     )
 
 
+def _next_in_order() -> ColumnElement[bool]:
+    """A delivery that may go now, order-wise: any of an unordered endpoint, a test event, and
+    an ordered endpoint's earliest pending one."""
+    return or_(~_endpoints.c.ordered, _deliveries.c.position.is_(None), ~_pending_before())
+
+
 def _lease_statement() -> Any:
     now: BindParameter[datetime] = bindparam("now")
     candidates = (
@@ -154,7 +160,7 @@ def _lease_statement() -> Any:
             _endpoints.c.enabled,
             _deliveries.c.next_attempt_at <= now,
             or_(_deliveries.c.leased_until.is_(None), _deliveries.c.leased_until <= now),
-            or_(~_endpoints.c.ordered, _deliveries.c.position.is_(None), ~_pending_before()),
+            _next_in_order(),
         )
         .order_by(_deliveries.c.next_attempt_at, _deliveries.c.position)
         .limit(bindparam("limit"))
@@ -176,6 +182,15 @@ def _lease_statement() -> Any:
         )
         .cte("leased")
     )
+    # Of the delivery's current run of attempts (since its creation or redelivery).
+    first_attempt = (
+        select(func.min(webhook_attempts.c.attempted_at))
+        .where(
+            webhook_attempts.c.delivery_id == leased.c.id,
+            webhook_attempts.c.attempted_at >= leased.c.started_at,
+        )
+        .scalar_subquery()
+    )
     # The secret a rotation replaced signs until its overlap ends.
     previous_secret = case(
         (_endpoints.c.previous_secret_expires_at > now, _endpoints.c.previous_secret),
@@ -193,6 +208,7 @@ def _lease_statement() -> Any:
             _endpoints.c.secret,
             previous_secret.label("previous_secret"),
             _endpoints.c.failing_since,
+            first_attempt.label("first_attempted_at"),
             *[column.label(f"event_{column.name}") for column in events.c],
         )
         .join_from(leased, _endpoints, _endpoints.c.id == leased.c.endpoint_id)
@@ -250,6 +266,7 @@ def lease(
                 started_at=row["started_at"],
                 leased_until=row["leased_until"],
                 failing_since=row["failing_since"],
+                first_attempted_at=row["first_attempted_at"],
             )
         )
     return leased
@@ -312,12 +329,13 @@ def record(
 
 def next_due(connection: TenantConnection) -> datetime | None:
     """When the schema next has a delivery to try: the earliest retry of an enabled endpoint's
-    pending delivery, or the end of a lease (a worker that died holding it)."""
+    pending delivery that its order lets go next, or the end of a lease (a worker that died
+    holding it)."""
     due = func.greatest(_deliveries.c.next_attempt_at, _deliveries.c.leased_until)
     found = connection.execute(
         select(func.min(due))
         .join_from(_deliveries, _endpoints, _endpoints.c.id == _deliveries.c.endpoint_id)
-        .where(_deliveries.c.state == "pending", _endpoints.c.enabled)
+        .where(_deliveries.c.state == "pending", _endpoints.c.enabled, _next_in_order())
     ).scalar()
     return found if isinstance(found, datetime) else None
 
@@ -384,16 +402,20 @@ def get_delivery(
 
 
 def redeliver(connection: TenantConnection, endpoint_id: uuid.UUID, delivery_id: uuid.UUID) -> bool:
-    """Makes the delivery pending and due now, its three days of retries starting again; a
-    delivery a worker is sending keeps its lease. False when there is no such delivery."""
+    """Makes the delivery pending and due now, its three days of retries (and its backoff)
+    starting again. A worker sending it now loses its lease, so what that attempt brings is
+    logged but settles nothing: the delivery is sent again whatever it brought. False when
+    there is no such delivery."""
     changed = connection.execute(
         update(_deliveries)
         .where(_deliveries.c.endpoint_id == endpoint_id, _deliveries.c.id == delivery_id)
         .values(
             state="pending",
+            attempt_count=0,
             next_attempt_at=func.now(),
             started_at=func.now(),
             delivered_at=None,
+            leased_until=None,
         )
         .returning(_deliveries.c.id)
     ).first()
