@@ -1,8 +1,8 @@
 """GET /webhooks/{id}/deliveries, POST .../deliveries/{delivery_id}/redeliver and POST
 /webhooks/{id}/test: a department's delivery log, redelivery and test events, over REST.
 
-No worker runs here: the tests step the delivery service themselves (scan, lease, record), as
-a worker would, and read what it recorded through the API."""
+No worker runs here: the tests take a worker's steps themselves (scan, lease, record; see
+tests/delivery_support.py) and read what they recorded through the API."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from dealbase.platform.resources import format_timestamp
-from dealbase.platform.webhooks import deliveries
-from dealbase.platform.webhooks.delivery_models import Outgoing, Response, Sent
+from dealbase.platform.webhooks.delivery_models import Outgoing, Response
 from dealbase.rest_api.schemas import TIMESTAMP_PATTERN, WebhookDeliveryOut
 from dealbase.tenancy.control_tables import webhook_wakeups
 from dealbase.tenancy.database import Database
+from tests.delivery_support import lease, record, scan
 from tests.support import Credentials, TenantWorld
 
 API = "/api/v1/integration"
@@ -34,7 +34,6 @@ DELIVERY_FIELDS = [
 ]  # fmt: skip
 ATTEMPT_FIELDS = ["attempted_at", "status_code", "duration_ms", "error"]
 TIMESTAMP = re.compile(TIMESTAMP_PATTERN)
-LEASE = timedelta(seconds=30)
 # 5 s after the first failure, then doubling (platform/webhooks/retries.py), with no jitter.
 FIRST_RETRY = timedelta(seconds=5)
 GIVE_UP_AFTER = timedelta(days=3)
@@ -68,30 +67,6 @@ def redeliver(client: TestClient, key: Credentials, endpoint_id: str, delivery_i
     return client.post(
         f"{WEBHOOKS}/{endpoint_id}/deliveries/{delivery_id}/redeliver", headers=key.headers
     )
-
-
-# A worker's steps, each in a unit of work for the tenant, with no jitter.
-
-
-def _step(database: Database, world: TenantWorld, now: datetime, **options: Any) -> deliveries.Step:
-    options = {"sent": [], "limit": 0, "scan": False, **options}
-    with database.unit_of_work(world.tenant.scope) as uow:
-        return deliveries.step(uow, now=now, jitter=lambda: 1.0, lease_for=LEASE, **options)
-
-
-def scan(database: Database, world: TenantWorld, now: datetime) -> None:
-    """Makes the deliveries of the events the tenant's endpoints have not seen, due ``now``."""
-    _step(database, world, now, scan=True)
-
-
-def lease(database: Database, world: TenantWorld, now: datetime) -> list[Outgoing]:
-    return _step(database, world, now, limit=10).leased
-
-
-def record(
-    database: Database, world: TenantWorld, outgoing: Outgoing, response: Response, at: datetime
-) -> None:
-    _step(database, world, at, sent=[Sent(outgoing, response, at)])
 
 
 def add_customer(client: TestClient, key: Credentials) -> None:
