@@ -40,7 +40,7 @@ from dealbase.graphql_api.guards import estimate_cost
 from dealbase.graphql_api.schema import build_schema
 from dealbase.platform.pagination import MAX_PAGE_SIZE
 
-# Hypothesis examples per query and mutation (24 of them). The run is bounded by this number
+# Hypothesis examples per query and mutation (33 of them). The run is bounded by this number
 # alone (GraphQL has no examples or coverage phase); at 20 the whole file takes seconds.
 MAX_EXAMPLES_PER_OPERATION = 20
 
@@ -166,6 +166,8 @@ class GraphQLRows:
     employee_id: str
     step_id: str
     activity_id: str
+    webhook_endpoint_id: str
+    webhook_delivery_id: str
 
     def for_argument(self, name: str) -> str | None:
         return {
@@ -174,6 +176,8 @@ class GraphQLRows:
             "dealId": self.deal_id,
             "employeeId": self.employee_id,
             "stepId": self.step_id,
+            "endpointId": self.webhook_endpoint_id,
+            "deliveryId": self.webhook_delivery_id,
         }.get(name)
 
     def for_id_of(self, root_field: str) -> str | None:

@@ -33,7 +33,7 @@ from contract_tests.graphql_support import (
     import_time_introspection,
     load_graphql_schema,
 )
-from contract_tests.server_rules import DepartmentRows
+from contract_tests.server_rules import PUBLIC_WEBHOOK_URL, DepartmentRows
 from dealbase.config import Settings
 from dealbase.graphql_api.api import GRAPHQL_PATH
 from tests.support import Credentials
@@ -56,7 +56,8 @@ def graphql_rows(
     """The department's real rows; each call remakes one a mutation deleted.
 
     Customer, deal, employee and step come from ``contract_rows`` (which remakes its own); the
-    activity is made here, through GraphQL.
+    activity, and a webhook endpoint with the delivery of a test event, are made here, through
+    GraphQL.
     """
     client = TestClient(contract_app)  # the lifespan already runs, in contract_app
     headers = contract_credentials.headers
@@ -78,13 +79,31 @@ def graphql_rows(
     def activity_exists(activity_id: str) -> bool:
         return run(f'{{ activity(id: "{activity_id}") {{ id }} }}').get("data") is not None
 
+    def new_webhook_delivery() -> tuple[str, str]:
+        """An endpoint of the department and the delivery of a test event to it."""
+        body = run(
+            f'mutation {{ createWebhookEndpoint(input: {{url: "{PUBLIC_WEBHOOK_URL}",'
+            ' events: ["*"]}) { endpoint { id } } }'
+        )
+        assert "errors" not in body, body
+        endpoint_id = str(body["data"]["createWebhookEndpoint"]["endpoint"]["id"])
+        body = run(f'mutation {{ sendTestWebhook(endpointId: "{endpoint_id}") {{ id }} }}')
+        assert "errors" not in body, body
+        return endpoint_id, str(body["data"]["sendTestWebhook"]["id"])
+
+    def endpoint_exists(endpoint_id: str) -> bool:
+        return run(f'{{ webhookEndpoint(id: "{endpoint_id}") {{ id }} }}').get("data") is not None
+
     activity_id = new_activity(contract_rows().customer_id)
+    endpoint_id, delivery_id = new_webhook_delivery()
 
     def current() -> GraphQLRows:
-        nonlocal activity_id
+        nonlocal activity_id, endpoint_id, delivery_id
         rows = contract_rows()
         if not activity_exists(activity_id):
             activity_id = new_activity(rows.customer_id)
+        if not endpoint_exists(endpoint_id):
+            endpoint_id, delivery_id = new_webhook_delivery()
         return GraphQLRows(
             department_id=str(contract_credentials.department_id),
             customer_id=rows.customer_id,
@@ -92,6 +111,8 @@ def graphql_rows(
             employee_id=rows.employee_id,
             step_id=rows.step_id,
             activity_id=activity_id,
+            webhook_endpoint_id=endpoint_id,
+            webhook_delivery_id=delivery_id,
         )
 
     return current
@@ -121,7 +142,7 @@ def test_every_query_and_mutation_is_fuzzed() -> None:
     assert labels == {f"Query.{name}" for name in query_type.fields} | {
         f"Mutation.{name}" for name in mutation_type.fields
     }
-    assert len(labels) == 30
+    assert len(labels) == 33
 
 
 @pytest.mark.usefixtures("contract_app")

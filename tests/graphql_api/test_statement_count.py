@@ -3,9 +3,11 @@ batched by the request's DataLoaders, never loaded once per parent."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -18,8 +20,11 @@ from dealbase.platform.activities.models import ActivityFields
 from dealbase.platform.deals import service as deals_service
 from dealbase.platform.deals.models import DealCreate, DealPatch
 from dealbase.platform.validation import validated
+from dealbase.platform.webhooks import deliveries
+from dealbase.platform.webhooks.delivery_models import Response
 from dealbase.tenancy.database import Database, UnitOfWork
 from dealbase.tenancy.scope import Scope
+from tests.delivery_support import lease, record_all
 from tests.graphql_api.support import data_of
 from tests.support import TenantWorld, build_tenant
 
@@ -189,6 +194,49 @@ def test_the_count_is_paid_once_however_deep_the_nesting(
     }
 
     assert counts[5] == counts[100], counts
+
+
+DELIVERIES_QUERY = """
+query($endpointId: UUID!, $first: Int!) {
+  webhookDeliveries(endpointId: $endpointId, first: $first) {
+    totalCount edges { node { id attempts { attemptedAt statusCode } } }
+  }
+}
+"""
+
+
+def test_a_page_of_webhook_deliveries_with_their_attempts_costs_the_same_at_any_size(
+    client: TestClient, world: TenantWorld, database: Database, statements: StatementCounter
+) -> None:
+    response = client.post(
+        "/api/v1/integration/webhooks",
+        json={"url": "https://8.8.8.8/hooks", "events": ["*"]},
+        headers=world.key.headers,
+    )
+    endpoint_id = uuid.UUID(response.json()["id"])
+    with database.unit_of_work(world.tenant.scope.in_department(world.department.id)) as uow:
+        for _ in range(100):
+            deliveries.send_test(uow, endpoint_id)
+    now = datetime.now(UTC)
+    sent = lease(database, world, now, limit=100)
+    record_all(database, world, sent, Response(500, 12, "The endpoint answered 500."), now)
+    variables = {"endpointId": str(endpoint_id)}
+
+    counts = {}
+    for first in PAGE_SIZES:
+        data_of(client, DELIVERIES_QUERY, {**variables, "first": first}, world.key.headers)
+        with statements.measure():
+            found = data_of(
+                client, DELIVERIES_QUERY, {**variables, "first": first}, world.key.headers
+            )
+        counts[first] = statements.count
+        edges = found["webhookDeliveries"]["edges"]
+        assert len(edges) == first
+        assert all(len(edge["node"]["attempts"]) == 1 for edge in edges)
+
+    assert counts[5] == counts[50] == counts[100], counts
+    # The endpoint's check, the page, the attempts of all its deliveries, and the count.
+    assert 0 < counts[100] <= 8, counts
 
 
 def test_a_query_reads_in_one_transaction_and_returns_its_connection_with_the_response(

@@ -17,20 +17,23 @@ from dealbase.tenancy.database import UnitOfWork
 from dealbase.tenancy.scope import Scope
 
 
-def _fingerprint(request: Request, body: BaseModel) -> bytes:
-    """The request as validated (so key order and white space do not matter), and its target."""
+def _fingerprint(request: Request, body: BaseModel | None) -> bytes:
+    """The request as validated (so key order and white space do not matter), and its target;
+    a request that takes no body is its target alone."""
     target = f"{request.method} {request.url.path}\n".encode()
-    return hashlib.sha256(target + body.model_dump_json().encode()).digest()
+    validated = b"" if body is None else body.model_dump_json().encode()
+    return hashlib.sha256(target + validated).digest()
 
 
 async def run_once(
     request: Request,
     scope: Scope,
     idempotency_key_header: str | None,
-    body: BaseModel,
+    body: BaseModel | None,
     perform: Callable[[UnitOfWork], Response],
 ) -> Response:
-    """``perform`` in one unit of work; with a key, at most once, its response replayed after."""
+    """``perform`` in one unit of work; with a key, at most once, its response replayed after.
+    ``body``: the validated body, or None for a request that takes none (its path says it all)."""
     db = database_of(request)
     key = idempotency_key(idempotency_key_header)
     if key is None:

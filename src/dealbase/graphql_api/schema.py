@@ -54,6 +54,7 @@ from dealbase.graphql_api.types import (
     PipelineStep,
     PipelineSummary,
     Step,
+    WebhookDelivery,
     WebhookEndpoint,
     connection,
 )
@@ -70,6 +71,7 @@ from dealbase.platform.pagination import DEFAULT_PAGE_SIZE, Page, page_size
 from dealbase.platform.pipeline import service as pipeline
 from dealbase.platform.pipeline.models import SummaryRange
 from dealbase.platform.validation import validated
+from dealbase.platform.webhooks import deliveries
 from dealbase.platform.webhooks import service as webhooks
 from dealbase.platform.webhooks.models import WebhookEndpointFields, WebhookEndpointPatch
 from dealbase.tenancy.database import UnitOfWork
@@ -302,6 +304,26 @@ class Query:
 
         return connection(page, WebhookEndpoint.of, count)
 
+    @strawberry.field(
+        description="A webhook endpoint's delivery log, newest first, each delivery with its"
+        " attempts."
+    )
+    async def webhook_deliveries(
+        self,
+        info: GraphQLInfo,
+        endpoint_id: uuid.UUID,
+        first: int = DEFAULT_PAGE_SIZE,
+        after: str | None = None,
+    ) -> Connection[WebhookDelivery]:
+        page = await info.context.run(
+            lambda uow: deliveries.list_page(uow, endpoint_id, first, after)
+        )
+
+        async def count() -> int:
+            return await info.context.run(lambda uow: deliveries.count(uow, endpoint_id))
+
+        return connection(page, WebhookDelivery.of, count)
+
 
 @strawberry.type
 class Mutation:
@@ -432,6 +454,28 @@ class Mutation:
     async def rotate_webhook_secret(self, info: GraphQLInfo, id: uuid.UUID) -> IssuedWebhookSecret:
         return IssuedWebhookSecret.of(
             await info.context.write(lambda uow: webhooks.rotate_secret(uow, id))
+        )
+
+    @strawberry.mutation(
+        description="Makes the delivery pending and due now, whatever its state: a worker sends"
+        " it again, with the same webhook-id, and its three days of retries start again."
+    )
+    async def redeliver_webhook_delivery(
+        self, info: GraphQLInfo, endpoint_id: uuid.UUID, delivery_id: uuid.UUID
+    ) -> WebhookDelivery:
+        return WebhookDelivery.of(
+            await info.context.write(
+                lambda uow: deliveries.redeliver(uow, endpoint_id, delivery_id)
+            )
+        )
+
+    @strawberry.mutation(
+        description="Makes a delivery of a new webhook.test event to this endpoint alone,"
+        " whatever it subscribes to; each call sends another."
+    )
+    async def send_test_webhook(self, info: GraphQLInfo, endpoint_id: uuid.UUID) -> WebhookDelivery:
+        return WebhookDelivery.of(
+            await info.context.write(lambda uow: deliveries.send_test(uow, endpoint_id))
         )
 
 

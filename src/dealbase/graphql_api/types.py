@@ -26,6 +26,8 @@ from dealbase.platform.pipeline.models import PipelineSummary as PipelineSummary
 from dealbase.platform.pipeline.models import Step as StepModel
 from dealbase.platform.pipeline.models import StepSummary as StepSummaryModel
 from dealbase.platform.pipeline.models import StepTotals
+from dealbase.platform.webhooks.delivery_models import Attempt as AttemptModel
+from dealbase.platform.webhooks.delivery_models import Delivery as DeliveryModel
 from dealbase.platform.webhooks.models import WebhookEndpoint as WebhookEndpointModel
 from dealbase.platform.webhooks.models import WithSecret
 
@@ -363,6 +365,73 @@ class IssuedWebhookSecret:
     @classmethod
     def of(cls, issued: WithSecret) -> IssuedWebhookSecret:
         return cls(endpoint=WebhookEndpoint.of(issued), secret=issued.secret)
+
+
+@strawberry.enum
+class WebhookDeliveryState(Enum):
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
+@strawberry.type(description="One attempt to send a webhook delivery.")
+class WebhookDeliveryAttempt:
+    attempted_at: datetime
+    status_code: int | None = strawberry.field(
+        description="The endpoint's HTTP status; null when no answer came (refused, timed out,"
+        " an address not allowed)."
+    )
+    duration_ms: int
+    error: str | None = strawberry.field(description="Why the attempt failed; null on success.")
+
+    @classmethod
+    def of(cls, attempt: AttemptModel) -> WebhookDeliveryAttempt:
+        return cls(
+            attempted_at=attempt.attempted_at,
+            status_code=attempt.status_code,
+            duration_ms=attempt.duration_ms,
+            error=attempt.error,
+        )
+
+
+@strawberry.type(
+    description="An event (or a test event) on its way to one webhook endpoint, and every"
+    " attempt to send it."
+)
+class WebhookDelivery:
+    id: uuid.UUID
+    webhook_endpoint_id: uuid.UUID
+    event_id: uuid.UUID | None = strawberry.field(
+        description="The event sent; null for a test event (eventType webhook.test)."
+    )
+    event_type: str
+    state: WebhookDeliveryState = strawberry.field(
+        description="PENDING until an attempt succeeds (DELIVERED) or the retries give up (FAILED)."
+    )
+    attempt_count: int
+    next_attempt_at: datetime | None = strawberry.field(
+        description="When a pending delivery is next tried; null once delivered or failed."
+    )
+    created_at: datetime
+    delivered_at: datetime | None
+    attempts: list[WebhookDeliveryAttempt] = strawberry.field(
+        description="Every attempt, oldest first."
+    )
+
+    @classmethod
+    def of(cls, delivery: DeliveryModel) -> WebhookDelivery:
+        return cls(
+            id=delivery.id,
+            webhook_endpoint_id=delivery.endpoint_id,
+            event_id=delivery.event_id,
+            event_type=delivery.event_type,
+            state=WebhookDeliveryState(delivery.state),
+            attempt_count=delivery.attempt_count,
+            next_attempt_at=delivery.next_attempt_at,
+            created_at=delivery.created_at,
+            delivered_at=delivery.delivered_at,
+            attempts=[WebhookDeliveryAttempt.of(attempt) for attempt in delivery.attempts],
+        )
 
 
 Node = TypeVar("Node")

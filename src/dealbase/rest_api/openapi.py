@@ -20,15 +20,18 @@ _BODY_MODELS: list[type[BaseModel]] = [Problem]
 
 ETAG_HEADER = {"description": "The resource's version, for If-Match.", "schema": {"type": "string"}}
 READ_HEADERS = {"ETag": ETAG_HEADER}
+REPLAYED_HEADER = {
+    "description": "`true` when this is the stored response to an earlier request with the"
+    " same Idempotency-Key.",
+    "schema": {"type": "string", "enum": ["true"]},
+}
 CREATED_HEADERS = {
     "Location": {"description": "Path of the new resource.", "schema": {"type": "string"}},
     "ETag": ETAG_HEADER,
-    "Idempotent-Replayed": {
-        "description": "`true` when this is the stored response to an earlier request with the"
-        " same Idempotency-Key.",
-        "schema": {"type": "string", "enum": ["true"]},
-    },
+    "Idempotent-Replayed": REPLAYED_HEADER,
 }
+# A request accepted for work done later, whose answer an Idempotency-Key replays.
+ACCEPTED_HEADERS = {"Idempotent-Replayed": REPLAYED_HEADER}
 LIST_LIMIT = Query(
     None, ge=1, le=MAX_PAGE_SIZE, description=f"Page size, 1 to {MAX_PAGE_SIZE} (default 25)."
 )

@@ -12,6 +12,7 @@ from types import UnionType
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -30,6 +31,7 @@ from dealbase.platform.resources import (
     DEAL_HIDDEN,
     format_timestamp,
 )
+from dealbase.platform.webhooks.delivery_models import Attempt, Delivery
 from dealbase.platform.webhooks.models import WebhookEndpoint
 
 TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
@@ -70,17 +72,26 @@ def fields_from(
     *,
     hidden: Collection[str] = (),
     nested: Mapping[str, Any] | None = None,
+    renamed: Mapping[str, str] | None = None,
 ) -> Callable[[type[Wire]], type[Wire]]:
     """The decorated wire model, given a field for each attribute of ``read_model`` (a platform
     dataclass) in its order, so a platform field is declared once: ``hidden`` names the attributes
-    the wire does not show, ``nested`` the wire type of attributes holding other read models.
+    the wire does not show, ``nested`` the wire type of attributes holding other read models,
+    ``renamed`` the wire name of attributes the wire shows under another name.
 
     The result is a subclass of the decorated class under the same name (pydantic takes its fields
     when a class is made), keeping its docstring and its configuration (examples)."""
     types = {**get_type_hints(read_model), **(nested or {})}
-    # (type, ...): required, so an optional attribute is still always shown, as null.
+    names = renamed or {}
+    # (type, ...): required, so an optional attribute is still always shown, as null. A renamed
+    # field reads its attribute, or (an example, a body) its wire name.
     fields: dict[str, Any] = {
-        field.name: (_on_the_wire(types[field.name]), ...)
+        names.get(field.name, field.name): (
+            _on_the_wire(types[field.name]),
+            Field(validation_alias=AliasChoices(field.name, names[field.name]))
+            if field.name in names
+            else ...,
+        )
         for field in dataclasses.fields(read_model)
         if field.name not in hidden
     }
@@ -277,6 +288,50 @@ class WebhookEndpointWithSecretOut(WebhookEndpointOut):
     )
 
 
+# As the worker records it: a delivery that failed once and waits for its retry.
+_WEBHOOK_DELIVERY_EXAMPLE: dict[str, JsonValue] = {
+    "id": "01a2008c-2b00-7000-9a10-6c1d2e3f4a5b",
+    "webhook_endpoint_id": "01a2008b-3c00-7000-8a4e-5f0f3c9d2a11",
+    "event_id": "01a2008c-1a00-7000-8f00-3b3b2532467b",
+    "event_type": "deal.step_changed",
+    "state": "pending",
+    "attempt_count": 1,
+    "next_attempt_at": "2026-11-21T09:40:05.120000Z",
+    "created_at": "2026-11-21T09:40:00.050000Z",
+    "delivered_at": None,
+    "attempts": [
+        {
+            "attempted_at": "2026-11-21T09:40:00.100000Z",
+            "status_code": 500,
+            "duration_ms": 12,
+            "error": "The endpoint answered 500.",
+        }
+    ],
+}
+
+
+@fields_from(Attempt)
+class WebhookAttemptOut(WireModel):
+    """One attempt to send a delivery. ``status_code`` is null when no answer came (refused,
+    timed out, an address not allowed); ``error`` says why the attempt failed, null when it
+    succeeded."""
+
+
+@fields_from(
+    Delivery,
+    renamed={"endpoint_id": "webhook_endpoint_id"},
+    nested={"attempts": list[WebhookAttemptOut]},
+)
+class WebhookDeliveryOut(WireModel):
+    """An event (or a test event) on its way to one webhook endpoint. ``event_id`` is null for a
+    test event (``event_type`` ``webhook.test``); ``state`` is ``pending`` until an attempt
+    succeeds (``delivered``) or the retries give up (``failed``); ``next_attempt_at`` is when
+    a pending delivery is next tried (null otherwise); ``attempts`` lists every attempt, oldest
+    first."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [_WEBHOOK_DELIVERY_EXAMPLE]})
+
+
 class StepOut(WireModel):
     id: uuid.UUID
     name: str
@@ -320,6 +375,10 @@ class ActivityList(_ListOf):
 
 class WebhookEndpointList(_ListOf):
     data: list[WebhookEndpointOut]
+
+
+class WebhookDeliveryList(_ListOf):
+    data: list[WebhookDeliveryOut]
 
 
 class EmployeeList(_ListOf):

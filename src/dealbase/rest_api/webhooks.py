@@ -9,9 +9,10 @@ from dealbase.edge.callers import department_scope
 from dealbase.edge.database import database_of, webhook_addresses_of
 from dealbase.edge.idempotency import run_once
 from dealbase.edge.requests import IdempotencyKey, IfMatch, expected_version, json_body, parse_body
-from dealbase.platform.webhooks import service
+from dealbase.platform.webhooks import deliveries, service
 from dealbase.platform.webhooks.models import WebhookEndpointFields, WebhookEndpointPatch
 from dealbase.rest_api.openapi import (
+    ACCEPTED_HEADERS,
     CREATED_HEADERS,
     LIST_CURSOR,
     LIST_LIMIT,
@@ -21,6 +22,8 @@ from dealbase.rest_api.openapi import (
 )
 from dealbase.rest_api.responses import created_as, json_response, no_content, page_response
 from dealbase.rest_api.schemas import (
+    WebhookDeliveryList,
+    WebhookDeliveryOut,
     WebhookEndpointList,
     WebhookEndpointOut,
     WebhookEndpointWithSecretOut,
@@ -198,3 +201,100 @@ async def rotate_webhook_secret(
         scope, lambda uow: service.rotate_secret(uow, webhook_id, expected_version(if_match))
     )
     return json_response(WebhookEndpointWithSecretOut, rotated)
+
+
+@router.get(
+    "/{webhook_id}/deliveries",
+    summary="List a webhook endpoint's deliveries",
+    description=(
+        "The delivery log: each event (or test event) sent or to be sent to the endpoint, newest"
+        " first, a page at a time, each with every attempt to send it, oldest first."
+    ),
+    response_model=None,
+    responses={
+        200: {"model": WebhookDeliveryList, "description": "A page of deliveries."},
+        **problem_responses(401, 403, 404, 422),
+    },
+)
+async def list_webhook_deliveries(
+    request: Request,
+    webhook_id: uuid.UUID,
+    scope: Scope = Depends(department_scope),
+    limit: int | None = LIST_LIMIT,
+    cursor: str | None = LIST_CURSOR,
+) -> Response:
+    page = await database_of(request).run(
+        scope, lambda uow: deliveries.list_page(uow, webhook_id, limit, cursor)
+    )
+    return page_response(WebhookDeliveryList, page)
+
+
+_ACCEPTED = (
+    " Answers at once with the delivery; a worker sends it as soon as it can (only while the"
+    " endpoint is enabled)."
+)
+
+
+@router.post(
+    "/{webhook_id}/deliveries/{delivery_id}/redeliver",
+    status_code=202,
+    summary="Redeliver a webhook delivery",
+    description=(
+        "Makes the delivery `pending` and due now, whatever its state: it is sent again with the"
+        " same `webhook-id`, and its three days of retries start again." + _ACCEPTED
+    ),
+    response_model=None,
+    responses={
+        202: {
+            "model": WebhookDeliveryOut,
+            "description": "The delivery, pending.",
+            "headers": ACCEPTED_HEADERS,
+        },
+        **problem_responses(401, 403, 404, 409, 422),
+    },
+)
+async def redeliver_webhook_delivery(
+    request: Request,
+    webhook_id: uuid.UUID,
+    delivery_id: uuid.UUID,
+    scope: Scope = Depends(department_scope),
+    idempotency_key: IdempotencyKey = None,
+) -> Response:
+    def perform(uow: UnitOfWork) -> Response:
+        delivery = deliveries.redeliver(uow, webhook_id, delivery_id)
+        return json_response(WebhookDeliveryOut, delivery, 202)
+
+    return await run_once(request, scope, idempotency_key, None, perform)
+
+
+@router.post(
+    "/{webhook_id}/test",
+    status_code=202,
+    summary="Send a test event to a webhook endpoint",
+    description=(
+        "Makes a delivery of a new `webhook.test` event, whose `data` is"
+        ' `{"webhook_endpoint_id": ...}`, to this endpoint alone, whatever event types it'
+        " subscribes to. The event is not in the events feed, and the delivery's `event_id` is"
+        " null. Each request sends another test event (an `Idempotency-Key` makes a retry"
+        " safe)." + _ACCEPTED
+    ),
+    response_model=None,
+    responses={
+        202: {
+            "model": WebhookDeliveryOut,
+            "description": "The test event's delivery, pending.",
+            "headers": ACCEPTED_HEADERS,
+        },
+        **problem_responses(401, 403, 404, 409, 422),
+    },
+)
+async def send_test_webhook(
+    request: Request,
+    webhook_id: uuid.UUID,
+    scope: Scope = Depends(department_scope),
+    idempotency_key: IdempotencyKey = None,
+) -> Response:
+    def perform(uow: UnitOfWork) -> Response:
+        return json_response(WebhookDeliveryOut, deliveries.send_test(uow, webhook_id), 202)
+
+    return await run_once(request, scope, idempotency_key, None, perform)

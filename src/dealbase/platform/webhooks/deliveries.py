@@ -142,6 +142,12 @@ def list_page(
     return page.page_of(rows, lambda delivery: delivery.id, _NO_FILTERS)
 
 
+def count(uow: UnitOfWork, endpoint_id: uuid.UUID) -> int:
+    """How many deliveries the endpoint's log holds."""
+    endpoints.get(uow, endpoint_id)
+    return repository.count_deliveries(uow.connection, endpoint_id)
+
+
 def get(uow: UnitOfWork, endpoint_id: uuid.UUID, delivery_id: uuid.UUID) -> Delivery:
     endpoints.get(uow, endpoint_id)
     found = repository.get_delivery(uow.connection, endpoint_id, delivery_id)

@@ -389,6 +389,15 @@ def list_deliveries(
     return _with_attempts(connection, list(rows))
 
 
+def count_deliveries(connection: TenantConnection, endpoint_id: uuid.UUID) -> int:
+    query = (
+        select(func.count())
+        .select_from(_deliveries)
+        .where(_deliveries.c.endpoint_id == endpoint_id)
+    )
+    return int(connection.execute(query).scalar_one())
+
+
 def get_delivery(
     connection: TenantConnection, endpoint_id: uuid.UUID, delivery_id: uuid.UUID
 ) -> Delivery | None:
