@@ -19,7 +19,8 @@ from fastapi.testclient import TestClient
 
 from dealbase.ops.admin import create_employee
 from dealbase.platform.event_types import EVENT_TYPES
-from dealbase.rest_api.openapi import WEBHOOK_TEST_EVENT, carries_changes
+from dealbase.platform.webhooks.delivery_models import TEST_EVENT_TYPE
+from dealbase.rest_api.openapi import carries_changes
 from dealbase.tenancy.database import Database
 from tests.support import TenantWorld
 
@@ -68,7 +69,7 @@ def payload_validator(document: dict[str, Any], event_type: str) -> jsonschema_r
 
 
 def test_every_event_type_and_the_test_event_is_a_webhook(document: dict[str, Any]) -> None:
-    assert list(document["webhooks"]) == [*EVENT_TYPES, WEBHOOK_TEST_EVENT]
+    assert list(document["webhooks"]) == [*EVENT_TYPES, TEST_EVENT_TYPE]
     for entry in document["webhooks"].values():
         assert list(entry) == ["post"]
     operation_ids = [
@@ -193,9 +194,9 @@ def test_the_webhook_schemas_are_not_vacuous(
 
 def test_the_test_event_of_the_guide_is_valid_under_its_schema(document: dict[str, Any]) -> None:
     body = json.loads(guide_request()[1])
-    validator = payload_validator(document, WEBHOOK_TEST_EVENT)
+    validator = payload_validator(document, TEST_EVENT_TYPE)
 
-    assert body["type"] == WEBHOOK_TEST_EVENT
+    assert body["type"] == TEST_EVENT_TYPE
     assert validator.is_valid(body)
     assert not validator.is_valid({**body, "data": {}})
     assert not validator.is_valid({**body, "type": "customer.created"})

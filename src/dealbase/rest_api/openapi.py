@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from dealbase.edge.problems import PROBLEM_MEDIA_TYPE
 from dealbase.platform.event_types import EVENT_TYPES
 from dealbase.platform.pagination import CURSOR_PATTERN, MAX_PAGE_SIZE
+from dealbase.platform.webhooks.delivery_models import TEST_EVENT_TYPE
 from dealbase.rest_api.schemas import ActivityOut, CustomerOut, DealOut, Problem
 
 _REF = "#/components/schemas/{model}"
@@ -223,10 +224,6 @@ def _add_rate_limit_responses(paths: dict[str, Any]) -> None:
             responses["503"] = unavailable
 
 
-# The event POST /webhooks/{id}/test sends: to that endpoint only, whatever its ``events``, and
-# never in the events feed.
-WEBHOOK_TEST_EVENT = "webhook.test"
-
 # The REST schema of each event's ``data``, by the resource its type names.
 _RESOURCE_SCHEMAS: dict[str, type[BaseModel]] = {
     "customer": CustomerOut,
@@ -350,7 +347,7 @@ def webhook_test_payload_schema(schemas: dict[str, Any]) -> dict[str, Any]:
         for name, schema in envelope["properties"].items()
         if name not in {"changed_fields", "previous"}
     }
-    properties["type"] = {"const": WEBHOOK_TEST_EVENT}
+    properties["type"] = {"const": TEST_EVENT_TYPE}
     properties["data"] = {
         "type": "object",
         "properties": {
@@ -392,8 +389,8 @@ def webhooks(schemas: dict[str, Any]) -> dict[str, Any]:
             + "\n\nThe body is the event exactly as one item of `GET /events` shows it."
         )
         entries[event_type] = _webhook(event_type, description, event_payload_schema(event_type))
-    entries[WEBHOOK_TEST_EVENT] = _webhook(
-        WEBHOOK_TEST_EVENT,
+    entries[TEST_EVENT_TYPE] = _webhook(
+        TEST_EVENT_TYPE,
         "Sent by `POST /webhooks/{id}/test` to that endpoint only, whatever its `events`; it is"
         " not in the events feed. `data` names the endpoint.",
         webhook_test_payload_schema(schemas),

@@ -8,6 +8,8 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 DeliveryState = Literal["pending", "delivered", "failed"]
+# The event POST /webhooks/{id}/test sends: to that endpoint only, whatever its ``events``,
+# and never in the events feed.
 TEST_EVENT_TYPE = "webhook.test"
 
 
