@@ -12,12 +12,15 @@ from typing import Any
 
 import orjson
 import pytest
+from sqlalchemy import func, update
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields, CustomerPatch
 from dealbase.platform.events import service as events
 from dealbase.platform.events.models import EventFilter, event_json
+from dealbase.platform.tables import events as events_table
+from dealbase.platform.tables import webhook_deliveries
 from dealbase.platform.webhooks import deliveries
 from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.addresses import AddressPolicy
@@ -432,3 +435,41 @@ def test_tenants_with_nothing_to_deliver_are_never_visited(
 
     assert visited == 0
     assert statements == []
+
+
+def test_one_worker_of_two_purges_events_older_than_30_days_with_their_deliveries(
+    worker_database: Database,
+    tenant: TenantWorld,
+    receiver: Receiver,
+    workers: Workers,
+    clock: Clock,
+) -> None:
+    endpoint = add_endpoint(worker_database, tenant, receiver.url)
+    for name in ("old", "recent"):
+        add_customer(worker_database, tenant, name)
+    with worker_database.unit_of_work(in_department(tenant)) as uow:
+        deliveries.send_test(uow, endpoint.id)
+    deliver(workers)
+    with worker_database.unit_of_work(in_department(tenant)) as uow:
+        uow.connection.execute(
+            update(events_table)
+            .where(events_table.c.data["last_name"].astext == "old")
+            .values(created_at=func.now() - timedelta(days=31))
+        )
+        uow.connection.execute(
+            update(webhook_deliveries)
+            .where(webhook_deliveries.c.event_id.is_(None))
+            .values(created_at=func.now() - timedelta(days=31))
+        )
+    first, second = workers(), workers()
+    clock.advance(timedelta(days=2))  # past any purge an earlier test of the module ran
+
+    async def both() -> tuple[int | None, int | None]:
+        return await first.purge_if_due(), await second.purge_if_due()
+
+    purged = workers.run(both())
+
+    assert purged == (2, None)  # the old event (its delivery with it) and the test delivery
+    remaining = log_of(worker_database, tenant, endpoint.id)
+    assert [delivery.event_type for delivery in remaining] == ["customer.created"]
+    assert [event["data"]["last_name"] for event in feed(worker_database, tenant)] == ["recent"]  # type: ignore[index]
