@@ -249,12 +249,18 @@ def test_redeliver_makes_a_settled_delivery_pending_and_due_now(
     assert list(redelivered) == DELIVERY_FIELDS
     assert redelivered["state"] == "pending" and redelivered["delivered_at"] is None
     assert near_now(redelivered["next_attempt_at"])
-    # The same delivery, its attempts kept.
-    assert {k: redelivered[k] for k in ("id", "event_id", "attempt_count", "attempts")} == {
-        k: before[k] for k in ("id", "event_id", "attempt_count", "attempts")
+    # The same delivery, its attempts kept; a new run of attempts begins, its backoff anew.
+    assert {k: redelivered[k] for k in ("id", "event_id", "attempts")} == {
+        k: before[k] for k in ("id", "event_id", "attempts")
     }
+    assert before["attempt_count"] == 1 and redelivered["attempt_count"] == 0
     assert log(client, world.key, endpoint_id)["data"] == [redelivered]
-    # Due now: a worker leases it at once, to send the same message again.
+    # Due now: a worker leases it at once, to send the same message again (once the endpoint
+    # is enabled: a delivery that gave up after failing throughout disabled it).
+    enabled = client.patch(
+        f"{WEBHOOKS}/{endpoint_id}", json={"enabled": True}, headers=world.key.headers
+    )
+    assert enabled.status_code == 200, enabled.text
     (again,) = lease(database, world, datetime.now(UTC))
     assert (again.delivery_id, again.message_id) == (outgoing.delivery_id, outgoing.message_id)
 

@@ -423,18 +423,19 @@ def test_a_disabled_endpoint_keeps_its_events_until_it_is_enabled_again(
 def test_tenants_with_nothing_to_deliver_are_never_visited(
     worker_database: Database, receiver: Receiver, workers: Workers
 ) -> None:
-    for _ in range(5):
-        world = build_tenant(worker_database)
+    idle = [build_tenant(worker_database) for _ in range(5)]
+    for world in idle:
         add_customer(worker_database, world, "No endpoint here")
     statements: list[str] = []
     worker_database.statement_listeners.append(statements.append)
     try:
-        visited = workers.run(workers().run_once())
+        workers.run(workers().run_until_idle())
     finally:
         worker_database.statement_listeners.remove(statements.append)
 
-    assert visited == 0
-    assert statements == []
+    # (Other tests' tenants may have retries due: those are visited.)
+    for world in idle:
+        assert not any(world.tenant.schema in statement for statement in statements)
 
 
 def test_one_worker_of_two_purges_events_older_than_30_days_with_their_deliveries(
