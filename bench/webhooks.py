@@ -1,12 +1,13 @@
 """Webhook delivery: how many events one `dealbase worker` delivers a second, and how long an
 event waits from its commit to its delivery, each beside a peer measured in the same run.
 
-    .venv/bin/python bench/webhooks.py                        # 5000 events; 50 events/s for 10 s
+    .venv/bin/python bench/webhooks.py                        # 5000 events; delay at 50/s, 5/s
     .venv/bin/python bench/webhooks.py --events 1000 --delay-seconds 3
-    .venv/bin/python bench/webhooks.py --parts throughput --profile   # py-spy on each worker
+    .venv/bin/python bench/webhooks.py --parts unordered --profile   # py-spy on the worker
+    .venv/bin/python bench/webhooks.py --parts delay --poll-interval 0.05   # an experiment
 
-`make bench` runs it after the HTTP scenarios (`BENCH_SCENARIOS=webhooks` runs it alone), with
-BENCH_WEBHOOK_EVENTS events (default 500 per BENCH_SECONDS) and BENCH_WEBHOOK_RATE events a
+`make bench` runs it after the wrk scenarios (`BENCH_SCENARIOS=webhooks` runs it alone), with
+BENCH_WEBHOOK_EVENTS events (default 500 per BENCH_SECONDS) and BENCH_WEBHOOK_RATE commits a
 second (default 50) for BENCH_SECONDS.
 
 Everything runs on a scratch database of its own (made and dropped as `make bench`'s is), with a
@@ -19,14 +20,17 @@ own, with DEALBASE_WEBHOOKS_ALLOW_PRIVATE=true so it may post to http://127.0.0.
 Throughput: N events recorded while no worker runs, then a worker started; events a second from
 the moment it says it is delivering to the last arrival. The peer, right before it: the same N
 bodies, with the same headers (signed), POSTed to the same receiver by a plain
-httpx.AsyncClient at the same concurrency (one at a time for an ordered endpoint; the worker's
-deliveries per step, 50, for an `ordered: false` one): the HTTP side's ceiling, so the ratio
-says what the rest (the database work, the worker's own) costs.
+httpx.AsyncClient the way the worker sends them, without the database: one at a time for an
+ordered endpoint, in gathered batches of the worker's deliveries per step (50) for an
+`ordered: false` one. So the ratio says what the rest (the database work, the worker's own)
+costs. CPU per event is read from /proc for the worker, its PostgreSQL backends (found by the
+application_name its connections carry) and the receiver; the peer's is this process's.
 
-Delay: a worker idle, then one customer committed at a time at the rate for the seconds; the
-delay is the arrival at the receiver minus the moment the commit returned to the client (matched
-by the customer's id in the event's data). The peer: the same commits, each followed at once by a
-POST of its own to the receiver (the least delay a delivery could have: the HTTP hop).
+Delay: a worker idle, then one customer committed at a time at the rate for the seconds, and
+again at a tenth of the rate (sparse traffic); the delay is the arrival at the receiver minus
+the moment the commit returned to the client (matched by the customer's id in the event's
+data). The peer: the same commits, each followed at once by a POST of its own to the receiver
+(the least delay a delivery could have: the HTTP hop).
 
 Every event must arrive: the receiver's distinct webhook-ids are checked against the events'
 ids, and a part that lost any fails loudly (exit 1, FAILED in the table). An ordered endpoint's
@@ -616,7 +620,7 @@ class Bench:
 
     def throughput(self, ordered: bool) -> list[Throughput]:
         mode = "ordered" if ordered else "unordered"
-        lanes = 1 if ordered else self.options.deliveries_per_step
+        batch = 1 if ordered else self.options.deliveries_per_step
         n = self.options.events
         place = new_place(self.database, f"webhooks {mode}")
         place = add_endpoint(self.database, place, self.receiver.url(mode), ordered=ordered)
@@ -625,9 +629,9 @@ class Bench:
         messages = event_messages(self.database, place)
         if len(messages) != n:
             raise RuntimeError(f"{len(messages)} events recorded, not {n}")
-        peer_name = f"httpx_{'one_at_a_time' if ordered else f'{lanes}_at_once'}"
-        say(f"{peer_name}: {n} POSTs of the same bodies, {lanes} at a time")
-        peer = self.post_directly(peer_name, f"{mode}-peer", place.secret, messages, lanes)
+        peer_name = "httpx_one_at_a_time" if ordered else f"httpx_batches_of_{batch}"
+        say(f"{peer_name}: {n} POSTs of the same bodies, {batch} at a time")
+        peer = self.post_directly(peer_name, f"{mode}-peer", place.secret, messages, batch)
         say(f"worker_{mode}: one dealbase worker delivers the {n} events")
         mine = self.deliver(f"worker_{mode}", mode, messages, ordered)
         mine.compare_to = peer.name
@@ -636,26 +640,28 @@ class Bench:
         return [peer, mine]
 
     def post_directly(
-        self, name: str, tag: str, secret: str, messages: list[tuple[str, bytes]], lanes: int
+        self, name: str, tag: str, secret: str, messages: list[tuple[str, bytes]], batch: int
     ) -> Throughput:
+        """The messages POSTed as the worker sends them, without the database: `batch` at once
+        (gathered), the next batch once all of them are answered."""
         url = self.receiver.url(tag)
         errors: list[str] = []
 
         async def post_all() -> float:
-            limits = httpx.Limits(max_connections=100)
+            limits = httpx.Limits(max_connections=100)  # as the worker's Sender
             async with httpx.AsyncClient(limits=limits, trust_env=False, timeout=10.0) as client:
-                queue = iter(messages)
+
+                async def post(message_id: str, body: bytes) -> None:
+                    response = await client.post(
+                        url, content=body, headers=signed_headers(secret, message_id, body)
+                    )
+                    if response.status_code != 204:
+                        errors.append(f"{response.status_code} for {message_id}")
+
                 started = time.monotonic()
-
-                async def lane() -> None:
-                    for message_id, body in queue:
-                        response = await client.post(
-                            url, content=body, headers=signed_headers(secret, message_id, body)
-                        )
-                        if response.status_code != 204:
-                            errors.append(f"{response.status_code} for {message_id}")
-
-                await asyncio.gather(*(lane() for _ in range(lanes)))
+                for first in range(0, len(messages), batch):
+                    chunk = messages[first : first + batch]
+                    await asyncio.gather(*(post(message_id, body) for message_id, body in chunk))
                 return started
 
         receiver_cpu = cpu_seconds(self.receiver.pid)
@@ -664,9 +670,9 @@ class Bench:
         cpu = time.process_time() - cpu
         receiver_used = _used(receiver_cpu, cpu_seconds(self.receiver.pid))
         row = Throughput(
-            name, f"httpx.AsyncClient, {lanes} at a time", len(messages), sender_cpu_us=0
+            name, f"httpx.AsyncClient, batches of {batch}", len(messages), sender_cpu_us=0
         )
-        self._arrived(row, tag, messages, started, ordered=lanes == 1)
+        self._arrived(row, tag, messages, started, ordered=batch == 1)
         row.sender_cpu_us = cpu / len(messages) * 1e6
         row.receiver_cpu_us = _per_event(receiver_used, len(messages))
         if errors and not row.failure:
@@ -777,32 +783,41 @@ class Bench:
     # Delay --------------------------------------------------------------------------------------
 
     def delay(self) -> list[Delay]:
+        """The peer at the rate, then a worker at the rate and at a tenth of it (sparse
+        traffic, where the worker finds nothing between events and sleeps its poll interval)."""
         rate, seconds = self.options.rate, self.options.delay_seconds
+        sparse = max(1, rate // 10)
         n = rate * seconds
-        place = new_place(self.database, "webhooks delay")
         say(f"direct_post_after_commit: {n} commits at {rate}/s, each POSTed by the client itself")
-        peer = self.commit_and_post(place, n)
-        place = add_endpoint(self.database, place, self.receiver.url("delay"), ordered=True)
-        worker = self.worker("worker_delay")
-        mine = Delay(
-            "worker_delay",
-            f"{n} commits at {rate}/s, one dealbase worker idle before",
-            n,
-            compare_to=peer.name,
-        )
-        say(f"worker_delay: {n} commits at {rate}/s while one dealbase worker runs")
+        peer = self.commit_and_post(new_place(self.database, "webhooks direct"), rate, n)
+        self._say_delay(peer)
+        rows = [peer]
+        for each in dict.fromkeys((rate, sparse)):
+            mine = self.worker_delay(each, each * seconds)
+            mine.compare_to = peer.name
+            if peer.p50_ms and not mine.failure and not peer.failure:
+                mine.ratio = mine.p50_ms / peer.p50_ms
+            rows.append(mine)
+        return rows
+
+    def worker_delay(self, rate: int, n: int) -> Delay:
+        name, tag = f"worker_delay_{rate}_per_s", f"delay-{rate}"
+        place = new_place(self.database, f"webhooks delay {rate}")
+        place = add_endpoint(self.database, place, self.receiver.url(tag), ordered=True)
+        worker = self.worker(name)
+        mine = Delay(name, f"{n} commits at {rate}/s, one dealbase worker idle before", n)
+        say(f"{name}: {n} commits at {rate}/s while one dealbase worker runs")
         try:
             worker.wait_ready()
             time.sleep(POLL_INTERVAL_S * 2)  # idle: past its first visits and polls
             worker_cpu = cpu_seconds(worker.pid)
-            commits, committed_per_second = self.commit(place, n)
-            complete = self.receiver.wait_for("delay", n)
+            commits, mine.committed_per_second = self.commit(place, rate, n, tag)
+            complete = self.receiver.wait_for(tag, n)
             worker_used = _used(worker_cpu, cpu_seconds(worker.pid))
             database_used = backends_cpu(self.observer, worker.pid)
         finally:
             worker.stop()
-        mine.committed_per_second = committed_per_second
-        self._delays(mine, "delay", commits)
+        self._delays(mine, tag, commits)
         mine.sender_cpu_us = _per_event(worker_used, n)
         mine.database_cpu_us = _per_event(database_used, n)
         if not complete and not mine.failure:
@@ -810,27 +825,28 @@ class Bench:
         problems = worker.failures()
         if problems and not mine.failure:
             mine.failure = f"the worker logged failures:\n{problems}"
-        if peer.p50_ms and not mine.failure and not peer.failure:
-            mine.ratio = mine.p50_ms / peer.p50_ms
-        for row in (peer, mine):
-            if row.failure:
-                print(f"\nbench: webhooks: FAILED {row.name}: {row.failure}\n", file=sys.stderr)
-            else:
-                say(
-                    f"{row.name}: delay p50 {row.p50_ms:,.1f} ms, p99 {row.p99_ms:,.1f} ms,"
-                    f" max {row.max_ms:,.1f} ms ({row.received} events)"
-                )
-        return [peer, mine]
+        self._say_delay(mine)
+        return mine
+
+    @staticmethod
+    def _say_delay(row: Delay) -> None:
+        if row.failure:
+            print(f"\nbench: webhooks: FAILED {row.name}: {row.failure}\n", file=sys.stderr)
+        else:
+            say(
+                f"{row.name}: delay p50 {row.p50_ms:,.1f} ms, p99 {row.p99_ms:,.1f} ms,"
+                f" max {row.max_ms:,.1f} ms ({row.received} events)"
+            )
 
     def commit(
-        self, place: Place, n: int, post: httpx.Client | None = None
+        self, place: Place, rate: int, n: int, tag: str, post: httpx.Client | None = None
     ) -> tuple[dict[str, float], float]:
-        """`n` units of work of one customer each, at the rate; when each commit returned (by
-        customer id), and the rate achieved. With `post`, each event's customer is then POSTed
-        to the receiver at once."""
+        """`n` units of work of one customer each, `rate` a second; when each commit returned
+        (by customer id), and the rate achieved. With `post`, each event's customer is then
+        POSTed to the receiver's `tag` at once."""
         commits: dict[str, float] = {}
-        interval = 1.0 / self.options.rate
-        url = self.receiver.url("direct")
+        interval = 1.0 / rate
+        url = self.receiver.url(tag)
         started = time.monotonic()
         for index in range(n):
             pause = started + index * interval - time.monotonic()
@@ -842,16 +858,15 @@ class Bench:
             commits[str(made.id)] = committed
             if post is not None:
                 body = orjson.dumps({"type": "customer.created", "data": customer_json(made)})
-                post.post(
-                    url, content=body, headers=signed_headers(place.secret, str(made.id), body)
-                )
+                headers = signed_headers(place.secret, str(made.id), body)
+                post.post(url, content=body, headers=headers)
         return commits, n / (time.monotonic() - started)
 
-    def commit_and_post(self, place: Place, n: int) -> Delay:
+    def commit_and_post(self, place: Place, rate: int, n: int) -> Delay:
         row = Delay("direct_post_after_commit", f"{n} commits, each POSTed by httpx.Client", n)
-        place = replace(place, secret=f"{endpoints.SECRET_PREFIX}{'A' * 44}")
+        place = replace(place, secret=endpoints.new_secret())
         with httpx.Client(trust_env=False, timeout=10.0) as client:
-            commits, row.committed_per_second = self.commit(place, n, post=client)
+            commits, row.committed_per_second = self.commit(place, rate, n, "direct", client)
         complete = self.receiver.wait_for("direct", n)
         self._delays(row, "direct", commits)
         if not complete and not row.failure:
@@ -914,8 +929,9 @@ def measure(options: Options) -> Report:
     )
     with ExitStack() as stack:
         bench = Bench(options, stack)
-        if "throughput" in options.parts:
+        if {"throughput", "ordered"} & set(options.parts):
             report.throughput += bench.throughput(ordered=True)
+        if {"throughput", "unordered"} & set(options.parts):
             report.throughput += bench.throughput(ordered=False)
         if "delay" in options.parts:
             report.delay += bench.delay()
@@ -951,7 +967,9 @@ def main() -> int:
     parser.add_argument("--delay-seconds", type=int, default=10, help="seconds of commits")
     parser.add_argument("--deliveries-per-step", type=int, default=DEFAULT_STEP)
     parser.add_argument(
-        "--parts", default="throughput,delay", help="throughput, delay or both (default)"
+        "--parts",
+        default="throughput,delay",
+        help="throughput (ordered and unordered), ordered, unordered, delay; default: all",
     )
     parser.add_argument(
         "--profile", action="store_true", help="py-spy (GIL samples) on each throughput worker"
