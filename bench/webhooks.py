@@ -26,8 +26,9 @@ ordered endpoint, in gathered batches of the worker's deliveries per step (50) f
 costs. CPU per event is read from /proc for the worker, its PostgreSQL backends (found by the
 application_name its connections carry) and the receiver; the peer's is this process's.
 
-Delay: a worker idle, then one customer committed at a time at the rate for the seconds, and
-again at a tenth of the rate (sparse traffic); the delay is the arrival at the receiver minus
+Delay: a worker idle, then one customer committed at a time at the rate for the seconds, to an
+ordered endpoint and to an `ordered: false` one, and to an ordered one at a tenth of the rate
+(sparse traffic); the delay is the arrival at the receiver minus
 the moment the commit returned to the client (matched by the customer's id in the event's
 data). The peer: the same commits, each followed at once by a POST of its own to the receiver
 (the least delay a delivery could have: the HTTP hop).
@@ -783,7 +784,8 @@ class Bench:
     # Delay --------------------------------------------------------------------------------------
 
     def delay(self) -> list[Delay]:
-        """The peer at the rate, then a worker at the rate and at a tenth of it (sparse
+        """The peer at the rate; then a worker at the rate, to an ordered endpoint (one
+        delivery per step) and to an `ordered: false` one, and at a tenth of the rate (sparse
         traffic, where the worker finds nothing between events and sleeps its poll interval)."""
         rate, seconds = self.options.rate, self.options.delay_seconds
         sparse = max(1, rate // 10)
@@ -792,20 +794,22 @@ class Bench:
         peer = self.commit_and_post(new_place(self.database, "webhooks direct"), rate, n)
         self._say_delay(peer)
         rows = [peer]
-        for each in dict.fromkeys((rate, sparse)):
-            mine = self.worker_delay(each, each * seconds)
+        runs = [(rate, True), (rate, False), (sparse, True)]
+        for each, ordered in dict.fromkeys(runs):
+            mine = self.worker_delay(each, each * seconds, ordered=ordered)
             mine.compare_to = peer.name
             if peer.p50_ms and not mine.failure and not peer.failure:
                 mine.ratio = mine.p50_ms / peer.p50_ms
             rows.append(mine)
         return rows
 
-    def worker_delay(self, rate: int, n: int) -> Delay:
-        name, tag = f"worker_delay_{rate}_per_s", f"delay-{rate}"
-        place = new_place(self.database, f"webhooks delay {rate}")
-        place = add_endpoint(self.database, place, self.receiver.url(tag), ordered=True)
+    def worker_delay(self, rate: int, n: int, *, ordered: bool) -> Delay:
+        mode = "ordered" if ordered else "unordered"
+        name, tag = f"worker_delay_{mode}_{rate}_per_s", f"delay-{mode}-{rate}"
+        place = new_place(self.database, f"webhooks delay {mode} {rate}")
+        place = add_endpoint(self.database, place, self.receiver.url(tag), ordered=ordered)
         worker = self.worker(name)
-        mine = Delay(name, f"{n} commits at {rate}/s, one dealbase worker idle before", n)
+        mine = Delay(name, f"{n} commits at {rate}/s to an {mode} endpoint, worker idle before", n)
         say(f"{name}: {n} commits at {rate}/s while one dealbase worker runs")
         try:
             worker.wait_ready()
