@@ -11,6 +11,11 @@ running the baseline's SQL and PostGraphile 5 serving the tenant's schema. It pr
 bench/results/<date>.json, and drops the database. A scenario with any error (a non-2xx answer,
 a GraphQL error, a socket error or a timeout) fails the run (exit 1) instead of giving a figure.
 
+After the wrk scenarios, bench runs bench/webhooks.py (webhook delivery by one `dealbase
+worker`, beside plain httpx; BENCH_SCENARIOS=webhooks runs it alone) on a scratch database of
+its own, prints its tables after the targets, and writes its figures into the results file; a
+delivery that lost events fails the run.
+
 profile: the same setup for dealbase alone, one scenario under load while py-spy records the
 server's worker processes; writes a speedscope file and a text summary to bench/results/.
 
@@ -39,7 +44,14 @@ from harness.paths import QUERIES, RESULTS, ROOT
 from harness.processes import Service, ServiceFailed
 from harness.profiling import ProfileFailed, start_recording, stop_recording, summarize
 from harness.report import Outcome, outcome_record, table, targets, targets_text, write_results
-from harness.scenarios import DEALBASE_SCENARIOS, Scenario, UnknownScenario, select
+from harness.scenarios import (
+    DEALBASE_SCENARIOS,
+    WEBHOOKS,
+    Scenario,
+    UnknownScenario,
+    select,
+    wants_webhooks,
+)
 from harness.settings import BenchSettings, SettingsError
 from harness.stack import (
     REST_PREFIX,
@@ -184,9 +196,10 @@ def report_line(outcome: Outcome) -> None:
 
 def bench(settings: BenchSettings) -> int:
     selected = select(settings.scenarios)
+    with_webhooks = wants_webhooks(settings.scenarios)
     servers = {scenario.server for scenario in selected}
     tools = Toolset(
-        wrk=ensure_wrk(),
+        wrk=ensure_wrk() if selected else None,
         pgbench=ensure_pgbench() if "pgbench" in servers else None,
         node=(node := ensure_node()) if "postgraphile" in servers else None,
     )
@@ -203,35 +216,49 @@ def bench(settings: BenchSettings) -> int:
         "settings": settings.as_dict(),
     }
     outcomes: dict[str, Outcome] = {}
-    say(
-        f"{len(selected)} scenarios, {settings.seconds} s each after a {settings.warmup_seconds} s"
-        f" warm-up, wrk -t{settings.threads} -c{settings.connections}"
-    )
+    if selected:
+        say(
+            f"{len(selected)} scenarios, {settings.seconds} s each after a"
+            f" {settings.warmup_seconds} s warm-up, wrk -t{settings.threads}"
+            f" -c{settings.connections}"
+        )
+    delivery: Any = None  # webhooks.Report
+    delivery_failure: str | None = None
     try:
         document["versions"].update(server_versions(settings.database_server, settings.redis_url))
-        with ExitStack() as stack:
-            run = Run(settings, stamp, stack)
-            document["seed"] = run.seeded.summary()
-            document["response_bytes"] = dict(run.sizes)
-            document["dealbase_environment"] = {
-                k: v for k, v in run.dealbase_settings.items() if k != "DEALBASE_DATABASE_URL"
-            }
-            _run_scenarios(run, tools, selected, outcomes, document)
-            stack.close()
-            lines = run.dealbase_log.read_text(errors="replace").count("\n")
-            document["dealbase_log"] = {
-                "path": str(run.dealbase_log.relative_to(ROOT)),
-                "lines": lines,
-            }
+        if selected:
+            with ExitStack() as stack:
+                run = Run(settings, stamp, stack)
+                document["seed"] = run.seeded.summary()
+                document["response_bytes"] = dict(run.sizes)
+                document["dealbase_environment"] = {
+                    k: v for k, v in run.dealbase_settings.items() if k != "DEALBASE_DATABASE_URL"
+                }
+                _run_scenarios(run, tools, selected, outcomes, document)
+                stack.close()
+                lines = run.dealbase_log.read_text(errors="replace").count("\n")
+                document["dealbase_log"] = {
+                    "path": str(run.dealbase_log.relative_to(ROOT)),
+                    "lines": lines,
+                }
+        if with_webhooks:
+            delivery, delivery_failure = _deliver_webhooks(settings, stamp)
+            document[WEBHOOKS] = (
+                delivery.as_dict() if delivery is not None else {"failure": delivery_failure}
+            )
     finally:
         document["machine"]["load_average_after"] = load_average()
         document["scenarios"] = [outcome_record(o, outcomes) for o in outcomes.values()]
         document["targets"] = targets(outcomes)
         write_results(results_path, document)
-    print()
-    print(table(outcomes, settings.seconds))
-    print()
-    print(targets_text(document["targets"]))
+    if outcomes:
+        print()
+        print(table(outcomes, settings.seconds))
+        print()
+        print(targets_text(document["targets"]))
+    if delivery is not None:
+        print()
+        print(webhook_tables(delivery))
     print(f"\nResults: {results_path.relative_to(ROOT)}")
     failed = [name for name, outcome in outcomes.items() if not outcome.ok]
     if failed:
@@ -240,8 +267,45 @@ def bench(settings: BenchSettings) -> int:
             " figures (see above and the results file).",
             file=sys.stderr,
         )
+    if delivery_failure or (delivery is not None and not delivery.ok):
+        problems = [delivery_failure] if delivery_failure else delivery.failures
+        print("\nbench: FAILED: webhooks:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 1
-    return 0
+    return 1 if failed else 0
+
+
+def webhook_tables(report: Any) -> str:
+    import webhooks
+
+    text: str = webhooks.tables(report)
+    return text
+
+
+def _deliver_webhooks(settings: BenchSettings, stamp: str) -> tuple[Any, str | None]:
+    """bench/webhooks.py's measurements, on a scratch database of their own; the report, or
+    why there is none."""
+    import webhooks  # imports dealbase itself, which the wrk scenarios do not need
+
+    events = settings.webhook_event_count
+    say(
+        f"webhooks: {events} events per throughput run; {settings.webhook_rate} commits/s for"
+        f" {settings.seconds} s for the delay (bench/webhooks.py)"
+    )
+    options = webhooks.Options(
+        server=settings.database_server,
+        events=events,
+        rate=settings.webhook_rate,
+        delay_seconds=settings.seconds,
+        logs=RESULTS / f"{stamp}-logs",
+        stamp=stamp,
+    )
+    try:
+        return webhooks.measure(options), None
+    except (ServiceFailed, ProfileFailed) as exc:
+        return None, str(exc)
+    except Exception as exc:
+        traceback.print_exc()
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 def refresh_statistics(database_url: str, schema: str) -> None:
@@ -315,6 +379,7 @@ def _run_scenarios(
                     )
                     run_load = partial(run_pgbench, tools.pgbench, load, settings)
                 else:
+                    assert tools.wrk is not None
                     base_url = service.base_url if service else run.dealbase.base_url
                     run_load = partial(
                         run_wrk, tools.wrk, run.wrk_load(scenario, base_url), settings
@@ -344,7 +409,8 @@ def profile(settings: BenchSettings, name: str) -> int:
             f"profile takes a dealbase scenario: {', '.join(DEALBASE_SCENARIOS)} (not {name!r})"
         )
     scenario = select((name,))[-1]
-    tools = Toolset(wrk=ensure_wrk(), py_spy=ensure_py_spy())
+    wrk = ensure_wrk()
+    tools = Toolset(wrk=wrk, py_spy=ensure_py_spy())
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
     speedscope, summary, log = _profile_files(stamp, name)
     with ExitStack() as stack:
@@ -367,7 +433,7 @@ def profile(settings: BenchSettings, name: str) -> int:
         try:
             outcome = measure(
                 scenario,
-                lambda seconds: run_wrk(tools.wrk, load, settings, seconds),
+                lambda seconds: run_wrk(wrk, load, settings, seconds),
                 settings,
                 during=start,
             )
@@ -411,7 +477,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=(__doc__ or "").split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Scenarios: " + ", ".join(s.name for s in select(())),
+        epilog="Scenarios: " + ", ".join([*(s.name for s in select(())), WEBHOOKS]),
     )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("bench", help="every scenario (or BENCH_SCENARIOS), one table")

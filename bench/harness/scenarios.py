@@ -132,6 +132,8 @@ SCENARIOS: tuple[Scenario, ...] = (
 )
 
 BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}
+# Not a wrk scenario: bench/webhooks.py, run after them, with a table of its own.
+WEBHOOKS = "webhooks"
 DEALBASE_SCENARIOS = tuple(s.name for s in SCENARIOS if s.server == "dealbase")
 
 
@@ -173,14 +175,17 @@ class UnknownScenario(Exception):
 
 
 def select(names: tuple[str, ...]) -> list[Scenario]:
-    """The scenarios named (all when none), with the ones their ratios need, in run order."""
+    """The scenarios named (all when none), with the ones their ratios need, in run order;
+    none when only `webhooks` is named."""
     if not names:
         return list(SCENARIOS)
-    unknown = [name for name in names if name not in BY_NAME]
+    unknown = [name for name in names if name not in BY_NAME and name != WEBHOOKS]
     if unknown:
         raise UnknownScenario(
-            f"unknown scenario {', '.join(unknown)}; the scenarios are: " + ", ".join(BY_NAME)
+            f"unknown scenario {', '.join(unknown)}; the scenarios are: "
+            + ", ".join([*BY_NAME, WEBHOOKS])
         )
+    names = tuple(name for name in names if name != WEBHOOKS)
     wanted = set(names)
     for name in names:
         other = BY_NAME[name].compare_to
@@ -188,3 +193,9 @@ def select(names: tuple[str, ...]) -> list[Scenario]:
             wanted.add(other)
             other = BY_NAME[other].compare_to
     return [scenario for scenario in SCENARIOS if scenario.name in wanted]
+
+
+def wants_webhooks(names: tuple[str, ...]) -> bool:
+    """Whether the run measures webhook delivery (bench/webhooks.py): always, unless scenarios
+    are named and `webhooks` is not one of them."""
+    return not names or WEBHOOKS in names

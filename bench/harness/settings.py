@@ -45,6 +45,10 @@ class BenchSettings:
     activities_per_customer: int
     scenarios: tuple[str, ...]
     profile_gil_only: bool
+    # bench/webhooks.py: events per throughput run (0: 500 per measured second) and commits a
+    # second while the delay is measured (for `seconds`).
+    webhook_events: int = 0
+    webhook_rate: int = 50
 
     @classmethod
     def from_environment(cls) -> BenchSettings:
@@ -64,7 +68,13 @@ class BenchSettings:
             activities_per_customer=_int("BENCH_SEED_ACTIVITIES", 2, 1, 100),
             scenarios=tuple(scenarios),
             profile_gil_only=os.environ.get("BENCH_PROFILE_GIL", "1") != "0",
+            webhook_events=_int("BENCH_WEBHOOK_EVENTS", 0, 0, 1_000_000),
+            webhook_rate=_int("BENCH_WEBHOOK_RATE", 50, 1, 1000),
         )
+
+    @property
+    def webhook_event_count(self) -> int:
+        return self.webhook_events or 500 * self.seconds
 
     def as_dict(self) -> dict[str, Any]:
         values = asdict(self)

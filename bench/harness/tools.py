@@ -38,6 +38,13 @@ PYTHON_PACKAGES = (
     "redis",
     "structlog",
     "py-spy",
+    # The webhook worker's HTTP client (bench/webhooks.py); httpcore asks sniffio which event
+    # loop runs on every request, so whether sniffio is installed shows in the figures.
+    "httpx",
+    "httpcore",
+    "h11",
+    "anyio",
+    "sniffio",
 )
 
 
@@ -152,7 +159,7 @@ def ensure_postgraphile(node: str) -> Path:
 
 @dataclass(frozen=True)
 class Toolset:
-    wrk: str
+    wrk: str | None = None  # none when only the webhook measurement runs
     pgbench: str | None = None
     node: str | None = None
     postgraphile: Path | None = None
@@ -179,8 +186,9 @@ def versions(tools: Toolset) -> dict[str, Any]:
         "python": sys.version.split()[0],
         "python_implementation": platform.python_implementation(),
         "python_packages": packages,
-        "wrk": _first_line([tools.wrk, "-v"]),
     }
+    if tools.wrk:
+        found["wrk"] = _first_line([tools.wrk, "-v"])
     if tools.pgbench:
         found["pgbench"] = _first_line([tools.pgbench, "--version"])
     if tools.node:
