@@ -175,22 +175,54 @@ def test_an_endpoint_failing_for_three_days_is_disabled_and_its_delivery_gives_u
     add_customer(worker_database, tenant, "Lovelace")
     receiver.default = 500
     worker = workers()
-    started = clock()
     deliver(workers, worker)
-    while clock() - started < timedelta(days=4):
-        clock.advance(timedelta(hours=1))
-        deliver(workers, worker)
-
     (delivery,) = log_of(worker_database, tenant, endpoint.id)
+    while delivery.next_attempt_at is not None:  # to each retry's time, and a little past it
+        clock.advance(delivery.next_attempt_at - clock() + timedelta(milliseconds=10))
+        deliver(workers, worker)
+        (delivery,) = log_of(worker_database, tenant, endpoint.id)
+
     assert delivery.state == "failed"
     first, last = delivery.attempts[0].attempted_at, delivery.attempts[-1].attempted_at
-    assert timedelta(days=2) < last - first <= timedelta(days=3)
-    # 5 s doubling to 12 h: 15 attempts within the first day, then one every 12 h or so.
-    assert 17 <= delivery.attempt_count <= 21
+    assert timedelta(days=3) <= last - first <= timedelta(days=3, hours=12)
+    # 5 s doubling to 12 h: 15 attempts within the first day, then one every 12 h.
+    assert delivery.attempt_count == 20
     disabled = endpoint_of(worker_database, tenant, endpoint.id)
     assert disabled.enabled is False
     assert "No delivery succeeded for three days" in disabled.disabled_reason
     assert "The endpoint answered 500." in disabled.disabled_reason
+
+
+def test_an_old_delivery_failing_once_gives_up_but_leaves_a_healthy_endpoint_enabled(
+    worker_database: Database, tenant: TenantWorld, receiver: Receiver, workers: Workers
+) -> None:
+    endpoint = add_endpoint(worker_database, tenant, receiver.url)
+    with worker_database.unit_of_work(in_department(tenant)) as uow:
+        test = deliveries.send_test(uow, endpoint.id)
+        uow.connection.execute(
+            update(webhook_deliveries)
+            .where(webhook_deliveries.c.id == test.id)
+            .values(started_at=func.now() - timedelta(days=4))
+        )
+    receiver.answer(500)
+    deliver(workers)
+
+    (delivery,) = log_of(worker_database, tenant, endpoint.id)
+    assert delivery.state == "failed" and delivery.attempt_count == 1
+    assert endpoint_of(worker_database, tenant, endpoint.id).enabled is True
+
+
+def test_a_410_disables_the_endpoint_though_another_attempt_of_the_step_succeeded(
+    worker_database: Database, tenant: TenantWorld, receiver: Receiver, workers: Workers
+) -> None:
+    endpoint = add_endpoint(worker_database, tenant, receiver.url, ordered=False)
+    for name in ("first", "second"):
+        add_customer(worker_database, tenant, name)
+    receiver.answer(410, 204)
+    deliver(workers)
+
+    assert len(receiver.requests) == 2
+    assert endpoint_of(worker_database, tenant, endpoint.id).enabled is False
 
 
 def test_a_success_between_failures_keeps_the_endpoint_enabled(

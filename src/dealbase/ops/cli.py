@@ -617,6 +617,11 @@ async def _deliver_until_stopped(settings: Settings, limits: WorkerLimits) -> No
         max_overflow=0,
         prepared_statements=settings.db_prepared_statements and not settings.db_pgbouncer,
         startup_options=not settings.db_pgbouncer,
+        limits=DatabaseLimits(
+            statement_timeout_ms=settings.db_statement_timeout_ms,
+            lock_timeout_ms=settings.db_lock_timeout_ms,
+            acquire_timeout_seconds=settings.db_acquire_timeout_ms / 1000,
+        ),
     )
     sender = Sender(AddressPolicy(allow_private=settings.webhooks_allow_private))
     stop = asyncio.Event()

@@ -97,8 +97,3 @@ def end_visit(
             select(literal(schema), literal(next_due)).where(~waiting),
         )
     )
-
-
-def pending_count(connection: Connection) -> int:
-    """How many wakeups there are, claimed or not (a gauge for operators)."""
-    return int(connection.execute(select(func.count()).select_from(webhook_wakeups)).scalar_one())

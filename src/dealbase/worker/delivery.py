@@ -72,8 +72,10 @@ class WorkerLimits:
     # A visit ends (and the tenant is woken again at once) after this long, so that one busy
     # tenant does not hold a worker's slot; a claim lapses after this plus a delivery lease.
     visit_budget: timedelta = timedelta(seconds=30)
-    # How often an idle worker looks for wakeups.
-    poll_interval: timedelta = timedelta(seconds=1)
+    # How often an idle worker looks for wakeups: at sparse traffic, the delay from commit to
+    # delivery is half of it on average (bench/README.md, "Webhook delivery"). One indexed
+    # query a poll.
+    poll_interval: timedelta = timedelta(milliseconds=250)
     # How often the events older than the feed keeps are purged (by one worker of all), and how
     # often a worker asks whether that is its turn.
     purge_every: timedelta = timedelta(hours=24)
@@ -148,8 +150,13 @@ class DeliveryWorker:
             return None
         if not due:
             return None
+        try:
+            tenants = await asyncio.to_thread(self._tenants)
+        except DomainError as failed:  # the next worker whose turn it is tries again
+            log.warning("events_purge_failed", error=failed.detail)
+            return None
         purged = 0
-        for tenant in await asyncio.to_thread(self._tenants):
+        for tenant in tenants:
             try:
                 purged += await self.database.run(tenant.scope, _purge)
             except Exception:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import time
+from collections import OrderedDict
 from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 from urllib.parse import SplitResult, urlsplit
@@ -33,22 +34,48 @@ _LONGEST_RETRY_AFTER_SECONDS = 7 * 24 * 3600
 
 
 class Sender:
-    """One HTTP client for a worker's deliveries. The request goes to the address that was
+    """A worker's HTTP clients for its deliveries. The request goes to the address that was
     checked, not to the name (which could resolve elsewhere a moment later), with the name in
     ``Host`` and, for ``https``, in the TLS handshake, where the certificate is checked
-    against it."""
+    against it.
 
-    def __init__(self, policy: AddressPolicy, *, max_connections: int = 100) -> None:
+    A client pools its connections by address, so each host name has its own client: a
+    connection whose certificate was checked for one name never carries another name's
+    deliveries, though both resolve to one address. The clients of the names used least
+    lately are closed beyond ``MAX_CLIENTS`` (more than the default limits ever have in
+    flight, so a client is not closed under a request).
+    """
+
+    MAX_CLIENTS = 1024
+
+    def __init__(self, policy: AddressPolicy) -> None:
         self.policy = policy
-        self._client = httpx.AsyncClient(
+        self._clients: OrderedDict[str, httpx.AsyncClient] = OrderedDict()
+
+    async def close(self) -> None:
+        clients = list(self._clients.values())
+        self._clients.clear()
+        for client in clients:
+            await client.aclose()
+
+    async def _client_for(self, origin: str) -> httpx.AsyncClient:
+        client = self._clients.get(origin)
+        if client is not None:
+            self._clients.move_to_end(origin)
+            return client
+        # No cap on connections: the worker's own limits (tenants at once, deliveries per
+        # step) bound what is in flight, and a request waiting for a pooled connection would
+        # spend its 10 seconds waiting.
+        client = self._clients[origin] = httpx.AsyncClient(
             follow_redirects=False,
             trust_env=False,
             timeout=httpx.Timeout(TIMEOUT_SECONDS),
-            limits=httpx.Limits(max_connections=max_connections),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=20),
         )
-
-    async def close(self) -> None:
-        await self._client.aclose()
+        if len(self._clients) > self.MAX_CLIENTS:
+            _, oldest = self._clients.popitem(last=False)
+            await oldest.aclose()
+        return client
 
     async def send(self, delivery: Outgoing, now: datetime) -> Response:
         started = time.perf_counter()
@@ -101,14 +128,15 @@ class Sender:
         netloc = literal if parts.port is None else f"{literal}:{parts.port}"
         url = parts._replace(netloc=netloc).geturl()
         host_header = host if parts.port is None else f"{host}:{parts.port}"
-        request = self._client.build_request(
+        client = await self._client_for(f"{parts.scheme}://{host_header}")
+        request = client.build_request(
             "POST",
             url,
             content=body,
             headers={**headers, "host": host_header},
             extensions={"sni_hostname": host},
         )
-        response = await self._client.send(request, stream=True)
+        response = await client.send(request, stream=True)
         try:
             read = 0
             async for chunk in response.aiter_raw():

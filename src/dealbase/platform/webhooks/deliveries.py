@@ -25,6 +25,7 @@ from dealbase.platform.webhooks.delivery_models import (
     TEST_EVENT_TYPE,
     Delivery,
     Outgoing,
+    Response,
     Sent,
 )
 from dealbase.platform.webhooks.models import WebhookEndpointFilter
@@ -69,17 +70,57 @@ def _gone_reason(at: datetime) -> str:
 def _failing_reason(since: datetime, error: str | None) -> str:
     return (
         f"No delivery succeeded for three days: every attempt since {format_timestamp(since)}"
-        f" failed, and a delivery gave up. The last error: {error}"
+        f" failed, the last with: {error}"
     )
 
 
+@dataclass
+class _EndpointOutcome:
+    """What one step's attempts say of their endpoint."""
+
+    endpoint_id: uuid.UUID
+    # As the lease read it: since when every attempt had failed.
+    failing_since: datetime | None
+    succeeded: bool = False
+    first_failure: datetime | None = None
+    gone_at: datetime | None = None
+    failing_reason: str | None = None
+
+    def saw(self, response: Response, at: datetime) -> None:
+        if response.succeeded:
+            self.succeeded = True
+            return
+        self.first_failure = self.first_failure or at
+        if response.gone:
+            self.gone_at = self.gone_at or at
+        since = self.failing_since or self.first_failure
+        if at - since >= GIVE_UP_AFTER:
+            self.failing_reason = _failing_reason(since, response.error)
+
+    def changes(self) -> dict[str, object] | None:
+        """The endpoint's new state, or None when it stays as it is: healthy and still
+        healthy, or failing and still failing (most steps write nothing to it)."""
+        reason = _gone_reason(self.gone_at) if self.gone_at else None
+        if reason is None and not self.succeeded:
+            reason = self.failing_reason
+        turns = self.succeeded == (self.failing_since is not None)
+        if reason is None and not turns:
+            return None
+        return {
+            "endpoint_id": self.endpoint_id,
+            "succeeded": self.succeeded,
+            "failed_at": self.first_failure,
+            "disable": reason is not None,
+            "reason": reason,
+        }
+
+
 def _record(uow: UnitOfWork, sent: Sequence[Sent], jitter: Jitter) -> None:
-    """Logs each attempt and settles its delivery: delivered; failed (a 410, or no retry left
-    within three days of its first attempt); or pending, retried later. An endpoint that
-    answered 410 is disabled, and so is one whose delivery gave up with no attempt succeeding
-    since that delivery's first (three days of failures)."""
+    """Logs each attempt and settles its delivery: delivered; failed (a 410, or a failure three
+    days or more after the delivery began); or pending, retried later. An endpoint that
+    answered 410 is disabled, and so is one none of whose attempts succeeded for three days."""
     attempts, settled = [], []
-    endpoints_seen: dict[uuid.UUID, dict[str, object]] = {}
+    outcomes: dict[uuid.UUID, _EndpointOutcome] = {}
     for item in sent:
         delivery, response, at = item.delivery, item.response, item.attempted_at
         attempts.append(
@@ -92,15 +133,12 @@ def _record(uow: UnitOfWork, sent: Sequence[Sent], jitter: Jitter) -> None:
                 "error": response.error,
             }
         )
-        state, retry_at, gave_up = "delivered", None, False
+        state, retry_at = "delivered", None
         if not response.succeeded:
             state = "failed"
-            if not response.gone:
+            if not response.gone and at < delivery.started_at + GIVE_UP_AFTER:
                 wait = wait_after(delivery.attempt_count + 1, response.retry_after, jitter())
-                if at + wait <= delivery.started_at + GIVE_UP_AFTER:
-                    state, retry_at = "pending", at + wait
-                else:
-                    gave_up = True
+                state, retry_at = "pending", at + wait
         settled.append(
             {
                 "delivery_id": delivery.delivery_id,
@@ -110,26 +148,12 @@ def _record(uow: UnitOfWork, sent: Sequence[Sent], jitter: Jitter) -> None:
                 "succeeded_at": at if response.succeeded else None,
             }
         )
-        mark = endpoints_seen.setdefault(
-            delivery.endpoint_id,
-            {
-                "endpoint_id": delivery.endpoint_id,
-                "succeeded": False,
-                "failed_at": at,
-                "disable": False,
-                "reason": None,
-            },
+        outcome = outcomes.setdefault(
+            delivery.endpoint_id, _EndpointOutcome(delivery.endpoint_id, delivery.failing_since)
         )
-        if response.succeeded:
-            mark.update(succeeded=True, disable=False, reason=None)
-        elif response.gone:
-            mark.update(disable=True, reason=_gone_reason(at))
-        elif gave_up and not mark["succeeded"] and not mark["disable"]:
-            # Nothing succeeded since this delivery's first attempt, about three days ago.
-            since = delivery.failing_since or at
-            if since <= (delivery.first_attempted_at or at):
-                mark.update(disable=True, reason=_failing_reason(since, response.error))
-    repository.record(uow.connection, attempts, settled, list(endpoints_seen.values()))
+        outcome.saw(response, at)
+    changes = [c for c in (outcome.changes() for outcome in outcomes.values()) if c is not None]
+    repository.record(uow.connection, attempts, settled, changes)
 
 
 def list_page(

@@ -55,8 +55,6 @@ class Outgoing:
     leased_until: datetime
     # Since when the endpoint's every attempt has failed, if it has.
     failing_since: datetime | None
-    # The first attempt of its current run (None before it).
-    first_attempted_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)

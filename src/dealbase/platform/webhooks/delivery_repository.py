@@ -16,17 +16,17 @@ from sqlalchemy import (
     bindparam,
     case,
     delete,
-    exists,
     func,
     insert,
     literal,
     literal_column,
     or_,
     select,
+    true,
+    union_all,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.orm import aliased
 
 from dealbase.ids import new_id
 from dealbase.platform.event_types import ALL_EVENTS
@@ -45,13 +45,19 @@ from dealbase.tenancy.statements import Record, TenantConnection
 _deliveries = webhook_deliveries
 _endpoints = webhook_endpoints
 
-# A UUIDv7 made by PostgreSQL (15 has no function for it): the millisecond clock over the first
-# six bytes of a random UUID, and the version bits turned from 4 to 7. Deliveries are listed by
-# id, newest first, as every row made by the service is.
+# A UUIDv7 made by PostgreSQL (15 has no function for it), as RFC 9562's method 3: the
+# millisecond clock in the first six bytes, then the version and the fraction of the millisecond
+# in 12 bits, then a random UUID's remaining bytes. Deliveries are listed by id, newest first, as
+# every row the service makes, and one scan makes many within a millisecond: the fraction (per
+# row, clock_timestamp() being per call) keeps them in the order they were made. (Its readings
+# of the clock may straddle a millisecond and swap two neighbours in the log; nothing but the
+# log's order depends on ids.)
+_MILLIS = "extract(epoch FROM clock_timestamp()) * 1000"
 _NEW_UUID7: ColumnElement[uuid.UUID] = literal_column(
-    "encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid()) placing"
-    " substring(int8send(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)"
-    " FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid"
+    "encode(overlay(overlay(uuid_send(gen_random_uuid())"
+    f" placing substring(int8send(floor({_MILLIS})::bigint) FROM 3) FROM 1 FOR 6)"
+    f" placing substring(int4send(28672 + floor(({_MILLIS} - floor({_MILLIS})) * 4096)::int)"
+    " FROM 3) FROM 7 FOR 2), 'hex')::uuid"
 )
 
 
@@ -62,6 +68,7 @@ def _scan_statement() -> Any:
             _endpoints.c.id,
             _endpoints.c.department_id,
             _endpoints.c.event_types,
+            _endpoints.c.ordered,
             _endpoints.c.scanned_position.label("since"),
             event_positions.c.last_position.label("upto"),
         )
@@ -69,8 +76,11 @@ def _scan_statement() -> Any:
         .where(
             _endpoints.c.enabled, event_positions.c.last_position > _endpoints.c.scanned_position
         )
-        # An endpoint another worker is scanning (or its owner changing) waits for the next visit.
-        .with_for_update(of=_endpoints, skip_locked=True)
+        # An endpoint another worker is scanning, or its owner changing, is waited for (briefly:
+        # both are short transactions), not skipped: a skipped one would have nothing to wake a
+        # worker for its events again. Locked in id order, so that two scans never deadlock.
+        .order_by(_endpoints.c.id)
+        .with_for_update(of=_endpoints)
         .cte("behind")
     )
     advanced = (
@@ -102,7 +112,8 @@ def _scan_statement() -> Any:
                 behind.c.id,
                 events.c.id,
                 events.c.type,
-                events.c.position,
+                # Only an ordered endpoint's deliveries keep their place in line.
+                case((behind.c.ordered, events.c.position), else_=None),
                 literal("pending"),
                 bindparam("now"),
                 bindparam("now"),
@@ -134,37 +145,66 @@ def scan(connection: TenantConnection, now: datetime) -> None:
     connection.execute(_SCAN, {"now": now})
 
 
-def _pending_before() -> ColumnElement[bool]:
-    """An earlier pending delivery of the same endpoint: an ordered endpoint's next waits."""
-    earlier = aliased(_deliveries)
-    return exists().where(
-        earlier.c.endpoint_id == _deliveries.c.endpoint_id,
-        earlier.c.state == "pending",
-        earlier.c.position < _deliveries.c.position,
+def _due(now: BindParameter[datetime], deliveries: Any) -> ColumnElement[bool]:
+    return and_(
+        deliveries.c.next_attempt_at <= now,
+        or_(deliveries.c.leased_until.is_(None), deliveries.c.leased_until <= now),
     )
 
 
-def _next_in_order() -> ColumnElement[bool]:
-    """A delivery that may go now, order-wise: any of an unordered endpoint, a test event, and
-    an ordered endpoint's earliest pending one."""
-    return or_(~_endpoints.c.ordered, _deliveries.c.position.is_(None), ~_pending_before())
+def _heads() -> Any:
+    """Each enabled ordered endpoint's earliest pending delivery: the only one of its
+    deliveries that may go (``webhook_deliveries_pending`` finds it in one probe)."""
+    head = (
+        select(_deliveries.c.id, _deliveries.c.next_attempt_at, _deliveries.c.leased_until)
+        .where(
+            _deliveries.c.endpoint_id == _endpoints.c.id,
+            _deliveries.c.state == "pending",
+            _deliveries.c.position.is_not(None),
+        )
+        .order_by(_deliveries.c.position)
+        .limit(1)
+        .lateral("head")
+    )
+    return select(head).select_from(_endpoints).join(head, true()).where(_endpoints.c.enabled)
+
+
+def _loose() -> Any:
+    """Pending deliveries that go in any order: of endpoints that are not ordered, and tests."""
+    return (
+        select(_deliveries.c.id, _deliveries.c.next_attempt_at, _deliveries.c.leased_until)
+        .join(_endpoints, _endpoints.c.id == _deliveries.c.endpoint_id)
+        .where(
+            _deliveries.c.state == "pending",
+            _deliveries.c.position.is_(None),
+            _endpoints.c.enabled,
+        )
+    )
 
 
 def _lease_statement() -> Any:
     now: BindParameter[datetime] = bindparam("now")
+    heads = _heads().subquery("heads")
+    loose = _loose().subquery("loose")
+    eligible = union_all(
+        select(heads.c.id, heads.c.next_attempt_at).where(_due(now, heads)),
+        select(loose.c.id, loose.c.next_attempt_at)
+        .where(_due(now, loose))
+        .order_by(loose.c.next_attempt_at)
+        .limit(bindparam("limit")),
+    ).subquery("eligible")
+    # Locked now, and checked again on the locked row: another worker may have leased or
+    # settled one since this statement's snapshot.
     candidates = (
         select(_deliveries.c.id)
-        .join(_endpoints, _endpoints.c.id == _deliveries.c.endpoint_id)
         .where(
+            _deliveries.c.id.in_(select(eligible.c.id)),
             _deliveries.c.state == "pending",
-            _endpoints.c.enabled,
-            _deliveries.c.next_attempt_at <= now,
-            or_(_deliveries.c.leased_until.is_(None), _deliveries.c.leased_until <= now),
-            _next_in_order(),
+            _due(now, _deliveries),
         )
-        .order_by(_deliveries.c.next_attempt_at, _deliveries.c.position)
+        .order_by(_deliveries.c.next_attempt_at)
         .limit(bindparam("limit"))
-        .with_for_update(of=_deliveries, skip_locked=True)
+        .with_for_update(skip_locked=True)
         .cte("candidates")
     )
     leased = (
@@ -181,15 +221,6 @@ def _lease_statement() -> Any:
             _deliveries.c.leased_until,
         )
         .cte("leased")
-    )
-    # Of the delivery's current run of attempts (since its creation or redelivery).
-    first_attempt = (
-        select(func.min(webhook_attempts.c.attempted_at))
-        .where(
-            webhook_attempts.c.delivery_id == leased.c.id,
-            webhook_attempts.c.attempted_at >= leased.c.started_at,
-        )
-        .scalar_subquery()
     )
     # The secret a rotation replaced signs until its overlap ends.
     previous_secret = case(
@@ -208,7 +239,6 @@ def _lease_statement() -> Any:
             _endpoints.c.secret,
             previous_secret.label("previous_secret"),
             _endpoints.c.failing_since,
-            first_attempt.label("first_attempted_at"),
             *[column.label(f"event_{column.name}") for column in events.c],
         )
         .join_from(leased, _endpoints, _endpoints.c.id == leased.c.endpoint_id)
@@ -266,7 +296,6 @@ def lease(
                 started_at=row["started_at"],
                 leased_until=row["leased_until"],
                 failing_since=row["failing_since"],
-                first_attempted_at=row["first_attempted_at"],
             )
         )
     return leased
@@ -331,12 +360,9 @@ def next_due(connection: TenantConnection) -> datetime | None:
     """When the schema next has a delivery to try: the earliest retry of an enabled endpoint's
     pending delivery that its order lets go next, or the end of a lease (a worker that died
     holding it)."""
-    due = func.greatest(_deliveries.c.next_attempt_at, _deliveries.c.leased_until)
-    found = connection.execute(
-        select(func.min(due))
-        .join_from(_deliveries, _endpoints, _endpoints.c.id == _deliveries.c.endpoint_id)
-        .where(_deliveries.c.state == "pending", _endpoints.c.enabled, _next_in_order())
-    ).scalar()
+    waiting = union_all(_heads(), _loose()).subquery("waiting")
+    due = func.greatest(waiting.c.next_attempt_at, waiting.c.leased_until)
+    found = connection.execute(select(func.min(due))).scalar()
     return found if isinstance(found, datetime) else None
 
 

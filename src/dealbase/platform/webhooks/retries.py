@@ -8,8 +8,9 @@ from datetime import timedelta
 
 FIRST_RETRY = timedelta(seconds=5)
 LONGEST_WAIT = timedelta(hours=12)
-# A delivery gives up when its next attempt would come later than this after its first; an
-# endpoint none of whose attempts succeeded for this long is disabled.
+# A delivery that fails this long or longer after it began gives up (its last wait may reach
+# past it by up to LONGEST_WAIT); an endpoint none of whose attempts succeeded for this long is
+# disabled.
 GIVE_UP_AFTER = timedelta(days=3)
 # Each wait is stretched or shrunk by up to a fifth, so that receivers that failed together
 # are not retried together.

@@ -43,7 +43,9 @@ def upgrade() -> None:
         # kept as long as its event.
         sa.Column("event_id", pg.UUID(), sa.ForeignKey("events.id", ondelete="CASCADE")),
         sa.Column("event_type", sa.Text(), nullable=False),
-        # The event's position: an ordered endpoint's deliveries go in this order.
+        # The event's position, for an ordered endpoint: its deliveries go in this order, one at
+        # a time. Null for an endpoint that is not ordered (as it was when the event came) and
+        # for a test event: those go in any order.
         sa.Column("position", sa.BigInteger()),
         sa.Column("payload", pg.JSONB()),
         sa.Column("state", sa.Text(), nullable=False),
@@ -69,6 +71,13 @@ def upgrade() -> None:
         postgresql_where=sa.text("state = 'pending'"),
     )
     op.create_index("webhook_deliveries_log", "webhook_deliveries", ["endpoint_id", "id"])
+    # What is due of the deliveries that go in any order.
+    op.create_index(
+        "webhook_deliveries_due",
+        "webhook_deliveries",
+        ["next_attempt_at"],
+        postgresql_where=sa.text("state = 'pending' AND position IS NULL"),
+    )
     op.create_index("webhook_deliveries_created", "webhook_deliveries", ["created_at"])
     op.create_table(
         "webhook_attempts",
