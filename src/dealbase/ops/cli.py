@@ -39,8 +39,7 @@ from dealbase.tenancy.database import Database, DatabaseLimits
 from dealbase.tenancy.roles import inheriting_login_role
 from dealbase.tenancy.scope import Rate
 from dealbase.tenancy.tenants import create_tenant, list_tenants
-from dealbase.worker.delivery import DeliveryWorker, WorkerLimits
-from dealbase.worker.sending import Sender
+from dealbase.worker.limits import WorkerLimits
 
 
 class _OneLineErrors(TyperGroup):
@@ -611,6 +610,11 @@ def worker(
 
 
 async def _deliver_until_stopped(settings: Settings, limits: WorkerLimits) -> None:
+    # Here, not at the top: the worker's metrics import prometheus_client, which ``serve``
+    # imports only once it has chosen where its metrics live.
+    from dealbase.worker.delivery import DeliveryWorker
+    from dealbase.worker.sending import Sender
+
     database = Database(
         _database_url(settings),
         pool_size=limits.tenants_at_once,

@@ -79,11 +79,13 @@ def update(
 ) -> WebhookEndpoint:
     """Applies the fields the patch carries. Enabling or disabling the endpoint clears why
     delivery disabled it: its owner has decided now. Enabling it wakes the worker, for the
-    deliveries that waited meanwhile."""
+    deliveries that waited meanwhile, and starts its count of failing days afresh."""
     changes = patch.value.model_dump(exclude_unset=True)
     if "enabled" in changes:
         changes["disabled_reason"] = None
     if changes.get("enabled") is True:
+        # Three days of failures count again from the next failure.
+        changes["failing_since"] = None
         uow.finisher(WakeWorker)
     _, row = update_versioned(
         uow.connection,
