@@ -80,7 +80,7 @@ from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields
 from dealbase.tenancy.database import Database, application_name
 from dealbase.tenancy.scope import Scope
 from dealbase.tenancy.tenants import create_tenant
-from dealbase.worker.delivery import WorkerLimits
+from dealbase.worker.limits import WorkerLimits
 from dealbase.worker.sending import USER_AGENT
 
 THIS = Path(__file__).resolve()

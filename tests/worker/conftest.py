@@ -21,7 +21,8 @@ from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.addresses import AddressPolicy
 from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields, WithSecret
 from dealbase.tenancy.database import Database
-from dealbase.worker.delivery import DeliveryWorker, WorkerLimits
+from dealbase.worker.delivery import DeliveryWorker
+from dealbase.worker.limits import WorkerLimits
 from dealbase.worker.sending import Sender
 from tests.support import TenantWorld, build_tenant, scratch_database
 
