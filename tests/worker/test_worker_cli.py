@@ -1,5 +1,5 @@
 """``dealbase worker`` as operators run it: a process of its own that delivers, serves its
-metrics, and stops cleanly on SIGTERM."""
+metrics, stops cleanly on SIGTERM, and when killed outright loses no event."""
 
 from __future__ import annotations
 
@@ -7,14 +7,16 @@ import os
 import signal
 import subprocess
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
 
 from dealbase.tenancy.database import Database
+from dealbase.worker.limits import WorkerLimits
 from tests.support import DEALBASE, TenantWorld, free_port
-from tests.worker.conftest import Receiver, add_endpoint
-from tests.worker.test_delivery import add_customer
+from tests.worker.conftest import Clock, Receiver, Workers, add_endpoint
+from tests.worker.test_delivery import add_customer, log_of
 
 
 def test_the_worker_process_delivers_serves_metrics_and_stops_on_sigterm(
@@ -54,3 +56,48 @@ def test_the_worker_process_delivers_serves_metrics_and_stops_on_sigterm(
 
     assert exit_code == 0, log.read_text()
     assert receiver.types() == ["customer.created"]
+
+
+def test_a_worker_process_killed_mid_delivery_leaves_the_event_to_another_worker(
+    worker_database_url: str,
+    worker_database: Database,
+    tenant: TenantWorld,
+    receiver: Receiver,
+    workers: Workers,
+    clock: Clock,
+    tmp_path: Path,
+) -> None:
+    endpoint = add_endpoint(worker_database, tenant, receiver.url)
+    receiver.hold(3.0)  # the first request is answered only after the kill
+    env = {name: value for name, value in os.environ.items() if not name.startswith("DEALBASE_")}
+    env |= {
+        "DEALBASE_DATABASE_URL": worker_database_url,
+        "DEALBASE_WEBHOOKS_ALLOW_PRIVATE": "true",
+        "DEALBASE_DATA_DIR": str(tmp_path),
+    }
+    log = tmp_path / "worker.log"
+    with log.open("wb") as sink:
+        doomed = subprocess.Popen(
+            [str(DEALBASE), "worker"], env=env, stdout=sink, stderr=subprocess.STDOUT
+        )
+    try:
+        add_customer(worker_database, tenant, "Lovelace")
+        deadline = time.monotonic() + 20
+        while receiver.arrived == 0:
+            assert doomed.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, f"nothing sent: {log.read_text()}"
+            time.sleep(0.02)
+    finally:
+        doomed.kill()
+        doomed.wait(timeout=10)
+
+    # Until the dead worker's claim and lease lapse, the event is no one else's...
+    workers.run(workers().run_until_idle())
+    assert receiver.arrived == 1
+    # ...and then it is delivered by another.
+    clock.advance(WorkerLimits().claim_lease + timedelta(seconds=1))
+    workers.run(workers().run_until_idle())
+
+    (delivery,) = log_of(worker_database, tenant, endpoint.id)
+    assert delivery.state == "delivered"
+    assert receiver.arrived == 2 and len(set(receiver.ids())) == 1
