@@ -19,6 +19,26 @@ from tests.worker.conftest import Clock, Receiver, Workers, add_endpoint
 from tests.worker.test_delivery import add_customer, log_of
 
 
+def start_worker(
+    database_url: str, directory: Path, **settings: str
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """``dealbase worker`` on the database, allowed to send to the loopback, with none of the
+    caller's DEALBASE_ settings but these; its output in ``directory/worker.log``."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("DEALBASE_")}
+    env |= {
+        "DEALBASE_DATABASE_URL": database_url,
+        "DEALBASE_WEBHOOKS_ALLOW_PRIVATE": "true",
+        "DEALBASE_DATA_DIR": str(directory),
+        **settings,
+    }
+    log = directory / "worker.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [str(DEALBASE), "worker"], env=env, stdout=sink, stderr=subprocess.STDOUT
+        )
+    return process, log
+
+
 def test_the_worker_process_delivers_serves_metrics_and_stops_on_sigterm(
     worker_database_url: str,
     worker_database: Database,
@@ -28,19 +48,12 @@ def test_the_worker_process_delivers_serves_metrics_and_stops_on_sigterm(
 ) -> None:
     add_endpoint(worker_database, tenant, receiver.url)
     metrics_port = free_port()
-    env = {name: value for name, value in os.environ.items() if not name.startswith("DEALBASE_")}
-    env |= {
-        "DEALBASE_DATABASE_URL": worker_database_url,
-        "DEALBASE_WEBHOOKS_ALLOW_PRIVATE": "true",
-        "DEALBASE_METRICS_PORT": str(metrics_port),
-        "DEALBASE_HOST": "127.0.0.1",
-        "DEALBASE_DATA_DIR": str(tmp_path),
-    }
-    log = tmp_path / "worker.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [str(DEALBASE), "worker"], env=env, stdout=sink, stderr=subprocess.STDOUT
-        )
+    process, log = start_worker(
+        worker_database_url,
+        tmp_path,
+        DEALBASE_METRICS_PORT=str(metrics_port),
+        DEALBASE_HOST="127.0.0.1",
+    )
     try:
         add_customer(worker_database, tenant, "Lovelace")
         deadline = time.monotonic() + 20
@@ -69,17 +82,7 @@ def test_a_worker_process_killed_mid_delivery_leaves_the_event_to_another_worker
 ) -> None:
     endpoint = add_endpoint(worker_database, tenant, receiver.url)
     receiver.hold(3.0)  # the first request is answered only after the kill
-    env = {name: value for name, value in os.environ.items() if not name.startswith("DEALBASE_")}
-    env |= {
-        "DEALBASE_DATABASE_URL": worker_database_url,
-        "DEALBASE_WEBHOOKS_ALLOW_PRIVATE": "true",
-        "DEALBASE_DATA_DIR": str(tmp_path),
-    }
-    log = tmp_path / "worker.log"
-    with log.open("wb") as sink:
-        doomed = subprocess.Popen(
-            [str(DEALBASE), "worker"], env=env, stdout=sink, stderr=subprocess.STDOUT
-        )
+    doomed, log = start_worker(worker_database_url, tmp_path)
     try:
         add_customer(worker_database, tenant, "Lovelace")
         deadline = time.monotonic() + 20
