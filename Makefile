@@ -13,10 +13,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@touch $(STAMP)
 
+# The API and one webhook worker beside it (stopped with it); both on the same database, the
+# embedded one included (pgserver keeps it up while either runs).
 run: install
 	$(BIN)/dealbase migrate
 	$(BIN)/dealbase demo
-	$(BIN)/dealbase serve
+	$(BIN)/dealbase worker & worker=$$!; trap 'kill $$worker 2>/dev/null' EXIT; $(BIN)/dealbase serve
 
 test: install lint typecheck pytest
 
