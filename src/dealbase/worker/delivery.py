@@ -79,13 +79,15 @@ class DeliveryWorker:
         self.id = uuid.uuid4()
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Delivers until ``stop`` is set; then finishes the visits under way (whose leases
-        would otherwise hold their deliveries back until they lapse)."""
+        """Delivers until ``stop`` is set, finishing the visits under way (whose leases would
+        otherwise hold their deliveries back until they lapse). The purge runs beside the
+        deliveries, not in their way, and stops between tenants."""
         next_purge_check = time.monotonic()
+        purging: asyncio.Task[int | None] | None = None
         while not stop.is_set():
-            if time.monotonic() >= next_purge_check:
+            if time.monotonic() >= next_purge_check and (purging is None or purging.done()):
                 next_purge_check += self.limits.purge_check_every.total_seconds()
-                await self.purge_if_due()
+                purging = asyncio.create_task(self.purge_if_due(stop))
             try:
                 visited = await self.run_once()
             except DomainError as failed:  # the database is down: wait, and try again
@@ -94,6 +96,8 @@ class DeliveryWorker:
             if not visited:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.limits.poll_interval.total_seconds())
+        if purging is not None:
+            await purging
 
     async def run_once(self) -> int:
         """Claims due wakeups and visits their tenants, ``tenants_at_once`` at a time; returns
@@ -115,9 +119,10 @@ class DeliveryWorker:
         while await self.run_once():
             pass
 
-    async def purge_if_due(self) -> int | None:
+    async def purge_if_due(self, stop: asyncio.Event | None = None) -> int | None:
         """Purges every tenant's old events and test deliveries if no worker has for
-        ``purge_every``; returns how many rows it deleted, None when it was not its turn."""
+        ``purge_every``, until ``stop`` is set; returns how many rows it deleted, None when it
+        was not its turn."""
         try:
             due = await asyncio.to_thread(self._claim_purge)
         except DomainError as failed:
@@ -132,6 +137,8 @@ class DeliveryWorker:
             return None
         purged = 0
         for tenant in tenants:
+            if stop is not None and stop.is_set():
+                break
             try:
                 purged += await self.database.run(tenant.scope, _purge)
             except Exception:
