@@ -5,6 +5,7 @@ test's endpoints may be in it), a real HTTP receiver on the loopback, and a cloc
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 from collections.abc import Coroutine, Iterator
@@ -128,11 +129,25 @@ class _Server(ThreadingHTTPServer):
     state: Receiver
 
 
-def _serve(state: Receiver, port: int) -> _Server:
-    server = _Server(("127.0.0.1", port), _Handler)
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+def _serve(state: Receiver, port: int, host: str = "127.0.0.1") -> _Server:
+    server = (_Server6 if ":" in host else _Server)((host, port), _Handler)
     server.state = state
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
+
+
+@pytest.fixture
+def receiver_on_ipv6() -> Iterator[Receiver]:
+    """The receiver on the IPv6 loopback, ``http://[::1]:PORT/hooks``."""
+    state = Receiver(url="")
+    state.server = _serve(state, 0, "::1")
+    state.url = f"http://[::1]:{state.server.server_address[1]}/hooks"
+    yield state
+    state.stop()
 
 
 @pytest.fixture

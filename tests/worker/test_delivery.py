@@ -418,6 +418,20 @@ def test_a_private_address_is_refused_at_delivery_unless_allowed(
     assert delivery.state == "pending"
 
 
+def test_an_ipv6_address_is_reached_with_its_host_bracketed(
+    worker_database: Database,
+    tenant: TenantWorld,
+    receiver_on_ipv6: Receiver,
+    workers: Workers,
+) -> None:
+    add_endpoint(worker_database, tenant, receiver_on_ipv6.url)
+    add_customer(worker_database, tenant, "Lovelace")
+    deliver(workers)
+
+    (request,) = receiver_on_ipv6.requests
+    assert request.headers["host"] == receiver_on_ipv6.url.split("/")[2]
+
+
 def test_during_a_rotation_either_secret_verifies_the_signature(
     worker_database: Database, tenant: TenantWorld, receiver: Receiver, workers: Workers
 ) -> None:

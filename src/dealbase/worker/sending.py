@@ -127,7 +127,9 @@ class Sender:
         literal = f"[{address}]" if address.version == 6 else str(address)
         netloc = literal if parts.port is None else f"{literal}:{parts.port}"
         url = parts._replace(netloc=netloc).geturl()
-        host_header = host if parts.port is None else f"{host}:{parts.port}"
+        # An IPv6 address in a Host header is bracketed, as in the URL.
+        named = f"[{host}]" if ":" in host else host
+        host_header = named if parts.port is None else f"{named}:{parts.port}"
         client = await self._client_for(f"{parts.scheme}://{host_header}")
         request = client.build_request(
             "POST",
