@@ -3,6 +3,7 @@ batched by the request's DataLoaders, never loaded once per parent."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
@@ -29,6 +30,7 @@ from tests.graphql_api.support import data_of
 from tests.support import TenantWorld, build_tenant
 
 DEALS = 120
+KEY_USES_WRITE = re.compile(r"^UPDATE \S*api_keys SET last_used_at", re.IGNORECASE)
 PAGE_SIZES = (5, 50, 100)
 
 DEALS_QUERY = """
@@ -57,13 +59,20 @@ query($first: Int!) {
 @dataclass
 class StatementCounter:
     """Counts the statements the app sends while ``counting`` is on: those of its units of work
-    and those of its SQLAlchemy engine (the control schema)."""
+    and those of its SQLAlchemy engine (the control schema).
+
+    The once-a-minute write of the keys' last uses (``KeyUseRecorder``) is left out: it runs
+    beside the requests, not for them, and made a measured request look one statement dearer
+    whenever its minute fell inside it.
+    """
 
     counting: bool = False
     count: int = 0
 
     def __call__(self, *args: Any) -> None:
-        if self.counting:
+        # A unit of work's listeners get the statement; the engine's event gets it third.
+        statement: str = args[0] if len(args) == 1 else args[2]
+        if self.counting and not KEY_USES_WRITE.search(statement):
             self.count += 1
 
     @contextmanager
