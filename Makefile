@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck pytest migrate demo clean bench profile
+.PHONY: install run test lint typecheck pytest migrate demo clean bench bench-scale profile
 
 install: $(STAMP)
 
@@ -63,6 +63,12 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python bench/run.py bench
+
+# Many tenants on one PostgreSQL (bench/README.md, "scale.py"): provisioning, migrate, POST
+# /customers spread over every tenant, backend memory, the catalog. N tenants (default 1000).
+N ?= 1000
+bench-scale: $(BENCH_STAMP)
+	$(BIN)/python bench/scale.py --tenants $(N)
 
 profile: $(BENCH_STAMP)
 	@test -n "$(SCENARIO)" || { echo "usage: make profile SCENARIO=<name>; the names: $(BIN)/python bench/run.py profile --help" >&2; exit 2; }

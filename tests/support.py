@@ -22,6 +22,7 @@ from psycopg import sql
 from dealbase.ops import admin
 from dealbase.platform.pipeline.models import Department
 from dealbase.tenancy.database import Database
+from dealbase.tenancy.roles import TENANT_OWNER_ROLE, TENANTS_GROUP_ROLE
 from dealbase.tenancy.tenants import Tenant, create_tenant
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -88,6 +89,71 @@ def scratch_database(server: str, label: str) -> Iterator[str]:
                         sql.SQL(", ").join(map(sql.Identifier, roles))
                     )
                 )
+
+
+@contextmanager
+def non_superuser_login(
+    postgres_server: str, *, inherit: bool = False
+) -> Iterator[tuple[str, str]]:
+    """A login role as operators create one for the service (NOINHERIT, CREATEROLE, owning its
+    database), and that database; both dropped afterwards. Yields the role and its URL."""
+    login = f"dealbase_test_login_{secrets.token_hex(4)}"
+    with psycopg.connect(postgres_server, autocommit=True) as admin_connection:
+        admin_connection.execute(
+            sql.SQL("CREATE ROLE {} LOGIN {} CREATEROLE").format(
+                sql.Identifier(login), sql.SQL("INHERIT" if inherit else "NOINHERIT")
+            )
+        )
+        # The cluster's shared roles were made by the superuser (other tests): from PostgreSQL
+        # 16 only a holder of their ADMIN option may grant them, so the operator hands it over,
+        # as operations.md says to when the login role changes.
+        version = admin_connection.execute("SHOW server_version_num").fetchone()
+        if version is not None and int(version[0]) >= 160000:
+            for shared in (TENANT_OWNER_ROLE, TENANTS_GROUP_ROLE):
+                admin_connection.execute(
+                    sql.SQL(
+                        "DO $$ BEGIN IF to_regrole({shared_name}) IS NOT NULL THEN"
+                        " GRANT {shared} TO {login} WITH ADMIN OPTION; END IF; END $$"
+                    ).format(
+                        shared_name=sql.Literal(shared),
+                        shared=sql.Identifier(shared),
+                        login=sql.Identifier(login),
+                    )
+                )
+    try:
+        with scratch_database(postgres_server, "login") as url:
+            with psycopg.connect(url, autocommit=True) as admin_connection:
+                admin_connection.execute(
+                    sql.SQL("ALTER SCHEMA public OWNER TO {}").format(sql.Identifier(login))
+                )
+            with psycopg.connect(postgres_server, autocommit=True) as admin_connection:
+                admin_connection.execute(
+                    sql.SQL("ALTER DATABASE {} OWNER TO {}").format(
+                        sql.Identifier(url.partition("?")[0].rpartition("/")[2]),
+                        sql.Identifier(login),
+                    )
+                )
+            yield login, _with_user(url, login)
+    finally:
+        with psycopg.connect(postgres_server, autocommit=True) as admin_connection:
+            admin_connection.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(login)))
+
+
+def _with_user(url: str, user: str) -> str:
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{user}@{rest.partition('@')[2] or rest}"
+
+
+def schema_and_role_exist(database_url: str, name: str) -> tuple[bool, bool]:
+    """Whether the schema ``name`` exists, and whether the role ``name`` does."""
+    with psycopg.connect(database_url) as connection:
+        row = connection.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %(name)s),"
+            " EXISTS (SELECT 1 FROM pg_roles WHERE rolname = %(name)s)",
+            {"name": name},
+        ).fetchone()
+    assert row is not None
+    return bool(row[0]), bool(row[1])
 
 
 def tenant_roles_of(database_url: str) -> list[str]:

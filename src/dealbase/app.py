@@ -51,6 +51,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             lock_timeout_ms=settings.db_lock_timeout_ms,
             acquire_timeout_seconds=settings.db_acquire_timeout_ms / 1000,
         ),
+        tenants_per_connection=settings.db_tenants_per_connection,
     )
     key_cache = KeyCache()
     limiter: RedisLimiter | InProcessLimiter = (

@@ -51,6 +51,17 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     db_pool_size: int = Field(default=10, ge=1, le=200)
     db_max_overflow: int = Field(default=10, ge=0, le=200)
+    db_tenants_per_connection: int = Field(
+        default=250,
+        ge=1,
+        le=1_000_000,
+        description=(
+            "A pooled connection is replaced once it has worked in this many tenant schemas:"
+            " PostgreSQL keeps the catalog entries of every relation a backend touched (about"
+            " 115 kB a tenant), so this bounds each backend's memory however many tenants there"
+            " are."
+        ),
+    )
     db_pgbouncer: bool = Field(
         default=False,
         description=(
@@ -89,6 +100,22 @@ class Settings(BaseSettings):
         ),
     )
     migrate_concurrency: int = Field(default=4, ge=1, le=64)
+    spare_tenant_schemas: int = Field(
+        default=10,
+        ge=0,
+        le=1000,
+        description=(
+            "Tenant schemas the workers keep made ahead of time, so that creating a tenant"
+            " runs no DDL; 0: every tenant's schema is made when the tenant is created."
+        ),
+    )
+    citus_schema_sharding: bool = Field(
+        default=False,
+        description=(
+            "Create each tenant schema with citus.enable_schema_based_sharding on: on a Citus"
+            " cluster, a distributed schema that lives on one node and can move (docs/scaling.md)."
+        ),
+    )
     rate_limit_key: str = Field(
         default="10/s", description="Default rate per API key, as N/s (a key may have its own)."
     )

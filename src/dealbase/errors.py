@@ -50,6 +50,13 @@ class Forbidden(DomainError):
     title = "Forbidden"
 
 
+class TenantSuspended(Forbidden):
+    """A valid key of a tenant an operator has suspended: its data is kept, its keys refused."""
+
+    code = "tenant_suspended"
+    title = "Tenant suspended"
+
+
 class NotFound(DomainError):
     code = "not_found"
     title = "Not found"

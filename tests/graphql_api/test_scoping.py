@@ -566,3 +566,38 @@ def test_a_tenant_wide_key_is_refused_by_the_rest_api(
     assert data_of(
         client, '{ customers(filter: {q: "Wide"}) { totalCount } }', {}, tenants.wide
     ) == {"customers": {"totalCount": 0}}
+
+
+def test_a_suspended_tenants_keys_are_403_tenant_suspended_until_it_is_resumed(
+    client: TestClient, database: Database
+) -> None:
+    world = build_tenant(database)
+    department_key = world.key.headers
+    wide = tenant_wide_headers(database, world)
+    query = "{ departments { id } }"
+    for headers in (department_key, wide):  # each now cached by the server
+        assert data_of(client, query, {}, headers)["departments"]
+
+    admin.suspend_tenant(database, world.tenant.id, None)
+
+    # Every process drops the tenant's keys when PostgreSQL delivers the suspension's notice.
+    deadline = time.monotonic() + 1.0
+    for headers in (department_key, wide):
+        while True:
+            response = client.post(GRAPHQL, json={"query": query}, headers=headers)
+            if response.status_code != 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        assert_problem(response, 403, "tenant_suspended")
+        assert "data" not in response.json()
+
+    admin.resume_tenant(database, world.tenant.id)
+
+    deadline = time.monotonic() + 1.0
+    for headers in (department_key, wide):
+        while True:
+            response = client.post(GRAPHQL, json={"query": query}, headers=headers)
+            if response.status_code == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        assert response.json()["data"]["departments"]

@@ -1,12 +1,16 @@
 """What Citus schema-based sharding needs of a tenant schema, kept true as migrations are added:
 every tenant table has a primary key, and no foreign key leaves its schema, whether to another
 tenant's or to the control schema (nor does a control table point into a tenant schema); and no
-statement a unit of work runs names both a tenant schema and the control schema."""
+statement a unit of work runs names both a tenant schema and the control schema. And that a
+tenant schema is created as a distributed schema when the setting asks for it."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+import psycopg
+import pytest
 from sqlalchemy import text
 
 from dealbase.platform.customers import service as customers
@@ -15,7 +19,9 @@ from dealbase.platform.webhooks import deliveries
 from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields
 from dealbase.tenancy.database import Database
-from tests.support import TenantWorld
+from dealbase.worker.spares import SpareSchemaKeeper
+from tests.ops.conftest import invoke_cli
+from tests.support import TenantWorld, scratch_database
 
 _TENANT_SCHEMA = re.compile(r'"?t_[0-9a-f]{32}"?\.')
 _CONTROL_SCHEMA = re.compile(r"\bcontrol\.")
@@ -86,3 +92,68 @@ def test_no_statement_names_both_a_tenant_schema_and_the_control_schema(
     assert any(_TENANT_SCHEMA.search(statement) for statement in statements)
     both = [s for s in statements if _TENANT_SCHEMA.search(s) and _CONTROL_SCHEMA.search(s)]
     assert both == []
+
+
+def _record_created_schemas(database_url: str) -> None:
+    """An event trigger notes each schema created and the Citus sharding setting at that
+    moment (a placeholder setting here, as PostgreSQL allows for a prefix no extension owns)."""
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute(
+            """
+            CREATE TABLE public.created_schemas (name text, sharding text);
+            CREATE FUNCTION public.note_created_schema() RETURNS event_trigger
+                LANGUAGE plpgsql SECURITY DEFINER AS $$
+            DECLARE created record;
+            BEGIN
+                FOR created IN SELECT * FROM pg_event_trigger_ddl_commands() LOOP
+                    INSERT INTO public.created_schemas VALUES (
+                        created.object_identity,
+                        current_setting('citus.enable_schema_based_sharding', true));
+                END LOOP;
+            END $$;
+            CREATE EVENT TRIGGER note_created_schema ON ddl_command_end
+                WHEN TAG IN ('CREATE SCHEMA') EXECUTE FUNCTION public.note_created_schema();
+            """
+        )
+
+
+def _created_schemas(database_url: str) -> dict[str, str | None]:
+    with psycopg.connect(database_url) as connection:
+        rows = connection.execute("SELECT name, sharding FROM public.created_schemas").fetchall()
+    return dict(rows)
+
+
+@pytest.mark.parametrize("spares", ["0", "1"])
+def test_with_the_setting_on_tenant_schemas_are_created_distributed_and_control_is_not(
+    postgres_server: str, tmp_path: Path, spares: str
+) -> None:
+    with scratch_database(postgres_server, "citus") as url:
+        _record_created_schemas(url)
+        env = {
+            "DEALBASE_DATABASE_URL": url,
+            "DEALBASE_DATA_DIR": str(tmp_path),
+            "DEALBASE_LOG_LEVEL": "warning",
+            "DEALBASE_CITUS_SCHEMA_SHARDING": "true",
+        }
+        assert invoke_cli(("migrate",), env).exit_code == 0
+        if spares == "1":  # the worker makes spares with the same setting
+            database = Database(url, pool_size=1)
+            try:
+                SpareSchemaKeeper(database, 1, distributed=True).prepare_one()
+            finally:
+                database.dispose()
+        created = invoke_cli(("tenant", "create", "distributed", "--json"), env)
+        plain = invoke_cli(
+            ("tenant", "create", "plain", "--json"),
+            {
+                **env,
+                "DEALBASE_CITUS_SCHEMA_SHARDING": "false",
+                "DEALBASE_SPARE_TENANT_SCHEMAS": "0",
+            },
+        )
+
+        schemas = _created_schemas(url)
+
+    assert schemas["control"] in (None, "")
+    assert schemas[created.json()["schema"]] == "on"
+    assert schemas[plain.json()["schema"]] != "on"

@@ -45,7 +45,7 @@ def test_migrate_on_a_terminal_shows_a_progress_bar_over_the_tenants(
         "TERM": "xterm",
     }
 
-    on_terminal = run_on_a_terminal(["migrate", "--concurrency", "2"], env)
+    on_terminal = run_on_a_terminal(["migrate", "--all", "--concurrency", "2"], env)
     as_json = subprocess.run(
         [str(DEALBASE), "migrate", "--json"], env=env, capture_output=True, text=True, check=True
     )

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy import text
 
-from dealbase.migrations.runner import head_revision
+from dealbase.migrations.runner import head_revision, upgrade_tenant
 from dealbase.ops import admin
 from dealbase.tenancy.control_tables import CONTROL_SCHEMA
 from dealbase.tenancy.database import Database
@@ -87,7 +92,7 @@ def test_migrate_on_an_empty_database_creates_the_control_schema_at_head(
 ) -> None:
     run = _migrate(empty_database_url, tmp_path)
 
-    assert run.json() == {"tenants": 0, "migrated": 0, "failed": [], "repaired": []}
+    assert run.json() == {"tenants": 0, "visited": 0, "migrated": 0, "failed": [], "repaired": []}
     database = Database(empty_database_url, pool_size=1)
     try:
         assert _revision(database, CONTROL_SCHEMA) == CONTROL_HEAD
@@ -95,7 +100,7 @@ def test_migrate_on_an_empty_database_creates_the_control_schema_at_head(
         database.dispose()
 
 
-def test_migrate_brings_every_tenant_schema_to_head(
+def test_migrate_all_brings_every_tenant_schema_to_head(
     migrated_database: Database, tmp_path: Path
 ) -> None:
     tenants = _tenants(migrated_database, 3)
@@ -104,9 +109,9 @@ def test_migrate_brings_every_tenant_schema_to_head(
         _lose_schema(migrated_database, tenant)
     assert [_revision(migrated_database, t.schema) for t in tenants[1:]] == [None, None]
 
-    run = _migrate(migrated_database.url, tmp_path)
+    run = _migrate(migrated_database.url, tmp_path, "--all")
 
-    assert run.json() == {"tenants": 3, "migrated": 3, "failed": [], "repaired": []}
+    assert run.json() == {"tenants": 3, "visited": 3, "migrated": 3, "failed": [], "repaired": []}
     assert run.stderr == ""
     assert _revision(migrated_database, CONTROL_SCHEMA) == CONTROL_HEAD
     for tenant in tenants:
@@ -122,10 +127,16 @@ def test_migrating_many_tenants_at_once_puts_each_tenant_tree_in_its_own_schema(
     for tenant in tenants:
         _lose_schema(migrated_database, tenant)
 
-    run = _migrate(migrated_database.url, tmp_path, "--concurrency", "8")
+    run = _migrate(migrated_database.url, tmp_path, "--all", "--concurrency", "8")
 
     assert run.exit_code == 0, str(run)
-    assert run.json() == {"tenants": 12, "migrated": 12, "failed": [], "repaired": []}
+    assert run.json() == {
+        "tenants": 12,
+        "visited": 12,
+        "migrated": 12,
+        "failed": [],
+        "repaired": [],
+    }
     for tenant in tenants:
         assert _revision(migrated_database, tenant.schema) == TENANT_HEAD, tenant.schema
         assert set(_relations(migrated_database, tenant.schema)) == reference, tenant.schema
@@ -136,17 +147,17 @@ def test_migrate_again_is_a_no_op_that_keeps_schemas_and_data(
 ) -> None:
     tenants = _tenants(migrated_database, 2)
     department = admin.create_department(migrated_database, tenants[0].id, "Kept")
-    # One tenant at a time: parallel runs are pinned by the test of many tenants at once.
-    first = _migrate(migrated_database.url, tmp_path, "--concurrency", "1")
     schemas = [CONTROL_SCHEMA, *(t.schema for t in tenants)]
     before = {schema: _relations(migrated_database, schema) for schema in schemas}
 
-    again = _migrate(migrated_database.url, tmp_path, "--concurrency", "1")
+    # One tenant at a time: parallel runs are pinned by the test of many tenants at once.
+    recorded = _migrate(migrated_database.url, tmp_path, "--concurrency", "1")
+    visiting = _migrate(migrated_database.url, tmp_path, "--all", "--concurrency", "1")
 
-    assert again.exit_code == 0, str(again)
-    assert (
-        again.json() == first.json() == {"tenants": 2, "migrated": 2, "failed": [], "repaired": []}
-    )
+    assert recorded.exit_code == visiting.exit_code == 0, str(recorded) + str(visiting)
+    summary = {"tenants": 2, "migrated": 2, "failed": [], "repaired": []}
+    assert recorded.json() == {**summary, "visited": 0}
+    assert visiting.json() == {**summary, "visited": 2}
     assert {schema: _relations(migrated_database, schema) for schema in schemas} == before
     kept = admin.create_employee(migrated_database, tenants[0].id, department.id, "Ann", None)
     assert kept.department_id == department.id
@@ -163,7 +174,7 @@ def test_a_broken_tenant_is_reported_by_schema_while_the_others_reach_head(
     _break(migrated_database, broken)
     broken_relations = _relations(migrated_database, broken.schema)
 
-    run = _migrate(migrated_database.url, tmp_path, "--concurrency", concurrency)
+    run = _migrate(migrated_database.url, tmp_path, "--all", "--concurrency", concurrency)
 
     assert run.exit_code != 0, str(run)
     assert not run.crashed, str(run)
@@ -187,12 +198,12 @@ def test_migrate_resumes_a_repaired_tenant_and_then_succeeds(
     broken, healthy = _tenants(migrated_database, 2)
     _break(migrated_database, broken)
     # One tenant at a time: parallel runs are pinned by the test of many tenants at once.
-    assert _migrate(migrated_database.url, tmp_path, "--concurrency", "1").exit_code != 0
+    assert _migrate(migrated_database.url, tmp_path, "--all", "--concurrency", "1").exit_code != 0
 
     _lose_schema(migrated_database, broken)  # the operator's repair: start that schema afresh
-    run = _migrate(migrated_database.url, tmp_path, "--concurrency", "1")
+    run = _migrate(migrated_database.url, tmp_path, "--all", "--concurrency", "1")
 
-    assert run.json() == {"tenants": 2, "migrated": 2, "failed": [], "repaired": []}
+    assert run.json() == {"tenants": 2, "visited": 2, "migrated": 2, "failed": [], "repaired": []}
     assert _revision(migrated_database, broken.schema) == TENANT_HEAD
     assert _revision(migrated_database, healthy.schema) == TENANT_HEAD
 
@@ -205,7 +216,7 @@ def test_migrate_recreates_a_missing_tenant_role_and_reports_the_repair(
     tenant, untouched = _tenants(migrated_database, 2)
     _execute(migrated_database, f'DROP OWNED BY "{tenant.schema}"; DROP ROLE "{tenant.schema}"')
 
-    run = _migrate(migrated_database.url, tmp_path, "--concurrency", "1")
+    run = _migrate(migrated_database.url, tmp_path, "--all", "--concurrency", "1")
 
     assert run.exit_code == 0, str(run)
     (repaired,) = run.json()["repaired"]
@@ -220,3 +231,84 @@ def test_migrate_recreates_a_missing_tenant_role_and_reports_the_repair(
         None,
     )
     assert employee.name == "Ann"
+
+
+def _recorded_revisions(database: Database) -> dict[str, str | None]:
+    with database.control() as connection:
+        rows = connection.execute(text("SELECT schema_name, schema_revision FROM control.tenants"))
+        return {str(schema): revision for schema, revision in rows}
+
+
+def _set_back(database: Database, tenant: Tenant, revision: str) -> None:
+    """The tenant's schema made afresh at an older revision, as an older release left it."""
+    _lose_schema(database, tenant)
+    with database.control() as connection:
+        upgrade_tenant(connection, tenant.schema, revision)
+
+
+def test_creating_a_tenant_records_its_schema_revision(migrated_database: Database) -> None:
+    (tenant,) = _tenants(migrated_database, 1)
+
+    assert _recorded_revisions(migrated_database) == {tenant.schema: TENANT_HEAD}
+
+
+def test_migrate_visits_only_the_schemas_recorded_behind_the_head(
+    migrated_database: Database, tmp_path: Path
+) -> None:
+    older, unrecorded, current = _tenants(migrated_database, 3)
+    _set_back(migrated_database, older, "t0004")
+    _execute(
+        migrated_database,
+        f"UPDATE control.tenants SET schema_revision = NULL WHERE schema_name = '{unrecorded.schema}'",
+    )
+    # Recorded at head: migrate takes the record's word for it and never looks (--all does).
+    _lose_schema(migrated_database, current)
+
+    run = _migrate(migrated_database.url, tmp_path)
+
+    assert run.json() == {"tenants": 3, "visited": 2, "migrated": 3, "failed": [], "repaired": []}
+    assert _revision(migrated_database, older.schema) == TENANT_HEAD
+    assert _revision(migrated_database, unrecorded.schema) == TENANT_HEAD
+    assert _revision(migrated_database, current.schema) is None
+    assert set(_recorded_revisions(migrated_database).values()) == {TENANT_HEAD}
+
+
+def test_a_killed_migrate_resumes_with_the_schemas_it_had_not_reached(
+    migrated_database: Database, tmp_path: Path
+) -> None:
+    tenants = _tenants(migrated_database, 5)
+    for tenant in tenants:
+        _set_back(migrated_database, tenant, "t0004")
+    blocker = psycopg.connect(migrated_database.url, autocommit=True)
+    # The third tenant's migrator lock is held, so a run one tenant at a time stops there.
+    blocker.execute(
+        "SELECT pg_advisory_lock(hashtext(%s))", (f"dealbase:migrate:{tenants[2].schema}",)
+    )
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "dealbase"), "migrate", "--concurrency", "1"],
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("DEALBASE_")},
+            "DEALBASE_DATABASE_URL": migrated_database.url,
+            "DEALBASE_DATA_DIR": str(tmp_path),
+            "DEALBASE_LOG_LEVEL": "warning",
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while list(_recorded_revisions(migrated_database).values()).count(TENANT_HEAD) < 2:
+            assert process.poll() is None and time.monotonic() < deadline, "migrate did not start"
+            time.sleep(0.05)
+        process.kill()
+        process.wait(timeout=10)
+    finally:
+        blocker.close()
+    recorded = _recorded_revisions(migrated_database)
+    assert [recorded[t.schema] for t in tenants] == [TENANT_HEAD] * 2 + ["t0004"] * 3
+
+    run = _migrate(migrated_database.url, tmp_path, "--concurrency", "1")
+
+    assert run.json() == {"tenants": 5, "visited": 3, "migrated": 5, "failed": [], "repaired": []}
+    for tenant in tenants:
+        assert _revision(migrated_database, tenant.schema) == TENANT_HEAD, tenant.schema

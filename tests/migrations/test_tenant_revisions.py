@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 
 from dealbase.migrations.runner import upgrade_tenant
 from dealbase.tenancy.database import Database
@@ -29,3 +29,48 @@ def test_t0003_marks_the_default_pipelines_won_and_lost_steps(database: Database
         connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
 
     assert kinds == {"Lead": "open", "Won": "won", "Lost": "lost"}
+
+
+def _columns(connection: Connection, schema: str) -> list[tuple[str, ...]]:
+    rows = connection.execute(
+        text(
+            "SELECT table_name, column_name, data_type, is_nullable, coalesce(column_default, '')"
+            " FROM information_schema.columns WHERE table_schema = :schema ORDER BY 1, 2"
+        ),
+        {"schema": schema},
+    )
+    return [tuple(str(value) for value in row) for row in rows]
+
+
+def test_required_columns_added_to_tables_with_rows_match_a_fresh_schemas(
+    database: Database,
+) -> None:
+    """``add_required_column`` (add, default, fill, require) leaves what one ADD COLUMN with a
+    default and NOT NULL would: rows from before it get the default, and the columns are alike."""
+    upgraded, fresh = "t_" + "4" * 32, "t_" + "5" * 32
+    with database.control() as connection:
+        upgrade_tenant(connection, upgraded, "t0001")
+        connection.execute(
+            text(
+                f"""
+                INSERT INTO "{upgraded}".departments VALUES
+                    ('00000000-0000-7000-8000-000000000002', 'Sales', now(), now());
+                INSERT INTO "{upgraded}".customers (id, department_id, last_name, created_at,
+                                                    updated_at)
+                VALUES (gen_random_uuid(), '00000000-0000-7000-8000-000000000002', 'Lovelace',
+                        now(), now());
+                """
+            )
+        )
+        upgrade_tenant(connection, upgraded)
+        upgrade_tenant(connection, fresh)
+        versions = (
+            connection.execute(text(f'SELECT version FROM "{upgraded}".customers')).scalars().all()
+        )
+        columns = {schema: _columns(connection, schema) for schema in (upgraded, fresh)}
+        connection.execute(text(f'DROP SCHEMA "{upgraded}" CASCADE; DROP SCHEMA "{fresh}" CASCADE'))
+
+    assert versions == [1]
+    assert columns[upgraded] == columns[fresh]
+    assert ("customers", "version", "bigint", "NO", "1") in columns[fresh]
+    assert ("steps", "kind", "text", "NO", "'open'::text") in columns[fresh]

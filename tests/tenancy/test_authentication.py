@@ -179,3 +179,62 @@ def test_very_long_credential_headers_are_refused_cleanly(
     client: TestClient, world: TenantWorld, header: str, status: int
 ) -> None:
     assert post(client, {**world.key.headers, header: "x" * 8000})[0] == status
+
+
+def _wait_until_uncached(authenticator: Authenticator, key_id: uuid.UUID) -> None:
+    """Returns once the server's listener has dropped the key (PostgreSQL's notice arrived)."""
+    deadline = time.monotonic() + 1.0
+    while authenticator.cache.get(key_id) is not None:
+        assert time.monotonic() < deadline, "the key stayed cached 1 s after the change"
+        time.sleep(0.01)
+
+
+def test_a_suspended_tenants_key_is_refused_403_even_when_cached_and_accepted_once_resumed(
+    client: TestClient, world: TenantWorld, database: Database
+) -> None:
+    authenticator: Authenticator = client.app.state.authenticator  # type: ignore[attr-defined]
+    assert post(client, world.key.headers)[0] == 201
+    assert authenticator.cache.get(world.key.key_id) is not None, "the server caches the key"
+
+    admin.suspend_tenant(database, world.tenant.id, "test")
+    _wait_until_uncached(authenticator, world.key.key_id)
+    status, problem = post(client, world.key.headers)
+
+    assert (status, problem["code"], problem["title"]) == (
+        403,
+        "tenant_suspended",
+        "Tenant suspended",
+    )
+    assert "suspended" in str(problem["detail"])
+    assert post(client, world.key.headers)[0] == 403, "cached as suspended, still refused"
+
+    admin.resume_tenant(database, world.tenant.id)
+    _wait_until_uncached(authenticator, world.key.key_id)
+
+    assert post(client, world.key.headers)[0] == 201
+
+
+def test_a_suspended_tenants_key_with_a_wrong_secret_or_department_learns_nothing_of_it(
+    client: TestClient, world: TenantWorld, database: Database
+) -> None:
+    admin.suspend_tenant(database, world.tenant.id, None)
+    wrong_secret = world.key.api_key[:-1] + ("B" if world.key.api_key[-1] != "B" else "C")
+
+    status, problem = post(client, {**world.key.headers, "X-Api-Key": wrong_secret})
+
+    assert (status, problem["code"]) == (401, "unauthenticated")
+
+
+def test_a_deleted_tenants_keys_get_the_same_401_as_an_unknown_key(
+    client: TestClient, world: TenantWorld, database: Database
+) -> None:
+    assert post(client, world.key.headers)[0] == 201
+
+    admin.delete_tenant(database, world.tenant.id)
+    authenticator: Authenticator = client.app.state.authenticator  # type: ignore[attr-defined]
+    _wait_until_uncached(authenticator, world.key.key_id)
+    status, problem = post(client, world.key.headers)
+
+    unknown = {**world.key.headers, "X-Api-Key": f"dbk_{uuid.uuid4().hex}_{'A' * 43}"}
+    assert status == 401
+    assert without_request_id(problem) == without_request_id(post(client, unknown)[1])

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 
 import pytest
 from sqlalchemy import text
@@ -113,3 +114,50 @@ def test_lost_listener_connection_forgets_every_cached_key(
 
     assert _listener_pids(database) - before, "listener did not reconnect"
     assert listening_cache.get(world.key.key_id) is None
+
+
+def _cache_keys(database: Database, cache: KeyCache, *worlds: TenantWorld) -> None:
+    """Every key of each tenant, authenticated once, so now cached."""
+    authenticator = Authenticator(database, cache)
+    for world in worlds:
+        for key in world.keys:
+            asyncio.run(authenticator.department_scope(key.api_key, str(key.department_id)))
+            assert cache.get(key.key_id) is not None
+
+
+def _until_dropped(cache: KeyCache, key_id: uuid.UUID) -> None:
+    deadline = time.monotonic() + 1.0
+    while cache.get(key_id) is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_a_tenant_notice_drops_every_key_of_that_tenant_and_no_other(
+    database: Database, make_tenant: Callable[..., TenantWorld], listening_cache: KeyCache
+) -> None:
+    suspended, other = make_tenant(departments=2), make_tenant()
+    _cache_keys(database, listening_cache, suspended, other)
+    second = suspended.keys[1]
+
+    admin.suspend_tenant(database, suspended.tenant.id, None)
+    _until_dropped(listening_cache, suspended.key.key_id)
+
+    assert listening_cache.get(suspended.key.key_id) is None
+    assert listening_cache.get(second.key_id) is None
+    assert listening_cache.get(other.key.key_id) is not None
+
+
+def test_a_notice_that_names_no_key_or_tenant_drops_every_key(
+    database: Database, make_tenant: Callable[..., TenantWorld], listening_cache: KeyCache
+) -> None:
+    first, second = make_tenant(), make_tenant()
+    _cache_keys(database, listening_cache, first, second)
+
+    with database.control() as connection:
+        connection.execute(
+            text("SELECT pg_notify(:channel, 'tenant:not-a-uuid')"),
+            {"channel": KEY_CHANGES_CHANNEL},
+        )
+    _until_dropped(listening_cache, first.key.key_id)
+
+    assert listening_cache.get(first.key.key_id) is None
+    assert listening_cache.get(second.key.key_id) is None

@@ -3,14 +3,11 @@ its own schema and nothing else, and migrations create missing roles and repair 
 
 from __future__ import annotations
 
-import secrets
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 import psycopg
 import pytest
-from psycopg import sql
 from sqlalchemy import func, select, text
 
 from dealbase.migrations.runner import upgrade_control, upgrade_tenants
@@ -21,12 +18,7 @@ from dealbase.tenancy.database import Database, UnitOfWork
 from dealbase.tenancy.roles import TENANT_OWNER_ROLE, inheriting_login_role
 from dealbase.tenancy.statements import TenantConnection
 from dealbase.tenancy.tenants import create_tenant
-from tests.support import TenantWorld, scratch_database
-
-
-def _with_user(url: str, user: str) -> str:
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://{user}@{rest.partition('@')[2] or rest}"
+from tests.support import TenantWorld, non_superuser_login, scratch_database
 
 
 def test_a_unit_of_work_runs_as_its_tenants_role_and_the_connection_returns_as_the_login_role(
@@ -89,44 +81,12 @@ def test_a_tenant_role_reads_its_own_tables_but_not_the_control_schema(
         assert counted.scalar() == 0
 
 
-@contextmanager
-def _non_superuser_login(
-    postgres_server: str, *, inherit: bool = False
-) -> Iterator[tuple[str, str]]:
-    """A login role as operators create one for the service (NOINHERIT, CREATEROLE, owning its
-    database), and that database; both dropped afterwards. Yields the role and its URL."""
-    login = f"dealbase_test_login_{secrets.token_hex(4)}"
-    with psycopg.connect(postgres_server, autocommit=True) as admin_connection:
-        admin_connection.execute(
-            sql.SQL("CREATE ROLE {} LOGIN {} CREATEROLE").format(
-                sql.Identifier(login), sql.SQL("INHERIT" if inherit else "NOINHERIT")
-            )
-        )
-    try:
-        with scratch_database(postgres_server, "login") as url:
-            with psycopg.connect(url, autocommit=True) as admin_connection:
-                admin_connection.execute(
-                    sql.SQL("ALTER SCHEMA public OWNER TO {}").format(sql.Identifier(login))
-                )
-            with psycopg.connect(postgres_server, autocommit=True) as admin_connection:
-                admin_connection.execute(
-                    sql.SQL("ALTER DATABASE {} OWNER TO {}").format(
-                        sql.Identifier(url.rpartition("/")[2].partition("?")[0]),
-                        sql.Identifier(login),
-                    )
-                )
-            yield login, _with_user(url, login)
-    finally:
-        with psycopg.connect(postgres_server, autocommit=True) as admin_connection:
-            admin_connection.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(login)))
-
-
 def test_the_service_login_role_holds_no_privilege_on_any_tenant_schema(
     postgres_server: str,
 ) -> None:
     """Provisioned by a login role that is not a superuser: it can switch to each tenant's role
     for a unit of work, but on its own it can neither read nor write any tenant's tables."""
-    with _non_superuser_login(postgres_server) as (login, url):
+    with non_superuser_login(postgres_server) as (login, url):
         database = Database(url, pool_size=1)
         try:
             with database.control() as connection:
@@ -155,7 +115,7 @@ def test_the_control_upgrade_lets_the_login_role_switch_to_the_owner_before_any_
     postgres_server: str,
 ) -> None:
     """migrate's workers then upgrade tenants in parallel without racing to grant it."""
-    with _non_superuser_login(postgres_server) as (login, url):
+    with non_superuser_login(postgres_server) as (login, url):
         database = Database(url, pool_size=1)
         try:
             with database.control() as connection:
@@ -173,7 +133,7 @@ def test_the_control_upgrade_lets_the_login_role_switch_to_the_owner_before_any_
 def test_migrate_names_a_login_role_that_would_inherit_every_tenants_privileges(
     postgres_server: str, inherit: bool
 ) -> None:
-    with _non_superuser_login(postgres_server, inherit=inherit) as (login, url):
+    with non_superuser_login(postgres_server, inherit=inherit) as (login, url):
         database = Database(url, pool_size=1)
         try:
             with database.control() as connection:

@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import func, update
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from dealbase.ops import admin
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields, CustomerPatch
 from dealbase.platform.events import service as events
@@ -461,6 +462,18 @@ def test_a_disabled_endpoint_keeps_its_events_until_it_is_enabled_again(
 
     with worker_database.unit_of_work(in_department(tenant)) as uow:
         endpoints.update(uow, endpoint.id, Checked(WebhookEndpointPatch(enabled=True)))
+    deliver(workers)
+
+    assert [orjson.loads(r.body)["data"]["last_name"] for r in receiver.requests] == ["Lovelace"]
+
+
+def test_a_suspended_tenants_events_recorded_before_the_suspension_are_delivered(
+    worker_database: Database, tenant: TenantWorld, receiver: Receiver, workers: Workers
+) -> None:
+    add_endpoint(worker_database, tenant, receiver.url)
+    add_customer(worker_database, tenant, "Lovelace")
+
+    admin.suspend_tenant(worker_database, tenant.tenant.id, "the API refuses its keys")
     deliver(workers)
 
     assert [orjson.loads(r.body)["data"]["last_name"] for r in receiver.requests] == ["Lovelace"]

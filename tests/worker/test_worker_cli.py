@@ -11,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import httpx
+from sqlalchemy import text
 
 from dealbase.tenancy.database import Database
 from dealbase.worker.limits import WorkerLimits
@@ -23,12 +24,14 @@ def start_worker(
     database_url: str, directory: Path, **settings: str
 ) -> tuple[subprocess.Popen[bytes], Path]:
     """``dealbase worker`` on the database, allowed to send to the loopback, with none of the
-    caller's DEALBASE_ settings but these; its output in ``directory/worker.log``."""
+    caller's DEALBASE_ settings but these (and no spare schemas unless asked: their DDL is
+    not what these tests are about); its output in ``directory/worker.log``."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("DEALBASE_")}
     env |= {
         "DEALBASE_DATABASE_URL": database_url,
         "DEALBASE_WEBHOOKS_ALLOW_PRIVATE": "true",
         "DEALBASE_DATA_DIR": str(directory),
+        "DEALBASE_SPARE_TENANT_SCHEMAS": "0",
         **settings,
     }
     log = directory / "worker.log"
@@ -39,7 +42,14 @@ def start_worker(
     return process, log
 
 
-def test_the_worker_process_delivers_serves_metrics_and_stops_on_sigterm(
+def _spares(database: Database) -> int:
+    with database.control() as connection:
+        return int(
+            connection.execute(text("SELECT count(*) FROM control.spare_schemas")).scalar_one()
+        )
+
+
+def test_the_worker_process_delivers_makes_spares_serves_metrics_and_stops_on_sigterm(
     worker_database_url: str,
     worker_database: Database,
     tenant: TenantWorld,
@@ -53,11 +63,12 @@ def test_the_worker_process_delivers_serves_metrics_and_stops_on_sigterm(
         tmp_path,
         DEALBASE_METRICS_PORT=str(metrics_port),
         DEALBASE_HOST="127.0.0.1",
+        DEALBASE_SPARE_TENANT_SCHEMAS="2",
     )
     try:
         add_customer(worker_database, tenant, "Lovelace")
         deadline = time.monotonic() + 20
-        while not receiver.requests:
+        while not receiver.requests or _spares(worker_database) < 2:
             assert process.poll() is None, log.read_text()
             assert time.monotonic() < deadline, f"nothing delivered: {log.read_text()}"
             time.sleep(0.05)
@@ -69,6 +80,7 @@ def test_the_worker_process_delivers_serves_metrics_and_stops_on_sigterm(
 
     assert exit_code == 0, log.read_text()
     assert receiver.types() == ["customer.created"]
+    assert _spares(worker_database) == 2
 
 
 def test_a_worker_process_killed_mid_delivery_leaves_the_event_to_another_worker(

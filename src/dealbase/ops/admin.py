@@ -13,9 +13,10 @@ from pathlib import Path
 from dealbase.platform.pipeline import service as pipeline
 from dealbase.platform.pipeline.models import Department, DepartmentCreate, Employee, EmployeeCreate
 from dealbase.platform.validation import validated
-from dealbase.tenancy import api_keys
+from dealbase.tenancy import api_keys, lifecycle
 from dealbase.tenancy.api_keys import AuditRecord, IssuedKey, KeyInfo
 from dealbase.tenancy.database import Database
+from dealbase.tenancy.lifecycle import DeletedTenant
 from dealbase.tenancy.scope import Rate
 from dealbase.tenancy.tenants import Tenant, create_tenant, find_tenant_by_name, get_tenant
 
@@ -45,7 +46,8 @@ def create_employee(
 
 
 def operator() -> str:
-    """Who is changing keys, for the audit: the operating-system user running the command."""
+    """Who is changing keys or tenants, for the audit: the operating-system user running the
+    command."""
     try:
         return getpass.getuser()
     except (KeyError, OSError):
@@ -109,6 +111,21 @@ def reset_key(database: Database, key_id: uuid.UUID) -> IssuedKey:
         return api_keys.reset_key(connection, key_id, actor=operator())
 
 
+def suspend_tenant(database: Database, tenant_id: uuid.UUID, reason: str | None) -> Tenant:
+    with database.control() as connection:
+        return lifecycle.suspend_tenant(connection, tenant_id, reason=reason, actor=operator())
+
+
+def resume_tenant(database: Database, tenant_id: uuid.UUID) -> Tenant:
+    with database.control() as connection:
+        return lifecycle.resume_tenant(connection, tenant_id, actor=operator())
+
+
+def delete_tenant(database: Database, tenant_id: uuid.UUID) -> DeletedTenant:
+    with database.control() as connection:
+        return lifecycle.delete_tenant(connection, tenant_id, actor=operator())
+
+
 @dataclass(frozen=True, slots=True)
 class Demo:
     tenant: Tenant
@@ -117,7 +134,7 @@ class Demo:
     key: IssuedKey
 
 
-def ensure_demo(database: Database, data_dir: Path) -> Demo:
+def ensure_demo(database: Database, data_dir: Path, *, distributed: bool = False) -> Demo:
     """The demo tenant, department, employee and key, created once and found again after.
 
     The secret is stored only hashed, so the demo's key is kept in ``data_dir/demo-key.json``
@@ -126,7 +143,7 @@ def ensure_demo(database: Database, data_dir: Path) -> Demo:
     with database.control() as connection:
         demo_tenant = find_tenant_by_name(connection, DEMO_TENANT)
     if demo_tenant is None:
-        demo_tenant = create_tenant(database, DEMO_TENANT)
+        demo_tenant = create_tenant(database, DEMO_TENANT, distributed=distributed)
     with database.unit_of_work(demo_tenant.scope) as uow:
         department = pipeline.first_department(uow) or pipeline.create_department(
             uow, DepartmentCreate(name=DEMO_DEPARTMENT)

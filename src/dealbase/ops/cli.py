@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
 
 import orjson
@@ -27,9 +28,15 @@ from typer.core import TyperGroup
 
 from dealbase.config import Settings, SettingsError, load_settings, parse_rate
 from dealbase.errors import DomainError, Invalid
-from dealbase.migrations.runner import TenantMigration, upgrade_control, upgrade_tenants
+from dealbase.migrations.runner import (
+    TenantMigration,
+    schemas_behind,
+    upgrade_control,
+    upgrade_tenants,
+)
 from dealbase.ops import admin, serving
 from dealbase.ops.embedded_postgres import embedded_database_url
+from dealbase.ops.export import ExportFormat, ExportRefused, export_jsonl, export_pg_dump
 from dealbase.ops.metrics_files import prepare_metrics_dir
 from dealbase.ops.observability import configure_logging
 from dealbase.platform.resources import format_timestamp
@@ -38,7 +45,7 @@ from dealbase.tenancy.api_keys import MAX_KEY_LIFETIME, AuditRecord, KeyInfo
 from dealbase.tenancy.database import Database, DatabaseLimits
 from dealbase.tenancy.roles import inheriting_login_role
 from dealbase.tenancy.scope import Rate
-from dealbase.tenancy.tenants import create_tenant, list_tenants
+from dealbase.tenancy.tenants import Tenant, create_tenant, list_tenants
 from dealbase.worker.limits import WorkerLimits
 
 
@@ -78,7 +85,9 @@ class _OneLineErrors(TyperGroup):
 cli = typer.Typer(
     cls=_OneLineErrors, no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False
 )
-tenant_cli = typer.Typer(no_args_is_help=True, help="Create and list tenants.")
+tenant_cli = typer.Typer(
+    no_args_is_help=True, help="Create, list, suspend, resume, delete and export tenants."
+)
 department_cli = typer.Typer(no_args_is_help=True, help="Create departments.")
 employee_cli = typer.Typer(no_args_is_help=True, help="Create employees.")
 key_cli = typer.Typer(
@@ -91,6 +100,7 @@ cli.add_typer(key_cli, name="key")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON value on stdout.")]
 TenantOption = Annotated[uuid.UUID, typer.Option("--tenant", help="Tenant id.")]
+TenantArgument = Annotated[uuid.UUID, typer.Argument(metavar="TENANT_ID", help="Tenant id.")]
 RateOption = Annotated[
     str | None, typer.Option("--rate", help="The key's own rate limit, as N/s (with --burst).")
 ]
@@ -203,6 +213,14 @@ def migrate(
     concurrency: Annotated[
         int | None, typer.Option(min=1, max=64, help="Tenants at a time.")
     ] = None,
+    every_tenant: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Visit every tenant schema, not only those recorded as behind: read each one's"
+            " own revision and put its role and grants back in order.",
+        ),
+    ] = False,
 ) -> None:
     """Bring the control schema and every tenant schema to head (resumable; safe to re-run)."""
     settings = _settings()
@@ -210,15 +228,23 @@ def migrate(
     with database.control() as connection:
         upgrade_control(connection)
     with database.control() as connection:
-        schemas = [tenant.schema for tenant in list_tenants(connection)]
+        live = [tenant.schema for tenant in list_tenants(connection)]
+        schemas = live if every_tenant else schemas_behind(connection)
+    tenant_count = len(live)
     results = _upgrade_with_progress(
-        database, schemas, concurrency or settings.migrate_concurrency, show=not as_json
+        database,
+        schemas,
+        concurrency or settings.migrate_concurrency,
+        distributed=settings.citus_schema_sharding,
+        show=not as_json,
     )
     failed = sorted((r for r in results if not r.ok), key=lambda r: r.schema)
     repaired = sorted((r for r in results if r.repairs), key=lambda r: r.schema)
     summary = {
-        "tenants": len(results),
-        "migrated": len(results) - len(failed),
+        "tenants": tenant_count,
+        # The schemas this run upgraded or checked; the others recorded the head already.
+        "visited": len(results),
+        "migrated": tenant_count - len(failed),
         "failed": [{"schema": r.schema, "error": r.error} for r in failed],
         # Tenant roles created and grants put back as they should be (docs/security.md).
         "repaired": [{"schema": r.schema, "repairs": list(r.repairs)} for r in repaired],
@@ -226,7 +252,8 @@ def migrate(
     _emit(
         as_json,
         summary,
-        f"control schema and {summary['migrated']}/{len(results)} tenant schemas at head",
+        f"control schema and {summary['migrated']}/{tenant_count} tenant schemas at head"
+        f" ({len(results)} visited)",
     )
     if not as_json:
         for result in repaired:
@@ -247,10 +274,12 @@ def migrate(
 
 
 def _upgrade_with_progress(
-    database: Database, schemas: list[str], concurrency: int, *, show: bool
+    database: Database, schemas: list[str], concurrency: int, *, distributed: bool, show: bool
 ) -> list[TenantMigration]:
     if not (show and sys.stderr.isatty() and schemas):
-        return upgrade_tenants(database.url, schemas, concurrency=concurrency)
+        return upgrade_tenants(
+            database.url, schemas, concurrency=concurrency, distributed=distributed
+        )
     from rich.progress import Progress
 
     with Progress(transient=False) as progress:
@@ -259,6 +288,7 @@ def _upgrade_with_progress(
             database.url,
             schemas,
             concurrency=concurrency,
+            distributed=distributed,
             on_done=lambda _: progress.advance(task),
         )
 
@@ -267,17 +297,142 @@ def _upgrade_with_progress(
 @_fail_cleanly
 def tenant_create(name: str, as_json: JsonFlag = False) -> None:
     """Register a tenant and create its schema at the current migration head."""
-    tenant = create_tenant(_database(), name)
+    settings = _settings()
+    tenant = create_tenant(_database(settings), name, distributed=settings.citus_schema_sharding)
     _emit(as_json, _pick(tenant, "id", "name", "schema"), f"tenant {tenant.id} ({tenant.schema})")
+
+
+_TENANT_FIELDS = ("id", "name", "schema", "created_at", "suspended_at")
 
 
 @tenant_cli.command("list")
 @_fail_cleanly
 def tenant_list(as_json: JsonFlag = False) -> None:
+    """The tenants (not the deleted ones), each active or suspended."""
     with _database().control() as connection:
         tenants = list_tenants(connection)
-    rows = [_pick(t, "id", "name", "schema", "created_at") for t in tenants]
-    _emit(as_json, rows, "\n".join(f"{t.id}  {t.schema}  {t.name}" for t in tenants))
+    rows = [_pick(t, *_TENANT_FIELDS) for t in tenants]
+    _emit(
+        as_json,
+        rows,
+        "\n".join(f"{t.id}  {t.schema}  {_tenant_state(t):9}  {t.name}" for t in tenants),
+    )
+
+
+def _tenant_state(tenant: Tenant) -> str:
+    return "active" if tenant.suspended_at is None else "suspended"
+
+
+@tenant_cli.command("suspend")
+@_fail_cleanly
+def tenant_suspend(
+    tenant_id: TenantArgument,
+    reason: Annotated[
+        str | None, typer.Option(help="Why, kept in the tenant's audit record.")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Refuse every key of the tenant (403 tenant_suspended) on every server process at once.
+
+    Its data, keys and webhook deliveries already recorded stay; `tenant resume` undoes it.
+    """
+    tenant = admin.suspend_tenant(_database(), tenant_id, reason)
+    _emit(as_json, _pick(tenant, *_TENANT_FIELDS), f"tenant {tenant.id} suspended")
+
+
+@tenant_cli.command("resume")
+@_fail_cleanly
+def tenant_resume(tenant_id: TenantArgument, as_json: JsonFlag = False) -> None:
+    """Accept the keys of a suspended tenant again, on every server process at once."""
+    tenant = admin.resume_tenant(_database(), tenant_id)
+    _emit(as_json, _pick(tenant, *_TENANT_FIELDS), f"tenant {tenant.id} resumed")
+
+
+@tenant_cli.command("delete")
+@_fail_cleanly
+def tenant_delete(
+    tenant_id: TenantArgument,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Do not ask for the tenant's name: delete at once.")
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Delete the tenant for good: its schema with all its data, its role and its webhook
+    wakeups; its keys are revoked. Asks for the tenant's name unless --yes.
+
+    Export it first if the data may be wanted again (`tenant export`).
+    """
+    database = _database()
+    if not yes:
+        _confirm_deletion(admin.tenant(database, tenant_id))
+    deleted = admin.delete_tenant(database, tenant_id)
+    tenant = deleted.tenant
+    value = {
+        **_pick(tenant, "id", "name", "schema"),
+        "keys_revoked": deleted.keys_revoked,
+        "wakeups_deleted": deleted.wakeups_deleted,
+    }
+    _emit(
+        as_json,
+        value,
+        f"tenant {tenant.id} ({tenant.schema}) deleted; keys revoked: {deleted.keys_revoked}",
+    )
+
+
+def _confirm_deletion(tenant: Tenant) -> None:
+    """Asks for the tenant's name, as GitHub does before deleting a repository: a wrong id
+    pasted, or the wrong terminal, is caught before anything is lost."""
+    if not sys.stdin.isatty():
+        raise CliFailure(
+            f"deleting tenant {tenant.id} asks for its name on a terminal; without one, pass --yes"
+        )
+    typer.echo(
+        f"This deletes tenant {tenant.name!r} ({tenant.id}) for good: its schema {tenant.schema}"
+        " with all its data, its role and its webhook wakeups, and revokes its API keys.",
+        err=True,
+    )
+    # Not typer.prompt: it prints part of its prompt on stdout, which --json keeps for JSON.
+    typer.echo("Type the tenant's name to confirm: ", err=True, nl=False)
+    if sys.stdin.readline().strip() != tenant.name:
+        raise CliFailure("that is not the tenant's name; nothing was deleted")
+
+
+@tenant_cli.command("export")
+@_fail_cleanly
+def tenant_export(
+    tenant_id: TenantArgument,
+    output: Annotated[
+        Path, typer.Option("--output", help="A directory that does not exist yet, or is empty.")
+    ],
+    export_format: Annotated[
+        ExportFormat,
+        typer.Option(
+            "--format",
+            help="jsonl: a file per table and manifest.json; pg-dump: pg_dump's custom format.",
+        ),
+    ] = ExportFormat.jsonl,
+    as_json: JsonFlag = False,
+) -> None:
+    """Write the tenant's data into --output. It holds the webhook endpoints' signing secrets:
+    keep it as safe as the database."""
+    settings = _settings()
+    database = _database(settings)
+    tenant = admin.tenant(database, tenant_id)
+    try:
+        if export_format is ExportFormat.jsonl:
+            manifest = export_jsonl(database, tenant, output)
+            rows = sum(file.rows for file in manifest.files)
+            _emit(
+                as_json,
+                manifest,
+                f"tenant {tenant.id}: {rows} rows of {len(manifest.files)} tables in {output}",
+            )
+        else:
+            dump = export_pg_dump(_database_url(settings), tenant, output)
+            value = {"tenant_id": tenant.id, "format": export_format.value, "file": str(dump)}
+            _emit(as_json, value, f"tenant {tenant.id}: {dump}")
+    except ExportRefused as exc:
+        raise CliFailure(str(exc)) from None
 
 
 @department_cli.command("create")
@@ -484,7 +639,9 @@ def demo(as_json: JsonFlag = False) -> None:
     """Ensure the demo tenant, department, employee and key, and print them with a curl example."""
     settings = _settings()
     database = _database(settings)
-    found = admin.ensure_demo(database, settings.data_dir)
+    found = admin.ensure_demo(
+        database, settings.data_dir, distributed=settings.citus_schema_sharding
+    )
     base_url = f"http://{settings.host}:{settings.port}"
     curl = (
         f"curl -i -X POST {base_url}/api/v1/integration/customers "
@@ -614,6 +771,7 @@ async def _deliver_until_stopped(settings: Settings, limits: WorkerLimits) -> No
     # imports only once it has chosen where its metrics live.
     from dealbase.worker.delivery import DeliveryWorker
     from dealbase.worker.sending import Sender
+    from dealbase.worker.spares import SpareSchemaKeeper
 
     database = Database(
         _database_url(settings),
@@ -626,6 +784,7 @@ async def _deliver_until_stopped(settings: Settings, limits: WorkerLimits) -> No
             lock_timeout_ms=settings.db_lock_timeout_ms,
             acquire_timeout_seconds=settings.db_acquire_timeout_ms / 1000,
         ),
+        tenants_per_connection=settings.db_tenants_per_connection,
     )
     sender = Sender(AddressPolicy(allow_private=settings.webhooks_allow_private))
     stop = asyncio.Event()
@@ -634,8 +793,13 @@ async def _deliver_until_stopped(settings: Settings, limits: WorkerLimits) -> No
         loop.add_signal_handler(stopping, stop.set)
     await database.open()
     typer.echo("dealbase worker: delivering webhooks (SIGTERM or Ctrl-C stops)", err=True)
+    spares = SpareSchemaKeeper(
+        database, settings.spare_tenant_schemas, distributed=settings.citus_schema_sharding
+    )
     try:
-        await DeliveryWorker(database, sender, limits=limits).run(stop)
+        await asyncio.gather(
+            DeliveryWorker(database, sender, limits=limits).run(stop), spares.run(stop)
+        )
     finally:
         await sender.close()
         await database.close()

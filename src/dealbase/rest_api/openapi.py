@@ -53,7 +53,10 @@ UPDATED_SINCE = Query(
 _STATUS_TEXT = {
     400: "Malformed JSON.",
     401: "Missing or invalid credentials (one identical answer whatever was wrong).",
-    403: "The key is valid but not for the department in X-Department-Id.",
+    403: (
+        "The key is valid but not for the department in X-Department-Id (`forbidden`), or its"
+        " tenant is suspended (`tenant_suspended`)."
+    ),
     404: "No such resource in the caller's department (nor in any other, for this caller).",
     409: "A request with the same Idempotency-Key is still running, or the state forbids it.",
     412: "If-Match does not match the current ETag.",

@@ -24,12 +24,22 @@ from typing import Any
 from sqlalchemy import Connection, RowMapping, bindparam, column, func, insert, or_, select, update
 from sqlalchemy.dialects.postgresql import ARRAY, TIMESTAMP, UUID
 
-from dealbase.errors import Conflict, Forbidden, Invalid, NotFound, Unauthenticated
+from dealbase.errors import (
+    Conflict,
+    Forbidden,
+    Invalid,
+    NotFound,
+    TenantSuspended,
+    Unauthenticated,
+)
 from dealbase.ids import new_id
 from dealbase.tenancy.control_tables import api_key_audit, api_keys, tenants
 from dealbase.tenancy.scope import Rate, Scope
 
 KEY_CHANGES_CHANNEL = "dealbase_api_keys"
+# A notice's payload is a key id, or this prefix and a tenant id for every key of that tenant.
+# Servers that read only key ids take anything else as "every key": safe, if less precise.
+TENANT_NOTICE_PREFIX = "tenant:"
 MAX_GRACE_SECONDS = 7 * 24 * 3600
 MAX_KEY_NAME_LENGTH = 200
 MAX_RATE = 100_000.0
@@ -40,6 +50,10 @@ _KEY_SHAPE = re.compile(r"^dbk_([0-9a-f]{32})_([A-Za-z0-9_-]{43})$")
 AUTHENTICATION_FAILED = (
     "Authentication failed: send an active API key in X-Api-Key"
     " and its department in X-Department-Id."
+)
+TENANT_IS_SUSPENDED = (
+    "This API key's tenant is suspended: its data is kept, but every key of the tenant is"
+    " refused until the service's operator resumes it."
 )
 
 
@@ -124,6 +138,7 @@ class KeyCredentials:
     revoked: bool
     rate: Rate | None
     expires_at: datetime | None
+    tenant_suspended: bool
 
     def accepts(self, secret: str, now: datetime) -> bool:
         """Checked at every use, against ``now``: a cached key expires on time too."""
@@ -276,6 +291,14 @@ def _announce_change(connection: Connection, key_id: uuid.UUID) -> None:
     connection.execute(select(func.pg_notify(KEY_CHANGES_CHANNEL, str(key_id))))
 
 
+def announce_tenant_change(connection: Connection, tenant_id: uuid.UUID) -> None:
+    """Every server process drops every key of the tenant from its cache when the caller's
+    transaction commits (a suspension, a resumption, a deletion)."""
+    connection.execute(
+        select(func.pg_notify(KEY_CHANGES_CHANNEL, f"{TENANT_NOTICE_PREFIX}{tenant_id}"))
+    )
+
+
 def list_audit(connection: Connection, tenant_id: uuid.UUID) -> list[AuditRecord]:
     """The tenant's key changes, oldest first."""
     rows = connection.execute(
@@ -326,6 +349,26 @@ def set_key_rate(
     return _change_key(
         connection, key_id, _rate_columns(rate), KeyAction.rate, actor, _rate_details(rate)
     )
+
+
+def revoke_tenant_keys(
+    connection: Connection, tenant_id: uuid.UUID, *, actor: str, details: Mapping[str, object]
+) -> int:
+    """Revokes every key of the tenant not yet revoked, each with its audit row, in the caller's
+    transaction; returns how many. The caller announces the tenant's change."""
+    revoked = (
+        connection.execute(
+            update(api_keys)
+            .where(api_keys.c.tenant_id == tenant_id, api_keys.c.revoked_at.is_(None))
+            .values(revoked_at=func.now())
+            .returning(api_keys.c.id, api_keys.c.tenant_id)
+        )
+        .mappings()
+        .all()
+    )
+    for row in revoked:
+        _audit(connection, row, KeyAction.revoke, actor, details)
+    return len(revoked)
 
 
 def revoke_key(connection: Connection, key_id: uuid.UUID, *, actor: str) -> KeyInfo:
@@ -448,6 +491,7 @@ def load_credentials(connection: Connection, key_id: uuid.UUID) -> KeyCredential
             api_keys.c.rate_per_second,
             api_keys.c.rate_burst,
             api_keys.c.expires_at,
+            tenants.c.suspended_at,
         )
         .join(tenants, tenants.c.id == api_keys.c.tenant_id)
         .where(api_keys.c.id == key_id)
@@ -467,6 +511,7 @@ def load_credentials(connection: Connection, key_id: uuid.UUID) -> KeyCredential
         revoked=row.revoked_at is not None,
         rate=_rate_of(row._mapping),
         expires_at=row.expires_at,
+        tenant_suspended=row.suspended_at is not None,
     )
 
 
@@ -482,9 +527,13 @@ def scope_for_request(
     A department key needs its department in X-Department-Id. A tenant-wide key (no department)
     is accepted only where ``tenant_wide_allowed`` (the dashboards' GraphQL API) and needs no
     X-Department-Id there; its Scope spans every department of its tenant.
+
+    A suspended tenant is told only to a caller whose key is good: a bad key gets its 401.
     """
     if credentials is None or not credentials.accepts(secret, datetime.now(UTC)):
         raise Unauthenticated(AUTHENTICATION_FAILED)
+    if credentials.tenant_suspended:
+        raise TenantSuspended(TENANT_IS_SUSPENDED)
     if credentials.department_id is None:
         if not tenant_wide_allowed:
             raise Forbidden(

@@ -2,7 +2,8 @@
 
 Each server process keeps the credentials of the keys it has seen. The cache is trusted only
 while a ``LISTEN`` connection to PostgreSQL is up: revoking or rotating a key sends a notification
-on commit, and the listener drops that key at once. While the listener is down, the cache is
+on commit, and the listener drops that key at once (suspending, resuming or deleting a tenant:
+every key of the tenant). While the listener is down, the cache is
 bypassed and every request reads the key from the database, so a lost notification can never
 keep a revoked key alive.
 """
@@ -22,6 +23,7 @@ from dealbase.errors import Unauthenticated
 from dealbase.tenancy.api_keys import (
     AUTHENTICATION_FAILED,
     KEY_CHANGES_CHANNEL,
+    TENANT_NOTICE_PREFIX,
     KeyCredentials,
     load_credentials,
     parse_api_key,
@@ -74,6 +76,13 @@ class KeyCache:
             else:
                 self._entries.pop(key_id, None)
 
+    def invalidate_tenant(self, tenant_id: uuid.UUID) -> None:
+        """Drops every key of the tenant."""
+        with self._lock:
+            self._generation += 1
+            for key_id in [k for k, c in self._entries.items() if c.tenant_id == tenant_id]:
+                del self._entries[key_id]
+
     def set_trusted(self, trusted: bool) -> None:
         with self._lock:
             self._generation += 1
@@ -125,8 +134,12 @@ class KeyChangeListener:
         self._cache.set_trusted(False)
 
     def _apply(self, payload: str) -> None:
+        tenant = payload.removeprefix(TENANT_NOTICE_PREFIX)
         try:
-            self._cache.invalidate(uuid.UUID(payload))
+            if tenant != payload:
+                self._cache.invalidate_tenant(uuid.UUID(tenant))
+            else:
+                self._cache.invalidate(uuid.UUID(payload))
         except ValueError:
             self._cache.invalidate(None)
 

@@ -23,9 +23,28 @@ tenants = Table(
     "tenants",
     metadata,
     Column("id", UUID(as_uuid=True), primary_key=True),
-    Column("name", Text, nullable=False, unique=True),
+    # Unique among tenants not deleted (the index ``tenants_live_name``).
+    Column("name", Text, nullable=False),
     Column("schema_name", Text, nullable=False, unique=True),
     Column("created_at", TIMESTAMP(timezone=True), nullable=False),
+    # The tenant tree's revision the migrator last brought the schema to; None counts as behind.
+    Column("schema_revision", Text),
+    # A suspended tenant's keys are refused (403); its data stays.
+    Column("suspended_at", TIMESTAMP(timezone=True)),
+    # The schema and role are dropped; the row stays for the keys and audit that refer to it.
+    Column("deleted_at", TIMESTAMP(timezone=True)),
+)
+
+# What operators did to tenants (suspended, resumed, deleted), one row per change.
+tenant_audit = Table(
+    "tenant_audit",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("tenant_id", UUID(as_uuid=True), ForeignKey(tenants.c.id), nullable=False),
+    Column("action", Text, nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("at", TIMESTAMP(timezone=True), nullable=False),
+    Column("details", JSONB, nullable=False),
 )
 
 api_keys = Table(
@@ -81,4 +100,14 @@ worker_tasks = Table(
     metadata,
     Column("name", Text, primary_key=True),
     Column("last_run_at", TIMESTAMP(timezone=True), nullable=False),
+)
+
+# Tenant schemas made ahead of time, each with its role, at a revision of the tenant tree:
+# creating a tenant takes one (``tenancy.spare_schemas``) instead of running the DDL.
+spare_schemas = Table(
+    "spare_schemas",
+    metadata,
+    Column("schema_name", Text, primary_key=True),
+    Column("schema_revision", Text, nullable=False),
+    Column("created_at", TIMESTAMP(timezone=True), nullable=False),
 )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
@@ -151,6 +153,34 @@ async def run_on_event_loop(work: Callable[[UnitOfWork], T], uow: UnitOfWork) ->
     return await greenlet_spawn(work, uow)
 
 
+class TenantsPerConnection:
+    """Retires a pooled connection once it has worked in ``limit`` tenant schemas.
+
+    A PostgreSQL backend keeps the catalog entries of every relation it has touched until it
+    ends, about 115 kB a tenant (bench/README.md, "scale.py"): a connection that goes on serving
+    requests spread over thousands of tenants would hold a gigabyte. A connection past the limit
+    is marked expired; its pool closes it when it comes back and opens another.
+    """
+
+    def __init__(self, limit: int | None) -> None:
+        self._limit = limit
+        self._seen: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def worked_in(self, connection: Any, schema: str) -> None:
+        if self._limit is None:
+            return
+        with self._lock:
+            seen = self._seen.setdefault(connection, set())
+            seen.add(schema)
+            if len(seen) < self._limit:
+                return
+            del self._seen[connection]
+        # psycopg_pool replaces a connection past this moment when it is returned (its
+        # ``max_lifetime`` check, which has no public hook for one connection).
+        connection._expire_at = 0.0
+
+
 class Database:
     """Units of work (tenant data) on psycopg pools; the control schema through SQLAlchemy.
 
@@ -173,9 +203,11 @@ class Database:
         prepared_statements: bool = True,
         startup_options: bool = True,
         limits: DatabaseLimits = DatabaseLimits(),
+        tenants_per_connection: int | None = None,
     ) -> None:
         self.url = database_url
         self.limits = limits
+        self._tenants_per_connection = TenantsPerConnection(tenants_per_connection)
         # Operators (and tests) see in pg_stat_activity which process holds a connection.
         connection_settings: dict[str, Any] = {
             "application_name": application_name(os.getpid()),
@@ -245,6 +277,7 @@ class Database:
         """
         with database_faults(), self.pool.connection() as connection:
             connection.execute(switch_to_tenant(scope.schema), prepare=False)
+            self._tenants_per_connection.worked_in(connection, scope.schema)
             statements = TenantConnection(
                 connection, scope.schema, self.statements, self.statement_listeners
             )
@@ -270,6 +303,7 @@ class Database:
             try:
                 async with await self._connection() as connection:
                     await connection.execute(switch_to_tenant(scope.schema), prepare=False)
+                    self._tenants_per_connection.worked_in(connection, scope.schema)
                     statements = TenantConnection(
                         connection, scope.schema, self.statements, self.statement_listeners
                     )

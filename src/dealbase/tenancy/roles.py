@@ -44,6 +44,10 @@ _PRIVILEGES_BY_RELATION_KIND = {
     "f": ("TABLE", _READ_ONLY_PRIVILEGES),
     "S": ("SEQUENCE", _SEQUENCE_PRIVILEGES),
 }
+# Roles are looked up with ``to_regrole`` (the role cache), never by joining ``pg_roles`` on a
+# name: such a join is planned on the shared catalogs' statistics, which nothing may have
+# gathered since the first tenants, as a nested loop of sequential scans, quadratic in the number
+# of tenant roles (12 ms a check at 300 tenants). The same goes for ``pg_get_userbyid``.
 # A tenant role is a plain group role: anything more is drift to undo.
 _PLAIN_ROLE = "NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS"
 
@@ -92,11 +96,11 @@ def _ensure_switchable_role(connection: Connection, name: str) -> list[str]:
     login_is_superuser, server_version = connection.execute(
         text(
             "SELECT rolsuper, current_setting('server_version_num')::int"
-            " FROM pg_roles WHERE rolname = session_user"
+            " FROM pg_roles WHERE oid = to_regrole(quote_ident(session_user))"
         )
     ).one()
     # A superuser may switch to any role; anyone else needs the membership.
-    if not login_is_superuser and not _login_is_member(connection, name):
+    if not login_is_superuser and not _login_is_member(connection, name, server_version):
         # From PostgreSQL 16 a membership says itself whether it passes privileges on.
         options = " WITH INHERIT FALSE, SET TRUE" if server_version >= 160000 else ""
         connection.execute(text(f'GRANT "{name}" TO SESSION_USER{options}'))
@@ -106,8 +110,8 @@ def _ensure_switchable_role(connection: Connection, name: str) -> list[str]:
 
 def _create_role(connection: Connection, name: str) -> bool:
     exists = connection.execute(
-        text("SELECT 1 FROM pg_roles WHERE rolname = :name"), {"name": name}
-    ).first()
+        text("SELECT to_regrole(quote_ident(:name)) IS NOT NULL"), {"name": name}
+    ).scalar_one()
     if exists:
         return False
     # Roles belong to the whole cluster: another database's migrator may create the same one
@@ -123,18 +127,15 @@ def _create_role(connection: Connection, name: str) -> bool:
     return True
 
 
-def _login_is_member(connection: Connection, name: str) -> bool:
-    return (
+def _login_is_member(connection: Connection, name: str, server_version: int) -> bool:
+    """Whether the login role may switch to the role. From PostgreSQL 16 a membership may deny
+    it (the one a role's creator gets, ``SET FALSE``), so the SET option is what counts."""
+    option = "SET" if server_version >= 160000 else "MEMBER"
+    return bool(
         connection.execute(
-            text(
-                "SELECT 1 FROM pg_auth_members m"
-                " JOIN pg_roles r ON r.oid = m.roleid"
-                " JOIN pg_roles login ON login.oid = m.member"
-                " WHERE r.rolname = :name AND login.rolname = session_user"
-            ),
-            {"name": name},
-        ).first()
-        is not None
+            text("SELECT pg_has_role(session_user, to_regrole(quote_ident(:name)), :option)"),
+            {"name": name, "option": option},
+        ).scalar()
     )
 
 
@@ -144,7 +145,7 @@ def _make_plain(connection: Connection, role: str) -> list[str]:
     attributes = connection.execute(
         text(
             "SELECT rolcanlogin OR rolsuper OR rolcreatedb OR rolcreaterole OR rolreplication"
-            " OR rolbypassrls FROM pg_roles WHERE rolname = :role"
+            " OR rolbypassrls FROM pg_roles WHERE oid = to_regrole(quote_ident(:role))"
         ),
         {"role": role},
     ).scalar_one()
@@ -153,10 +154,9 @@ def _make_plain(connection: Connection, role: str) -> list[str]:
         changes.append(f"made role {role} a plain role again")
     memberships = connection.execute(
         text(
-            "SELECT granted.rolname FROM pg_auth_members m"
-            " JOIN pg_roles granted ON granted.oid = m.roleid"
-            " JOIN pg_roles member ON member.oid = m.member"
-            " WHERE member.rolname = :role AND granted.rolname <> :group ORDER BY 1"
+            "SELECT pg_get_userbyid(roleid) FROM pg_auth_members"
+            " WHERE member = to_regrole(quote_ident(:role))"
+            " AND roleid <> to_regrole(quote_ident(:group)) ORDER BY 1"
         ),
         {"role": role, "group": TENANTS_GROUP_ROLE},
     ).scalars()
@@ -169,10 +169,9 @@ def _make_plain(connection: Connection, role: str) -> list[str]:
 def _join_tenants_group(connection: Connection, role: str) -> list[str]:
     joined = connection.execute(
         text(
-            "SELECT 1 FROM pg_auth_members m"
-            " JOIN pg_roles granted ON granted.oid = m.roleid"
-            " JOIN pg_roles member ON member.oid = m.member"
-            " WHERE member.rolname = :role AND granted.rolname = :group"
+            "SELECT 1 FROM pg_auth_members"
+            " WHERE member = to_regrole(quote_ident(:role))"
+            " AND roleid = to_regrole(quote_ident(:group))"
         ),
         {"role": role, "group": TENANTS_GROUP_ROLE},
     ).first()
@@ -186,8 +185,12 @@ def _adopt(connection: Connection, schema: str) -> list[str]:
     objects = connection.execute(
         text(
             """
-            WITH owner AS (SELECT oid FROM pg_roles WHERE rolname = :owner),
-            space AS (SELECT oid, nspname, nspowner FROM pg_namespace WHERE nspname = :schema)
+            WITH owner AS (SELECT to_regrole(quote_ident(:owner)) AS oid),
+            space AS (SELECT oid, nspname, nspowner FROM pg_namespace WHERE nspname = :schema),
+            -- The schema's objects through their dependency on it (an index lookup), not by
+            -- scanning catalogs that hold every tenant's objects.
+            member AS (SELECT d.classid, d.objid FROM pg_depend d, space
+                        WHERE d.refclassid = 'pg_namespace'::regclass AND d.refobjid = space.oid)
             SELECT 'SCHEMA', quote_ident(nspname) FROM space
              WHERE nspowner <> (SELECT oid FROM owner)
             UNION ALL
@@ -195,8 +198,9 @@ def _adopt(connection: Connection, schema: str) -> list[str]:
                                   WHEN 'm' THEN 'MATERIALIZED VIEW'
                                   WHEN 'f' THEN 'FOREIGN TABLE' ELSE 'TABLE' END,
                    format('%I.%I', space.nspname, c.relname)
-              FROM pg_class c JOIN space ON space.oid = c.relnamespace
-             WHERE c.relowner <> (SELECT oid FROM owner)
+              FROM member JOIN pg_class c ON c.oid = member.objid, space
+             WHERE member.classid = 'pg_class'::regclass
+               AND c.relowner <> (SELECT oid FROM owner)
                AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
                -- a sequence a column owns changes owner with its table
                AND NOT (c.relkind = 'S' AND EXISTS (
@@ -204,14 +208,16 @@ def _adopt(connection: Connection, schema: str) -> list[str]:
                       AND d.objid = c.oid AND d.deptype IN ('a', 'i')))
             UNION ALL
             SELECT 'TYPE', format('%I.%I', space.nspname, t.typname)
-              FROM pg_type t JOIN space ON space.oid = t.typnamespace
-             WHERE t.typowner <> (SELECT oid FROM owner) AND t.typtype IN ('e', 'd', 'r')
+              FROM member JOIN pg_type t ON t.oid = member.objid, space
+             WHERE member.classid = 'pg_type'::regclass
+               AND t.typowner <> (SELECT oid FROM owner) AND t.typtype IN ('e', 'd', 'r')
             UNION ALL
             SELECT CASE p.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END,
                    format('%I.%I(%s)', space.nspname, p.proname,
                           pg_get_function_identity_arguments(p.oid))
-              FROM pg_proc p JOIN space ON space.oid = p.pronamespace
-             WHERE p.proowner <> (SELECT oid FROM owner) AND p.prokind IN ('f', 'p')
+              FROM member JOIN pg_proc p ON p.oid = member.objid, space
+             WHERE member.classid = 'pg_proc'::regclass
+               AND p.proowner <> (SELECT oid FROM owner) AND p.prokind IN ('f', 'p')
             """
         ),
         {"owner": TENANT_OWNER_ROLE, "schema": schema},
@@ -232,17 +238,24 @@ def repair_grants(connection: Connection, schema: str) -> list[str]:
             SELECT 'SCHEMA', 's', quote_ident(n.nspname), '', grantee, privilege
               FROM pg_namespace n
               LEFT JOIN LATERAL (
-                  SELECT coalesce(r.rolname, 'PUBLIC') AS grantee, a.privilege_type AS privilege
-                    FROM aclexplode(n.nspacl) a LEFT JOIN pg_roles r ON r.oid = a.grantee
+                  SELECT CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END
+                             AS grantee, a.privilege_type AS privilege
+                    FROM aclexplode(n.nspacl) a
                    WHERE a.grantee <> n.nspowner) acl ON true
              WHERE n.nspname = :schema
             UNION ALL
             SELECT 'RELATION', c.relkind::text, format('%I.%I', n.nspname, c.relname), c.relname,
                    grantee, privilege
-              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+              -- The schema's relations through their dependency on it (an index lookup), not by
+              -- scanning pg_class, which holds every tenant's.
+              FROM pg_namespace n
+              JOIN pg_depend d ON d.refclassid = 'pg_namespace'::regclass AND d.refobjid = n.oid
+                              AND d.classid = 'pg_class'::regclass
+              JOIN pg_class c ON c.oid = d.objid
               LEFT JOIN LATERAL (
-                  SELECT coalesce(r.rolname, 'PUBLIC') AS grantee, a.privilege_type AS privilege
-                    FROM aclexplode(c.relacl) a LEFT JOIN pg_roles r ON r.oid = a.grantee
+                  SELECT CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END
+                             AS grantee, a.privilege_type AS privilege
+                    FROM aclexplode(c.relacl) a
                    WHERE a.grantee <> c.relowner) acl ON true
              WHERE n.nspname = :schema AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
             """

@@ -23,6 +23,11 @@ def schema_for_tenant(tenant_id: uuid.UUID) -> str:
     return f"t_{tenant_id.hex}"
 
 
+def tenant_id_for_schema(schema: str) -> uuid.UUID:
+    """The id a tenant taking the spare schema ``schema`` gets, so that the two still match."""
+    return uuid.UUID(hex=checked_schema_name(schema).removeprefix("t_"))
+
+
 @dataclass(frozen=True, slots=True)
 class Rate:
     """``per_second`` requests a second on average, and up to ``burst`` at once."""

@@ -1,4 +1,8 @@
-"""The tenant registry: creating a tenant runs the tenant migrations in its new schema."""
+"""The tenant registry: creating a tenant runs the tenant migrations in its new schema.
+
+A deleted tenant's row stays as a tombstone (its keys and audit rows refer to it); every lookup
+here sees live tenants only, so a deleted tenant is as unknown as an id never issued.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +15,11 @@ from sqlalchemy.exc import IntegrityError
 
 from dealbase.errors import Conflict, Invalid, NotFound
 from dealbase.ids import new_id
-from dealbase.migrations.runner import upgrade_tenant
+from dealbase.migrations.runner import head_revision, upgrade_tenant
 from dealbase.tenancy.control_tables import tenants
 from dealbase.tenancy.database import Database
-from dealbase.tenancy.scope import Scope, schema_for_tenant
+from dealbase.tenancy.scope import Scope, schema_for_tenant, tenant_id_for_schema
+from dealbase.tenancy.spare_schemas import take_spare_schema
 
 MAX_TENANT_NAME_LENGTH = 200
 
@@ -25,6 +30,8 @@ class Tenant:
     name: str
     schema: str
     created_at: datetime
+    # Set while an operator has the tenant suspended: its keys are refused, its data kept.
+    suspended_at: datetime | None
 
     @property
     def scope(self) -> Scope:
@@ -32,19 +39,27 @@ class Tenant:
 
 
 def _tenant(row: RowMapping) -> Tenant:
-    return Tenant(row["id"], row["name"], row["schema_name"], row["created_at"])
+    return Tenant(
+        row["id"], row["name"], row["schema_name"], row["created_at"], row["suspended_at"]
+    )
 
 
-def create_tenant(database: Database, name: str) -> Tenant:
-    """Registers the tenant and migrates its schema to head in one transaction: all or nothing."""
+_live = tenants.c.deleted_at.is_(None)
+
+
+def create_tenant(database: Database, name: str, *, distributed: bool = False) -> Tenant:
+    """Registers the tenant with a schema at head, in one transaction: all or nothing. The
+    schema is a spare made ahead of time when one is ready (no DDL), else made now (a Citus
+    distributed schema when ``distributed``)."""
     name = name.strip()
     if not name or len(name) > MAX_TENANT_NAME_LENGTH or "\x00" in name:
         raise Invalid.of(
             "name", "invalid", f"A tenant name has 1 to {MAX_TENANT_NAME_LENGTH} characters."
         )
-    tenant_id = new_id()
     try:
         with database.control() as connection:
+            spare = take_spare_schema(connection)
+            tenant_id = new_id() if spare is None else tenant_id_for_schema(spare)
             row = (
                 connection.execute(
                     insert(tenants)
@@ -52,6 +67,7 @@ def create_tenant(database: Database, name: str) -> Tenant:
                         id=tenant_id,
                         name=name,
                         schema_name=schema_for_tenant(tenant_id),
+                        schema_revision=None if spare is None else head_revision("tenant"),
                         created_at=func.now(),
                     )
                     .returning(*tenants.c)
@@ -59,9 +75,10 @@ def create_tenant(database: Database, name: str) -> Tenant:
                 .mappings()
                 .one()
             )
-            upgrade_tenant(connection, row["schema_name"])
+            if spare is None:
+                upgrade_tenant(connection, row["schema_name"], distributed=distributed)
     except IntegrityError as exc:
-        if "tenants_name_key" in str(exc.orig):
+        if "tenants_live_name" in str(exc.orig):
             raise Conflict(f"A tenant named {name!r} exists already.") from None
         raise
     return _tenant(row)
@@ -69,18 +86,23 @@ def create_tenant(database: Database, name: str) -> Tenant:
 
 def list_tenants(connection: Connection) -> list[Tenant]:
     rows = connection.execute(
-        select(tenants).order_by(tenants.c.created_at, tenants.c.id)
+        select(tenants).where(_live).order_by(tenants.c.created_at, tenants.c.id)
     ).mappings()
     return [_tenant(row) for row in rows]
 
 
-def get_tenant(connection: Connection, tenant_id: uuid.UUID) -> Tenant:
-    row = connection.execute(select(tenants).where(tenants.c.id == tenant_id)).mappings().first()
+def get_tenant(connection: Connection, tenant_id: uuid.UUID, *, for_update: bool = False) -> Tenant:
+    """The live tenant; ``for_update`` locks its row until the transaction ends (its state is
+    about to change)."""
+    query = select(tenants).where(tenants.c.id == tenant_id, _live)
+    row = connection.execute(query.with_for_update() if for_update else query).mappings().first()
     if row is None:
         raise NotFound(f"No tenant has the id {tenant_id}.")
     return _tenant(row)
 
 
 def find_tenant_by_name(connection: Connection, name: str) -> Tenant | None:
-    row = connection.execute(select(tenants).where(tenants.c.name == name)).mappings().first()
+    row = (
+        connection.execute(select(tenants).where(tenants.c.name == name, _live)).mappings().first()
+    )
     return None if row is None else _tenant(row)

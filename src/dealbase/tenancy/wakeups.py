@@ -10,7 +10,8 @@ never merged, so no tenant transaction waits on another or on a worker.
 
 The worker claims due rows for a lease (``claim``): they stay, due again when the lease ends, so
 if the worker dies the schema is visited again. When the visit ends (``end_visit``) the worker
-deletes the rows it claimed and adds one for the schema's next retry, if it has one.
+deletes the rows it claimed and adds one for the schema's next retry, if it has one. Deleting a
+tenant deletes its schema's rows (``forget_schema``), and no visit adds one for it afterwards.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, delete, exists, func, insert, literal, select, update
 
-from dealbase.tenancy.control_tables import webhook_wakeups
+from dealbase.tenancy.control_tables import tenants, webhook_wakeups
 from dealbase.tenancy.statements import TenantConnection
 
 
@@ -78,7 +79,7 @@ def end_visit(
 ) -> None:
     """Deletes the schema's wakeups ``worker`` claimed and, when the schema has a retry due at
     ``next_due``, adds a wakeup for it, unless one due no later is waiting already (that one
-    will visit, and schedule what is due then)."""
+    will visit, and schedule what is due then) or its tenant is deleted."""
     connection.execute(
         delete(webhook_wakeups).where(
             webhook_wakeups.c.schema_name == schema, webhook_wakeups.c.claimed_by == worker
@@ -91,9 +92,25 @@ def end_visit(
         webhook_wakeups.c.claimed_by.is_(None),
         webhook_wakeups.c.due_at <= next_due,
     )
+    # Shares the tenant's row lock: a deletion under way (which holds it) is waited for and
+    # then seen, and one that comes after waits for this row to commit and deletes it.
+    live = (
+        select(tenants.c.id)
+        .where(tenants.c.schema_name == schema, tenants.c.deleted_at.is_(None))
+        .with_for_update(read=True)
+        .exists()
+    )
     connection.execute(
         insert(webhook_wakeups).from_select(
             ["schema_name", "due_at"],
-            select(literal(schema), literal(next_due)).where(~waiting),
+            select(literal(schema), literal(next_due)).where(~waiting, live),
         )
     )
+
+
+def forget_schema(connection: Connection, schema: str) -> int:
+    """Deletes every wakeup of the schema, claimed or not (its tenant is being deleted); returns
+    how many there were."""
+    return connection.execute(
+        delete(webhook_wakeups).where(webhook_wakeups.c.schema_name == schema)
+    ).rowcount

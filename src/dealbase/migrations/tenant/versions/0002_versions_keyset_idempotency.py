@@ -11,6 +11,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql as pg
 
+from dealbase.migrations.tenant_operations import add_required_column
+
 revision = "t0002"
 down_revision = "t0001"
 branch_labels = None
@@ -21,9 +23,7 @@ VERSIONED = ("customers", "deals", "activities")
 
 def upgrade() -> None:
     for table in VERSIONED:
-        op.add_column(
-            table, sa.Column("version", sa.BigInteger(), nullable=False, server_default="1")
-        )
+        add_required_column(table, "version", sa.BigInteger(), "1")
     # Lists page by (department_id, id): ids are UUIDv7, so id order is creation order.
     op.drop_index("customers_department_created", "customers")
     op.drop_index("deals_department_created", "deals")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from dealbase.migrations.tenant_operations import add_required_column
+
 revision = "t0003"
 down_revision = "t0002"
 branch_labels = None
@@ -17,7 +19,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.add_column("steps", sa.Column("kind", sa.Text(), nullable=False, server_default="open"))
+    add_required_column("steps", "kind", sa.Text(), "'open'")
     op.create_check_constraint("steps_kind", "steps", "kind IN ('open', 'won', 'lost')")
     # Departments made before this revision have the default pipeline's Won and Lost steps.
     op.execute("UPDATE steps SET kind = 'won' WHERE name = 'Won'")

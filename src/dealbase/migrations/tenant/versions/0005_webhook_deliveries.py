@@ -11,6 +11,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql as pg
 
+from dealbase.migrations.tenant_operations import add_required_column
+
 revision = "t0005"
 down_revision = "t0004"
 branch_labels = None
@@ -20,10 +22,7 @@ depends_on = None
 def upgrade() -> None:
     # The position of the last event of its department the worker has made deliveries of; an
     # endpoint starts at its department's last position, so it receives what comes after it.
-    op.add_column(
-        "webhook_endpoints",
-        sa.Column("scanned_position", sa.BigInteger(), nullable=False, server_default="0"),
-    )
+    add_required_column("webhook_endpoints", "scanned_position", sa.BigInteger(), "0")
     op.execute(
         "UPDATE webhook_endpoints e SET scanned_position = p.last_position"
         " FROM event_positions p WHERE p.department_id = e.department_id"

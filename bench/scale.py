@@ -1,0 +1,434 @@
+"""Many tenants on one PostgreSQL: what provisioning, migrations and requests cost as they grow.
+
+    make bench-scale                 # N=1000
+    make bench-scale N=10000         # about 40 minutes on the 2-core machine
+    .venv/bin/python bench/scale.py --tenants 300 --seconds 5
+
+On a scratch database of its own (made and dropped as `make bench`'s is, tenant roles included):
+
+1. Provisioning, in blocks of N/10 tenants, each tenant with a department and a key. In each
+   block, the first tenants (a tenth of it, at least one) are created with no spare schema ready,
+   so they run the schema's DDL; then spares for the rest are made one at a time, as a worker
+   makes them; then the rest are created, each taking a spare. Each step is timed in this process
+   (no CLI start-up): creating a tenant (with and without a spare) and making a spare, p50 and p95
+   by block, so the trend from the first block to the last shows.
+2. `dealbase migrate` with nothing pending (the CLI, timed whole, and less the start-up of
+   `dealbase --help`), and `dealbase migrate --all`, which visits every schema.
+3. An added tenant migration (a nullable column and an index on customers) over every schema
+   and spare: the tenant tree is copied beside a revision of the bench's own, and the runner
+   (`upgrade_tenants`, what `migrate` runs) pointed at the copy, at DEALBASE_MIGRATE_CONCURRENCY
+   (default 4) tenants at a time.
+4. POST /customers with wrk against `dealbase serve` (as `make bench` serves it), each request
+   for a tenant picked at random among all N, beside the same load for one tenant, measured
+   before and after it (their mean is the baseline). After each run, the resident anonymous
+   memory (RssAnon: catalog and plan caches, not shared buffers) of the server's PostgreSQL
+   backends, found by their application_name, read from /proc (the server must be local).
+5. The catalog: relations, and the size of pg_catalog and of the database.
+
+Prints one table and writes bench/results/scale-<date>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness.load import WrkLoad, run_wrk
+from harness.paths import RESULTS, venv_tool
+from harness.settings import BenchSettings
+from harness.stack import (
+    GENEROUS_BURST,
+    GENEROUS_RATE,
+    REST_PREFIX,
+    clean_environment,
+    scratch_database,
+    start_dealbase,
+)
+from harness.tools import ensure_wrk, git_state, load_average, machine
+
+from dealbase.config import parse_rate
+from dealbase.migrations import runner
+from dealbase.ops import admin
+from dealbase.tenancy.database import Database
+from dealbase.tenancy.scope import Rate
+from dealbase.tenancy.spare_schemas import prepare_spare_schema
+from dealbase.tenancy.tenants import create_tenant
+
+ADDED_REVISION = "t9001"
+ADDED_MIGRATION = '''"""The bench's own: a nullable column and an index on customers (bench/scale.py)."""
+
+from alembic import op
+import sqlalchemy as sa
+
+revision = "{revision}"
+down_revision = "{down_revision}"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.add_column("customers", sa.Column("bench_note", sa.Text()))
+    op.create_index("customers_bench_note", "customers", ["bench_note"])
+'''
+
+
+def say(message: str) -> None:
+    print(f"scale: {message}", flush=True)
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 2)
+
+
+def _percentiles(values: list[float]) -> dict[str, float | int]:
+    if not values:
+        return {"count": 0}
+    ordered = sorted(values)
+
+    def at(fraction: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))], 2)
+
+    return {"count": len(ordered), "p50": at(0.5), "p95": at(0.95), "max": round(ordered[-1], 2)}
+
+
+def _timed(call: Callable[[], Any]) -> tuple[Any, float]:
+    started = time.perf_counter()
+    result = call()
+    return result, _ms(time.perf_counter() - started)
+
+
+def provision(database: Database, tenants: int, keys_file: Path) -> list[dict[str, Any]]:
+    """Creates the tenants block by block; writes one "<key> <department>" line per tenant."""
+    block_size = max(1, tenants // 10)
+    rate = Rate(per_second=parse_rate(GENEROUS_RATE), burst=int(GENEROUS_BURST))
+    blocks = []
+    made = 0
+    with keys_file.open("w") as keys:
+        while made < tenants:
+            size = min(block_size, tenants - made)
+            without_spare = max(1, size // 10)
+            created, created_without_spare, spares_made = [], [], []
+
+            def make_tenant(timings: list[float]) -> None:
+                nonlocal made
+                tenant, took = _timed(lambda: create_tenant(database, f"scale-{made:06d}"))
+                timings.append(took)
+                department = admin.create_department(database, tenant.id, "Sales")
+                key = admin.issue_key(database, tenant.id, department.id, "scale", rate)
+                keys.write(f"{key.api_key} {department.id}\n")
+                made += 1
+
+            for _ in range(without_spare):
+                make_tenant(created_without_spare)
+            for _ in range(size - without_spare):
+                with database.control() as connection:
+                    _, took = _timed(
+                        lambda connection=connection, wanted=size: prepare_spare_schema(
+                            connection, wanted, distributed=False
+                        )
+                    )
+                spares_made.append(took)
+            for _ in range(size - without_spare):
+                make_tenant(created)
+            block = {
+                "tenants_before": made - size,
+                "tenants_after": made,
+                "create_with_spare_ms": _percentiles(created),
+                "create_without_spare_ms": _percentiles(created_without_spare),
+                "make_spare_ms": _percentiles(spares_made),
+            }
+            blocks.append(block)
+            say(
+                f"{made}/{tenants} tenants: create with a spare p50/p95"
+                f" {block['create_with_spare_ms'].get('p50')}/"
+                f"{block['create_with_spare_ms'].get('p95')} ms, without"
+                f" {block['create_without_spare_ms'].get('p50')} ms, a spare"
+                f" {block['make_spare_ms'].get('p50')}/{block['make_spare_ms'].get('p95')} ms"
+            )
+    return blocks
+
+
+def _cli(database_url: str, *arguments: str) -> tuple[dict[str, Any] | None, float]:
+    environment = {**clean_environment(), "DEALBASE_DATABASE_URL": database_url}
+    started = time.perf_counter()
+    result = subprocess.run(
+        [venv_tool("dealbase"), *arguments],
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    took = time.perf_counter() - started
+    if result.returncode != 0:
+        raise RuntimeError(f"dealbase {' '.join(arguments)} failed: {result.stderr.strip()}")
+    return (json.loads(result.stdout) if "--json" in arguments else None), took
+
+
+def migrate_figures(database_url: str) -> dict[str, Any]:
+    _, start_up = _cli(database_url, "--help")
+    summary, no_op = _cli(database_url, "migrate", "--json")
+    if summary is None or summary["visited"]:
+        raise RuntimeError(f"migrate with nothing pending visited schemas: {summary}")
+    every, every_seconds = _cli(database_url, "migrate", "--all", "--json")
+    if every is None or every["failed"]:
+        raise RuntimeError(f"migrate --all failed: {every}")
+    return {
+        "cli_start_up_s": round(start_up, 3),
+        "no_op_s": round(no_op, 3),
+        "no_op_less_start_up_s": round(no_op - start_up, 3),
+        "all_s": round(every_seconds, 3),
+        "all_visited": every["visited"],
+    }
+
+
+@contextmanager
+def tenant_tree_with_added_revision() -> Iterator[None]:
+    """Points the runner at a copy of the migration trees whose tenant tree has the bench's
+    revision on top of the head, for as long as the block runs."""
+    original = runner._TREES
+    with tempfile.TemporaryDirectory(prefix="dealbase-scale-") as copy:
+        trees = Path(copy)
+        for tree in ("tenant", "control"):
+            shutil.copytree(
+                original / tree, trees / tree, ignore=shutil.ignore_patterns("__pycache__")
+            )
+        head = runner.head_revision("tenant")
+        (trees / "tenant" / "versions" / f"{ADDED_REVISION}_bench.py").write_text(
+            ADDED_MIGRATION.format(revision=ADDED_REVISION, down_revision=head)
+        )
+        caches = (runner.head_revision, runner._tenant_revision, runner.tenant_upgrade_script)
+        runner._TREES = trees
+        for cache in caches:
+            cache.cache_clear()
+        try:
+            yield
+        finally:
+            runner._TREES = original
+            for cache in caches:
+                cache.cache_clear()
+
+
+def added_migration(database: Database, concurrency: int) -> dict[str, Any]:
+    with tenant_tree_with_added_revision():
+        with database.control() as connection:
+            schemas = runner.schemas_behind(connection)
+        started = time.perf_counter()
+        results = runner.upgrade_tenants(database.url, schemas, concurrency=concurrency)
+        took = time.perf_counter() - started
+    failed = [result for result in results if not result.ok]
+    if failed:
+        raise RuntimeError(f"the added migration failed in {len(failed)} schemas: {failed[0]}")
+    return {
+        "schemas": len(schemas),
+        "concurrency": concurrency,
+        "seconds": round(took, 2),
+        "per_schema_ms": _ms(took / max(1, len(schemas))),
+    }
+
+
+def backend_memory(database_url: str) -> dict[str, Any]:
+    """RssAnon of the server's PostgreSQL backends (kB), from /proc: the server is local."""
+    import psycopg
+
+    with psycopg.connect(database_url) as connection:
+        pids = [
+            pid
+            for (pid,) in connection.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'dealbase pid=%%'"
+            )
+        ]
+    sizes = []
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("RssAnon:"):
+                sizes.append(int(line.split()[1]))
+    if not sizes:
+        return {"backends": 0}
+    return {
+        "backends": len(sizes),
+        "max_mb": round(max(sizes) / 1024, 1),
+        "sum_mb": round(sum(sizes) / 1024, 1),
+    }
+
+
+def catalog(database_url: str) -> dict[str, Any]:
+    import psycopg
+
+    with psycopg.connect(database_url) as connection:
+        relations, attributes, catalog_bytes, database_bytes = connection.execute(
+            "SELECT (SELECT count(*) FROM pg_class), (SELECT count(*) FROM pg_attribute),"
+            " (SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c"
+            "   JOIN pg_namespace n ON n.oid = c.relnamespace"
+            "  WHERE n.nspname = 'pg_catalog' AND c.relkind = 'r'),"
+            " pg_database_size(current_database())"
+        ).fetchone()
+    return {
+        "pg_class_rows": relations,
+        "pg_attribute_rows": attributes,
+        "catalog_mb": round(int(catalog_bytes) / 2**20, 1),
+        "database_mb": round(int(database_bytes) / 2**20, 1),
+    }
+
+
+def spread_throughput(
+    database_url: str, settings: BenchSettings, keys_file: Path, stamp: str
+) -> dict[str, Any]:
+    wrk = ensure_wrk()
+    one_tenant = keys_file.with_name("one-tenant-key.txt")
+    one_tenant.write_text(keys_file.read_text().splitlines()[0] + "\n")
+    runs: dict[str, Any] = {}
+    with ExitStack() as stack:
+        service, _ = start_dealbase(
+            database_url, settings, RESULTS / f"scale-{stamp}-logs" / "dealbase.log"
+        )
+        stack.callback(service.stop)
+        for label, keys in (
+            ("one_tenant_before", one_tenant),
+            ("spread", keys_file),
+            ("one_tenant_after", one_tenant),
+        ):
+            load = WrkLoad(
+                "post_customers_spread.lua",
+                service.base_url,
+                {"BENCH_KEYS_FILE": str(keys), "BENCH_PREFIX": REST_PREFIX},
+            )
+            if settings.warmup_seconds:
+                run_wrk(wrk, load, settings, settings.warmup_seconds)
+            measured = run_wrk(wrk, load, settings, settings.seconds)
+            if measured.errors:
+                raise RuntimeError(f"{label}: {measured.errors} errors: {measured.first_error}")
+            runs[label] = {
+                "requests_per_second": round(measured.requests_per_second, 1),
+                "p50_ms": measured.p50_ms,
+                "p99_ms": measured.p99_ms,
+                "backend_memory": backend_memory(database_url),
+            }
+            say(f"POST /customers, {label}: {runs[label]['requests_per_second']} requests/s")
+    baseline = statistics.mean(
+        runs[label]["requests_per_second"] for label in ("one_tenant_before", "one_tenant_after")
+    )
+    runs["ratio"] = round(runs["spread"]["requests_per_second"] / baseline, 3)
+    return runs
+
+
+def report(figures: dict[str, Any]) -> str:
+    lines = [f"{figures['tenants']} tenants on one PostgreSQL ({figures['started_at']})", ""]
+    lines.append(
+        "provisioning (ms)        with a spare p50/p95   without p50/p95   a spare p50/p95"
+    )
+    for block in figures["provisioning"]:
+        spare, plain, making = (
+            block["create_with_spare_ms"],
+            block["create_without_spare_ms"],
+            block["make_spare_ms"],
+        )
+        lines.append(
+            f"  tenants {block['tenants_before']:>5}-{block['tenants_after']:<5}"
+            f"     {spare.get('p50', '-'):>7}/{spare.get('p95', '-'):<7}"
+            f"      {plain.get('p50', '-'):>7}/{plain.get('p95', '-'):<7}"
+            f"   {making.get('p50', '-'):>7}/{making.get('p95', '-'):<7}"
+        )
+    migrate = figures["migrate"]
+    lines += [
+        "",
+        f"migrate, nothing pending: {migrate['no_op_s']} s"
+        f" ({migrate['no_op_less_start_up_s']} s less the CLI's start-up of"
+        f" {migrate['cli_start_up_s']} s); migrate --all: {migrate['all_s']} s"
+        f" ({migrate['all_visited']} schemas)",
+    ]
+    added = figures["added_migration"]
+    lines.append(
+        f"added migration: {added['seconds']} s over {added['schemas']} schemas"
+        f" ({added['per_schema_ms']} ms a schema, {added['concurrency']} at a time)"
+    )
+    spread = figures.get("spread")
+    if spread:
+        lines += [
+            "",
+            "POST /customers              requests/s   p50 ms   p99 ms   backends' RssAnon max/sum MB",
+        ]
+        for label in ("one_tenant_before", "spread", "one_tenant_after"):
+            run = spread[label]
+            memory = run["backend_memory"]
+            lines.append(
+                f"  {label:<25}  {run['requests_per_second']:>9}   {run['p50_ms']:>6}   {run['p99_ms']:>6}"
+                f"   {memory.get('max_mb', '-')}/{memory.get('sum_mb', '-')} ({memory.get('backends')} backends)"
+            )
+        lines.append(f"  spread / one tenant: {spread['ratio']}")
+    cat = figures["catalog"]
+    lines += [
+        "",
+        f"catalog: {cat['pg_class_rows']} relations, {cat['pg_attribute_rows']} attributes,"
+        f" pg_catalog {cat['catalog_mb']} MB, database {cat['database_mb']} MB",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--tenants", type=int, default=1000)
+    parser.add_argument("--seconds", type=int, help="of each wrk run (default BENCH_SECONDS)")
+    parser.add_argument("--no-http", action="store_true", help="skip the POST /customers part")
+    arguments = parser.parse_args()
+    settings = BenchSettings.from_environment()
+    if arguments.seconds:
+        settings = replace(settings, seconds=arguments.seconds)
+    concurrency = int(os.environ.get("DEALBASE_MIGRATE_CONCURRENCY", "4"))
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
+    figures: dict[str, Any] = {
+        "tenants": arguments.tenants,
+        "started_at": stamp,
+        "machine": machine(),
+        "git": git_state(),
+        "load_average_before": load_average(),
+    }
+    with scratch_database(settings.database_server) as url, tempfile.TemporaryDirectory() as work:
+        say(f"scratch database {url.rpartition('/')[2]}")
+        _cli(url, "migrate", "--json")
+        database = Database(url, pool_size=2)
+        try:
+            keys_file = Path(work) / "keys.txt"
+            figures["provisioning"] = provision(database, arguments.tenants, keys_file)
+            figures["migrate"] = migrate_figures(url)
+            say(f"migrate: {figures['migrate']}")
+            figures["added_migration"] = added_migration(database, concurrency)
+            say(f"added migration: {figures['added_migration']}")
+            if not arguments.no_http:
+                figures["spread"] = spread_throughput(url, settings, keys_file, stamp)
+            figures["catalog"] = catalog(url)
+        finally:
+            database.dispose()
+    figures["load_average_after"] = load_average()
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"scale-{stamp}.json"
+    path.write_text(json.dumps(figures, indent=2))
+    print()
+    print(report(figures))
+    print(f"\nfigures: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
