@@ -6,7 +6,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
-from dealbase.edge.callers import department_scope
+from dealbase.edge.callers import charge_batch, department_scope
 from dealbase.edge.database import database_of
 from dealbase.edge.idempotency import run_once
 from dealbase.edge.requests import (
@@ -297,6 +297,7 @@ async def batch_customers(
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
     batch = parse_body(Batch, body)
+    await charge_batch(request, scope, len(batch.operations))
 
     def perform(uow: UnitOfWork) -> Response:
         results = service.batch(uow, batch, atomic=atomic)

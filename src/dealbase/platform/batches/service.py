@@ -24,17 +24,18 @@ ApplyOne = Callable[[UnitOfWork, Write[Fields]], Result[Record]]
 
 
 def writes_of(
-    batch: Batch, model: type[Fields]
+    batch: Batch, create: type[Fields], upsert: type[Fields]
 ) -> tuple[list[Write[Fields]], dict[int, Result[Record]]]:
-    """The operations whose data passes ``model``, and a failed result for each of the others
-    (an external id named twice in a batch fails its later operations: which would win?)."""
+    """The operations whose data passes its model (``create``'s or ``upsert``'s), and a failed
+    result for each of the others (an external id named twice in a batch fails its later
+    operations: which would win?)."""
     writes: list[Write[Fields]] = []
     failed: dict[int, Result[Record]] = {}
     seen: set[str] = set()
     for index, operation in enumerate(batch.operations):
         path = f"operations[{index}]"
         try:
-            fields = validated(model, operation.data)
+            fields = validated(create if operation.op == "create" else upsert, operation.data)
         except Invalid as exc:
             failed[index] = Result.failed(exc.within(f"{path}.data"))
             continue
@@ -72,14 +73,16 @@ def writes_of(
 def run(
     uow: UnitOfWork,
     batch: Batch,
-    model: type[Fields],
     apply: Apply[Fields, Record],
     *,
+    create: type[Fields],
+    upsert: type[Fields],
     atomic: bool,
 ) -> list[Result[Record]]:
-    """Every operation's result, in the batch's order."""
+    """Every operation's result, in the batch's order: ``create`` and ``upsert`` are the models
+    their operations' data must pass (the same for most resources)."""
     results: dict[int, Result[Record]]
-    writes, results = writes_of(batch, model)
+    writes, results = writes_of(batch, create, upsert)
     if atomic and results:
         raise _rejected(results)
     results.update(apply(uow, writes))

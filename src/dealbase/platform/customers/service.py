@@ -139,7 +139,9 @@ def upsert(
 def batch(uow: UnitOfWork, operations: Batch, *, atomic: bool) -> list[Result[Customer]]:
     """Creates and upserts up to a thousand customers, in a few statements whatever their
     number (``apply_writes``)."""
-    return batches.run(uow, operations, CustomerFields, apply_writes, atomic=atomic)
+    return batches.run(
+        uow, operations, apply_writes, create=CustomerFields, upsert=CustomerFields, atomic=atomic
+    )
 
 
 def apply_writes(
