@@ -183,6 +183,9 @@ def apply_writes(
         for write in writes
         if judge(write, current.get(write.external_id) if write.external_id else None)
     ]
+    # In external id order: two batches inserting the same new ids wait for each other in the
+    # same order, never each for the other.
+    new.sort(key=lambda pair: pair[1].external_id or "")
     inserted = repository.insert_new(
         connection, scope.tenant_id, department_id, [(id_, write.fields) for id_, write in new]
     )
