@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from dealbase.errors import Invalid
-from dealbase.platform.batches.models import Batch, Operation, upserted_fields
+from dealbase.platform.batches.models import Batch, Operation, Result, upserted_fields
 from dealbase.platform.batches.service import writes_of
-from dealbase.platform.customers.models import CustomerFields
+from dealbase.platform.customers.models import Customer, CustomerFields
 
 
 @pytest.mark.parametrize("external_id", [".", "..", "", "a b", "a/b", "a?b", "a#b", "é", "x" * 256])
@@ -31,6 +31,7 @@ def test_an_upsert_changes_only_the_fields_its_data_gives() -> None:
         ]
     )
 
+    failed: dict[int, Result[Customer]]
     writes, failed = writes_of(batch, CustomerFields, CustomerFields)
 
     assert failed == {}
