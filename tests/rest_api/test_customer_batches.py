@@ -182,7 +182,7 @@ def test_an_external_id_named_twice_fails_the_later_operation(
     assert [r["outcome"] for r in results] == ["created", "failed", "failed"]
     assert results[1]["error"]["errors"][0]["field"] == "operations[1].external_id"
     assert results[2]["error"]["errors"][0]["field"] == "operations[2].data.external_id"
-    assert {r["error"]["errors"][0]["code"] for r in results[1:]} == {"duplicate"}
+    assert {r["error"]["errors"][0]["code"] for r in results[1:]} == {"duplicate_item"}
 
 
 @pytest.mark.parametrize(

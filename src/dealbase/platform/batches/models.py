@@ -36,7 +36,7 @@ class Operation(BaseModel):
             raise PydanticCustomError("missing", "an upsert names the record's external_id")
         if self.op == "create" and self.external_id is not None:
             raise PydanticCustomError(
-                "not_allowed", "a create carries its external id in data.external_id"
+                "unknown_field", "a create carries its external id in data.external_id"
             )
         return self
 
