@@ -10,7 +10,14 @@ import structlog
 from graphql import GraphQLError
 from strawberry.extensions import SchemaExtension
 
-from dealbase.errors import DomainError, FieldError, Invalid, RateLimited, Unavailable
+from dealbase.errors import (
+    BatchRejected,
+    DomainError,
+    FieldError,
+    Invalid,
+    RateLimited,
+    Unavailable,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -40,7 +47,9 @@ _VARIABLE_PATH = re.compile(r" at '?\.?(?P<path>[\w\[\].]+?)'?[:;]")
 
 def _variable_field(message: str) -> str | None:
     """The input field a variable error names: ``customers[1].lastName`` within the variable
-    ``$input``; a scalar variable names itself; None for any other message."""
+    ``$input``; an item of a list variable after the variable (``operations[1].data.lastName``
+    in ``$operations``, as a batch's own errors name it); a scalar variable names itself; None
+    for any other message."""
     variable = _VARIABLE.match(message)
     if variable is None:
         return None
@@ -48,6 +57,8 @@ def _variable_field(message: str) -> str | None:
     field = path["path"] if path else ""
     if field.startswith(variable["name"] + "."):
         field = field.split(".", 1)[1]
+    elif field.startswith("["):
+        field = variable["name"] + field
     missing = _MISSING_FIELD.search(message)
     if missing is not None:
         field = f"{field}.{missing['field']}" if field else missing["field"]
@@ -58,6 +69,35 @@ def _field_errors(errors: tuple[FieldError, ...]) -> list[dict[str, str]]:
     return [
         {"field": graphql_field(error.field), "code": error.code, "message": error.message}
         for error in errors
+    ]
+
+
+def message_of(error: DomainError) -> str:
+    """A platform error's detail, naming the fields it names as GraphQL does."""
+    message = error.detail
+    if isinstance(error, Invalid):
+        for field_error in error.errors:
+            message = message.replace(field_error.field, graphql_field(field_error.field))
+    return message
+
+
+def field_errors_of(error: DomainError) -> list[dict[str, str]]:
+    """``[{field, code, message}]`` of a validation error, fields as GraphQL names them; none for
+    any other error."""
+    return _field_errors(error.errors) if isinstance(error, Invalid) else []
+
+
+def failures_of(rejected: BatchRejected) -> list[dict[str, Any]]:
+    """Each failed operation of a rejected (atomic) batch: its index and its error, shaped as a
+    result of a batch that is not atomic shows it."""
+    return [
+        {
+            "index": index,
+            "code": failure.code,
+            "message": message_of(failure),
+            "errors": field_errors_of(failure),
+        }
+        for index, failure in rejected.failures
     ]
 
 
@@ -88,13 +128,13 @@ class DomainErrors(SchemaExtension):
             message = error.message
         elif isinstance(original, DomainError):
             extensions = {"code": original.code}
-            message = original.detail
+            message = message_of(original)
             if isinstance(original, RateLimited | Unavailable) and original.retry_after_seconds:
                 extensions["retry_after_seconds"] = original.retry_after_seconds
             if isinstance(original, Invalid):
-                extensions["errors"] = _field_errors(original.errors)
-                for field_error in original.errors:  # the detail names fields as GraphQL does
-                    message = message.replace(field_error.field, graphql_field(field_error.field))
+                extensions["errors"] = field_errors_of(original)
+            if isinstance(original, BatchRejected):
+                extensions["failures"] = failures_of(original)
         else:
             request_id = getattr(self.execution_context.context, "request_id", "")
             log.error("graphql_unhandled_error", exc_info=original, request_id=request_id)
