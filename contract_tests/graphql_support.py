@@ -40,7 +40,7 @@ from dealbase.graphql_api.guards import estimate_cost
 from dealbase.graphql_api.schema import build_schema
 from dealbase.platform.pagination import MAX_PAGE_SIZE
 
-# Hypothesis examples per query and mutation (33 of them). The run is bounded by this number
+# Hypothesis examples per query and mutation (35 of them). The run is bounded by this number
 # alone (GraphQL has no examples or coverage phase); at 20 the whole file takes seconds.
 MAX_EXAMPLES_PER_OPERATION = 20
 

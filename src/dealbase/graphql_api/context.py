@@ -12,10 +12,11 @@ from typing import Any, TypeVar
 from fastapi import Request
 from strawberry.fastapi import BaseContext
 
-from dealbase.edge.callers import dashboard_scope
+from dealbase.edge.callers import charge_batch, dashboard_scope
 from dealbase.edge.database import webhook_addresses_of
 from dealbase.errors import Unauthenticated
 from dealbase.platform.pipeline import service as pipeline
+from dealbase.platform.validation import department_of
 from dealbase.platform.webhooks.addresses import AddressPolicy
 from dealbase.tenancy.api_keys import AUTHENTICATION_FAILED
 from dealbase.tenancy.database import Database, UnitOfWork, run_on_event_loop
@@ -86,6 +87,19 @@ class GraphQLContext(BaseContext):
             return self.scope
         await self.run(lambda uow: pipeline.get_department(uow, department_id))
         return self.scope.in_department(department_id)
+
+    async def department_scope(self, department_id: uuid.UUID | None) -> Scope:
+        """``scope_in``, for writes that need a department (upserts and batches): a tenant-wide
+        key that names none is refused before anything else is judged."""
+        scope = await self.scope_in(department_id)
+        department_of(scope)
+        return scope
+
+    async def charge_batch(self, scope: Scope, operations: int) -> None:
+        """Charges a batch of ``operations`` to the rate limits as REST charges its batches:
+        ceil(operations / 100) requests, of which the request's admission spent the first."""
+        assert isinstance(self.request, Request), "a caller's context has its request"
+        await charge_batch(self.request, scope, operations)
 
 
 async def context_for(request: Request) -> AsyncIterator[GraphQLContext]:

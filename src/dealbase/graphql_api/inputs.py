@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from enum import Enum
 from types import GenericAlias, UnionType
@@ -18,8 +18,10 @@ from pydantic import AwareDatetime, BaseModel
 from dealbase.graphql_api.types import ActivityType, BigInt
 from dealbase.platform.activities.models import ActivityFields
 from dealbase.platform.activities.models import ActivityType as ActivityTypeLiteral
+from dealbase.platform.batches.models import Batch
 from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.deals.models import DealCreate, DealPatch
+from dealbase.platform.validation import validated
 from dealbase.platform.webhooks.models import EventChoice, WebhookEndpointFields
 
 
@@ -134,6 +136,50 @@ class ActivityInput:
 )
 class ActivityChanges:
     pass
+
+
+@strawberry.enum(description="What an operation of a batch does.")
+class BatchOp(Enum):
+    CREATE = "create"
+    UPSERT = "upsert"
+
+
+_OP = (
+    "CREATE makes a new {record} of data (its external id, if any, in data.externalId);"
+    " UPSERT creates the {record} with externalId, or changes the fields data gives of the one"
+    " that has it (absent fields stay as they are)."
+)
+_EXTERNAL_ID = "UPSERT: the {record}'s external id (data.externalId may repeat it). CREATE: absent."
+
+
+@strawberry.input(description="One operation of batchCustomers.")
+class CustomerOperationInput:
+    op: BatchOp = strawberry.field(description=_OP.format(record="customer"))
+    external_id: str | None = strawberry.field(
+        default=strawberry.UNSET, description=_EXTERNAL_ID.format(record="customer")
+    )
+    data: CustomerInput = strawberry.field(description="The customer's fields.")
+
+
+def _data_fields(operation: Any) -> dict[str, Any]:
+    return fields_of(operation.data)
+
+
+def batch_of(
+    operations: Sequence[Any], data_of: Callable[[Any], dict[str, Any]] = _data_fields
+) -> Batch:
+    """The platform's Batch of the operation inputs (each with ``op`` and ``external_id``), each
+    operation's data as ``data_of`` gives it (``fields_of`` its ``data`` by default). The
+    platform judges each operation's data alone, as it judges a REST batch's; a malformed
+    operation, or more than 1,000 of them, is refused as a whole."""
+    found = []
+    for operation in operations:
+        item: dict[str, Any] = {"op": operation.op.value}
+        if operation.external_id not in (strawberry.UNSET, None):
+            item["external_id"] = operation.external_id
+        item["data"] = data_of(operation)
+        found.append(item)
+    return validated(Batch, {"operations": found})
 
 
 @input_of(WebhookEndpointFields)

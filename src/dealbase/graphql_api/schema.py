@@ -31,14 +31,17 @@ from dealbase.graphql_api.inputs import (
     CustomerChanges,
     CustomerFilter,
     CustomerInput,
+    CustomerOperationInput,
     DealChanges,
     DealFilter,
     DealInput,
     DealOrder,
     WebhookEndpointChanges,
     WebhookEndpointInput,
+    batch_of,
     fields_of,
 )
+from dealbase.graphql_api.sync import CustomerBatchResult, CustomerUpsert
 from dealbase.graphql_api.types import (
     BIG_INT_SCALAR,
     NESTED_DEFAULT,
@@ -325,6 +328,20 @@ class Query:
         return connection(page, WebhookDelivery.of, count)
 
 
+_UPSERT = (
+    "Creates the {record} with this external id, or changes the fields input gives of the one"
+    " that has it (absent fields stay as they are, null clears). A change that changes nothing"
+    " writes nothing: UNCHANGED, at the same version."
+)
+_BATCH = (
+    "Up to 1,000 creates and upserts of {records}, in one transaction. Each operation stands"
+    " alone: one that fails has its error in its result, and the others are written. atomic:"
+    " all or nothing, any failure writes nothing and is the error batch_rejected, its"
+    " extensions.failures listing each failed operation. Counts as ceil(n / 100) requests"
+    " against the rate limits."
+)
+
+
 @strawberry.type
 class Mutation:
     @strawberry.mutation
@@ -348,6 +365,37 @@ class Mutation:
     async def delete_customer(self, info: GraphQLInfo, id: uuid.UUID) -> uuid.UUID:
         await info.context.write(lambda uow: customers.delete(uow, id))
         return id
+
+    @strawberry.mutation(description=_UPSERT.format(record="customer"))
+    async def upsert_customer(
+        self,
+        info: GraphQLInfo,
+        external_id: str,
+        input: CustomerInput,
+        department_id: uuid.UUID | None = None,
+    ) -> CustomerUpsert:
+        scope = await info.context.department_scope(department_id)
+        fields = validated(CustomerFields, fields_of(input))
+        result = await info.context.write(
+            lambda uow: customers.upsert(uow, external_id, fields), scope
+        )
+        return CustomerUpsert.of(result)
+
+    @strawberry.mutation(description=_BATCH.format(records="customers"))
+    async def batch_customers(
+        self,
+        info: GraphQLInfo,
+        operations: list[CustomerOperationInput],
+        atomic: bool = False,
+        department_id: uuid.UUID | None = None,
+    ) -> CustomerBatchResult:
+        scope = await info.context.department_scope(department_id)
+        batch = batch_of(operations)
+        await info.context.charge_batch(scope, len(batch.operations))
+        results = await info.context.write(
+            lambda uow: customers.batch(uow, batch, atomic=atomic), scope
+        )
+        return CustomerBatchResult.of(results)
 
     @strawberry.mutation
     async def create_deal(

@@ -1,0 +1,439 @@
+"""Upserts and batches over GraphQL: the platform's services REST's PUT by external id and
+POST /batch call, with their outcomes, per-operation errors and all-or-nothing batches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from dealbase.config import Settings
+from dealbase.platform.batches.models import MAX_OPERATIONS
+from dealbase.tenancy.database import Database
+from tests.graphql_api.support import codes_of, data_of, gql, tenant_wide_headers
+from tests.rest_api.rate_limit_support import State, serving, state
+from tests.support import TenantWorld
+
+API = "/api/v1/integration"
+
+UPSERT_CUSTOMER = """
+mutation ($externalId: String!, $input: CustomerInput!, $d: UUID) {
+  upsertCustomer(externalId: $externalId, input: $input, departmentId: $d) {
+    outcome
+    customer { id externalId departmentId lastName firstName city version }
+  }
+}
+"""
+BATCH_CUSTOMERS = """
+mutation ($operations: [CustomerOperationInput!]!, $atomic: Boolean! = false, $d: UUID) {
+  batchCustomers(operations: $operations, atomic: $atomic, departmentId: $d) {
+    results {
+      index outcome
+      customer { id externalId lastName city version }
+      error { code message errors { field code message } }
+    }
+    summary { created updated unchanged failed }
+  }
+}
+"""
+
+
+def upsert(external_id: str, **data: Any) -> dict[str, Any]:
+    return {"op": "UPSERT", "externalId": external_id, "data": {"lastName": "L", **data}}
+
+
+def create(**data: Any) -> dict[str, Any]:
+    return {"op": "CREATE", "data": {"lastName": "L", **data}}
+
+
+def upsert_customer(
+    client: TestClient, headers: dict[str, str], external_id: str, **fields: Any
+) -> dict[str, Any]:
+    variables = {"externalId": external_id, "input": {"lastName": "L", **fields}}
+    found: dict[str, Any] = data_of(client, UPSERT_CUSTOMER, variables, headers)["upsertCustomer"]
+    return found
+
+
+def batch(
+    client: TestClient,
+    headers: dict[str, str],
+    operations: list[dict[str, Any]],
+    **variables: Any,
+) -> dict[str, Any]:
+    return gql(client, BATCH_CUSTOMERS, {"operations": operations, **variables}, headers)
+
+
+def external_ids(client: TestClient, world: TenantWorld) -> list[str]:
+    """The external ids of the department's customers, as REST lists them, oldest first."""
+    response = client.get(f"{API}/customers", params={"limit": 100}, headers=world.key.headers)
+    return [customer["external_id"] for customer in response.json()["data"]]
+
+
+def only_error(body: dict[str, Any]) -> dict[str, Any]:
+    assert body["data"] is None, body
+    (error,) = body["errors"]
+    found: dict[str, Any] = error
+    return found
+
+
+def field_errors(error: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(item["field"], item["code"]) for item in error["extensions"]["errors"]]
+
+
+# --- upserts -------------------------------------------------------------------------------
+
+
+def test_an_upsert_creates_then_updates_then_leaves_unchanged(
+    client: TestClient, world: TenantWorld
+) -> None:
+    headers = world.key.headers
+
+    created = upsert_customer(client, headers, "crm-1", firstName="Ada", city="London")
+    updated = upsert_customer(client, headers, "crm-1", city="Paris")
+    unchanged = upsert_customer(client, headers, "crm-1", city="Paris")
+
+    assert created["outcome"] == "CREATED"
+    assert created["customer"]["externalId"] == "crm-1"
+    assert created["customer"]["departmentId"] == str(world.department.id)
+    assert (created["customer"]["city"], created["customer"]["version"]) == ("London", 1)
+    assert updated["outcome"] == "UPDATED"
+    assert updated["customer"]["id"] == created["customer"]["id"]
+    # Absent fields stay as they are.
+    assert updated["customer"]["firstName"] == "Ada"
+    assert (updated["customer"]["city"], updated["customer"]["version"]) == ("Paris", 2)
+    assert unchanged["outcome"] == "UNCHANGED"
+    assert unchanged["customer"] == updated["customer"]
+    rest = client.get(f"{API}/customers/{created['customer']['id']}", headers=headers)
+    assert (rest.json()["city"], rest.headers["etag"]) == ("Paris", '"2"')
+
+
+def test_an_upsert_null_clears_a_field(client: TestClient, world: TenantWorld) -> None:
+    upsert_customer(client, world.key.headers, "crm-1", city="London")
+
+    cleared = upsert_customer(client, world.key.headers, "crm-1", city=None)
+
+    assert (cleared["outcome"], cleared["customer"]["city"]) == ("UPDATED", None)
+
+
+@pytest.mark.parametrize(
+    ("external_id", "fields", "expected"),
+    [
+        ("a b", {}, [("externalId", "invalid_format")]),
+        ("crm-1", {"externalId": "crm-2"}, [("externalId", "mismatch")]),
+        ("crm-1", {"email": "not an email"}, [("email", "invalid_format")]),
+        ("crm-1", {"lastName": " "}, [("lastName", "blank")]),
+    ],
+)
+def test_an_invalid_upsert_names_its_fields_and_writes_nothing(
+    client: TestClient,
+    world: TenantWorld,
+    external_id: str,
+    fields: dict[str, Any],
+    expected: list[tuple[str, str]],
+) -> None:
+    variables = {"externalId": external_id, "input": {"lastName": "L", **fields}}
+
+    error = only_error(gql(client, UPSERT_CUSTOMER, variables, world.key.headers))
+
+    assert error["extensions"]["code"] == "validation_failed"
+    assert field_errors(error) == expected
+    assert error["path"] == ["upsertCustomer"]
+    assert external_ids(client, world) == []
+
+
+def test_an_upsert_may_repeat_its_external_id_in_its_input(
+    client: TestClient, world: TenantWorld
+) -> None:
+    found = upsert_customer(client, world.key.headers, "crm-1", externalId="crm-1")
+
+    assert (found["outcome"], found["customer"]["externalId"]) == ("CREATED", "crm-1")
+
+
+# --- batches -------------------------------------------------------------------------------
+
+
+def test_a_batch_creates_and_upserts_in_order_and_a_second_sync_updates_the_changed(
+    client: TestClient, world: TenantWorld
+) -> None:
+    operations = [upsert(f"shop-{n}", city="Rome") for n in range(5)] + [create(externalId="new")]
+
+    first = data_of(client, BATCH_CUSTOMERS, {"operations": operations}, world.key.headers)
+    operations[1] = upsert("shop-1", city="Oslo")
+    second = data_of(client, BATCH_CUSTOMERS, {"operations": operations[:5]}, world.key.headers)
+
+    results = first["batchCustomers"]["results"]
+    assert [(r["index"], r["outcome"]) for r in results] == [(n, "CREATED") for n in range(6)]
+    assert [r["customer"]["externalId"] for r in results] == [
+        *(f"shop-{n}" for n in range(5)),
+        "new",
+    ]
+    assert all(r["error"] is None for r in results)
+    assert first["batchCustomers"]["summary"] == {
+        "created": 6,
+        "updated": 0,
+        "unchanged": 0,
+        "failed": 0,
+    }
+    again = second["batchCustomers"]
+    assert [r["outcome"] for r in again["results"]] == ["UNCHANGED", "UPDATED"] + ["UNCHANGED"] * 3
+    assert (
+        again["results"][1]["customer"]["city"],
+        again["results"][1]["customer"]["version"],
+    ) == (
+        "Oslo",
+        2,
+    )
+    assert again["summary"] == {"created": 0, "updated": 1, "unchanged": 4, "failed": 0}
+    assert external_ids(client, world) == [*(f"shop-{n}" for n in range(5)), "new"]
+
+
+def test_by_default_a_failed_operation_leaves_the_others_written(
+    client: TestClient, world: TenantWorld
+) -> None:
+    headers = world.key.headers
+    upsert_customer(client, headers, "taken")
+    operations = [
+        upsert("a"),
+        create(email="not an email"),
+        create(externalId="taken"),
+        upsert("b", firstName="x" * 256),
+        upsert("a", city="twice"),
+        create(externalId="c"),
+    ]
+
+    body = batch(client, headers, operations)
+
+    assert "errors" not in body, body["errors"]
+    found = body["data"]["batchCustomers"]
+    results = found["results"]
+    assert [r["outcome"] for r in results] == [
+        "CREATED",
+        "FAILED",
+        "FAILED",
+        "FAILED",
+        "FAILED",
+        "CREATED",
+    ]
+    assert [r["customer"] is None for r in results] == [False, True, True, True, True, False]
+    invalid_email = results[1]["error"]
+    assert invalid_email["code"] == "validation_failed"
+    assert [(e["field"], e["code"]) for e in invalid_email["errors"]] == [
+        ("operations[1].data.email", "invalid_format")
+    ]
+    assert invalid_email["message"]
+    assert results[2]["error"]["code"] == "external_id_taken"
+    assert results[2]["error"]["errors"] == []
+    assert [(e["field"], e["code"]) for e in results[3]["error"]["errors"]] == [
+        ("operations[3].data.firstName", "too_long")
+    ]
+    assert [(e["field"], e["code"]) for e in results[4]["error"]["errors"]] == [
+        ("operations[4].externalId", "duplicate_item")
+    ]
+    assert found["summary"] == {"created": 2, "updated": 0, "unchanged": 0, "failed": 4}
+    assert external_ids(client, world) == ["taken", "a", "c"]
+
+
+def test_an_atomic_batch_with_a_failure_writes_nothing_and_names_every_failure(
+    client: TestClient, world: TenantWorld
+) -> None:
+    headers = world.key.headers
+    upsert_customer(client, headers, "taken")
+
+    invalid = batch(
+        client, headers, [upsert("a"), create(email="bad"), upsert("b", lastName=" ")], atomic=True
+    )
+    conflicting = batch(client, headers, [upsert("a"), create(externalId="taken")], atomic=True)
+
+    error = only_error(invalid)
+    assert error["extensions"]["code"] == "batch_rejected"
+    assert error["path"] == ["batchCustomers"]
+    failures = error["extensions"]["failures"]
+    assert [(f["index"], f["code"]) for f in failures] == [
+        (1, "validation_failed"),
+        (2, "validation_failed"),
+    ]
+    assert [(e["field"], e["code"]) for e in failures[0]["errors"]] == [
+        ("operations[1].data.email", "invalid_format")
+    ]
+    assert [(e["field"], e["code"]) for e in failures[1]["errors"]] == [
+        ("operations[2].data.lastName", "blank")
+    ]
+    assert all(f["message"] for f in failures)
+    conflict = only_error(conflicting)
+    assert conflict["extensions"]["code"] == "batch_rejected"
+    assert conflict["extensions"]["failures"] == [
+        {
+            "index": 1,
+            "code": "external_id_taken",
+            "message": conflict["extensions"]["failures"][0]["message"],
+            "errors": [],
+        }
+    ]
+    assert external_ids(client, world) == ["taken"]
+
+
+def test_an_atomic_batch_without_failures_writes_everything(
+    client: TestClient, world: TenantWorld
+) -> None:
+    body = batch(
+        client, world.key.headers, [upsert("a"), create(), create(externalId="c")], atomic=True
+    )
+
+    assert body["data"]["batchCustomers"]["summary"]["created"] == 3
+    assert external_ids(client, world) == ["a", None, "c"]
+
+
+@pytest.mark.parametrize(
+    ("operations", "expected"),
+    [
+        ([], [("operations", "too_few_items")]),
+        ([upsert(str(n)) for n in range(MAX_OPERATIONS + 1)], [("operations", "too_many_items")]),
+        ([{"op": "UPSERT", "data": {"lastName": "A"}}], [("operations[0]", "missing")]),
+        (
+            [{"op": "CREATE", "externalId": "a", "data": {"lastName": "A"}}],
+            [("operations[0]", "unknown_field")],
+        ),
+        ([upsert("a b")], [("operations[0].externalId", "invalid_format")]),
+    ],
+    ids=["empty", "too-many", "upsert-without-external-id", "create-with-external-id", "bad-id"],
+)
+def test_a_malformed_batch_is_refused_whole(
+    client: TestClient,
+    world: TenantWorld,
+    operations: list[dict[str, Any]],
+    expected: list[tuple[str, str]],
+) -> None:
+    error = only_error(batch(client, world.key.headers, [*operations]))
+
+    assert error["extensions"]["code"] == "validation_failed"
+    assert field_errors(error) == expected
+    assert external_ids(client, world) == []
+
+
+def test_a_batch_of_a_thousand_operations_is_written(
+    client: TestClient, world: TenantWorld
+) -> None:
+    operations = [upsert(f"shop-{n:04}") for n in range(MAX_OPERATIONS)]
+
+    found = data_of(client, BATCH_CUSTOMERS, {"operations": operations}, world.key.headers)
+
+    assert found["batchCustomers"]["summary"]["created"] == MAX_OPERATIONS
+
+
+def test_an_operation_missing_a_required_field_is_refused_by_graphql_before_anything_runs(
+    client: TestClient, world: TenantWorld
+) -> None:
+    body = batch(client, world.key.headers, [upsert("a"), {"op": "CREATE", "data": {}}])
+
+    assert codes_of(body) == ["validation_failed"]
+    assert [e["field"] for e in body["errors"][0]["extensions"]["errors"]] == [
+        "operations[1].data.lastName"
+    ]
+    assert external_ids(client, world) == []
+
+
+def test_a_batch_counts_one_request_per_hundred_operations(
+    settings: Settings, world: TenantWorld
+) -> None:
+    """As REST's batches: ceil(250 / 100) = 3 of the key's 25, with the in-process limiter."""
+    with serving(
+        settings,
+        redis_url=None,
+        rate_limit_key="0.2/s",
+        rate_limit_key_burst=25,
+        rate_limit_tenant="0.2/s",
+        rate_limit_tenant_burst=1000,
+    ) as served:
+        response = served.post(
+            "/graphql",
+            json={
+                "query": BATCH_CUSTOMERS,
+                "variables": {"operations": [create() for _ in range(250)]},
+            },
+            headers=world.key.headers,
+        )
+
+    assert response.status_code == 200, response.text
+    assert "errors" not in response.json()
+    assert state(response) == State("key", 22, 15)
+
+
+# --- scoping -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("document", "variables"),
+    [
+        (UPSERT_CUSTOMER, {"externalId": "wide", "input": {"lastName": "W"}}),
+        (BATCH_CUSTOMERS, {"operations": [upsert("wide")]}),
+        # The department is asked for first, whatever else the batch holds.
+        (BATCH_CUSTOMERS, {"operations": [create(email="bad")], "atomic": True}),
+    ],
+    ids=["upsertCustomer", "batchCustomers", "batchCustomers-invalid"],
+)
+def test_a_tenant_wide_key_must_name_a_department(
+    client: TestClient,
+    database: Database,
+    world: TenantWorld,
+    document: str,
+    variables: dict[str, Any],
+) -> None:
+    error = only_error(gql(client, document, variables, tenant_wide_headers(database, world)))
+
+    assert error["extensions"]["code"] == "validation_failed"
+    assert field_errors(error) == [("departmentId", "missing")]
+    assert external_ids(client, world) == []
+
+
+def test_a_tenant_wide_key_writes_in_the_department_it_names(
+    client: TestClient, database: Database, make_tenant: Any
+) -> None:
+    world: TenantWorld = make_tenant(departments=2)
+    wide = tenant_wide_headers(database, world)
+    second = str(world.departments[1].id)
+
+    upserted = data_of(
+        client,
+        UPSERT_CUSTOMER,
+        {"externalId": "wide", "input": {"lastName": "W"}, "d": second},
+        wide,
+    )["upsertCustomer"]
+    batched = data_of(
+        client, BATCH_CUSTOMERS, {"operations": [upsert("wide", lastName="W")], "d": second}, wide
+    )
+
+    assert upserted["customer"]["departmentId"] == second
+    assert [r["outcome"] for r in batched["batchCustomers"]["results"]] == ["UNCHANGED"]
+    owner, bystander = world.keys[1].headers, world.keys[0].headers
+    path = f"{API}/customers/{upserted['customer']['id']}"
+    assert client.get(path, headers=owner).status_code == 200
+    assert client.get(path, headers=bystander).status_code == 404
+
+
+def test_external_ids_belong_to_their_department_and_tenant(
+    client: TestClient, make_tenant: Any
+) -> None:
+    home: TenantWorld = make_tenant(departments=2)
+    other: TenantWorld = make_tenant()
+    mine = upsert_customer(client, home.keys[0].headers, "crm-1", city="Home")
+
+    neighbour = upsert_customer(client, home.keys[1].headers, "crm-1", city="Next door")
+    foreign = batch(client, other.key.headers, [upsert("crm-1", city="Abroad")])
+    customer_id = mine["customer"]["id"]
+    seen = gql(
+        client,
+        "query ($id: UUID!) { customer(id: $id) { id } }",
+        {"id": customer_id},
+        other.key.headers,
+    )
+
+    assert neighbour["outcome"] == "CREATED"
+    assert neighbour["customer"]["id"] != customer_id
+    (result,) = foreign["data"]["batchCustomers"]["results"]
+    assert result["outcome"] == "CREATED"
+    assert result["customer"]["id"] != customer_id
+    assert codes_of(seen) == ["not_found"]
+    # The first customer is as its own department left it.
+    again = upsert_customer(client, home.keys[0].headers, "crm-1", city="Home")
+    assert (again["outcome"], again["customer"]["version"]) == ("UNCHANGED", 1)
