@@ -152,6 +152,18 @@ def test_if_none_match_star_only_creates(client: TestClient, world: TenantWorld)
     assert again.json()["code"] == "precondition_failed"
 
 
+def test_if_none_match_with_etags_refuses_only_at_those_versions(
+    client: TestClient, world: TenantWorld
+) -> None:
+    put(client, world, "shop-1", {"last_name": "A"})
+
+    at_it = put(client, world, "shop-1", {"last_name": "B"}, **{"If-None-Match": '"1"'})
+    elsewhere = put(client, world, "shop-1", {"last_name": "B"}, **{"If-None-Match": '"5", "6"'})
+
+    assert (at_it.status_code, elsewhere.status_code) == (412, 200)
+    assert elsewhere.json()["last_name"] == "B"
+
+
 def test_creating_with_a_taken_external_id_is_a_conflict(
     client: TestClient, world: TenantWorld
 ) -> None:
