@@ -25,7 +25,7 @@ from dealbase.platform.activities.models import (
     ActivityType,
 )
 from dealbase.platform.customers.models import Customer, CustomerFields, CustomerPatch
-from dealbase.platform.deals.models import Deal, DealChanges, DealCreate, DealPatch
+from dealbase.platform.deals.models import Deal, DealChanges, DealCreate, DealPatch, DealUpsert
 from dealbase.rest_api.responses import API_PREFIX
 from dealbase.rest_api.schemas import ActivityOut, CustomerOut, DealOut
 
@@ -77,6 +77,7 @@ def graphql_schema() -> graphql.GraphQLSchema:
         (CustomerFields, Customer),
         (DealCreate, Deal),
         (DealChanges, Deal),
+        (DealUpsert, Deal),
         (ActivityFields, Activity),
     ],
 )
@@ -105,8 +106,10 @@ def test_rest_responses_show_every_field_but_the_listed_ones(
         ("patch", "/customers/{customer_id}", CustomerPatch),
         ("post", "/deals", DealCreate),
         ("patch", "/deals/{deal_id}", DealPatch),
+        ("put", "/deals/by-external-id/{external_id}", DealUpsert),
         ("post", "/activities", ActivityFields),
         ("patch", "/activities/{activity_id}", ActivityPatch),
+        ("put", "/activities/by-external-id/{external_id}", ActivityFields),
     ],
 )
 def test_rest_request_bodies_take_every_field(

@@ -1,35 +1,56 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
-from dealbase.edge.callers import department_scope
+from dealbase.edge.callers import charge_batch, department_scope
 from dealbase.edge.database import database_of
 from dealbase.edge.idempotency import run_once
-from dealbase.edge.requests import IdempotencyKey, IfMatch, expected_version, json_body, parse_body
+from dealbase.edge.requests import (
+    IdempotencyKey,
+    IfMatch,
+    IfNoneMatch,
+    expected_version,
+    json_body,
+    parse_body,
+)
 from dealbase.platform.activities import service
 from dealbase.platform.activities.models import ActivityFields, ActivityFilter, ActivityPatch
+from dealbase.platform.batches.models import Batch
 from dealbase.platform.resources import activity_json
 from dealbase.platform.validation import validated
 from dealbase.rest_api.openapi import (
     CREATED_HEADERS,
     EXTERNAL_ID_FILTER,
+    EXTERNAL_ID_PATH,
     LIST_CURSOR,
     LIST_LIMIT,
     READ_HEADERS,
     json_request_body,
     problem_responses,
 )
-from dealbase.rest_api.responses import created, no_content, resource_page, resource_response
-from dealbase.rest_api.schemas import ActivityList, ActivityOut
+from dealbase.rest_api.responses import (
+    batch_response,
+    created,
+    no_content,
+    resource_page,
+    resource_response,
+)
+from dealbase.rest_api.schemas import (
+    ActivityBatch,
+    ActivityBatchResults,
+    ActivityList,
+    ActivityOut,
+)
 from dealbase.tenancy.database import UnitOfWork
 from dealbase.tenancy.scope import Scope
 
 router = APIRouter(prefix="/activities", tags=["activities"])
 
-ACTIVITY_EXAMPLE = {
+ACTIVITY_EXAMPLE: dict[str, Any] = {
     "type": "call",
     "subject": "Follow-up on the quote",
     "due_at": "2026-12-01T09:00:00Z",
@@ -164,3 +185,108 @@ async def delete_activity(
         scope, lambda uow: service.delete(uow, activity_id, expected_version(if_match))
     )
     return no_content()
+
+
+@router.put(
+    "/by-external-id/{external_id}",
+    summary="Create or update an activity by external id",
+    description=(
+        "Creates the activity with this external id (201), or changes the fields the body gives"
+        " of the one that has it (200); absent fields stay as they are. The body is what"
+        " creating takes (`type` and `customer_id` required), so the same request serves both;"
+        " its `customer_id`, `deal_id` and `employee_id` must be of the department, as on"
+        " create. A change that changes nothing writes nothing: no new version, no event. Two"
+        " clients upserting the same new external id at once make one activity. `If-Match`:"
+        " only if the activity exists at that ETag; `If-None-Match: *`: only if it does not"
+        " exist (or, with ETags, only if it is not at one of them)."
+    ),
+    response_model=None,
+    responses={
+        200: {
+            "model": ActivityOut,
+            "description": "The activity existed: as it now is.",
+            "headers": READ_HEADERS,
+        },
+        201: {
+            "model": ActivityOut,
+            "description": "The created activity.",
+            "headers": CREATED_HEADERS,
+        },
+        **problem_responses(400, 401, 403, 412, 413, 415, 422),
+    },
+    openapi_extra=json_request_body(ActivityFields, ACTIVITY_EXAMPLE),
+)
+async def upsert_activity(
+    request: Request,
+    external_id: str = EXTERNAL_ID_PATH,
+    scope: Scope = Depends(department_scope),
+    body: bytes = Depends(json_body),
+    if_match: IfMatch = None,
+    if_none_match: IfNoneMatch = None,
+) -> Response:
+    fields = parse_body(ActivityFields, body)
+    result = await database_of(request).run(
+        scope,
+        lambda uow: service.upsert(
+            uow,
+            external_id,
+            fields,
+            expected=expected_version(if_match),
+            unless=expected_version(if_none_match),
+        ),
+    )
+    activity = result.record
+    assert activity is not None, "a successful upsert has its activity"
+    if result.outcome == "created":
+        return created(activity_json, activity, f"/activities/{activity.id}")
+    return resource_response(activity_json, activity)
+
+
+BATCH_EXAMPLE: dict[str, Any] = {
+    "operations": [
+        {"op": "upsert", "external_id": "crm-call-77", "data": ACTIVITY_EXAMPLE},
+        {
+            "op": "create",
+            "data": {**ACTIVITY_EXAMPLE, "type": "email", "external_id": "crm-mail-78"},
+        },
+    ]
+}
+
+
+@router.post(
+    "/batch",
+    summary="Create and upsert activities in one request",
+    description=(
+        "Up to 1,000 operations, each a `create` or an `upsert` by external id (`data` as"
+        " `POST /activities` takes it for both), applied one after another in one transaction."
+        " By default each operation stands alone: one that fails is reported in its result and"
+        " the others are written. With `atomic=true` the batch is all or nothing: any failure"
+        " writes nothing and answers 422 `batch_rejected` listing the invalid operations, or"
+        " else the first that failed. A batch of n operations counts as ceil(n / 100) requests"
+        " against the rate limits."
+    ),
+    response_model=None,
+    responses={
+        200: {
+            "model": ActivityBatchResults,
+            "description": "One result per operation, in order.",
+        },
+        **problem_responses(400, 401, 403, 409, 413, 415, 422),
+    },
+    openapi_extra=json_request_body(ActivityBatch, BATCH_EXAMPLE),
+)
+async def batch_activities(
+    request: Request,
+    scope: Scope = Depends(department_scope),
+    body: bytes = Depends(json_body),
+    atomic: bool = Query(False, description="All or nothing: any failure writes nothing."),
+    idempotency_key: IdempotencyKey = None,
+) -> Response:
+    batch = parse_body(Batch, body)
+    await charge_batch(request, scope, len(batch.operations))
+
+    def perform(uow: UnitOfWork) -> Response:
+        results = service.batch(uow, batch, atomic=atomic)
+        return batch_response(request, activity_json, results)
+
+    return await run_once(request, scope, idempotency_key, batch, perform)

@@ -1,21 +1,37 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
-from dealbase.edge.callers import department_scope
+from dealbase.edge.callers import charge_batch, department_scope
 from dealbase.edge.database import database_of
 from dealbase.edge.idempotency import run_once
-from dealbase.edge.requests import IdempotencyKey, IfMatch, expected_version, json_body, parse_body
+from dealbase.edge.requests import (
+    IdempotencyKey,
+    IfMatch,
+    IfNoneMatch,
+    expected_version,
+    json_body,
+    parse_body,
+)
+from dealbase.platform.batches.models import Batch
 from dealbase.platform.deals import service
-from dealbase.platform.deals.models import CustomerLink, DealCreate, DealFilter, DealPatch
+from dealbase.platform.deals.models import (
+    CustomerLink,
+    DealCreate,
+    DealFilter,
+    DealPatch,
+    DealUpsert,
+)
 from dealbase.platform.resources import deal_json
 from dealbase.platform.validation import validated
 from dealbase.rest_api.openapi import (
     CREATED_HEADERS,
     EXTERNAL_ID_FILTER,
+    EXTERNAL_ID_PATH,
     LIST_CURSOR,
     LIST_LIMIT,
     READ_HEADERS,
@@ -23,14 +39,20 @@ from dealbase.rest_api.openapi import (
     json_request_body,
     problem_responses,
 )
-from dealbase.rest_api.responses import created, no_content, resource_page, resource_response
-from dealbase.rest_api.schemas import DealList, DealOut
+from dealbase.rest_api.responses import (
+    batch_response,
+    created,
+    no_content,
+    resource_page,
+    resource_response,
+)
+from dealbase.rest_api.schemas import DealBatch, DealBatchResults, DealList, DealOut
 from dealbase.tenancy.database import UnitOfWork
 from dealbase.tenancy.scope import Scope
 
 router = APIRouter(prefix="/deals", tags=["deals"])
 
-DEAL_EXAMPLE = {
+DEAL_EXAMPLE: dict[str, Any] = {
     "name": "Analytical engine, 2 units",
     "volume": 250000,
     "deal_origin": "trade fair",
@@ -234,3 +256,118 @@ async def unlink_customer(
         scope, lambda uow: service.unlink_customer(uow, deal_id, customer_id)
     )
     return no_content()
+
+
+DEAL_UPSERT_EXAMPLE: dict[str, Any] = {
+    "name": "Analytical engine, 2 units",
+    "volume": 250000,
+    "deal_origin": "shop",
+    "note": "Wants delivery before spring.",
+}
+
+
+@router.put(
+    "/by-external-id/{external_id}",
+    summary="Create or update a deal by external id",
+    description=(
+        "Creates the deal with this external id (201), or changes the fields the body gives of"
+        " the one that has it (200); absent fields stay as they are. The body is what creating"
+        " takes (`name` required), so the same request serves both, but without `customers`:"
+        " upsert the customers first and link them with `POST /deals/{deal_id}/customers`. A"
+        " new deal starts in `step_id` if given, else in the department's first step, and is"
+        " assigned to `employee_id` if given; on an existing deal they move and assign it as"
+        " `PATCH` does, with the same events (`step_id` may be omitted, never null). A step or"
+        " employee of another department is a 422 naming the field. A change that changes"
+        " nothing writes nothing: no new version, no event. Two clients upserting the same new"
+        " external id at once make one deal. `If-Match`: only if the deal exists at that ETag;"
+        " `If-None-Match: *`: only if it does not exist (or, with ETags, only if it is not at"
+        " one of them)."
+    ),
+    response_model=None,
+    responses={
+        200: {
+            "model": DealOut,
+            "description": "The deal existed: as it now is.",
+            "headers": READ_HEADERS,
+        },
+        201: {"model": DealOut, "description": "The created deal.", "headers": CREATED_HEADERS},
+        **problem_responses(400, 401, 403, 409, 412, 413, 415, 422),
+    },
+    openapi_extra=json_request_body(DealUpsert, DEAL_UPSERT_EXAMPLE),
+)
+async def upsert_deal(
+    request: Request,
+    external_id: str = EXTERNAL_ID_PATH,
+    scope: Scope = Depends(department_scope),
+    body: bytes = Depends(json_body),
+    if_match: IfMatch = None,
+    if_none_match: IfNoneMatch = None,
+) -> Response:
+    fields = parse_body(DealUpsert, body)
+    result = await database_of(request).run(
+        scope,
+        lambda uow: service.upsert(
+            uow,
+            external_id,
+            fields,
+            expected=expected_version(if_match),
+            unless=expected_version(if_none_match),
+        ),
+    )
+    deal = result.record
+    assert deal is not None, "a successful upsert has its deal"
+    if result.outcome == "created":
+        return created(deal_json, deal, f"/deals/{deal.id}")
+    return resource_response(deal_json, deal)
+
+
+BATCH_EXAMPLE: dict[str, Any] = {
+    "operations": [
+        {"op": "upsert", "external_id": "shop-order-5001", "data": DEAL_UPSERT_EXAMPLE},
+        {
+            "op": "create",
+            "data": {
+                "name": "Difference engine",
+                "external_id": "shop-order-5002",
+                "customers": [{"last_name": "Babbage"}],
+            },
+        },
+    ]
+}
+
+
+@router.post(
+    "/batch",
+    summary="Create and upsert deals in one request",
+    description=(
+        "Up to 1,000 operations, each a `create` (`data` as `POST /deals` takes it, customers"
+        " included) or an `upsert` by external id (`data` as `PUT"
+        " /deals/by-external-id/{external_id}` takes it), applied one after another in one"
+        " transaction. By default each operation stands alone: one that fails is reported in"
+        " its result and the others are written. With `atomic=true` the batch is all or"
+        " nothing: any failure writes nothing and answers 422 `batch_rejected` listing the"
+        " invalid operations, or else the first that failed. A batch of n operations counts as"
+        " ceil(n / 100) requests against the rate limits."
+    ),
+    response_model=None,
+    responses={
+        200: {"model": DealBatchResults, "description": "One result per operation, in order."},
+        **problem_responses(400, 401, 403, 409, 413, 415, 422),
+    },
+    openapi_extra=json_request_body(DealBatch, BATCH_EXAMPLE),
+)
+async def batch_deals(
+    request: Request,
+    scope: Scope = Depends(department_scope),
+    body: bytes = Depends(json_body),
+    atomic: bool = Query(False, description="All or nothing: any failure writes nothing."),
+    idempotency_key: IdempotencyKey = None,
+) -> Response:
+    batch = parse_body(Batch, body)
+    await charge_batch(request, scope, len(batch.operations))
+
+    def perform(uow: UnitOfWork) -> Response:
+        results = service.batch(uow, batch, atomic=atomic)
+        return batch_response(request, deal_json, results)
+
+    return await run_once(request, scope, idempotency_key, batch, perform)

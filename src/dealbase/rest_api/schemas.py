@@ -22,10 +22,10 @@ from pydantic import (
     create_model,
 )
 
-from dealbase.platform.activities.models import Activity
+from dealbase.platform.activities.models import Activity, ActivityFields
 from dealbase.platform.batches.models import MAX_OPERATIONS
 from dealbase.platform.customers.models import Customer, CustomerFields
-from dealbase.platform.deals.models import Deal
+from dealbase.platform.deals.models import Deal, DealCreate, DealUpsert
 from dealbase.platform.resources import (
     ACTIVITY_HIDDEN,
     CUSTOMER_HIDDEN,
@@ -484,4 +484,9 @@ def _batch_models(
 
 CustomerBatch, CustomerBatchResults = _batch_models(
     "Customer", CustomerFields, CustomerFields, CustomerOut
+)
+# A deal's create takes its customers; its upsert takes a step and an employee instead.
+DealBatch, DealBatchResults = _batch_models("Deal", DealCreate, DealUpsert, DealOut)
+ActivityBatch, ActivityBatchResults = _batch_models(
+    "Activity", ActivityFields, ActivityFields, ActivityOut
 )

@@ -3,7 +3,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 
-from sqlalchemy import ColumnElement, func, insert, select, update
+from sqlalchemy import ColumnElement, func, select, update
+from sqlalchemy.dialects.postgresql import insert
 
 from dealbase.ids import new_id
 from dealbase.platform.activities.models import Activity, ActivityFilter
@@ -21,7 +22,10 @@ def to_activity(row: Record) -> Activity:
 
 def insert_activity(
     connection: TenantConnection, department_id: uuid.UUID, values: Mapping[str, object]
-) -> Activity:
+) -> Activity | None:
+    """The new activity; None when another activity of the department has its external id (ON
+    CONFLICT DO NOTHING: the transaction stays usable, and a concurrent insert of the same
+    external id is waited for)."""
     row = (
         connection.execute(
             insert(activities)
@@ -32,12 +36,34 @@ def insert_activity(
                 created_at=func.now(),
                 updated_at=func.now(),
             )
+            .on_conflict_do_nothing(
+                index_elements=[activities.c.department_id, activities.c.external_id]
+            )
             .returning(*activities.c)
         )
         .mappings()
-        .one()
+        .first()
     )
-    return to_activity(row)
+    return None if row is None else to_activity(row)
+
+
+def lock_by_external_id(
+    connection: TenantConnection, department_id: uuid.UUID, external_id: str
+) -> Activity | None:
+    """The department's activity with this external id, locked until the transaction ends."""
+    row = (
+        connection.execute(
+            select(activities)
+            .where(
+                activities.c.department_id == department_id,
+                activities.c.external_id == external_id,
+            )
+            .with_for_update()
+        )
+        .mappings()
+        .first()
+    )
+    return None if row is None else to_activity(row)
 
 
 def get_activity(

@@ -5,9 +5,12 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel
 
-from dealbase.errors import Invalid, NotFound
+from dealbase.errors import ExternalIdTaken, Invalid, NotFound
 from dealbase.platform.activities import repository
 from dealbase.platform.activities.models import Activity, ActivityFields, ActivityFilter
+from dealbase.platform.batches import service as batches
+from dealbase.platform.batches.models import Batch, Result, Write, upserted_fields
+from dealbase.platform.batches.upserts import upsert_one
 from dealbase.platform.customers import repository as customers_repository
 from dealbase.platform.deals import repository as deals_repository
 from dealbase.platform.events import service as events
@@ -48,11 +51,25 @@ def _check_references(
 
 
 def create(uow: UnitOfWork, fields: ActivityFields) -> Activity:
+    """An external id another activity of the department has is ExternalIdTaken."""
     department_id = department_of(uow.scope)
+    activity = _insert(uow, department_id, fields)
+    if activity is None:
+        raise ExternalIdTaken(
+            f"Another activity of the department has the external id {fields.external_id!r};"
+            " to change that activity, upsert it by its external id."
+        )
+    return activity
+
+
+def _insert(uow: UnitOfWork, department_id: uuid.UUID, fields: ActivityFields) -> Activity | None:
+    """The new activity (activity.created); None when another activity of the department has
+    its external id."""
     values = fields.model_dump()
     _check_references(uow, department_id, values)
     activity = repository.insert_activity(uow.connection, department_id, values)
-    events.record(uow, "activity.created", department_id, activity_json(activity))
+    if activity is not None:
+        events.record(uow, "activity.created", department_id, activity_json(activity))
     return activity
 
 
@@ -78,7 +95,17 @@ def count(uow: UnitOfWork, filters: ActivityFilter) -> int:
 def update(
     uow: UnitOfWork, activity_id: uuid.UUID, patch: BaseModel, expected: Expected | None = None
 ) -> Activity:
-    changes = patch.model_dump(exclude_unset=True)
+    return _change(uow, activity_id, patch.model_dump(exclude_unset=True), expected)
+
+
+def _change(
+    uow: UnitOfWork,
+    activity_id: uuid.UUID,
+    changes: dict[str, object],
+    expected: Expected | None,
+) -> Activity:
+    """The update of PATCH and of an upsert that finds its activity: ``changes`` as a new
+    version, and its event."""
     # Read first: an unknown activity is a 404 before the ids it names are judged, and those
     # must be of the activity's own department (a tenant-wide caller may reach any).
     department_id = get(uow, activity_id).department_id
@@ -122,3 +149,55 @@ def first_of(
         per_parent,
     )
     return {key: [repository.to_activity(row) for row in rows] for key, rows in found.items()}
+
+
+def upsert(
+    uow: UnitOfWork,
+    external_id: str,
+    fields: ActivityFields,
+    *,
+    expected: Expected | None = None,
+    unless: Expected | None = None,
+) -> Result[Activity]:
+    """Creates the activity with ``external_id``, or changes the fields the body gave of the one
+    that has it, as ``update`` does (its customer, deal and employee checked alike). A change
+    that changes nothing writes nothing (no version, no event): ``unchanged``. ``expected``
+    (If-Match) needs the activity to exist at one of its versions; ``unless`` (If-None-Match)
+    needs it not to exist at one of its versions (``*``: not to exist)."""
+    given = frozenset(fields.model_fields_set - {"external_id"})
+    write = Write(
+        0, True, external_id, upserted_fields(fields, external_id), given, expected, unless
+    )
+    return _upsert(uow, write)
+
+
+def batch(uow: UnitOfWork, operations: Batch, *, atomic: bool) -> list[Result[Activity]]:
+    """Creates and upserts up to a thousand activities, one operation after another, each in a
+    savepoint of its own unless the batch is atomic (then the first failure rejects it all)."""
+    return batches.run(
+        uow,
+        operations,
+        batches.one_by_one(_apply_one, atomic=atomic),
+        create=ActivityFields,
+        upsert=ActivityFields,
+        atomic=atomic,
+    )
+
+
+def _apply_one(uow: UnitOfWork, write: Write[ActivityFields]) -> Result[Activity]:
+    if write.upsert:
+        return _upsert(uow, write)
+    return Result("created", create(uow, write.fields))
+
+
+def _upsert(uow: UnitOfWork, write: Write[ActivityFields]) -> Result[Activity]:
+    department_id = department_of(uow.scope)
+    return upsert_one(
+        write,
+        "activity",
+        lock=lambda external_id: repository.lock_by_external_id(
+            uow.connection, department_id, external_id
+        ),
+        insert=lambda fields: _insert(uow, department_id, fields),
+        change=lambda activity, changes: _change(uow, activity.id, changes, None),
+    )

@@ -102,7 +102,10 @@ def _rejected(results: dict[int, Result[Record]]) -> BatchRejected:
 
 def one_by_one(apply_one: ApplyOne[Fields, Record], *, atomic: bool) -> Apply[Fields, Record]:
     """``apply_one`` for each write in turn, each in a savepoint of its own unless the batch is
-    atomic (whose first failure ends it). For resources whose writes are not made in bulk."""
+    atomic (whose first failure ends it). For resources whose writes are not made in bulk.
+
+    A field error of an operation (a step of another department...) names its field within the
+    operation's data, as the errors of its data's model do."""
 
     def apply(uow: UnitOfWork, writes: Sequence[Write[Fields]]) -> dict[int, Result[Record]]:
         results: dict[int, Result[Record]] = {}
@@ -115,7 +118,7 @@ def one_by_one(apply_one: ApplyOne[Fields, Record], *, atomic: bool) -> Apply[Fi
                 except DomainError as exc:
                     raise BatchRejected(
                         "An operation of the batch failed, so none was applied.",
-                        [(write.index, exc)],
+                        [(write.index, _within(write.index, exc))],
                     ) from None
                 continue
             try:
@@ -124,10 +127,14 @@ def one_by_one(apply_one: ApplyOne[Fields, Record], *, atomic: bool) -> Apply[Fi
             except Unavailable:
                 raise
             except DomainError as exc:
-                results[write.index] = Result.failed(exc)
+                results[write.index] = Result.failed(_within(write.index, exc))
         return results
 
     return apply
+
+
+def _within(index: int, error: DomainError) -> DomainError:
+    return error.within(f"operations[{index}].data") if isinstance(error, Invalid) else error
 
 
 @contextmanager

@@ -5,7 +5,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic_core import PydanticCustomError
 
 from dealbase.platform.customers.models import Customer, CustomerFields
 from dealbase.platform.validation import (
@@ -72,6 +73,41 @@ class DealChanges(BaseModel):
 
 # Absent fields stay, null clears (employee_id: null unassigns).
 DealPatch = partial(DealChanges, "DealPatch")
+
+
+class DealUpsert(BaseModel):
+    """PUT /deals/by-external-id/{external_id} and a batch's ``upsert``: what creating the deal
+    takes, so the same body serves both cases, without ``customers`` (a sync upserts its
+    customers first, then its deals, then links them: POST /deals/{id}/customers).
+
+    A new deal starts in ``step_id`` (a step of the department), else in the department's first
+    step, assigned to ``employee_id`` if given. An existing one changes only the fields the body
+    gives, as PATCH does; ``step_id`` may be omitted but is never null (a deal is always in a
+    step)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    name: RequiredShortText
+    external_id: ExternalId | None = None
+    volume: Volume | None = None
+    deal_origin: ShortText | None = None
+    note: LongText | None = None
+    # None only when absent: null is refused below, and the schema shows no null.
+    step_id: Annotated[uuid.UUID | None, WithJsonSchema({"type": "string", "format": "uuid"})] = (
+        None
+    )
+    employee_id: uuid.UUID | None = None
+
+    @field_validator("step_id", mode="before")
+    @classmethod
+    def _step_never_null(cls, value: object) -> object:
+        if value is None:
+            raise PydanticCustomError(
+                "cannot_clear",
+                "step_id cannot be null: omit it to keep the deal's step (a new deal starts in"
+                " the department's first step)",
+            )
+        return value
 
 
 # A deal without a volume sorts as the smallest.

@@ -31,10 +31,13 @@ def insert_deal(
     department_id: uuid.UUID,
     step_id: uuid.UUID,
     values: dict[str, object],
-) -> Record:
+) -> Record | None:
+    """The new deal's row; None when another deal of the department has its external id (ON
+    CONFLICT DO NOTHING: the transaction stays usable, and a concurrent insert of the same
+    external id is waited for)."""
     return (
         connection.execute(
-            insert(deals)
+            pg_insert(deals)
             .values(
                 id=new_id(),
                 department_id=department_id,
@@ -43,10 +46,27 @@ def insert_deal(
                 updated_at=func.now(),
                 **values,
             )
+            .on_conflict_do_nothing(index_elements=[deals.c.department_id, deals.c.external_id])
             .returning(*deals.c)
         )
         .mappings()
-        .one()
+        .first()
+    )
+
+
+def lock_by_external_id(
+    connection: TenantConnection, department_id: uuid.UUID, external_id: str
+) -> Record | None:
+    """The department's deal with this external id (with its employee's name), locked until
+    the transaction ends."""
+    return (
+        connection.execute(
+            _with_employee_name()
+            .where(deals.c.department_id == department_id, deals.c.external_id == external_id)
+            .with_for_update(of=deals)
+        )
+        .mappings()
+        .first()
     )
 
 

@@ -1,15 +1,25 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import cast
 
 from pydantic import BaseModel
 
-from dealbase.errors import Conflict, Invalid, NotFound
+from dealbase.errors import Conflict, ExternalIdTaken, Invalid, NotFound
 from dealbase.platform.activities import repository as activities_repository
+from dealbase.platform.batches import service as batches
+from dealbase.platform.batches.models import Batch, Result, Write, upserted_fields
+from dealbase.platform.batches.upserts import upsert_one
 from dealbase.platform.customers import repository as customers_repository
 from dealbase.platform.deals import repository
-from dealbase.platform.deals.models import CustomerLink, Deal, DealCreate, DealFilter
+from dealbase.platform.deals.models import (
+    CustomerLink,
+    Deal,
+    DealCreate,
+    DealFilter,
+    DealUpsert,
+)
 from dealbase.platform.event_types import EventType
 from dealbase.platform.events import service as events
 from dealbase.platform.pagination import Page, page_request
@@ -20,20 +30,35 @@ from dealbase.platform.tables import deals
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
 from dealbase.tenancy.database import UnitOfWork
-from dealbase.tenancy.statements import Record
+from dealbase.tenancy.statements import Record, TenantConnection
+
+
+def _first_step_id(connection: TenantConnection, department_id: uuid.UUID) -> uuid.UUID:
+    step_id = repository.first_step_id(connection, department_id)
+    if step_id is None:
+        raise Conflict("The department has no pipeline steps, so a deal has nowhere to start.")
+    return step_id
+
+
+def _taken(external_id: str | None) -> ExternalIdTaken:
+    return ExternalIdTaken(
+        f"Another deal of the department has the external id {external_id!r}; to change that"
+        " deal, upsert it by its external id."
+    )
 
 
 def create(uow: UnitOfWork, fields: DealCreate) -> Deal:
     """The deal starts unassigned in its department's first step, with one new customer per
-    element of ``customers``, linked in request order."""
+    element of ``customers``, linked in request order. An external id (the deal's or a
+    customer's) that another record of its kind in the department has is ExternalIdTaken."""
     scope, connection = uow.scope, uow.connection
     department_id = department_of(scope)
-    step_id = repository.first_step_id(connection, department_id)
-    if step_id is None:
-        raise Conflict("The department has no pipeline steps, so a deal has nowhere to start.")
+    step_id = _first_step_id(connection, department_id)
     row = repository.insert_deal(
         connection, department_id, step_id, fields.model_dump(exclude={"customers"})
     )
+    if row is None:
+        raise _taken(fields.external_id)
     customers = customers_repository.insert_customers(
         connection, scope.tenant_id, department_id, fields.customers
     )
@@ -89,24 +114,38 @@ def update(
 ) -> Deal:
     """Changes fields, moves the deal (``step_id``) or assigns it (``employee_id``), within its
     department only; a step or employee of any other department is an invalid field."""
-    connection = uow.connection
-    changes = patch.model_dump(exclude_unset=True)
-    # Read first: an unknown deal is a 404 before the ids it names are judged, and those must
-    # be of the deal's own department (a tenant-wide caller may reach any).
-    department_id = _deal_row(uow, deal_id)["department_id"]
+    return _change(uow, deal_id, patch.model_dump(exclude_unset=True), expected)
+
+
+def _check_references(
+    connection: TenantConnection, department_id: uuid.UUID, values: Mapping[str, object]
+) -> None:
+    """The step and the employee a deal names must be of its department."""
     unknown = []
-    step_id = changes.get("step_id")
-    if step_id is not None and not pipeline_repository.step_in_department(
+    step_id = values.get("step_id")
+    if isinstance(step_id, uuid.UUID) and not pipeline_repository.step_in_department(
         connection, department_id, step_id
     ):
         unknown.append("step_id")
-    employee_id = changes.get("employee_id")
-    if employee_id is not None and not pipeline_repository.employee_in_department(
+    employee_id = values.get("employee_id")
+    if isinstance(employee_id, uuid.UUID) and not pipeline_repository.employee_in_department(
         connection, department_id, employee_id
     ):
         unknown.append("employee_id")
     if unknown:
         raise Invalid.unknown_references(unknown, "the deal's department")
+
+
+def _change(
+    uow: UnitOfWork, deal_id: uuid.UUID, changes: dict[str, object], expected: Expected | None
+) -> Deal:
+    """The update of PATCH and of an upsert that finds its deal: ``changes`` as a new version,
+    and their events."""
+    connection = uow.connection
+    # Read first: an unknown deal is a 404 before the ids it names are judged, and those must
+    # be of the deal's own department (a tenant-wide caller may reach any).
+    department_id = _deal_row(uow, deal_id)["department_id"]
+    _check_references(connection, department_id, changes)
     before, after = update_versioned(
         connection, deals, department_id, deal_id, changes, expected, "deal"
     )
@@ -221,3 +260,88 @@ def first_of_customers(
     for row, deal in zip(rows, _with_customers(uow, rows), strict=True):
         found[row["linked_customer_id"]].append(deal)
     return found
+
+
+def upsert(
+    uow: UnitOfWork,
+    external_id: str,
+    fields: DealUpsert,
+    *,
+    expected: Expected | None = None,
+    unless: Expected | None = None,
+) -> Result[Deal]:
+    """Creates the deal with ``external_id`` (in ``fields.step_id``, else the department's
+    first step; assigned to ``fields.employee_id`` if given), or changes the fields the body gave
+    of the one that has it, as ``update`` does (the same events: deal.updated, and
+    deal.step_changed and deal.assigned beside it). A change that changes nothing writes
+    nothing (no version, no event): ``unchanged``. ``expected`` (If-Match) needs the deal to
+    exist at one of its versions; ``unless`` (If-None-Match) needs it not to exist at one of
+    its versions (``*``: not to exist)."""
+    given = frozenset(fields.model_fields_set - {"external_id"})
+    write = Write(
+        0, True, external_id, upserted_fields(fields, external_id), given, expected, unless
+    )
+    return _upsert(uow, write)
+
+
+def batch(uow: UnitOfWork, operations: Batch, *, atomic: bool) -> list[Result[Deal]]:
+    """Creates (``DealCreate``, customers included) and upserts (``DealUpsert``) up to a thousand
+    deals, one operation after another, each in a savepoint of its own unless the batch is
+    atomic (then the first failure rejects it all)."""
+    # Typed as the union, which mypy would not infer from the two models (it joins them).
+    create_model: type[DealCreate | DealUpsert] = DealCreate
+    upsert_model: type[DealCreate | DealUpsert] = DealUpsert
+    return batches.run(
+        uow,
+        operations,
+        batches.one_by_one(_apply_one, atomic=atomic),
+        create=create_model,
+        upsert=upsert_model,
+        atomic=atomic,
+    )
+
+
+def _apply_one(uow: UnitOfWork, write: Write[DealCreate | DealUpsert]) -> Result[Deal]:
+    if isinstance(write.fields, DealUpsert):
+        return _upsert(uow, cast("Write[DealUpsert]", write))
+    return Result("created", create(uow, write.fields))
+
+
+def _upsert(uow: UnitOfWork, write: Write[DealUpsert]) -> Result[Deal]:
+    department_id = department_of(uow.scope)
+    return upsert_one(
+        write,
+        "deal",
+        lock=lambda external_id: _locked(uow, department_id, external_id),
+        insert=lambda fields: _insert_upserted(uow, department_id, fields),
+        change=lambda deal, changes: _change(uow, deal.id, changes, None),
+    )
+
+
+def _locked(uow: UnitOfWork, department_id: uuid.UUID, external_id: str) -> Deal | None:
+    row = repository.lock_by_external_id(uow.connection, department_id, external_id)
+    if row is None:
+        return None
+    customers = customers_repository.customers_of_deals(
+        uow.connection, uow.scope.tenant_id, [row["id"]]
+    )
+    return repository.to_deal(row, customers[row["id"]])
+
+
+def _insert_upserted(uow: UnitOfWork, department_id: uuid.UUID, fields: DealUpsert) -> Deal | None:
+    """The upserted deal, new (deal.created); None when another transaction has just inserted
+    its external id."""
+    connection = uow.connection
+    _check_references(connection, department_id, fields.model_dump())
+    step_id = fields.step_id or _first_step_id(connection, department_id)
+    row = repository.insert_deal(
+        connection, department_id, step_id, fields.model_dump(exclude={"step_id"})
+    )
+    if row is None:
+        return None
+    if fields.employee_id is not None:  # read again, with the employee's name
+        row = repository.get_deal_row(connection, department_id, row["id"])
+        assert row is not None, "the deal was just inserted"
+    deal = repository.to_deal(row, ())
+    events.record(uow, "deal.created", department_id, deal_json(deal))
+    return deal

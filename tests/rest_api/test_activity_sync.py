@@ -1,0 +1,316 @@
+"""PUT /activities/by-external-id/{external_id} and POST /activities/batch: a sync's activities,
+created or changed by the client's own ids, one at a time or up to a thousand per request."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.rest_api.test_events import all_events
+from tests.support import TenantWorld
+
+API = "/api/v1/integration"
+ACTIVITIES = f"{API}/activities"
+BATCH = f"{ACTIVITIES}/batch"
+
+
+@pytest.fixture
+def customer_id(client: TestClient, world: TenantWorld) -> str:
+    return customer_of(client, world.key.headers)
+
+
+def customer_of(client: TestClient, headers: dict[str, str]) -> str:
+    response = client.post(f"{API}/customers", json={"last_name": "Lovelace"}, headers=headers)
+    assert response.status_code == 201, response.text
+    customer: str = response.json()["id"]
+    return customer
+
+
+def put(
+    client: TestClient, world: TenantWorld, external_id: str, body: dict[str, Any], **headers: str
+) -> Any:
+    return client.put(
+        f"{ACTIVITIES}/by-external-id/{external_id}",
+        json=body,
+        headers={**world.key.headers, **headers},
+    )
+
+
+def send(
+    client: TestClient,
+    world: TenantWorld,
+    operations: list[dict[str, Any]],
+    *,
+    atomic: bool = False,
+) -> Any:
+    return client.post(
+        BATCH,
+        params={"atomic": "true"} if atomic else None,
+        json={"operations": operations},
+        headers=world.key.headers,
+    )
+
+
+def activities_of(client: TestClient, world: TenantWorld) -> list[dict[str, Any]]:
+    page = client.get(ACTIVITIES, params={"limit": 100}, headers=world.key.headers).json()
+    found: list[dict[str, Any]] = page["data"]
+    return found
+
+
+def test_an_upsert_creates_the_activity_then_changes_only_the_fields_it_gives(
+    client: TestClient, world: TenantWorld, customer_id: str
+) -> None:
+    body = {"type": "call", "customer_id": customer_id, "subject": "Quote", "note": "n"}
+    created = put(client, world, "call-1", body)
+
+    assert created.status_code == 201, created.text
+    first = created.json()
+    assert created.headers["location"] == f"{ACTIVITIES}/{first['id']}"
+    assert created.headers["etag"] == '"1"'
+    assert (first["external_id"], first["subject"], first["note"]) == ("call-1", "Quote", "n")
+
+    changed = put(
+        client,
+        world,
+        "call-1",
+        {"type": "call", "customer_id": customer_id, "done_at": "2026-12-01T10:00:00+01:00"},
+    )
+
+    assert changed.status_code == 200, changed.text
+    assert changed.headers["etag"] == '"2"'
+    after = changed.json()
+    assert after["id"] == first["id"]
+    assert (after["subject"], after["note"], after["done_at"]) == (
+        "Quote", "n", "2026-12-01T09:00:00.000000Z",
+    )  # fmt: skip
+    assert after["created_at"] == first["created_at"]
+    assert client.get(created.headers["location"], headers=world.key.headers).json() == after
+    events = all_events(client, world)
+    assert [event["type"] for event in events[1:]] == ["activity.created", "activity.updated"]
+    assert events[2]["changed_fields"] == ["done_at"]
+    assert events[2]["previous"] == {"done_at": None}
+    assert events[2]["data"] == after
+
+
+def test_an_upsert_that_changes_nothing_writes_nothing(
+    client: TestClient, world: TenantWorld, customer_id: str
+) -> None:
+    body = {"type": "call", "customer_id": customer_id, "due_at": "2026-12-01T09:00:00Z"}
+    first = put(client, world, "call-1", body)
+
+    again = put(client, world, "call-1", body)
+    # The same moment in another offset is the same value.
+    shifted = put(client, world, "call-1", {**body, "due_at": "2026-12-01T10:00:00+01:00"})
+
+    for response in (again, shifted):
+        assert response.status_code == 200
+        assert response.json() == first.json()
+        assert response.headers["etag"] == '"1"'
+    assert [event["type"] for event in all_events(client, world)] == [
+        "customer.created",
+        "activity.created",
+    ]
+
+
+def test_an_upsert_checks_the_references_as_create_and_update_do(
+    client: TestClient, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    world = make_tenant(departments=2)
+    own = customer_of(client, world.keys[0].headers)
+    foreign = customer_of(client, world.keys[1].headers)
+    put(client, world, "existing", {"type": "note", "customer_id": own})
+
+    for external_id in ("new", "existing"):
+        for body, field in (
+            ({"type": "note", "customer_id": foreign}, "customer_id"),
+            ({"type": "note", "customer_id": own, "deal_id": str(uuid.uuid4())}, "deal_id"),
+            ({"type": "note", "customer_id": own, "employee_id": str(uuid.uuid4())}, "employee_id"),
+        ):
+            response = put(client, world, external_id, body)
+            assert response.status_code == 422, (external_id, field)
+            assert [(e["field"], e["code"]) for e in response.json()["errors"]] == [
+                (field, "not_found")
+            ]
+        missing = put(client, world, external_id, {"type": "note"})
+        assert missing.status_code == 422
+        assert [e["field"] for e in missing.json()["errors"]] == ["customer_id"]
+    assert [activity["external_id"] for activity in activities_of(client, world)] == ["existing"]
+
+
+def test_if_match_needs_the_activity_at_that_version(
+    client: TestClient, world: TenantWorld, customer_id: str
+) -> None:
+    put(client, world, "call-1", {"type": "call", "customer_id": customer_id})
+    body = {"type": "email", "customer_id": customer_id}
+
+    stale = put(client, world, "call-1", body, **{"If-Match": '"7"'})
+    missing = put(client, world, "call-2", body, **{"If-Match": "*"})
+    current = put(client, world, "call-1", body, **{"If-Match": '"1"'})
+
+    assert (stale.status_code, missing.status_code, current.status_code) == (412, 412, 200)
+    assert current.json()["type"] == "email"
+    assert [activity["external_id"] for activity in activities_of(client, world)] == ["call-1"]
+
+
+def test_if_none_match_star_only_creates(
+    client: TestClient, world: TenantWorld, customer_id: str
+) -> None:
+    created = put(
+        client,
+        world,
+        "call-1",
+        {"type": "call", "customer_id": customer_id},
+        **{"If-None-Match": "*"},
+    )
+    again = put(
+        client,
+        world,
+        "call-1",
+        {"type": "task", "customer_id": customer_id},
+        **{"If-None-Match": "*"},
+    )
+
+    assert (created.status_code, again.status_code) == (201, 412)
+    assert again.json()["code"] == "precondition_failed"
+    assert [activity["type"] for activity in activities_of(client, world)] == ["call"]
+
+
+def test_if_none_match_with_etags_refuses_only_at_those_versions(
+    client: TestClient, world: TenantWorld, customer_id: str
+) -> None:
+    body = {"type": "call", "customer_id": customer_id}
+    put(client, world, "call-1", body)
+
+    at_it = put(client, world, "call-1", {**body, "type": "task"}, **{"If-None-Match": '"1"'})
+    elsewhere = put(client, world, "call-1", {**body, "type": "task"}, **{"If-None-Match": '"7"'})
+
+    assert (at_it.status_code, elsewhere.status_code) == (412, 200)
+    assert elsewhere.json()["type"] == "task"
+
+
+def test_creating_with_a_taken_external_id_is_a_conflict(
+    client: TestClient, world: TenantWorld, customer_id: str
+) -> None:
+    put(client, world, "call-1", {"type": "call", "customer_id": customer_id})
+
+    response = client.post(
+        ACTIVITIES,
+        json={"type": "note", "customer_id": customer_id, "external_id": "call-1"},
+        headers=world.key.headers,
+    )
+
+    assert response.status_code == 409
+    assert response.json()["code"] == "external_id_taken"
+    assert [activity["type"] for activity in activities_of(client, world)] == ["call"]
+
+
+def test_by_default_a_failed_operation_leaves_the_others_written(
+    client: TestClient, world: TenantWorld, customer_id: str
+) -> None:
+    def data(**fields: Any) -> dict[str, Any]:
+        return {"type": "call", "customer_id": customer_id, **fields}
+
+    send(client, world, [{"op": "upsert", "external_id": e, "data": data()} for e in ("t", "k")])
+    operations = [
+        {"op": "upsert", "external_id": "a", "data": data()},
+        {"op": "create", "data": data(external_id="t")},
+        {"op": "upsert", "external_id": "b", "data": data(deal_id=str(uuid.uuid4()))},
+        {"op": "create", "data": data(type="meeting")},
+        {"op": "upsert", "external_id": "k", "data": data(subject="Kept")},
+        {"op": "upsert", "external_id": "c", "data": data(type="lunch")},
+    ]
+
+    response = send(client, world, operations)
+
+    assert response.status_code == 200, response.text
+    body = response.json()
+    results = body["results"]
+    assert [(r["status"], r["outcome"]) for r in results] == [
+        (201, "created"),
+        (409, "failed"),
+        (422, "failed"),
+        (201, "created"),
+        (200, "updated"),
+        (422, "failed"),
+    ]
+    assert body["summary"] == {"created": 2, "updated": 1, "unchanged": 0, "failed": 3}
+    assert results[1]["error"]["code"] == "external_id_taken"
+    assert [(e["field"], e["code"]) for e in results[2]["error"]["errors"]] == [
+        ("operations[2].data.deal_id", "not_found")
+    ]
+    assert results[2]["error"]["errors"][0]["pointer"] == "/operations/2/data/deal_id"
+    assert [(e["field"], e["code"]) for e in results[5]["error"]["errors"]] == [
+        ("operations[5].data.type", "invalid_choice")
+    ]
+    assert results[4]["data"]["subject"] == "Kept"
+    assert sorted(str(a["external_id"]) for a in activities_of(client, world)) == [
+        "None",
+        "a",
+        "k",
+        "t",
+    ]
+
+
+def test_an_atomic_batch_with_a_failure_writes_nothing_and_names_the_failure(
+    client: TestClient, world: TenantWorld, customer_id: str
+) -> None:
+    operations = [
+        {"op": "upsert", "external_id": "a", "data": {"type": "call", "customer_id": customer_id}},
+        {"op": "create", "data": {"type": "call", "customer_id": str(uuid.uuid4())}},
+    ]
+
+    response = send(client, world, operations, atomic=True)
+
+    assert response.status_code == 422
+    body = response.json()
+    assert body["code"] == "batch_rejected"
+    assert [(f["index"], f["error"]["code"]) for f in body["failures"]] == [
+        (1, "validation_failed")
+    ]
+    assert body["failures"][0]["error"]["errors"][0]["field"] == "operations[1].data.customer_id"
+    assert activities_of(client, world) == []
+    assert [event["type"] for event in all_events(client, world)] == ["customer.created"]
+
+    accepted = send(client, world, operations[:1], atomic=True)
+    assert accepted.status_code == 200
+    assert accepted.json()["summary"]["created"] == 1
+
+
+def test_an_external_id_names_an_activity_of_one_department_of_one_tenant(
+    client: TestClient, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    tenant = make_tenant(departments=2)
+    other_tenant = make_tenant()
+    keys = (
+        (tenant.keys[0].headers, "First"),
+        (tenant.keys[1].headers, "Second"),
+        (other_tenant.key.headers, "Other"),
+    )
+    path = f"{ACTIVITIES}/by-external-id/call-1"
+    customers = [customer_of(client, headers) for headers, _ in keys]
+    first = client.put(
+        path,
+        json={"type": "call", "customer_id": customers[0], "subject": "First"},
+        headers=keys[0][0],
+    ).json()
+
+    # Another department's key cannot reach it: If-Match finds no activity there.
+    hidden = client.put(
+        path,
+        json={"type": "call", "customer_id": customers[1]},
+        headers={**keys[1][0], "If-Match": "*"},
+    )
+    assert hidden.status_code == 412
+    for (headers, subject), customer in list(zip(keys, customers, strict=True))[1:]:
+        body = {"type": "call", "customer_id": customer, "subject": subject}
+        response = client.put(path, json=body, headers=headers)
+        assert response.status_code == 201, subject
+        assert response.json()["id"] != first["id"]
+
+    for headers, subject in keys:
+        found = client.get(ACTIVITIES, params={"external_id": "call-1"}, headers=headers).json()
+        assert [activity["subject"] for activity in found["data"]] == [subject]

@@ -1,0 +1,464 @@
+"""PUT /deals/by-external-id/{external_id} and POST /deals/batch: a sync's deals, created or
+changed by the client's own ids, one at a time or up to a thousand per request."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from dealbase.ops import admin
+from dealbase.tenancy.database import Database
+from tests.rest_api.test_events import all_events
+from tests.support import TenantWorld
+
+API = "/api/v1/integration"
+DEALS = f"{API}/deals"
+BATCH = f"{DEALS}/batch"
+
+
+def put(
+    client: TestClient, world: TenantWorld, external_id: str, body: dict[str, Any], **headers: str
+) -> Any:
+    return client.put(
+        f"{DEALS}/by-external-id/{external_id}",
+        json=body,
+        headers={**world.key.headers, **headers},
+    )
+
+
+def send(
+    client: TestClient,
+    world: TenantWorld,
+    operations: list[dict[str, Any]],
+    *,
+    atomic: bool = False,
+) -> Any:
+    return client.post(
+        BATCH,
+        params={"atomic": "true"} if atomic else None,
+        json={"operations": operations},
+        headers=world.key.headers,
+    )
+
+
+def upsert(external_id: str, **data: Any) -> dict[str, Any]:
+    return {"op": "upsert", "external_id": external_id, "data": {"name": "D", **data}}
+
+
+def create(**data: Any) -> dict[str, Any]:
+    return {"op": "create", "data": {"name": "D", **data}}
+
+
+def deals_of(client: TestClient, world: TenantWorld) -> list[dict[str, Any]]:
+    page = client.get(DEALS, params={"limit": 100}, headers=world.key.headers).json()
+    found: list[dict[str, Any]] = page["data"]
+    return found
+
+
+@pytest.fixture
+def employee_of(database: Database) -> Callable[[TenantWorld, int], uuid.UUID]:
+    def make_employee(world: TenantWorld, department: int = 0) -> uuid.UUID:
+        return admin.create_employee(
+            database, world.tenant.id, world.departments[department].id, "Eve", None
+        ).id
+
+    return make_employee
+
+
+def test_an_upsert_creates_the_deal_then_changes_only_the_fields_it_gives(
+    client: TestClient, world: TenantWorld
+) -> None:
+    created = put(client, world, "order-1", {"name": "Engines", "volume": 10, "note": "n"})
+
+    assert created.status_code == 201, created.text
+    first = created.json()
+    assert created.headers["location"] == f"{DEALS}/{first['id']}"
+    assert created.headers["etag"] == '"1"'
+    assert (first["external_id"], first["name"], first["volume"], first["note"]) == (
+        "order-1", "Engines", 10, "n",
+    )  # fmt: skip
+    assert first["step_id"] == str(world.department.steps[0].id)
+    assert (first["employee_id"], first["customers"]) == (None, [])
+
+    changed = put(client, world, "order-1", {"name": "Engines", "volume": 20, "deal_origin": "x"})
+
+    assert changed.status_code == 200, changed.text
+    assert changed.headers["etag"] == '"2"'
+    body = changed.json()
+    assert body["id"] == first["id"]
+    assert (body["volume"], body["deal_origin"], body["note"]) == (20, "x", "n")
+    assert body["created_at"] == first["created_at"]
+    assert body["updated_at"] > first["updated_at"]
+    assert client.get(created.headers["location"], headers=world.key.headers).json() == body
+    events = all_events(client, world)
+    assert [event["type"] for event in events] == ["deal.created", "deal.updated"]
+    assert events[1]["changed_fields"] == ["volume", "deal_origin"]
+    assert events[1]["previous"] == {"volume": 10, "deal_origin": None}
+    assert events[1]["data"] == body
+
+
+def test_an_upsert_that_changes_nothing_writes_nothing(
+    client: TestClient, world: TenantWorld
+) -> None:
+    first = put(client, world, "order-1", {"name": "Engines", "volume": 10})
+    step_id = first.json()["step_id"]
+
+    again = put(client, world, "order-1", {"name": "Engines", "volume": 10})
+    subset = put(client, world, "order-1", {"name": "Engines", "step_id": step_id})
+
+    for response in (again, subset):
+        assert response.status_code == 200
+        assert response.json() == first.json()
+        assert response.headers["etag"] == '"1"'
+    assert [event["type"] for event in all_events(client, world)] == ["deal.created"]
+
+
+def test_an_upsert_moves_and_assigns_with_the_events_a_patch_makes(
+    client: TestClient, world: TenantWorld, employee_of: Callable[[TenantWorld, int], uuid.UUID]
+) -> None:
+    first_step, last_step = world.department.steps[0], world.department.steps[-1]
+    employee = employee_of(world, 0)
+    put(client, world, "order-1", {"name": "Engines"})
+
+    moved = put(
+        client,
+        world,
+        "order-1",
+        {"name": "Engines", "step_id": str(last_step.id), "employee_id": str(employee)},
+    )
+
+    assert moved.status_code == 200, moved.text
+    body = moved.json()
+    assert (body["step_id"], body["employee_id"], body["employee_name"]) == (
+        str(last_step.id), str(employee), "Eve",
+    )  # fmt: skip
+    events = all_events(client, world)
+    assert [event["type"] for event in events] == [
+        "deal.created",
+        "deal.updated",
+        "deal.step_changed",
+        "deal.assigned",
+    ]
+    assert events[2]["previous"] == {"step_id": str(first_step.id)}
+    assert events[3]["previous"] == {"employee_id": None}
+
+    unassigned = put(client, world, "order-1", {"name": "Engines", "employee_id": None}).json()
+
+    assert (unassigned["employee_id"], unassigned["step_id"]) == (None, str(last_step.id))
+
+
+def test_a_new_deal_starts_in_the_step_and_with_the_employee_the_upsert_names(
+    client: TestClient, world: TenantWorld, employee_of: Callable[[TenantWorld, int], uuid.UUID]
+) -> None:
+    step = world.department.steps[-1]
+    employee = employee_of(world, 0)
+
+    response = put(
+        client,
+        world,
+        "order-1",
+        {"name": "D", "step_id": str(step.id), "employee_id": str(employee)},
+    )
+
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert (body["step_id"], body["employee_id"], body["employee_name"]) == (
+        str(step.id), str(employee), "Eve",
+    )  # fmt: skip
+    assert client.get(response.headers["location"], headers=world.key.headers).json() == body
+    assert [event["type"] for event in all_events(client, world)] == ["deal.created"]
+
+
+def test_a_step_or_employee_of_another_department_is_422_naming_the_field(
+    client: TestClient,
+    make_tenant: Callable[..., TenantWorld],
+    employee_of: Callable[[TenantWorld, int], uuid.UUID],
+) -> None:
+    world = make_tenant(departments=2)
+    other_step = world.departments[1].steps[0].id
+    other_employee = employee_of(world, 1)
+    put(client, world, "existing", {"name": "D"})
+
+    for external_id in ("new", "existing"):
+        for field, value in (
+            ("step_id", other_step),
+            ("employee_id", other_employee),
+            ("step_id", uuid.uuid4()),
+        ):
+            response = put(client, world, external_id, {"name": "D", field: str(value)})
+            assert response.status_code == 422, (external_id, field)
+            assert [(e["field"], e["code"]) for e in response.json()["errors"]] == [
+                (field, "not_found")
+            ]
+    assert [deal["external_id"] for deal in deals_of(client, world)] == ["existing"]
+
+
+def test_an_upsert_body_has_no_customers_and_keeps_the_linked_ones(
+    client: TestClient, world: TenantWorld
+) -> None:
+    deal = put(client, world, "order-1", {"name": "D"}).json()
+    customer = client.put(
+        f"{API}/customers/by-external-id/c-1", json={"last_name": "Ada"}, headers=world.key.headers
+    ).json()
+    linked = client.post(
+        f"{DEALS}/{deal['id']}/customers",
+        json={"customer_id": customer["id"]},
+        headers=world.key.headers,
+    )
+    assert linked.status_code == 200, linked.text
+
+    with_customers = put(client, world, "order-1", {"name": "D", "customers": []})
+    renamed = put(client, world, "order-1", {"name": "E"})
+
+    assert with_customers.status_code == 422
+    assert [(e["field"], e["code"]) for e in with_customers.json()["errors"]] == [
+        ("customers", "unknown_field")
+    ]
+    assert renamed.status_code == 200
+    assert [c["id"] for c in renamed.json()["customers"]] == [customer["id"]]
+
+
+def test_step_id_may_be_omitted_but_not_null(client: TestClient, world: TenantWorld) -> None:
+    existing = put(client, world, "existing", {"name": "D"}).json()
+
+    for external_id in ("new", "existing"):
+        response = put(client, world, external_id, {"name": "D", "step_id": None})
+        assert response.status_code == 422, external_id
+        assert [(e["field"], e["code"]) for e in response.json()["errors"]] == [
+            ("step_id", "cannot_clear")
+        ]
+    assert deals_of(client, world) == [existing]
+
+
+def test_the_body_may_repeat_the_paths_external_id_but_not_contradict_it(
+    client: TestClient, world: TenantWorld
+) -> None:
+    same = put(client, world, "order-1", {"name": "D", "external_id": "order-1"})
+    other = put(client, world, "order-2", {"name": "D", "external_id": "order-3"})
+
+    assert same.status_code == 201
+    assert other.status_code == 422
+    assert [(e["field"], e["code"]) for e in other.json()["errors"]] == [
+        ("external_id", "mismatch")
+    ]
+
+
+def test_if_match_needs_the_deal_at_that_version(client: TestClient, world: TenantWorld) -> None:
+    put(client, world, "order-1", {"name": "A"})
+
+    stale = put(client, world, "order-1", {"name": "B"}, **{"If-Match": '"7"'})
+    missing = put(client, world, "order-2", {"name": "B"}, **{"If-Match": "*"})
+    current = put(client, world, "order-1", {"name": "B"}, **{"If-Match": '"1"'})
+
+    assert (stale.status_code, missing.status_code, current.status_code) == (412, 412, 200)
+    assert stale.json()["code"] == missing.json()["code"] == "precondition_failed"
+    assert current.json()["name"] == "B"
+    assert [deal["external_id"] for deal in deals_of(client, world)] == ["order-1"]
+
+
+def test_if_none_match_star_only_creates(client: TestClient, world: TenantWorld) -> None:
+    created = put(client, world, "order-1", {"name": "A"}, **{"If-None-Match": "*"})
+    again = put(client, world, "order-1", {"name": "B"}, **{"If-None-Match": "*"})
+
+    assert (created.status_code, again.status_code) == (201, 412)
+    assert again.json()["code"] == "precondition_failed"
+    assert [deal["name"] for deal in deals_of(client, world)] == ["A"]
+
+
+def test_if_none_match_with_etags_refuses_only_at_those_versions(
+    client: TestClient, world: TenantWorld
+) -> None:
+    put(client, world, "order-1", {"name": "A"})
+
+    at_it = put(client, world, "order-1", {"name": "B"}, **{"If-None-Match": '"1"'})
+    elsewhere = put(client, world, "order-1", {"name": "B"}, **{"If-None-Match": '"5", "6"'})
+    new = put(client, world, "order-2", {"name": "C"}, **{"If-None-Match": '"1"'})
+
+    assert (at_it.status_code, elsewhere.status_code, new.status_code) == (412, 200, 201)
+    assert elsewhere.json()["name"] == "B"
+
+
+def test_creating_with_a_taken_external_id_is_a_conflict_and_writes_nothing(
+    client: TestClient, world: TenantWorld
+) -> None:
+    put(client, world, "order-1", {"name": "First"})
+    client.put(
+        f"{API}/customers/by-external-id/c-1", json={"last_name": "A"}, headers=world.key.headers
+    )
+
+    taken = client.post(
+        DEALS,
+        json={"name": "Twin", "external_id": "order-1", "customers": [{"last_name": "B"}]},
+        headers=world.key.headers,
+    )
+    customer_taken = client.post(
+        DEALS,
+        json={"name": "New", "customers": [{"last_name": "B", "external_id": "c-1"}]},
+        headers=world.key.headers,
+    )
+
+    for response in (taken, customer_taken):
+        assert response.status_code == 409, response.text
+        assert response.json()["code"] == "external_id_taken"
+    assert [deal["name"] for deal in deals_of(client, world)] == ["First"]
+    customers = client.get(f"{API}/customers", headers=world.key.headers).json()["data"]
+    assert [customer["last_name"] for customer in customers] == ["A"]
+
+
+def test_a_patch_to_a_taken_external_id_is_a_conflict(
+    client: TestClient, world: TenantWorld
+) -> None:
+    put(client, world, "order-1", {"name": "First"})
+    other = put(client, world, "order-2", {"name": "Second"}).json()
+
+    response = client.patch(
+        f"{DEALS}/{other['id']}", json={"external_id": "order-1"}, headers=world.key.headers
+    )
+
+    assert response.status_code == 409
+    assert response.json()["code"] == "external_id_taken"
+
+
+def test_by_default_a_failed_operation_leaves_the_others_written(
+    client: TestClient, world: TenantWorld
+) -> None:
+    send(client, world, [upsert(e, volume=1) for e in ("taken", "kept", "same")])
+    operations = [
+        upsert("a"),
+        create(external_id="taken"),
+        upsert("b", step_id=str(uuid.uuid4())),
+        create(external_id="c", customers=[{"last_name": "Ada"}]),
+        upsert("kept", volume=2),
+        upsert("same", volume=1),
+        upsert("d", customers=[]),
+    ]
+
+    response = send(client, world, operations)
+
+    assert response.status_code == 200, response.text
+    body = response.json()
+    results = body["results"]
+    assert [(r["status"], r["outcome"]) for r in results] == [
+        (201, "created"),
+        (409, "failed"),
+        (422, "failed"),
+        (201, "created"),
+        (200, "updated"),
+        (200, "unchanged"),
+        (422, "failed"),
+    ]
+    assert body["summary"] == {"created": 2, "updated": 1, "unchanged": 1, "failed": 3}
+    assert results[1]["error"]["code"] == "external_id_taken"
+    assert [(e["field"], e["code"]) for e in results[2]["error"]["errors"]] == [
+        ("operations[2].data.step_id", "not_found")
+    ]
+    assert [(e["field"], e["code"]) for e in results[6]["error"]["errors"]] == [
+        ("operations[6].data.customers", "unknown_field")
+    ]
+    assert [c["last_name"] for c in results[3]["data"]["customers"]] == ["Ada"]
+    assert results[4]["data"]["volume"] == 2
+    assert all(r.get("data") is None for r in (results[1], results[2], results[6]))
+    assert sorted(deal["external_id"] for deal in deals_of(client, world)) == [
+        "a",
+        "c",
+        "kept",
+        "same",
+        "taken",
+    ]
+    # The failed operations' writes, and their events, were undone with their savepoints.
+    events = all_events(client, world)
+    assert [(e["type"], e["data"].get("external_id")) for e in events[3:]] == [
+        ("deal.created", "a"),
+        ("customer.created", None),
+        ("deal.created", "c"),
+        ("deal.updated", "kept"),
+    ]
+
+
+def test_an_atomic_batch_with_a_failure_writes_nothing_and_names_the_failure(
+    client: TestClient, world: TenantWorld
+) -> None:
+    send(client, world, [upsert("taken")])
+    invalid = [upsert("a"), create(volume=-1), upsert("b")]
+    failing = [upsert("a"), create(customers=[{"last_name": "Ada"}]), create(external_id="taken")]
+
+    invalid_response = send(client, world, invalid, atomic=True)
+    failing_response = send(client, world, failing, atomic=True)
+
+    assert invalid_response.status_code == 422
+    assert invalid_response.json()["code"] == "batch_rejected"
+    assert [
+        (f["index"], f["error"]["errors"][0]["field"]) for f in invalid_response.json()["failures"]
+    ] == [(1, "operations[1].data.volume")]
+    assert failing_response.status_code == 422
+    body = failing_response.json()
+    assert body["code"] == "batch_rejected"
+    assert [(f["index"], f["error"]["code"], f["error"]["status"]) for f in body["failures"]] == [
+        (2, "external_id_taken", 409)
+    ]
+    assert [deal["external_id"] for deal in deals_of(client, world)] == ["taken"]
+    assert client.get(f"{API}/customers", headers=world.key.headers).json()["data"] == []
+    assert [event["type"] for event in all_events(client, world)] == ["deal.created"]
+
+
+def test_an_atomic_batch_without_failures_writes_everything(
+    client: TestClient, world: TenantWorld
+) -> None:
+    response = send(client, world, [upsert("a"), create(), create(external_id="c")], atomic=True)
+
+    assert response.status_code == 200, response.text
+    assert response.json()["summary"] == {"created": 3, "updated": 0, "unchanged": 0, "failed": 0}
+
+
+def test_an_external_id_names_a_deal_of_one_department_of_one_tenant(
+    client: TestClient, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    tenant = make_tenant(departments=2)
+    other_tenant = make_tenant()
+    first, second = tenant.keys
+    keys = (
+        (first.headers, "First"),
+        (second.headers, "Second"),
+        (other_tenant.key.headers, "Other"),
+    )
+    path = f"{DEALS}/by-external-id/order-1"
+    made = client.put(path, json={"name": "First"}, headers=first.headers).json()
+
+    # The other department's key cannot reach it: If-Match finds no deal there.
+    hidden = client.put(path, json={"name": "Taken?"}, headers={**second.headers, "If-Match": "*"})
+    assert hidden.status_code == 412
+    for headers, name in keys[1:]:
+        response = client.put(path, json={"name": name}, headers=headers)
+        assert response.status_code == 201, name
+        assert response.json()["id"] != made["id"]
+    operation = {"op": "upsert", "external_id": "order-1", "data": {"name": "Second", "volume": 5}}
+    batch = client.post(BATCH, json={"operations": [operation]}, headers=second.headers).json()
+    assert batch["results"][0]["outcome"] == "updated"
+
+    for headers, name in keys:
+        found = client.get(DEALS, params={"external_id": "order-1"}, headers=headers).json()
+        assert [deal["name"] for deal in found["data"]] == [name]
+    assert client.get(f"{DEALS}/{made['id']}", headers=first.headers).json()["volume"] is None
+
+
+def test_the_batch_document_gives_each_operation_its_own_body(client: TestClient) -> None:
+    document = client.get("/openapi.json").json()
+    schemas = document["components"]["schemas"]
+    items = schemas["DealBatch"]["properties"]["operations"]["items"]
+
+    assert items["discriminator"]["propertyName"] == "op"
+    assert items["discriminator"]["mapping"] == {
+        "create": "#/components/schemas/DealCreateOperation",
+        "upsert": "#/components/schemas/DealUpsertOperation",
+    }
+    create_data = schemas["DealCreateOperation"]["properties"]["data"]
+    upsert_data = schemas["DealUpsertOperation"]["properties"]["data"]
+    assert create_data["description"].startswith("A DealCreate ")
+    assert upsert_data["description"].startswith("A DealUpsert ")
+    assert "customers" in schemas["DealCreate"]["properties"]
+    assert "customers" not in schemas["DealUpsert"]["properties"]
+    assert schemas["DealUpsertOperation"]["required"] == ["op", "external_id", "data"]
