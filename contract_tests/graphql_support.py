@@ -40,7 +40,7 @@ from dealbase.graphql_api.guards import estimate_cost
 from dealbase.graphql_api.schema import build_schema
 from dealbase.platform.pagination import MAX_PAGE_SIZE
 
-# Hypothesis examples per query and mutation (35 of them). The run is bounded by this number
+# Hypothesis examples per query and mutation (39 of them). The run is bounded by this number
 # alone (GraphQL has no examples or coverage phase); at 20 the whole file takes seconds.
 MAX_EXAMPLES_PER_OPERATION = 20
 
@@ -205,8 +205,9 @@ class GraphQLRules:
       the budget, or the query is refused before it runs (``validation_failed``,
       ``query_too_costly``). A generated ``first`` is any 32-bit integer, so nearly every list
       query would be refused: each literal ``first`` is clamped into 1..100, and the largest is
-      halved until the estimate fits the budget (fields without ``first`` keep their shape; if
-      the query is still over budget, the server refuses it and schemathesis reports it).
+      halved until the estimate fits the budget. A query still over budget with every ``first``
+      at 1 (nested lists without ``first`` count 25 items each) then loses its deepest nested
+      object fields, one at a time, each selection keeping at least one field, until it fits.
     - An id must name a row the key can see, or the answer is ``not_found``. A generated uuid
       never does, so every other positive case of an operation names the department's real
       rows instead (the others keep theirs, and reach the ``not_found`` branches).
@@ -231,13 +232,22 @@ class GraphQLRules:
     def _fit_page_sizes(self, document: graphql.DocumentNode) -> graphql.DocumentNode:
         sizes = [min(max(size, 1), MAX_PAGE_SIZE) for size in _page_sizes(document)]
         fitted = _with_page_sizes(document, sizes)
-        while sizes and estimate_cost(self.client_schema, fitted, None) > self.cost_budget:
+        while sizes and self._over_budget(fitted):
             largest = max(range(len(sizes)), key=sizes.__getitem__)
             if sizes[largest] == 1:
                 break
             sizes[largest] //= 2
             fitted = _with_page_sizes(document, sizes)
+        while self._over_budget(fitted):
+            removable = _removable_fields(fitted)
+            if not removable:
+                break
+            _, deepest = max(removable, key=lambda found: found[0])
+            fitted = graphql.visit(fitted, _Without(deepest))
         return fitted
+
+    def _over_budget(self, document: graphql.DocumentNode) -> bool:
+        return estimate_cost(self.client_schema, document, None) > self.cost_budget
 
 
 NodeT = TypeVar("NodeT", bound=graphql.Node)
@@ -246,6 +256,47 @@ NodeT = TypeVar("NodeT", bound=graphql.Node)
 def _replaced(node: NodeT, **changes: Any) -> NodeT:
     """A copy of ``node`` with ``changes`` (AST nodes are immutable since graphql-core 3.3)."""
     return type(node)(**{**{key: getattr(node, key) for key in node.keys}, **changes})
+
+
+class _NestedFields(graphql.Visitor):
+    """Collects, with their depth, the nested fields with selections of their own that their
+    selection could do without (it has another)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[tuple[int, graphql.FieldNode]] = []
+
+    def enter_selection_set(
+        self,
+        node: graphql.SelectionSetNode,
+        key: object,
+        parent: object,
+        path: object,
+        ancestors: list[object],
+    ) -> None:
+        depth = sum(isinstance(item, graphql.FieldNode) for item in [*ancestors, parent])
+        if depth == 0 or len(node.selections) < 2:
+            return
+        for selection in node.selections:
+            if isinstance(selection, graphql.FieldNode) and selection.selection_set is not None:
+                self.found.append((depth, selection))
+
+
+def _removable_fields(document: graphql.DocumentNode) -> list[tuple[int, graphql.FieldNode]]:
+    visitor = _NestedFields()
+    graphql.visit(document, visitor)
+    return visitor.found
+
+
+class _Without(graphql.Visitor):
+    """Removes one field node."""
+
+    def __init__(self, field: graphql.FieldNode) -> None:
+        super().__init__()
+        self._field = field
+
+    def enter_field(self, node: graphql.FieldNode, *_: object) -> object:
+        return graphql.REMOVE if node is self._field else None
 
 
 def _is_page_size(node: graphql.ArgumentNode) -> bool:
