@@ -153,6 +153,7 @@ def test_graphql_types_read_platform_attributes_without_resolvers(
         (inputs.CustomerChanges, CustomerPatch),
         (inputs.DealInput, DealCreate),
         (inputs.DealChanges, DealPatch),
+        (inputs.DealUpsertInput, DealUpsert),
         (inputs.ActivityInput, ActivityFields),
         (inputs.ActivityChanges, ActivityPatch),
     ],

@@ -15,12 +15,13 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 import strawberry
 from pydantic import AwareDatetime, BaseModel
 
+from dealbase.errors import FieldError, Invalid
 from dealbase.graphql_api.types import ActivityType, BigInt
 from dealbase.platform.activities.models import ActivityFields
 from dealbase.platform.activities.models import ActivityType as ActivityTypeLiteral
 from dealbase.platform.batches.models import Batch
 from dealbase.platform.customers.models import CustomerFields
-from dealbase.platform.deals.models import DealCreate, DealPatch
+from dealbase.platform.deals.models import DealCreate, DealPatch, DealUpsert
 from dealbase.platform.validation import validated
 from dealbase.platform.webhooks.models import EventChoice, WebhookEndpointFields
 
@@ -115,6 +116,24 @@ class DealInput:
     pass
 
 
+def deal_fields_of(value: object) -> dict[str, Any]:
+    """``fields_of`` a DealInput, its customers' included."""
+    given = fields_of(value)
+    if "customers" in given:
+        given["customers"] = [fields_of(customer) for customer in given["customers"] or []]
+    return given
+
+
+@input_of(
+    DealUpsert,
+    description="What upsertDeal takes: a deal's fields, without its customers (link them with"
+    " linkCustomer). A new deal starts in stepId, else in the department's first step; an"
+    " existing one changes only the fields given (null clears; stepId is never null).",
+)
+class DealUpsertInput:
+    pass
+
+
 # Not DealInput made optional: a deal's changes also move (stepId) and assign (employeeId) it.
 @input_of(
     DealPatch, description="Absent fields stay as they are; null clears (not name or stepId)."
@@ -149,16 +168,78 @@ _OP = (
     " UPSERT creates the {record} with externalId, or changes the fields data gives of the one"
     " that has it (absent fields stay as they are)."
 )
-_EXTERNAL_ID = "UPSERT: the {record}'s external id (data.externalId may repeat it). CREATE: absent."
+_EXTERNAL_ID = (
+    "UPSERT: the {record}'s external id ({data}.externalId may repeat it). CREATE: absent."
+)
 
 
 @strawberry.input(description="One operation of batchCustomers.")
 class CustomerOperationInput:
     op: BatchOp = strawberry.field(description=_OP.format(record="customer"))
     external_id: str | None = strawberry.field(
-        default=strawberry.UNSET, description=_EXTERNAL_ID.format(record="customer")
+        default=strawberry.UNSET, description=_EXTERNAL_ID.format(record="customer", data="data")
     )
     data: CustomerInput = strawberry.field(description="The customer's fields.")
+
+
+@strawberry.input(description="One operation of batchActivities.")
+class ActivityOperationInput:
+    op: BatchOp = strawberry.field(description=_OP.format(record="activity"))
+    external_id: str | None = strawberry.field(
+        default=strawberry.UNSET, description=_EXTERNAL_ID.format(record="activity", data="data")
+    )
+    data: ActivityInput = strawberry.field(description="The activity's fields.")
+
+
+@strawberry.input(
+    description="One operation of batchDeals: its deal in create or upsert, the one op names."
+)
+class DealOperationInput:
+    op: BatchOp = strawberry.field(
+        description="CREATE makes a new deal of create (customers included; its external id, if"
+        " any, in create.externalId); UPSERT creates the deal with externalId of upsert, or"
+        " changes the fields upsert gives of the one that has it."
+    )
+    external_id: str | None = strawberry.field(
+        default=strawberry.UNSET, description=_EXTERNAL_ID.format(record="deal", data="upsert")
+    )
+    create: DealInput | None = strawberry.field(
+        default=strawberry.UNSET, description="CREATE: the new deal. UPSERT: absent."
+    )
+    upsert: DealUpsertInput | None = strawberry.field(
+        default=strawberry.UNSET, description="UPSERT: the deal's fields. CREATE: absent."
+    )
+
+
+def _given(value: object) -> bool:
+    return value is not strawberry.UNSET and value is not None
+
+
+def deal_batch_of(operations: Sequence[DealOperationInput]) -> Batch:
+    """``batch_of`` the deal operations, each with its deal in the field its op names (create or
+    upsert, which the operation's errors then name in place of REST's data)."""
+    malformed = []
+    for index, operation in enumerate(operations):
+        named = operation.op.value
+        other = "upsert" if named == "create" else "create"
+        if not _given(getattr(operation, named)):
+            malformed.append(
+                FieldError(f"operations[{index}].{named}", "missing", f"{named} is required")
+            )
+        if _given(getattr(operation, other)):
+            malformed.append(
+                FieldError(
+                    f"operations[{index}].{other}",
+                    "unknown_field",
+                    f"a {named} operation has no {other}",
+                )
+            )
+    if malformed:
+        names = ", ".join(error.field for error in malformed)
+        raise Invalid(f"The request has invalid fields: {names}.", malformed)
+    return batch_of(
+        operations, lambda operation: deal_fields_of(getattr(operation, operation.op.value))
+    )
 
 
 def _data_fields(operation: Any) -> dict[str, Any]:
@@ -175,7 +256,7 @@ def batch_of(
     found = []
     for operation in operations:
         item: dict[str, Any] = {"op": operation.op.value}
-        if operation.external_id not in (strawberry.UNSET, None):
+        if _given(operation.external_id):
             item["external_id"] = operation.external_id
         item["data"] = data_of(operation)
         found.append(item)

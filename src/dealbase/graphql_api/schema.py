@@ -18,7 +18,7 @@ from strawberry.types import ExecutionContext
 from strawberry.types.nodes import SelectedField, Selection
 
 from dealbase.config import Settings
-from dealbase.errors import Invalid
+from dealbase.errors import BatchRejected, Invalid
 from dealbase.graphql_api import loaders
 from dealbase.graphql_api.documents import DocumentCache, DocumentGuard
 from dealbase.graphql_api.errors import DomainErrors
@@ -28,6 +28,7 @@ from dealbase.graphql_api.inputs import (
     ActivityChanges,
     ActivityFilter,
     ActivityInput,
+    ActivityOperationInput,
     CustomerChanges,
     CustomerFilter,
     CustomerInput,
@@ -35,13 +36,26 @@ from dealbase.graphql_api.inputs import (
     DealChanges,
     DealFilter,
     DealInput,
+    DealOperationInput,
     DealOrder,
+    DealUpsertInput,
     WebhookEndpointChanges,
     WebhookEndpointInput,
     batch_of,
+    deal_batch_of,
+    deal_fields_of,
     fields_of,
 )
-from dealbase.graphql_api.sync import CustomerBatchResult, CustomerUpsert
+from dealbase.graphql_api.sync import (
+    ActivityBatchResult,
+    ActivityUpsert,
+    CustomerBatchResult,
+    CustomerUpsert,
+    DealBatchResult,
+    DealUpsert,
+    rejection_named,
+    results_named,
+)
 from dealbase.graphql_api.types import (
     BIG_INT_SCALAR,
     NESTED_DEFAULT,
@@ -70,6 +84,7 @@ from dealbase.platform.customers.models import CustomerFilter as CustomerFilterM
 from dealbase.platform.deals import service as deals
 from dealbase.platform.deals.models import CustomerLink, DealCreate, DealPatch
 from dealbase.platform.deals.models import DealFilter as DealFilterModel
+from dealbase.platform.deals.models import DealUpsert as DealUpsertModel
 from dealbase.platform.pagination import DEFAULT_PAGE_SIZE, Page, page_size
 from dealbase.platform.pipeline import service as pipeline
 from dealbase.platform.pipeline.models import SummaryRange
@@ -402,10 +417,45 @@ class Mutation:
         self, info: GraphQLInfo, input: DealInput, department_id: uuid.UUID | None = None
     ) -> Deal:
         scope = await info.context.scope_in(department_id)
-        given = fields_of(input)
-        given["customers"] = [fields_of(customer) for customer in given.get("customers") or []]
-        fields = validated(DealCreate, given)
+        fields = validated(DealCreate, deal_fields_of(input))
         return Deal.of(await info.context.write(lambda uow: deals.create(uow, fields), scope))
+
+    @strawberry.mutation(description=_UPSERT.format(record="deal"))
+    async def upsert_deal(
+        self,
+        info: GraphQLInfo,
+        external_id: str,
+        input: DealUpsertInput,
+        department_id: uuid.UUID | None = None,
+    ) -> DealUpsert:
+        scope = await info.context.department_scope(department_id)
+        fields = validated(DealUpsertModel, fields_of(input))
+        result = await info.context.write(lambda uow: deals.upsert(uow, external_id, fields), scope)
+        return DealUpsert.of(result)
+
+    @strawberry.mutation(
+        description=_BATCH.format(records="deals")
+        + " Each operation gives its deal in the field its op names: create (a DealInput,"
+        " customers included) or upsert (a DealUpsertInput); its errors name that field."
+    )
+    async def batch_deals(
+        self,
+        info: GraphQLInfo,
+        operations: list[DealOperationInput],
+        atomic: bool = False,
+        department_id: uuid.UUID | None = None,
+    ) -> DealBatchResult:
+        scope = await info.context.department_scope(department_id)
+        batch = deal_batch_of(operations)
+        await info.context.charge_batch(scope, len(batch.operations))
+        names = [operation.op.value for operation in operations]
+        try:
+            results = await info.context.write(
+                lambda uow: deals.batch(uow, batch, atomic=atomic), scope
+            )
+        except BatchRejected as rejected:
+            raise rejection_named(rejected, names) from None
+        return DealBatchResult.of(results_named(results, names))
 
     @strawberry.mutation
     async def update_deal(self, info: GraphQLInfo, id: uuid.UUID, changes: DealChanges) -> Deal:
@@ -457,6 +507,37 @@ class Mutation:
         return Activity.of(
             await info.context.write(lambda uow: activities.create(uow, fields), scope)
         )
+
+    @strawberry.mutation(description=_UPSERT.format(record="activity"))
+    async def upsert_activity(
+        self,
+        info: GraphQLInfo,
+        external_id: str,
+        input: ActivityInput,
+        department_id: uuid.UUID | None = None,
+    ) -> ActivityUpsert:
+        scope = await info.context.department_scope(department_id)
+        fields = validated(ActivityFields, fields_of(input))
+        result = await info.context.write(
+            lambda uow: activities.upsert(uow, external_id, fields), scope
+        )
+        return ActivityUpsert.of(result)
+
+    @strawberry.mutation(description=_BATCH.format(records="activities"))
+    async def batch_activities(
+        self,
+        info: GraphQLInfo,
+        operations: list[ActivityOperationInput],
+        atomic: bool = False,
+        department_id: uuid.UUID | None = None,
+    ) -> ActivityBatchResult:
+        scope = await info.context.department_scope(department_id)
+        batch = batch_of(operations)
+        await info.context.charge_batch(scope, len(batch.operations))
+        results = await info.context.write(
+            lambda uow: activities.batch(uow, batch, atomic=atomic), scope
+        )
+        return ActivityBatchResult.of(results)
 
     @strawberry.mutation
     async def update_activity(

@@ -6,15 +6,17 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 import strawberry
 
-from dealbase.errors import DomainError
+from dealbase.errors import BatchRejected, DomainError, FieldError, Invalid
 from dealbase.graphql_api.errors import field_errors_of, message_of
-from dealbase.graphql_api.types import Customer
+from dealbase.graphql_api.types import Activity, Customer, Deal
+from dealbase.platform.activities.models import Activity as ActivityModel
 from dealbase.platform.batches.models import Result
 from dealbase.platform.customers.models import Customer as CustomerModel
+from dealbase.platform.deals.models import Deal as DealModel
 
 
 @strawberry.enum(description="What an upsert did.")
@@ -32,8 +34,8 @@ class OperationOutcome(Enum):
     FAILED = "failed"
 
 
-@strawberry.type(description="An input field that broke a rule.")
-class FieldError:
+@strawberry.type(name="FieldError", description="An input field that broke a rule.")
+class FieldErrorType:
     field: str = strawberry.field(
         description="As GraphQL names it, from the mutation's arguments:"
         " operations[2].data.lastName."
@@ -49,7 +51,7 @@ class FieldError:
 class OperationError:
     code: str = strawberry.field(description="As extensions.code: not_found, validation_failed...")
     message: str
-    errors: list[FieldError] = strawberry.field(
+    errors: list[FieldErrorType] = strawberry.field(
         description="The offending fields of a validation_failed error, as extensions.errors;"
         " empty for other errors."
     )
@@ -59,7 +61,7 @@ class OperationError:
         return cls(
             code=error.code,
             message=message_of(error),
-            errors=[FieldError(**item) for item in field_errors_of(error)],
+            errors=[FieldErrorType(**item) for item in field_errors_of(error)],
         )
 
 
@@ -137,3 +139,121 @@ class CustomerBatchResult:
             ],
             summary=BatchSummary.of(results),
         )
+
+
+@strawberry.type(description="What upsertDeal did, and the deal as it now is.")
+class DealUpsert:
+    deal: Deal
+    outcome: WriteOutcome
+
+    @classmethod
+    def of(cls, result: Result[DealModel]) -> DealUpsert:
+        return cls(deal=Deal.of(_record(result)), outcome=WriteOutcome(result.outcome))
+
+
+@strawberry.type(description="What became of one operation of batchDeals.")
+class DealBatchItem:
+    index: int = strawberry.field(description=_INDEX)
+    outcome: OperationOutcome
+    deal: Deal | None = strawberry.field(
+        description="The deal as it now is; null when the operation failed."
+    )
+    error: OperationError | None = strawberry.field(description=_ERROR)
+
+
+@strawberry.type(description="What batchDeals did.")
+class DealBatchResult:
+    results: list[DealBatchItem] = strawberry.field(description=_RESULTS)
+    summary: BatchSummary
+
+    @classmethod
+    def of(cls, results: Sequence[Result[DealModel]]) -> DealBatchResult:
+        return cls(
+            results=[
+                DealBatchItem(
+                    **_item(index, result),
+                    deal=None if result.record is None else Deal.of(result.record),
+                )
+                for index, result in enumerate(results)
+            ],
+            summary=BatchSummary.of(results),
+        )
+
+
+@strawberry.type(description="What upsertActivity did, and the activity as it now is.")
+class ActivityUpsert:
+    activity: Activity
+    outcome: WriteOutcome
+
+    @classmethod
+    def of(cls, result: Result[ActivityModel]) -> ActivityUpsert:
+        return cls(activity=Activity.of(_record(result)), outcome=WriteOutcome(result.outcome))
+
+
+@strawberry.type(description="What became of one operation of batchActivities.")
+class ActivityBatchItem:
+    index: int = strawberry.field(description=_INDEX)
+    outcome: OperationOutcome
+    activity: Activity | None = strawberry.field(
+        description="The activity as it now is; null when the operation failed."
+    )
+    error: OperationError | None = strawberry.field(description=_ERROR)
+
+
+@strawberry.type(description="What batchActivities did.")
+class ActivityBatchResult:
+    results: list[ActivityBatchItem] = strawberry.field(description=_RESULTS)
+    summary: BatchSummary
+
+    @classmethod
+    def of(cls, results: Sequence[Result[ActivityModel]]) -> ActivityBatchResult:
+        return cls(
+            results=[
+                ActivityBatchItem(
+                    **_item(index, result),
+                    activity=None if result.record is None else Activity.of(result.record),
+                )
+                for index, result in enumerate(results)
+            ],
+            summary=BatchSummary.of(results),
+        )
+
+
+# A batch whose operations carry their data in a field named after their op (batchDeals:
+# create, upsert) names the fields of its errors so: operations[2].upsert.stepId, where the
+# platform (and REST) says operations[2].data.step_id.
+
+
+def _named(error: DomainError, index: int, name: str) -> DomainError:
+    if not isinstance(error, Invalid):
+        return error
+    data = f"operations[{index}].data"
+
+    def renamed(field: str) -> str:
+        if field == data or field.startswith((data + ".", data + "[")):
+            return f"operations[{index}].{name}{field[len(data) :]}"
+        return field
+
+    return Invalid(
+        error.detail,
+        [FieldError(renamed(item.field), item.code, item.message) for item in error.errors],
+    )
+
+
+Record = TypeVar("Record")
+
+
+def results_named(results: Sequence[Result[Record]], names: Sequence[str]) -> list[Result[Record]]:
+    """``results`` with each operation's data named ``names[index]``."""
+    return [
+        result if result.error is None else Result.failed(_named(result.error, index, names[index]))
+        for index, result in enumerate(results)
+    ]
+
+
+def rejection_named(rejected: BatchRejected, names: Sequence[str]) -> BatchRejected:
+    """``rejected`` with each operation's data named ``names[index]``."""
+    return BatchRejected(
+        rejected.detail,
+        [(index, _named(error, index, names[index])) for index, error in rejected.failures],
+    )
