@@ -79,14 +79,16 @@ def test_an_upsert_that_changes_nothing_writes_nothing(
 
 def test_upserts_are_events_as_single_writes_are(client: TestClient, world: TenantWorld) -> None:
     put(client, world, "shop-1", {"last_name": "Lovelace", "city": "London"})
-    updated = put(client, world, "shop-1", {"last_name": "Lovelace", "city": "Paris"}).json()
+    body = {"city": "Paris", "last_name": "Lovelace", "first_name": "Ada"}
+    updated = put(client, world, "shop-1", body).json()
 
     events = all_events(client, world)
 
     assert [event["type"] for event in events] == ["customer.created", "customer.updated"]
     assert events[1]["data"] == updated
-    assert events[1]["changed_fields"] == ["city"]
-    assert events[1]["previous"] == {"city": "London"}
+    # In the customer's field order, as a PATCH's event names them.
+    assert events[1]["changed_fields"] == ["first_name", "city"]
+    assert events[1]["previous"] == {"first_name": None, "city": "London"}
 
 
 def test_the_body_may_repeat_the_paths_external_id_but_not_contradict_it(

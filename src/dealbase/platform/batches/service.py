@@ -153,9 +153,10 @@ def savepoint(uow: UnitOfWork) -> Iterator[None]:
 
 
 def changed_fields(write: Write[Fields], current: object) -> dict[str, object]:
-    """The fields ``write`` gives whose value differs from ``current``'s: an upsert's changes."""
+    """The fields ``write`` gives whose value differs from ``current``'s: an upsert's changes,
+    in its model's field order (as a PATCH's events name them)."""
     return {
         name: value
-        for name in sorted(write.given)
-        if (value := getattr(write.fields, name)) != getattr(current, name)
+        for name in type(write.fields).model_fields
+        if name in write.given and (value := getattr(write.fields, name)) != getattr(current, name)
     }
