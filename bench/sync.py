@@ -24,14 +24,15 @@ over one-at-a-time customers/s.
 Both modes send from BENCH_SYNC_CLIENTS (4) threads at once, each with one keep-alive
 connection (the standard library's http.client), taking the next request from a shared list
 (bodies encoded beforehand). Four, not one: with one request in flight a server of two worker
-processes leaves one idle and waits on the client between requests; and four connections are
-unlikely to all land on one worker. Not more: each batch is a transaction of a thousand rows
-whose events are numbered in the department's one event-position row, so more batches at once
-queue on that row rather than add throughput, and on a 2-core machine more client threads take
-CPU from the server they measure. http.client, not httpx: on the 2-core machine httpx.Client
-spent about 1,000 µs of the client's CPU per request and http.client about 250 µs (the same PUT
-to a server that answers at once); at a few hundred PUTs a second httpx would take a quarter of
-a core from the one-at-a-time baseline's server, and the ratio would flatter the batches.
+processes leaves one idle and waits on the client between requests, and with four connections
+both workers are likely to get some (the results file has each process's CPU). Not many more:
+the transactions of one department number their events in its one event-position row, so
+batches at once in one department partly take turns there, and on a 2-core machine more client
+threads take CPU from the server they measure. http.client, not httpx: on the 2-core machine
+httpx.Client spent about 1,000 µs of the client's CPU per request and http.client about 250 µs
+(the same PUT to a server that answers at once); at a few hundred PUTs a second httpx would take
+a quarter of a core from the one-at-a-time baseline's server, and the ratio would flatter the
+batches.
 
 Checked, not only timed (any failure fails the run, exit 1): every batch answers 200 with one
 result per operation, in order, each with the outcome expected (`created` in run 1, `updated` or
