@@ -67,6 +67,13 @@ class Conflict(DomainError):
     title = "Conflict"
 
 
+class ExternalIdTaken(Conflict):
+    """Another record of the same kind in the department already has the external id."""
+
+    code = "external_id_taken"
+    title = "External id taken"
+
+
 class PreconditionFailed(DomainError):
     code = "precondition_failed"
     title = "Precondition failed"
@@ -134,6 +141,30 @@ class Invalid(DomainError):
                 for name in fields
             ],
         )
+
+    def within(self, path: str) -> Invalid:
+        """The same error with every field named from ``path`` (an operation of a batch)."""
+        return Invalid(
+            self.detail,
+            [
+                FieldError(
+                    f"{path}.{error.field}" if error.field else path, error.code, error.message
+                )
+                for error in self.errors
+            ],
+        )
+
+
+class BatchRejected(DomainError):
+    """An all-or-nothing batch of which operations failed: nothing of it was written.
+    ``failures`` pairs each failed operation's index with its own error."""
+
+    code = "batch_rejected"
+    title = "Batch rejected"
+
+    def __init__(self, detail: str, failures: Sequence[tuple[int, DomainError]]) -> None:
+        super().__init__(detail)
+        self.failures = tuple(failures)
 
 
 # Pydantic's error types, folded into the codes documented in docs/api.md.

@@ -50,6 +50,7 @@ OBSERVE_S = 1.6  # how long requests keep coming after the CLI returns
 TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
 CUSTOMER_FIELDS = {
     "id",
+    "external_id",
     "tenant_id",
     "last_name",
     "first_name",
@@ -77,6 +78,7 @@ CUSTOMER_FIELDS = {
 }
 DEAL_FIELDS = {
     "id",
+    "external_id",
     "name",
     "volume",
     "deal_origin",

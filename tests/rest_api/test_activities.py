@@ -19,7 +19,7 @@ API = "/api/v1/integration"
 ACTIVITIES = f"{API}/activities"
 TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
 ACTIVITY_FIELDS = {
-    "id", "type", "subject", "note", "due_at", "done_at", "customer_id", "deal_id",
+    "id", "external_id", "type", "subject", "note", "due_at", "done_at", "customer_id", "deal_id",
     "employee_id", "created_at", "updated_at",
 }  # fmt: skip
 OPTIONAL_FIELDS = ("subject", "note", "due_at", "done_at", "deal_id", "employee_id")

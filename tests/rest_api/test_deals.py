@@ -14,7 +14,7 @@ from tests.support import TenantWorld
 
 DEALS = "/api/v1/integration/deals"
 DEAL_FIELDS = {
-    "id", "name", "volume", "deal_origin", "employee_id", "employee_name", "step_id",
+    "id", "external_id", "name", "volume", "deal_origin", "employee_id", "employee_name", "step_id",
     "department_id", "note", "created_at", "updated_at", "customers",
 }  # fmt: skip
 

@@ -7,13 +7,21 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
-from dealbase.rest_api.schemas import ActivityOut, CustomerOut, DealOut, Problem, WebhookDeliveryOut
+from dealbase.rest_api.schemas import (
+    ActivityOut,
+    CustomerOut,
+    DealOut,
+    OperationProblem,
+    WebhookDeliveryOut,
+)
 from tests.support import TenantWorld
 
 API = "/api/v1/integration"
 
 
-@pytest.mark.parametrize("model", [CustomerOut, DealOut, ActivityOut, Problem, WebhookDeliveryOut])
+@pytest.mark.parametrize(
+    "model", [CustomerOut, DealOut, ActivityOut, OperationProblem, WebhookDeliveryOut]
+)
 def test_documented_examples_validate_against_their_model(model: type[BaseModel]) -> None:
     examples = model.model_json_schema(mode="serialization")["examples"]
 

@@ -1,6 +1,6 @@
-"""GCRA arithmetic of both limiters, the Redis one against a real Redis; and RedisLimiter's own
-connection: Redis restarted, stalled past the timeout, behind a password, a database number or a
-unix socket.
+"""GCRA arithmetic of both limiters (requests of one unit, and of several: a batch's), the Redis
+one against a real Redis; and RedisLimiter's own connection: Redis restarted, stalled past the
+timeout, behind a password, a database number or a unix socket.
 
 Each arithmetic test runs against the in-process limiter on a clock the test moves (exact
 times), and against RedisLimiter on Redis's own clock (times within a few milliseconds). The
@@ -69,9 +69,18 @@ class Harness:
     url: str | None = None  # and its Redis
 
     def check(
-        self, key_id: uuid.UUID, key_rate: Rate, tenant_id: uuid.UUID, tenant_rate: Rate
+        self,
+        key_id: uuid.UUID,
+        key_rate: Rate,
+        tenant_id: uuid.UUID,
+        tenant_rate: Rate,
+        *,
+        cost: int = 1,
+        prepaid: int = 0,
     ) -> Verdict:
-        return self.loop.run(self.limiter.check(key_id, key_rate, tenant_id, tenant_rate))
+        return self.loop.run(
+            self.limiter.check(key_id, key_rate, tenant_id, tenant_rate, cost=cost, prepaid=prepaid)
+        )
 
     def failure_wait(self, address: str, rate: Rate) -> float:
         return self.loop.run(self.limiter.failure_wait(address, rate))
@@ -223,6 +232,122 @@ def test_retry_after_is_whole_seconds_and_at_least_one(
 
     assert not refused.allowed
     assert refused.retry_after_seconds == expected
+
+
+# One unit a second: nothing refills while a test of costs runs, so its counts are exact.
+PER_SECOND = 1.0
+# And a tenant with room for every cost the tests spend.
+ROOMY = Rate(per_second=0.001, burst=1000)
+
+
+def test_a_check_spends_its_cost_and_a_refused_one_spends_nothing(harness: Harness) -> None:
+    key, tenant = uuid.uuid4(), uuid.uuid4()
+    rate = Rate(PER_SECOND, burst=10)
+
+    three = harness.check(key, rate, tenant, ROOMY, cost=3)
+    four = harness.check(key, rate, tenant, ROOMY, cost=4)
+    five = harness.check(key, rate, tenant, ROOMY, cost=5)  # 3 left
+    three_more = harness.check(key, rate, tenant, ROOMY, cost=3)
+
+    assert [v.allowed for v in (three, four, five, three_more)] == [True, True, False, True]
+    assert [_bucket(v, "key").remaining for v in (three, four)] == [7, 3]
+    assert [_bucket(v, "tenant").remaining for v in (three, four)] == [997, 993]
+    harness.assert_near(_bucket(four, "key").reset_seconds, 7.0)
+    assert _bucket(five, "key").remaining == 0
+    harness.assert_near(_bucket(five, "key").retry_after_seconds, 2.0)  # 2 more units
+    harness.assert_near(_bucket(five, "key").reset_seconds, 7.0)
+    assert _bucket(five, "tenant").retry_after_seconds == 0
+    assert five.retry_after_seconds == 2
+    # The 5 refused were not spent: the 3 left fit, from the key and from the tenant.
+    assert _bucket(three_more, "key").remaining == 0
+    assert _bucket(three_more, "tenant").remaining == 990
+
+
+def test_a_cost_above_the_burst_costs_the_burst(harness: Harness) -> None:
+    key, tenant = uuid.uuid4(), uuid.uuid4()
+    rate = Rate(PER_SECOND, burst=4)
+
+    first = harness.check(key, rate, tenant, ROOMY, cost=10)
+    second = harness.check(key, rate, tenant, ROOMY, cost=10)
+
+    assert first.allowed
+    assert _bucket(first, "key").remaining == 0
+    # Each bucket against its own burst: the tenant's holds the whole cost.
+    assert _bucket(first, "tenant").remaining == 990
+    assert not second.allowed
+    harness.assert_near(_bucket(second, "key").retry_after_seconds, 4.0)  # a full bucket again
+    assert second.retry_after_seconds == 4
+
+
+@pytest.mark.parametrize(("burst", "remaining"), [(5, 0), (12, 2), (1, 0)])
+def test_a_prepaid_unit_is_not_spent_again(harness: Harness, burst: int, remaining: int) -> None:
+    """A request of cost 10 whose first unit an earlier check spent: the rest of its cost, at most
+    the burst, is spent; a burst of 1 was spent whole by the first unit."""
+    key, tenant = uuid.uuid4(), uuid.uuid4()
+    rate = Rate(PER_SECOND, burst)
+
+    first = harness.check(key, rate, tenant, ROOMY)
+    rest = harness.check(key, rate, tenant, ROOMY, cost=10, prepaid=1)
+
+    assert first.allowed
+    assert rest.allowed, rest
+    assert _bucket(rest, "key").remaining == remaining
+    assert _bucket(rest, "tenant").remaining == 990
+
+
+def test_a_refused_rest_of_a_cost_spends_nothing_and_waits_for_the_whole_cost(
+    harness: Harness,
+) -> None:
+    """Sent again, the request pays its whole cost: its wait is until all of it fits."""
+    key, tenant = uuid.uuid4(), uuid.uuid4()
+    rate = Rate(PER_SECOND, burst=10)
+    assert harness.check(key, rate, tenant, ROOMY, cost=6).allowed
+
+    first = harness.check(key, rate, tenant, ROOMY)  # 3 left
+    rest = harness.check(key, rate, tenant, ROOMY, cost=5, prepaid=1)  # 4 more
+    after = harness.check(key, rate, tenant, ROOMY)
+
+    assert first.allowed
+    assert not rest.allowed
+    harness.assert_near(_bucket(rest, "key").retry_after_seconds, 2.0)  # 5 fit in 2 s
+    assert after.allowed
+    assert _bucket(after, "key").remaining == 2
+    assert _bucket(after, "tenant").remaining == 992
+
+
+def test_a_cost_refused_by_the_tenant_spends_nothing_from_the_key(harness: Harness) -> None:
+    tenant, busy, refused_key = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    key_rate, tenant_rate = Rate(PER_SECOND, 10), Rate(PER_SECOND, 5)
+    assert harness.check(busy, key_rate, tenant, tenant_rate, cost=4).allowed
+
+    refused = harness.check(refused_key, key_rate, tenant, tenant_rate, cost=3)  # 1 left
+    single = harness.check(refused_key, key_rate, tenant, tenant_rate)
+
+    assert not refused.allowed
+    assert _bucket(refused, "key").retry_after_seconds == 0
+    harness.assert_near(_bucket(refused, "tenant").retry_after_seconds, 2.0)
+    assert single.allowed
+    assert _bucket(single, "key").remaining == 9
+    assert _bucket(single, "tenant").remaining == 0
+
+
+def test_a_refused_rest_waits_for_the_whole_cost_in_the_bucket_that_admitted_it(
+    harness: Harness,
+) -> None:
+    """The tenant refuses the rest; the key had room for the rest but not for the whole cost,
+    which the request pays again when sent again: its wait counts too."""
+    tenant, busy, key = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    key_rate, tenant_rate = Rate(per_second=0.1, burst=6), Rate(PER_SECOND, 20)
+    assert harness.check(busy, ROOMY, tenant, tenant_rate, cost=18).allowed
+
+    first = harness.check(key, key_rate, tenant, tenant_rate)  # the key has 5 left, the tenant 1
+    rest = harness.check(key, key_rate, tenant, tenant_rate, cost=6, prepaid=1)
+
+    assert first.allowed
+    assert not rest.allowed
+    harness.assert_near(_bucket(rest, "tenant").retry_after_seconds, 5.0)
+    harness.assert_near(_bucket(rest, "key").retry_after_seconds, 10.0)  # one more unit
+    assert rest.retry_after_seconds == 10
 
 
 def test_redis_keys_expire_once_the_buckets_are_full_again(redis_url: str) -> None:

@@ -5,10 +5,14 @@ limiter is asked over an asynchronous Redis connection. The client address's all
 authentications is asked first, so a refused address's key is neither parsed nor looked up, and
 spent only when authentication fails (``tenancy.failure_allowance``). The verdict stays on the
 request for the RateLimit headers (``edge.rate_limit_headers``), whatever the answer.
+
+A batch request counts by its size (``charge_batch``), which is known only once its route has
+read the body: admission spends the first unit before, and the route the rest after.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 
 from fastapi import Request
@@ -18,10 +22,14 @@ from dealbase.errors import Unauthenticated
 from dealbase.tenancy.admission import VERDICT_STATE, Admission
 from dealbase.tenancy.authentication import Authenticator
 from dealbase.tenancy.failure_allowance import FailureAllowance, client_address
+from dealbase.tenancy.rate_limits import Verdict
 from dealbase.tenancy.scope import Scope
 
 # An Authenticator's method: (X-Api-Key, X-Department-Id) to a Scope, or Unauthenticated.
 Authenticate = Callable[[str | None, str | None], Awaitable[Scope]]
+
+# A batch counts as one request per this many of its operations, rounded up (docs/api.md).
+OPERATIONS_PER_REQUEST = 100
 
 
 async def department_scope(request: Request) -> Scope:
@@ -62,3 +70,25 @@ async def _authenticated(request: Request, authenticate: Authenticate) -> Scope:
         limiter_answers=limiter_answers,
     )
     return scope
+
+
+async def charge_batch(request: Request, scope: Scope, operations: int) -> None:
+    """Charges an admitted batch of ``operations`` the rest of its cost, once its route has read
+    the body and before it does anything: the batch costs ceil(operations / 100) requests, at
+    most each limit's burst (else a key with a small burst could never send one), of which
+    admission (``department_scope``) spent the first.
+
+    Raises RateLimited (429, with Retry-After) when a limit refuses the rest, the first staying
+    spent; Unavailable (503) when the limiter cannot answer and the service fails closed. The
+    request's verdict becomes this charge's, so the RateLimit headers show the budgets after it.
+    """
+    cost = math.ceil(operations / OPERATIONS_PER_REQUEST)
+    admitted: Verdict = getattr(request.state, VERDICT_STATE)
+    # A verdict without buckets: the limiter did not answer this request's admission, which was
+    # served failing open; it is not asked again, as admission does not ask it twice either.
+    if cost <= 1 or not admitted.buckets:
+        return
+    admission: Admission = request.app.state.admission
+    await admission.charge(
+        scope, cost, lambda verdict: setattr(request.state, VERDICT_STATE, verdict)
+    )

@@ -18,9 +18,10 @@ from dealbase.tenancy.scope import Scope
 
 
 def _fingerprint(request: Request, body: BaseModel | None) -> bytes:
-    """The request as validated (so key order and white space do not matter), and its target;
-    a request that takes no body is its target alone."""
-    target = f"{request.method} {request.url.path}\n".encode()
+    """The request as validated (so key order and white space do not matter), and its target
+    with its query (a batch's ``atomic``); a request that takes no body is its target alone."""
+    query = f"?{request.url.query}" if request.url.query else ""
+    target = f"{request.method} {request.url.path}{query}\n".encode()
     validated = b"" if body is None else body.model_dump_json().encode()
     return hashlib.sha256(target + validated).digest()
 

@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from dealbase.errors import (
+    BatchRejected,
     Conflict,
     DomainError,
     FieldError,
@@ -37,6 +38,7 @@ _DOMAIN_STATUS: dict[type[DomainError], int] = {
     Conflict: 409,
     PreconditionFailed: 412,
     Invalid: 422,
+    BatchRejected: 422,
     RateLimited: 429,
     Unavailable: 503,
 }
@@ -54,7 +56,7 @@ def malformed_json(detail: str) -> ProtocolError:
     return ProtocolError(400, "malformed_json", "Malformed JSON", detail)
 
 
-def problem(
+def problem_body(
     request: Request,
     status: int,
     code: str,
@@ -62,11 +64,10 @@ def problem(
     detail: str,
     *,
     errors: tuple[FieldError, ...] | None = None,
-    headers: Mapping[str, str] | None = None,
     members: Mapping[str, Any] | None = None,
-) -> Response:
-    """An ``application/problem+json`` response; ``members`` are extension members (RFC 9457
-    section 3.2) beside the standard ones."""
+) -> dict[str, Any]:
+    """A problem details object; ``members`` are extension members (RFC 9457 section 3.2)
+    beside the standard ones."""
     body: dict[str, Any] = {
         "type": f"/problems/{code}",
         "title": title,
@@ -82,7 +83,42 @@ def problem(
         ]
     if members is not None:
         body.update(members)
+    return body
+
+
+def problem(
+    request: Request,
+    status: int,
+    code: str,
+    title: str,
+    detail: str,
+    *,
+    errors: tuple[FieldError, ...] | None = None,
+    headers: Mapping[str, str] | None = None,
+    members: Mapping[str, Any] | None = None,
+) -> Response:
+    """An ``application/problem+json`` response."""
+    body = problem_body(request, status, code, title, detail, errors=errors, members=members)
     return Response(orjson.dumps(body), status, headers=headers, media_type=PROBLEM_MEDIA_TYPE)
+
+
+def domain_problem(request: Request, error: DomainError) -> tuple[int, dict[str, Any]]:
+    """A DomainError's status and problem details object: a response's, or one operation's in a
+    batch."""
+    status = _status_of(error)
+    errors = error.errors if isinstance(error, Invalid) else None
+    members = None
+    if isinstance(error, BatchRejected):
+        members = {
+            "failures": [
+                {"index": index, "error": domain_problem(request, failure)[1]}
+                for index, failure in error.failures
+            ]
+        }
+    body = problem_body(
+        request, status, error.code, error.title, error.detail, errors=errors, members=members
+    )
+    return status, body
 
 
 def _status_of(error: DomainError) -> int:
@@ -97,10 +133,8 @@ async def _domain_error(request: Request, exc: Exception) -> Response:
     headers = None
     if isinstance(exc, RateLimited | Unavailable) and exc.retry_after_seconds is not None:
         headers = {"Retry-After": str(exc.retry_after_seconds)}
-    errors = exc.errors if isinstance(exc, Invalid) else None
-    return problem(
-        request, _status_of(exc), exc.code, exc.title, exc.detail, errors=errors, headers=headers
-    )
+    status, body = domain_problem(request, exc)
+    return Response(orjson.dumps(body), status, headers=headers, media_type=PROBLEM_MEDIA_TYPE)
 
 
 async def _protocol_error(request: Request, exc: Exception) -> Response:

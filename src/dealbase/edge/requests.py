@@ -24,6 +24,15 @@ IfMatch = Annotated[
     ),
 ]
 
+IfNoneMatch = Annotated[
+    str | None,
+    Header(
+        alias="If-None-Match",
+        pattern=r"^\s*\*\s*$",
+        description="`*`: create only; 412 when a record with this external id exists.",
+    ),
+]
+
 # 1 to 255 printable ASCII characters, optionally as a structured-field string ("...").
 IDEMPOTENCY_KEY_PATTERN = r'^[\x20-\x7e]{1,255}$|^"[\x20-\x7e]{1,255}"$'
 

@@ -154,6 +154,7 @@ class WebhookEndpointChanges:
 
 @strawberry.input
 class CustomerFilter:
+    external_id: str | None = strawberry.UNSET
     email: str | None = strawberry.UNSET
     q: str | None = strawberry.UNSET
     updated_since: datetime | None = strawberry.UNSET
@@ -162,6 +163,7 @@ class CustomerFilter:
 
 @strawberry.input
 class DealFilter:
+    external_id: str | None = strawberry.UNSET
     step_id: uuid.UUID | None = strawberry.UNSET
     employee_id: uuid.UUID | None = strawberry.UNSET
     customer_id: uuid.UUID | None = strawberry.UNSET
@@ -183,6 +185,7 @@ class DealOrder(Enum):
 
 @strawberry.input
 class ActivityFilter:
+    external_id: str | None = strawberry.UNSET
     customer_id: uuid.UUID | None = strawberry.UNSET
     deal_id: uuid.UUID | None = strawberry.UNSET
     department_id: uuid.UUID | None = strawberry.UNSET

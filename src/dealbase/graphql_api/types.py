@@ -175,6 +175,7 @@ class Department:
 @strawberry.type
 class Customer:
     id: uuid.UUID
+    external_id: str | None
     tenant_id: uuid.UUID
     department_id: uuid.UUID
     last_name: str
@@ -228,6 +229,7 @@ class Customer:
 @strawberry.type
 class Deal:
     id: uuid.UUID
+    external_id: str | None
     department_id: uuid.UUID
     step_id: uuid.UUID
     employee_id: uuid.UUID | None
@@ -247,6 +249,7 @@ class Deal:
     def of(cls, deal: DealModel) -> Deal:
         return cls(
             id=deal.id,
+            external_id=deal.external_id,
             department_id=deal.department_id,
             step_id=deal.step_id,
             employee_id=deal.employee_id,
@@ -292,6 +295,7 @@ class ActivityType(Enum):
 @strawberry.type
 class Activity:
     id: uuid.UUID
+    external_id: str | None
     department_id: uuid.UUID
     type: ActivityType
     subject: str | None

@@ -3,11 +3,27 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
-from sqlalchemy import Column, ColumnElement, Table, delete, func, select, true, update
+import psycopg
+from sqlalchemy import (
+    Column,
+    ColumnElement,
+    Table,
+    TableValuedAlias,
+    bindparam,
+    cast,
+    column,
+    delete,
+    func,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
 
-from dealbase.errors import NotFound, PreconditionFailed
+from dealbase.errors import ExternalIdTaken, NotFound, PreconditionFailed
 from dealbase.platform.versioning import Expected
 from dealbase.tenancy.statements import Record, TenantConnection
 
@@ -33,6 +49,41 @@ def _at_expected_version(table: Table, expected: Expected | None) -> ColumnEleme
     return table.c.version.in_(sorted(expected.versions))
 
 
+def unnested(
+    table: Table, names: Sequence[str], rows: Sequence[Mapping[str, object]]
+) -> TableValuedAlias:
+    """``rows`` as a relation ``given`` with ``names`` as columns, typed as ``table``'s: one
+    array parameter per column, however many rows, so that a statement writes them all at
+    once (and is planned once, whatever their number)."""
+    arrays = [
+        cast(
+            bindparam(
+                f"given_{name}", [row[name] for row in rows], type_=ARRAY(table.c[name].type)
+            ),
+            ARRAY(table.c[name].type),
+        )
+        for name in names
+    ]
+    return (
+        func.unnest(*arrays)
+        .table_valued(*(column(name, table.c[name].type) for name in names))
+        .render_derived(name="given")
+    )
+
+
+@contextmanager
+def external_id_unique(noun: str) -> Iterator[None]:
+    """A write that would give a row an external id its department already uses: 409
+    ExternalIdTaken, not a database error. The transaction is then unusable, as after any
+    failed statement; the unit of work rolls it back (or a batch, to its savepoint)."""
+    try:
+        yield
+    except psycopg.errors.UniqueViolation as exc:
+        if not (exc.diag.constraint_name or "").endswith("_external_id_key"):
+            raise
+        raise ExternalIdTaken(f"Another {noun} of the department has this external_id.") from None
+
+
 def update_versioned(
     connection: TenantConnection,
     table: Table,
@@ -50,16 +101,19 @@ def update_versioned(
     before = (
         select(*table.c).where(owned_by(table, department_id, row_id)).with_for_update()
     ).subquery("before")
-    found = (
-        connection.execute(
-            update(table)
-            .where(table.c.id == before.c.id, _at_expected_version(table, expected))
-            .values(**changes, updated_at=func.now(), version=table.c.version + 1)
-            .returning(*table.c, *(column.label(f"{_BEFORE}{column.name}") for column in before.c))
+    with external_id_unique(noun):
+        found = (
+            connection.execute(
+                update(table)
+                .where(table.c.id == before.c.id, _at_expected_version(table, expected))
+                .values(**changes, updated_at=func.now(), version=table.c.version + 1)
+                .returning(
+                    *table.c, *(column.label(f"{_BEFORE}{column.name}") for column in before.c)
+                )
+            )
+            .mappings()
+            .first()
         )
-        .mappings()
-        .first()
-    )
     if found is None:
         raise _missed(connection, table, department_id, row_id, noun)
     names = [column.name for column in table.c]

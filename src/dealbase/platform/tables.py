@@ -35,6 +35,14 @@ def _timestamps() -> list[Column[object]]:
     ]
 
 
+def _external_id(table: str) -> list[Column[object] | UniqueConstraint]:
+    """A client's own id for the row, unique in its department (``platform.external_ids``)."""
+    return [
+        Column("external_id", Text),
+        UniqueConstraint("department_id", "external_id", name=f"{table}_external_id_key"),
+    ]
+
+
 def _version() -> Column[int]:
     """Bumped by every change of the row; the ETag of its resource."""
     return Column("version", BigInteger, nullable=False, server_default="1")
@@ -104,6 +112,7 @@ customers = Table(
     Column("birthday", Date),
     *_timestamps(),
     _version(),
+    *_external_id("customers"),
 )
 
 deals = Table(
@@ -119,6 +128,7 @@ deals = Table(
     Column("note", Text),
     *_timestamps(),
     _version(),
+    *_external_id("deals"),
     ForeignKeyConstraint(["step_id", "department_id"], [steps.c.id, steps.c.department_id]),
     ForeignKeyConstraint(
         ["employee_id", "department_id"], [employees.c.id, employees.c.department_id]
@@ -160,6 +170,7 @@ activities = Table(
     Column("employee_id", UUID(as_uuid=True), ForeignKey(employees.c.id)),
     *_timestamps(),
     _version(),
+    *_external_id("activities"),
 )
 
 idempotency_records = Table(

@@ -120,6 +120,44 @@ Moment = Annotated[
     AfterValidator(_representable_in_utc),
 ]
 
+# A client's own id for a record: the characters a URL path segment carries as they are
+# (RFC 3986 unreserved and sub-delimiters, ':' and '@'), so that
+# /customers/by-external-id/{external_id} needs no escaping; "." and ".." are path steps.
+EXTERNAL_ID_PATTERN = r"^(?!\.{1,2}$)[A-Za-z0-9._~:@!$&'()*+,;=-]{1,255}$"
+_EXTERNAL_ID = re.compile(EXTERNAL_ID_PATTERN)
+
+
+def _external_id_shape(value: str) -> str:
+    if not _EXTERNAL_ID.match(value):
+        raise PydanticCustomError(
+            "invalid_format",
+            "must be 1 to 255 letters, digits or - . _ ~ : @ ! $ & ' ( ) * + , ; =",
+        )
+    return value
+
+
+def valid_external_id(value: str, field: str = "external_id") -> str:
+    """An external id from a path or an argument, judged as ExternalId judges a body's."""
+    if not _EXTERNAL_ID.match(value):
+        raise Invalid.of(
+            field,
+            "invalid_format",
+            "must be 1 to 255 letters, digits or - . _ ~ : @ ! $ & ' ( ) * + , ; =",
+        )
+    return value
+
+
+ExternalId = Annotated[
+    str,
+    Field(
+        max_length=SHORT_TEXT,
+        json_schema_extra={"pattern": EXTERNAL_ID_PATTERN},
+        description="The client's own id for the record, unique in the department"
+        " among records of its kind; case-sensitive.",
+    ),
+    AfterValidator(_external_id_shape),
+]
+
 # Money as a whole number of the tenant's currency units, as the document's integer ``volume``.
 Volume = Annotated[int, Field(ge=0, le=2**63 - 1)]
 

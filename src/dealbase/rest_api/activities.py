@@ -15,6 +15,7 @@ from dealbase.platform.resources import activity_json
 from dealbase.platform.validation import validated
 from dealbase.rest_api.openapi import (
     CREATED_HEADERS,
+    EXTERNAL_ID_FILTER,
     LIST_CURSOR,
     LIST_LIMIT,
     READ_HEADERS,
@@ -87,8 +88,12 @@ async def list_activities(
     cursor: str | None = LIST_CURSOR,
     customer_id: uuid.UUID | None = Query(None, description="Only activities of this customer."),
     deal_id: uuid.UUID | None = Query(None, description="Only activities of this deal."),
+    external_id: str | None = EXTERNAL_ID_FILTER,
 ) -> Response:
-    filters = validated(ActivityFilter, {"customer_id": customer_id, "deal_id": deal_id})
+    filters = validated(
+        ActivityFilter,
+        {"customer_id": customer_id, "deal_id": deal_id, "external_id": external_id},
+    )
     page = await database_of(request).run(
         scope, lambda uow: service.list_page(uow, filters, limit, cursor)
     )

@@ -6,16 +6,25 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
-from dealbase.edge.callers import department_scope
+from dealbase.edge.callers import charge_batch, department_scope
 from dealbase.edge.database import database_of
 from dealbase.edge.idempotency import run_once
-from dealbase.edge.requests import IdempotencyKey, IfMatch, expected_version, json_body, parse_body
+from dealbase.edge.requests import (
+    IdempotencyKey,
+    IfMatch,
+    IfNoneMatch,
+    expected_version,
+    json_body,
+    parse_body,
+)
+from dealbase.platform.batches.models import Batch
 from dealbase.platform.customers import service
 from dealbase.platform.customers.models import CustomerFields, CustomerFilter, CustomerPatch
 from dealbase.platform.resources import customer_json
 from dealbase.platform.validation import SHORT_TEXT, validated
 from dealbase.rest_api.openapi import (
     CREATED_HEADERS,
+    EXTERNAL_ID_FILTER,
     LIST_CURSOR,
     LIST_LIMIT,
     READ_HEADERS,
@@ -23,8 +32,19 @@ from dealbase.rest_api.openapi import (
     json_request_body,
     problem_responses,
 )
-from dealbase.rest_api.responses import created, no_content, resource_page, resource_response
-from dealbase.rest_api.schemas import CustomerList, CustomerOut
+from dealbase.rest_api.responses import (
+    batch_response,
+    created,
+    no_content,
+    resource_page,
+    resource_response,
+)
+from dealbase.rest_api.schemas import (
+    CustomerBatch,
+    CustomerBatchResults,
+    CustomerList,
+    CustomerOut,
+)
 from dealbase.tenancy.database import UnitOfWork
 from dealbase.tenancy.scope import Scope
 
@@ -99,8 +119,12 @@ async def list_customers(
         description="Text the last name, first name or company contains (any letter case).",
     ),
     updated_since: str | None = UPDATED_SINCE,
+    external_id: str | None = EXTERNAL_ID_FILTER,
 ) -> Response:
-    filters = validated(CustomerFilter, {"email": email, "q": q, "updated_since": updated_since})
+    filters = validated(
+        CustomerFilter,
+        {"email": email, "q": q, "updated_since": updated_since, "external_id": external_id},
+    )
     page = await database_of(request).run(
         scope, lambda uow: service.list_page(uow, filters, limit, cursor)
     )
@@ -178,3 +202,105 @@ async def delete_customer(
         scope, lambda uow: service.delete(uow, customer_id, expected_version(if_match))
     )
     return no_content()
+
+
+@router.put(
+    "/by-external-id/{external_id}",
+    summary="Create or update a customer by external id",
+    description=(
+        "Creates the customer with this external id (201), or changes the fields the body"
+        " gives of the one that has it (200); absent fields stay as they are. The body is what"
+        " creating takes (`last_name` required), so the same request serves both. A change"
+        " that changes nothing writes nothing: no new version, no event. Two clients upserting"
+        " the same new external id at once make one customer. `If-Match`: only if the customer"
+        " exists at that ETag; `If-None-Match: *`: only if it does not exist."
+    ),
+    response_model=None,
+    responses={
+        200: {
+            "model": CustomerOut,
+            "description": "The customer existed: as it now is.",
+            "headers": READ_HEADERS,
+        },
+        201: {
+            "model": CustomerOut,
+            "description": "The created customer.",
+            "headers": CREATED_HEADERS,
+        },
+        **problem_responses(400, 401, 403, 412, 413, 415, 422),
+    },
+    openapi_extra=json_request_body(CustomerFields, CUSTOMER_EXAMPLE),
+)
+async def upsert_customer(
+    request: Request,
+    external_id: str,
+    scope: Scope = Depends(department_scope),
+    body: bytes = Depends(json_body),
+    if_match: IfMatch = None,
+    if_none_match: IfNoneMatch = None,
+) -> Response:
+    fields = parse_body(CustomerFields, body)
+    result = await database_of(request).run(
+        scope,
+        lambda uow: service.upsert(
+            uow,
+            external_id,
+            fields,
+            expected=expected_version(if_match),
+            create_only=if_none_match is not None,
+        ),
+    )
+    customer = result.record
+    assert customer is not None, "a successful upsert has its customer"
+    if result.outcome == "created":
+        return created(customer_json, customer, f"/customers/{customer.id}")
+    return resource_response(customer_json, customer)
+
+
+BATCH_EXAMPLE: dict[str, Any] = {
+    "operations": [
+        {"op": "upsert", "external_id": "shop-customer-1042", "data": CUSTOMER_EXAMPLE},
+        {
+            "op": "create",
+            "data": {"last_name": "Babbage", "external_id": "shop-customer-1043"},
+        },
+    ]
+}
+
+
+@router.post(
+    "/batch",
+    summary="Create and upsert customers in one request",
+    description=(
+        "Up to 1,000 operations, each a `create` or an `upsert` by external id, applied in a"
+        " few statements whatever their number. By default each operation stands alone: one"
+        " that fails is reported in its result and the others are written. With"
+        " `atomic=true` the batch is all or nothing: any failure writes nothing and answers"
+        " 422 `batch_rejected` listing the failures. A batch of n operations counts as"
+        " ceil(n / 100) requests against the rate limits."
+    ),
+    response_model=None,
+    responses={
+        200: {
+            "model": CustomerBatchResults,
+            "description": "One result per operation, in order.",
+        },
+        **problem_responses(400, 401, 403, 409, 413, 415, 422),
+    },
+    openapi_extra=json_request_body(CustomerBatch, BATCH_EXAMPLE),
+)
+async def batch_customers(
+    request: Request,
+    scope: Scope = Depends(department_scope),
+    body: bytes = Depends(json_body),
+    atomic: bool = Query(False, description="All or nothing: any failure writes nothing."),
+    idempotency_key: IdempotencyKey = None,
+) -> Response:
+    batch = parse_body(Batch, body)
+    await charge_batch(request, scope, len(batch.operations))
+
+    def perform(uow: UnitOfWork) -> Response:
+        results = service.batch(uow, batch, atomic=atomic)
+        return batch_response(request, customer_json, results)
+
+    return await run_once(request, scope, idempotency_key, batch, perform)

@@ -15,6 +15,7 @@ from dealbase.platform.resources import deal_json
 from dealbase.platform.validation import validated
 from dealbase.rest_api.openapi import (
     CREATED_HEADERS,
+    EXTERNAL_ID_FILTER,
     LIST_CURSOR,
     LIST_LIMIT,
     READ_HEADERS,
@@ -89,10 +90,12 @@ async def list_deals(
     ),
     customer_id: uuid.UUID | None = Query(None, description="Only deals linked to this customer."),
     updated_since: str | None = UPDATED_SINCE,
+    external_id: str | None = EXTERNAL_ID_FILTER,
 ) -> Response:
     filters = validated(
         DealFilter,
         {
+            "external_id": external_id,
             "step_id": step_id,
             "employee_id": employee_id,
             "customer_id": customer_id,

@@ -42,6 +42,13 @@ LIST_CURSOR = Query(
     description="The `next_cursor` of the previous page, under the same filters; omit for the first.",
 )
 
+# Checked by the platform's ExternalId rule, so REST and GraphQL answer a bad one alike.
+EXTERNAL_ID_FILTER = Query(
+    None,
+    max_length=255,
+    description="Only the record with this external id (exact, case-sensitive).",
+)
+
 # A string parsed by the platform's rules (RFC 3339 with an offset), not FastAPI's lax datetime.
 UPDATED_SINCE = Query(
     None,

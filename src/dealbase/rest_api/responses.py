@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 import orjson
 from pydantic import BaseModel
+from starlette.requests import Request
 from starlette.responses import Response
 
+from dealbase.edge.problems import domain_problem
+from dealbase.platform.batches.models import Result
 from dealbase.platform.pagination import Page
 from dealbase.platform.resources import JsonObject
 
@@ -69,6 +72,34 @@ def page_response(model: type[BaseModel], page: Page[Any]) -> Response:
 
 def resource_page(shape: Callable[[Resource], JsonObject], page: Page[Resource]) -> Response:
     body = {"data": [shape(item) for item in page.items], "next_cursor": page.next_cursor}
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+_OUTCOME_STATUS = {"created": 201, "updated": 200, "unchanged": 200}
+
+
+def batch_response(
+    request: Request, shape: Callable[[Resource], JsonObject], results: Sequence[Result[Resource]]
+) -> Response:
+    """200 with one result per operation, in order: its status as a request of its own would
+    have had, its outcome, and the record or the problem."""
+    items: list[JsonObject] = []
+    summary = dict.fromkeys(("created", "updated", "unchanged", "failed"), 0)
+    for result in results:
+        summary[result.outcome] += 1
+        if result.error is not None:
+            status, problem = domain_problem(request, result.error)
+            items.append({"status": status, "outcome": "failed", "error": problem})
+        else:
+            assert result.record is not None, "a result without an error has its record"
+            items.append(
+                {
+                    "status": _OUTCOME_STATUS[result.outcome],
+                    "outcome": result.outcome,
+                    "data": shape(result.record),
+                }
+            )
+    body = {"results": items, "summary": summary}
     return Response(orjson.dumps(body), media_type="application/json")
 
 

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from types import UnionType
-from typing import Annotated, Any, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from pydantic import (
     AliasChoices,
@@ -23,7 +23,8 @@ from pydantic import (
 )
 
 from dealbase.platform.activities.models import Activity
-from dealbase.platform.customers.models import Customer
+from dealbase.platform.batches.models import MAX_OPERATIONS
+from dealbase.platform.customers.models import Customer, CustomerFields
 from dealbase.platform.deals.models import Deal
 from dealbase.platform.resources import (
     ACTIVITY_HIDDEN,
@@ -110,6 +111,7 @@ def fields_from(
 
 _CUSTOMER_EXAMPLE = {
     "id": "01a2008a-729d-7000-8ccb-38fd7605fcf5",
+    "external_id": "shop-customer-1042",
     "tenant_id": "01a2008a-5757-7000-8f59-f1c22b8851ad",
     "last_name": "Lovelace",
     "first_name": "Ada",
@@ -159,6 +161,7 @@ class DealOut(WireModel):
             "examples": [
                 {
                     "id": "01a2008a-8a11-7000-9d35-e2bf8eeee32e",
+                    "external_id": "erp-order-77-3",
                     "name": "Analytical engine, 2 units",
                     "volume": 250000,
                     "deal_origin": "trade fair",
@@ -185,8 +188,9 @@ class ProblemFieldError(BaseModel):
     message: str
 
 
-class Problem(BaseModel):
-    """RFC 9457 problem details, with dealbase's stable ``code`` and the request id."""
+class OperationProblem(BaseModel):
+    """RFC 9457 problem details, with dealbase's stable ``code`` and the request id: a
+    response's, or one batch operation's."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -222,6 +226,20 @@ class Problem(BaseModel):
     )
 
 
+class BatchFailure(BaseModel):
+    index: int = Field(description="The operation's place in `operations`, from 0.")
+    error: OperationProblem
+
+
+class Problem(OperationProblem):
+    """RFC 9457 problem details, with dealbase's stable ``code`` and the request id."""
+
+    failures: list[BatchFailure] | None = Field(
+        default=None,
+        description="Present on batch_rejected (an atomic batch): each failed operation.",
+    )
+
+
 # The shape platform.resources.activity_json builds.
 @fields_from(Activity, hidden=ACTIVITY_HIDDEN)
 class ActivityOut(WireModel):
@@ -230,6 +248,7 @@ class ActivityOut(WireModel):
             "examples": [
                 {
                     "id": "01a2008b-0a00-7000-b557-3b3b2532467b",
+                    "external_id": None,
                     "type": "call",
                     "subject": "Follow-up on the quote",
                     "note": None,
@@ -387,3 +406,55 @@ class EmployeeList(_ListOf):
 
 class StepList(WireModel):
     data: list[StepOut]
+
+
+class BatchSummary(BaseModel):
+    created: int
+    updated: int
+    unchanged: int
+    failed: int
+
+
+def _batch_models(
+    resource: str, fields: type[BaseModel], shown: type[BaseModel]
+) -> tuple[type[BaseModel], type[BaseModel]]:
+    """The request and response bodies of ``POST /{resource}/batch``, named after ``resource``:
+    a ``data`` of each operation is ``fields``, a result's ``data`` is ``shown``."""
+    operation_fields: dict[str, Any] = {
+        "op": (Literal["create", "upsert"], ...),
+        "external_id": (
+            str | None,
+            Field(default=None, description="upsert only: the record's external id."),
+        ),
+        "data": (fields, ...),
+    }
+    operation = create_model(
+        f"{resource}Operation",
+        __doc__="`create` makes a new record of `data` (its external id, if any, in `data`);"
+        " `upsert` creates the record with `external_id` or changes the fields `data` gives.",
+        **operation_fields,
+    )
+    request_fields: dict[str, Any] = {
+        "operations": (list[operation], Field(min_length=1, max_length=MAX_OPERATIONS)),
+    }
+    result_fields: dict[str, Any] = {
+        "status": (int, Field(description="The status a request of its own would have had.")),
+        "outcome": (Literal["created", "updated", "unchanged", "failed"], ...),
+        "data": (shown | None, Field(default=None, description="The record, unless failed.")),
+        "error": (
+            OperationProblem | None,
+            Field(default=None, description="Why it failed, if it did."),
+        ),
+    }
+    result = create_model(f"{resource}BatchResult", **result_fields)
+    response_fields: dict[str, Any] = {
+        "results": (list[result], Field(description="One per operation, in order.")),
+        "summary": (BatchSummary, ...),
+    }
+    return (
+        create_model(f"{resource}Batch", **request_fields),
+        create_model(f"{resource}BatchResults", **response_fields),
+    )
+
+
+CustomerBatch, CustomerBatchResults = _batch_models("Customer", CustomerFields, CustomerOut)

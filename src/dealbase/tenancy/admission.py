@@ -77,18 +77,33 @@ class Admission:
         (429) when a limit refuses the request. ``limiter_answers`` False: the limiter failed
         this request already (and it was served, failing open), so it is not asked again — the
         request would wait out its timeout twice, and count as two faults."""
-        assert scope.key_id is not None, "only API key callers are admitted"
         if not limiter_answers:
             record(UNCHECKED)
             return
+        await self._check(scope, record, cost=1, prepaid=0)
+
+    async def charge(self, scope: Scope, cost: int, record: Callable[[Verdict], None]) -> None:
+        """Spends the rest of an admitted request's ``cost`` units (at most each limit's burst),
+        once it is known: ``admit`` spent the first. Hands the verdict to ``record`` and raises
+        RateLimited (429) when a limit refuses, the first unit staying spent; a limiter that
+        cannot answer is handled as in ``admit``."""
+        await self._check(scope, record, cost=cost, prepaid=1)
+
+    async def _check(
+        self, scope: Scope, record: Callable[[Verdict], None], *, cost: int, prepaid: int
+    ) -> None:
+        assert scope.key_id is not None, "only API key callers are admitted"
         key_rate, tenant_rate = self.rates_of(scope)
         try:
             verdict = await self._limiter.check(
-                scope.key_id, key_rate, scope.tenant_id, tenant_rate
+                scope.key_id, key_rate, scope.tenant_id, tenant_rate, cost=cost, prepaid=prepaid
             )
         except RateLimiterUnavailable as exc:
+            # Recorded before failing, served or refused alike: the verdict of an earlier check
+            # of the request (the admission a charge follows) would give it stale headers.
+            record(UNCHECKED)
             self._faults.fail(exc)
-            verdict = UNCHECKED
+            return
         record(verdict)
         if not verdict.allowed:
             self._on_refused()

@@ -7,6 +7,11 @@ both limits on Redis's own clock and spends from both only when both admit, sent
 pipelined connection of the limiter's own (every request pays for it). Without Redis, an
 in-process limiter with the same arithmetic serves one process.
 
+A request costs a number of units, 1 unless said otherwise (a batch costs more, see
+``edge.callers.charge_batch``), and never more than a bucket's burst: a dearer request could
+never pass. A request whose size is known only once its body is read pays in two checks, the
+first unit on arrival and the rest after (``prepaid``, the units an earlier check spent).
+
 A failure allowance is asked before authentication (how long until the address may fail once
 more: the request waits for nothing when the answer is 0) and spent after it only when it failed.
 A spend is never refused: failures of requests that were in flight when the allowance ran out are
@@ -36,8 +41,9 @@ log = structlog.get_logger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Bucket:
-    """One limit's answer: ``remaining`` requests could pass now, the bucket is full again in
-    ``reset_seconds``, and a refused request may pass after ``retry_after_seconds``."""
+    """One limit's answer: ``remaining`` units (a request is one) could be spent now, the bucket is
+    full again in ``reset_seconds``, and a refused request may pass after
+    ``retry_after_seconds``."""
 
     policy: str
     rate: Rate
@@ -68,8 +74,19 @@ class RateLimiterUnavailable(Exception):
 
 class RateLimiter(Protocol):
     async def check(
-        self, key_id: uuid.UUID, key_rate: Rate, tenant_id: uuid.UUID, tenant_rate: Rate
-    ) -> Verdict: ...
+        self,
+        key_id: uuid.UUID,
+        key_rate: Rate,
+        tenant_id: uuid.UUID,
+        tenant_rate: Rate,
+        *,
+        cost: int = 1,
+        prepaid: int = 0,
+    ) -> Verdict:
+        """Spends ``cost`` units, at most each bucket's burst, less the ``prepaid`` ones an
+        earlier check of the same request spent, from both buckets, or nothing when either
+        refuses."""
+        ...
 
 
 class FailureLimiter(Protocol):
@@ -91,16 +108,24 @@ def _rescaled(tat_ms: float, stored_interval_ms: float, now_ms: float, rate: Rat
     return now_ms + owed * rate.interval_ms
 
 
-def _gcra(tat_ms: float, now_ms: float, rate: Rate) -> tuple[bool, float, float, float]:
-    """(allowed, new theoretical arrival time, remaining, wait in ms) for one bucket."""
-    new_tat = max(tat_ms, now_ms) + rate.interval_ms
-    # new_tat - interval * burst, written so that a full bucket of burst 1 gives exactly now:
-    # the subtraction rounded a ulp above it and refused a new key's first request.
-    allow_at = max(tat_ms, now_ms) - rate.interval_ms * (rate.burst - 1)
+def _gcra(
+    tat_ms: float, now_ms: float, rate: Rate, cost: int = 1, prepaid: int = 0
+) -> tuple[bool, float, float, float]:
+    """(allowed, new theoretical arrival time, remaining, wait in ms) for one bucket and a
+    request of ``cost`` units, ``prepaid`` of them spent by an earlier check. The wait is until
+    the whole cost fits (0 when it does): a refused request pays all of it when sent again."""
+    whole = min(cost, rate.burst)
+    spend = max(whole - prepaid, 0)
+    start = max(tat_ms, now_ms)
+    # start + interval * spend - interval * burst, written so that a full bucket of burst 1
+    # gives exactly now: the subtraction rounded a ulp above it and refused a new key's first
+    # request.
+    allow_at = start - rate.interval_ms * (rate.burst - spend)
+    wait = max(start - rate.interval_ms * (rate.burst - whole) - now_ms, 0.0)
     if now_ms < allow_at:
-        return False, tat_ms, 0, allow_at - now_ms
+        return False, tat_ms, 0, wait
     remaining = math.floor((now_ms - allow_at) / rate.interval_ms)
-    return True, new_tat, remaining, 0.0
+    return True, start + rate.interval_ms * spend, remaining, wait
 
 
 # The in-process limiter forgets the failure allowances that are full again (the same as none)
@@ -119,7 +144,14 @@ class InProcessLimiter:
         self._clock = clock
 
     async def check(
-        self, key_id: uuid.UUID, key_rate: Rate, tenant_id: uuid.UUID, tenant_rate: Rate
+        self,
+        key_id: uuid.UUID,
+        key_rate: Rate,
+        tenant_id: uuid.UUID,
+        tenant_rate: Rate,
+        *,
+        cost: int = 1,
+        prepaid: int = 0,
     ) -> Verdict:
         # Atomic without a lock: every check of a process runs on its one event loop, and
         # nothing below awaits.
@@ -133,7 +165,8 @@ class InProcessLimiter:
             tat, interval = self._arrivals.get(name, (now, rate.interval_ms))
             states[name] = _rescaled(tat, interval, now, rate)
         results = [
-            (policy, name, rate, _gcra(states[name], now, rate)) for policy, name, rate in limits
+            (policy, name, rate, _gcra(states[name], now, rate, cost, prepaid))
+            for policy, name, rate in limits
         ]
         allowed = all(result[0] for *_, result in results)
         buckets = []
@@ -147,7 +180,7 @@ class InProcessLimiter:
                     rate,
                     int(remaining) if allowed else 0,
                     max(tat - now, 0) / 1000,
-                    wait / 1000,
+                    0.0 if allowed else wait / 1000,
                 )
             )
         return Verdict(allowed, tuple(buckets))
@@ -190,26 +223,32 @@ end
 """
 
 
-# KEYS: the key's bucket, the tenant's; ARGV: interval and burst of each. A bucket holds
-# "<TAT>:<interval it was set at>", rescaled when the rate changed (as _rescaled). Returns one
-# string: the verdict, then per bucket remaining, ms until full and ms to wait, separated by
-# spaces (a single bulk string is the cheapest reply to read, and Lua numbers returned as such
-# would be truncated to integers). Redis's clock makes the buckets agree across hosts.
+# KEYS: the key's bucket, the tenant's; ARGV: interval and burst of each, then the cost and the
+# units of it prepaid (as _gcra). A bucket holds "<TAT>:<interval it was set at>", rescaled when
+# the rate changed (as _rescaled). Returns one string: the verdict, then per bucket remaining,
+# ms until full and ms to wait, separated by spaces (a single bulk string is the cheapest reply
+# to read, and Lua numbers returned as such would be truncated to integers). Redis's clock makes
+# the buckets agree across hosts.
 _SCRIPT = (
     _BUCKET_LUA
     + b"""
+local cost = tonumber(ARGV[5])
+local prepaid = tonumber(ARGV[6])
 local buckets = {}
 local allowed = 1
 for i = 1, 2 do
   local interval = tonumber(ARGV[i * 2 - 1])
   local burst = tonumber(ARGV[i * 2])
+  local whole = math.min(cost, burst)
+  local spend = math.max(whole - prepaid, 0)
   local tat = stored_tat(KEYS[i], interval)
-  local new_tat = math.max(tat, now) + interval
-  local allow_at = math.max(tat, now) - interval * (burst - 1)
+  local start = math.max(tat, now)
+  local allow_at = start - interval * (burst - spend)
   if now < allow_at then
     allowed = 0
   end
-  buckets[i] = {interval = interval, tat = tat, new_tat = new_tat, allow_at = allow_at}
+  buckets[i] = {interval = interval, tat = tat, new_tat = start + interval * spend,
+    allow_at = allow_at, retry_at = start - interval * (burst - whole)}
 end
 local reply = {allowed}
 for i = 1, 2 do
@@ -223,7 +262,7 @@ for i = 1, 2 do
   else
     table.insert(reply, '0')
     table.insert(reply, tostring(math.max(b.tat - now, 0)))
-    table.insert(reply, tostring(math.max(b.allow_at - now, 0)))
+    table.insert(reply, tostring(math.max(b.retry_at - now, 0)))
   end
 end
 return table.concat(reply, ' ')
@@ -262,12 +301,12 @@ def _command(*parts: bytes) -> bytes:
 
 
 # A check's command: one of these heads (the command, the script's sha or the script, the number
-# of keys), then the 2 keys and 4 arguments, packed per check. EVAL carries the script itself,
+# of keys), then the 2 keys and 6 arguments, packed per check. EVAL carries the script itself,
 # for a Redis that lacks it (NOSCRIPT: a new or restarted server), and leaves it in Redis's
 # cache for the EVALSHAs after.
 _SCRIPT_SHA = hashlib.sha1(_SCRIPT, usedforsecurity=False).hexdigest().encode()
-_EVALSHA_HEAD = b"*9\r\n" + _bulk(b"EVALSHA") + _bulk(_SCRIPT_SHA) + _bulk(b"2")
-_EVAL_HEAD = b"*9\r\n" + _bulk(b"EVAL") + _bulk(_SCRIPT) + _bulk(b"2")
+_EVALSHA_HEAD = b"*11\r\n" + _bulk(b"EVALSHA") + _bulk(_SCRIPT_SHA) + _bulk(b"2")
+_EVAL_HEAD = b"*11\r\n" + _bulk(b"EVAL") + _bulk(_SCRIPT) + _bulk(b"2")
 # The failure allowance's: the head, then its key and 3 arguments.
 _FAILURE_SHA = hashlib.sha1(_FAILURE_SCRIPT, usedforsecurity=False).hexdigest().encode()
 _FAILURE_HEADS = (
@@ -509,16 +548,25 @@ class RedisLimiter:
         self._closed = False
 
     async def check(
-        self, key_id: uuid.UUID, key_rate: Rate, tenant_id: uuid.UUID, tenant_rate: Rate
+        self,
+        key_id: uuid.UUID,
+        key_rate: Rate,
+        tenant_id: uuid.UUID,
+        tenant_rate: Rate,
+        *,
+        cost: int = 1,
+        prepaid: int = 0,
     ) -> Verdict:
         key_interval, key_burst = repr(key_rate.interval_ms), str(key_rate.burst)
         tenant_interval, tenant_burst = repr(tenant_rate.interval_ms), str(tenant_rate.burst)
+        units, paid = str(cost), str(prepaid)
         # The keys and arguments after EVALSHA <sha> 2, packed in one go.
         arguments = (
             f"{self._key_head}{key_id}\r\n{self._tenant_head}{tenant_id}\r\n"
             f"${len(key_interval)}\r\n{key_interval}\r\n${len(key_burst)}\r\n{key_burst}\r\n"
             f"${len(tenant_interval)}\r\n{tenant_interval}\r\n"
             f"${len(tenant_burst)}\r\n{tenant_burst}\r\n"
+            f"${len(units)}\r\n{units}\r\n${len(paid)}\r\n{paid}\r\n"
         ).encode()
         reply = await self._run(_EVALSHA_HEAD, _EVAL_HEAD, arguments)
         allowed, *figures = reply.split(b" ")

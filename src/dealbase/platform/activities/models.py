@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from dealbase.platform.validation import LongText, Moment, ShortText, partial
+from dealbase.platform.validation import ExternalId, LongText, Moment, ShortText, partial
 
 ActivityType = Literal["call", "email", "meeting", "task", "note"]
 
@@ -19,6 +19,7 @@ class ActivityFields(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     type: ActivityType
+    external_id: ExternalId | None = None
     subject: ShortText | None = None
     note: LongText | None = None
     due_at: Moment | None = None
@@ -35,6 +36,7 @@ ActivityPatch = partial(ActivityFields, "ActivityPatch")
 class ActivityFilter(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
+    external_id: ExternalId | None = None
     customer_id: uuid.UUID | None = None
     deal_id: uuid.UUID | None = None
 
@@ -42,6 +44,7 @@ class ActivityFilter(BaseModel):
 @dataclass(frozen=True, slots=True)
 class Activity:
     id: uuid.UUID
+    external_id: str | None
     department_id: uuid.UUID
     type: ActivityType
     subject: str | None

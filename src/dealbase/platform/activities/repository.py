@@ -57,6 +57,8 @@ def _matching(
     department_id: uuid.UUID | None, filters: ActivityFilter
 ) -> list[ColumnElement[bool]]:
     conditions = [in_department(activities, department_id)]
+    if filters.external_id is not None:
+        conditions.append(activities.c.external_id == filters.external_id)
     if filters.customer_id is not None:
         conditions.append(activities.c.customer_id == filters.customer_id)
     if filters.deal_id is not None:

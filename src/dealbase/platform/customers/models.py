@@ -11,6 +11,7 @@ from pydantic_core import PydanticCustomError
 from dealbase.platform.validation import (
     SHORT_TEXT,
     EmailText,
+    ExternalId,
     LongText,
     Moment,
     PhoneText,
@@ -43,6 +44,7 @@ class CustomerFields(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     last_name: RequiredShortText
+    external_id: ExternalId | None = None
     first_name: ShortText | None = None
     company: ShortText | None = None
     website: UrlText | None = None
@@ -70,6 +72,7 @@ class CustomerFields(BaseModel):
 @dataclass(frozen=True, slots=True)
 class Customer:
     id: uuid.UUID
+    external_id: str | None
     tenant_id: uuid.UUID
     department_id: uuid.UUID
     last_name: str
@@ -105,6 +108,7 @@ CustomerPatch = partial(CustomerFields, "CustomerPatch")
 class CustomerFilter(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
+    external_id: ExternalId | None = None
     email: Annotated[PlainText, Field(max_length=320)] | None = None
     q: Annotated[PlainText, Field(min_length=1, max_length=SHORT_TEXT)] | None = None
     updated_since: Moment | None = None

@@ -3,12 +3,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from sqlalchemy import ColumnElement, func, insert, or_, select
+from sqlalchemy import ColumnElement, Text, any_, bindparam, func, or_, select, update
+from sqlalchemy.dialects.postgresql import ARRAY, insert
 
+from dealbase.errors import ExternalIdTaken
 from dealbase.ids import new_id
 from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.rows import in_department, owned_by
+from dealbase.platform.rows import in_department, owned_by, unnested
 from dealbase.platform.tables import customers, deal_customers
 from dealbase.tenancy.statements import Record, TenantConnection
 
@@ -21,8 +23,20 @@ def to_customer(row: Record, tenant_id: uuid.UUID) -> Customer:
 
 
 # Built once: building a statement costs more CPU than running it (coercing every column).
+# A record whose external id is taken is not inserted (ON CONFLICT DO NOTHING): the caller
+# learns it from the rows returned, with the transaction still usable.
 _INSERT = (
-    insert(customers).values(created_at=func.now(), updated_at=func.now()).returning(*customers.c)
+    insert(customers)
+    .values(created_at=func.now(), updated_at=func.now())
+    .on_conflict_do_nothing(index_elements=[customers.c.department_id, customers.c.external_id])
+    .returning(*customers.c)
+)
+
+# What a client sets: every column but the server's own.
+FIELD_COLUMNS = tuple(
+    name
+    for name in _COLUMNS
+    if name not in ("id", "department_id", "created_at", "updated_at", "version")
 )
 
 
@@ -32,7 +46,8 @@ def insert_customers(
     department_id: uuid.UUID,
     fields: Sequence[CustomerFields],
 ) -> list[Customer]:
-    """Inserts in one round trip; the result keeps the order of ``fields``."""
+    """Inserts in one round trip; the result keeps the order of ``fields``. An external id
+    already taken in the department is ExternalIdTaken."""
     if not fields:
         return []
     rows = (
@@ -46,7 +61,92 @@ def insert_customers(
         .mappings()
         .all()
     )
+    if len(rows) < len(fields):
+        raise ExternalIdTaken(
+            "Another customer of the department has this external_id; to change that customer,"
+            " upsert it: PUT /customers/by-external-id/{external_id}."
+        )
     return [to_customer(row, tenant_id) for row in rows]
+
+
+def insert_new(
+    connection: TenantConnection,
+    tenant_id: uuid.UUID,
+    department_id: uuid.UUID,
+    new: Sequence[tuple[uuid.UUID, CustomerFields]],
+) -> dict[uuid.UUID, Customer]:
+    """Inserts many customers with the ids given, in one statement, leaving out each whose
+    external id is taken (by a row committed or inserted just before): by id, those inserted."""
+    if not new:
+        return {}
+    values = [{**fields.model_dump(), "id": customer_id} for customer_id, fields in new]
+    given = unnested(customers, ("id", *FIELD_COLUMNS), values)
+    statement = (
+        insert(customers)
+        .from_select(
+            ["id", *FIELD_COLUMNS, "department_id", "created_at", "updated_at"],
+            select(
+                given,
+                bindparam("department_id", department_id, type_=customers.c.department_id.type),
+                func.now(),
+                func.now(),
+            ),
+        )
+        .on_conflict_do_nothing(index_elements=[customers.c.department_id, customers.c.external_id])
+        .returning(*customers.c)
+    )
+    rows = connection.execute(statement).mappings()
+    return {row["id"]: to_customer(row, tenant_id) for row in rows}
+
+
+def lock_by_external_ids(
+    connection: TenantConnection,
+    tenant_id: uuid.UUID,
+    department_id: uuid.UUID,
+    external_ids: Sequence[str],
+) -> dict[str, Customer]:
+    """The department's customers with these external ids, locked until the transaction ends
+    (in id order, so that two batches lock shared rows in the same order)."""
+    if not external_ids:
+        return {}
+    rows = connection.execute(
+        select(customers)
+        .where(
+            customers.c.department_id == department_id,
+            customers.c.external_id
+            == any_(bindparam("external_ids", list(external_ids), type_=ARRAY(Text))),
+        )
+        .order_by(customers.c.id)
+        .with_for_update()
+    ).mappings()
+    found = (to_customer(row, tenant_id) for row in rows)
+    return {customer.external_id: customer for customer in found if customer.external_id}
+
+
+def update_many(
+    connection: TenantConnection,
+    tenant_id: uuid.UUID,
+    rows: Sequence[dict[str, object]],
+) -> dict[uuid.UUID, Customer]:
+    """Writes each row's client fields (``id`` and every FIELD_COLUMNS value) as a new version,
+    in one statement: by id, the customers as they now are."""
+    if not rows:
+        return {}
+    given = unnested(customers, ("id", *FIELD_COLUMNS), rows)
+    statement = (
+        update(customers)
+        .where(customers.c.id == given.c.id)
+        .values(
+            {
+                **{name: given.c[name] for name in FIELD_COLUMNS},
+                "updated_at": func.now(),
+                "version": customers.c.version + 1,
+            }
+        )
+        .returning(*customers.c)
+    )
+    updated = connection.execute(statement).mappings()
+    return {row["id"]: to_customer(row, tenant_id) for row in updated}
 
 
 def get_customer(
@@ -72,6 +172,8 @@ def _matching(
     department_id: uuid.UUID | None, filters: CustomerFilter
 ) -> list[ColumnElement[bool]]:
     conditions = [in_department(customers, department_id)]
+    if filters.external_id is not None:
+        conditions.append(customers.c.external_id == filters.external_id)
     if filters.email is not None:
         conditions.append(func.lower(customers.c.email) == filters.email.lower())
     if filters.q is not None:

@@ -5,13 +5,16 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from dealbase.errors import NotFound
+from dealbase.errors import DomainError, ExternalIdTaken, NotFound, PreconditionFailed
+from dealbase.ids import new_id
+from dealbase.platform.batches import service as batches
+from dealbase.platform.batches.models import Batch, Result, Write, upserted_fields
 from dealbase.platform.customers import repository
 from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
 from dealbase.platform.deals import repository as deals_repository
 from dealbase.platform.events import service as events
 from dealbase.platform.pagination import Page, page_request
-from dealbase.platform.resources import customer_json
+from dealbase.platform.resources import JsonObject, customer_json, json_value
 from dealbase.platform.rows import by_ids as by_row_ids
 from dealbase.platform.rows import delete_versioned, update_versioned
 from dealbase.platform.tables import customers
@@ -103,3 +106,155 @@ def by_ids(uow: UnitOfWork, customer_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID
     return {
         row_id: repository.to_customer(row, uow.scope.tenant_id) for row_id, row in rows.items()
     }
+
+
+def upsert(
+    uow: UnitOfWork,
+    external_id: str,
+    fields: CustomerFields,
+    *,
+    expected: Expected | None = None,
+    create_only: bool = False,
+) -> Result[Customer]:
+    """Creates the customer with ``external_id``, or changes the fields the body gave of
+    the one that has it. A change that changes nothing writes nothing (no version, no event).
+    ``expected`` (If-Match) needs the customer to exist at one of its versions; ``create_only``
+    (If-None-Match: *) needs it not to exist."""
+    given = frozenset(fields.model_fields_set - {"external_id"})
+    write = Write(
+        0,
+        True,
+        external_id,
+        upserted_fields(fields, external_id),
+        given,
+        expected,
+        create_only,
+    )
+    result = apply_writes(uow, [write])[0]
+    if result.error is not None:
+        raise result.error
+    return result
+
+
+def batch(uow: UnitOfWork, operations: Batch, *, atomic: bool) -> list[Result[Customer]]:
+    """Creates and upserts up to a thousand customers, in a few statements whatever their
+    number (``apply_writes``)."""
+    return batches.run(
+        uow, operations, apply_writes, create=CustomerFields, upsert=CustomerFields, atomic=atomic
+    )
+
+
+def apply_writes(
+    uow: UnitOfWork, writes: Sequence[Write[CustomerFields]]
+) -> dict[int, Result[Customer]]:
+    """Applies creates and upserts together: the customers they name are locked and read in one
+    statement, the new ones inserted in one, the changed ones written in one. Events are
+    recorded in the order of the writes, as single writes would have made them.
+
+    Two writers upserting the same new external id at once: the second one's insert waits for
+    the first's transaction and then skips the row (ON CONFLICT DO NOTHING), which it reads
+    again, locked, and updates."""
+    scope, connection = uow.scope, uow.connection
+    department_id = department_of(scope)
+    results: dict[int, Result[Customer]] = {}
+    changes: list[tuple[Write[CustomerFields], Customer]] = []
+
+    def judge(write: Write[CustomerFields], current: Customer | None) -> bool:
+        """True when ``write`` is to be inserted; else its result or its change is noted."""
+        if current is None:
+            if write.expected is not None:
+                results[write.index] = Result.failed(_precondition_failed(write))
+                return False
+            return True
+        if not write.upsert:
+            results[write.index] = Result.failed(_taken(write))
+        elif write.create_only or (
+            write.expected is not None and not write.expected.admits(current.version)
+        ):
+            results[write.index] = Result.failed(_precondition_failed(write))
+        else:
+            changes.append((write, current))
+        return False
+
+    keyed = [write.external_id for write in writes if write.external_id is not None]
+    current = repository.lock_by_external_ids(connection, scope.tenant_id, department_id, keyed)
+    new = [
+        (new_id(), write)
+        for write in writes
+        if judge(write, current.get(write.external_id) if write.external_id else None)
+    ]
+    inserted = repository.insert_new(
+        connection, scope.tenant_id, department_id, [(id_, write.fields) for id_, write in new]
+    )
+    raced: list[Write[CustomerFields]] = []
+    for customer_id, write in new:
+        customer = inserted.get(customer_id)
+        if customer is not None:
+            results[write.index] = Result("created", customer)
+        elif write.upsert:
+            raced.append(write)
+        else:
+            results[write.index] = Result.failed(_taken(write))
+    if raced:
+        now_there = repository.lock_by_external_ids(
+            connection, scope.tenant_id, department_id, [w.external_id or "" for w in raced]
+        )
+        for write in raced:
+            found = now_there.get(write.external_id or "")
+            # Inserted and deleted again by others between our two statements: rare, and a
+            # retry of the operation settles it.
+            if found is None:
+                results[write.index] = Result.failed(_taken(write))
+            else:
+                judge(write, found)
+
+    rows: list[dict[str, object]] = []
+    changed_by_id: dict[uuid.UUID, tuple[Write[CustomerFields], Customer, dict[str, object]]] = {}
+    for write, before in changes:
+        changed = batches.changed_fields(write, before)
+        if not changed:
+            results[write.index] = Result("unchanged", before)
+            continue
+        row: dict[str, object] = {name: getattr(before, name) for name in repository.FIELD_COLUMNS}
+        row.update(changed, id=before.id)
+        rows.append(row)
+        changed_by_id[before.id] = (write, before, changed)
+    for customer_id, customer in repository.update_many(connection, scope.tenant_id, rows).items():
+        write, _, _ = changed_by_id[customer_id]
+        results[write.index] = Result("updated", customer)
+
+    for write in sorted(writes, key=lambda write: write.index):
+        result = results[write.index]
+        if result.record is None:
+            continue
+        if result.outcome == "created":
+            events.record(uow, "customer.created", department_id, customer_json(result.record))
+        elif result.outcome == "updated":
+            _, before, changed = changed_by_id[result.record.id]
+            previous: JsonObject = {name: json_value(getattr(before, name)) for name in changed}
+            events.record(
+                uow,
+                "customer.updated",
+                department_id,
+                customer_json(result.record),
+                tuple(changed),
+                previous,
+            )
+    return results
+
+
+def _taken(write: Write[CustomerFields]) -> DomainError:
+    return ExternalIdTaken(
+        f"Another customer of the department has the external id {write.external_id!r}."
+    )
+
+
+def _precondition_failed(write: Write[CustomerFields]) -> DomainError:
+    if write.create_only:
+        return PreconditionFailed(
+            f"A customer with the external id {write.external_id!r} exists (If-None-Match: *)."
+        )
+    return PreconditionFailed(
+        f"The customer with the external id {write.external_id!r} is not at a version"
+        " If-Match names (or does not exist); read it again."
+    )

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dealbase.platform.customers.models import Customer, CustomerFields
 from dealbase.platform.validation import (
+    ExternalId,
     LongText,
     Moment,
     RequiredShortText,
@@ -26,6 +27,7 @@ class DealCreate(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     name: RequiredShortText
+    external_id: ExternalId | None = None
     volume: Volume | None = None
     deal_origin: ShortText | None = None
     note: LongText | None = None
@@ -38,6 +40,7 @@ class Deal:
     (the REST wire model takes its fields, in this order, from here)."""
 
     id: uuid.UUID
+    external_id: str | None
     name: str
     volume: int | None
     deal_origin: str | None
@@ -59,6 +62,7 @@ class DealChanges(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     name: RequiredShortText
+    external_id: ExternalId | None = None
     volume: Volume | None = None
     deal_origin: ShortText | None = None
     note: LongText | None = None
@@ -77,6 +81,7 @@ DealOrder = Literal["created_asc", "created_desc", "volume_asc", "volume_desc"]
 class DealFilter(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
+    external_id: ExternalId | None = None
     step_id: uuid.UUID | None = None
     employee_id: uuid.UUID | None = None
     customer_id: uuid.UUID | None = None

@@ -113,6 +113,8 @@ SORTED_VOLUME = func.coalesce(deals.c.volume, -1)
 
 def _matching(department_id: uuid.UUID | None, filters: DealFilter) -> list[ColumnElement[bool]]:
     conditions = [in_department(deals, department_id)]
+    if filters.external_id is not None:
+        conditions.append(deals.c.external_id == filters.external_id)
     if filters.step_id is not None:
         conditions.append(deals.c.step_id == filters.step_id)
     if filters.employee_id is not None:
@@ -176,6 +178,7 @@ def count_deals(
 def to_deal(row: Record, customers: Sequence[Customer]) -> Deal:
     return Deal(
         id=row["id"],
+        external_id=row["external_id"],
         department_id=row["department_id"],
         step_id=row["step_id"],
         employee_id=row["employee_id"],

@@ -43,6 +43,17 @@ def record(
     )
 
 
+def pending_count(uow: UnitOfWork) -> int:
+    """How many events the transaction holds so far (a mark for ``discard_pending_after``)."""
+    return len(uow.finisher(repository.Outbox).pending)
+
+
+def discard_pending_after(uow: UnitOfWork, count: int) -> None:
+    """Forgets the events recorded after the first ``count``: their writes were rolled back to a
+    savepoint."""
+    del uow.finisher(repository.Outbox).pending[count:]
+
+
 def changes(
     before: Mapping[str, object], after: Mapping[str, object], fields: Collection[str]
 ) -> tuple[tuple[str, ...], JsonObject]:

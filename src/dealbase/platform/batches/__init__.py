@@ -1,0 +1,1 @@
+"""Writes by external id: one record's upsert, and batches of creates and upserts."""

@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from dealbase.errors import DomainError, Invalid
+from dealbase.platform.validation import ExternalId, valid_external_id
+from dealbase.platform.versioning import Expected
+
+MAX_OPERATIONS = 1_000
+
+Fields = TypeVar("Fields", bound=BaseModel)
+Record = TypeVar("Record")
+
+
+class Operation(BaseModel):
+    """One operation of a batch. ``data`` is judged on its own, so that one bad record fails
+    only its operation (unless the batch is atomic)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    op: Literal["create", "upsert"]
+    external_id: ExternalId | None = Field(
+        default=None,
+        description="upsert: the record to create or update. create: not used (a new record's"
+        " external id goes in `data`).",
+    )
+    data: dict[str, Any] = Field(description="The record's fields, as its create operation takes.")
+
+    @model_validator(mode="after")
+    def _external_id_where_it_belongs(self) -> Operation:
+        if self.op == "upsert" and self.external_id is None:
+            raise PydanticCustomError("missing", "an upsert names the record's external_id")
+        if self.op == "create" and self.external_id is not None:
+            raise PydanticCustomError(
+                "not_allowed", "a create carries its external id in data.external_id"
+            )
+        return self
+
+
+class Batch(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    operations: Annotated[list[Operation], Field(min_length=1, max_length=MAX_OPERATIONS)]
+
+
+@dataclass(frozen=True, slots=True)
+class Write(Generic[Fields]):
+    """An operation whose data passed its model: what a resource's service applies.
+
+    ``given`` names the fields the data carried: an upsert that finds the record changes only
+    those. ``expected`` and ``create_only`` are a single upsert's If-Match and
+    ``If-None-Match: *``."""
+
+    index: int
+    upsert: bool
+    external_id: str | None
+    fields: Fields
+    given: frozenset[str]
+    expected: Expected | None = None
+    create_only: bool = False
+
+
+def upserted_fields(fields: Fields, external_id: str) -> Fields:
+    """A single upsert's body with the external id its path (or argument) names, which the
+    body may repeat but not contradict."""
+    valid_external_id(external_id)
+    given = getattr(fields, "external_id", None)
+    if given is not None and given != external_id:
+        raise Invalid.of(
+            "external_id", "mismatch", "external_id must be the one the operation names, or absent."
+        )
+    return fields.model_copy(update={"external_id": external_id})
+
+
+Outcome = Literal["created", "updated", "unchanged", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Result(Generic[Record]):
+    """What became of one operation: the record as it now is, or the operation's error."""
+
+    outcome: Outcome
+    record: Record | None = None
+    error: DomainError | None = None
+
+    @staticmethod
+    def failed(error: DomainError) -> Result[Any]:
+        return Result("failed", None, error)

@@ -1,0 +1,154 @@
+"""Running a batch: each operation's data judged alone, then applied by the resource's service.
+
+A batch is per operation by default: an operation that fails leaves the others written, and its
+result says why. ``atomic`` makes it all or nothing: any failure rolls every operation back and
+answers ``BatchRejected`` with the failures found.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from sqlalchemy import text
+
+from dealbase.errors import BatchRejected, DomainError, Invalid, Unavailable
+from dealbase.platform.batches.models import Batch, Fields, Record, Result, Write
+from dealbase.platform.events import service as events
+from dealbase.platform.validation import validated
+from dealbase.tenancy.database import UnitOfWork
+
+# Applies writes (all valid) and answers a result for each, by index.
+Apply = Callable[[UnitOfWork, Sequence[Write[Fields]]], dict[int, Result[Record]]]
+ApplyOne = Callable[[UnitOfWork, Write[Fields]], Result[Record]]
+
+
+def writes_of(
+    batch: Batch, create: type[Fields], upsert: type[Fields]
+) -> tuple[list[Write[Fields]], dict[int, Result[Record]]]:
+    """The operations whose data passes its model (``create``'s or ``upsert``'s), and a failed
+    result for each of the others (an external id named twice in a batch fails its later
+    operations: which would win?)."""
+    writes: list[Write[Fields]] = []
+    failed: dict[int, Result[Record]] = {}
+    seen: set[str] = set()
+    for index, operation in enumerate(batch.operations):
+        path = f"operations[{index}]"
+        try:
+            fields = validated(create if operation.op == "create" else upsert, operation.data)
+        except Invalid as exc:
+            failed[index] = Result.failed(exc.within(f"{path}.data"))
+            continue
+        given = frozenset(fields.model_fields_set - {"external_id"})
+        external_id: str | None = getattr(fields, "external_id", None)
+        if operation.op == "upsert":
+            if external_id is not None and external_id != operation.external_id:
+                failed[index] = Result.failed(
+                    Invalid.of(
+                        f"{path}.data.external_id",
+                        "mismatch",
+                        "data.external_id must be the operation's external_id, or absent.",
+                    )
+                )
+                continue
+            external_id = operation.external_id
+            fields = fields.model_copy(update={"external_id": external_id})
+        if external_id is not None:
+            if external_id in seen:
+                failed[index] = Result.failed(
+                    Invalid.of(
+                        f"{path}.external_id"
+                        if operation.op == "upsert"
+                        else f"{path}.data.external_id",
+                        "duplicate",
+                        "An earlier operation of the batch names this external id.",
+                    )
+                )
+                continue
+            seen.add(external_id)
+        writes.append(Write(index, operation.op == "upsert", external_id, fields, given))
+    return writes, failed
+
+
+def run(
+    uow: UnitOfWork,
+    batch: Batch,
+    apply: Apply[Fields, Record],
+    *,
+    create: type[Fields],
+    upsert: type[Fields],
+    atomic: bool,
+) -> list[Result[Record]]:
+    """Every operation's result, in the batch's order: ``create`` and ``upsert`` are the models
+    their operations' data must pass (the same for most resources)."""
+    results: dict[int, Result[Record]]
+    writes, results = writes_of(batch, create, upsert)
+    if atomic and results:
+        raise _rejected(results)
+    results.update(apply(uow, writes))
+    if atomic and any(result.error is not None for result in results.values()):
+        raise _rejected(results)
+    return [results[index] for index in range(len(batch.operations))]
+
+
+def _rejected(results: dict[int, Result[Record]]) -> BatchRejected:
+    failures = sorted(
+        (index, result.error) for index, result in results.items() if result.error is not None
+    )
+    return BatchRejected(
+        f"{len(failures)} of the batch's operations failed, so none was applied.", failures
+    )
+
+
+def one_by_one(apply_one: ApplyOne[Fields, Record], *, atomic: bool) -> Apply[Fields, Record]:
+    """``apply_one`` for each write in turn, each in a savepoint of its own unless the batch is
+    atomic (whose first failure ends it). For resources whose writes are not made in bulk."""
+
+    def apply(uow: UnitOfWork, writes: Sequence[Write[Fields]]) -> dict[int, Result[Record]]:
+        results: dict[int, Result[Record]] = {}
+        for write in writes:
+            if atomic:
+                try:
+                    results[write.index] = apply_one(uow, write)
+                except Unavailable:
+                    raise
+                except DomainError as exc:
+                    raise BatchRejected(
+                        "An operation of the batch failed, so none was applied.",
+                        [(write.index, exc)],
+                    ) from None
+                continue
+            try:
+                with savepoint(uow):
+                    results[write.index] = apply_one(uow, write)
+            except Unavailable:
+                raise
+            except DomainError as exc:
+                results[write.index] = Result.failed(exc)
+        return results
+
+    return apply
+
+
+@contextmanager
+def savepoint(uow: UnitOfWork) -> Iterator[None]:
+    """The writes inside, and the events they recorded, undone together on a DomainError (which
+    is raised again); kept otherwise."""
+    marker = events.pending_count(uow)
+    uow.connection.execute(text("SAVEPOINT batch_operation"))
+    try:
+        yield
+    except DomainError:
+        uow.connection.execute(text("ROLLBACK TO SAVEPOINT batch_operation"))
+        events.discard_pending_after(uow, marker)
+        raise
+    uow.connection.execute(text("RELEASE SAVEPOINT batch_operation"))
+
+
+def changed_fields(write: Write[Fields], current: object) -> dict[str, object]:
+    """The fields ``write`` gives whose value differs from ``current``'s: an upsert's changes."""
+    return {
+        name: value
+        for name in sorted(write.given)
+        if (value := getattr(write.fields, name)) != getattr(current, name)
+    }

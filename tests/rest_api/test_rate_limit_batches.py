@@ -1,0 +1,172 @@
+"""A batch counts by its size over HTTP (``edge.callers.charge_batch``), with the Redis limiter (a
+real Redis) and the in-process one: ceil(n / 100) requests, at most a limit's burst, the first
+spent on arrival and the rest once the body is read, in the RateLimit headers and 429s; and a
+limiter that cannot answer the charge, as one that cannot answer admission.
+
+The batch routes are not written yet: the app is the factory's, with a batch route of the
+test's own that does what they will do, read the body and then charge the batch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import pytest
+from fastapi import Depends, Request
+from fastapi.testclient import TestClient
+from pydantic import BaseModel
+
+from dealbase.app import create_app
+from dealbase.config import Settings
+from dealbase.edge.callers import charge_batch, department_scope
+from dealbase.tenancy.scope import Scope
+from tests.redis_support import RedisServer, closed_port_url, redis_server
+from tests.rest_api.rate_limit_support import (
+    API,
+    PROBLEM,
+    Policy,
+    State,
+    assert_rate_limited,
+    faults,
+    has_rate_limit_headers,
+    policies,
+    state,
+)
+from tests.support import TenantWorld
+
+BATCH = f"{API}/test-batches"
+# One request every 5 s: nothing refills while a test runs, so every count is exact.
+SLOW = "0.2/s"
+
+
+class Batch(BaseModel):
+    operations: list[dict[str, Any]]
+
+
+@contextmanager
+def serving_batches(
+    settings: Settings, *, before_charge: Callable[[], None] = lambda: None, **update: Any
+) -> Iterator[TestClient]:
+    """A started app with these settings changed and the test's batch route, which calls
+    ``before_charge`` between reading its body and charging the batch."""
+    app = create_app(settings.model_copy(update=update))
+
+    @app.post(BATCH)
+    async def batch(
+        request: Request, body: Batch, scope: Annotated[Scope, Depends(department_scope)]
+    ) -> dict[str, int]:
+        before_charge()
+        await charge_batch(request, scope, len(body.operations))
+        return {"operations": len(body.operations)}
+
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield client
+
+
+def _send(client: TestClient, world: TenantWorld, operations: int) -> httpx.Response:
+    response: httpx.Response = client.post(
+        BATCH, json={"operations": [{}] * operations}, headers=world.key.headers
+    )
+    return response
+
+
+def test_a_batch_counts_one_request_per_hundred_operations(
+    settings: Settings, world: TenantWorld, limiter_url: str | None
+) -> None:
+    with serving_batches(
+        settings,
+        redis_url=limiter_url,
+        rate_limit_key=SLOW,
+        rate_limit_key_burst=25,
+        rate_limit_tenant=SLOW,
+        rate_limit_tenant_burst=1000,
+    ) as client:
+        sizes = [1, 100, 101, 1000, 1000]
+        admitted = [_send(client, world, operations) for operations in sizes]
+        refused = _send(client, world, 250)  # 1 left: the first spent, 2 more refused
+        after = _send(client, world, 1)
+
+    assert [r.status_code for r in admitted] == [200] * 5, [r.text for r in admitted]
+    for response in admitted:
+        assert policies(response) == {"key": Policy(25, 125), "tenant": Policy(1000, 5000)}
+    # Costs 1, 1, 2, 10 and 10, each counted whole in the headers of its own response.
+    assert [state(r) for r in admitted] == [
+        State("key", remaining, 5 * (25 - remaining)) for remaining in (24, 23, 21, 11, 1)
+    ]
+    # Sent again, the batch pays all of its 3: they fit in 15 s.
+    assert assert_rate_limited(refused) == 15
+    assert refused.headers["content-type"] == PROBLEM
+    assert state(refused) == State("key", 0, 125)
+    # The refused batch's first request stayed spent: the last one left is gone.
+    assert assert_rate_limited(after) == 5
+
+
+@pytest.mark.parametrize(("policy", "burst"), [("key", 1), ("key", 3), ("tenant", 3)])
+def test_a_batch_dearer_than_a_burst_costs_the_burst(
+    settings: Settings, world: TenantWorld, limiter_url: str | None, policy: str, burst: int
+) -> None:
+    bursts = {"key": 100, "tenant": 100, policy: burst}
+    with serving_batches(
+        settings,
+        redis_url=limiter_url,
+        rate_limit_key=SLOW,
+        rate_limit_key_burst=bursts["key"],
+        rate_limit_tenant=SLOW,
+        rate_limit_tenant_burst=bursts["tenant"],
+    ) as client:
+        largest = _send(client, world, 1000)
+        next_one = _send(client, world, 1)
+
+    assert largest.status_code == 200, largest.text
+    assert state(largest) == State(policy, 0, 5 * burst)
+    assert assert_rate_limited(next_one) == 5
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    with redis_server(tmp_path / "redis") as server:
+        yield server
+
+
+@pytest.mark.parametrize("fail", ["open", "closed"])
+def test_a_charge_the_limiter_cannot_answer_is_served_or_refused_as_admission_would(
+    settings: Settings, world: TenantWorld, own_redis: RedisServer, fail: str
+) -> None:
+    """Redis answers the batch's admission, then stops before its charge."""
+    with serving_batches(
+        settings,
+        before_charge=own_redis.stop,
+        redis_url=own_redis.url,
+        rate_limit_fail=fail,
+        redis_timeout_ms=50,
+    ) as client:
+        response = _send(client, world, 1000)
+        counted = faults(client)
+
+    if fail == "open":
+        assert response.status_code == 200, response.text
+    else:
+        assert response.status_code == 503, response.text
+        assert response.json()["code"] == "service_unavailable"
+    # No headers of the admission's verdict, which the batch's cost left behind.
+    assert not has_rate_limit_headers(response), response.headers
+    assert counted == 1
+
+
+def test_a_batch_served_without_the_limiter_is_not_charged_either(
+    settings: Settings, world: TenantWorld
+) -> None:
+    """Redis is unreachable, failing open: admission counts one fault and serves the batch
+    without a verdict; its charge asks the limiter no more (a second fault, a second wait)."""
+    with serving_batches(
+        settings, redis_url=closed_port_url(), rate_limit_fail="open", redis_timeout_ms=50
+    ) as client:
+        response = _send(client, world, 1000)
+        counted = faults(client)
+
+    assert response.status_code == 200, response.text
+    assert not has_rate_limit_headers(response), response.headers
+    assert counted == 1
