@@ -37,7 +37,7 @@ batches.
 Checked, not only timed (any failure fails the run, exit 1): every batch answers 200 with one
 result per operation, in order, each with the outcome expected (`created` in run 1, `updated` or
 `unchanged` in run 2), its status (201 or 200), the external id and the fields sent, and in run 2
-the id run 1 made; every PUT answers 201 in run 1 and 200 in run 2 with the same. After each
+the id run 1 made, and its `summary` (when sent) counts the same outcomes; every PUT answers 201 in run 1 and 200 in run 2 with the same. After each
 run, the database (psycopg, the tenant's schema) holds exactly as many customers in the
 department as were synced, each with the values last sent, and GraphQL's `customers {
 totalCount }` agrees. Beyond the contract, and reported as findings without failing the run: an
@@ -245,6 +245,13 @@ def check_batch(response: Answer, job: Job, expected: Expected, tally: Tally) ->
         problem = _check_result(index, result, expected, tally)
         if problem:
             return f"{where}, operation {position} ({external_id(index)}): {problem}"
+    # The server's own count of the outcomes, when it sends one, must agree with the results.
+    summary = body.get("summary")
+    if summary is not None:
+        counted = Counter(expected_outcome(index, expected.run) for index in job.indexes)
+        wanted = {outcome: counted.get(outcome, 0) for outcome in summary}
+        if summary != wanted or set(counted) - set(summary):
+            return f"{where}: summary {summary}, the results say {dict(counted)}"
     return None
 
 
