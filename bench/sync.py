@@ -178,8 +178,8 @@ class Tally:
     first problem (which stops every thread)."""
 
     latencies: list[float] = field(default_factory=list)
-    # When each answer was checked (perf_counter), and how many customers it carried.
-    finished: list[tuple[float, int]] = field(default_factory=list)
+    # Each request's place in the list of jobs, and its time (s).
+    sent: list[tuple[int, float]] = field(default_factory=list)
     outcomes: Counter[str] = field(default_factory=Counter)
     ids: dict[str, str] = field(default_factory=dict)
     response_bytes: int = 0
@@ -308,22 +308,17 @@ class Driven:
     def latencies(self) -> list[float]:
         return sorted(latency for tally in self.tallies for latency in tally.latencies)
 
-    def rate_by_tenth(self) -> list[float]:
-        """Customers a second in each tenth of the requests, in the order they were answered:
-        a rate that falls from the first tenth to the last says a request costs more as the
-        department fills."""
-        finished = sorted(item for tally in self.tallies for item in tally.finished)
-        if len(finished) < 10:
+    def latency_by_tenth(self) -> list[float]:
+        """The mean request time (ms) of each tenth of the requests, in the order they were
+        sent. The clients keep the same number in flight throughout, so a time that grows from
+        the first tenth to the last says a request costs more as the department fills (a rate
+        per tenth would instead show the start, when no answer is back yet, and the end, when
+        fewer are in flight)."""
+        sent = sorted(item for tally in self.tallies for item in tally.sent)
+        if len(sent) < 10:
             return []
-        rates, since = [], self.started
-        for tenth in range(10):
-            part = finished[len(finished) * tenth // 10 : len(finished) * (tenth + 1) // 10]
-            until = part[-1][0]
-            rates.append(
-                sum(count for _, count in part) / (until - since) if until > since else 0.0
-            )
-            since = until
-        return rates
+        tenths = [sent[len(sent) * k // 10 : len(sent) * (k + 1) // 10] for k in range(10)]
+        return [statistics.fmean(latency for _, latency in part) * 1000 for part in tenths]
 
     @property
     def outcomes(self) -> Counter[str]:
@@ -374,11 +369,11 @@ def drive(
                     tally.problem = f"{job.method} {job.path}: {type(exc).__name__}: {exc}"
                     return
                 tally.latencies.append(time.perf_counter() - started)
+                tally.sent.append((number, tally.latencies[-1]))
                 tally.response_bytes += len(answer.body)
                 tally.problem = check(answer, job, expected, tally)
                 if tally.problem:
                     return
-                tally.finished.append((time.perf_counter(), len(job.indexes)))
         except Exception as exc:  # a fault of the bench's own: it must not pass for a figure
             tally.problem = f"the client thread failed: {type(exc).__name__}: {exc}"
         finally:
@@ -646,8 +641,8 @@ class Pass:
     request_p90_ms: float = 0.0
     request_p99_ms: float = 0.0
     request_max_ms: float = 0.0
-    # Customers a second in each tenth of the requests (Driven.rate_by_tenth).
-    rate_by_tenth: list[float] = field(default_factory=list)
+    # The mean request time (ms) of each tenth of the requests (Driven.latency_by_tenth).
+    latency_by_tenth_ms: list[float] = field(default_factory=list)
     request_bytes: float = 0.0  # mean body sent
     response_bytes: float = 0.0  # mean body answered
     outcomes: dict[str, int] = field(default_factory=dict)
@@ -709,19 +704,19 @@ def _whole(row: Pass) -> str:
 
 
 def _tenths(row: Pass) -> str:
-    if not row.rate_by_tenth:
+    if not row.latency_by_tenth_ms:
         return "—"
-    return f"{row.rate_by_tenth[0]:,.0f} → {row.rate_by_tenth[-1]:,.0f}"
+    return f"{row.latency_by_tenth_ms[0]:,.1f} → {row.latency_by_tenth_ms[-1]:,.1f}"
 
 
 def tables(report: Report) -> str:
     if not report.passes:
         return f"sync: no figures: {'; '.join(report.failures) or 'nothing ran'}"
     lines = [
-        "| sync | customers | requests | customers/s | first → last tenth | whole sync | ratio |"
-        " to | request p50 / p99 ms | client CPU µs/customer | dealbase CPU µs/customer |"
-        " PostgreSQL CPU µs/customer | outcomes |",
-        "|---|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---|",
+        "| sync | customers | requests | customers/s | whole sync | ratio | to |"
+        " request p50 / p99 ms | request ms, first → last tenth | client CPU µs/customer |"
+        " dealbase CPU µs/customer | PostgreSQL CPU µs/customer | outcomes |",
+        "|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---|",
     ]
     for row in report.passes:
         if row.failure:
@@ -732,9 +727,9 @@ def tables(report: Report) -> str:
         outcomes = ", ".join(f"{count:,} {name}" for name, count in sorted(row.outcomes.items()))
         lines.append(
             f"| {row.name} | {row.customers:,} | {row.requests:,} |"
-            f" {row.customers_per_second:,.0f} | {_tenths(row)} | {_whole(row)} |"
+            f" {row.customers_per_second:,.0f} | {_whole(row)} |"
             f" {_num(row.ratio, 2) if row.compare_to else '—'} | {row.compare_to or ''} |"
-            f" {row.request_p50_ms:,.1f} / {row.request_p99_ms:,.1f} |"
+            f" {row.request_p50_ms:,.1f} / {row.request_p99_ms:,.1f} | {_tenths(row)} |"
             f" {_num(row.client_cpu_us)} | {_num(row.dealbase_cpu_us)} |"
             f" {_num(row.database_cpu_us)} | {outcomes} |"
         )
@@ -858,7 +853,7 @@ class Bench:
             row.request_max_ms = latencies[-1] * 1000
             answered = sum(tally.response_bytes for tally in driven.tallies)
             row.response_bytes = answered / len(latencies)
-        row.rate_by_tenth = [round(rate, 1) for rate in driven.rate_by_tenth()]
+        row.latency_by_tenth_ms = [round(ms, 1) for ms in driven.latency_by_tenth()]
         row.outcomes = dict(driven.outcomes)
         row.client_cpu_us = driven.client_cpu_seconds / count * 1e6
         server = CpuMeter.used(before[0], after[0])
