@@ -13,11 +13,22 @@ The rules (issue 3 and the field descriptions in the document):
 - ``cursor`` (the events feed's ``after``) is opaque: only a ``next_cursor`` the API returned,
   under the same filters, is valid; a random pattern-valid one is 422 ``invalid_cursor``.
 - ``birthday`` is a date from 1850-01-01 to today, else 422 ``out_of_range``.
+- A moment (``due_at``, ``done_at``) is kept in UTC: one that falls before the year 1 or after
+  9999 there (``0001-01-01T00:00:00+03:04``) is 422 ``out_of_range``.
 - ``If-Match`` names the resource's current ETag, which a generator cannot know: any other
   value is 412 on an existing resource (the stateful phase reaches real ones).
 - An ``Idempotency-Key`` sent again with a different request is 422 ``idempotency_key_reused``.
   The generator draws keys from a small space (the coverage phase sends the same boundary values
   to every operation), so it reuses keys without meaning to.
+
+- An external id is unique in its department: creating with one already taken is 409 (a status
+  the contract allows). An upsert's ``If-Match`` and ``If-None-Match`` depend on whether its
+  record exists, which a generator cannot know (412 either way), so both are dropped there; its
+  body's ``external_id`` may only repeat the path's (else 422 ``mismatch``), so it is made to.
+- An atomic batch (``atomic=true``) fails whole, 422 ``batch_rejected``, when any operation
+  fails for a reason no schema states (an external id taken, or named twice in the batch, or
+  a reference to no row): generated batches are sent per operation, whose answer is 200 with a
+  result for each operation, failed or not.
 
 - A webhook endpoint's ``url`` must lead to a public address (a name is resolved, and there is
   no network here): a string of the document's shape becomes an https URL to a public IP.
@@ -39,6 +50,8 @@ from typing import Any
 
 import schemathesis
 from schemathesis.core import NOT_SET
+
+from dealbase.platform.validation import EXTERNAL_ID_PATTERN
 
 IDEMPOTENCY_KEY = "Idempotency-Key"
 IF_MATCH = "If-Match"
@@ -86,7 +99,10 @@ class ServerRules:
         """
         self._drop_forged_cursor(case)
         _drop_guessed_if_match(case)
+        _upserts_unconditional_and_consistent(case)
+        _batches_per_operation(case)
         _clamp_birthday(case)
+        _moments_within_utc_years(case.body)
         _webhook_url_to_a_public_address(case)
         _integral_floats_as_integers(case.body, self._integer_fields)
         _refer_to_department_rows(case, rows, real_path_ids=real_path_ids)
@@ -140,6 +156,35 @@ class ServerRules:
         return None
 
 
+UPSERT_PATH = "/by-external-id/{external_id}"
+PRECONDITIONS = ("if-match", "if-none-match")
+
+
+def _upserts_unconditional_and_consistent(case: schemathesis.Case[Any]) -> None:
+    if not case.operation.path.endswith(UPSERT_PATH):
+        return
+    headers = case.headers
+    if headers:
+        for name in [name for name in headers if name.lower() in PRECONDITIONS]:
+            del headers[name]
+    # Only a valid id replaces a valid one: a negative case stays negative.
+    path_id = (case.path_parameters or {}).get("external_id")
+    body = case.body
+    if (
+        isinstance(body, dict)
+        and isinstance(body.get("external_id"), str)
+        and isinstance(path_id, str)
+        and _matches(EXTERNAL_ID_PATTERN, body["external_id"])
+        and _matches(EXTERNAL_ID_PATTERN, path_id)
+    ):
+        body["external_id"] = path_id
+
+
+def _batches_per_operation(case: schemathesis.Case[Any]) -> None:
+    if case.operation.path.endswith("/batch") and case.query and "atomic" in case.query:
+        del case.query["atomic"]
+
+
 def _drop_guessed_if_match(case: schemathesis.Case[Any]) -> None:
     # `*` (any version) stays, and so does a value over the document's 1,024 characters: that is
     # a negative case the server must refuse.
@@ -175,6 +220,26 @@ def _clamp_birthdays_in(value: object) -> None:
     clamped = min(max(birthday, EARLIEST_BIRTHDAY), latest)
     if clamped != birthday:
         value[BIRTHDAY] = clamped.isoformat()
+
+
+MOMENTS = ("due_at", "done_at")
+# The years whose moments an offset can carry out of 1 to 9999 in UTC.
+_EDGE_YEAR = re.compile(r"^(0001|9999)(-\d{2}-\d{2}[Tt ])")
+
+
+def _moments_within_utc_years(value: object) -> None:
+    if isinstance(value, list):
+        for item in value:
+            _moments_within_utc_years(item)
+        return
+    if not isinstance(value, dict):
+        return
+    for item in value.values():
+        _moments_within_utc_years(item)
+    for name in MOMENTS:
+        moment = value.get(name)
+        if isinstance(moment, str) and _EDGE_YEAR.match(moment):
+            value[name] = _EDGE_YEAR.sub(r"2000\2", moment)
 
 
 WEBHOOK_URL = "url"

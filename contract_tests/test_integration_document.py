@@ -65,10 +65,15 @@ CUSTOMER_SERVER_MANAGED: dict[str, str] = {
 }
 # Rule 2: returned as well; docs/api.md decides it is an optional string a client may set.
 ADDRESS_ADDITION = "address_addition"
+# Not in the document: the client's own id of a customer or deal, for bulk sync (docs/api.md,
+# "External ids and bulk sync"), an optional string on requests and responses.
+EXTERNAL_ID = "external_id"
 CUSTOMER_OPTIONAL = [name for name in CUSTOMER_REQUEST_FIELDS if name != "last_name"]
-CUSTOMER_RESPONSE_FIELDS = {**CUSTOMER_REQUEST_FIELDS, ADDRESS_ADDITION: "string"} | (
-    CUSTOMER_SERVER_MANAGED
-)
+CUSTOMER_RESPONSE_FIELDS = {
+    **CUSTOMER_REQUEST_FIELDS,
+    ADDRESS_ADDITION: "string",
+    EXTERNAL_ID: "string",
+} | CUSTOMER_SERVER_MANAGED
 
 # The Deal table: "request and response" rows, then "response" rows.
 DEAL_REQUEST_FIELDS: dict[str, str] = {
@@ -87,7 +92,7 @@ DEAL_RESPONSE_ONLY: dict[str, str] = {
     "created_at": "datetime",
     "updated_at": "datetime",
 }
-DEAL_RESPONSE_FIELDS = DEAL_REQUEST_FIELDS | DEAL_RESPONSE_ONLY
+DEAL_RESPONSE_FIELDS = DEAL_REQUEST_FIELDS | DEAL_RESPONSE_ONLY | {EXTERNAL_ID: "string"}
 
 # A value for every client-settable customer field, each of the field's documented type.
 FULL_CUSTOMER: dict[str, Any] = {
@@ -208,7 +213,7 @@ def assert_full_customer(customer: dict[str, Any], where: str) -> None:
     null where the field is optional."""
     assert set(customer) == set(CUSTOMER_RESPONSE_FIELDS), where
     for name, kind in CUSTOMER_RESPONSE_FIELDS.items():
-        optional = name in CUSTOMER_OPTIONAL or name == ADDRESS_ADDITION
+        optional = name in CUSTOMER_OPTIONAL or name in (ADDRESS_ADDITION, EXTERNAL_ID)
         if not (optional and customer[name] is None):
             assert_of_type(customer[name], kind, f"{where}.{name}")
 
@@ -387,7 +392,8 @@ def test_deal_every_field_of_the_table_is_returned_with_its_type(
     deal = response.json()
     assert set(deal) == set(DEAL_RESPONSE_FIELDS)
     for name, kind in DEAL_RESPONSE_FIELDS.items():
-        assert_of_type(deal[name], kind, f"deal.{name}")
+        if not (name == EXTERNAL_ID and deal[name] is None):
+            assert_of_type(deal[name], kind, f"deal.{name}")
     assert deal["department_id"] == str(world.department.id)
     # In a response each element of customers is a full customer object.
     assert len(deal["customers"]) == 2
@@ -698,10 +704,13 @@ def assert_property_types(
 
 def test_openapi_documents_the_create_a_customer_operation(document: dict[str, Any]) -> None:
     request = request_schema(document, CUSTOMERS)
-    assert set(request["properties"]) == set(CUSTOMER_REQUEST_FIELDS) | {ADDRESS_ADDITION}
+    assert set(request["properties"]) == set(CUSTOMER_REQUEST_FIELDS) | {
+        ADDRESS_ADDITION,
+        EXTERNAL_ID,
+    }
     assert request["required"] == ["last_name"]
     assert request["additionalProperties"] is False
-    optional = {*CUSTOMER_OPTIONAL, ADDRESS_ADDITION}
+    optional = {*CUSTOMER_OPTIONAL, ADDRESS_ADDITION, EXTERNAL_ID}
     assert_property_types(document, request, CUSTOMER_REQUEST_FIELDS, nullable=optional)
 
     response = response_schema(document, CUSTOMERS)
@@ -714,7 +723,7 @@ def test_openapi_documents_the_create_a_customer_operation(document: dict[str, A
 
 def test_openapi_documents_the_create_a_deal_operation(document: dict[str, Any]) -> None:
     request = request_schema(document, DEALS)
-    assert set(request["properties"]) == set(DEAL_REQUEST_FIELDS)
+    assert set(request["properties"]) == set(DEAL_REQUEST_FIELDS) | {EXTERNAL_ID}
     assert request["additionalProperties"] is False
     assert_property_types(
         document, request, DEAL_REQUEST_FIELDS, nullable={"volume", "deal_origin", "note"}
@@ -728,7 +737,10 @@ def test_openapi_documents_the_create_a_deal_operation(document: dict[str, Any])
     assert set(response["properties"]) == set(DEAL_RESPONSE_FIELDS)
     assert set(response["required"]) == set(DEAL_RESPONSE_FIELDS)
     assert_property_types(
-        document, response, DEAL_RESPONSE_FIELDS, nullable={"volume", "deal_origin", "note"}
+        document,
+        response,
+        DEAL_RESPONSE_FIELDS,
+        nullable={"volume", "deal_origin", "note", EXTERNAL_ID},
     )
     customer = resolve(document, response["properties"]["customers"]["items"])
     assert set(customer["properties"]) == set(CUSTOMER_RESPONSE_FIELDS)

@@ -200,6 +200,7 @@ _PYDANTIC_CODES: dict[str, str] = {
     "out_of_range": "out_of_range",
     "cannot_clear": "cannot_clear",
     "duplicate_item": "duplicate_item",
+    "unknown_field": "unknown_field",
     "invalid_choice": "invalid_choice",
     "invalid_datetime": "invalid_datetime",
 }

@@ -3,8 +3,9 @@ real Redis) and the in-process one: ceil(n / 100) requests, at most a limit's bu
 spent on arrival and the rest once the body is read, in the RateLimit headers and 429s; and a
 limiter that cannot answer the charge, as one that cannot answer admission.
 
-The batch routes are not written yet: the app is the factory's, with a batch route of the
-test's own that does what they will do, read the body and then charge the batch."""
+Most tests use the factory's app with a batch route of the test's own, which reads the body and
+then charges the batch as the real batch routes do, with a hook between the two (to stop Redis
+there); one sends the real customers batch."""
 
 from __future__ import annotations
 
@@ -102,6 +103,26 @@ def test_a_batch_counts_one_request_per_hundred_operations(
     assert state(refused) == State("key", 0, 125)
     # The refused batch's first request stayed spent: the last one left is gone.
     assert assert_rate_limited(after) == 5
+
+
+def test_the_customers_batch_route_is_charged_by_its_size(
+    settings: Settings, world: TenantWorld, limiter_url: str | None
+) -> None:
+    operations = [{"op": "create", "data": {"last_name": f"L{n}"}} for n in range(250)]
+    with serving_batches(
+        settings,
+        redis_url=limiter_url,
+        rate_limit_key=SLOW,
+        rate_limit_key_burst=25,
+        rate_limit_tenant=SLOW,
+        rate_limit_tenant_burst=1000,
+    ) as client:
+        response = client.post(
+            f"{API}/customers/batch", json={"operations": operations}, headers=world.key.headers
+        )
+
+    assert response.status_code == 200, response.text
+    assert state(response) == State("key", 22, 15)
 
 
 @pytest.mark.parametrize(("policy", "burst"), [("key", 1), ("key", 3), ("tenant", 3)])

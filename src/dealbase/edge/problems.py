@@ -145,8 +145,12 @@ async def _protocol_error(request: Request, exc: Exception) -> Response:
 async def _request_validation(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     errors = list(exc.errors())
-    # An id in the path that cannot exist answers like any unknown id.
+    # A literal path that a parameter's path also matches (POST /customers/batch, GET sent to
+    # it): the literal one is meant, and it lacks the method.
     if errors and all(error["loc"][0] == "path" for error in errors):
+        if request.url.path in request.app.openapi().get("paths", {}):
+            return _method_not_allowed(request)
+        # An id in the path that cannot exist answers like any unknown id.
         return problem(request, 404, "not_found", "Not found", "No resource has that id.")
     # Name query and header parameters as clients know them: "limit", not "query.limit".
     for error in errors:
@@ -168,16 +172,31 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     if exc.status_code == 404:
         detail = "No resource exists at this path."
     if exc.status_code == 405:
-        allowed = _methods_at(request)
-        detail = f"This path allows {', '.join(allowed)}."
-        headers = {"Allow": ", ".join(allowed)}
+        return _method_not_allowed(request)
     return problem(request, exc.status_code, code, title, detail, headers=headers)
 
 
+def _method_not_allowed(request: Request) -> Response:
+    allowed = _methods_at(request)
+    return problem(
+        request,
+        405,
+        "method_not_allowed",
+        "Method not allowed",
+        f"This path allows {', '.join(allowed)}.",
+        headers={"Allow": ", ".join(allowed)},
+    )
+
+
 def _methods_at(request: Request) -> list[str]:
-    """Every method the OpenAPI document gives this path (Starlette names one route's only)."""
+    """Every method the OpenAPI document gives this path (Starlette names one route's only); a
+    literal path (``/customers/batch``) is that path only, not also ``/customers/{id}``."""
+    paths = request.app.openapi().get("paths", {})
+    literal = paths.get(request.url.path)
+    if literal is not None:
+        return sorted(method.upper() for method in literal)
     methods: set[str] = set()
-    for template, operations in request.app.openapi().get("paths", {}).items():
+    for template, operations in paths.items():
         if re.fullmatch(re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(template)), request.url.path):
             methods |= {method.upper() for method in operations}
     return sorted(methods)

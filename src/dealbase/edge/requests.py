@@ -28,8 +28,9 @@ IfNoneMatch = Annotated[
     str | None,
     Header(
         alias="If-None-Match",
-        pattern=r"^\s*\*\s*$",
-        description="`*`: create only; 412 when a record with this external id exists.",
+        max_length=1024,
+        description="`*`: create only, 412 when the record exists; ETags: 412 when the record"
+        " is at one of them.",
     ),
 ]
 

@@ -122,8 +122,9 @@ Moment = Annotated[
 
 # A client's own id for a record: the characters a URL path segment carries as they are
 # (RFC 3986 unreserved and sub-delimiters, ':' and '@'), so that
-# /customers/by-external-id/{external_id} needs no escaping; "." and ".." are path steps.
-EXTERNAL_ID_PATTERN = r"^(?!\.{1,2}$)[A-Za-z0-9._~:@!$&'()*+,;=-]{1,255}$"
+# /customers/by-external-id/{external_id} needs no escaping. Not starting with ".", so that it
+# is never the path step "." or "..".
+EXTERNAL_ID_PATTERN = r"^[A-Za-z0-9_~:@!$&'()*+,;=-][A-Za-z0-9._~:@!$&'()*+,;=-]{0,254}$"
 _EXTERNAL_ID = re.compile(EXTERNAL_ID_PATTERN)
 
 
@@ -131,7 +132,8 @@ def _external_id_shape(value: str) -> str:
     if not _EXTERNAL_ID.match(value):
         raise PydanticCustomError(
             "invalid_format",
-            "must be 1 to 255 letters, digits or - . _ ~ : @ ! $ & ' ( ) * + , ; =",
+            "must be 1 to 255 letters, digits or - . _ ~ : @ ! $ & ' ( ) * + , ; =,"
+            " not starting with .",
         )
     return value
 
@@ -142,7 +144,8 @@ def valid_external_id(value: str, field: str = "external_id") -> str:
         raise Invalid.of(
             field,
             "invalid_format",
-            "must be 1 to 255 letters, digits or - . _ ~ : @ ! $ & ' ( ) * + , ; =",
+            "must be 1 to 255 letters, digits or - . _ ~ : @ ! $ & ' ( ) * + , ; =,"
+            " not starting with .",
         )
     return value
 

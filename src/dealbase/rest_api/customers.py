@@ -25,6 +25,7 @@ from dealbase.platform.validation import SHORT_TEXT, validated
 from dealbase.rest_api.openapi import (
     CREATED_HEADERS,
     EXTERNAL_ID_FILTER,
+    EXTERNAL_ID_PATH,
     LIST_CURSOR,
     LIST_LIMIT,
     READ_HEADERS,
@@ -213,7 +214,8 @@ async def delete_customer(
         " creating takes (`last_name` required), so the same request serves both. A change"
         " that changes nothing writes nothing: no new version, no event. Two clients upserting"
         " the same new external id at once make one customer. `If-Match`: only if the customer"
-        " exists at that ETag; `If-None-Match: *`: only if it does not exist."
+        " exists at that ETag; `If-None-Match: *`: only if it does not exist (or, with ETags,"
+        " only if it is not at one of them)."
     ),
     response_model=None,
     responses={
@@ -233,7 +235,7 @@ async def delete_customer(
 )
 async def upsert_customer(
     request: Request,
-    external_id: str,
+    external_id: str = EXTERNAL_ID_PATH,
     scope: Scope = Depends(department_scope),
     body: bytes = Depends(json_body),
     if_match: IfMatch = None,
@@ -247,7 +249,7 @@ async def upsert_customer(
             external_id,
             fields,
             expected=expected_version(if_match),
-            create_only=if_none_match is not None,
+            unless=expected_version(if_none_match),
         ),
     )
     customer = result.record

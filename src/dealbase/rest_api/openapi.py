@@ -6,13 +6,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from fastapi import FastAPI, Query
+from fastapi import FastAPI, Path, Query
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
 from dealbase.edge.problems import PROBLEM_MEDIA_TYPE
 from dealbase.platform.event_types import EVENT_TYPES
 from dealbase.platform.pagination import CURSOR_PATTERN, MAX_PAGE_SIZE
+from dealbase.platform.validation import EXTERNAL_ID_PATTERN
 from dealbase.platform.webhooks.delivery_models import TEST_EVENT_TYPE
 from dealbase.rest_api.schemas import ActivityOut, CustomerOut, DealOut, Problem
 
@@ -45,8 +46,15 @@ LIST_CURSOR = Query(
 # Checked by the platform's ExternalId rule, so REST and GraphQL answer a bad one alike.
 EXTERNAL_ID_FILTER = Query(
     None,
-    max_length=255,
     description="Only the record with this external id (exact, case-sensitive).",
+    json_schema_extra={"pattern": EXTERNAL_ID_PATTERN, "maxLength": 255},
+)
+
+# An upsert's path: the pattern is declared for clients, and judged by the platform, which
+# answers a bad one with 422 naming external_id rather than the 404 of a path that cannot be.
+EXTERNAL_ID_PATH = Path(
+    description="The client's own id for the record (docs/api.md, External ids).",
+    json_schema_extra={"pattern": EXTERNAL_ID_PATTERN, "maxLength": 255},
 )
 
 # A string parsed by the platform's rules (RFC 3339 with an offset), not FastAPI's lax datetime.

@@ -32,6 +32,7 @@ from dealbase.platform.resources import (
     DEAL_HIDDEN,
     format_timestamp,
 )
+from dealbase.platform.validation import EXTERNAL_ID_PATTERN
 from dealbase.platform.webhooks.delivery_models import Attempt, Delivery
 from dealbase.platform.webhooks.models import WebhookEndpoint
 
@@ -416,24 +417,48 @@ class BatchSummary(BaseModel):
 
 
 def _batch_models(
-    resource: str, fields: type[BaseModel], shown: type[BaseModel]
+    resource: str, create: type[BaseModel], upsert: type[BaseModel], shown: type[BaseModel]
 ) -> tuple[type[BaseModel], type[BaseModel]]:
     """The request and response bodies of ``POST /{resource}/batch``, named after ``resource``:
-    a ``data`` of each operation is ``fields``, a result's ``data`` is ``shown``."""
-    operation_fields: dict[str, Any] = {
-        "op": (Literal["create", "upsert"], ...),
-        "external_id": (
-            str | None,
-            Field(default=None, description="upsert only: the record's external id."),
+    a create operation's ``data`` is ``create``, an upsert's ``upsert``, a result's ``shown``."""
+    forbid = ConfigDict(extra="forbid")
+    # `data` is any object here: it is judged per operation, so data that breaks the record's
+    # rules fails its operation (a 422 result), not the batch.
+    create_fields: dict[str, Any] = {
+        "op": (Literal["create"], ...),
+        "data": (
+            dict[str, Any],
+            Field(
+                description=f"A {create.__name__} (see that schema), as creating one takes it,"
+                " external_id included; judged on its own."
+            ),
         ),
-        "data": (fields, ...),
     }
-    operation = create_model(
-        f"{resource}Operation",
-        __doc__="`create` makes a new record of `data` (its external id, if any, in `data`);"
-        " `upsert` creates the record with `external_id` or changes the fields `data` gives.",
-        **operation_fields,
+    upsert_fields: dict[str, Any] = {
+        "op": (Literal["upsert"], ...),
+        "external_id": (
+            str,
+            Field(
+                max_length=255,
+                description="The record to create or update.",
+                json_schema_extra={"pattern": EXTERNAL_ID_PATTERN},
+            ),
+        ),
+        "data": (
+            dict[str, Any],
+            Field(
+                description=f"A {upsert.__name__} (see that schema), as the upsert takes it;"
+                " data.external_id may only repeat external_id; judged on its own."
+            ),
+        ),
+    }
+    create_operation = create_model(
+        f"{resource}CreateOperation", __config__=forbid, **create_fields
     )
+    upsert_operation = create_model(
+        f"{resource}UpsertOperation", __config__=forbid, **upsert_fields
+    )
+    operation = Annotated[create_operation | upsert_operation, Field(discriminator="op")]
     request_fields: dict[str, Any] = {
         "operations": (list[operation], Field(min_length=1, max_length=MAX_OPERATIONS)),
     }
@@ -452,9 +477,11 @@ def _batch_models(
         "summary": (BatchSummary, ...),
     }
     return (
-        create_model(f"{resource}Batch", **request_fields),
+        create_model(f"{resource}Batch", __config__=forbid, **request_fields),
         create_model(f"{resource}BatchResults", **response_fields),
     )
 
 
-CustomerBatch, CustomerBatchResults = _batch_models("Customer", CustomerFields, CustomerOut)
+CustomerBatch, CustomerBatchResults = _batch_models(
+    "Customer", CustomerFields, CustomerFields, CustomerOut
+)

@@ -36,7 +36,7 @@ class Operation(BaseModel):
             raise PydanticCustomError("missing", "an upsert names the record's external_id")
         if self.op == "create" and self.external_id is not None:
             raise PydanticCustomError(
-                "not_allowed", "a create carries its external id in data.external_id"
+                "unknown_field", "a create carries its external id in data.external_id"
             )
         return self
 
@@ -52,8 +52,9 @@ class Write(Generic[Fields]):
     """An operation whose data passed its model: what a resource's service applies.
 
     ``given`` names the fields the data carried: an upsert that finds the record changes only
-    those. ``expected`` and ``create_only`` are a single upsert's If-Match and
-    ``If-None-Match: *``."""
+    those. ``expected`` and ``unless`` are a single upsert's If-Match and If-None-Match: the
+    record must exist at a version ``expected`` admits, and must not exist at one ``unless``
+    admits (``If-None-Match: *``: must not exist)."""
 
     index: int
     upsert: bool
@@ -61,7 +62,7 @@ class Write(Generic[Fields]):
     fields: Fields
     given: frozenset[str]
     expected: Expected | None = None
-    create_only: bool = False
+    unless: Expected | None = None
 
 
 def upserted_fields(fields: Fields, external_id: str) -> Fields:

@@ -60,7 +60,7 @@ def writes_of(
                         f"{path}.external_id"
                         if operation.op == "upsert"
                         else f"{path}.data.external_id",
-                        "duplicate",
+                        "duplicate_item",
                         "An earlier operation of the batch names this external id.",
                     )
                 )

@@ -114,12 +114,12 @@ def upsert(
     fields: CustomerFields,
     *,
     expected: Expected | None = None,
-    create_only: bool = False,
+    unless: Expected | None = None,
 ) -> Result[Customer]:
     """Creates the customer with ``external_id``, or changes the fields the body gave of
     the one that has it. A change that changes nothing writes nothing (no version, no event).
-    ``expected`` (If-Match) needs the customer to exist at one of its versions; ``create_only``
-    (If-None-Match: *) needs it not to exist."""
+    ``expected`` (If-Match) needs the customer to exist at one of its versions; ``unless``
+    (If-None-Match) needs it not to exist at one of its versions (``*``: not to exist)."""
     given = frozenset(fields.model_fields_set - {"external_id"})
     write = Write(
         0,
@@ -128,7 +128,7 @@ def upsert(
         upserted_fields(fields, external_id),
         given,
         expected,
-        create_only,
+        unless,
     )
     result = apply_writes(uow, [write])[0]
     if result.error is not None:
@@ -163,15 +163,18 @@ def apply_writes(
         """True when ``write`` is to be inserted; else its result or its change is noted."""
         if current is None:
             if write.expected is not None:
-                results[write.index] = Result.failed(_precondition_failed(write))
+                why = "does not exist, and If-Match needs it to"
+                results[write.index] = Result.failed(_precondition_failed(write, why))
                 return False
             return True
         if not write.upsert:
             results[write.index] = Result.failed(_taken(write))
-        elif write.create_only or (
-            write.expected is not None and not write.expected.admits(current.version)
-        ):
-            results[write.index] = Result.failed(_precondition_failed(write))
+        elif write.unless is not None and write.unless.admits(current.version):
+            why = "exists at a version If-None-Match names"
+            results[write.index] = Result.failed(_precondition_failed(write, why))
+        elif write.expected is not None and not write.expected.admits(current.version):
+            why = "is not at a version If-Match names; read it again"
+            results[write.index] = Result.failed(_precondition_failed(write, why))
         else:
             changes.append((write, current))
         return False
@@ -183,6 +186,9 @@ def apply_writes(
         for write in writes
         if judge(write, current.get(write.external_id) if write.external_id else None)
     ]
+    # In external id order: two batches inserting the same new ids wait for each other in the
+    # same order, never each for the other.
+    new.sort(key=lambda pair: pair[1].external_id or "")
     inserted = repository.insert_new(
         connection, scope.tenant_id, department_id, [(id_, write.fields) for id_, write in new]
     )
@@ -249,12 +255,5 @@ def _taken(write: Write[CustomerFields]) -> DomainError:
     )
 
 
-def _precondition_failed(write: Write[CustomerFields]) -> DomainError:
-    if write.create_only:
-        return PreconditionFailed(
-            f"A customer with the external id {write.external_id!r} exists (If-None-Match: *)."
-        )
-    return PreconditionFailed(
-        f"The customer with the external id {write.external_id!r} is not at a version"
-        " If-Match names (or does not exist); read it again."
-    )
+def _precondition_failed(write: Write[CustomerFields], why: str) -> DomainError:
+    return PreconditionFailed(f"The customer with the external id {write.external_id!r} {why}.")

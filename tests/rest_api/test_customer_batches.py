@@ -1,0 +1,292 @@
+"""POST /customers/batch: up to a thousand creates and upserts in one request, per operation or
+all or nothing, in a fixed number of statements."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+
+from dealbase.edge.guards import MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES
+from dealbase.platform.batches.models import MAX_OPERATIONS
+from dealbase.tenancy.database import Database
+from tests.rest_api.test_events import all_events
+from tests.support import TenantWorld
+
+CUSTOMERS = "/api/v1/integration/customers"
+BATCH = f"{CUSTOMERS}/batch"
+
+
+def upsert(external_id: str, **data: Any) -> dict[str, Any]:
+    return {"op": "upsert", "external_id": external_id, "data": {"last_name": "L", **data}}
+
+
+def create(**data: Any) -> dict[str, Any]:
+    return {"op": "create", "data": {"last_name": "L", **data}}
+
+
+def send(
+    client: TestClient,
+    world: TenantWorld,
+    operations: list[dict[str, Any]],
+    *,
+    atomic: bool = False,
+    headers: dict[str, str] | None = None,
+) -> Any:
+    return client.post(
+        BATCH,
+        params={"atomic": "true"} if atomic else None,
+        json={"operations": operations},
+        headers={**world.key.headers, **(headers or {})},
+    )
+
+
+def customers_of(client: TestClient, world: TenantWorld) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = (
+            {"limit": 100} if cursor is None else {"limit": 100, "cursor": cursor}
+        )
+        page = client.get(CUSTOMERS, params=params, headers=world.key.headers).json()
+        found += page["data"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return found
+
+
+def test_a_batch_of_a_thousand_upserts_creates_them_all_in_order(
+    client: TestClient, world: TenantWorld
+) -> None:
+    operations = [upsert(f"shop-{n:04}", first_name=f"N{n}") for n in range(MAX_OPERATIONS)]
+
+    response = send(client, world, operations)
+
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["summary"] == {"created": 1000, "updated": 0, "unchanged": 0, "failed": 0}
+    assert [(r["status"], r["outcome"]) for r in body["results"]] == [(201, "created")] * 1000
+    assert [r["data"]["external_id"] for r in body["results"]] == [
+        f"shop-{n:04}" for n in range(1000)
+    ]
+    assert [r["data"]["first_name"] for r in body["results"]] == [f"N{n}" for n in range(1000)]
+    assert len(customers_of(client, world)) == 1000
+
+
+def test_a_second_sync_updates_the_changed_and_leaves_the_rest(
+    client: TestClient, world: TenantWorld
+) -> None:
+    send(client, world, [upsert(f"shop-{n}", city="London") for n in range(10)])
+    before = {c["external_id"]: c for c in customers_of(client, world)}
+
+    operations = [upsert(f"shop-{n}", city="Paris" if n < 3 else "London") for n in range(10)]
+    body = send(client, world, operations).json()
+
+    assert body["summary"] == {"created": 0, "updated": 3, "unchanged": 7, "failed": 0}
+    assert [r["outcome"] for r in body["results"]] == ["updated"] * 3 + ["unchanged"] * 7
+    after = {c["external_id"]: c for c in customers_of(client, world)}
+    assert len(after) == 10
+    for n in range(10):
+        key = f"shop-{n}"
+        if n < 3:
+            assert after[key]["city"] == "Paris"
+            assert after[key]["updated_at"] > before[key]["updated_at"]
+        else:
+            assert after[key] == before[key]
+    events = all_events(client, world)
+    assert [e["type"] for e in events] == ["customer.created"] * 10 + ["customer.updated"] * 3
+    assert [e["data"]["external_id"] for e in events[10:]] == ["shop-0", "shop-1", "shop-2"]
+    assert {tuple(e["changed_fields"]) for e in events[10:]} == {("city",)}
+
+
+def test_by_default_a_failed_operation_leaves_the_others_written(
+    client: TestClient, world: TenantWorld
+) -> None:
+    send(client, world, [upsert("taken"), upsert("kept")])
+    operations = [
+        upsert("a"),
+        create(email="not an email"),
+        create(external_id="taken"),
+        upsert("b", first_name="x" * 256),
+        create(external_id="c"),
+        upsert("kept", city="Rome"),
+    ]
+
+    response = send(client, world, operations)
+
+    assert response.status_code == 200
+    results = response.json()["results"]
+    assert [(r["status"], r["outcome"]) for r in results] == [
+        (201, "created"),
+        (422, "failed"),
+        (409, "failed"),
+        (422, "failed"),
+        (201, "created"),
+        (200, "updated"),
+    ]
+    assert [e["field"] for e in results[1]["error"]["errors"]] == ["operations[1].data.email"]
+    assert results[1]["error"]["errors"][0]["pointer"] == "/operations/1/data/email"
+    assert results[2]["error"]["code"] == "external_id_taken"
+    assert [e["field"] for e in results[3]["error"]["errors"]] == ["operations[3].data.first_name"]
+    assert "data" not in results[1] or results[1]["data"] is None
+    assert sorted(c["external_id"] for c in customers_of(client, world)) == [
+        "a",
+        "c",
+        "kept",
+        "taken",
+    ]
+
+
+def test_an_atomic_batch_with_a_failure_writes_nothing_and_names_every_failure(
+    client: TestClient, world: TenantWorld
+) -> None:
+    send(client, world, [upsert("taken")])
+    operations = [upsert("a"), create(email="bad"), create(external_id="taken"), upsert("b")]
+
+    invalid = send(client, world, operations, atomic=True)
+    conflicting = send(client, world, [upsert("a"), create(external_id="taken")], atomic=True)
+
+    assert invalid.status_code == 422
+    body = invalid.json()
+    assert body["code"] == "batch_rejected"
+    # Invalid data is found before anything is written; every such operation is named.
+    assert [f["index"] for f in body["failures"]] == [1]
+    assert body["failures"][0]["error"]["errors"][0]["field"] == "operations[1].data.email"
+    assert conflicting.status_code == 422
+    assert [(f["index"], f["error"]["code"]) for f in conflicting.json()["failures"]] == [
+        (1, "external_id_taken")
+    ]
+    assert [c["external_id"] for c in customers_of(client, world)] == ["taken"]
+    assert [e["type"] for e in all_events(client, world)] == ["customer.created"]
+
+
+def test_an_atomic_batch_without_failures_writes_everything(
+    client: TestClient, world: TenantWorld
+) -> None:
+    response = send(client, world, [upsert("a"), create(), create(external_id="c")], atomic=True)
+
+    assert response.status_code == 200
+    assert response.json()["summary"]["created"] == 3
+
+
+def test_an_external_id_named_twice_fails_the_later_operation(
+    client: TestClient, world: TenantWorld
+) -> None:
+    results = send(
+        client, world, [upsert("a"), upsert("a", city="X"), create(external_id="a")]
+    ).json()["results"]
+
+    assert [r["outcome"] for r in results] == ["created", "failed", "failed"]
+    assert results[1]["error"]["errors"][0]["field"] == "operations[1].external_id"
+    assert results[2]["error"]["errors"][0]["field"] == "operations[2].data.external_id"
+    assert {r["error"]["errors"][0]["code"] for r in results[1:]} == {"duplicate_item"}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"operations": []}, "operations"),
+        ({"operations": [upsert(str(n)) for n in range(MAX_OPERATIONS + 1)]}, "operations"),
+        ({"operations": [{"op": "upsert", "data": {"last_name": "A"}}]}, "operations[0]"),
+        (
+            {"operations": [{"op": "create", "external_id": "a", "data": {"last_name": "A"}}]},
+            "operations[0]",
+        ),
+        ({"operations": [{"op": "delete", "data": {}}]}, "operations[0].op"),
+        ({"operations": [{"op": "create", "data": []}]}, "operations[0].data"),
+        ({"operations": [upsert("a b")]}, "operations[0].external_id"),
+        ({"items": []}, "operations"),
+    ],
+)
+def test_a_malformed_batch_is_refused_whole(
+    client: TestClient, world: TenantWorld, body: dict[str, Any], field: str
+) -> None:
+    response = client.post(BATCH, json=body, headers=world.key.headers)
+
+    assert response.status_code == 422, response.text
+    assert field in [error["field"] for error in response.json()["errors"]]
+    assert customers_of(client, world) == []
+
+
+def test_a_batch_body_may_be_larger_than_other_bodies_up_to_its_own_limit(
+    client: TestClient, world: TenantWorld
+) -> None:
+    note = "n" * 5_000
+    operations = [upsert(f"shop-{n}", note=note) for n in range(MAX_OPERATIONS)]
+    within = orjson.dumps({"operations": operations})
+    assert MAX_BODY_BYTES < len(within) < MAX_BATCH_BODY_BYTES
+    beyond = orjson.dumps({"operations": [upsert(f"{n}", note="n" * 9_000) for n in range(1000)]})
+    assert len(beyond) > MAX_BATCH_BODY_BYTES
+    headers = {**world.key.headers, "Content-Type": "application/json"}
+
+    accepted = client.post(BATCH, content=within, headers=headers)
+    refused = client.post(BATCH, content=beyond, headers=headers)
+    single = client.post(CUSTOMERS, content=b" " * MAX_BODY_BYTES + b"{}", headers=headers)
+
+    assert accepted.status_code == 200
+    assert refused.status_code == 413
+    assert single.status_code == 413
+
+
+def test_an_idempotency_key_replays_a_batch_and_tells_its_modes_apart(
+    client: TestClient, world: TenantWorld
+) -> None:
+    key = {"Idempotency-Key": "nightly-2026-11-23-part-1"}
+    operations = [upsert("a"), create()]
+
+    first = send(client, world, operations, headers=key)
+    replay = send(client, world, operations, headers=key)
+    other_mode = send(client, world, operations, atomic=True, headers=key)
+
+    assert first.status_code == replay.status_code == 200
+    assert replay.json() == first.json()
+    assert replay.headers["idempotent-replayed"] == "true"
+    assert other_mode.status_code == 422
+    assert other_mode.json()["code"] == "idempotency_key_reused"
+    assert len(customers_of(client, world)) == 2
+
+
+class StatementCounter:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, statement: str) -> None:
+        if not statement.startswith("SELECT") or " FOR UPDATE" in statement:
+            self.count += 1
+
+
+@pytest.fixture
+def tenant_statements(client: TestClient) -> Iterator[StatementCounter]:
+    """Counts the statements units of work send (reads without locks left out: the events
+    finisher's and the idempotency check's are the same for any batch)."""
+    database: Database = client.app.state.database  # type: ignore[attr-defined]
+    counter = StatementCounter()
+    database.statement_listeners.append(counter)
+    try:
+        yield counter
+    finally:
+        database.statement_listeners.remove(counter)
+
+
+def test_a_batch_costs_the_same_statements_whatever_its_size(
+    client: TestClient, world: TenantWorld, tenant_statements: StatementCounter
+) -> None:
+    counts = {}
+    for size in (10, MAX_OPERATIONS - 2):
+        send(client, world, [upsert(f"{size}-{n}") for n in range(size)])
+        changed = [upsert(f"{size}-{n}", city="X" if n % 2 else None) for n in range(size)]
+        tenant_statements.count = 0
+        body = send(client, world, [*changed, create(), upsert(f"{size}-new")]).json()
+        counts[size] = tenant_statements.count
+        assert body["summary"] == {
+            "created": 2,
+            "updated": size // 2,
+            "unchanged": size // 2,
+            "failed": 0,
+        }
+
+    assert counts[10] == counts[MAX_OPERATIONS - 2], counts
+    assert counts[10] <= 6, counts

@@ -1,0 +1,230 @@
+"""PUT /customers/by-external-id/{external_id}: create or change the customer a client knows by
+its own id, and external ids on the other customer operations."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from tests.rest_api.test_events import all_events
+from tests.support import TenantWorld
+
+CUSTOMERS = "/api/v1/integration/customers"
+
+
+def put(
+    client: TestClient,
+    world: TenantWorld,
+    external_id: str,
+    body: dict[str, Any],
+    **headers: str,
+) -> Any:
+    return client.put(
+        f"{CUSTOMERS}/by-external-id/{external_id}",
+        json=body,
+        headers={**world.key.headers, **headers},
+    )
+
+
+def test_an_upsert_of_a_new_external_id_creates_the_customer(
+    client: TestClient, world: TenantWorld
+) -> None:
+    response = put(client, world, "shop-1", {"last_name": "Lovelace", "city": "London"})
+
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert body["external_id"] == "shop-1"
+    assert (body["last_name"], body["city"]) == ("Lovelace", "London")
+    assert response.headers["etag"] == '"1"'
+    assert response.headers["location"] == f"{CUSTOMERS}/{body['id']}"
+    assert client.get(response.headers["location"], headers=world.key.headers).json() == body
+
+
+def test_an_upsert_of_a_known_external_id_changes_only_the_fields_it_gives(
+    client: TestClient, world: TenantWorld
+) -> None:
+    first = put(client, world, "shop-1", {"last_name": "Lovelace", "city": "London"}).json()
+
+    response = put(client, world, "shop-1", {"last_name": "King", "email": "ada@example.com"})
+
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["id"] == first["id"]
+    assert (body["last_name"], body["email"], body["city"]) == (
+        "King",
+        "ada@example.com",
+        "London",
+    )
+    assert response.headers["etag"] == '"2"'
+    assert body["created_at"] == first["created_at"]
+    assert body["updated_at"] > first["updated_at"]
+
+
+def test_an_upsert_that_changes_nothing_writes_nothing(
+    client: TestClient, world: TenantWorld
+) -> None:
+    first = put(client, world, "shop-1", {"last_name": "Lovelace", "city": "London"})
+
+    again = put(client, world, "shop-1", {"last_name": "Lovelace", "city": "London"})
+    subset = put(client, world, "shop-1", {"last_name": "Lovelace"})
+
+    for response in (again, subset):
+        assert response.status_code == 200
+        assert response.json() == first.json()
+        assert response.headers["etag"] == '"1"'
+    assert [event["type"] for event in all_events(client, world)] == ["customer.created"]
+
+
+def test_upserts_are_events_as_single_writes_are(client: TestClient, world: TenantWorld) -> None:
+    put(client, world, "shop-1", {"last_name": "Lovelace", "city": "London"})
+    updated = put(client, world, "shop-1", {"last_name": "Lovelace", "city": "Paris"}).json()
+
+    events = all_events(client, world)
+
+    assert [event["type"] for event in events] == ["customer.created", "customer.updated"]
+    assert events[1]["data"] == updated
+    assert events[1]["changed_fields"] == ["city"]
+    assert events[1]["previous"] == {"city": "London"}
+
+
+def test_the_body_may_repeat_the_paths_external_id_but_not_contradict_it(
+    client: TestClient, world: TenantWorld
+) -> None:
+    same = put(client, world, "shop-1", {"last_name": "A", "external_id": "shop-1"})
+    other = put(client, world, "shop-2", {"last_name": "A", "external_id": "shop-3"})
+
+    assert same.status_code == 201
+    assert other.status_code == 422
+    assert [(e["field"], e["code"]) for e in other.json()["errors"]] == [
+        ("external_id", "mismatch")
+    ]
+
+
+def test_an_upsert_body_is_what_creating_takes(client: TestClient, world: TenantWorld) -> None:
+    put(client, world, "shop-1", {"last_name": "Lovelace"})
+
+    # The same request must serve both cases, so last_name is required even for an update.
+    response = put(client, world, "shop-1", {"city": "Paris"})
+
+    assert response.status_code == 422
+    assert [e["field"] for e in response.json()["errors"]] == ["last_name"]
+
+
+def test_an_external_id_outside_the_documented_characters_is_refused(
+    client: TestClient, world: TenantWorld
+) -> None:
+    # ("." and "..", which clients resolve as path steps, are checked in tests/platform/batches.)
+    for bad in ("with%20space", "%C3%A9t%C3%A9", "x" * 256, "a%2Fb", "a%3Fb"):
+        response = put(client, world, bad, {"last_name": "A"})
+        assert response.status_code in (404, 422), (bad, response.status_code)
+        if response.status_code == 422:
+            assert response.json()["errors"][0]["field"] == "external_id"
+    for good in ("erp:42", "a.b_c-d~e", "ada@example.com", "x" * 255):
+        assert put(client, world, good, {"last_name": "A"}).status_code == 201, good
+
+
+def test_if_match_needs_the_customer_at_that_version(
+    client: TestClient, world: TenantWorld
+) -> None:
+    put(client, world, "shop-1", {"last_name": "Lovelace"})
+
+    stale = put(client, world, "shop-1", {"last_name": "King"}, **{"If-Match": '"7"'})
+    missing = put(client, world, "shop-2", {"last_name": "King"}, **{"If-Match": "*"})
+    current = put(client, world, "shop-1", {"last_name": "King"}, **{"If-Match": '"1"'})
+
+    assert (stale.status_code, missing.status_code, current.status_code) == (412, 412, 200)
+    assert current.json()["last_name"] == "King"
+    assert (
+        client.get(CUSTOMERS, params={"external_id": "shop-2"}, headers=world.key.headers).json()[
+            "data"
+        ]
+        == []
+    )
+
+
+def test_if_none_match_star_only_creates(client: TestClient, world: TenantWorld) -> None:
+    created = put(client, world, "shop-1", {"last_name": "A"}, **{"If-None-Match": "*"})
+    again = put(client, world, "shop-1", {"last_name": "B"}, **{"If-None-Match": "*"})
+
+    assert (created.status_code, again.status_code) == (201, 412)
+    assert again.json()["code"] == "precondition_failed"
+
+
+def test_if_none_match_with_etags_refuses_only_at_those_versions(
+    client: TestClient, world: TenantWorld
+) -> None:
+    put(client, world, "shop-1", {"last_name": "A"})
+
+    at_it = put(client, world, "shop-1", {"last_name": "B"}, **{"If-None-Match": '"1"'})
+    elsewhere = put(client, world, "shop-1", {"last_name": "B"}, **{"If-None-Match": '"5", "6"'})
+
+    assert (at_it.status_code, elsewhere.status_code) == (412, 200)
+    assert elsewhere.json()["last_name"] == "B"
+
+
+def test_creating_with_a_taken_external_id_is_a_conflict(
+    client: TestClient, world: TenantWorld
+) -> None:
+    put(client, world, "shop-1", {"last_name": "Lovelace"})
+
+    response = client.post(
+        CUSTOMERS, json={"last_name": "Twin", "external_id": "shop-1"}, headers=world.key.headers
+    )
+
+    assert response.status_code == 409
+    assert response.json()["code"] == "external_id_taken"
+    listed = client.get(CUSTOMERS, headers=world.key.headers).json()["data"]
+    assert [customer["last_name"] for customer in listed] == ["Lovelace"]
+
+
+def test_a_patch_may_set_or_clear_an_external_id_but_not_take_anothers(
+    client: TestClient, world: TenantWorld
+) -> None:
+    put(client, world, "shop-1", {"last_name": "Lovelace"})
+    other = client.post(CUSTOMERS, json={"last_name": "B"}, headers=world.key.headers).json()
+    path = f"{CUSTOMERS}/{other['id']}"
+
+    taken = client.patch(path, json={"external_id": "shop-1"}, headers=world.key.headers)
+    set_ = client.patch(path, json={"external_id": "shop-2"}, headers=world.key.headers)
+    cleared = client.patch(path, json={"external_id": None}, headers=world.key.headers)
+
+    assert taken.status_code == 409 and taken.json()["code"] == "external_id_taken"
+    assert set_.status_code == 200 and set_.json()["external_id"] == "shop-2"
+    assert cleared.status_code == 200 and cleared.json()["external_id"] is None
+
+
+def test_lists_filter_by_external_id_exactly(client: TestClient, world: TenantWorld) -> None:
+    put(client, world, "Shop-1", {"last_name": "Upper"})
+    put(client, world, "shop-1", {"last_name": "Lower"})
+    put(client, world, "shop-10", {"last_name": "Longer"})
+
+    found = client.get(CUSTOMERS, params={"external_id": "shop-1"}, headers=world.key.headers)
+
+    assert [c["last_name"] for c in found.json()["data"]] == ["Lower"]
+
+
+def test_an_external_id_names_a_customer_of_one_department_of_one_tenant(
+    client: TestClient, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    tenant = make_tenant(departments=2)
+    other_tenant = make_tenant()
+    first, second = tenant.keys
+    for headers, name in (
+        (first.headers, "First"),
+        (second.headers, "Second"),
+        (other_tenant.key.headers, "Other"),
+    ):
+        response = client.put(
+            f"{CUSTOMERS}/by-external-id/shop-1", json={"last_name": name}, headers=headers
+        )
+        assert response.status_code == 201, name
+
+    for headers, name in (
+        (first.headers, "First"),
+        (second.headers, "Second"),
+        (other_tenant.key.headers, "Other"),
+    ):
+        found = client.get(CUSTOMERS, params={"external_id": "shop-1"}, headers=headers).json()
+        assert [customer["last_name"] for customer in found["data"]] == [name]
