@@ -14,7 +14,9 @@ a GraphQL error, a socket error or a timeout) fails the run (exit 1) instead of 
 After the wrk scenarios, bench runs bench/webhooks.py (webhook delivery by one `dealbase
 worker`, beside plain httpx; BENCH_SCENARIOS=webhooks runs it alone) on a scratch database of
 its own, prints its tables after the targets, and writes its figures into the results file; a
-delivery that lost events fails the run.
+delivery that lost events fails the run. Then bench/sync.py (a nightly sync of customers upserted
+in batches by external id, beside the same sync one customer a request; BENCH_SCENARIOS=sync runs
+it alone), likewise; an answer or a count that is not what was synced fails the run.
 
 profile: the same setup for dealbase alone, one scenario under load while py-spy records the
 server's worker processes; writes a speedscope file and a text summary to bench/results/.
@@ -46,10 +48,13 @@ from harness.profiling import ProfileFailed, start_recording, stop_recording, su
 from harness.report import Outcome, outcome_record, table, targets, targets_text, write_results
 from harness.scenarios import (
     DEALBASE_SCENARIOS,
+    OWN_TABLES,
+    SYNC,
     WEBHOOKS,
     Scenario,
     UnknownScenario,
     select,
+    wants_sync,
     wants_webhooks,
 )
 from harness.settings import BenchSettings, SettingsError
@@ -197,6 +202,7 @@ def report_line(outcome: Outcome) -> None:
 def bench(settings: BenchSettings) -> int:
     selected = select(settings.scenarios)
     with_webhooks = wants_webhooks(settings.scenarios)
+    with_sync = wants_sync(settings.scenarios)
     servers = {scenario.server for scenario in selected}
     tools = Toolset(
         wrk=ensure_wrk() if selected else None,
@@ -224,6 +230,8 @@ def bench(settings: BenchSettings) -> int:
         )
     delivery: Any = None  # webhooks.Report
     delivery_failure: str | None = None
+    synced: Any = None  # sync.Report
+    sync_failure: str | None = None
     try:
         document["versions"].update(server_versions(settings.database_server, settings.redis_url))
         if selected:
@@ -246,6 +254,9 @@ def bench(settings: BenchSettings) -> int:
             document[WEBHOOKS] = (
                 delivery.as_dict() if delivery is not None else {"failure": delivery_failure}
             )
+        if with_sync:
+            synced, sync_failure = _sync(settings, stamp)
+            document[SYNC] = synced.as_dict() if synced is not None else {"failure": sync_failure}
     finally:
         document["machine"]["load_average_after"] = load_average()
         document["scenarios"] = [outcome_record(o, outcomes) for o in outcomes.values()]
@@ -259,6 +270,9 @@ def bench(settings: BenchSettings) -> int:
     if delivery is not None:
         print()
         print(webhook_tables(delivery))
+    if synced is not None:
+        print()
+        print(sync_tables(synced))
     print(f"\nResults: {results_path.relative_to(ROOT)}")
     failed = [name for name, outcome in outcomes.items() if not outcome.ok]
     if failed:
@@ -267,11 +281,16 @@ def bench(settings: BenchSettings) -> int:
             " figures (see above and the results file).",
             file=sys.stderr,
         )
+    failed_own = False
     if delivery_failure or (delivery is not None and not delivery.ok):
         problems = [delivery_failure] if delivery_failure else delivery.failures
         print("\nbench: FAILED: webhooks:\n  " + "\n  ".join(problems), file=sys.stderr)
-        return 1
-    return 1 if failed else 0
+        failed_own = True
+    if sync_failure or (synced is not None and not synced.ok):
+        problems = [sync_failure] if sync_failure else synced.failures
+        print("\nbench: FAILED: sync:\n  " + "\n  ".join(problems), file=sys.stderr)
+        failed_own = True
+    return 1 if failed or failed_own else 0
 
 
 def webhook_tables(report: Any) -> str:
@@ -279,6 +298,32 @@ def webhook_tables(report: Any) -> str:
 
     text: str = webhooks.tables(report)
     return text
+
+
+def sync_tables(report: Any) -> str:
+    import sync
+
+    text: str = sync.tables(report)
+    return text
+
+
+def _sync(settings: BenchSettings, stamp: str) -> tuple[Any, str | None]:
+    """bench/sync.py's measurements, on a scratch database of their own; the report, or why
+    there is none."""
+    import sync
+
+    say(
+        f"sync: {settings.sync_customers:,} customers in batches of {settings.sync_batch},"
+        f" {settings.sync_single_count:,} one at a time, {settings.sync_clients} clients"
+        " (bench/sync.py)"
+    )
+    try:
+        return sync.measure(sync.Options(settings, RESULTS / f"{stamp}-logs")), None
+    except ServiceFailed as exc:
+        return None, str(exc)
+    except Exception as exc:
+        traceback.print_exc()
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 def _deliver_webhooks(settings: BenchSettings, stamp: str) -> tuple[Any, str | None]:
@@ -477,7 +522,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=(__doc__ or "").split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Scenarios: " + ", ".join([*(s.name for s in select(())), WEBHOOKS]),
+        epilog="Scenarios: " + ", ".join([*(s.name for s in select(())), *OWN_TABLES]),
     )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("bench", help="every scenario (or BENCH_SCENARIOS), one table")

@@ -132,8 +132,11 @@ SCENARIOS: tuple[Scenario, ...] = (
 )
 
 BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}
-# Not a wrk scenario: bench/webhooks.py, run after them, with a table of its own.
+# Not wrk scenarios: bench/webhooks.py and bench/sync.py, run after them, each with a table of
+# its own.
 WEBHOOKS = "webhooks"
+SYNC = "sync"
+OWN_TABLES = (WEBHOOKS, SYNC)
 DEALBASE_SCENARIOS = tuple(s.name for s in SCENARIOS if s.server == "dealbase")
 
 
@@ -176,16 +179,16 @@ class UnknownScenario(Exception):
 
 def select(names: tuple[str, ...]) -> list[Scenario]:
     """The scenarios named (all when none), with the ones their ratios need, in run order;
-    none when only `webhooks` is named."""
+    none when only `webhooks` or `sync` is named."""
     if not names:
         return list(SCENARIOS)
-    unknown = [name for name in names if name not in BY_NAME and name != WEBHOOKS]
+    unknown = [name for name in names if name not in BY_NAME and name not in OWN_TABLES]
     if unknown:
         raise UnknownScenario(
             f"unknown scenario {', '.join(unknown)}; the scenarios are: "
-            + ", ".join([*BY_NAME, WEBHOOKS])
+            + ", ".join([*BY_NAME, *OWN_TABLES])
         )
-    names = tuple(name for name in names if name != WEBHOOKS)
+    names = tuple(name for name in names if name not in OWN_TABLES)
     wanted = set(names)
     for name in names:
         other = BY_NAME[name].compare_to
@@ -199,3 +202,9 @@ def wants_webhooks(names: tuple[str, ...]) -> bool:
     """Whether the run measures webhook delivery (bench/webhooks.py): always, unless scenarios
     are named and `webhooks` is not one of them."""
     return not names or WEBHOOKS in names
+
+
+def wants_sync(names: tuple[str, ...]) -> bool:
+    """Whether the run measures the bulk sync (bench/sync.py): always, unless scenarios are
+    named and `sync` is not one of them."""
+    return not names or SYNC in names

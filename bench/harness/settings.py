@@ -49,6 +49,12 @@ class BenchSettings:
     # second while the delay is measured (for `seconds`).
     webhook_events: int = 0
     webhook_rate: int = 50
+    # bench/sync.py: customers of the nightly sync (batches), customers of the one-at-a-time
+    # sample, operations per batch, and the clients sending at once (both modes).
+    sync_customers: int = 100_000
+    sync_single_customers: int = 10_000
+    sync_batch: int = 1000
+    sync_clients: int = 4
 
     @classmethod
     def from_environment(cls) -> BenchSettings:
@@ -70,11 +76,20 @@ class BenchSettings:
             profile_gil_only=os.environ.get("BENCH_PROFILE_GIL", "1") != "0",
             webhook_events=_int("BENCH_WEBHOOK_EVENTS", 0, 0, 1_000_000),
             webhook_rate=_int("BENCH_WEBHOOK_RATE", 50, 1, 1000),
+            sync_customers=_int("BENCH_SYNC_CUSTOMERS", 100_000, 10, 1_000_000),
+            sync_single_customers=_int("BENCH_SYNC_SINGLE_CUSTOMERS", 10_000, 10, 1_000_000),
+            sync_batch=_int("BENCH_SYNC_BATCH", 1000, 1, 10_000),
+            sync_clients=_int("BENCH_SYNC_CLIENTS", 4, 1, 64),
         )
 
     @property
     def webhook_event_count(self) -> int:
         return self.webhook_events or 500 * self.seconds
+
+    @property
+    def sync_single_count(self) -> int:
+        """The one-at-a-time sample: never more customers than the sync has."""
+        return min(self.sync_single_customers, self.sync_customers)
 
     def as_dict(self) -> dict[str, Any]:
         values = asdict(self)

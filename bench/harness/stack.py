@@ -98,10 +98,14 @@ def _cli(database: str, *arguments: str) -> Any:
     return json.loads(result.stdout)
 
 
-def provision(database: str, employees: int = 5) -> Tenant:
-    """Migrates the scratch database and makes the tenant the run loads, through the CLI."""
-    _cli(database, "migrate")
-    tenant = _cli(database, "tenant", "create", "bench")
+def provision(
+    database: str, employees: int = 5, *, name: str = "bench", migrate: bool = True
+) -> Tenant:
+    """Migrates the scratch database (unless a tenant was made on it already) and makes the
+    tenant the run loads, through the CLI."""
+    if migrate:
+        _cli(database, "migrate")
+    tenant = _cli(database, "tenant", "create", name)
     department = _cli(database, "department", "create", "--tenant", tenant["id"], "Sales")
     employee_ids = [
         _cli(
