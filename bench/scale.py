@@ -330,11 +330,8 @@ def spread_throughput(
     return runs
 
 
-def report(figures: dict[str, Any]) -> str:
-    lines = [f"{figures['tenants']} tenants on one PostgreSQL ({figures['started_at']})", ""]
-    lines.append(
-        "provisioning (ms)        with a spare p50/p95   without p50/p95   a spare p50/p95"
-    )
+def provisioning_report(figures: dict[str, Any]) -> list[str]:
+    lines = ["provisioning (ms)        with a spare p50/p95   without p50/p95   a spare p50/p95"]
     for block in figures["provisioning"]:
         spare, plain, making = (
             block["create_with_spare_ms"],
@@ -360,6 +357,13 @@ def report(figures: dict[str, Any]) -> str:
         f"added migration: {added['seconds']} s over {added['schemas']} schemas"
         f" ({added['per_schema_ms']} ms a schema, {added['concurrency']} at a time)"
     )
+    return lines
+
+
+def report(figures: dict[str, Any]) -> str:
+    lines = [f"{figures['tenants']} tenants on one PostgreSQL ({figures['started_at']})", ""]
+    if "provisioning" in figures:
+        lines += provisioning_report(figures)
     spread = figures.get("spread")
     if spread:
         lines += [
@@ -383,6 +387,24 @@ def report(figures: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def provisioned_figures(
+    url: str, arguments: argparse.Namespace, concurrency: int, keys_file: Path
+) -> dict[str, Any]:
+    """Provisioning, `migrate` and the added migration on the new database."""
+    _cli(url, "migrate", "--json")
+    database = Database(url, pool_size=2)
+    figures: dict[str, Any] = {}
+    try:
+        figures["provisioning"] = provision(database, arguments.tenants, keys_file)
+        figures["migrate"] = migrate_figures(url)
+        say(f"migrate: {figures['migrate']}")
+        figures["added_migration"] = added_migration(database, concurrency)
+        say(f"added migration: {figures['added_migration']}")
+    finally:
+        database.dispose()
+    return figures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=(__doc__ or "").split("\n\n")[0],
@@ -391,7 +413,20 @@ def main() -> int:
     parser.add_argument("--tenants", type=int, default=1000)
     parser.add_argument("--seconds", type=int, help="of each wrk run (default BENCH_SECONDS)")
     parser.add_argument("--no-http", action="store_true", help="skip the POST /customers part")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the database, its roles and the keys (bench/results/scale-<date>-keys.txt)",
+    )
+    parser.add_argument(
+        "--reuse",
+        metavar="URL",
+        help="only the POST /customers part and the catalog, on a database a --keep run left",
+    )
+    parser.add_argument("--keys", type=Path, help="with --reuse: the keys file of that run")
     arguments = parser.parse_args()
+    if bool(arguments.reuse) != bool(arguments.keys):
+        parser.error("--reuse and --keys go together")
     settings = BenchSettings.from_environment()
     if arguments.seconds:
         settings = replace(settings, seconds=arguments.seconds)
@@ -404,24 +439,29 @@ def main() -> int:
         "git": git_state(),
         "load_average_before": load_average(),
     }
-    with scratch_database(settings.database_server) as url, tempfile.TemporaryDirectory() as work:
-        say(f"scratch database {url.rpartition('/')[2]}")
-        _cli(url, "migrate", "--json")
-        database = Database(url, pool_size=2)
-        try:
-            keys_file = Path(work) / "keys.txt"
-            figures["provisioning"] = provision(database, arguments.tenants, keys_file)
-            figures["migrate"] = migrate_figures(url)
-            say(f"migrate: {figures['migrate']}")
-            figures["added_migration"] = added_migration(database, concurrency)
-            say(f"added migration: {figures['added_migration']}")
+    RESULTS.mkdir(exist_ok=True)
+    if arguments.reuse:
+        figures["reused_database"] = arguments.reuse.rpartition("/")[2]
+        keys_file = arguments.keys.resolve()
+        figures["tenants"] = len(keys_file.read_text().splitlines())
+        figures["spread"] = spread_throughput(arguments.reuse, settings, keys_file, stamp)
+        figures["catalog"] = catalog(arguments.reuse)
+    else:
+        with (
+            scratch_database(settings.database_server, keep=arguments.keep) as url,
+            tempfile.TemporaryDirectory() as work,
+        ):
+            say(f"scratch database {url.rpartition('/')[2]}")
+            keys_file = (
+                RESULTS / f"scale-{stamp}-keys.txt" if arguments.keep else Path(work) / "keys.txt"
+            )
+            figures.update(provisioned_figures(url, arguments, concurrency, keys_file))
             if not arguments.no_http:
                 figures["spread"] = spread_throughput(url, settings, keys_file, stamp)
             figures["catalog"] = catalog(url)
-        finally:
-            database.dispose()
+            if arguments.keep:
+                say(f"kept: --reuse {url} --keys {keys_file}")
     figures["load_average_after"] = load_average()
-    RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"scale-{stamp}.json"
     path.write_text(json.dumps(figures, indent=2))
     print()

@@ -36,9 +36,10 @@ def database_url(server: str, name: str) -> str:
 
 
 @contextmanager
-def scratch_database(server: str) -> Iterator[str]:
+def scratch_database(server: str, *, keep: bool = False) -> Iterator[str]:
     """A new database on the server, dropped (with its connections) when the run ends, and the
-    roles of its tenants with it (roles belong to the cluster and would outlive it)."""
+    roles of its tenants with it (roles belong to the cluster and would outlive it); ``keep``
+    leaves both for a later run to reuse."""
     name = f"dealbase_bench_{secrets.token_hex(4)}"
     with psycopg.connect(server, autocommit=True) as connection:
         connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
@@ -46,20 +47,27 @@ def scratch_database(server: str) -> Iterator[str]:
     try:
         yield url
     finally:
-        with psycopg.connect(url, autocommit=True) as connection:
-            roles = [
-                role
-                for (role,) in connection.execute(
-                    "SELECT nspname FROM pg_namespace JOIN pg_roles ON rolname = nspname"
-                    " WHERE nspname ~ '^t_[0-9a-f]{32}$'"
-                )
-            ]
-        with psycopg.connect(server, autocommit=True) as connection:
-            connection.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        if not keep:
+            drop_database(server, url)
+
+
+def drop_database(server: str, url: str) -> None:
+    """Drops the database at ``url`` and its tenants' roles."""
+    name = url.partition("?")[0].rpartition("/")[2]
+    with psycopg.connect(url, autocommit=True) as connection:
+        roles = [
+            role
+            for (role,) in connection.execute(
+                "SELECT nspname FROM pg_namespace JOIN pg_roles ON rolname = nspname"
+                " WHERE nspname ~ '^t_[0-9a-f]{32}$'"
             )
-            for role in roles:
-                connection.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+        ]
+    with psycopg.connect(server, autocommit=True) as connection:
+        connection.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        for role in roles:
+            connection.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
 
 
 def clean_environment() -> dict[str, str]:
