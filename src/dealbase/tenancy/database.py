@@ -8,6 +8,7 @@ import threading
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar, cast
 
@@ -153,13 +154,15 @@ async def run_on_event_loop(work: Callable[[UnitOfWork], T], uow: UnitOfWork) ->
     return await greenlet_spawn(work, uow)
 
 
-class TenantsPerConnection:
-    """Retires a pooled connection once it has worked in ``limit`` tenant schemas.
+class ConnectionTenants:
+    """The tenant schemas each pooled connection has worked in: which connection is warm for a
+    tenant, and when one has seen enough of them.
 
     A PostgreSQL backend keeps the catalog entries of every relation it has touched until it
     ends, about 115 kB a tenant (bench/README.md, "scale.py"): a connection that goes on serving
-    requests spread over thousands of tenants would hold a gigabyte. A connection past the limit
-    is marked expired; its pool closes it when it comes back and opens another.
+    requests spread over thousands of tenants would hold a gigabyte. A connection that has worked
+    in ``limit`` tenants is marked expired; its pool closes it when it comes back and opens
+    another. With no limit, connections are only remembered.
     """
 
     def __init__(self, limit: int | None) -> None:
@@ -167,18 +170,68 @@ class TenantsPerConnection:
         self._seen: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
+    def knows(self, connection: Any, schema: str) -> bool:
+        seen = self._seen.get(connection)
+        return seen is not None and schema in seen
+
     def worked_in(self, connection: Any, schema: str) -> None:
-        if self._limit is None:
-            return
         with self._lock:
             seen = self._seen.setdefault(connection, set())
             seen.add(schema)
-            if len(seen) < self._limit:
+            if self._limit is None or len(seen) < self._limit:
                 return
             del self._seen[connection]
         # psycopg_pool replaces a connection past this moment when it is returned (its
         # ``max_lifetime`` check, which has no public hook for one connection).
         connection._expire_at = 0.0
+
+
+# The tenant schema the running task is taking a connection for, read by TenantAffinePool.
+_TENANT_WANTED: ContextVar[str | None] = ContextVar("dealbase_tenant_wanted", default=None)
+
+
+class TenantAffinePool(AsyncConnectionPool):
+    """A pool that gives a unit of work, of its idle connections, one that has already worked
+    in the unit of work's tenant, when there is one.
+
+    A backend's first unit of work in a tenant loads the catalog entries of the tenant's
+    relations (a `POST /customers` takes several times as long as on a warm backend,
+    bench/README.md, "scale.py"). psycopg_pool hands out the idle connection that has waited
+    longest, so requests spread over many tenants keep landing on backends cold for them, and
+    every backend ends up caching every tenant. Preferring a warm connection keeps each tenant
+    on the few backends that served it, a busy tenant on all of them.
+
+    psycopg_pool has no public hook for that choice: this overrides ``_get_ready_connection``,
+    which runs under the pool's lock when a caller asks for a connection (psycopg-pool 3.3,
+    pinned in pyproject.toml; tests/tenancy/test_database_tenant_affinity.py fails if it is no
+    longer called).
+    """
+
+    def __init__(self, *args: Any, tenants: ConnectionTenants, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._tenants = tenants
+
+    @asynccontextmanager
+    async def connection_for(self, schema: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """``connection()``, preferring an idle connection warm for ``schema``."""
+        wanted = _TENANT_WANTED.set(schema)
+        try:
+            async with self.connection() as connection:
+                yield connection
+        finally:
+            _TENANT_WANTED.reset(wanted)
+
+    async def _get_ready_connection(
+        self, timeout: float | None
+    ) -> psycopg.AsyncConnection[Any] | None:
+        schema = _TENANT_WANTED.get()
+        if schema is not None and (timeout is None or timeout > 0.0):
+            for position, connection in enumerate(self._pool):
+                if self._tenants.knows(connection, schema):
+                    del self._pool[position]
+                    self._nconns_min = min(self._nconns_min, len(self._pool))
+                    return connection
+        return await super()._get_ready_connection(timeout)
 
 
 class Database:
@@ -207,7 +260,7 @@ class Database:
     ) -> None:
         self.url = database_url
         self.limits = limits
-        self._tenants_per_connection = TenantsPerConnection(tenants_per_connection)
+        self._connection_tenants = ConnectionTenants(tenants_per_connection)
         # Operators (and tests) see in pg_stat_activity which process holds a connection.
         connection_settings: dict[str, Any] = {
             "application_name": application_name(os.getpid()),
@@ -252,8 +305,9 @@ class Database:
         self._pool_check: asyncio.Task[None] | None = None
         self._conninfo = libpq_url(database_url)
         self._connection_settings = unit_of_work_settings
-        self.async_pool: AsyncConnectionPool = AsyncConnectionPool(
+        self.async_pool = TenantAffinePool(
             libpq_url(database_url),
+            tenants=self._connection_tenants,
             min_size=0,
             max_size=pool_size + max_overflow,
             max_lifetime=1800,
@@ -277,7 +331,7 @@ class Database:
         """
         with database_faults(), self.pool.connection() as connection:
             connection.execute(switch_to_tenant(scope.schema), prepare=False)
-            self._tenants_per_connection.worked_in(connection, scope.schema)
+            self._connection_tenants.worked_in(connection, scope.schema)
             statements = TenantConnection(
                 connection, scope.schema, self.statements, self.statement_listeners
             )
@@ -301,9 +355,9 @@ class Database:
         connection: psycopg.AsyncConnection[Any] | None = None
         with database_faults():
             try:
-                async with await self._connection() as connection:
+                async with await self._connection(scope.schema) as connection:
                     await connection.execute(switch_to_tenant(scope.schema), prepare=False)
-                    self._tenants_per_connection.worked_in(connection, scope.schema)
+                    self._connection_tenants.worked_in(connection, scope.schema)
                     statements = TenantConnection(
                         connection, scope.schema, self.statements, self.statement_listeners
                     )
@@ -321,9 +375,13 @@ class Database:
                     self._check_pool_soon()
                 raise
 
-    async def _connection(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]:
+    async def _connection(
+        self, schema: str | None = None
+    ) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]:
         if asyncio.get_running_loop() is self._async_pool_loop:
-            return self.async_pool.connection()
+            if schema is None:
+                return self.async_pool.connection()
+            return self.async_pool.connection_for(schema)
         return await psycopg.AsyncConnection.connect(self._conninfo, **self._connection_settings)
 
     def _check_pool_soon(self) -> None:
