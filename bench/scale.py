@@ -46,6 +46,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness.load import WrkLoad, run_wrk
@@ -289,21 +292,51 @@ def catalog(database_url: str) -> dict[str, Any]:
     }
 
 
+def units_of_work(base_url: str) -> dict[str, float]:
+    """The server's units of work so far, warm and cold (its /metrics, summed over workers)."""
+    counted = {"warm": 0.0, "cold": 0.0}
+    text = httpx.get(f"{base_url}/metrics", timeout=10).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "dealbase_db_units_of_work_total":
+                counted[sample.labels["connection"]] += sample.value
+    return counted
+
+
 def spread_throughput(
-    database_url: str, settings: BenchSettings, keys_file: Path, stamp: str
+    database_url: str,
+    settings: BenchSettings,
+    keys_file: Path,
+    stamp: str,
+    *,
+    steady_warmup: int | None,
+    tenants_per_connection: int | None,
 ) -> dict[str, Any]:
+    """One tenant, then spread over all (cold: the first seconds of a server, then steady: after
+    a warm-up long enough for some three requests a tenant), then one tenant again."""
     wrk = ensure_wrk()
     one_tenant = keys_file.with_name("one-tenant-key.txt")
     one_tenant.write_text(keys_file.read_text().splitlines()[0] + "\n")
+    tenants = len(keys_file.read_text().splitlines())
     runs: dict[str, Any] = {}
+    environment = (
+        {"DEALBASE_DB_TENANTS_PER_CONNECTION": str(tenants_per_connection)}
+        if tenants_per_connection
+        else {}
+    )
     with ExitStack() as stack:
-        service, _ = start_dealbase(
-            database_url, settings, RESULTS / f"scale-{stamp}-logs" / "dealbase.log"
+        service, shown = start_dealbase(
+            database_url,
+            settings,
+            RESULTS / f"scale-{stamp}-logs" / "dealbase.log",
+            environment,
         )
         stack.callback(service.stop)
+        runs["server_settings"] = shown
         for label, keys in (
             ("one_tenant_before", one_tenant),
-            ("spread", keys_file),
+            ("spread_cold", keys_file),
+            ("spread_steady", keys_file),
             ("one_tenant_after", one_tenant),
         ):
             load = WrkLoad(
@@ -311,22 +344,36 @@ def spread_throughput(
                 service.base_url,
                 {"BENCH_KEYS_FILE": str(keys), "BENCH_PREFIX": REST_PREFIX},
             )
-            if settings.warmup_seconds:
-                run_wrk(wrk, load, settings, settings.warmup_seconds)
+            warmup = settings.warmup_seconds
+            if label == "spread_steady":
+                cold_rate = runs["spread_cold"]["requests_per_second"]
+                warmup = steady_warmup or min(900, max(warmup, round(3 * tenants / cold_rate)))
+            if warmup:
+                run_wrk(wrk, load, settings, warmup)
+            before = units_of_work(service.base_url)
             measured = run_wrk(wrk, load, settings, settings.seconds)
+            after = units_of_work(service.base_url)
             if measured.errors:
                 raise RuntimeError(f"{label}: {measured.errors} errors: {measured.first_error}")
+            warm, cold = (after[kind] - before[kind] for kind in ("warm", "cold"))
             runs[label] = {
+                "warmup_s": warmup,
+                "warm_share": round(warm / max(1.0, warm + cold), 3),
                 "requests_per_second": round(measured.requests_per_second, 1),
                 "p50_ms": measured.p50_ms,
                 "p99_ms": measured.p99_ms,
                 "backend_memory": backend_memory(database_url),
             }
-            say(f"POST /customers, {label}: {runs[label]['requests_per_second']} requests/s")
+            say(
+                f"POST /customers, {label} (after {warmup} s of warm-up):"
+                f" {runs[label]['requests_per_second']} requests/s,"
+                f" {runs[label]['warm_share']:.0%} of them on a connection warm for the tenant"
+            )
     baseline = statistics.mean(
         runs[label]["requests_per_second"] for label in ("one_tenant_before", "one_tenant_after")
     )
-    runs["ratio"] = round(runs["spread"]["requests_per_second"] / baseline, 3)
+    for label in ("spread_cold", "spread_steady"):
+        runs[f"{label}_ratio"] = round(runs[label]["requests_per_second"] / baseline, 3)
     return runs
 
 
@@ -368,16 +415,20 @@ def report(figures: dict[str, Any]) -> str:
     if spread:
         lines += [
             "",
-            "POST /customers              requests/s   p50 ms   p99 ms   backends' RssAnon max/sum MB",
+            "POST /customers              requests/s   p50 ms   p99 ms   warm   backends' RssAnon max/sum MB",
         ]
-        for label in ("one_tenant_before", "spread", "one_tenant_after"):
+        for label in ("one_tenant_before", "spread_cold", "spread_steady", "one_tenant_after"):
             run = spread[label]
             memory = run["backend_memory"]
             lines.append(
                 f"  {label:<25}  {run['requests_per_second']:>9}   {run['p50_ms']:>6}   {run['p99_ms']:>6}"
+                f"   {run['warm_share']:>4.0%}"
                 f"   {memory.get('max_mb', '-')}/{memory.get('sum_mb', '-')} ({memory.get('backends')} backends)"
             )
-        lines.append(f"  spread / one tenant: {spread['ratio']}")
+        lines.append(
+            f"  spread / one tenant: cold {spread['spread_cold_ratio']},"
+            f" steady (after {spread['spread_steady']['warmup_s']} s) {spread['spread_steady_ratio']}"
+        )
     cat = figures["catalog"]
     lines += [
         "",
@@ -424,6 +475,18 @@ def main() -> int:
         help="only the POST /customers part and the catalog, on a database a --keep run left",
     )
     parser.add_argument("--keys", type=Path, help="with --reuse: the keys file of that run")
+    parser.add_argument(
+        "--steady-warmup",
+        type=int,
+        metavar="SECONDS",
+        help="of spread load before the steady run (default: some three requests a tenant)",
+    )
+    parser.add_argument(
+        "--tenants-per-connection",
+        type=int,
+        metavar="N",
+        help="the server's DEALBASE_DB_TENANTS_PER_CONNECTION (default: the server's default)",
+    )
     arguments = parser.parse_args()
     if bool(arguments.reuse) != bool(arguments.keys):
         parser.error("--reuse and --keys go together")
@@ -439,12 +502,18 @@ def main() -> int:
         "git": git_state(),
         "load_average_before": load_average(),
     }
+    spread_options: dict[str, Any] = {
+        "steady_warmup": arguments.steady_warmup,
+        "tenants_per_connection": arguments.tenants_per_connection,
+    }
     RESULTS.mkdir(exist_ok=True)
     if arguments.reuse:
         figures["reused_database"] = arguments.reuse.rpartition("/")[2]
         keys_file = arguments.keys.resolve()
         figures["tenants"] = len(keys_file.read_text().splitlines())
-        figures["spread"] = spread_throughput(arguments.reuse, settings, keys_file, stamp)
+        figures["spread"] = spread_throughput(
+            arguments.reuse, settings, keys_file, stamp, **spread_options
+        )
         figures["catalog"] = catalog(arguments.reuse)
     else:
         with (
@@ -457,7 +526,9 @@ def main() -> int:
             )
             figures.update(provisioned_figures(url, arguments, concurrency, keys_file))
             if not arguments.no_http:
-                figures["spread"] = spread_throughput(url, settings, keys_file, stamp)
+                figures["spread"] = spread_throughput(
+                    url, settings, keys_file, stamp, **spread_options
+                )
             figures["catalog"] = catalog(url)
             if arguments.keep:
                 say(f"kept: --reuse {url} --keys {keys_file}")

@@ -185,10 +185,13 @@ def _answers_http(path: str) -> Callable[[httpx.Client], bool]:
 
 
 def start_dealbase(
-    database: str, settings: BenchSettings, log_path: Path
+    database: str,
+    settings: BenchSettings,
+    log_path: Path,
+    extra_environment: dict[str, str] | None = None,
 ) -> tuple[Service, dict[str, str]]:
     port = free_port()
-    environment = dealbase_environment(database, settings, port)
+    environment = {**dealbase_environment(database, settings, port), **(extra_environment or {})}
     service = Service(
         "dealbase",
         [venv_tool("dealbase"), "serve", "--workers", str(settings.workers)],

@@ -62,6 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     key_listener = KeyChangeListener(settings.database_listen_url or database_url, key_cache)
     key_uses = KeyUseRecorder(database)
     metrics = Metrics()
+    database.on_connection_warmth = metrics.unit_of_work_started
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -153,3 +153,14 @@ def test_the_pool_s_connections_are_reported(client: TestClient, world: TenantWo
     assert ("dealbase_db_pool_connections", frozenset({"state": "in_use"}.items())) in found
     assert ("dealbase_db_pool_connections", frozenset({"state": "idle"}.items())) in found
     assert ("dealbase_db_pool_waiting_requests", frozenset()) in found
+
+
+def test_units_of_work_are_counted_by_whether_their_connection_knew_their_tenant(
+    client: TestClient, world: TenantWorld
+) -> None:
+    for _ in range(3):
+        assert client.get(f"{API}/customers", headers=world.key.headers).status_code == 200
+
+    # The first request's connection is new to the tenant; the pool gives the next ones back.
+    assert value(client, "dealbase_db_units_of_work_total", connection="cold") == 1
+    assert value(client, "dealbase_db_units_of_work_total", connection="warm") == 2

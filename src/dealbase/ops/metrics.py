@@ -73,6 +73,13 @@ class Metrics:
             multiprocess_mode="livesum",
             registry=registry,
         )
+        self._units_of_work = Counter(
+            "dealbase_db_units_of_work",
+            "Units of work on the request pools, by whether their connection had already worked"
+            " in their tenant (warm: the tenant's catalog entries cached in its backend) or not.",
+            ["connection"],
+            registry=registry,
+        )
         self._rate_limit_refusals = Counter(
             "dealbase_rate_limit_refusals",
             "Requests refused 429 by a rate limit.",
@@ -111,6 +118,9 @@ class Metrics:
     def request_answered(self, route: str, method: str, status: int, seconds: float) -> None:
         self._requests.labels(route, method, str(status)).inc()
         self._request_seconds.labels(route, method).observe(seconds)
+
+    def unit_of_work_started(self, warm: bool) -> None:
+        self._units_of_work.labels("warm" if warm else "cold").inc()
 
     def rate_limit_refused(self) -> None:
         self._rate_limit_refusals.inc()

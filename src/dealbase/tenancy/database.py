@@ -319,6 +319,9 @@ class Database:
         self.statements = StatementCache(self.engine.dialect)
         # Called with the SQL of every statement a unit of work runs (tests count them).
         self.statement_listeners: list[StatementListener] = []
+        # Called as each unit of work on the event loop starts, with whether its connection had
+        # already worked in its tenant (the metrics count both).
+        self.on_connection_warmth: Callable[[bool], None] | None = None
 
     @contextmanager
     def unit_of_work(self, scope: Scope) -> Iterator[UnitOfWork]:
@@ -357,6 +360,10 @@ class Database:
             try:
                 async with await self._connection(scope.schema) as connection:
                     await connection.execute(switch_to_tenant(scope.schema), prepare=False)
+                    if self.on_connection_warmth is not None:
+                        self.on_connection_warmth(
+                            self._connection_tenants.knows(connection, scope.schema)
+                        )
                     self._connection_tenants.worked_in(connection, scope.schema)
                     statements = TenantConnection(
                         connection, scope.schema, self.statements, self.statement_listeners
