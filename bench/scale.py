@@ -284,11 +284,13 @@ def catalog(database_url: str) -> dict[str, Any]:
             "  WHERE n.nspname = 'pg_catalog' AND c.relkind = 'r'),"
             " pg_database_size(current_database())"
         ).fetchone()
+        (shared_buffers,) = connection.execute("SHOW shared_buffers").fetchone()
     return {
         "pg_class_rows": relations,
         "pg_attribute_rows": attributes,
         "catalog_mb": round(int(catalog_bytes) / 2**20, 1),
         "database_mb": round(int(database_bytes) / 2**20, 1),
+        "shared_buffers": shared_buffers,
     }
 
 
@@ -433,7 +435,8 @@ def report(figures: dict[str, Any]) -> str:
     lines += [
         "",
         f"catalog: {cat['pg_class_rows']} relations, {cat['pg_attribute_rows']} attributes,"
-        f" pg_catalog {cat['catalog_mb']} MB, database {cat['database_mb']} MB",
+        f" pg_catalog {cat['catalog_mb']} MB, database {cat['database_mb']} MB;"
+        f" shared_buffers {cat['shared_buffers']}",
     ]
     return "\n".join(lines)
 

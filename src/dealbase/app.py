@@ -52,6 +52,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             acquire_timeout_seconds=settings.db_acquire_timeout_ms / 1000,
         ),
         tenants_per_connection=settings.db_tenants_per_connection,
+        tenant_affinity=not settings.db_pgbouncer,
     )
     key_cache = KeyCache()
     limiter: RedisLimiter | InProcessLimiter = (

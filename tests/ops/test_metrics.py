@@ -156,11 +156,16 @@ def test_the_pool_s_connections_are_reported(client: TestClient, world: TenantWo
 
 
 def test_units_of_work_are_counted_by_whether_their_connection_knew_their_tenant(
-    client: TestClient, world: TenantWorld
+    client: TestClient, settings: Settings, world: TenantWorld
 ) -> None:
     for _ in range(3):
         assert client.get(f"{API}/customers", headers=world.key.headers).status_code == 200
 
-    # The first request's connection is new to the tenant; the pool gives the next ones back.
-    assert value(client, "dealbase_db_units_of_work_total", connection="cold") == 1
-    assert value(client, "dealbase_db_units_of_work_total", connection="warm") == 2
+    cold = value(client, "dealbase_db_units_of_work_total", connection="cold")
+    warm = value(client, "dealbase_db_units_of_work_total", connection="warm")
+    if settings.db_pgbouncer:
+        # pgbouncer, not the pool, picks the backend of each transaction: nothing to count.
+        assert (cold, warm) == (0, 0)
+    else:
+        # The first request's connection is new to the tenant; the pool gives it back after.
+        assert (cold, warm) == (1, 2)

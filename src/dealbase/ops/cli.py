@@ -785,6 +785,7 @@ async def _deliver_until_stopped(settings: Settings, limits: WorkerLimits) -> No
             acquire_timeout_seconds=settings.db_acquire_timeout_ms / 1000,
         ),
         tenants_per_connection=settings.db_tenants_per_connection,
+        tenant_affinity=not settings.db_pgbouncer,
     )
     sender = Sender(AddressPolicy(allow_private=settings.webhooks_allow_private))
     stop = asyncio.Event()

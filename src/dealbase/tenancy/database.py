@@ -245,6 +245,8 @@ class Database:
     pgbouncer in transaction mode cannot keep (the next transaction may land on another server
     connection). ``startup_options=False`` sends no ``options`` (the time limits) when
     connecting, which pgbouncer refuses; its ``connect_query`` sets them then.
+    ``tenant_affinity=False`` takes any idle connection, where which backend serves a
+    transaction is not the pool's to choose (pgbouncer in transaction mode).
     """
 
     def __init__(
@@ -257,8 +259,10 @@ class Database:
         startup_options: bool = True,
         limits: DatabaseLimits = DatabaseLimits(),
         tenants_per_connection: int | None = None,
+        tenant_affinity: bool = True,
     ) -> None:
         self.url = database_url
+        self._tenant_affinity = tenant_affinity
         self.limits = limits
         self._connection_tenants = ConnectionTenants(tenants_per_connection)
         # Operators (and tests) see in pg_stat_activity which process holds a connection.
@@ -320,7 +324,7 @@ class Database:
         # Called with the SQL of every statement a unit of work runs (tests count them).
         self.statement_listeners: list[StatementListener] = []
         # Called as each unit of work on the event loop starts, with whether its connection had
-        # already worked in its tenant (the metrics count both).
+        # already worked in its tenant (the metrics count both); not with tenant affinity off.
         self.on_connection_warmth: Callable[[bool], None] | None = None
 
     @contextmanager
@@ -358,9 +362,10 @@ class Database:
         connection: psycopg.AsyncConnection[Any] | None = None
         with database_faults():
             try:
-                async with await self._connection(scope.schema) as connection:
+                preferred = scope.schema if self._tenant_affinity else None
+                async with await self._connection(preferred) as connection:
                     await connection.execute(switch_to_tenant(scope.schema), prepare=False)
-                    if self.on_connection_warmth is not None:
+                    if self._tenant_affinity and self.on_connection_warmth is not None:
                         self.on_connection_warmth(
                             self._connection_tenants.knows(connection, scope.schema)
                         )
