@@ -59,6 +59,7 @@ from harness.stack import (
     GENEROUS_RATE,
     REST_PREFIX,
     clean_environment,
+    drop_database,
     scratch_database,
     start_dealbase,
 )
@@ -479,6 +480,9 @@ def main() -> int:
     )
     parser.add_argument("--keys", type=Path, help="with --reuse: the keys file of that run")
     parser.add_argument(
+        "--drop", metavar="URL", help="drop a database a --keep run left, and its roles"
+    )
+    parser.add_argument(
         "--steady-warmup",
         type=int,
         metavar="SECONDS",
@@ -494,6 +498,10 @@ def main() -> int:
     if bool(arguments.reuse) != bool(arguments.keys):
         parser.error("--reuse and --keys go together")
     settings = BenchSettings.from_environment()
+    if arguments.drop:
+        drop_database(settings.database_server, arguments.drop)
+        say(f"dropped {arguments.drop.rpartition('/')[2]}")
+        return 0
     if arguments.seconds:
         settings = replace(settings, seconds=arguments.seconds)
     concurrency = int(os.environ.get("DEALBASE_MIGRATE_CONCURRENCY", "4"))
