@@ -30,15 +30,27 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-# A second pass of the REST and GraphQL tests and the isolation fuzz runs their apps through the
-# pgbouncer at DEALBASE_TEST_PGBOUNCER_URL (transaction mode, a server pool of 1), when set;
-# .ci/run starts one, and under CI=true its absence fails the run.
+# The tests run in TEST_WORKERS processes at once (pytest-xdist; twice the cores, since many tests
+# wait on a server, a subprocess or the database), each on databases of its own; the tests marked
+# `serial` (they measure time, or load the machine to prove a bound) then run alone. A second pass
+# of the REST and GraphQL tests and the isolation fuzz runs their apps through the pgbouncer at
+# DEALBASE_TEST_PGBOUNCER_URL (transaction mode, a server pool of 1 per database), when set;
+# .ci/run starts one, and under CI=true its absence fails the run. Bytecode and pytest's rewritten
+# test modules are cached in __pycache__ even where the environment says not to: without the cache
+# every test process compiles them again (5 s a process). tests/README.md: one test, quickly.
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
+PYTEST_PARALLEL = $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial"
+PYTEST_SERIAL = $(BIN)/pytest -m serial
+BOUNCED_TESTS = tests/rest_api tests/graphql_api tests/tenancy/test_isolation_fuzz.py
+
+pytest: export PYTHONDONTWRITEBYTECODE =
 pytest: install
-	$(BIN)/pytest
+	$(PYTEST_PARALLEL)
+	$(PYTEST_SERIAL)
 	@if [ -n "$$DEALBASE_TEST_PGBOUNCER_URL" ]; then \
 	  echo "pytest: the REST and GraphQL tests and the isolation fuzz again, through pgbouncer"; \
-	  DEALBASE_TEST_THROUGH_PGBOUNCER=1 $(BIN)/pytest tests/rest_api tests/graphql_api \
-	    tests/tenancy/test_isolation_fuzz.py; \
+	  export DEALBASE_TEST_THROUGH_PGBOUNCER=1; \
+	  $(PYTEST_PARALLEL) $(BOUNCED_TESTS) && $(PYTEST_SERIAL) $(BOUNCED_TESTS); \
 	elif [ "$$CI" = true ]; then \
 	  echo "CI=true but DEALBASE_TEST_PGBOUNCER_URL is not set: .ci/run starts pgbouncer" >&2; \
 	  exit 1; \

@@ -39,10 +39,7 @@ from dealbase.graphql_api.errors import INTERNAL
 from dealbase.graphql_api.guards import estimate_cost
 from dealbase.graphql_api.schema import build_schema
 from dealbase.platform.pagination import MAX_PAGE_SIZE
-
-# Hypothesis examples per query and mutation (39 of them). The run is bounded by this number
-# alone (GraphQL has no examples or coverage phase); at 20 the whole file takes seconds.
-MAX_EXAMPLES_PER_OPERATION = 20
+from tests.depth import DEPTH
 
 _DOCUMENT_ONLY_DATABASE_URL = "postgresql://contract-document.invalid/none"
 
@@ -78,7 +75,9 @@ def graphql_config() -> schemathesis.Config:
         {
             "seed": SEED,
             "generation": {
-                "max-examples": MAX_EXAMPLES_PER_OPERATION,
+                # Per query and mutation (39 of them); GraphQL has no examples or coverage
+                # phase, so this number alone bounds the run.
+                "max-examples": DEPTH.examples_per_root_field,
                 # No example database: a run depends on the seed alone, not on earlier runs.
                 "database": "none",
             },

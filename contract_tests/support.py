@@ -17,13 +17,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dealbase.app import create_app
 from dealbase.config import Settings
+from tests.depth import DEPTH
 
 OPENAPI_PATH = "/openapi.json"
-
-# Hypothesis examples per operation in the fuzzing phase. The examples and coverage phases run too
-# and are bounded by the document rather than by this number. The budget is the whole contract
-# suite well under 2 minutes on 2 cores; at 25 it takes seconds. Raise it locally to search deeper.
-MAX_EXAMPLES_PER_OPERATION = 25
 
 # A fixed seed: a CI failure reproduces by rerunning the same commit.
 SEED = 20_240_601
@@ -39,7 +35,7 @@ def contract_config() -> schemathesis.Config:
         {
             "seed": SEED,
             "generation": {
-                "max-examples": MAX_EXAMPLES_PER_OPERATION,
+                "max-examples": DEPTH.examples_per_operation,
                 # No example database: a run depends on the seed alone, not on earlier runs.
                 "database": "none",
                 # The suite sends a real tenant's X-Api-Key and X-Department-Id with every call.

@@ -24,6 +24,7 @@ from dealbase.platform.tables import (
     idempotency_records,
 )
 from dealbase.tenancy.database import Database
+from tests.depth import DEPTH
 from tests.support import Credentials, TenantWorld
 
 DOCUMENT = import_time_document()
@@ -99,9 +100,8 @@ def test_response_schema_check_reports_a_customer_whose_last_name_breaks_the_doc
     assert violations[0].instance == "Lovelace"
 
 
-# Sequences the state machine runs, and calls per sequence: enough to chain create -> read ->
-# update -> delete over the inferred links, inside the suite's time budget.
-STATEFUL_SEQUENCES = 15
+# Calls per sequence the state machine runs (their number is the profile's, tests/depth.py):
+# enough to chain create -> read -> update -> delete over the inferred links.
 STATEFUL_STEPS = 8
 
 
@@ -146,7 +146,7 @@ def test_chains_of_calls_along_the_links_conform_to_the_openapi_document(
 
     ContractStateMachine.run(
         settings=hypothesis.settings(
-            max_examples=STATEFUL_SEQUENCES,
+            max_examples=DEPTH.stateful_sequences,
             stateful_step_count=STATEFUL_STEPS,
             deadline=None,
             database=None,

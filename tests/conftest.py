@@ -19,10 +19,15 @@ from tests.support import (
     through_pgbouncer,
 )
 
+# Where the embedded PostgreSQL lives when no server is named: one cluster for every pytest
+# process of every run (the parallel workers share it, each on a database of its own), so initdb
+# runs once per clone rather than once per worker and per run.
+EMBEDDED_POSTGRES_DIR = Path(__file__).resolve().parents[1] / ".dealbase" / "tests"
+
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return server_url(tmp_path_factory.mktemp("embedded"))
+def postgres_server() -> str:
+    return server_url(EMBEDDED_POSTGRES_DIR)
 
 
 @pytest.fixture(scope="session")

@@ -213,6 +213,8 @@ def test_key_list_json_lists_every_key_and_never_a_secret(run_cli: RunCli) -> No
     assert all("api_key" not in item and "secret_hash" not in item for item in listed)
 
 
+# A bound of one second on a change reaching a running server.
+@pytest.mark.serial
 def test_key_revoke_refuses_the_key_within_one_second(run_cli: RunCli, client: TestClient) -> None:
     tenant = _tenant(run_cli)
     department = _department(run_cli, tenant["id"])
@@ -398,6 +400,8 @@ def test_key_list_shows_state_last_use_and_expiry(run_cli: RunCli, database: Dat
     assert "expires never" in lines["revoked"]
 
 
+# A bound of one second on a change reaching a running server.
+@pytest.mark.serial
 def test_key_reset_prints_a_new_key_once_and_the_old_one_is_refused_within_one_second(
     run_cli: RunCli, client: TestClient
 ) -> None:

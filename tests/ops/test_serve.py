@@ -437,6 +437,8 @@ def _last_accepted(samples: list[Sample], label: str) -> float | None:
     return max(accepted, default=None)
 
 
+# A bound of one second on a change reaching every worker.
+@pytest.mark.serial
 def test_a_revoked_key_is_refused_by_every_worker_within_one_second_of_the_cli(
     server: Server, provisioned: Provisioned, clients: list[httpx.Client]
 ) -> None:
@@ -455,6 +457,8 @@ def test_a_revoked_key_is_refused_by_every_worker_within_one_second_of_the_cli(
     assert [s for s in late if s.status != 401] == [], f"last accepted at {last} s"
 
 
+# A bound of one second on a change reaching every worker.
+@pytest.mark.serial
 def test_a_rotated_out_secret_is_refused_within_one_second_and_the_new_one_accepted(
     server: Server, provisioned: Provisioned, clients: list[httpx.Client]
 ) -> None:
@@ -592,6 +596,8 @@ def test_json_logs_name_the_caller_and_never_hold_a_secret_or_a_body(
     assert access["duration_ms"] > 0
 
 
+# A burst of requests and a shutdown with a grace period of seconds.
+@pytest.mark.serial
 def test_sigterm_during_a_burst_answers_every_request_that_reached_the_server(
     postgres_server: str, tmp_path: Path
 ) -> None:

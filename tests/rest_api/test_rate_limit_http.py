@@ -10,6 +10,7 @@ from collections.abc import Callable
 from functools import partial
 
 import httpx
+import pytest
 from fastapi.testclient import TestClient
 
 from dealbase.config import Settings
@@ -89,6 +90,8 @@ def test_tenant_limit_caps_concurrent_requests_of_two_keys(
     assert all(admitted <= 10 for admitted in by_key.values()), by_key
 
 
+# Three requests within the second that a 1/s bucket refills in.
+@pytest.mark.serial
 def test_429_is_a_problem_with_retry_after_after_which_the_request_passes(
     settings: Settings, world: TenantWorld, limiter_url: str | None
 ) -> None:

@@ -79,6 +79,8 @@ def test_valid_key_with_another_or_malformed_department_is_403(
         assert (status, problem["code"]) == (403, "forbidden")
 
 
+# A bound of one second on a change reaching a running server.
+@pytest.mark.serial
 def test_revoked_key_is_refused_by_the_running_server_at_once(
     client: TestClient, world: TenantWorld, database: Database
 ) -> None:
@@ -148,6 +150,8 @@ def test_cached_key_is_refused_once_it_expires_with_the_same_401(
     assert post(client, world.key.headers)[0] == 201
 
 
+# A bound of one second on a change reaching a running server.
+@pytest.mark.serial
 def test_reset_refuses_the_old_and_a_grace_period_secret_on_a_running_server(
     client: TestClient, world: TenantWorld, database: Database
 ) -> None:

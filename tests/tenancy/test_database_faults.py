@@ -16,6 +16,9 @@ from dealbase.app import create_app
 from dealbase.config import Settings
 from tests.support import TenantWorld, free_port
 
+# Bounds of seconds on answers while the database is stuck or unreachable: alone on the machine.
+pytestmark = pytest.mark.serial
+
 API = "/api/v1/integration"
 
 

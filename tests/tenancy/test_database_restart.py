@@ -33,6 +33,9 @@ from dealbase.migrations.runner import upgrade_control
 from dealbase.tenancy.database import Database
 from tests.support import TenantWorld, build_tenant
 
+# Bounds on answer and recovery times, under a load the test makes itself: alone on the machine.
+pytestmark = pytest.mark.serial
+
 API = "/api/v1/integration"
 CLIENTS = 4
 # The longest a request may take while PostgreSQL is down: the acquire timeout, with room for a

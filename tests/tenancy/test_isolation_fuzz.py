@@ -291,8 +291,8 @@ def test_interleaved_requests_on_one_connection_never_show_another_callers_data(
         database: Database = app.state.database
         database.statement_listeners.append(disconnects)
 
+        # As many interleavings as the profile's examples (tests/depth.py): 100 in CI.
         @fuzzing(
-            max_examples=100,
             deadline=None,
             suppress_health_check=[HealthCheck.function_scoped_fixture],
         )

@@ -69,6 +69,8 @@ def test_a_refused_request_is_not_a_use(
     assert last_used_at(database, world.key.key_id) is None
 
 
+# Flushes every 0.5 s counted over 1.8 s of the machine's clock.
+@pytest.mark.serial
 def test_periodic_flushes_write_each_key_at_most_once_an_interval(
     database: Database, world: TenantWorld
 ) -> None:

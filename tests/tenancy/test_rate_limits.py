@@ -32,6 +32,9 @@ from dealbase.tenancy.rate_limits import (
 from dealbase.tenancy.scope import Rate
 from tests.redis_support import RedisServer, redis_server, shared_redis_url
 
+# The Redis limiter runs on Redis's clock, which the tests cannot move: refills are measured against it with a slack of milliseconds, alone on the machine.
+pytestmark = pytest.mark.serial
+
 GENEROUS = Rate(per_second=1000, burst=1000)
 # Redis's clock moves on between calls: a wait it reports may be this much short of the interval.
 SLACK_S = 0.03
