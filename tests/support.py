@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import psycopg
 from psycopg import sql
+from sqlalchemy import text
 
 from dealbase.ops import admin
 from dealbase.platform.pipeline.models import Department
@@ -210,6 +211,25 @@ def build_tenant(database: Database, *, departments: int = 1) -> TenantWorld:
         made.append(department)
         keys.append(Credentials(issued.key_id, issued.api_key, department.id))
     return TenantWorld(tenant, tuple(made), tuple(keys))
+
+
+def wait_until_a_transaction_waits_for_a_lock(database: Database, seconds: float = 10) -> None:
+    """Returns once a backend of ``database``'s database waits on a heavyweight lock (a row's or
+    another transaction's); fails after ``seconds``. Each look is a transaction of its own: within
+    one, PostgreSQL shows the same snapshot of pg_stat_activity."""
+    deadline = time.monotonic() + seconds
+    while True:
+        with database.control() as connection:
+            waiting = connection.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+            ).scalar_one()
+        if waiting:
+            return
+        assert time.monotonic() < deadline, f"no transaction waited on a lock in {seconds} s"
+        time.sleep(0.01)
 
 
 def free_port() -> int:

@@ -636,7 +636,11 @@ def test_sigterm_during_a_burst_answers_every_request_that_reached_the_server(
             ]
             for client in clients:
                 client.start()
-            time.sleep(1.5)
+            # Mid-burst: every client has been answered a few times and goes on sending.
+            deadline = time.monotonic() + 30
+            while outcomes.count(201) < 40:
+                assert time.monotonic() < deadline, f"the burst did not start: {outcomes[-5:]}"
+                time.sleep(0.01)
             server.process.send_signal(signal.SIGTERM)
             for client in clients:
                 client.join(timeout=60)

@@ -35,6 +35,10 @@ from tests.rest_api.rate_limit_support import (
 )
 from tests.support import TenantWorld
 
+# Token buckets refill on a real clock (Redis's, or the process's) while the requests of a test
+# run: alone on the machine.
+pytestmark = pytest.mark.serial
+
 # Three failures, then one more every 2 s: nothing refills while a test runs, unless it waits.
 SLOW_REFILL: dict[str, Any] = {
     "rate_limit_auth_failures": "0.5/s",
@@ -161,8 +165,6 @@ def test_good_keys_never_spend_the_allowance(
     assert [r.status_code for r in guesses] == [401, 401, 401, 429]
 
 
-# Three requests within the half second that a 2/s bucket refills in.
-@pytest.mark.serial
 def test_an_address_is_served_again_after_its_retry_after(
     settings: Settings, world: TenantWorld, limiter_url: str | None, guesser: str
 ) -> None:

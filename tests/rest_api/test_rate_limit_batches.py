@@ -38,6 +38,10 @@ from tests.rest_api.rate_limit_support import (
 )
 from tests.support import TenantWorld
 
+# Token buckets refill on a real clock (Redis's, or the process's) while the requests of a test
+# run: alone on the machine.
+pytestmark = pytest.mark.serial
+
 BATCH = f"{API}/test-batches"
 # One request every 5 s: nothing refills while a test runs, so every count is exact.
 SLOW = "0.2/s"

@@ -28,6 +28,10 @@ from tests.rest_api.rate_limit_support import (
 )
 from tests.support import Credentials, TenantWorld
 
+# Token buckets refill on a real clock (Redis's, or the process's) while the requests of a test
+# run: alone on the machine.
+pytestmark = pytest.mark.serial
+
 # For requests sent all at once: a limiter timeout would fail open and let one more through
 # (the 50 ms default is pinned in test_rate_limit_faults.py).
 PATIENT = {"redis_timeout_ms": 1000}
@@ -90,8 +94,6 @@ def test_tenant_limit_caps_concurrent_requests_of_two_keys(
     assert all(admitted <= 10 for admitted in by_key.values()), by_key
 
 
-# Three requests within the second that a 1/s bucket refills in.
-@pytest.mark.serial
 def test_429_is_a_problem_with_retry_after_after_which_the_request_passes(
     settings: Settings, world: TenantWorld, limiter_url: str | None
 ) -> None:

@@ -31,6 +31,10 @@ from tests.support import (
     wait_until_served,
 )
 
+# Token buckets refill on a real clock (Redis's, or the process's) while the requests of a test
+# run: alone on the machine.
+pytestmark = pytest.mark.serial
+
 READY_TIMEOUT_S = 30.0
 RECOVERY_DEADLINE_S = 3.0
 WARNING = "rate_limiter_unavailable"

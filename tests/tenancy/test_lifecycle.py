@@ -4,7 +4,6 @@ a deletion leaving nothing of the tenant but its tombstone, and nothing on a del
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -26,7 +25,12 @@ from dealbase.tenancy.tenants import (
     get_tenant,
     list_tenants,
 )
-from tests.support import TenantWorld, non_superuser_login, schema_and_role_exist
+from tests.support import (
+    TenantWorld,
+    non_superuser_login,
+    schema_and_role_exist,
+    wait_until_a_transaction_waits_for_a_lock,
+)
 
 ACTOR = "test-operator"
 
@@ -247,7 +251,7 @@ def test_a_deletion_waits_for_a_migration_of_the_same_schema(
         lock_schema(migrating, world.tenant.schema)
         deleting = threading.Thread(target=delete)
         deleting.start()
-        time.sleep(0.5)
+        wait_until_a_transaction_waits_for_a_lock(database)
         assert not finished.is_set(), "the deletion did not wait for the migrator's lock"
     deleting.join(timeout=10)
 

@@ -4,7 +4,6 @@ every writer succeeds, and no two batches deadlock."""
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import func, select
@@ -14,7 +13,7 @@ from dealbase.platform.customers import service
 from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.tables import customers
 from dealbase.tenancy.database import Database
-from tests.support import TenantWorld
+from tests.support import TenantWorld, wait_until_a_transaction_waits_for_a_lock
 
 
 def rows_with(database: Database, world: TenantWorld, external_id: str) -> list[str]:
@@ -36,8 +35,8 @@ def test_two_upserts_of_one_new_external_id_at_once_make_one_customer(
         with database.unit_of_work(scope) as uow:
             result = service.upsert(uow, "shop-1", CustomerFields(last_name="First"))
             first_inserted.set()
-            # Held open while the second writer finds no row and tries its own insert.
-            time.sleep(0.5)
+            # Held open until the second writer, having found no row, waits in its own insert.
+            wait_until_a_transaction_waits_for_a_lock(database)
             return result.outcome
 
     def second() -> str:

@@ -4,7 +4,6 @@ succeeds (the later ones update what the first created)."""
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import select
@@ -13,7 +12,7 @@ from dealbase.platform.deals import service
 from dealbase.platform.deals.models import DealUpsert
 from dealbase.platform.tables import deals
 from dealbase.tenancy.database import Database
-from tests.support import TenantWorld
+from tests.support import TenantWorld, wait_until_a_transaction_waits_for_a_lock
 
 
 def deals_with(database: Database, world: TenantWorld, external_id: str) -> list[tuple[str, int]]:
@@ -34,25 +33,23 @@ def test_an_upsert_that_meets_an_uncommitted_insert_waits_and_updates(
         with database.unit_of_work(scope) as uow:
             result = service.upsert(uow, "order-1", DealUpsert(name="First"))
             first_inserted.set()
-            # Held open while the second finds no deal and tries its own insert.
-            time.sleep(1)
+            # Held open until the second, having found no deal, waits in its own insert.
+            wait_until_a_transaction_waits_for_a_lock(database)
             return result.outcome
 
-    def second() -> tuple[str, float]:
+    def second() -> str:
         assert first_inserted.wait(10)
-        started = time.monotonic()
         with database.unit_of_work(scope) as uow:
             result = service.upsert(uow, "order-1", DealUpsert(name="Second", volume=5))
-        return result.outcome, time.monotonic() - started
+        return result.outcome
 
     with ThreadPoolExecutor(2) as pool:
         firsts, seconds = pool.submit(first), pool.submit(second)
         assert firsts.result(timeout=30) == "created"
-        outcome, waited = seconds.result(timeout=30)
+        outcome = seconds.result(timeout=30)
 
+    # It waited for the first's commit in its insert (the first commits only once it waits).
     assert outcome == "updated"
-    # It waited for the first's commit in its insert (its read saw no deal to wait for).
-    assert waited > 0.3
     assert deals_with(database, world, "order-1") == [("Second", 2)]
 
 
