@@ -232,6 +232,19 @@ def wait_until_a_transaction_waits_for_a_lock(database: Database, seconds: float
         time.sleep(0.01)
 
 
+class FakeClock:
+    """A monotonic clock in seconds that only the test moves (far from zero, like a real one)."""
+
+    def __init__(self, start: float = 987_654.321) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 def free_port() -> int:
     """A TCP port on the loopback that nothing listens on right now."""
     with socket.socket() as probe:

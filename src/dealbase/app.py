@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from anyio import to_thread
@@ -36,7 +37,12 @@ stable `code`; see docs/api.md.
 """
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None, *, clock: Callable[[], float] = time.monotonic
+) -> FastAPI:
+    """The app. ``clock`` is the monotonic clock, in seconds, of the rate limits the process
+    keeps itself (the in-process limiter and the failed-authentication allowance): tests move it
+    instead of waiting. The Redis limiter keeps Redis's clock."""
     settings = settings or load_settings()
     configure_logging(settings.log_format, settings.log_level)
     database_url = settings.database_url or embedded_database_url(settings.data_dir)
@@ -58,7 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     limiter: RedisLimiter | InProcessLimiter = (
         RedisLimiter(settings.redis_url, timeout_seconds=settings.redis_timeout_ms / 1000)
         if settings.redis_url
-        else InProcessLimiter()
+        else InProcessLimiter(clock)
     )
     key_listener = KeyChangeListener(settings.database_listen_url or database_url, key_cache)
     key_uses = KeyUseRecorder(database)
@@ -109,6 +115,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ),
         faults=limiter_faults,
         on_refused=metrics.auth_failure_refused,
+        clock=clock,
     )
     app.state.admission = Admission(
         limiter,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from tests.redis_support import shared_redis_url
+from tests.rest_api.rate_limit_support import Limiter
+from tests.support import FakeClock
 
 
 @pytest.fixture(scope="module")
@@ -15,10 +18,13 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(params=["redis", "in-process"])
-def limiter_url(request: pytest.FixtureRequest) -> str | None:
-    """The app's DEALBASE_REDIS_URL: a real Redis, or none (the in-process limiter)."""
+# Redis keeps its buckets on its own clock, which a test cannot move: those tests measure real
+# time, so they run in the serial group. In the process, the test moves the app's clock: nothing
+# refills unless the test says so, however long the requests take.
+@pytest.fixture(params=[pytest.param("redis", marks=pytest.mark.serial), "in-process"])
+def limiter(request: pytest.FixtureRequest) -> Limiter:
+    """The app's limiter: a real Redis, or the in-process one on a clock the test moves."""
     if request.param == "in-process":
-        return None
+        return Limiter(None, FakeClock())
     url: str = request.getfixturevalue("redis_url")
-    return url
+    return Limiter(url, time.monotonic)

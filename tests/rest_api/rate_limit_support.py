@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dealbase.app import create_app
 from dealbase.config import Settings
+from tests.support import FakeClock
 
 API = "/api/v1/integration"
 CUSTOMERS = f"{API}/customers"
@@ -26,11 +28,28 @@ T = TypeVar("T")
 
 
 @contextmanager
-def serving(settings: Settings, **update: Any) -> Iterator[TestClient]:
-    """A started app (its key-change listener running) with these settings changed."""
-    app = create_app(settings.model_copy(update=update))
+def serving(
+    settings: Settings, *, clock: Callable[[], float] = time.monotonic, **update: Any
+) -> Iterator[TestClient]:
+    """A started app (its key-change listener running) with these settings changed, its
+    in-process rate limits on ``clock``."""
+    app = create_app(settings.model_copy(update=update), clock=clock)
     with TestClient(app, raise_server_exceptions=False) as client:
         yield client
+
+
+@dataclass(frozen=True)
+class Limiter:
+    """Where the app of a rate-limit test keeps its buckets, and how the test lets time pass."""
+
+    redis_url: str | None  # None: in the process
+    clock: Callable[[], float]  # the app's clock (create_app's): the test's own in the process
+
+    def wait(self, seconds: float) -> None:
+        if isinstance(self.clock, FakeClock):
+            self.clock.advance(seconds)
+        else:
+            time.sleep(seconds)
 
 
 @dataclass(frozen=True)

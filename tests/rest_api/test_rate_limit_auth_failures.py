@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import ipaddress
 import secrets
-import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -29,15 +28,12 @@ from dealbase.config import Settings
 from tests.rest_api.rate_limit_support import (
     CUSTOMERS,
     PROBLEM,
+    Limiter,
     all_at_once,
     assert_rate_limited,
     counted,
 )
-from tests.support import TenantWorld
-
-# Token buckets refill on a real clock (Redis's, or the process's) while the requests of a test
-# run: alone on the machine.
-pytestmark = pytest.mark.serial
+from tests.support import FakeClock, TenantWorld
 
 # Three failures, then one more every 2 s: nothing refills while a test runs, unless it waits.
 SLOW_REFILL: dict[str, Any] = {
@@ -53,11 +49,16 @@ REFUSALS = "dealbase_auth_failure_refusals_total"
 
 @contextmanager
 def behind_proxy(
-    settings: Settings, *, trusted: str = "testclient", **update: Any
+    settings: Settings,
+    *,
+    trusted: str = "testclient",
+    clock: Callable[[], float] | None = None,
+    **update: Any,
 ) -> Iterator[TestClient]:
     """A started app with these settings changed, behind uvicorn's proxy-header handling that
-    trusts ``trusted`` (by default the test client) to forward its clients' addresses."""
-    app = create_app(settings.model_copy(update=update))
+    trusts ``trusted`` (by default the test client) to forward its clients' addresses. Its
+    in-process limits are on ``clock``, by default one of the test's that nothing moves."""
+    app = create_app(settings.model_copy(update=update), clock=clock or FakeClock())
     with TestClient(
         ProxyHeadersMiddleware(app, trusted_hosts=trusted),  # type: ignore[arg-type]
         raise_server_exceptions=False,
@@ -100,9 +101,11 @@ def _query(client: TestClient, credentials: dict[str, str], address: str) -> htt
 
 
 def test_past_its_allowance_an_address_is_refused_before_any_key_lookup(
-    settings: Settings, world: TenantWorld, limiter_url: str | None, guesser: str
+    settings: Settings, world: TenantWorld, limiter: Limiter, guesser: str
 ) -> None:
-    with behind_proxy(settings, redis_url=limiter_url, **SLOW_REFILL) as client:
+    with behind_proxy(
+        settings, redis_url=limiter.redis_url, clock=limiter.clock, **SLOW_REFILL
+    ) as client:
         failed = [
             _create(client, _guess(world), guesser),
             _query(client, _guess(world), guesser),
@@ -132,10 +135,12 @@ def test_past_its_allowance_an_address_is_refused_before_any_key_lookup(
 
 
 def test_a_flood_of_bad_keys_from_one_address_leaves_other_addresses_served(
-    settings: Settings, world: TenantWorld, limiter_url: str | None, guesser: str
+    settings: Settings, world: TenantWorld, limiter: Limiter, guesser: str
 ) -> None:
     neighbour = _address()
-    with behind_proxy(settings, redis_url=limiter_url, **SLOW_REFILL, **PATIENT) as client:
+    with behind_proxy(
+        settings, redis_url=limiter.redis_url, clock=limiter.clock, **SLOW_REFILL, **PATIENT
+    ) as client:
         flood = all_at_once([lambda: _create(client, _guess(world), guesser)] * 30)
         served = all_at_once(
             [lambda: _create(client, world.key.headers, neighbour)] * 5
@@ -154,9 +159,11 @@ def test_a_flood_of_bad_keys_from_one_address_leaves_other_addresses_served(
 
 
 def test_good_keys_never_spend_the_allowance(
-    settings: Settings, world: TenantWorld, limiter_url: str | None, guesser: str
+    settings: Settings, world: TenantWorld, limiter: Limiter, guesser: str
 ) -> None:
-    with behind_proxy(settings, redis_url=limiter_url, **SLOW_REFILL) as client:
+    with behind_proxy(
+        settings, redis_url=limiter.redis_url, clock=limiter.clock, **SLOW_REFILL
+    ) as client:
         served = [_create(client, world.key.headers, guesser) for _ in range(15)]
         served += [_query(client, world.key.headers, guesser) for _ in range(5)]
         guesses = [_create(client, _guess(world), guesser) for _ in range(4)]
@@ -166,14 +173,14 @@ def test_good_keys_never_spend_the_allowance(
 
 
 def test_an_address_is_served_again_after_its_retry_after(
-    settings: Settings, world: TenantWorld, limiter_url: str | None, guesser: str
+    settings: Settings, world: TenantWorld, limiter: Limiter, guesser: str
 ) -> None:
     fast: dict[str, Any] = {"rate_limit_auth_failures": "2/s", "rate_limit_auth_failures_burst": 2}
-    with behind_proxy(settings, redis_url=limiter_url, **fast) as client:
+    with behind_proxy(settings, redis_url=limiter.redis_url, clock=limiter.clock, **fast) as client:
         guesses = [_create(client, _guess(world), guesser) for _ in range(2)]
         refused = _create(client, world.key.headers, guesser)
         retry_after = assert_rate_limited(refused)
-        time.sleep(retry_after)
+        limiter.wait(retry_after)
         served = _create(client, world.key.headers, guesser)
         failed_again = _create(client, _guess(world), guesser)
 

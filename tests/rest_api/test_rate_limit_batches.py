@@ -9,6 +9,7 @@ there); one sends the real customers batch."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +29,7 @@ from tests.redis_support import RedisServer, closed_port_url, redis_server
 from tests.rest_api.rate_limit_support import (
     API,
     PROBLEM,
+    Limiter,
     Policy,
     State,
     assert_rate_limited,
@@ -37,10 +39,6 @@ from tests.rest_api.rate_limit_support import (
     state,
 )
 from tests.support import TenantWorld
-
-# Token buckets refill on a real clock (Redis's, or the process's) while the requests of a test
-# run: alone on the machine.
-pytestmark = pytest.mark.serial
 
 BATCH = f"{API}/test-batches"
 # One request every 5 s: nothing refills while a test runs, so every count is exact.
@@ -53,11 +51,16 @@ class Batch(BaseModel):
 
 @contextmanager
 def serving_batches(
-    settings: Settings, *, before_charge: Callable[[], None] = lambda: None, **update: Any
+    settings: Settings,
+    *,
+    before_charge: Callable[[], None] = lambda: None,
+    clock: Callable[[], float] = time.monotonic,
+    **update: Any,
 ) -> Iterator[TestClient]:
-    """A started app with these settings changed and the test's batch route, which calls
-    ``before_charge`` between reading its body and charging the batch."""
-    app = create_app(settings.model_copy(update=update))
+    """A started app with these settings changed, its in-process limits on ``clock``, and the
+    test's batch route, which calls ``before_charge`` between reading its body and charging the
+    batch."""
+    app = create_app(settings.model_copy(update=update), clock=clock)
 
     @app.post(BATCH)
     async def batch(
@@ -79,11 +82,12 @@ def _send(client: TestClient, world: TenantWorld, operations: int) -> httpx.Resp
 
 
 def test_a_batch_counts_one_request_per_hundred_operations(
-    settings: Settings, world: TenantWorld, limiter_url: str | None
+    settings: Settings, world: TenantWorld, limiter: Limiter
 ) -> None:
     with serving_batches(
         settings,
-        redis_url=limiter_url,
+        redis_url=limiter.redis_url,
+        clock=limiter.clock,
         rate_limit_key=SLOW,
         rate_limit_key_burst=25,
         rate_limit_tenant=SLOW,
@@ -110,12 +114,13 @@ def test_a_batch_counts_one_request_per_hundred_operations(
 
 
 def test_the_customers_batch_route_is_charged_by_its_size(
-    settings: Settings, world: TenantWorld, limiter_url: str | None
+    settings: Settings, world: TenantWorld, limiter: Limiter
 ) -> None:
     operations = [{"op": "create", "data": {"last_name": f"L{n}"}} for n in range(250)]
     with serving_batches(
         settings,
-        redis_url=limiter_url,
+        redis_url=limiter.redis_url,
+        clock=limiter.clock,
         rate_limit_key=SLOW,
         rate_limit_key_burst=25,
         rate_limit_tenant=SLOW,
@@ -131,12 +136,13 @@ def test_the_customers_batch_route_is_charged_by_its_size(
 
 @pytest.mark.parametrize(("policy", "burst"), [("key", 1), ("key", 3), ("tenant", 3)])
 def test_a_batch_dearer_than_a_burst_costs_the_burst(
-    settings: Settings, world: TenantWorld, limiter_url: str | None, policy: str, burst: int
+    settings: Settings, world: TenantWorld, limiter: Limiter, policy: str, burst: int
 ) -> None:
     bursts = {"key": 100, "tenant": 100, policy: burst}
     with serving_batches(
         settings,
-        redis_url=limiter_url,
+        redis_url=limiter.redis_url,
+        clock=limiter.clock,
         rate_limit_key=SLOW,
         rate_limit_key_burst=bursts["key"],
         rate_limit_tenant=SLOW,
@@ -156,6 +162,8 @@ def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
 
 
+# The admission must be answered by Redis within its 50 ms timeout, before Redis stops.
+@pytest.mark.serial
 @pytest.mark.parametrize("fail", ["open", "closed"])
 def test_a_charge_the_limiter_cannot_answer_is_served_or_refused_as_admission_would(
     settings: Settings, world: TenantWorld, own_redis: RedisServer, fail: str

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -31,7 +32,11 @@ from tests.support import TenantWorld
 pytestmark = pytest.mark.serial
 
 RECOVERY_DEADLINE_S = 3.0
-LIMITS = {"rate_limit_key": "0.2/s", "rate_limit_key_burst": 3, "redis_timeout_ms": 50}
+LIMITS: dict[str, Any] = {
+    "rate_limit_key": "0.2/s",
+    "rate_limit_key_burst": 3,
+    "redis_timeout_ms": 50,
+}
 
 
 @pytest.fixture
@@ -105,7 +110,10 @@ def test_unreachable_redis_answers_failed_authentications_and_counts_one_fault_e
     request's limiter is not asked again, so it counts once and waits out no second timeout.
     The address's first failure is not asked about (it had none): it gets its 401 either way,
     and its failure, which cannot be recorded, counts the fault."""
-    failures = {"rate_limit_auth_failures": "0.2/s", "rate_limit_auth_failures_burst": 2}
+    failures: dict[str, Any] = {
+        "rate_limit_auth_failures": "0.2/s",
+        "rate_limit_auth_failures_burst": 2,
+    }
     guess = {**world.key.headers, "X-Api-Key": world.key.api_key[:-1] + "_"}
     with serving(
         settings, redis_url=closed_port_url(), rate_limit_fail=fail, **LIMITS, **failures

@@ -4,10 +4,10 @@ every authenticated response (REST and GraphQL), and one budget for two apps on 
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import httpx
 import pytest
@@ -17,6 +17,7 @@ from dealbase.config import Settings
 from tests.rest_api.rate_limit_support import (
     CUSTOMERS,
     PROBLEM,
+    Limiter,
     Policy,
     State,
     all_at_once,
@@ -28,13 +29,9 @@ from tests.rest_api.rate_limit_support import (
 )
 from tests.support import Credentials, TenantWorld
 
-# Token buckets refill on a real clock (Redis's, or the process's) while the requests of a test
-# run: alone on the machine.
-pytestmark = pytest.mark.serial
-
 # For requests sent all at once: a limiter timeout would fail open and let one more through
 # (the 50 ms default is pinned in test_rate_limit_faults.py).
-PATIENT = {"redis_timeout_ms": 1000}
+PATIENT: dict[str, Any] = {"redis_timeout_ms": 1000}
 GRAPHQL_QUERY = {"query": "{ customers(first: 1) { edges { node { id } } } }"}
 
 
@@ -50,10 +47,15 @@ def _create(client: TestClient, world: TenantWorld) -> httpx.Response:
 
 
 def test_concurrent_burst_admits_exactly_the_burst(
-    settings: Settings, world: TenantWorld, limiter_url: str | None
+    settings: Settings, world: TenantWorld, limiter: Limiter
 ) -> None:
     with serving(
-        settings, redis_url=limiter_url, rate_limit_key="0.2/s", rate_limit_key_burst=10, **PATIENT
+        settings,
+        redis_url=limiter.redis_url,
+        clock=limiter.clock,
+        rate_limit_key="0.2/s",
+        rate_limit_key_burst=10,
+        **PATIENT,
     ) as client:
         responses = all_at_once([lambda: _create(client, world)] * 40)
         assert faults(client) == 0
@@ -67,12 +69,13 @@ def test_concurrent_burst_admits_exactly_the_burst(
 
 
 def test_tenant_limit_caps_concurrent_requests_of_two_keys(
-    settings: Settings, make_tenant: Callable[..., TenantWorld], limiter_url: str | None
+    settings: Settings, make_tenant: Callable[..., TenantWorld], limiter: Limiter
 ) -> None:
     world = make_tenant(departments=2)
     with serving(
         settings,
-        redis_url=limiter_url,
+        redis_url=limiter.redis_url,
+        clock=limiter.clock,
         rate_limit_key="0.2/s",
         rate_limit_key_burst=10,
         rate_limit_tenant="0.2/s",
@@ -95,10 +98,14 @@ def test_tenant_limit_caps_concurrent_requests_of_two_keys(
 
 
 def test_429_is_a_problem_with_retry_after_after_which_the_request_passes(
-    settings: Settings, world: TenantWorld, limiter_url: str | None
+    settings: Settings, world: TenantWorld, limiter: Limiter
 ) -> None:
     with serving(
-        settings, redis_url=limiter_url, rate_limit_key="1/s", rate_limit_key_burst=2
+        settings,
+        redis_url=limiter.redis_url,
+        clock=limiter.clock,
+        rate_limit_key="1/s",
+        rate_limit_key_burst=2,
     ) as client:
         assert [_create(client, world).status_code for _ in range(2)] == [201, 201]
         refused = _create(client, world)
@@ -109,18 +116,19 @@ def test_429_is_a_problem_with_retry_after_after_which_the_request_passes(
         assert body["type"] == "/problems/rate_limited"
         assert body["request_id"] == refused.headers["X-Request-Id"]
         assert state(refused) == State("key", 0, 2)
-        time.sleep(retry_after)
+        limiter.wait(retry_after)
         assert _create(client, world).status_code == 201
         assert_rate_limited(_create(client, world))
 
 
 def test_every_authenticated_response_carries_the_headers_and_r_counts_down(
-    settings: Settings, world: TenantWorld, limiter_url: str | None
+    settings: Settings, world: TenantWorld, limiter: Limiter
 ) -> None:
     headers = world.key.headers
     with serving(
         settings,
-        redis_url=limiter_url,
+        redis_url=limiter.redis_url,
+        clock=limiter.clock,
         rate_limit_key="0.5/s",  # one request every 2 s: nothing refills during the test
         rate_limit_key_burst=8,
         rate_limit_tenant="0.5/s",
@@ -158,11 +166,15 @@ def test_every_authenticated_response_carries_the_headers_and_r_counts_down(
 
 
 def test_graphql_requests_are_admitted_and_refused_like_rest(
-    settings: Settings, world: TenantWorld, limiter_url: str | None
+    settings: Settings, world: TenantWorld, limiter: Limiter
 ) -> None:
     headers = world.key.headers
     with serving(
-        settings, redis_url=limiter_url, rate_limit_key="0.5/s", rate_limit_key_burst=3
+        settings,
+        redis_url=limiter.redis_url,
+        clock=limiter.clock,
+        rate_limit_key="0.5/s",
+        rate_limit_key_burst=3,
     ) as client:
         answers = [client.post("/graphql", json=GRAPHQL_QUERY, headers=headers) for _ in range(3)]
         refused_graphql = client.post("/graphql", json=GRAPHQL_QUERY, headers=headers)
@@ -176,11 +188,17 @@ def test_graphql_requests_are_admitted_and_refused_like_rest(
     assert assert_rate_limited(refused_rest) == 2
 
 
+# Redis's clock: 40 requests all at once, then two more, within the 5 s a token takes.
+@pytest.mark.serial
 def test_two_apps_on_one_redis_admit_the_combined_budget(
     settings: Settings, world: TenantWorld, redis_url: str
 ) -> None:
     """Two apps (each its own limiter, its own Redis connections) as two server processes."""
-    limits = {"redis_url": redis_url, "rate_limit_key": "0.2/s", "rate_limit_key_burst": 10}
+    limits: dict[str, Any] = {
+        "redis_url": redis_url,
+        "rate_limit_key": "0.2/s",
+        "rate_limit_key_burst": 10,
+    }
     with (
         serving(settings, **limits, **PATIENT) as first,
         serving(settings, **limits, **PATIENT) as second,

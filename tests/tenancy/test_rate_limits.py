@@ -31,6 +31,7 @@ from dealbase.tenancy.rate_limits import (
 )
 from dealbase.tenancy.scope import Rate
 from tests.redis_support import RedisServer, redis_server, shared_redis_url
+from tests.support import FakeClock
 
 # The Redis limiter runs on Redis's clock, which the tests cannot move: refills are measured against it with a slack of milliseconds, alone on the machine.
 pytestmark = pytest.mark.serial
@@ -47,19 +48,6 @@ LOOPS = {"asyncio": None, "uvloop": uvloop.new_event_loop}
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with shared_redis_url(tmp_path_factory.mktemp("redis")) as url:
         yield url
-
-
-class FakeClock:
-    """A monotonic clock in seconds that only the test moves (far from zero, like a real one)."""
-
-    def __init__(self, start: float = 987_654.321) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @dataclass
