@@ -65,8 +65,9 @@ clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
 # Benchmarks (bench/README.md): `make bench` loads dealbase beside its peers and prints one table;
-# `make profile SCENARIO=post_customers` records one scenario with py-spy. Both read their settings
-# from the environment or the command line (BENCH_SECONDS=3, DEALBASE_BENCH_DATABASE_URL=...).
+# `make profile SCENARIO=post_customers_one_department` records one scenario with py-spy. Both
+# read their settings from the environment or the command line (BENCH_SECONDS=3,
+# DEALBASE_BENCH_DATABASE_URL=...).
 BENCH_STAMP := $(VENV)/.bench-installed
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml

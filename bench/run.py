@@ -1,13 +1,13 @@
 """`make bench` and `make profile`: dealbase under load beside its peers, measured in one run.
 
     .venv/bin/python bench/run.py bench                        # every scenario, one table
-    .venv/bin/python bench/run.py profile --scenario post_customers
+    .venv/bin/python bench/run.py profile --scenario post_customers_one_department
 
 bench: makes a scratch database on the PostgreSQL server (DEALBASE_BENCH_DATABASE_URL), migrates
 and seeds it, serves dealbase with every production feature on, and loads each scenario with wrk
 (a warm-up first), beside the baseline FastAPI + psycopg service of bench/baselines, pgbench
 running the baseline's SQL and PostGraphile 5 serving the tenant's schema. It prints one table
-(req/s, p50, p99, errors, each ratio to its peer) and the targets of issue 9, writes
+(req/s, p50, p99, errors, lock waits, each ratio to its peer) and the targets, writes
 bench/results/<date>.json, and drops the database. A scenario with any error (a non-2xx answer,
 a GraphQL error, a socket error or a timeout) fails the run (exit 1) instead of giving a figure.
 
@@ -42,12 +42,14 @@ from typing import Any
 import psycopg
 from harness import seed as seeding
 from harness.load import LoadFailed, Measurement, PgbenchLoad, WrkLoad, run_pgbench, run_wrk
+from harness.lock_waits import LockWaits
 from harness.paths import QUERIES, RESULTS, ROOT
 from harness.processes import Service, ServiceFailed
 from harness.profiling import ProfileFailed, start_recording, stop_recording, summarize
 from harness.report import Outcome, outcome_record, table, targets, targets_text, write_results
 from harness.scenarios import (
     DEALBASE_SCENARIOS,
+    DEPARTMENTS,
     OWN_TABLES,
     SYNC,
     WEBHOOKS,
@@ -108,7 +110,13 @@ class Run:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.database = stack.enter_context(scratch_database(settings.database_server))
         say(f"scratch database {self.database.rpartition('/')[2]}: migrating, provisioning")
-        self.tenant: Tenant = provision(self.database)
+        self.tenant: Tenant = provision(self.database, departments=DEPARTMENTS)
+        # post_customers_departments.lua's files: the first department alone, and all of them.
+        self.keys_files = {}
+        for count in sorted({1, DEPARTMENTS}):
+            path = self.logs / f"department_keys_{count}.txt"
+            path.write_text("\n".join(self.tenant.department_keys[:count]) + "\n")
+            self.keys_files[count] = path
         self.dealbase_log = self.logs / "dealbase.log"
         self.dealbase, self.dealbase_settings = start_dealbase(
             self.database, settings, self.dealbase_log
@@ -129,6 +137,7 @@ class Run:
             "BENCH_DEPARTMENT_ID": self.tenant.department_id,
             "BENCH_PREFIX": REST_PREFIX,
             "BENCH_IDS_FILE": str(self.ids_file),
+            "BENCH_KEYS_FILE": str(self.keys_files[scenario.departments]),
         }
         if scenario.query:
             environment["BENCH_QUERY_FILE"] = str(QUERIES / scenario.query)
@@ -149,8 +158,10 @@ def measure(
     run: Callable[[int], Measurement],
     settings: BenchSettings,
     during: Callable[[], Any] | None = None,
+    database: str | None = None,
 ) -> Outcome:
-    """A warm-up, then the measured run; any error fails the scenario."""
+    """A warm-up, then the measured run; any error fails the scenario. With ``database``, the
+    measured run's lock waits there are sampled (harness/lock_waits.py)."""
     outcome = Outcome(scenario, load_average_before=load_average())
     seconds = settings.seconds
     try:
@@ -171,7 +182,18 @@ def measure(
                 seconds = max(seconds, min(MAX_SECONDS, stretched))
         if during is not None:
             during()
-        outcome.measurement = run(seconds)
+        if database is None:
+            outcome.measurement = run(seconds)
+        else:
+            with LockWaits(database) as waits:
+                outcome.measurement = run(seconds)
+            outcome.extra["lock_waits"] = {
+                "share": waits.share,
+                "backend_samples": waits.active,
+                "waiting": waits.waiting,
+                "by_event": dict(waits.by_event.most_common()),
+                "error": waits.error,
+            }
     except LoadFailed as exc:
         outcome.failure = str(exc)
         return outcome
@@ -430,7 +452,7 @@ def _run_scenarios(
                         run_wrk, tools.wrk, run.wrk_load(scenario, base_url), settings
                     )
                 refresh_statistics(run.database, run.tenant.schema)
-                outcome = measure(scenario, run_load, settings)
+                outcome = measure(scenario, run_load, settings, database=run.database)
                 outcomes[scenario.name] = outcome
                 report_line(outcome)
         finally:

@@ -1,4 +1,4 @@
-"""The table a run prints, the targets of issue 9, and the results file."""
+"""The table a run prints, the targets, and the results file."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.load import Measurement
-from harness.scenarios import MAX_TAIL, TARGETS, Scenario
+from harness.scenarios import MAX_LOCK_WAITS, MAX_TAIL, TARGETS, Scenario
 
 
 @dataclass
@@ -49,8 +49,8 @@ def _number(value: float | None, digits: int = 2) -> str:
 
 def table(outcomes: dict[str, Outcome], seconds: int | None = None) -> str:
     header = (
-        "| scenario | what | req/s | p50 ms | p99 ms | p99/p50 | errors | ratio | to |\n"
-        "|---|---|---:|---:|---:|---:|---:|---:|---|"
+        "| scenario | what | req/s | p50 ms | p99 ms | p99/p50 | errors | lock waits | ratio | to |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"
     )
     rows = [header]
     for outcome in outcomes.values():
@@ -59,11 +59,11 @@ def table(outcomes: dict[str, Outcome], seconds: int | None = None) -> str:
         if outcome.ok and m:
             figures = (
                 f"{m.requests_per_second:,.0f} | {m.p50_ms:.1f} | {m.p99_ms:.1f} | "
-                f"{_number(outcome.tail, 1)} | {m.errors}"
+                f"{_number(outcome.tail, 1)} | {m.errors} | {_lock_waits(outcome)}"
             )
         else:
             errors = m.errors if m else "—"
-            figures = f"FAILED | — | — | — | {errors}"
+            figures = f"FAILED | — | — | — | {errors} | —"
         ratio_text = _number(ratio(outcomes, scenario.name, compare)) if compare else "—"
         rows.append(
             f"| {scenario.name} | {scenario.what} | {figures} | {ratio_text} | {compare or ''} |"
@@ -80,6 +80,14 @@ def table(outcomes: dict[str, Outcome], seconds: int | None = None) -> str:
                 f" requests: {', '.join(longer)}."
             )
     return "\n".join(rows)
+
+
+def _lock_waits(outcome: Outcome) -> str:
+    """The share of the active backends' samples that waited on a lock, as a percentage."""
+    waits = outcome.extra.get("lock_waits")
+    if not waits or waits["share"] is None:
+        return "—"
+    return f"{waits['share'] * 100:.0f} %"
 
 
 def targets(outcomes: dict[str, Outcome]) -> list[dict[str, Any]]:
@@ -109,11 +117,27 @@ def targets(outcomes: dict[str, Outcome]) -> list[dict[str, Any]]:
             "met": None if worst is None else not over,
         }
     )
+    shares = {
+        name: outcome.extra["lock_waits"]["share"]
+        for name, outcome in outcomes.items()
+        if outcome.ok and outcome.extra.get("lock_waits", {}).get("share") is not None
+    }
+    waiting = {name: share for name, share in shares.items() if share >= MAX_LOCK_WAITS}
+    most = max(shares.items(), key=lambda item: item[1]) if shares else None
+    checks.append(
+        {
+            "target": f"lock waits < {MAX_LOCK_WAITS:g} of the samples in every scenario",
+            "value": most[1] if most else None,
+            "worst": most[0] if most else None,
+            "over": sorted(waiting),
+            "met": None if most is None else not waiting,
+        }
+    )
     return checks
 
 
 def targets_text(checks: list[dict[str, Any]]) -> str:
-    lines = ["Targets of issue 9 (ratios of req/s measured in this run):"]
+    lines = ["Targets (ratios of req/s measured in this run):"]
     for check in checks:
         verdict = {True: "met", False: "MISSED", None: "not measured"}[check["met"]]
         value = _number(check["value"])

@@ -86,6 +86,9 @@ class Tenant:
     employee_ids: tuple[str, ...]
     key_id: str
     api_key: str
+    # Every department of the tenant with a key of its own, "<api key> <department id>", the
+    # first being the one above: the lines of bench/wrk/post_customers_departments.lua's file.
+    department_keys: tuple[str, ...] = ()
 
     @property
     def headers(self) -> dict[str, str]:
@@ -107,10 +110,16 @@ def _cli(database: str, *arguments: str) -> Any:
 
 
 def provision(
-    database: str, employees: int = 5, *, name: str = "bench", migrate: bool = True
+    database: str,
+    employees: int = 5,
+    *,
+    name: str = "bench",
+    migrate: bool = True,
+    departments: int = 1,
 ) -> Tenant:
     """Migrates the scratch database (unless a tenant was made on it already) and makes the
-    tenant the run loads, through the CLI."""
+    tenant the run loads, through the CLI: its first department with employees and a key, and
+    ``departments - 1`` more, each with a key."""
     if migrate:
         _cli(database, "migrate")
     tenant = _cli(database, "tenant", "create", name)
@@ -145,6 +154,25 @@ def provision(
         "--burst",
         GENEROUS_BURST,
     )
+    department_keys = [f"{key['api_key']} {department['id']}"]
+    for index in range(2, departments + 1):
+        other = _cli(database, "department", "create", "--tenant", tenant["id"], f"Sales {index}")
+        other_key = _cli(
+            database,
+            "key",
+            "issue",
+            "--tenant",
+            tenant["id"],
+            "--department",
+            other["id"],
+            "--name",
+            f"bench {index}",
+            "--rate",
+            GENEROUS_RATE,
+            "--burst",
+            GENEROUS_BURST,
+        )
+        department_keys.append(f"{other_key['api_key']} {other['id']}")
     return Tenant(
         tenant_id=tenant["id"],
         schema=tenant["schema"],
@@ -153,6 +181,7 @@ def provision(
         employee_ids=tuple(employee_ids),
         key_id=key["key_id"],
         api_key=key["api_key"],
+        department_keys=tuple(department_keys),
     )
 
 
