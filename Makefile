@@ -37,7 +37,8 @@ typecheck: install
 # DEALBASE_TEST_PGBOUNCER_URL (transaction mode, a server pool of 1 per database), when set;
 # .ci/run starts one, and under CI=true its absence fails the run. Bytecode and pytest's rewritten
 # test modules are cached in __pycache__ even where the environment says not to: without the cache
-# every test process compiles them again (5 s a process). tests/README.md: one test, quickly.
+# every test process compiles them again (5 s a process). README.md: one module or one test,
+# quickly; tests/README.md: how a run is organised and where its time goes.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
 PYTEST_PARALLEL = $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial"
 PYTEST_SERIAL = $(BIN)/pytest -m serial

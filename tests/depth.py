@@ -1,10 +1,11 @@
 """How deep the generated tests search: one profile for CI, a quicker one for a developer's run.
 
-CI is the gate, so it searches deepest: every example count below is what the suites were tuned
-to there (the isolation fuzz's 100 interleavings, 25 schemathesis examples a REST operation and 20 a GraphQL root field, 15 chains
-of calls). A developer's ``make test`` runs the same tests with fewer examples of each, so it
-stays a few minutes on two cores; a run that should search deeper names a profile:
-``HYPOTHESIS_PROFILE=ci make test`` (what CI runs) or ``HYPOTHESIS_PROFILE=deep`` (four times CI).
+CI is the gate: its profile keeps the example counts the suites were tuned to there (the
+isolation fuzz's 100 interleavings, 25 schemathesis examples a REST operation and 20 a GraphQL
+root field, 15 chains of calls). A developer's ``make test`` runs the same tests with fewer
+examples of each, so it stays a few minutes on two cores; a run that should search deeper names
+a profile: ``HYPOTHESIS_PROFILE=ci make test`` (what CI runs) or ``HYPOTHESIS_PROFILE=deep``
+(four times CI).
 """
 
 from __future__ import annotations
