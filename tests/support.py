@@ -22,6 +22,7 @@ from sqlalchemy import text
 
 from dealbase.ops import admin
 from dealbase.platform.pipeline.models import Department
+from dealbase.tenancy.control_tables import CONTROL_SCHEMA
 from dealbase.tenancy.database import Database
 from dealbase.tenancy.roles import TENANT_OWNER_ROLE, TENANTS_GROUP_ROLE
 from dealbase.tenancy.tenants import Tenant, create_tenant
@@ -158,11 +159,25 @@ def schema_and_role_exist(database_url: str, name: str) -> tuple[bool, bool]:
 
 
 def tenant_roles_of(database_url: str) -> list[str]:
-    """The tenant roles of the tenant schemas in the database (each named as its schema)."""
+    """The tenant roles of the database (each named as its schema): of the tenant schemas in
+    it, and of the tenants it registers whose schema a test dropped."""
     with psycopg.connect(database_url) as connection:
+        registered = connection.execute(
+            "SELECT to_regclass(%s) IS NOT NULL", (f"{CONTROL_SCHEMA}.tenants",)
+        ).fetchone()
+        names = (
+            sql.SQL(" UNION SELECT schema_name FROM {}").format(
+                sql.Identifier(CONTROL_SCHEMA, "tenants")
+            )
+            if registered and registered[0]
+            else sql.SQL("")
+        )
         rows = connection.execute(
-            "SELECT nspname FROM pg_namespace n JOIN pg_roles r ON r.rolname = n.nspname"
-            " WHERE nspname ~ '^t_[0-9a-f]{32}$'"
+            sql.SQL(
+                "SELECT r.rolname FROM pg_roles r"
+                " JOIN (SELECT nspname::text AS name FROM pg_namespace{names}) s"
+                " ON s.name = r.rolname WHERE r.rolname ~ '^t_[0-9a-f]{{32}}$'"
+            ).format(names=names)
         ).fetchall()
     return [name for (name,) in rows]
 

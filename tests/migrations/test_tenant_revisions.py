@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import uuid
+
 from sqlalchemy import Connection, text
 
 from dealbase.migrations.runner import upgrade_tenant
 from dealbase.tenancy.database import Database
 
 
+def _scratch_schema() -> str:
+    """A tenant schema's name no other test and no other run uses (its role is cluster-wide)."""
+    return f"t_{uuid.uuid4().hex}"
+
+
+def _drop(connection: Connection, *schemas: str) -> None:
+    """The schemas and their roles, which no tenant registers for the teardown to find."""
+    for schema in schemas:
+        connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE; DROP ROLE "{schema}"'))
+
+
 def test_t0003_marks_the_default_pipelines_won_and_lost_steps(database: Database) -> None:
-    schema = "t_" + "3" * 32
+    schema = _scratch_schema()
     with database.control() as connection:
         upgrade_tenant(connection, schema, "t0002")
         connection.execute(
@@ -26,7 +39,7 @@ def test_t0003_marks_the_default_pipelines_won_and_lost_steps(database: Database
         upgrade_tenant(connection, schema)
         rows = connection.execute(text(f'SELECT name, kind FROM "{schema}".steps')).all()
         kinds = {str(name): str(kind) for name, kind in rows}
-        connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        _drop(connection, schema)
 
     assert kinds == {"Lead": "open", "Won": "won", "Lost": "lost"}
 
@@ -47,7 +60,7 @@ def test_required_columns_added_to_tables_with_rows_match_a_fresh_schemas(
 ) -> None:
     """``add_required_column`` (add, default, fill, require) leaves what one ADD COLUMN with a
     default and NOT NULL would: rows from before it get the default, and the columns are alike."""
-    upgraded, fresh = "t_" + "4" * 32, "t_" + "5" * 32
+    upgraded, fresh = _scratch_schema(), _scratch_schema()
     with database.control() as connection:
         upgrade_tenant(connection, upgraded, "t0001")
         connection.execute(
@@ -68,7 +81,7 @@ def test_required_columns_added_to_tables_with_rows_match_a_fresh_schemas(
             connection.execute(text(f'SELECT version FROM "{upgraded}".customers')).scalars().all()
         )
         columns = {schema: _columns(connection, schema) for schema in (upgraded, fresh)}
-        connection.execute(text(f'DROP SCHEMA "{upgraded}" CASCADE; DROP SCHEMA "{fresh}" CASCADE'))
+        _drop(connection, upgraded, fresh)
 
     assert versions == [1]
     assert columns[upgraded] == columns[fresh]
