@@ -7,7 +7,13 @@ import uuid
 from sqlalchemy import Connection, text
 
 from dealbase.migrations.runner import upgrade_tenant
+from dealbase.platform.customers import service as customers
+from dealbase.platform.customers.models import CustomerFields
+from dealbase.platform.events import service as events
+from dealbase.platform.events.models import EventFilter
+from dealbase.platform.validation import validated
 from dealbase.tenancy.database import Database
+from dealbase.tenancy.scope import Scope
 
 
 def _scratch_schema() -> str:
@@ -87,3 +93,39 @@ def test_required_columns_added_to_tables_with_rows_match_a_fresh_schemas(
     assert columns[upgraded] == columns[fresh]
     assert ("customers", "version", "bigint", "NO", "1") in columns[fresh]
     assert ("steps", "kind", "text", "NO", "'open'::text") in columns[fresh]
+
+
+def test_t0007_keeps_the_positions_of_events_from_before_and_numbers_new_ones_after_them(
+    database: Database,
+) -> None:
+    tenant_id = uuid.uuid4()
+    schema = f"t_{tenant_id.hex}"
+    department_id = uuid.UUID("00000000-0000-7000-8000-000000000003")
+    with database.control() as connection:
+        upgrade_tenant(connection, schema, "t0006")
+        connection.execute(
+            text(
+                f"""
+                INSERT INTO "{schema}".departments VALUES
+                    ('{department_id}', 'Sales', now(), now());
+                INSERT INTO "{schema}".event_positions VALUES ('{department_id}', 2);
+                INSERT INTO "{schema}".events (id, department_id, position, type, data, created_at)
+                SELECT gen_random_uuid(), '{department_id}', n, 'customer.created',
+                       jsonb_build_object('last_name', 'Before ' || n), now()
+                FROM generate_series(1, 2) AS n;
+                """
+            )
+        )
+        upgrade_tenant(connection, schema)
+    try:
+        scope = Scope(tenant_id, schema, department_id)
+        with database.unit_of_work(scope) as uow:
+            customers.create(uow, validated(CustomerFields, {"last_name": "After"}))
+        with database.unit_of_work(scope) as uow:
+            page = events.feed(uow, EventFilter(), 10, None)
+        feed = [(event.position, event.data["last_name"]) for event in page.items]
+    finally:
+        with database.control() as connection:
+            _drop(connection, schema)
+
+    assert feed == [(1, "Before 1"), (2, "Before 2"), (3, "After")]

@@ -208,9 +208,10 @@ def test_migrate_repairs_drifted_grants_and_recreates_missing_roles_then_changes
         connection.execute(f'ALTER ROLE "{a.schema}" LOGIN')
         connection.execute(f'GRANT "{b.schema}" TO "{a.schema}"')
         # A tenant as it was before roles: its objects the login role's, and no role at all.
-        connection.execute(
-            f'REVOKE ALL ON ALL TABLES IN SCHEMA "{legacy.schema}" FROM "{legacy.schema}"'
-        )
+        for kind in ("TABLES", "SEQUENCES"):
+            connection.execute(
+                f'REVOKE ALL ON ALL {kind} IN SCHEMA "{legacy.schema}" FROM "{legacy.schema}"'
+            )
         connection.execute(f'REVOKE ALL ON SCHEMA "{legacy.schema}" FROM "{legacy.schema}"')
         connection.execute(f'ALTER SCHEMA "{legacy.schema}" OWNER TO CURRENT_USER')
         for (table,) in connection.execute(

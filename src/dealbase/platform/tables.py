@@ -17,6 +17,7 @@ from sqlalchemy import (
     ForeignKeyConstraint,
     Integer,
     MetaData,
+    Sequence,
     Table,
     Text,
     UniqueConstraint,
@@ -192,12 +193,17 @@ event_positions = Table(
     Column("last_position", BigInteger, nullable=False),
 )
 
+event_sequence = Sequence("event_sequence", metadata=metadata)
+
 events = Table(
     "events",
     metadata,
     Column("id", UUID(as_uuid=True), primary_key=True),
     Column("department_id", UUID(as_uuid=True), ForeignKey(departments.c.id), nullable=False),
-    Column("position", BigInteger, nullable=False),
+    # 1, 2, 3... per department, given once the event's transaction has committed; null before.
+    Column("position", BigInteger),
+    # The order in which transactions recorded their events: one ``event_sequence`` number each.
+    Column("sequence", BigInteger),
     Column("type", Text, nullable=False),
     Column("data", JSONB, nullable=False),
     Column("changed_fields", ARRAY(Text)),

@@ -1,80 +1,197 @@
-"""The outbox's positions under concurrent writers of one department, and the purge."""
+"""The outbox under concurrent writers of one department (positions given after commit, read in
+commit order, each event once), and the purge."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
+import pytest
 from sqlalchemy import func, select, update
 
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.events import service as events
-from dealbase.platform.events.models import EventFilter
+from dealbase.platform.events.models import Event, EventFilter
 from dealbase.platform.tables import events as events_table
 from dealbase.platform.validation import validated
 from dealbase.tenancy.database import Database
+from dealbase.tenancy.scope import Scope
 from tests.support import TenantWorld
 
-WRITERS = 6
-TRANSACTIONS_PER_WRITER = 15
+WRITERS = 32
+TRANSACTIONS_PER_WRITER = 5
+# Events the reader sees commit while the held transaction is open, before it commits.
+SEEN_WHILE_HELD = 40
 
 
-def test_concurrent_writers_get_consecutive_positions_that_readers_never_see_out_of_order(
+@pytest.fixture
+def roomy_database(database_url: str) -> Iterator[Database]:
+    """A connection for each writer, the held transaction and the reader."""
+    db = Database(database_url, pool_size=WRITERS + 4, max_overflow=0)
+    yield db
+    db.pool.close()
+
+
+@dataclass(frozen=True)
+class Committed:
+    """One writer's transaction: when it began and when its COMMIT returned."""
+
+    name: str
+    began: float
+    committed: float
+
+
+def _customer(name: str) -> CustomerFields:
+    return validated(CustomerFields, {"last_name": name})
+
+
+def _name(event: Event) -> str:
+    return str(event.data["last_name"])
+
+
+class Reader:
+    """Polls the feed from its cursor until told to stop, remembering what it saw and when."""
+
+    def __init__(self, database: Database, scope: Scope) -> None:
+        self.database = database
+        self.scope = scope
+        self.seen: list[Event] = []
+        self.stop = threading.Event()
+        self.changed = threading.Condition()
+        self.failed: BaseException | None = None
+
+    def poll_once(self, cursor: str | None) -> str:
+        with self.database.unit_of_work(self.scope) as uow:
+            page = events.feed(uow, EventFilter(), 100, cursor)
+        with self.changed:
+            self.seen.extend(page.items)
+            self.changed.notify_all()
+        return page.next_cursor
+
+    def run(self) -> None:
+        try:
+            cursor = None
+            while not self.stop.is_set():
+                cursor = self.poll_once(cursor)
+            # Whatever committed before the stop is read to the end.
+            while True:
+                before = len(self.seen)
+                cursor = self.poll_once(cursor)
+                if len(self.seen) == before:
+                    return
+        except BaseException as failure:
+            with self.changed:
+                self.failed = failure
+                self.changed.notify_all()
+            raise
+
+    def wait_for(self, count: int, timeout: float = 30) -> None:
+        with self.changed:
+            self.changed.wait_for(
+                lambda: self.failed is not None or len(self.seen) >= count, timeout
+            )
+            assert self.failed is None, self.failed
+            assert len(self.seen) >= count, f"the reader saw {len(self.seen)}, not {count}"
+
+
+def test_32_writers_and_a_held_transaction_in_one_department_are_read_once_each_in_commit_order(
+    roomy_database: Database, world: TenantWorld
+) -> None:
+    database = roomy_database
+    scope = world.tenant.scope.in_department(world.department.id)
+    reader = Reader(database, scope)
+    committed: list[Committed] = []
+    record_lock = threading.Lock()
+    held_open = threading.Event()
+    seen_when_held_committed: list[int] = []
+
+    def write(writer: int) -> None:
+        for transaction in range(TRANSACTIONS_PER_WRITER):
+            name = f"w{writer}-t{transaction}"
+            began = time.monotonic()
+            with database.unit_of_work(scope) as uow:
+                # Two events a transaction: they keep the order the transaction recorded them in.
+                customers.create(uow, _customer(f"{name}-first"))
+                customers.create(uow, _customer(f"{name}-second"))
+            with record_lock:
+                committed.append(Committed(name, began, time.monotonic()))
+
+    def hold() -> None:
+        with database.unit_of_work(scope) as uow:
+            customers.create(uow, _customer("held-first"))
+            customers.create(uow, _customer("held-second"))
+            held_open.set()
+            # Later transactions commit and are read while this one stays open.
+            reader.wait_for(SEEN_WHILE_HELD)
+            seen_when_held_committed.append(len(reader.seen))
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held_open.wait(10)
+    reading = threading.Thread(target=reader.run)
+    reading.start()
+    writers = [threading.Thread(target=write, args=(writer,)) for writer in range(WRITERS)]
+    for thread in writers:
+        thread.start()
+    for thread in [*writers, holder]:
+        thread.join()
+    reader.stop.set()
+    reading.join()
+    assert reader.failed is None, reader.failed
+
+    seen = reader.seen
+    total = (WRITERS * TRANSACTIONS_PER_WRITER + 1) * 2
+    # Each event exactly once, numbered 1, 2, 3... in the order the reader met them.
+    assert len({event.id for event in seen}) == len(seen) == total
+    assert [event.position for event in seen] == list(range(1, total + 1))
+    order = {_name(event): index for index, event in enumerate(seen)}
+    # The held transaction's events come after all that was read before it committed.
+    (seen_before_commit,) = seen_when_held_committed
+    assert seen_before_commit >= SEEN_WHILE_HELD
+    assert order["held-first"] >= seen_before_commit
+    assert order["held-second"] == order["held-first"] + 1
+    # A transaction's events stay together and in order.
+    for transaction in committed:
+        assert order[f"{transaction.name}-second"] == order[f"{transaction.name}-first"] + 1
+    # Commit order: a transaction that began after another's COMMIT returned comes after it.
+    for earlier in committed:
+        for later in committed:
+            if earlier.committed < later.began:
+                assert order[f"{earlier.name}-first"] < order[f"{later.name}-first"], (
+                    earlier,
+                    later,
+                )
+
+
+def test_events_get_positions_only_once_committed_and_only_when_read(
     database: Database, world: TenantWorld
 ) -> None:
     scope = world.tenant.scope.in_department(world.department.id)
-    fields = validated(CustomerFields, {"last_name": "Writer"})
-    done = threading.Event()
-    snapshots: list[list[int]] = []
-
-    def write() -> None:
-        for _ in range(TRANSACTIONS_PER_WRITER):
-            with database.unit_of_work(scope) as uow:
-                # Two events per transaction: positions are given a transaction at a time.
-                customers.create(uow, fields)
-                customers.create(uow, fields)
-
-    def read() -> None:
-        while not done.is_set():
-            with database.unit_of_work(scope) as uow:
-                page = events.feed(uow, EventFilter(), 100, None)
-            snapshots.append([event.position for event in page.items])
-
-    writers = [threading.Thread(target=write) for _ in range(WRITERS)]
-    reader = threading.Thread(target=read)
-    reader.start()
-    for thread in writers:
-        thread.start()
-    for thread in writers:
-        thread.join()
-    done.set()
-    reader.join()
-
-    total = WRITERS * TRANSACTIONS_PER_WRITER * 2
     with database.unit_of_work(scope) as uow:
-        positions = [
-            position
-            for (position,) in uow.connection.execute(
-                select(events_table.c.position).order_by(events_table.c.position)
-            )
-        ]
-    assert positions == list(range(1, total + 1))
-    # A reader sees a prefix: no later position before an earlier one has committed, which is
-    # what lets a poller page by position and miss nothing.
-    for seen in snapshots:
-        assert seen == list(range(1, min(len(seen), 100) + 1))
+        customers.create(uow, _customer("Unread"))
+        # Not yet committed: the feed of the same transaction has nothing to number.
+        assert events.number_committed(uow, [world.department.id]) == 0
+    with database.unit_of_work(scope) as uow:
+        assert uow.connection.execute(select(events_table.c.position)).all() == [(None,)]
+        page = events.feed(uow, EventFilter(), 10, None)
+        assert [(_name(event), event.position) for event in page.items] == [("Unread", 1)]
+        assert uow.connection.execute(select(events_table.c.position)).all() == [(1,)]
 
 
 def test_purge_drops_events_older_than_30_days_and_the_feed_no_longer_shows_them(
     database: Database, make_tenant: Callable[..., TenantWorld]
 ) -> None:
     world = make_tenant(departments=2)
-    fields = validated(CustomerFields, {"last_name": "Old"})
+    fields = _customer("Old")
     for department in world.departments:
         with database.unit_of_work(world.tenant.scope.in_department(department.id)) as uow:
             customers.create(uow, fields)
             customers.create(uow, fields)
+        with database.unit_of_work(world.tenant.scope.in_department(department.id)) as uow:
+            events.number_all_committed(uow, [department.id])
     scope = world.tenant.scope.in_department(world.department.id)
     with database.unit_of_work(scope) as uow:
         # One event of each department aged past the retention, one a day short of it.

@@ -1,52 +1,40 @@
-"""The events outbox: each transaction's events written by one statement, read in position order."""
+"""The events outbox: each transaction's events written by one statement, numbered once
+committed, read in position order."""
 
 from __future__ import annotations
 
 import uuid
-from collections import Counter
+from collections.abc import Sequence
 from datetime import timedelta
 
-from sqlalchemy import BigInteger, Text, bindparam, column, delete, exists, func, select
+from sqlalchemy import (
+    BigInteger,
+    Text,
+    bindparam,
+    column,
+    delete,
+    exists,
+    func,
+    literal,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from dealbase.platform.events.models import Event, EventFilter, NewEvent
-from dealbase.platform.tables import event_positions, events, webhook_endpoints
+from dealbase.platform.tables import event_positions, event_sequence, events, webhook_endpoints
 from dealbase.tenancy.statements import Record, TenantConnection
 from dealbase.tenancy.wakeups import wake_worker
 
 
 def _record_statement() -> object:
-    # The departments' counts of new events, in department order: two transactions writing to
-    # the same departments then lock their position rows in one order, never deadlocking.
-    counted = (
-        func.jsonb_to_recordset(bindparam("counts", type_=JSONB))
-        .table_valued(column("department_id", UUID(as_uuid=True)), column("added", BigInteger))
-        .render_derived(name="counted", with_types=True)
-    )
-    positions = pg_insert(event_positions).from_select(
-        ["department_id", "last_position"],
-        select(counted.c.department_id, counted.c.added).order_by(counted.c.department_id),
-    )
-    # Each department's row moves on by its count. The row stays locked until COMMIT, so the
-    # department's next transaction numbers its events after these: positions in commit order.
-    bumped = (
-        positions.on_conflict_do_update(
-            index_elements=[event_positions.c.department_id],
-            set_={
-                "last_position": event_positions.c.last_position + positions.excluded.last_position
-            },
-        )
-        .returning(event_positions.c.department_id, event_positions.c.last_position)
-        .cte("bumped")
-    )
-    # The events; ``back`` is how many of its department's new events come after it.
     recorded = (
         func.jsonb_to_recordset(bindparam("events", type_=JSONB))
         .table_valued(
             column("id", UUID(as_uuid=True)),
             column("department_id", UUID(as_uuid=True)),
-            column("back", BigInteger),
             column("type", Text),
             column("data", JSONB),
             column("changed_fields", ARRAY(Text)),
@@ -54,13 +42,16 @@ def _record_statement() -> object:
         )
         .render_derived(name="recorded", with_types=True)
     )
+    # No position: the events are numbered once committed (``number_committed``), in the order
+    # of their transactions' ``sequence``, taken once here (an uncorrelated subquery), then ids.
+    transaction = select(event_sequence.next_value()).scalar_subquery()
     inserted = (
         pg_insert(events)
         .from_select(
             [
                 "id",
+                "sequence",
                 "department_id",
-                "position",
                 "type",
                 "data",
                 "changed_fields",
@@ -69,33 +60,112 @@ def _record_statement() -> object:
             ],
             select(
                 recorded.c.id,
+                transaction,
                 recorded.c.department_id,
-                bumped.c.last_position - recorded.c.back,
                 recorded.c.type,
                 recorded.c.data,
                 recorded.c.changed_fields,
                 recorded.c.previous,
                 func.now(),
-            ).join_from(recorded, bumped, bumped.c.department_id == recorded.c.department_id),
+            ),
         )
         .cte("inserted")
     )
     # Whether a webhook endpoint will want these events: then the worker is woken.
     subscribed = exists().where(
         webhook_endpoints.c.enabled,
-        webhook_endpoints.c.department_id.in_(select(counted.c.department_id)),
+        webhook_endpoints.c.department_id == func.any(_departments),
     )
-    return select(subscribed).add_cte(bumped, inserted)
+    return select(subscribed).add_cte(inserted)
 
 
-# Built once: the same shape for any number of events and departments.
+_departments = bindparam("departments", type_=ARRAY(UUID(as_uuid=True)))
+
+
+def _claim_statement() -> object:
+    """Locks the position row of each department that has events to number (made at its first),
+    in department order: two numberings of the same departments never deadlock."""
+    wanted = (
+        func.unnest(_departments)
+        .table_valued(column("department_id", UUID(as_uuid=True)))
+        .render_derived(name="wanted")
+    )
+    unnumbered = exists().where(
+        events.c.department_id == wanted.c.department_id, events.c.position.is_(None)
+    )
+    claim = pg_insert(event_positions).from_select(
+        ["department_id", "last_position"],
+        select(wanted.c.department_id, literal(0, BigInteger))
+        .where(unnumbered)
+        .order_by(wanted.c.department_id),
+    )
+    return claim.on_conflict_do_update(
+        index_elements=[event_positions.c.department_id],
+        set_={"last_position": event_positions.c.last_position},
+    ).returning(event_positions.c.department_id)
+
+
+def _number_statement() -> object:
+    """Numbers up to ``limit`` of each claimed department's unnumbered events, in the order
+    they were recorded, after its last position, and moves the position on; returns how many."""
+    claimed = (
+        func.unnest(_departments)
+        .table_valued(column("department_id", UUID(as_uuid=True)))
+        .render_derived(name="claimed")
+    )
+    batch = (
+        select(events.c.id, events.c.sequence)
+        .where(events.c.department_id == claimed.c.department_id, events.c.position.is_(None))
+        .order_by(events.c.sequence, events.c.id)
+        .limit(bindparam("limit"))
+        .lateral("batch")
+    )
+    pending = (
+        select(
+            claimed.c.department_id,
+            batch.c.id,
+            func.row_number()
+            .over(partition_by=claimed.c.department_id, order_by=(batch.c.sequence, batch.c.id))
+            .label("number"),
+        )
+        .select_from(claimed)
+        .join(batch, true())
+        .cte("pending")
+    )
+    numbered = (
+        update(events)
+        .where(
+            events.c.id == pending.c.id, event_positions.c.department_id == pending.c.department_id
+        )
+        .values(position=event_positions.c.last_position + pending.c.number)
+        .returning(events.c.department_id, events.c.position)
+        .cte("numbered")
+    )
+    last = (
+        select(numbered.c.department_id, func.max(numbered.c.position).label("position"))
+        .group_by(numbered.c.department_id)
+        .subquery("last")
+    )
+    moved = (
+        update(event_positions)
+        .where(event_positions.c.department_id == last.c.department_id)
+        .values(last_position=last.c.position)
+        .cte("moved")
+    )
+    return select(func.count()).select_from(numbered).add_cte(moved)
+
+
+# Built once: the same shapes for any number of events and departments.
 _RECORD = _record_statement()
+_CLAIM = _claim_statement()
+_NUMBER = _number_statement()
 
 
 class Outbox:
-    """The events of one transaction, written by its last statement before COMMIT, so the lock
-    on the department's position row is held for as short a time as can be. When an enabled
-    webhook endpoint is in one of their departments, one more statement wakes the worker."""
+    """The events of one transaction, written by its last statement before COMMIT. They take no
+    lock a department's other writers wait for: they get their positions once committed. When
+    an enabled webhook endpoint is in one of their departments, one more statement wakes the
+    worker."""
 
     def __init__(self) -> None:
         self.pending: list[NewEvent] = []
@@ -103,35 +173,56 @@ class Outbox:
     def before_commit(self, connection: TenantConnection) -> None:
         if not self.pending:
             return
-        counts = Counter(event.department_id for event in self.pending)
-        remaining = Counter(counts)
-        rows = []
-        for event in self.pending:
-            remaining[event.department_id] -= 1
-            rows.append(
-                {
-                    "id": str(event.id),
-                    "department_id": str(event.department_id),
-                    "back": remaining[event.department_id],
-                    "type": event.type,
-                    "data": event.data,
-                    "changed_fields": event.changed_fields,
-                    "previous": event.previous,
-                }
-            )
+        rows = [
+            {
+                "id": str(event.id),
+                "department_id": str(event.department_id),
+                "type": event.type,
+                "data": event.data,
+                "changed_fields": event.changed_fields,
+                "previous": event.previous,
+            }
+            for event in self.pending
+        ]
+        departments = list({event.department_id: None for event in self.pending})
         subscribed = connection.execute(
             _RECORD,  # type: ignore[arg-type]
-            {
-                "counts": [
-                    {"department_id": str(department_id), "added": added}
-                    for department_id, added in counts.items()
-                ],
-                "events": rows,
-            },
+            {"events": rows, "departments": departments},
         ).scalar()
         self.pending.clear()
         if subscribed:
             wake_worker(connection)
+
+
+def number_committed(
+    connection: TenantConnection, department_ids: Sequence[uuid.UUID], limit: int
+) -> int:
+    """Gives positions to up to ``limit`` events of each department that committed without one,
+    after the department's last position; returns how many.
+
+    Two statements, so that the second reads the events with a snapshot taken once it holds the
+    position rows: whatever an earlier numbering of the same department committed, it sees.
+    The rows stay locked until COMMIT; the department's writers never take them.
+    """
+    claimed = [
+        department_id
+        for (department_id,) in connection.execute(
+            _CLAIM,  # type: ignore[arg-type]
+            {"departments": list(department_ids)},
+        )
+    ]
+    if not claimed:
+        return 0
+    return int(
+        connection.execute(
+            _NUMBER,  # type: ignore[arg-type]
+            {"departments": claimed, "limit": limit},
+        ).scalar_one()
+    )
+
+
+# What an event is to its readers; ``sequence`` only orders the numbering.
+_READ = tuple(column for column in events.c if column.name != "sequence")
 
 
 def _to_event(row: Record, tenant_id: uuid.UUID) -> Event:
@@ -148,7 +239,7 @@ def events_after(
     since: timedelta,
 ) -> list[Event]:
     """Up to ``limit`` of the department's events after the position, created within ``since``."""
-    query = select(*events.c).where(
+    query = select(*_READ).where(
         events.c.department_id == department_id,
         events.c.position > after_position,
         events.c.created_at > func.now() - since,
@@ -157,16 +248,6 @@ def events_after(
         query = query.where(events.c.type.in_(filters.types))
     rows = connection.execute(query.order_by(events.c.position).limit(limit)).mappings()
     return [_to_event(row, tenant_id) for row in rows]
-
-
-def last_position(connection: TenantConnection, department_id: uuid.UUID) -> int:
-    """The position of the department's last event (0 before its first)."""
-    found = connection.execute(
-        select(event_positions.c.last_position).where(
-            event_positions.c.department_id == department_id
-        )
-    ).scalar()
-    return 0 if found is None else int(found)
 
 
 # Rows one purge statement deletes at most: each statement stays well within the statement

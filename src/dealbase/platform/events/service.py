@@ -1,9 +1,12 @@
 """Events: recorded by the services that change customers, deals and activities, in the same
 transaction, and read back as the department's feed.
 
-A transaction's events are written by one statement, its last before COMMIT (``Outbox``), which
-also numbers them: positions count up per department in commit order, so a reader that pages by
-position sees every event exactly once.
+A transaction's events are written by one statement, its last before COMMIT (``Outbox``), with no
+position and under no lock the department's other writers wait for. They are numbered once they
+have committed, by whoever next reads them (the feed, the webhook worker, a new endpoint): under
+the department's position row, each numbering gives the committed events it finds the positions
+after the last. Positions therefore count up per department in commit order, and a reader that
+pages by position sees every event exactly once: an event that commits later is numbered later.
 """
 
 from __future__ import annotations
@@ -12,14 +15,20 @@ import base64
 import binascii
 import hashlib
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from datetime import timedelta
 
 from dealbase.errors import Invalid
 from dealbase.ids import new_id
 from dealbase.platform.event_types import EventType
 from dealbase.platform.events import repository
-from dealbase.platform.events.models import RETENTION_DAYS, EventFilter, EventPage, NewEvent
+from dealbase.platform.events.models import (
+    RETENTION_DAYS,
+    Event,
+    EventFilter,
+    EventPage,
+    NewEvent,
+)
 from dealbase.platform.pagination import page_size
 from dealbase.platform.resources import JsonObject, json_value
 from dealbase.platform.validation import department_of
@@ -95,19 +104,44 @@ def feed(uow: UnitOfWork, filters: EventFilter, limit: int | None, after: str | 
     """The department's events of the last 30 days after the cursor, in commit order.
 
     Without a cursor the feed starts at the oldest event kept. The next cursor is where to poll
-    from: after this page's last event, or where this page started when it is empty. Positions
-    are given in commit order, so an event committed later always lands after the cursor.
+    from: after this page's last event, or where this page started when it is empty. A page that
+    reaches the last numbered event numbers the events committed since, and reads on.
     """
     limit = page_size(limit)
     position = 0 if after is None else _position_after(after, filters)
     scope = uow.scope
     department_id = department_of(scope)
-    found = repository.events_after(
-        uow.connection, scope.tenant_id, department_id, position, filters, limit, RETENTION
-    )
+
+    def read() -> list[Event]:
+        return repository.events_after(
+            uow.connection, scope.tenant_id, department_id, position, filters, limit, RETENTION
+        )
+
+    found = read()
+    if len(found) < limit and number_committed(uow, [department_id]):
+        found = read()
     if found:
         position = found[-1].position
     return EventPage(found, _cursor(position, filters))
+
+
+# Events numbered at most per department at a time: a reader that finds a night's sync waiting
+# numbers it a few pages ahead of itself, not all at once.
+NUMBERING_BATCH = 1000
+
+
+def number_committed(uow: UnitOfWork, department_ids: Sequence[uuid.UUID]) -> int:
+    """Numbers the committed events of those departments that have no position yet (up to
+    ``NUMBERING_BATCH`` each); returns how many. Holds the departments' position rows until
+    COMMIT: other readers of the same departments wait that long, writers never."""
+    return repository.number_committed(uow.connection, department_ids, NUMBERING_BATCH)
+
+
+def number_all_committed(uow: UnitOfWork, department_ids: Sequence[uuid.UUID]) -> None:
+    """Numbers every committed event of those departments that has no position yet: whatever
+    the transaction reads next by position includes all that committed before it began."""
+    while number_committed(uow, department_ids):
+        pass
 
 
 def purge(uow: UnitOfWork) -> int:

@@ -2,9 +2,9 @@
 
 A worker visits a tenant in steps, each one unit of work (``step``): it records what it sent
 in the previous step, makes deliveries of the events endpoints have not seen yet (on the first
-step), and leases what is due next. The HTTP requests happen between steps, outside any
-transaction. Nothing is sent before the transaction that recorded its event has committed: the
-deliveries are made from committed events only.
+step, once it has numbered the committed events), and leases what is due next. The HTTP
+requests happen between steps, outside any transaction. Nothing is sent before the transaction
+that recorded its event has committed: the deliveries are made from committed events only.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from dealbase.errors import NotFound
 from dealbase.ids import new_id
+from dealbase.platform.events import service as events
 from dealbase.platform.events.models import RETENTION_DAYS
 from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.resources import JsonObject, format_timestamp
@@ -58,6 +59,7 @@ def step(
     if sent:
         _record(uow, sent, jitter)
     if scan:
+        events.number_all_committed(uow, repository.subscribing_departments(uow.connection))
         repository.scan(uow.connection, now)
     leased = repository.lease(uow.connection, uow.scope.tenant_id, now, now + lease_for, limit)
     return Step(leased, None if leased else repository.next_due(uow.connection))

@@ -139,6 +139,14 @@ def _scan_statement() -> Any:
 _SCAN = _scan_statement()
 
 
+def subscribing_departments(connection: TenantConnection) -> list[uuid.UUID]:
+    """The departments with an enabled endpoint, whose events a scan reads."""
+    found = connection.execute(
+        select(_endpoints.c.department_id).where(_endpoints.c.enabled).distinct()
+    )
+    return [department_id for (department_id,) in found]
+
+
 def scan(connection: TenantConnection, now: datetime) -> None:
     """Makes a pending delivery, due ``now``, of every event an enabled endpoint subscribes to
     and has not seen, and moves each endpoint past what it saw."""

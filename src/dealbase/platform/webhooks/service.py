@@ -8,6 +8,7 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from dealbase.errors import NotFound
+from dealbase.platform.events import service as events
 from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.rows import delete_versioned, update_versioned
 from dealbase.platform.tables import webhook_endpoints
@@ -47,9 +48,13 @@ async def checked(fields: Model, policy: AddressPolicy) -> Checked[Model]:
 
 
 def create(uow: UnitOfWork, fields: Checked[WebhookEndpointFields]) -> WithSecret:
+    """The endpoint receives the department's events that commit after it: those committed
+    before are numbered first, so that its start, the last position, is past them."""
     secret = new_secret()
+    department_id = department_of(uow.scope)
+    events.number_all_committed(uow, [department_id])
     endpoint = repository.insert_endpoint(
-        uow.connection, department_of(uow.scope), fields.value.model_dump(), secret
+        uow.connection, department_id, fields.value.model_dump(), secret
     )
     return WithSecret.of(endpoint, secret)
 
