@@ -47,7 +47,7 @@ def audit_of(database: Database, tenant_id: uuid.UUID) -> list[dict[str, Any]]:
 
 def wake(database: Database, world: TenantWorld) -> None:
     with database.unit_of_work(world.tenant.scope) as uow:
-        wakeups.wake_worker(uow.connection)
+        uow.connection.execute(wakeups.WAKEUP)
 
 
 def wakeups_of(database: Database, schema: str) -> int:

@@ -58,6 +58,8 @@ def test_a_routing_bug_that_names_another_tenants_schema_gets_a_permission_error
     what a bug in the application's routing would do. PostgreSQL refuses it."""
     mine, theirs = make_tenant(), make_tenant()
     with database.unit_of_work(mine.tenant.scope) as uow:
+        # The transaction opens, as the tenant's role, with the caller's first statement.
+        uow.connection.execute(select(func.count()).select_from(customers_table))
         misrouted = TenantConnection(
             uow.connection._connection,  # the very connection and transaction of the caller
             theirs.tenant.schema,
@@ -219,9 +221,12 @@ def test_migrate_repairs_drifted_grants_and_recreates_missing_roles_then_changes
         ).fetchall():
             connection.execute(f'ALTER TABLE "{legacy.schema}"."{table}" OWNER TO CURRENT_USER')
         connection.execute(f'DROP ROLE "{legacy.schema}"')
-    # No role, no unit of work.
-    with pytest.raises(psycopg.errors.InvalidParameterValue), database.unit_of_work(legacy.scope):
-        pass
+    # No role, no unit of work: its first statement fails with the switch it travels with.
+    with (
+        pytest.raises(psycopg.errors.InvalidParameterValue),
+        database.unit_of_work(legacy.scope) as uow,
+    ):
+        uow.connection.execute(select(func.count()).select_from(customers_table))
 
     results = {
         r.schema: r

@@ -36,7 +36,7 @@ def test_a_unit_of_work_wakes_the_worker_for_its_own_schema_once_it_commits(
 
     def wake_and_fail() -> None:
         with database.unit_of_work(world.tenant.scope) as uow:
-            wakeups.wake_worker(uow.connection)
+            uow.connection.execute(wakeups.WAKEUP)
             raise RuntimeError("rolled back")
 
     with pytest.raises(RuntimeError):
@@ -44,7 +44,7 @@ def test_a_unit_of_work_wakes_the_worker_for_its_own_schema_once_it_commits(
     assert rows_of(database, schema) == []
 
     with database.unit_of_work(world.tenant.scope) as uow:
-        wakeups.wake_worker(uow.connection)
+        uow.connection.execute(wakeups.WAKEUP)
 
     [(due_at, claimed_by)] = rows_of(database, schema)
     assert claimed_by is None and due_at <= datetime.now(UTC)
@@ -82,9 +82,9 @@ def test_a_claimed_wakeup_is_no_other_workers_until_its_lease_lapses(
 ) -> None:
     schema = world.tenant.schema
     with database.unit_of_work(world.tenant.scope) as uow:
-        wakeups.wake_worker(uow.connection)
+        uow.connection.execute(wakeups.WAKEUP)
     with database.unit_of_work(world.tenant.scope) as uow:
-        wakeups.wake_worker(uow.connection)
+        uow.connection.execute(wakeups.WAKEUP)
     first, second = uuid.uuid4(), uuid.uuid4()
     now = datetime.now(UTC)
 
@@ -104,7 +104,7 @@ def test_ending_a_visit_deletes_its_claim_and_schedules_the_next_retry_once(
 ) -> None:
     schema = world.tenant.schema
     with database.unit_of_work(world.tenant.scope) as uow:
-        wakeups.wake_worker(uow.connection)
+        uow.connection.execute(wakeups.WAKEUP)
     worker, now = uuid.uuid4(), datetime.now(UTC)
     retry = now + timedelta(minutes=5)
     with database.control() as connection:

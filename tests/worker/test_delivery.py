@@ -11,8 +11,9 @@ from datetime import timedelta
 from typing import Any
 
 import orjson
+import psycopg
 import pytest
-from sqlalchemy import func, update
+from sqlalchemy import func, text, update
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from dealbase.ops import admin
@@ -29,6 +30,7 @@ from dealbase.platform.webhooks.delivery_models import Delivery
 from dealbase.platform.webhooks.models import Checked, WebhookEndpointPatch
 from dealbase.tenancy.database import Database
 from dealbase.tenancy.scope import Scope
+from dealbase.tenancy.statements import TenantConnection
 from dealbase.worker.delivery import DeliveryWorker
 from tests.support import TenantWorld, build_tenant
 from tests.worker.conftest import Clock, Receiver, Workers, add_endpoint
@@ -380,13 +382,21 @@ def test_events_of_a_rolled_back_transaction_are_never_sent(
 ) -> None:
     add_endpoint(worker_database, tenant, receiver.url)
 
+    class FailsAtCommit:
+        """A statement that fails after the events', in the COMMIT's round trip."""
+
+        def before_commit(self, connection: TenantConnection) -> None:
+            connection.defer(text("SELECT 1 / 0"), {})
+
+        def after_commit(self, connection: TenantConnection) -> None:
+            pass
+
     def fail_after_writing() -> None:
         with worker_database.unit_of_work(in_department(tenant)) as uow:
             customers.create(uow, CustomerFields(last_name="Rolled back"))
-            uow.finish()  # the events and the wakeup are written, then the transaction fails
-            raise RuntimeError("the request failed after its writes")
+            uow.finisher(FailsAtCommit)
 
-    with pytest.raises(RuntimeError):
+    with pytest.raises(psycopg.errors.DivisionByZero):
         fail_after_writing()
     deliver(workers)
     assert receiver.requests == []

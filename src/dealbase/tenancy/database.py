@@ -109,11 +109,14 @@ def database_faults() -> Iterator[None]:
 
 
 class Finisher(Protocol):
-    """Work a unit of work does last, just before its COMMIT (the events outbox)."""
+    """Work a unit of work does last (the events outbox): statements ``defer``\red to its
+    COMMIT's round trip, then what follows the COMMIT."""
 
     def __init__(self) -> None: ...
 
     def before_commit(self, connection: TenantConnection) -> None: ...
+
+    def after_commit(self, connection: TenantConnection) -> None: ...
 
 
 F = TypeVar("F", bound=Finisher)
@@ -137,9 +140,15 @@ class UnitOfWork:
         return cast(F, found)
 
     def finish(self) -> None:
-        """Runs the finishers; the unit of work calls it once its work has returned."""
+        """Commits, with what the finishers defer to the COMMIT, then runs what they do after
+        it; the unit of work calls it once its work has returned (a second call does nothing)."""
+        if self.connection.committed:
+            return
         for finisher in self.finishers.values():
             finisher.before_commit(self.connection)
+        self.connection.commit()
+        for finisher in self.finishers.values():
+            finisher.after_commit(self.connection)
 
     def narrowed_to(self, scope: Scope) -> UnitOfWork:
         """The same transaction for a narrower Scope of the same tenant (one department)."""
@@ -148,10 +157,18 @@ class UnitOfWork:
         return replace(self, scope=scope)
 
 
-async def run_on_event_loop(work: Callable[[UnitOfWork], T], uow: UnitOfWork) -> T:
-    """``work(uow)``, synchronous platform code, run so that the awaits of an asynchronous unit
-    of work go to the event loop: no thread hop, a greenlet switch per round trip instead."""
-    return await greenlet_spawn(work, uow)
+async def run_on_event_loop(work: Callable[..., T], *arguments: Any) -> T:
+    """``work(*arguments)``, synchronous platform code, run so that the awaits of an
+    asynchronous unit of work go to the event loop: no thread hop, a greenlet switch per round
+    trip instead."""
+    return await greenlet_spawn(work, *arguments)
+
+
+def _finished(work: Callable[[UnitOfWork], T], uow: UnitOfWork) -> T:
+    """``work`` and the COMMIT in one greenlet."""
+    result = work(uow)
+    uow.finish()
+    return result
 
 
 class ConnectionTenants:
@@ -273,8 +290,8 @@ class Database:
         }
         if startup_options:
             connection_settings["options"] = limits.connection_options()
-        # Units of work send their own BEGIN, with the switch to the tenant's role in the same
-        # round trip (``roles.switch_to_tenant``); psycopg would send a BEGIN of its own first.
+        # Units of work send their own BEGIN, with the switch to the tenant's role and their first
+        # statement (``TenantConnection``); psycopg would send a BEGIN of its own first.
         unit_of_work_settings = {**connection_settings, "autocommit": True}
         self.engine: Engine = create_engine(
             sqlalchemy_url(database_url),
@@ -337,10 +354,13 @@ class Database:
         carries no tenant state to its next user.
         """
         with database_faults(), self.pool.connection() as connection:
-            connection.execute(switch_to_tenant(scope.schema), prepare=False)
             self._connection_tenants.worked_in(connection, scope.schema)
             statements = TenantConnection(
-                connection, scope.schema, self.statements, self.statement_listeners
+                connection,
+                scope.schema,
+                self.statements,
+                self.statement_listeners,
+                begin=switch_to_tenant(scope.schema),
             )
             uow = UnitOfWork(statements, scope)
             yield uow
@@ -364,18 +384,21 @@ class Database:
             try:
                 preferred = scope.schema if self._tenant_affinity else None
                 async with await self._connection(preferred) as connection:
-                    await connection.execute(switch_to_tenant(scope.schema), prepare=False)
                     if self._tenant_affinity and self.on_connection_warmth is not None:
                         self.on_connection_warmth(
                             self._connection_tenants.knows(connection, scope.schema)
                         )
                     self._connection_tenants.worked_in(connection, scope.schema)
                     statements = TenantConnection(
-                        connection, scope.schema, self.statements, self.statement_listeners
+                        connection,
+                        scope.schema,
+                        self.statements,
+                        self.statement_listeners,
+                        begin=switch_to_tenant(scope.schema),
                     )
                     uow = UnitOfWork(statements, scope)
                     yield uow
-                    if uow.finishers:
+                    if not statements.committed:
                         # Platform code: its statements await on the event loop from a greenlet.
                         await run_on_event_loop(UnitOfWork.finish, uow)
             except psycopg.OperationalError:
@@ -420,7 +443,7 @@ class Database:
     async def run(self, scope: Scope, work: Callable[[UnitOfWork], T]) -> T:
         """``work`` in a unit of work of its own, committed if it returns, without a thread."""
         async with self.unit_of_work_on_event_loop(scope) as uow:
-            return await run_on_event_loop(work, uow)
+            return await run_on_event_loop(_finished, work, uow)
 
     @contextmanager
     def control(self) -> Iterator[Connection]:

@@ -57,13 +57,13 @@ def tenant_role(schema: str) -> str:
     return checked_schema_name(schema)
 
 
-def switch_to_tenant(schema: str) -> str:
-    """The statement that opens a unit of work's transaction as the tenant's role.
+def switch_to_tenant(schema: str) -> tuple[str, str]:
+    """The statements that open a unit of work's transaction as the tenant's role.
 
     ``SET LOCAL`` ends with the transaction, commit or rollback, so the pooled connection (or a
     pgbouncer server connection) goes back to its next user as the login role.
     """
-    return f'BEGIN; SET LOCAL ROLE "{tenant_role(schema)}"'
+    return "BEGIN", f'SET LOCAL ROLE "{tenant_role(schema)}"'
 
 
 def ensure_shared_roles(connection: Connection) -> list[str]:

@@ -216,15 +216,46 @@ def _one(rows: list[T]) -> T:
     return rows[0]
 
 
+class Deferred:
+    """A statement sent with the COMMIT, in its round trip; its rows are there once committed."""
+
+    __slots__ = ("_entry", "_rows", "sql")
+
+    def __init__(self, sql: str, entry: _Compiled) -> None:
+        self.sql = sql
+        self._entry = entry
+        self._rows: Rows | None = None
+
+    def rows(self) -> Rows:
+        if self._rows is None:
+            raise RuntimeError("the statement runs with the COMMIT; read its rows after it")
+        return self._rows
+
+
 class TenantConnection:
     """A connection in one transaction whose statements land in one tenant's schema.
 
     On a psycopg ``AsyncConnection`` the platform's synchronous code still calls ``execute``;
     each round trip is awaited underneath on the event loop (SQLAlchemy's greenlet bridge, the
     one its own asyncio extension uses), so it must run inside ``database.run_on_event_loop``.
+
+    A unit of work spends as few round trips as it can: ``begin`` (its ``BEGIN`` and role
+    switch) travels with its first statement, and the statements ``defer``\red to the end
+    travel with its ``COMMIT``. Those go as one simple-protocol script, their values written
+    into the text by psycopg's own quoting (``mogrify``); every other statement keeps its
+    parameters apart and may be prepared.
     """
 
-    __slots__ = ("_connection", "_listeners", "_schema", "_statements")
+    __slots__ = (
+        "_begin",
+        "_begun",
+        "_committed",
+        "_connection",
+        "_deferred",
+        "_listeners",
+        "_schema",
+        "_statements",
+    )
 
     def __init__(
         self,
@@ -232,19 +263,28 @@ class TenantConnection:
         schema: str,
         statements: StatementCache,
         listeners: Sequence[StatementListener] = (),
+        *,
+        begin: Sequence[str] | None = None,
     ) -> None:
         self._connection = connection
         self._schema = schema
         self._statements = statements
         self._listeners = listeners
+        # What opens the transaction; None when the caller opened it already.
+        self._begin = begin
+        self._begun = begin is None
+        self._committed = False
+        self._deferred: list[Deferred] = []
 
-    def execute(
+    @property
+    def committed(self) -> bool:
+        return self._committed
+
+    def _render(
         self,
         statement: ClauseElement,
-        parameters: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
-    ) -> Rows:
-        """Runs ``statement``; a sequence of parameter sets runs it once per set (in one round
-        trip), and the rows come back in the order of the sets."""
+        parameters: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None,
+    ) -> tuple[str, list[MutableMapping[str, Any]], _Compiled]:
         if parameters is None:
             parameter_sets: Sequence[Mapping[str, Any]] = ()
         elif isinstance(parameters, Mapping):
@@ -254,14 +294,81 @@ class TenantConnection:
         sql, values, entry = self._statements.render(statement, parameter_sets, self._schema)
         for listener in self._listeners:
             listener(sql)
+        return sql, values, entry
+
+    def execute(
+        self,
+        statement: ClauseElement,
+        parameters: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+    ) -> Rows:
+        """Runs ``statement``; a sequence of parameter sets runs it once per set (in one round
+        trip), and the rows come back in the order of the sets."""
+        sql, values, entry = self._render(statement, parameters)
+        if not self._begun:
+            self._begun = True
+            opening = self._opening()
+            if len(values) == 1:
+                *_, (columns, rows) = self._script([*opening, self._inline(sql, values[0])])
+                return _rows_of(columns, rows, entry)
+            self._script(opening)
         connection = self._connection
         if isinstance(connection, psycopg.AsyncConnection):
             columns, rows = await_(_fetch_async(connection.cursor(), sql, values))
         else:
             columns, rows = _fetch(connection.cursor(), sql, values)
-        if entry.result_processors:
-            rows = [_processed(row, entry.result_processors) for row in rows]
-        return Rows(columns, rows)
+        return _rows_of(columns, rows, entry)
+
+    def defer(self, statement: ClauseElement, parameters: Mapping[str, Any]) -> Deferred:
+        """Runs ``statement`` with the COMMIT, in the same round trip; ``rows()`` after it. An
+        error in it rolls the transaction back, as any statement's would."""
+        sql, values, entry = self._render(statement, parameters)
+        deferred = Deferred(self._inline(sql, values[0]), entry)
+        self._deferred.append(deferred)
+        return deferred
+
+    def commit(self) -> None:
+        """Sends the deferred statements and the COMMIT, in one round trip (with the ``BEGIN``
+        too when nothing ran before; when nothing ran at all, nothing is sent)."""
+        deferred, self._deferred = self._deferred, []
+        if self._begun or deferred:
+            opening = [] if self._begun else self._opening()
+            self._begun = True
+            results = self._script([*opening, *(each.sql for each in deferred), "COMMIT"])
+            for each, (columns, rows) in zip(deferred, results[len(opening) : -1], strict=True):
+                each._rows = _rows_of(columns, rows, each._entry)
+        self._committed = True
+
+    def execute_alone(self, statement: ClauseElement, parameters: Mapping[str, Any]) -> None:
+        """Runs ``statement`` in a transaction of its own as the tenant's role, after this one
+        committed: ``BEGIN``, the role switch, it and ``COMMIT`` in one round trip."""
+        if self._begin is None:
+            raise RuntimeError("only a unit of work that opened its transaction runs one more")
+        sql, values, _ = self._render(statement, parameters)
+        self._script([*self._opening(), self._inline(sql, values[0]), "COMMIT"])
+
+    def _opening(self) -> list[str]:
+        assert self._begin is not None
+        return list(self._begin)
+
+    def _inline(self, sql: str, values: Mapping[str, Any]) -> str:
+        connection = self._connection
+        if isinstance(connection, psycopg.AsyncConnection):
+            return psycopg.AsyncClientCursor(connection).mogrify(sql, values)
+        return psycopg.ClientCursor(connection).mogrify(sql, values)
+
+    def _script(self, statements: list[str]) -> list[Fetched]:
+        """The statements as one simple-protocol query: one round trip, a result each."""
+        script = "; ".join(statements)
+        connection = self._connection
+        if isinstance(connection, psycopg.AsyncConnection):
+            return await_(_run_script_async(connection.cursor(), script))
+        return _run_script(connection.cursor(), script)
+
+
+def _rows_of(columns: tuple[str, ...], rows: list[tuple[Any, ...]], entry: _Compiled) -> Rows:
+    if entry.result_processors:
+        rows = [_processed(row, entry.result_processors) for row in rows]
+    return Rows(columns, rows)
 
 
 Fetched = tuple[tuple[str, ...], list[tuple[Any, ...]]]
@@ -306,6 +413,26 @@ async def _fetch_async(
         if not cursor.nextset():
             break
     return columns, rows
+
+
+def _run_script(cursor: psycopg.Cursor[Any], script: str) -> list[Fetched]:
+    cursor.execute(script, prepare=False)
+    results: list[Fetched] = []
+    while True:
+        columns = _columns(cursor)
+        results.append((columns, cursor.fetchall() if columns else []))
+        if not cursor.nextset():
+            return results
+
+
+async def _run_script_async(cursor: psycopg.AsyncCursor[Any], script: str) -> list[Fetched]:
+    await cursor.execute(script, prepare=False)
+    results: list[Fetched] = []
+    while True:
+        columns = _columns(cursor)
+        results.append((columns, await cursor.fetchall() if columns else []))
+        if not cursor.nextset():
+            return results
 
 
 def _processed(

@@ -2,9 +2,10 @@
 looking into any schema that has none.
 
 A row of ``control.webhook_wakeups`` says "visit this schema from ``due_at`` on". A tenant's
-transaction adds one (``WakeWorker``) when it commits something to deliver: as the tenant's role,
+transaction adds one with its COMMIT when it commits something to deliver (``WakeWorker``), or,
+for events, a transaction of its own right after (the events outbox): as the tenant's role,
 which row security lets add only its own schema's name, and only that column. A row is visible
-to the worker only once the transaction that added it has committed, so a worker that claims it
+to the worker only once it has committed, after what it announces, so a worker that claims it
 and then reads the schema sees what the row announced. Rows are never updated by tenants and
 never merged, so no tenant transaction waits on another or on a worker.
 
@@ -26,17 +27,19 @@ from dealbase.tenancy.statements import TenantConnection
 
 
 class WakeWorker:
-    """A unit of work's finisher: adds the wakeup for its tenant's schema just before COMMIT,
-    once however often it was asked for."""
+    """A unit of work's finisher: adds the wakeup for its tenant's schema with its COMMIT, once
+    however often it was asked for."""
 
     def before_commit(self, connection: TenantConnection) -> None:
-        wake_worker(connection)
+        connection.defer(WAKEUP, {})
+
+    def after_commit(self, connection: TenantConnection) -> None:
+        pass
 
 
-def wake_worker(connection: TenantConnection) -> None:
-    """Adds the wakeup for the running unit of work's schema, due now."""
-    # inline: no RETURNING of the id, which the tenant may not read.
-    connection.execute(insert(webhook_wakeups).inline().values(schema_name=func.current_user()))
+# The wakeup for the running unit of work's schema, due now; inline: no RETURNING of the id,
+# which the tenant may not read.
+WAKEUP = insert(webhook_wakeups).inline().values(schema_name=func.current_user())
 
 
 def claim(

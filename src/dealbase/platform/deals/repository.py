@@ -16,32 +16,30 @@ from dealbase.platform.tables import deal_customers, deals, employees, steps
 from dealbase.tenancy.statements import Record, TenantConnection
 
 
-def first_step_id(connection: TenantConnection, department_id: uuid.UUID) -> uuid.UUID | None:
-    step_id: uuid.UUID | None = connection.execute(
+def insert_deal(
+    connection: TenantConnection,
+    department_id: uuid.UUID,
+    step_id: uuid.UUID | None,
+    values: dict[str, object],
+) -> Record | None:
+    """The new deal's row, in ``step_id`` or else the department's first step (found by the
+    same statement); None when the department has no step to start in, or when another deal of
+    the department has its external id (ON CONFLICT DO NOTHING: the transaction stays usable,
+    and a concurrent insert of the same external id is waited for)."""
+    first_step = (
         select(steps.c.id)
         .where(steps.c.department_id == department_id)
         .order_by(steps.c.position)
         .limit(1)
-    ).scalar_one_or_none()
-    return step_id
-
-
-def insert_deal(
-    connection: TenantConnection,
-    department_id: uuid.UUID,
-    step_id: uuid.UUID,
-    values: dict[str, object],
-) -> Record | None:
-    """The new deal's row; None when another deal of the department has its external id (ON
-    CONFLICT DO NOTHING: the transaction stays usable, and a concurrent insert of the same
-    external id is waited for)."""
+        .scalar_subquery()
+    )
     return (
         connection.execute(
             pg_insert(deals)
             .values(
                 id=new_id(),
                 department_id=department_id,
-                step_id=step_id,
+                step_id=first_step if step_id is None else step_id,
                 created_at=func.now(),
                 updated_at=func.now(),
                 **values,
@@ -73,14 +71,16 @@ def lock_by_external_id(
 def link_customers(
     connection: TenantConnection, deal_id: uuid.UUID, customer_ids: Sequence[uuid.UUID]
 ) -> None:
-    """Links new customers of a new deal, in order."""
+    """Links new customers of a new deal, in order, with the COMMIT (nothing reads them back)."""
     if customer_ids:
-        connection.execute(
-            insert(deal_customers),
-            [
-                {"deal_id": deal_id, "customer_id": customer_id, "position": position}
-                for position, customer_id in enumerate(customer_ids, start=1)
-            ],
+        connection.defer(
+            insert(deal_customers).values(
+                [
+                    {"deal_id": deal_id, "customer_id": customer_id, "position": position}
+                    for position, customer_id in enumerate(customer_ids, start=1)
+                ]
+            ),
+            {},
         )
 
 

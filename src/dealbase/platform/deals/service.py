@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import cast
 
+import psycopg
 from pydantic import BaseModel
 
 from dealbase.errors import Conflict, ExternalIdTaken, Invalid, NotFound
@@ -33,11 +35,19 @@ from dealbase.tenancy.database import UnitOfWork
 from dealbase.tenancy.statements import Record, TenantConnection
 
 
-def _first_step_id(connection: TenantConnection, department_id: uuid.UUID) -> uuid.UUID:
-    step_id = repository.first_step_id(connection, department_id)
-    if step_id is None:
-        raise Conflict("The department has no pipeline steps, so a deal has nowhere to start.")
-    return step_id
+@contextmanager
+def _steps_to_start_in() -> Iterator[None]:
+    """A deal inserted in its department's first step where there is none (its insert finds
+    the step itself): 409, not a database error. The transaction is then unusable, as after any
+    failed statement; the unit of work rolls it back (or a batch, to its savepoint)."""
+    try:
+        yield
+    except psycopg.errors.NotNullViolation as exc:
+        if exc.diag.column_name != "step_id":
+            raise
+        raise Conflict(
+            "The department has no pipeline steps, so a deal has nowhere to start."
+        ) from None
 
 
 def _taken(external_id: str | None) -> ExternalIdTaken:
@@ -53,10 +63,10 @@ def create(uow: UnitOfWork, fields: DealCreate) -> Deal:
     customer's) that another record of its kind in the department has is ExternalIdTaken."""
     scope, connection = uow.scope, uow.connection
     department_id = department_of(scope)
-    step_id = _first_step_id(connection, department_id)
-    row = repository.insert_deal(
-        connection, department_id, step_id, fields.model_dump(exclude={"customers"})
-    )
+    with _steps_to_start_in():
+        row = repository.insert_deal(
+            connection, department_id, None, fields.model_dump(exclude={"customers"})
+        )
     if row is None:
         raise _taken(fields.external_id)
     customers = customers_repository.insert_customers(
@@ -117,6 +127,10 @@ def update(
     return _change(uow, deal_id, patch.model_dump(exclude_unset=True), expected)
 
 
+# The fields that name a row of the deal's department.
+_REFERENCES = frozenset({"step_id", "employee_id"})
+
+
 def _check_references(
     connection: TenantConnection, department_id: uuid.UUID, values: Mapping[str, object]
 ) -> None:
@@ -142,10 +156,12 @@ def _change(
     """The update of PATCH and of an upsert that finds its deal: ``changes`` as a new version,
     and their events."""
     connection = uow.connection
-    # Read first: an unknown deal is a 404 before the ids it names are judged, and those must
-    # be of the deal's own department (a tenant-wide caller may reach any).
-    department_id = _deal_row(uow, deal_id)["department_id"]
-    _check_references(connection, department_id, changes)
+    department_id = uow.scope.department_id
+    if department_id is None or _REFERENCES & changes.keys():
+        # Read first: an unknown deal is a 404 before the ids it names are judged, and those
+        # must be of the deal's own department (a tenant-wide caller may reach any).
+        department_id = _deal_row(uow, deal_id)["department_id"]
+        _check_references(connection, department_id, changes)
     before, after = update_versioned(
         connection, deals, department_id, deal_id, changes, expected, "deal"
     )
@@ -333,10 +349,10 @@ def _insert_upserted(uow: UnitOfWork, department_id: uuid.UUID, fields: DealUpse
     its external id."""
     connection = uow.connection
     _check_references(connection, department_id, fields.model_dump())
-    step_id = fields.step_id or _first_step_id(connection, department_id)
-    row = repository.insert_deal(
-        connection, department_id, step_id, fields.model_dump(exclude={"step_id"})
-    )
+    with _steps_to_start_in():
+        row = repository.insert_deal(
+            connection, department_id, fields.step_id, fields.model_dump(exclude={"step_id"})
+        )
     if row is None:
         return None
     if fields.employee_id is not None:  # read again, with the employee's name

@@ -25,8 +25,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from dealbase.platform.events.models import Event, EventFilter, NewEvent
 from dealbase.platform.tables import event_positions, event_sequence, events, webhook_endpoints
-from dealbase.tenancy.statements import Record, TenantConnection
-from dealbase.tenancy.wakeups import wake_worker
+from dealbase.tenancy.statements import Deferred, Record, TenantConnection
+from dealbase.tenancy.wakeups import WAKEUP
 
 
 def _record_statement() -> object:
@@ -162,13 +162,18 @@ _NUMBER = _number_statement()
 
 
 class Outbox:
-    """The events of one transaction, written by its last statement before COMMIT. They take no
-    lock a department's other writers wait for: they get their positions once committed. When
-    an enabled webhook endpoint is in one of their departments, one more statement wakes the
-    worker."""
+    """The events of one transaction, written by a statement sent with its COMMIT. They take no
+    lock a department's other writers wait for: they get their positions once committed.
+
+    When an enabled webhook endpoint is in one of their departments, the worker is woken once
+    the events have committed, by a transaction of one statement: the answer comes with the
+    COMMIT, so the wakeup cannot travel in its round trip. A process that stops between the two
+    leaves the events to the tenant's next wakeup.
+    """
 
     def __init__(self) -> None:
         self.pending: list[NewEvent] = []
+        self._recorded: Deferred | None = None
 
     def before_commit(self, connection: TenantConnection) -> None:
         if not self.pending:
@@ -185,13 +190,15 @@ class Outbox:
             for event in self.pending
         ]
         departments = list({event.department_id: None for event in self.pending})
-        subscribed = connection.execute(
+        self._recorded = connection.defer(
             _RECORD,  # type: ignore[arg-type]
             {"events": rows, "departments": departments},
-        ).scalar()
+        )
         self.pending.clear()
-        if subscribed:
-            wake_worker(connection)
+
+    def after_commit(self, connection: TenantConnection) -> None:
+        if self._recorded is not None and self._recorded.rows().scalar():
+            connection.execute_alone(WAKEUP, {})
 
 
 def number_committed(

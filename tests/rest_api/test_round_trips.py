@@ -1,0 +1,145 @@
+"""Round trips to PostgreSQL per write: BEGIN and the role switch travel with the first
+statement, the events with the COMMIT. Counted where psycopg waits on the server (every
+statement, script, commit and rollback goes through ``AsyncConnection.wait``), so the count holds
+whatever the code above psycopg does, behind pgbouncer too."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+from httpx import Response
+
+from tests.rest_api.test_events import API
+from tests.support import TenantWorld
+
+
+@contextmanager
+def counted_round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """How many times psycopg waited on the server's socket meanwhile (one element, read
+    after): a wait whose work needed no I/O (a COMMIT of no transaction) is not a round trip."""
+    count = [0]
+    wait = psycopg.AsyncConnection.wait
+
+    def observed(work: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
+        try:
+            waiting_for = work.send(None)
+        except StopIteration as done:
+            return done.value
+        count[0] += 1
+        while True:
+            ready = yield waiting_for
+            try:
+                waiting_for = work.send(ready)
+            except StopIteration as done:
+                return done.value
+
+    async def counting_wait(
+        self: psycopg.AsyncConnection[Any], work: Generator[Any, Any, Any], *args: Any
+    ) -> Any:
+        return await wait(self, observed(work), *args)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(psycopg.AsyncConnection, "wait", counting_wait)
+        yield count
+
+
+def _send(
+    client: TestClient, world: TenantWorld, method: str, path: str, body: dict[str, Any]
+) -> Response:
+    response: Response = client.request(
+        method, f"{API}{path}", json=body, headers=world.key.headers
+    )
+    return response
+
+
+def _round_trips(
+    monkeypatch: pytest.MonkeyPatch, request: Callable[[], Response], status: int
+) -> int:
+    with counted_round_trips(monkeypatch) as count:
+        response = request()
+    assert response.status_code == status, response.text
+    return count[0]
+
+
+def test_a_customer_create_is_two_round_trips(
+    client: TestClient, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _send(client, world, "POST", "/customers", {"last_name": "Warm"})  # the key cached
+
+    trips = _round_trips(
+        monkeypatch,
+        lambda: _send(client, world, "POST", "/customers", {"last_name": "Lovelace"}),
+        201,
+    )
+
+    # BEGIN, the role switch and the INSERT; then the events and COMMIT.
+    assert trips == 2
+
+
+def test_a_deal_with_three_new_customers_is_three_round_trips(
+    client: TestClient, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _send(client, world, "POST", "/customers", {"last_name": "Warm"})
+    body = {"name": "Engine", "customers": [{"last_name": name} for name in "ABC"]}
+
+    trips = _round_trips(monkeypatch, lambda: _send(client, world, "POST", "/deals", body), 201)
+
+    # BEGIN, the switch and the deal (in the first step, found by its INSERT); the customers;
+    # the links and the events with COMMIT.
+    assert trips == 3
+
+
+def test_a_deal_patch_is_four_round_trips(
+    client: TestClient, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deal = _send(client, world, "POST", "/deals", {"name": "Engine"}).json()
+
+    trips = _round_trips(
+        monkeypatch,
+        lambda: _send(client, world, "PATCH", f"/deals/{deal['id']}", {"volume": 5}),
+        200,
+    )
+
+    # BEGIN, the switch and the UPDATE (the row before and after); the deal with its
+    # employee's name; its customers; the events and COMMIT.
+    assert trips == 4
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status"),
+    [
+        ("/customers/by-external-id/shop-1", {"last_name": "Upserted"}, 201),
+        (
+            "/customers/batch",
+            {
+                "operations": [
+                    {"op": "upsert", "external_id": f"b-{n}", "data": {"last_name": "B"}}
+                    for n in range(3)
+                ]
+            },
+            200,
+        ),
+    ],
+    ids=["upsert", "batch"],
+)
+def test_an_upsert_and_a_batch_are_three_round_trips(
+    client: TestClient,
+    world: TenantWorld,
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+    body: dict[str, Any],
+    status: int,
+) -> None:
+    _send(client, world, "POST", "/customers", {"last_name": "Warm"})
+    method = "PUT" if "batch" not in path else "POST"
+
+    trips = _round_trips(monkeypatch, lambda: _send(client, world, method, path, body), status)
+
+    # BEGIN, the switch and the lookup of the external ids (locked); the writes; the events
+    # and COMMIT.
+    assert trips == 3
