@@ -14,6 +14,7 @@ off, for pgbouncer).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
+import structlog
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import MultipleResultsFound, NoResultFound
 from sqlalchemy.sql import ClauseElement
@@ -29,6 +31,8 @@ from sqlalchemy.util import await_
 
 from dealbase.tenancy.control_tables import CONTROL_SCHEMA
 from dealbase.tenancy.scope import TENANT_SCHEMA_PLACEHOLDER
+
+log = structlog.get_logger(__name__)
 
 # One row as a mapping of column name to value.
 Record = dict[str, Any]
@@ -338,13 +342,28 @@ class TenantConnection:
                 each._rows = _rows_of(columns, rows, each._entry)
         self._committed = True
 
-    def execute_alone(self, statement: ClauseElement, parameters: Mapping[str, Any]) -> None:
-        """Runs ``statement`` in a transaction of its own as the tenant's role, after this one
-        committed: ``BEGIN``, the role switch, it and ``COMMIT`` in one round trip."""
-        if self._begin is None:
-            raise RuntimeError("only a unit of work that opened its transaction runs one more")
+    def execute_after_commit(self, statement: ClauseElement, parameters: Mapping[str, Any]) -> bool:
+        """Runs ``statement`` in a transaction of its own as the tenant's role, once this one
+        has committed: ``BEGIN``, the role switch, it and ``COMMIT`` in one round trip.
+
+        What committed stays committed, so a database error here is logged and answered False,
+        not raised: the caller's work succeeded, and saying otherwise would invite a retry that
+        writes it twice.
+        """
+        if self._begin is None or not self._committed:
+            raise RuntimeError("only a unit of work that committed its transaction runs one more")
         sql, values, _ = self._render(statement, parameters)
-        self._script([*self._opening(), self._inline(sql, values[0]), "COMMIT"])
+        try:
+            self._script([*self._opening(), self._inline(sql, values[0]), "COMMIT"])
+        except psycopg.Error as failed:
+            log.warning("statement_after_commit_failed", schema=self._schema, error=str(failed))
+            with contextlib.suppress(psycopg.Error):  # a broken connection is the pool's to drop
+                if isinstance(self._connection, psycopg.AsyncConnection):
+                    await_(self._connection.rollback())
+                else:
+                    self._connection.rollback()
+            return False
+        return True
 
     def _opening(self) -> list[str]:
         assert self._begin is not None

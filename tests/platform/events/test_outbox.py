@@ -9,14 +9,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
 
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
+from dealbase.platform.events import repository as outbox
 from dealbase.platform.events import service as events
 from dealbase.platform.events.models import Event, EventFilter
 from dealbase.platform.tables import events as events_table
 from dealbase.platform.validation import validated
+from dealbase.platform.webhooks import service as endpoints
+from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields
 from dealbase.tenancy.database import Database
 from dealbase.tenancy.scope import Scope
 from tests.support import TenantWorld
@@ -213,3 +216,23 @@ def test_purge_drops_events_older_than_30_days_and_the_feed_no_longer_shows_them
 
     assert purged == 2
     assert sorted(position for (position,) in left) == [2, 2]
+
+
+def test_a_wakeup_that_fails_after_the_commit_leaves_the_write_done_and_its_event_in_the_feed(
+    database: Database, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scope = world.tenant.scope.in_department(world.department.id)
+    with database.unit_of_work(scope) as uow:
+        endpoints.create(
+            uow, Checked(WebhookEndpointFields(url="https://8.8.8.8/hooks", events=["*"]))
+        )
+    # The statement that wakes the worker, after the events' COMMIT, fails.
+    monkeypatch.setattr(outbox, "WAKEUP", text("SELECT 1 / 0"))
+
+    with database.unit_of_work(scope) as uow:
+        created = customers.create(uow, _customer("Committed"))
+
+    with database.unit_of_work(scope) as uow:
+        assert customers.get(uow, created.id) == created
+        page = events.feed(uow, EventFilter(), 10, None)
+        assert [_name(event) for event in page.items] == ["Committed"]

@@ -167,8 +167,9 @@ class Outbox:
 
     When an enabled webhook endpoint is in one of their departments, the worker is woken once
     the events have committed, by a transaction of one statement: the answer comes with the
-    COMMIT, so the wakeup cannot travel in its round trip. A process that stops between the two
-    leaves the events to the tenant's next wakeup.
+    COMMIT, so the wakeup cannot travel in its round trip. A process that stops between the two,
+    or a wakeup that fails (logged, not raised: the write has committed), leaves the events to
+    the tenant's next wakeup.
     """
 
     def __init__(self) -> None:
@@ -198,7 +199,7 @@ class Outbox:
 
     def after_commit(self, connection: TenantConnection) -> None:
         if self._recorded is not None and self._recorded.rows().scalar():
-            connection.execute_alone(WAKEUP, {})
+            connection.execute_after_commit(WAKEUP, {})
 
 
 def number_committed(
