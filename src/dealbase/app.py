@@ -12,9 +12,7 @@ from anyio import to_thread
 from fastapi import FastAPI
 
 from dealbase.config import Settings, load_settings, parse_rate
-from dealbase.edge.guards import BodyLimitMiddleware, SingleValuedHeadersMiddleware
-from dealbase.edge.rate_limit_headers import RateLimitHeadersMiddleware
-from dealbase.edge.request_context import RequestContextMiddleware
+from dealbase.edge.request_edge import RequestEdge
 from dealbase.graphql_api.api import install_graphql_api
 from dealbase.ops.embedded_postgres import embedded_database_url
 from dealbase.ops.health import install_health
@@ -131,9 +129,5 @@ def create_app(
     install_graphql_api(app, settings, metrics.graphql_operation)
     install_health(app, database, limiter if isinstance(limiter, RedisLimiter) else None)
     install_rest_api(app)
-    # Outermost last: the request id exists before a too-large body is refused.
-    app.add_middleware(BodyLimitMiddleware)
-    app.add_middleware(SingleValuedHeadersMiddleware)
-    app.add_middleware(RateLimitHeadersMiddleware)
-    app.add_middleware(RequestContextMiddleware, observe=metrics.request_answered)
+    app.add_middleware(RequestEdge, observe=metrics.request_answered)
     return app

@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from starlette.types import Message
 
-from dealbase.edge.guards import MAX_BODY_BYTES
+from dealbase.edge.request_edge import MAX_BODY_BYTES
 from tests.support import TenantWorld
 
 CUSTOMERS = "/api/v1/integration/customers"

@@ -4,7 +4,7 @@ Both run on the event loop: a cached key needs no thread and no database, and th
 limiter is asked over an asynchronous Redis connection. The client address's allowance of failed
 authentications is asked first, so a refused address's key is neither parsed nor looked up, and
 spent only when authentication fails (``tenancy.failure_allowance``). The verdict stays on the
-request for the RateLimit headers (``edge.rate_limit_headers``), whatever the answer.
+request for the RateLimit headers (``edge.request_edge``), whatever the answer.
 
 A batch request counts by its size (``charge_batch``), which is known only once its route has
 read the body: admission spends the first unit before, and the route the rest after.
@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 
 from fastapi import Request
 
-from dealbase.edge.request_context import CALLER_STATE
+from dealbase.edge.request_edge import CALLER_STATE
 from dealbase.errors import Unauthenticated
 from dealbase.tenancy.admission import VERDICT_STATE, Admission
 from dealbase.tenancy.authentication import Authenticator

@@ -93,7 +93,7 @@ def _is_json(content_type: str | None) -> bool:
 
 
 async def json_body(request: Request) -> bytes:
-    """The raw body of a JSON request: 415 for another media type (BodyLimitMiddleware has
+    """The raw body of a JSON request: 415 for another media type (the request edge has
     refused bodies past 1 MiB already)."""
     if not _is_json(request.headers.get("content-type")):
         raise ProtocolError(

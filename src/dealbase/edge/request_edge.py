@@ -1,0 +1,219 @@
+"""The edge around every HTTP request (REST and GraphQL), as one ASGI layer: the request id,
+the guards on its headers and body, the RateLimit headers of its answer, its access log line
+and its metrics.
+
+One layer rather than one per concern: each ASGI middleware wraps ``send`` (and some
+``receive``) in a closure of its own and adds a call to every message, and a request's headers
+were read once per concern. Here they are read once, and the answer goes through one wrapper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from collections.abc import Callable
+
+import structlog
+from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from dealbase.edge.problems import problem
+from dealbase.edge.rate_limit_headers import rate_limit_headers
+from dealbase.tenancy.admission import VERDICT_STATE
+from dealbase.tenancy.rate_limits import Verdict
+
+_CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# The route of a request no route matched: one label for every unknown path.
+UNMATCHED = "unmatched"
+# Where the edge keeps an authenticated request's Scope (request.state), for its access line.
+CALLER_STATE = "caller"
+
+# (route template, method, status, seconds): called once per answered request.
+RequestObserver = Callable[[str, str, int, float], None]
+
+MAX_BODY_BYTES = 1024 * 1024
+# A batch (a path ending in /batch) of up to 1,000 records: about 0.5 kB a customer in a typical
+# sync, so 8 MiB leaves room for long notes.
+MAX_BATCH_BODY_BYTES = 8 * MAX_BODY_BYTES
+# A refused body is read to its end, up to this much and this long, before the 413 is sent: a
+# client that sends its whole body before reading the answer (urllib; any client with
+# Connection: close) would otherwise find its connection reset under the 413, as the server
+# closes a socket with unread data. A larger or slower body is cut off.
+DRAIN_BYTES = MAX_BATCH_BODY_BYTES
+DRAIN_SECONDS = 10.0
+
+# Headers that carry one value (RFC 9110 5.3): two of them are ambiguous, and a proxy that reads
+# the other one than the app would authorise, deduplicate or parse another request.
+SINGLE_VALUED = frozenset(
+    {b"x-api-key", b"x-department-id", b"idempotency-key", b"content-type", b"content-length"}
+)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class RequestEdge:
+    """Gives every HTTP request an id (the client's ``X-Request-Id`` when it is sane), bound to
+    the log context and echoed in the answer; refuses a repeated single-valued header (400)
+    and a body past its cap (413, 8 MiB for a batch, else 1 MiB); adds the RateLimit headers
+    of the request's verdict, when it has one; and writes one access line per request and
+    reports it to ``observe`` (metrics)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        observe: RequestObserver | None = None,
+        max_bytes: int = MAX_BODY_BYTES,
+        batch_max_bytes: int = MAX_BATCH_BODY_BYTES,
+    ) -> None:
+        self.app = app
+        self.observe = observe
+        self.max_bytes = max_bytes
+        self.batch_max_bytes = batch_max_bytes
+        self.log = structlog.get_logger("dealbase.access")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id: str | None = None
+        declared = expect = b""
+        seen: set[bytes] = set()
+        repeated: set[bytes] = set()
+        for raw_name, value in scope["headers"]:
+            name = raw_name.lower()
+            if name in SINGLE_VALUED:
+                (repeated if name in seen else seen).add(name)
+                if name == b"content-length":
+                    declared = value
+            elif name == b"x-request-id":
+                if request_id is None:
+                    candidate = value.decode("latin-1")
+                    request_id = candidate if _CLIENT_REQUEST_ID.match(candidate) else ""
+            elif name == b"expect":
+                expect = value
+        request_id = request_id or uuid.uuid4().hex
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        structlog.contextvars.clear_contextvars()
+        structlog.contextvars.bind_contextvars(request_id=request_id)
+        started = time.perf_counter()
+        status = 500
+        answering = False
+
+        async def answer(message: Message) -> None:
+            nonlocal status, answering
+            if message["type"] == "http.response.start":
+                answering = True
+                status = message["status"]
+                headers = [*message.get("headers", [])]
+                verdict = state.get(VERDICT_STATE)
+                if isinstance(verdict, Verdict):
+                    headers.extend(rate_limit_headers(verdict))
+                headers.append((b"x-request-id", request_id.encode()))
+                message["headers"] = headers
+            await send(message)
+
+        try:
+            if repeated:
+                names = ", ".join(sorted(name.decode() for name in repeated))
+                refusal = problem(
+                    Request(scope),
+                    400,
+                    "repeated_header",
+                    "Repeated header",
+                    f"Send each of these headers once: {names}.",
+                )
+                await refusal(scope, receive, answer)
+                return
+            await self._guarded(scope, receive, answer, declared, expect, lambda: answering)
+        finally:
+            seconds = time.perf_counter() - started
+            route = getattr(scope.get("route"), "path", UNMATCHED)
+            caller = state.get(CALLER_STATE)
+            self.log.info(
+                "request",
+                method=scope["method"],
+                path=scope["path"],
+                route=route,
+                status=status,
+                duration_ms=round(seconds * 1000, 2),
+                # The key's id, never its secret.
+                tenant_id=str(caller.tenant_id) if caller else None,
+                department_id=str(caller.department_id)
+                if caller and caller.department_id
+                else None,
+                key_id=str(caller.key_id) if caller and caller.key_id else None,
+            )
+            if self.observe is not None:
+                self.observe(route, scope["method"], status, seconds)
+
+    async def _guarded(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        declared: bytes,
+        expect: bytes,
+        answering: Callable[[], bool],
+    ) -> None:
+        """The app, with the request's body capped (a declared length past the cap is refused
+        before any of it is read)."""
+        max_bytes = self.batch_max_bytes if scope["path"].endswith("/batch") else self.max_bytes
+        if declared.isdigit() and int(declared) > max_bytes:
+            # A client that waits for 100 Continue has sent no body: refused before it does.
+            if expect.lower() != b"100-continue" and int(declared) <= DRAIN_BYTES:
+                await _drain(receive, 0)
+            await _refuse(scope, receive, send, max_bytes)
+            return
+        received = 0
+        body_ended = False
+
+        async def counting_receive() -> Message:
+            nonlocal received, body_ended
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                body_ended = not message.get("more_body", False)
+                if received > max_bytes:
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, counting_receive, send)
+        except _TooLarge:
+            if answering():
+                raise
+            if not body_ended:
+                # After its last part, a server's receive waits for the client to go.
+                await _drain(receive, received)
+            await _refuse(scope, receive, send, max_bytes)
+
+
+async def _drain(receive: Receive, read: int) -> None:
+    """Reads and drops the rest of a request body, ``read`` bytes of it already read."""
+    try:
+        async with asyncio.timeout(DRAIN_SECONDS):
+            while read <= DRAIN_BYTES:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return
+                read += len(message.get("body", b""))
+                if not message.get("more_body", False):
+                    return
+    except TimeoutError:
+        return
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, max_bytes: int) -> None:
+    response = problem(
+        Request(scope),
+        413,
+        "payload_too_large",
+        "Payload too large",
+        f"The body exceeds {max_bytes} bytes.",
+    )
+    await response(scope, receive, send)
