@@ -3,10 +3,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
-from dealbase.edge.callers import charge_batch, department_scope
+from dealbase.edge.callers import AdmittedRoute, caller_of, charge_batch
 from dealbase.edge.database import database_of
 from dealbase.edge.idempotency import run_once
 from dealbase.edge.requests import (
@@ -46,9 +46,8 @@ from dealbase.rest_api.schemas import (
     ActivityOut,
 )
 from dealbase.tenancy.database import UnitOfWork
-from dealbase.tenancy.scope import Scope
 
-router = APIRouter(prefix="/activities", tags=["activities"])
+router = APIRouter(prefix="/activities", tags=["activities"], route_class=AdmittedRoute)
 
 ACTIVITY_EXAMPLE: dict[str, Any] = {
     "type": "call",
@@ -79,10 +78,10 @@ ACTIVITY_EXAMPLE: dict[str, Any] = {
 )
 async def create_activity(
     request: Request,
-    scope: Scope = Depends(department_scope),
-    body: bytes = Depends(json_body),
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    scope = caller_of(request)
+    body = await json_body(request)
     fields = parse_body(ActivityFields, body)
 
     def perform(uow: UnitOfWork) -> Response:
@@ -104,13 +103,13 @@ async def create_activity(
 )
 async def list_activities(
     request: Request,
-    scope: Scope = Depends(department_scope),
     limit: int | None = LIST_LIMIT,
     cursor: str | None = LIST_CURSOR,
     customer_id: uuid.UUID | None = Query(None, description="Only activities of this customer."),
     deal_id: uuid.UUID | None = Query(None, description="Only activities of this deal."),
     external_id: str | None = EXTERNAL_ID_FILTER,
 ) -> Response:
+    scope = caller_of(request)
     filters = validated(
         ActivityFilter,
         {"customer_id": customer_id, "deal_id": deal_id, "external_id": external_id},
@@ -133,8 +132,8 @@ async def list_activities(
 async def get_activity(
     request: Request,
     activity_id: uuid.UUID,
-    scope: Scope = Depends(department_scope),
 ) -> Response:
+    scope = caller_of(request)
     activity = await database_of(request).run(scope, lambda uow: service.get(uow, activity_id))
     return resource_response(activity_json, activity)
 
@@ -157,10 +156,10 @@ async def get_activity(
 async def update_activity(
     request: Request,
     activity_id: uuid.UUID,
-    scope: Scope = Depends(department_scope),
-    body: bytes = Depends(json_body),
     if_match: IfMatch = None,
 ) -> Response:
+    scope = caller_of(request)
+    body = await json_body(request)
     patch = parse_body(ActivityPatch, body)
     activity = await database_of(request).run(
         scope, lambda uow: service.update(uow, activity_id, patch, expected_version(if_match))
@@ -178,9 +177,9 @@ async def update_activity(
 async def delete_activity(
     request: Request,
     activity_id: uuid.UUID,
-    scope: Scope = Depends(department_scope),
     if_match: IfMatch = None,
 ) -> Response:
+    scope = caller_of(request)
     await database_of(request).run(
         scope, lambda uow: service.delete(uow, activity_id, expected_version(if_match))
     )
@@ -219,11 +218,11 @@ async def delete_activity(
 async def upsert_activity(
     request: Request,
     external_id: str = EXTERNAL_ID_PATH,
-    scope: Scope = Depends(department_scope),
-    body: bytes = Depends(json_body),
     if_match: IfMatch = None,
     if_none_match: IfNoneMatch = None,
 ) -> Response:
+    scope = caller_of(request)
+    body = await json_body(request)
     fields = parse_body(ActivityFields, body)
     result = await database_of(request).run(
         scope,
@@ -277,11 +276,11 @@ BATCH_EXAMPLE: dict[str, Any] = {
 )
 async def batch_activities(
     request: Request,
-    scope: Scope = Depends(department_scope),
-    body: bytes = Depends(json_body),
     atomic: bool = Query(False, description="All or nothing: any failure writes nothing."),
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    scope = caller_of(request)
+    body = await json_body(request)
     batch = parse_body(Batch, body)
     await charge_batch(request, scope, len(batch.operations))
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
-from dealbase.edge.callers import charge_batch, department_scope
+from dealbase.edge.callers import AdmittedRoute, caller_of, charge_batch
 from dealbase.edge.database import database_of
 from dealbase.edge.idempotency import run_once
 from dealbase.edge.requests import (
@@ -47,9 +47,8 @@ from dealbase.rest_api.schemas import (
     CustomerOut,
 )
 from dealbase.tenancy.database import UnitOfWork
-from dealbase.tenancy.scope import Scope
 
-router = APIRouter(prefix="/customers", tags=["customers"])
+router = APIRouter(prefix="/customers", tags=["customers"], route_class=AdmittedRoute)
 
 CUSTOMER_EXAMPLE: dict[str, Any] = {
     "last_name": "Lovelace",
@@ -82,10 +81,10 @@ CUSTOMER_EXAMPLE: dict[str, Any] = {
 )
 async def create_customer(
     request: Request,
-    scope: Scope = Depends(department_scope),
-    body: bytes = Depends(json_body),
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    scope = caller_of(request)
+    body = await json_body(request)
     fields = parse_body(CustomerFields, body)
 
     def perform(uow: UnitOfWork) -> Response:
@@ -107,7 +106,6 @@ async def create_customer(
 )
 async def list_customers(
     request: Request,
-    scope: Scope = Depends(department_scope),
     limit: int | None = LIST_LIMIT,
     cursor: str | None = LIST_CURSOR,
     email: str | None = Query(
@@ -122,6 +120,7 @@ async def list_customers(
     updated_since: str | None = UPDATED_SINCE,
     external_id: str | None = EXTERNAL_ID_FILTER,
 ) -> Response:
+    scope = caller_of(request)
     filters = validated(
         CustomerFilter,
         {"email": email, "q": q, "updated_since": updated_since, "external_id": external_id},
@@ -144,8 +143,8 @@ async def list_customers(
 async def get_customer(
     request: Request,
     customer_id: uuid.UUID,
-    scope: Scope = Depends(department_scope),
 ) -> Response:
+    scope = caller_of(request)
     customer = await database_of(request).run(scope, lambda uow: service.get(uow, customer_id))
     return resource_response(customer_json, customer)
 
@@ -171,10 +170,10 @@ async def get_customer(
 async def update_customer(
     request: Request,
     customer_id: uuid.UUID,
-    scope: Scope = Depends(department_scope),
-    body: bytes = Depends(json_body),
     if_match: IfMatch = None,
 ) -> Response:
+    scope = caller_of(request)
+    body = await json_body(request)
     patch = parse_body(CustomerPatch, body)
     customer = await database_of(request).run(
         scope, lambda uow: service.update(uow, customer_id, patch, expected_version(if_match))
@@ -196,9 +195,9 @@ async def update_customer(
 async def delete_customer(
     request: Request,
     customer_id: uuid.UUID,
-    scope: Scope = Depends(department_scope),
     if_match: IfMatch = None,
 ) -> Response:
+    scope = caller_of(request)
     await database_of(request).run(
         scope, lambda uow: service.delete(uow, customer_id, expected_version(if_match))
     )
@@ -236,11 +235,11 @@ async def delete_customer(
 async def upsert_customer(
     request: Request,
     external_id: str = EXTERNAL_ID_PATH,
-    scope: Scope = Depends(department_scope),
-    body: bytes = Depends(json_body),
     if_match: IfMatch = None,
     if_none_match: IfNoneMatch = None,
 ) -> Response:
+    scope = caller_of(request)
+    body = await json_body(request)
     fields = parse_body(CustomerFields, body)
     result = await database_of(request).run(
         scope,
@@ -293,11 +292,11 @@ BATCH_EXAMPLE: dict[str, Any] = {
 )
 async def batch_customers(
     request: Request,
-    scope: Scope = Depends(department_scope),
-    body: bytes = Depends(json_body),
     atomic: bool = Query(False, description="All or nothing: any failure writes nothing."),
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    scope = caller_of(request)
+    body = await json_body(request)
     batch = parse_body(Batch, body)
     await charge_batch(request, scope, len(batch.operations))
 

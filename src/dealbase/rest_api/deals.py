@@ -3,10 +3,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
-from dealbase.edge.callers import charge_batch, department_scope
+from dealbase.edge.callers import AdmittedRoute, caller_of, charge_batch
 from dealbase.edge.database import database_of
 from dealbase.edge.idempotency import run_once
 from dealbase.edge.requests import (
@@ -48,9 +48,8 @@ from dealbase.rest_api.responses import (
 )
 from dealbase.rest_api.schemas import DealBatch, DealBatchResults, DealList, DealOut
 from dealbase.tenancy.database import UnitOfWork
-from dealbase.tenancy.scope import Scope
 
-router = APIRouter(prefix="/deals", tags=["deals"])
+router = APIRouter(prefix="/deals", tags=["deals"], route_class=AdmittedRoute)
 
 DEAL_EXAMPLE: dict[str, Any] = {
     "name": "Analytical engine, 2 units",
@@ -78,10 +77,10 @@ DEAL_EXAMPLE: dict[str, Any] = {
 )
 async def create_deal(
     request: Request,
-    scope: Scope = Depends(department_scope),
-    body: bytes = Depends(json_body),
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    scope = caller_of(request)
+    body = await json_body(request)
     fields = parse_body(DealCreate, body)
 
     def perform(uow: UnitOfWork) -> Response:
@@ -103,7 +102,6 @@ async def create_deal(
 )
 async def list_deals(
     request: Request,
-    scope: Scope = Depends(department_scope),
     limit: int | None = LIST_LIMIT,
     cursor: str | None = LIST_CURSOR,
     step_id: uuid.UUID | None = Query(None, description="Only deals in this step."),
@@ -114,6 +112,7 @@ async def list_deals(
     updated_since: str | None = UPDATED_SINCE,
     external_id: str | None = EXTERNAL_ID_FILTER,
 ) -> Response:
+    scope = caller_of(request)
     filters = validated(
         DealFilter,
         {
@@ -146,8 +145,8 @@ async def list_deals(
 async def get_deal(
     request: Request,
     deal_id: uuid.UUID,
-    scope: Scope = Depends(department_scope),
 ) -> Response:
+    scope = caller_of(request)
     deal = await database_of(request).run(scope, lambda uow: service.get(uow, deal_id))
     return resource_response(deal_json, deal)
 
@@ -172,10 +171,10 @@ async def get_deal(
 async def update_deal(
     request: Request,
     deal_id: uuid.UUID,
-    scope: Scope = Depends(department_scope),
-    body: bytes = Depends(json_body),
     if_match: IfMatch = None,
 ) -> Response:
+    scope = caller_of(request)
+    body = await json_body(request)
     patch = parse_body(DealPatch, body)
     deal = await database_of(request).run(
         scope, lambda uow: service.update(uow, deal_id, patch, expected_version(if_match))
@@ -194,9 +193,9 @@ async def update_deal(
 async def delete_deal(
     request: Request,
     deal_id: uuid.UUID,
-    scope: Scope = Depends(department_scope),
     if_match: IfMatch = None,
 ) -> Response:
+    scope = caller_of(request)
     await database_of(request).run(
         scope, lambda uow: service.delete(uow, deal_id, expected_version(if_match))
     )
@@ -226,10 +225,10 @@ async def delete_deal(
 async def link_customer(
     request: Request,
     deal_id: uuid.UUID,
-    scope: Scope = Depends(department_scope),
-    body: bytes = Depends(json_body),
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    scope = caller_of(request)
+    body = await json_body(request)
     link = parse_body(CustomerLink, body)
 
     def perform(uow: UnitOfWork) -> Response:
@@ -250,8 +249,8 @@ async def unlink_customer(
     request: Request,
     deal_id: uuid.UUID,
     customer_id: uuid.UUID,
-    scope: Scope = Depends(department_scope),
 ) -> Response:
+    scope = caller_of(request)
     await database_of(request).run(
         scope, lambda uow: service.unlink_customer(uow, deal_id, customer_id)
     )
@@ -298,11 +297,11 @@ DEAL_UPSERT_EXAMPLE: dict[str, Any] = {
 async def upsert_deal(
     request: Request,
     external_id: str = EXTERNAL_ID_PATH,
-    scope: Scope = Depends(department_scope),
-    body: bytes = Depends(json_body),
     if_match: IfMatch = None,
     if_none_match: IfNoneMatch = None,
 ) -> Response:
+    scope = caller_of(request)
+    body = await json_body(request)
     fields = parse_body(DealUpsert, body)
     result = await database_of(request).run(
         scope,
@@ -358,11 +357,11 @@ BATCH_EXAMPLE: dict[str, Any] = {
 )
 async def batch_deals(
     request: Request,
-    scope: Scope = Depends(department_scope),
-    body: bytes = Depends(json_body),
     atomic: bool = Query(False, description="All or nothing: any failure writes nothing."),
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    scope = caller_of(request)
+    body = await json_body(request)
     batch = parse_body(Batch, body)
     await charge_batch(request, scope, len(batch.operations))
 

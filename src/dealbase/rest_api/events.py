@@ -7,20 +7,19 @@ import uuid
 from typing import Any, cast
 
 import orjson
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import ConfigDict, Field
 from starlette.responses import Response
 
-from dealbase.edge.callers import department_scope
+from dealbase.edge.callers import AdmittedRoute, caller_of
 from dealbase.edge.database import database_of
 from dealbase.platform.event_types import EVENT_TYPES, EventType
 from dealbase.platform.events import service
 from dealbase.platform.events.models import EventFilter, event_json
 from dealbase.rest_api.openapi import LIST_LIMIT, problem_responses
 from dealbase.rest_api.schemas import Timestamp, WireModel
-from dealbase.tenancy.scope import Scope
 
-router = APIRouter(prefix="/events", tags=["events"])
+router = APIRouter(prefix="/events", tags=["events"], route_class=AdmittedRoute)
 
 
 class EventOut(WireModel):
@@ -96,7 +95,6 @@ def _event_types(types: str | None) -> tuple[EventType, ...] | None:
 )
 async def list_events(
     request: Request,
-    scope: Scope = Depends(department_scope),
     after: str | None = Query(
         None,
         pattern=service.CURSOR_PATTERN,
@@ -110,6 +108,7 @@ async def list_events(
     ),
     limit: int | None = LIST_LIMIT,
 ) -> Response:
+    scope = caller_of(request)
     filters = EventFilter(types=_event_types(types))
     page = await database_of(request).run(
         scope, lambda uow: service.feed(uow, filters, limit, after)

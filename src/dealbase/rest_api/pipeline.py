@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from dealbase.edge.callers import department_scope
+from dealbase.edge.callers import AdmittedRoute, caller_of
 from dealbase.edge.database import database_of
 from dealbase.platform.pipeline import service
 from dealbase.rest_api.openapi import LIST_CURSOR, LIST_LIMIT, problem_responses
 from dealbase.rest_api.responses import json_response, page_response
 from dealbase.rest_api.schemas import DepartmentOut, EmployeeList, StepList
-from dealbase.tenancy.scope import Scope
 
-router = APIRouter(tags=["pipeline"])
+router = APIRouter(tags=["pipeline"], route_class=AdmittedRoute)
 
 
 @router.get(
@@ -25,7 +24,8 @@ router = APIRouter(tags=["pipeline"])
         **problem_responses(401, 403),
     },
 )
-async def get_department(request: Request, scope: Scope = Depends(department_scope)) -> Response:
+async def get_department(request: Request) -> Response:
+    scope = caller_of(request)
     department = await database_of(request).run(scope, lambda uow: service.own_department(uow))
     return json_response(DepartmentOut, department)
 
@@ -40,7 +40,8 @@ async def get_department(request: Request, scope: Scope = Depends(department_sco
         **problem_responses(401, 403),
     },
 )
-async def list_steps(request: Request, scope: Scope = Depends(department_scope)) -> Response:
+async def list_steps(request: Request) -> Response:
+    scope = caller_of(request)
     steps = await database_of(request).run(scope, lambda uow: service.steps_in_order(uow))
     return json_response(StepList, {"data": steps})
 
@@ -56,10 +57,10 @@ async def list_steps(request: Request, scope: Scope = Depends(department_scope))
 )
 async def list_employees(
     request: Request,
-    scope: Scope = Depends(department_scope),
     limit: int | None = LIST_LIMIT,
     cursor: str | None = LIST_CURSOR,
 ) -> Response:
+    scope = caller_of(request)
     page = await database_of(request).run(
         scope, lambda uow: service.employees_page(uow, limit, cursor)
     )

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import uuid
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from dealbase.edge.callers import department_scope
+from dealbase.edge.callers import AdmittedRoute, caller_of
 from dealbase.edge.database import database_of, webhook_addresses_of
 from dealbase.edge.idempotency import run_once
 from dealbase.edge.requests import IdempotencyKey, IfMatch, expected_version, json_body, parse_body
@@ -29,9 +29,8 @@ from dealbase.rest_api.schemas import (
     WebhookEndpointWithSecretOut,
 )
 from dealbase.tenancy.database import UnitOfWork
-from dealbase.tenancy.scope import Scope
 
-router = APIRouter(prefix="/webhooks", tags=["webhooks"])
+router = APIRouter(prefix="/webhooks", tags=["webhooks"], route_class=AdmittedRoute)
 
 WEBHOOK_ENDPOINT_EXAMPLE = {
     "url": "https://hooks.example.com/dealbase",
@@ -65,10 +64,10 @@ _URL_RULE = (
 )
 async def create_webhook_endpoint(
     request: Request,
-    scope: Scope = Depends(department_scope),
-    body: bytes = Depends(json_body),
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    scope = caller_of(request)
+    body = await json_body(request)
     fields = parse_body(WebhookEndpointFields, body)
     checked = await service.checked(fields, webhook_addresses_of(request))
 
@@ -91,10 +90,10 @@ async def create_webhook_endpoint(
 )
 async def list_webhook_endpoints(
     request: Request,
-    scope: Scope = Depends(department_scope),
     limit: int | None = LIST_LIMIT,
     cursor: str | None = LIST_CURSOR,
 ) -> Response:
+    scope = caller_of(request)
     page = await database_of(request).run(scope, lambda uow: service.list_page(uow, limit, cursor))
     return page_response(WebhookEndpointList, page)
 
@@ -115,8 +114,8 @@ async def list_webhook_endpoints(
 async def get_webhook_endpoint(
     request: Request,
     webhook_id: uuid.UUID,
-    scope: Scope = Depends(department_scope),
 ) -> Response:
+    scope = caller_of(request)
     endpoint = await database_of(request).run(scope, lambda uow: service.get(uow, webhook_id))
     return json_response(WebhookEndpointOut, endpoint)
 
@@ -142,10 +141,10 @@ async def get_webhook_endpoint(
 async def update_webhook_endpoint(
     request: Request,
     webhook_id: uuid.UUID,
-    scope: Scope = Depends(department_scope),
-    body: bytes = Depends(json_body),
     if_match: IfMatch = None,
 ) -> Response:
+    scope = caller_of(request)
+    body = await json_body(request)
     patch = parse_body(WebhookEndpointPatch, body)
     checked = await service.checked(patch, webhook_addresses_of(request))
     endpoint = await database_of(request).run(
@@ -164,9 +163,9 @@ async def update_webhook_endpoint(
 async def delete_webhook_endpoint(
     request: Request,
     webhook_id: uuid.UUID,
-    scope: Scope = Depends(department_scope),
     if_match: IfMatch = None,
 ) -> Response:
+    scope = caller_of(request)
     await database_of(request).run(
         scope, lambda uow: service.delete(uow, webhook_id, expected_version(if_match))
     )
@@ -194,9 +193,9 @@ async def delete_webhook_endpoint(
 async def rotate_webhook_secret(
     request: Request,
     webhook_id: uuid.UUID,
-    scope: Scope = Depends(department_scope),
     if_match: IfMatch = None,
 ) -> Response:
+    scope = caller_of(request)
     rotated = await database_of(request).run(
         scope, lambda uow: service.rotate_secret(uow, webhook_id, expected_version(if_match))
     )
@@ -219,10 +218,10 @@ async def rotate_webhook_secret(
 async def list_webhook_deliveries(
     request: Request,
     webhook_id: uuid.UUID,
-    scope: Scope = Depends(department_scope),
     limit: int | None = LIST_LIMIT,
     cursor: str | None = LIST_CURSOR,
 ) -> Response:
+    scope = caller_of(request)
     page = await database_of(request).run(
         scope, lambda uow: deliveries.list_page(uow, webhook_id, limit, cursor)
     )
@@ -257,9 +256,10 @@ async def redeliver_webhook_delivery(
     request: Request,
     webhook_id: uuid.UUID,
     delivery_id: uuid.UUID,
-    scope: Scope = Depends(department_scope),
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    scope = caller_of(request)
+
     def perform(uow: UnitOfWork) -> Response:
         delivery = deliveries.redeliver(uow, webhook_id, delivery_id)
         return json_response(WebhookDeliveryOut, delivery, 202)
@@ -291,9 +291,10 @@ async def redeliver_webhook_delivery(
 async def send_test_webhook(
     request: Request,
     webhook_id: uuid.UUID,
-    scope: Scope = Depends(department_scope),
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
+    scope = caller_of(request)
+
     def perform(uow: UnitOfWork) -> Response:
         return json_response(WebhookDeliveryOut, deliveries.send_test(uow, webhook_id), 202)
 
