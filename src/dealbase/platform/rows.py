@@ -49,19 +49,12 @@ def _at_expected_version(table: Table, expected: Expected | None) -> ColumnEleme
     return table.c.version.in_(sorted(expected.versions))
 
 
-def unnested(
-    table: Table, names: Sequence[str], rows: Sequence[Mapping[str, object]]
-) -> TableValuedAlias:
-    """``rows`` as a relation ``given`` with ``names`` as columns, typed as ``table``'s: one
-    array parameter per column, however many rows, so that a statement writes them all at
-    once (and is planned once, whatever their number)."""
+def unnested(table: Table, names: Sequence[str]) -> TableValuedAlias:
+    """A relation ``given`` with ``names`` as columns, typed as ``table``'s, from one array
+    parameter per column (``given_<name>``, made by ``unnested_values``): a statement built
+    once on it writes any number of rows at once, and is planned once, whatever their number."""
     arrays = [
-        cast(
-            bindparam(
-                f"given_{name}", [row[name] for row in rows], type_=ARRAY(table.c[name].type)
-            ),
-            ARRAY(table.c[name].type),
-        )
+        cast(bindparam(f"given_{name}", type_=ARRAY(table.c[name].type)), ARRAY(table.c[name].type))
         for name in names
     ]
     return (
@@ -69,6 +62,13 @@ def unnested(
         .table_valued(*(column(name, table.c[name].type) for name in names))
         .render_derived(name="given")
     )
+
+
+def unnested_values(
+    names: Sequence[str], rows: Sequence[Mapping[str, object]]
+) -> dict[str, list[object]]:
+    """The parameters of an ``unnested`` relation: ``rows`` as one list per column."""
+    return {f"given_{name}": [row[name] for row in rows] for name in names}
 
 
 @contextmanager

@@ -10,7 +10,7 @@ from dealbase.errors import ExternalIdTaken
 from dealbase.ids import new_id
 from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.rows import in_department, owned_by, unnested
+from dealbase.platform.rows import in_department, owned_by, unnested, unnested_values
 from dealbase.platform.tables import customers, deal_customers
 from dealbase.tenancy.statements import Record, TenantConnection
 
@@ -71,6 +71,24 @@ def insert_customers(
     return inserted
 
 
+_GIVEN_COLUMNS = ("id", *FIELD_COLUMNS)
+_GIVEN = unnested(customers, _GIVEN_COLUMNS)
+_INSERT_NEW = (
+    insert(customers)
+    .from_select(
+        [*_GIVEN_COLUMNS, "department_id", "created_at", "updated_at"],
+        select(
+            _GIVEN,
+            bindparam("department_id", type_=customers.c.department_id.type),
+            func.now(),
+            func.now(),
+        ),
+    )
+    .on_conflict_do_nothing(index_elements=[customers.c.department_id, customers.c.external_id])
+    .returning(*customers.c)
+)
+
+
 def insert_new(
     connection: TenantConnection,
     tenant_id: uuid.UUID,
@@ -82,22 +100,10 @@ def insert_new(
     if not new:
         return {}
     values = [{**fields.model_dump(), "id": customer_id} for customer_id, fields in new]
-    given = unnested(customers, ("id", *FIELD_COLUMNS), values)
-    statement = (
-        insert(customers)
-        .from_select(
-            ["id", *FIELD_COLUMNS, "department_id", "created_at", "updated_at"],
-            select(
-                given,
-                bindparam("department_id", department_id, type_=customers.c.department_id.type),
-                func.now(),
-                func.now(),
-            ),
-        )
-        .on_conflict_do_nothing(index_elements=[customers.c.department_id, customers.c.external_id])
-        .returning(*customers.c)
-    )
-    rows = connection.execute(statement).mappings()
+    rows = connection.execute(
+        _INSERT_NEW,
+        {**unnested_values(_GIVEN_COLUMNS, values), "department_id": department_id},
+    ).mappings()
     return {row["id"]: to_customer(row, tenant_id) for row in rows}
 
 
@@ -125,6 +131,20 @@ def lock_by_external_ids(
     return {customer.external_id: customer for customer in found if customer.external_id}
 
 
+_UPDATE_MANY = (
+    update(customers)
+    .where(customers.c.id == _GIVEN.c.id)
+    .values(
+        {
+            **{name: _GIVEN.c[name] for name in FIELD_COLUMNS},
+            "updated_at": func.now(),
+            "version": customers.c.version + 1,
+        }
+    )
+    .returning(*customers.c)
+)
+
+
 def update_many(
     connection: TenantConnection,
     tenant_id: uuid.UUID,
@@ -134,20 +154,7 @@ def update_many(
     in one statement: by id, the customers as they now are."""
     if not rows:
         return {}
-    given = unnested(customers, ("id", *FIELD_COLUMNS), rows)
-    statement = (
-        update(customers)
-        .where(customers.c.id == given.c.id)
-        .values(
-            {
-                **{name: given.c[name] for name in FIELD_COLUMNS},
-                "updated_at": func.now(),
-                "version": customers.c.version + 1,
-            }
-        )
-        .returning(*customers.c)
-    )
-    updated = connection.execute(statement).mappings()
+    updated = connection.execute(_UPDATE_MANY, unnested_values(_GIVEN_COLUMNS, rows)).mappings()
     return {row["id"]: to_customer(row, tenant_id) for row in updated}
 
 

@@ -1,19 +1,60 @@
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, delete, exists, func, insert, select, tuple_, update
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    bindparam,
+    delete,
+    exists,
+    func,
+    insert,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from dealbase.ids import new_id
 from dealbase.platform.customers.models import Customer
 from dealbase.platform.deals.models import Deal, DealFilter
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.rows import in_department, owned_by
+from dealbase.platform.rows import in_department, owned_by, unnested, unnested_values
 from dealbase.platform.tables import deal_customers, deals, employees, steps
 from dealbase.tenancy.statements import Record, TenantConnection
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_deal_statement(columns: tuple[str, ...], in_first_step: bool) -> Any:
+    """Built once per set of columns a caller gives: building a statement costs more CPU than
+    running it."""
+    department_id = bindparam("department_id", type_=deals.c.department_id.type)
+    first_step = (
+        select(steps.c.id)
+        .where(steps.c.department_id == department_id)
+        .order_by(steps.c.position)
+        .limit(1)
+        .scalar_subquery()
+    )
+    return (
+        pg_insert(deals)
+        .values(
+            id=bindparam("id", type_=deals.c.id.type),
+            department_id=department_id,
+            step_id=first_step
+            if in_first_step
+            else bindparam("step_id", type_=deals.c.step_id.type),
+            created_at=func.now(),
+            updated_at=func.now(),
+            **{name: bindparam(name, type_=deals.c[name].type) for name in columns},
+        )
+        .on_conflict_do_nothing(index_elements=[deals.c.department_id, deals.c.external_id])
+        .returning(*deals.c)
+    )
 
 
 def insert_deal(
@@ -23,33 +64,14 @@ def insert_deal(
     values: dict[str, object],
 ) -> Record | None:
     """The new deal's row, in ``step_id`` or else the department's first step (found by the
-    same statement); None when the department has no step to start in, or when another deal of
-    the department has its external id (ON CONFLICT DO NOTHING: the transaction stays usable,
-    and a concurrent insert of the same external id is waited for)."""
-    first_step = (
-        select(steps.c.id)
-        .where(steps.c.department_id == department_id)
-        .order_by(steps.c.position)
-        .limit(1)
-        .scalar_subquery()
-    )
-    return (
-        connection.execute(
-            pg_insert(deals)
-            .values(
-                id=new_id(),
-                department_id=department_id,
-                step_id=first_step if step_id is None else step_id,
-                created_at=func.now(),
-                updated_at=func.now(),
-                **values,
-            )
-            .on_conflict_do_nothing(index_elements=[deals.c.department_id, deals.c.external_id])
-            .returning(*deals.c)
-        )
-        .mappings()
-        .first()
-    )
+    same statement; none: a NOT NULL violation of ``step_id``); None when another deal of the
+    department has its external id (ON CONFLICT DO NOTHING: the transaction stays usable, and a
+    concurrent insert of the same external id is waited for)."""
+    statement = _insert_deal_statement(tuple(sorted(values)), step_id is None)
+    parameters = {**values, "id": new_id(), "department_id": department_id}
+    if step_id is not None:
+        parameters["step_id"] = step_id
+    return connection.execute(statement, parameters).mappings().first()
 
 
 def lock_by_external_id(
@@ -68,19 +90,25 @@ def lock_by_external_id(
     )
 
 
+_LINKED = unnested(deal_customers, ("customer_id", "position"))
+_LINK_NEW = insert(deal_customers).from_select(
+    ["deal_id", "customer_id", "position"],
+    select(bindparam("deal_id", type_=deal_customers.c.deal_id.type), _LINKED),
+)
+
+
 def link_customers(
     connection: TenantConnection, deal_id: uuid.UUID, customer_ids: Sequence[uuid.UUID]
 ) -> None:
     """Links new customers of a new deal, in order, with the COMMIT (nothing reads them back)."""
     if customer_ids:
+        links = [
+            {"customer_id": customer_id, "position": position}
+            for position, customer_id in enumerate(customer_ids, start=1)
+        ]
         connection.defer(
-            insert(deal_customers).values(
-                [
-                    {"deal_id": deal_id, "customer_id": customer_id, "position": position}
-                    for position, customer_id in enumerate(customer_ids, start=1)
-                ]
-            ),
-            {},
+            _LINK_NEW,
+            {**unnested_values(("customer_id", "position"), links), "deal_id": deal_id},
         )
 
 
