@@ -109,7 +109,7 @@ def database_faults() -> Iterator[None]:
 
 
 class Finisher(Protocol):
-    """Work a unit of work does last (the events outbox): statements ``defer``\red to its
+    """Work a unit of work does last (the events outbox): statements given to ``defer`` for its
     COMMIT's round trip, then what follows the COMMIT."""
 
     def __init__(self) -> None: ...

@@ -244,7 +244,7 @@ class TenantConnection:
     one its own asyncio extension uses), so it must run inside ``database.run_on_event_loop``.
 
     A unit of work spends as few round trips as it can: ``begin`` (its ``BEGIN`` and role
-    switch) travels with its first statement, and the statements ``defer``\red to the end
+    switch) travels with its first statement, and the statements given to ``defer`` for the end
     travel with its ``COMMIT``. Those go as one simple-protocol script, their values written
     into the text by psycopg's own quoting (``mogrify``); every other statement keeps its
     parameters apart and may be prepared.
