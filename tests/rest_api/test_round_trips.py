@@ -81,6 +81,27 @@ def test_a_customer_create_is_two_round_trips(
     assert trips == 2
 
 
+def test_a_customer_create_with_an_idempotency_key_is_four_round_trips(
+    client: TestClient, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _send(client, world, "POST", "/customers", {"last_name": "Warm"})
+
+    def create() -> Response:
+        response: Response = client.post(
+            f"{API}/customers",
+            json={"last_name": "Lovelace"},
+            headers={**world.key.headers, "Idempotency-Key": "sync-0001"},
+        )
+        return response
+
+    trips = _round_trips(monkeypatch, create, 201)
+
+    # BEGIN, the switch and the key's lock; the stored response, if any (after the lock, in a
+    # snapshot of its own); the INSERT; the expired record's deletion, the response stored,
+    # the events and COMMIT.
+    assert trips == 4
+
+
 def test_a_deal_with_three_new_customers_is_three_round_trips(
     client: TestClient, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -330,6 +330,16 @@ class TenantConnection:
         self._deferred.append(deferred)
         return deferred
 
+    @property
+    def deferred_count(self) -> int:
+        """How many statements wait for the COMMIT (a mark for ``discard_deferred_after``)."""
+        return len(self._deferred)
+
+    def discard_deferred_after(self, count: int) -> None:
+        """Forgets the statements deferred after the first ``count``: the work that deferred
+        them was rolled back to a savepoint."""
+        del self._deferred[count:]
+
     def commit(self) -> None:
         """Sends the deferred statements and the COMMIT, in one round trip (with the ``BEGIN``
         too when nothing ran before; when nothing ran at all, nothing is sent)."""

@@ -139,15 +139,17 @@ def _within(index: int, error: DomainError) -> DomainError:
 
 @contextmanager
 def savepoint(uow: UnitOfWork) -> Iterator[None]:
-    """The writes inside, and the events they recorded, undone together on a DomainError (which
-    is raised again); kept otherwise."""
+    """The writes inside, the events they recorded and the statements they deferred to the
+    COMMIT, undone together on a DomainError (which is raised again); kept otherwise."""
     marker = events.pending_count(uow)
+    deferred = uow.connection.deferred_count
     uow.connection.execute(text("SAVEPOINT batch_operation"))
     try:
         yield
     except DomainError:
         uow.connection.execute(text("ROLLBACK TO SAVEPOINT batch_operation"))
         events.discard_pending_after(uow, marker)
+        uow.connection.discard_deferred_after(deferred)
         raise
     uow.connection.execute(text("RELEASE SAVEPOINT batch_operation"))
 

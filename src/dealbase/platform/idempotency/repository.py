@@ -43,7 +43,8 @@ def find(
 
 
 def forget_expired(connection: TenantConnection, api_key_id: uuid.UUID, key: str) -> None:
-    connection.execute(delete(idempotency_records).where(*_record(api_key_id, key)))
+    """Deletes the key's expired record, with the COMMIT (before ``store``'s insert)."""
+    connection.defer(delete(idempotency_records).where(*_record(api_key_id, key)), {})
 
 
 def store(
@@ -53,7 +54,8 @@ def store(
     fingerprint: bytes,
     response: StoredResponse,
 ) -> None:
-    connection.execute(
+    """Stores the response with the COMMIT: nothing in the transaction reads it back."""
+    connection.defer(
         insert(idempotency_records).values(
             api_key_id=api_key_id,
             idempotency_key=key,
@@ -62,5 +64,6 @@ def store(
             body=response.body,
             location=response.location,
             created_at=func.now(),
-        )
+        ),
+        {},
     )
