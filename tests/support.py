@@ -280,6 +280,12 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=10)
 
 
+# How long a `dealbase serve` subprocess may take to answer: three interpreters importing the
+# app (8 s on an idle 2-core machine) while the parallel test workers load the same cores; 30 s
+# was once not enough in CI.
+SERVER_START_TIMEOUT_S = 90.0
+
+
 def wait_until_served(
     process: subprocess.Popen[bytes], url: str, output: Callable[[], str], seconds: float
 ) -> None:

@@ -36,6 +36,7 @@ from dealbase.migrations.runner import upgrade_control
 from dealbase.tenancy.database import Database, application_name
 from tests.support import (
     DEALBASE,
+    SERVER_START_TIMEOUT_S,
     dealbase_serve,
     free_port,
     scratch_database,
@@ -44,7 +45,6 @@ from tests.support import (
 )
 
 API = "/api/v1/integration"
-READY_TIMEOUT_S = 30.0
 REFUSAL_DEADLINE_S = 1.0  # the requirement: refused by every process 1 s after the CLI returns
 OBSERVE_S = 1.6  # how long requests keep coming after the CLI returns
 TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
@@ -184,7 +184,7 @@ def _start_server(
                 served.log,
                 data_dir / "metrics",
             )
-            deadline = time.monotonic() + READY_TIMEOUT_S
+            deadline = time.monotonic() + SERVER_START_TIMEOUT_S
             while True:
                 assert served.process.poll() is None, f"server exited: {server.output()}"
                 assert time.monotonic() < deadline, f"server not ready: {server.output()}"
@@ -671,7 +671,9 @@ def test_sigterm_stops_the_embedded_postgresql_that_serve_started(tmp_path: Path
             start_new_session=True,
         )
     try:
-        wait_until_served(process, f"http://127.0.0.1:{port}/readyz", log.read_text, 60)
+        wait_until_served(
+            process, f"http://127.0.0.1:{port}/readyz", log.read_text, SERVER_START_TIMEOUT_S
+        )
         postmaster = int((data_dir / "postgres" / "postmaster.pid").read_text().split()[0])
 
         process.send_signal(signal.SIGTERM)

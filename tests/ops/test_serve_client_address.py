@@ -12,10 +12,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.support import TenantWorld, dealbase_serve, wait_until_served
+from tests.support import SERVER_START_TIMEOUT_S, TenantWorld, dealbase_serve, wait_until_served
 
 CUSTOMERS = "/api/v1/integration/customers"
-READY_TIMEOUT_S = 30.0
 
 
 @contextmanager
@@ -30,7 +29,7 @@ def _serve(database_url: str, directory: Path, extra_env: dict[str, str]) -> Ite
     }
     with dealbase_serve(directory, settings) as server:
         wait_until_served(
-            server.process, f"{server.base_url}/healthz", server.output, READY_TIMEOUT_S
+            server.process, f"{server.base_url}/healthz", server.output, SERVER_START_TIMEOUT_S
         )
         yield server.base_url
 

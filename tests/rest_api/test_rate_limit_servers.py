@@ -24,6 +24,7 @@ from tests.rest_api.rate_limit_support import (
     has_rate_limit_headers,
 )
 from tests.support import (
+    SERVER_START_TIMEOUT_S,
     ServeProcess,
     TenantWorld,
     build_tenant,
@@ -35,7 +36,6 @@ from tests.support import (
 # run: alone on the machine.
 pytestmark = pytest.mark.serial
 
-READY_TIMEOUT_S = 30.0
 RECOVERY_DEADLINE_S = 3.0
 WARNING = "rate_limiter_unavailable"
 
@@ -72,7 +72,9 @@ def _serve(database_url: str, redis_url: str, directory: Path) -> Iterator[Serve
 
 
 def _wait_ready(server: Server) -> None:
-    wait_until_served(server.process, f"{server.base_url}/metrics", server.output, READY_TIMEOUT_S)
+    wait_until_served(
+        server.process, f"{server.base_url}/metrics", server.output, SERVER_START_TIMEOUT_S
+    )
 
 
 @dataclass(frozen=True)
