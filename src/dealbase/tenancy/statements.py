@@ -30,6 +30,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.util import await_
 
 from dealbase.tenancy.control_tables import CONTROL_SCHEMA
+from dealbase.tenancy.literals import inline
 from dealbase.tenancy.scope import TENANT_SCHEMA_PLACEHOLDER
 
 log = structlog.get_logger(__name__)
@@ -246,8 +247,8 @@ class TenantConnection:
     A unit of work spends as few round trips as it can: ``begin`` (its ``BEGIN`` and role
     switch) travels with its first statement, and the statements given to ``defer`` for the end
     travel with its ``COMMIT``. Those go as one simple-protocol script, their values written
-    into the text by psycopg's own quoting (``mogrify``); every other statement keeps its
-    parameters apart and may be prepared.
+    into the text (``literals.inline``, else psycopg's ``mogrify``); every other statement keeps
+    its parameters apart and may be prepared.
     """
 
     __slots__ = (
@@ -381,6 +382,9 @@ class TenantConnection:
 
     def _inline(self, sql: str, values: Mapping[str, Any]) -> str:
         connection = self._connection
+        written = inline(sql, values, psycopg.pq.Escaping(connection.pgconn).escape_literal)
+        if written is not None:
+            return written
         if isinstance(connection, psycopg.AsyncConnection):
             return psycopg.AsyncClientCursor(connection).mogrify(sql, values)
         return psycopg.ClientCursor(connection).mogrify(sql, values)

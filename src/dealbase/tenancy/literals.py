@@ -1,0 +1,91 @@
+"""Values written into SQL text, for the statements a unit of work sends as one simple-protocol
+script (no parameters travel apart there).
+
+psycopg's ``mogrify`` does this for any value, through its adapters, and costs about 60 µs for
+a statement of one text value (most of it building a client cursor and converting the query);
+the statements of a write route hold only a few kinds of value, which this writes in a few
+µs. Strings are quoted by libpq (``PQescapeLiteral``, the connection's encoding and
+``standard_conforming_strings`` taken into account), never here; every other kind is written
+from its own canonical form. A value of another kind answers None, and the caller falls back to
+``mogrify``.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import date, datetime
+from decimal import Decimal
+from functools import lru_cache
+from typing import Any
+
+import psycopg
+
+Escape = Callable[[bytes], bytes]
+
+# SQLAlchemy's psycopg dialect writes parameters as %(name)s and a literal % as %%.
+_MARK = re.compile(r"%\(([^)]+)\)s|%%")
+
+
+@lru_cache(maxsize=4096)
+def _template(sql: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The text around each parameter (one more piece than names), and the names in order."""
+    pieces: list[str] = []
+    names: list[str] = []
+    current: list[str] = []
+    last = 0
+    for mark in _MARK.finditer(sql):
+        current.append(sql[last : mark.start()])
+        name = mark.group(1)
+        if name is None:
+            current.append("%")
+        else:
+            pieces.append("".join(current))
+            current = []
+            names.append(name)
+        last = mark.end()
+    current.append(sql[last:])
+    pieces.append("".join(current))
+    return tuple(pieces), tuple(names)
+
+
+def literal(value: object, escape: Escape) -> str | None:
+    """``value`` as an SQL literal, or None for a kind written only by ``mogrify``."""
+    kind = type(value)
+    if value is None:
+        return "NULL"
+    if kind is str:
+        text: str = value  # type: ignore[assignment]
+        if "\x00" in text:  # libpq would stop at it: refuse, as psycopg's own dumper does
+            raise psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
+        return escape(text.encode()).decode()
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int:
+        # A space before a minus: "x -%(n)s" must not become the comment "x --1".
+        return f" {value}" if value < 0 else str(value)  # type: ignore[operator]
+    if kind is uuid.UUID:
+        return f"'{value}'::uuid"
+    if kind is datetime:
+        cast = "timestamptz" if value.tzinfo is not None else "timestamp"  # type: ignore[attr-defined]
+        return f"'{value.isoformat()}'::{cast}"  # type: ignore[attr-defined]
+    if kind is date:
+        return f"'{value.isoformat()}'::date"  # type: ignore[attr-defined]
+    if kind is Decimal and value.is_finite():  # type: ignore[attr-defined]
+        return f"'{value}'::numeric"
+    return None
+
+
+def inline(sql: str, values: Mapping[str, Any], escape: Escape) -> str | None:
+    """``sql`` with ``values`` written in, or None when one of them is of a kind ``literal``
+    does not write."""
+    pieces, names = _template(sql)
+    parts = [pieces[0]]
+    for name, piece in zip(names, pieces[1:], strict=True):
+        written = literal(values[name], escape)
+        if written is None:
+            return None
+        parts.append(written)
+        parts.append(piece)
+    return "".join(parts)
