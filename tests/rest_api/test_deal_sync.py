@@ -301,9 +301,22 @@ def test_creating_with_a_taken_external_id_is_a_conflict_and_writes_nothing(
         headers=world.key.headers,
     )
 
-    for response in (taken, customer_taken):
+    both_taken = client.post(
+        DEALS,
+        json={
+            "name": "Twin",
+            "external_id": "order-1",
+            "customers": [{"last_name": "B", "external_id": "c-1"}],
+        },
+        headers=world.key.headers,
+    )
+
+    for response in (taken, customer_taken, both_taken):
         assert response.status_code == 409, response.text
         assert response.json()["code"] == "external_id_taken"
+    # The deal's own external id is the one named when both are taken.
+    assert "Another deal" in both_taken.json()["detail"]
+    assert "Another customer" in customer_taken.json()["detail"]
     assert [deal["name"] for deal in deals_of(client, world)] == ["First"]
     customers = client.get(f"{API}/customers", headers=world.key.headers).json()["data"]
     assert [customer["last_name"] for customer in customers] == ["A"]

@@ -61,7 +61,9 @@ def test_each_kind_of_value_reads_back_as_itself(
     assert _read_back(connection, value) == value
 
 
-@given(text=st.text(alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00")))
+@given(
+    text=st.text(alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"))
+)
 def test_any_text_reads_back_as_itself(
     connection: psycopg.Connection[tuple[object, ...]], text: str
 ) -> None:

@@ -7,13 +7,13 @@ import uuid
 from collections.abc import Callable
 
 import pytest
-from sqlalchemy import Insert, func, insert, literal, select, table
+from sqlalchemy import Insert, bindparam, func, insert, literal, select, table, text
 
 from dealbase.ids import new_id
 from dealbase.platform.tables import customers, departments
 from dealbase.tenancy.database import Database
 from dealbase.tenancy.scope import Scope
-from dealbase.tenancy.statements import StatementCache
+from dealbase.tenancy.statements import Fetched, StatementCache, TenantConnection, built_once
 from tests.support import TenantWorld
 
 
@@ -126,3 +126,129 @@ def test_prepared_statements_can_be_turned_off_for_pgbouncer(
         database.dispose()
 
     assert (on_server > 0) is prepared
+
+
+def test_a_statement_built_once_renders_as_any_other_for_each_tenant_and_its_own_values(
+    database: Database, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    def shape() -> Insert:
+        # A literal of its own (the 2) besides the values a caller gives.
+        return insert(customers).values(
+            created_at=func.now(), updated_at=func.now(), version=literal(2)
+        )
+
+    marked, plain = built_once(shape()), shape()
+    cache = StatementCache(database.engine.dialect)
+    for world in (make_tenant(), make_tenant(), make_tenant()):
+        for last_name in ("Ada", "O'Brien"):
+            values = {"id": new_id(), "department_id": world.department.id, "last_name": last_name}
+            assert (
+                cache.render(marked, [values], world.tenant.schema)[:2]
+                == cache.render(plain, [values], world.tenant.schema)[:2]
+            )
+
+    world = make_tenant()
+    with database.unit_of_work(world.tenant.scope) as uow:
+        for last_name in ("Ada", "Grace"):
+            uow.connection.execute(
+                marked,
+                {"id": new_id(), "department_id": world.department.id, "last_name": last_name},
+            )
+    with database.unit_of_work(world.tenant.scope) as uow:
+        rows = uow.connection.execute(
+            select(customers.c.last_name, customers.c.version).order_by(customers.c.last_name)
+        ).all()
+    assert rows == [("Ada", 2), ("Grace", 2)]
+
+
+def test_a_statement_built_once_with_other_parameter_names_or_an_in_list_is_rendered_afresh(
+    database: Database, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    world = make_tenant()
+    department = world.department.id
+    cache = StatementCache(database.engine.dialect)
+    inserting = built_once(insert(customers).values(created_at=func.now(), updated_at=func.now()))
+    short = {"id": new_id(), "department_id": department, "last_name": "Ada"}
+    longer = {**short, "first_name": "Augusta"}
+    cache.render(inserting, [short], world.tenant.schema)
+    sql, values, _ = cache.render(inserting, [longer], world.tenant.schema)
+    assert "first_name" in sql
+    assert values[0]["first_name"] == "Augusta"
+
+    listing = built_once(
+        select(customers.c.id).where(customers.c.last_name.in_(bindparam("names", expanding=True)))
+    )
+    for names in (["Ada"], ["Ada", "Grace", "Hedy"]):
+        sql, values, _ = cache.render(listing, [{"names": names}], world.tenant.schema)
+        assert sql.count("%(names_") == len(names)
+
+
+def _scripts_sent(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The scripts units of work send from now on, one per round trip."""
+    sent: list[str] = []
+    send = TenantConnection._script
+
+    def counting(self: TenantConnection, statements: list[str]) -> list[Fetched]:
+        sent.append("; ".join(statements))
+        return send(self, statements)
+
+    monkeypatch.setattr(TenantConnection, "_script", counting)
+    return sent
+
+
+def test_a_deferred_statement_goes_before_the_next_statement_in_its_round_trip(
+    database: Database, make_tenant: Callable[..., TenantWorld], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = make_tenant()
+    statement, values = _insert_customer("Lovelace", world.department.id)
+    sent = _scripts_sent(monkeypatch)
+    with database.unit_of_work(world.tenant.scope) as uow:
+        deferred = uow.connection.defer(statement.returning(customers.c.last_name), values)
+        seen = uow.connection.execute(select(func.count()).select_from(customers)).scalar_one()
+        assert len(sent) == 1
+        assert deferred.rows().all() == [("Lovelace",)]
+        assert len(sent) == 1
+
+    assert seen == 1
+    assert len(sent) == 2  # the COMMIT
+
+
+def test_reading_a_deferred_statement_before_anything_else_ran_sends_it_with_the_begin(
+    database: Database, make_tenant: Callable[..., TenantWorld], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = make_tenant()
+    statement, values = _insert_customer("Lovelace", world.department.id)
+    sent = _scripts_sent(monkeypatch)
+    with database.unit_of_work(world.tenant.scope) as uow:
+        deferred = uow.connection.defer(statement.returning(customers.c.last_name), values)
+        assert sent == []
+        assert deferred.rows().all() == [("Lovelace",)]
+        assert len(sent) == 1 and sent[0].startswith("BEGIN")
+
+    assert _customer_count(database, world.tenant.scope) == 1
+
+
+def test_discarding_forgets_only_what_was_deferred_after_the_mark_and_has_not_gone(
+    database: Database, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    world = make_tenant()
+    with database.unit_of_work(world.tenant.scope) as uow:
+        connection = uow.connection
+        connection.defer(*_insert_customer("Kept before", world.department.id))
+        mark = connection.deferred_count
+        connection.execute(text("SAVEPOINT operation"))  # the first one goes with it
+        connection.defer(*_insert_customer("Sent, then rolled back", world.department.id))
+        connection.execute(select(literal(1)))
+        connection.defer(*_insert_customer("Never sent", world.department.id))
+        connection.discard_deferred_after(mark)
+        connection.execute(text("ROLLBACK TO SAVEPOINT operation"))
+        connection.defer(*_insert_customer("Kept after", world.department.id))
+
+    with database.unit_of_work(world.tenant.scope) as uow:
+        names = [
+            name
+            for (name,) in uow.connection.execute(
+                select(customers.c.last_name).order_by(customers.c.last_name)
+            )
+        ]
+    assert names == ["Kept after", "Kept before"]

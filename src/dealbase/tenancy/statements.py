@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -56,6 +57,37 @@ class _Compiled:
     expands: bool  # ``IN`` lists and other values rendered into the text per call
 
 
+# Statements a module builds once and runs for every request (``built_once``).
+_BUILT_ONCE: weakref.WeakSet[ClauseElement] = weakref.WeakSet()
+S = TypeVar("S", bound=ClauseElement)
+
+
+def built_once(statement: S) -> S:
+    """Marks ``statement`` as built once and run many times (a module's constant, or one kept
+    by an ``lru_cache``): the cache then finds it by identity rather than by hashing its
+    structure, and keeps its SQL text per tenant schema and what its values need, which is
+    most of the CPU of rendering a statement of a write route."""
+    _BUILT_ONCE.add(statement)
+    return statement
+
+
+@dataclass(slots=True)
+class _BuiltOnce:
+    """A ``built_once`` statement rendered for one set of parameter names."""
+
+    statement: ClauseElement
+    entry: _Compiled
+    given: tuple[str, ...]  # the names whose values the caller gives, as it gave them
+    fixed: dict[str, Any]  # the values the statement holds itself (its literals)
+    processors: Mapping[str, Callable[[Any], Any]]
+    sql_by_schema: dict[str, str]
+
+
+# Schemas whose SQL a built-once statement keeps; past that it starts again (a busy tenant's
+# text is back after one render).
+_SCHEMAS_KEPT = 256
+
+
 class StatementCache:
     """Compiled statements of one dialect, by shape; bounded (an UPDATE's shape depends on the
     fields a PATCH names, so shapes are many but not unlimited), least recently used first out."""
@@ -64,6 +96,7 @@ class StatementCache:
         self._dialect = dialect
         self._size = size
         self._entries: OrderedDict[Any, _Compiled] = OrderedDict()
+        self._built_once: dict[tuple[int, tuple[str, ...]], _BuiltOnce] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -73,6 +106,68 @@ class StatementCache:
         self, statement: ClauseElement, parameters: Sequence[Mapping[str, Any]], schema: str
     ) -> tuple[str, list[MutableMapping[str, Any]], _Compiled]:
         """The SQL text for ``schema`` and one dict of values per parameter set (at least one)."""
+        if statement in _BUILT_ONCE:
+            names = tuple(parameters[0]) if parameters else ()
+            known = self._built_once.get((id(statement), names))
+            if known is not None and known.statement is statement:
+                return self._render_known(known, parameters, schema)
+            sql, values, entry = self._render(statement, parameters, schema)
+            self._remember(statement, names, parameters, values, entry, sql, schema)
+            return sql, values, entry
+        return self._render(statement, parameters, schema)
+
+    def _render_known(
+        self, known: _BuiltOnce, parameters: Sequence[Mapping[str, Any]], schema: str
+    ) -> tuple[str, list[MutableMapping[str, Any]], _Compiled]:
+        processors = known.processors
+        values: list[MutableMapping[str, Any]] = []
+        for given in parameters or ({},):
+            value = dict(known.fixed)
+            for name in known.given:
+                value[name] = processors[name](given[name]) if name in processors else given[name]
+            values.append(value)
+        sql = known.sql_by_schema.get(schema)
+        if sql is None:
+            if len(known.sql_by_schema) >= _SCHEMAS_KEPT:
+                known.sql_by_schema.clear()
+            sql = known.entry.compiled.string.replace(_TENANT_SCHEMA_TOKEN, schema)
+            if _CONTROL_SCHEMA_TOKEN in sql:
+                sql = sql.replace(_CONTROL_SCHEMA_TOKEN, CONTROL_SCHEMA)
+            known.sql_by_schema[schema] = sql
+        return sql, values, known.entry
+
+    def _remember(
+        self,
+        statement: ClauseElement,
+        names: tuple[str, ...],
+        parameters: Sequence[Mapping[str, Any]],
+        values: list[MutableMapping[str, Any]],
+        entry: _Compiled,
+        sql: str,
+        schema: str,
+    ) -> None:
+        """Keeps what rendering ``statement`` again needs, when that is only the given values
+        and the statement's own fixed ones (no IN list, no escaped name, no computed default)."""
+        compiled = entry.compiled
+        if entry.expands or compiled.escaped_bind_names:
+            return
+        if any(bind.callable is not None for bind in compiled.binds.values()):
+            return
+        given = tuple(name for name in names if name in values[0])
+        first = parameters[0] if parameters else {}
+        fixed = {name: value for name, value in values[0].items() if name not in first}
+        processors: Mapping[str, Callable[[Any], Any]] = compiled._bind_processors  # type: ignore[assignment]
+        if any(name in processors for name in fixed):
+            return
+        known = _BuiltOnce(statement, entry, given, fixed, processors, {schema: sql})
+        with self._lock:
+            if len(self._built_once) >= self._size:
+                self._built_once.clear()
+            self._built_once[(id(statement), names)] = known
+
+    def _render(
+        self, statement: ClauseElement, parameters: Sequence[Mapping[str, Any]], schema: str
+    ) -> tuple[str, list[MutableMapping[str, Any]], _Compiled]:
         column_keys = sorted(parameters[0]) if parameters else []
         cache_key = statement._generate_cache_key()
         if cache_key is None:  # a construct SQLAlchemy cannot cache: compile it every time
@@ -222,18 +317,23 @@ def _one(rows: list[T]) -> T:
 
 
 class Deferred:
-    """A statement sent with the COMMIT, in its round trip; its rows are there once committed."""
+    """A statement that travels with the unit of work's next round trip: the next statement
+    that runs, or the COMMIT. ``rows()`` reads its rows once it has gone, and sends it (with
+    whatever else waits) if it has not."""
 
-    __slots__ = ("_entry", "_rows", "sql")
+    __slots__ = ("_entry", "_owner", "_rows", "number", "sql")
 
-    def __init__(self, sql: str, entry: _Compiled) -> None:
+    def __init__(self, sql: str, entry: _Compiled, owner: TenantConnection, number: int) -> None:
         self.sql = sql
+        self.number = number  # its place among the unit of work's deferred statements
         self._entry = entry
+        self._owner = owner
         self._rows: Rows | None = None
 
     def rows(self) -> Rows:
         if self._rows is None:
-            raise RuntimeError("the statement runs with the COMMIT; read its rows after it")
+            self._owner.send_deferred()
+        assert self._rows is not None, "sent statements have their rows"
         return self._rows
 
 
@@ -245,10 +345,10 @@ class TenantConnection:
     one its own asyncio extension uses), so it must run inside ``database.run_on_event_loop``.
 
     A unit of work spends as few round trips as it can: ``begin`` (its ``BEGIN`` and role
-    switch) travels with its first statement, and the statements given to ``defer`` for the end
-    travel with its ``COMMIT``. Those go as one simple-protocol script, their values written
-    into the text (``literals.inline``, else psycopg's ``mogrify``); every other statement keeps
-    its parameters apart and may be prepared.
+    switch) travels with its first statement, and the statements given to ``defer`` travel with
+    the next one, or with the ``COMMIT``. Those go as one simple-protocol script, their values
+    written into the text (``literals.inline``, else psycopg's ``mogrify``); every other
+    statement keeps its parameters apart and may be prepared.
     """
 
     __slots__ = (
@@ -257,6 +357,7 @@ class TenantConnection:
         "_committed",
         "_connection",
         "_deferred",
+        "_deferred_total",
         "_listeners",
         "_schema",
         "_statements",
@@ -279,7 +380,8 @@ class TenantConnection:
         self._begin = begin
         self._begun = begin is None
         self._committed = False
-        self._deferred: list[Deferred] = []
+        self._deferred: list[Deferred] = []  # not sent yet, in the order given
+        self._deferred_total = 0
 
     @property
     def committed(self) -> bool:
@@ -309,13 +411,11 @@ class TenantConnection:
         """Runs ``statement``; a sequence of parameter sets runs it once per set (in one round
         trip), and the rows come back in the order of the sets."""
         sql, values, entry = self._render(statement, parameters)
-        if not self._begun:
-            self._begun = True
-            opening = self._opening()
+        if not self._begun or self._deferred:
             if len(values) == 1:
-                *_, (columns, rows) = self._script([*opening, self._inline(sql, values[0])])
+                *_, (columns, rows) = self._send([self._inline(sql, values[0])])
                 return _rows_of(columns, rows, entry)
-            self._script(opening)
+            self._send([])
         connection = self._connection
         if isinstance(connection, psycopg.AsyncConnection):
             columns, rows = await_(_fetch_async(connection.cursor(), sql, values))
@@ -324,34 +424,50 @@ class TenantConnection:
         return _rows_of(columns, rows, entry)
 
     def defer(self, statement: ClauseElement, parameters: Mapping[str, Any]) -> Deferred:
-        """Runs ``statement`` with the COMMIT, in the same round trip; ``rows()`` after it. An
-        error in it rolls the transaction back, as any statement's would."""
+        """Runs ``statement`` in the next round trip, before what else goes in it (the next
+        statement, or the COMMIT); ``rows()`` after it. An error in it rolls the transaction
+        back, as any statement's would."""
         sql, values, entry = self._render(statement, parameters)
-        deferred = Deferred(self._inline(sql, values[0]), entry)
+        deferred = Deferred(self._inline(sql, values[0]), entry, self, self._deferred_total)
+        self._deferred_total += 1
         self._deferred.append(deferred)
         return deferred
 
     @property
     def deferred_count(self) -> int:
-        """How many statements wait for the COMMIT (a mark for ``discard_deferred_after``)."""
-        return len(self._deferred)
+        """How many statements were deferred so far (a mark for ``discard_deferred_after``)."""
+        return self._deferred_total
 
     def discard_deferred_after(self, count: int) -> None:
-        """Forgets the statements deferred after the first ``count``: the work that deferred
-        them was rolled back to a savepoint."""
-        del self._deferred[count:]
+        """Forgets the statements deferred after the first ``count`` that have not gone yet:
+        the work that deferred them is being rolled back to a savepoint (which undoes those
+        that went)."""
+        self._deferred = [each for each in self._deferred if each.number < count]
+
+    def send_deferred(self) -> None:
+        """Sends the deferred statements now, in one round trip (with the ``BEGIN`` when
+        nothing ran before)."""
+        if self._deferred:
+            self._send([])
 
     def commit(self) -> None:
         """Sends the deferred statements and the COMMIT, in one round trip (with the ``BEGIN``
         too when nothing ran before; when nothing ran at all, nothing is sent)."""
-        deferred, self._deferred = self._deferred, []
-        if self._begun or deferred:
-            opening = [] if self._begun else self._opening()
-            self._begun = True
-            results = self._script([*opening, *(each.sql for each in deferred), "COMMIT"])
-            for each, (columns, rows) in zip(deferred, results[len(opening) : -1], strict=True):
-                each._rows = _rows_of(columns, rows, each._entry)
+        if self._begun or self._deferred:
+            self._send(["COMMIT"])
         self._committed = True
+
+    def _send(self, statements: list[str]) -> list[Fetched]:
+        """One round trip: the ``BEGIN`` if the transaction has not begun, the deferred
+        statements, then ``statements``; the results of ``statements``."""
+        opening = [] if self._begun else self._opening()
+        deferred, self._deferred = self._deferred, []
+        self._begun = True
+        results = self._script([*opening, *(each.sql for each in deferred), *statements])
+        sent = results[len(opening) : len(results) - len(statements)]
+        for each, (columns, rows) in zip(deferred, sent, strict=True):
+            each._rows = _rows_of(columns, rows, each._entry)
+        return results[len(results) - len(statements) :]
 
     def execute_after_commit(self, statement: ClauseElement, parameters: Mapping[str, Any]) -> bool:
         """Runs ``statement`` in a transaction of its own as the tenant's role, once this one

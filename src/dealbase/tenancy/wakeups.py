@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Connection, delete, exists, func, insert, literal, select, update
 
 from dealbase.tenancy.control_tables import tenants, webhook_wakeups
-from dealbase.tenancy.statements import TenantConnection
+from dealbase.tenancy.statements import TenantConnection, built_once
 
 
 class WakeWorker:
@@ -39,7 +39,7 @@ class WakeWorker:
 
 # The wakeup for the running unit of work's schema, due now; inline: no RETURNING of the id,
 # which the tenant may not read.
-WAKEUP = insert(webhook_wakeups).inline().values(schema_name=func.current_user())
+WAKEUP = built_once(insert(webhook_wakeups).inline().values(schema_name=func.current_user()))
 
 
 def claim(

@@ -139,17 +139,18 @@ def _within(index: int, error: DomainError) -> DomainError:
 
 @contextmanager
 def savepoint(uow: UnitOfWork) -> Iterator[None]:
-    """The writes inside, the events they recorded and the statements they deferred to the
-    COMMIT, undone together on a DomainError (which is raised again); kept otherwise."""
+    """The writes inside, the events they recorded and the statements they deferred, undone
+    together on a DomainError (which is raised again); kept otherwise."""
     marker = events.pending_count(uow)
     deferred = uow.connection.deferred_count
     uow.connection.execute(text("SAVEPOINT batch_operation"))
     try:
         yield
     except DomainError:
+        # Forgotten first: what has not gone yet would otherwise go with the rollback.
+        uow.connection.discard_deferred_after(deferred)
         uow.connection.execute(text("ROLLBACK TO SAVEPOINT batch_operation"))
         events.discard_pending_after(uow, marker)
-        uow.connection.discard_deferred_after(deferred)
         raise
     uow.connection.execute(text("RELEASE SAVEPOINT batch_operation"))
 

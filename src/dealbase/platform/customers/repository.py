@@ -12,7 +12,7 @@ from dealbase.platform.customers.models import Customer, CustomerFields, Custome
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.rows import in_department, owned_by, unnested, unnested_values
 from dealbase.platform.tables import customers, deal_customers
-from dealbase.tenancy.statements import Record, TenantConnection
+from dealbase.tenancy.statements import Record, TenantConnection, built_once
 
 # Named once: iterating a Table's columns is slow, and a page of deals maps 150 customer rows.
 _COLUMNS = tuple(column.name for column in customers.c)
@@ -25,7 +25,7 @@ def to_customer(row: Record, tenant_id: uuid.UUID) -> Customer:
 # Built once: building a statement costs more CPU than running it (coercing every column).
 # A record whose external id is taken is not inserted (ON CONFLICT DO NOTHING): the caller
 # learns it from the rows returned, with the transaction still usable.
-_INSERT = (
+_INSERT = built_once(
     insert(customers)
     .values(created_at=func.now(), updated_at=func.now())
     .on_conflict_do_nothing(index_elements=[customers.c.department_id, customers.c.external_id])
@@ -73,7 +73,7 @@ def insert_customers(
 
 _GIVEN_COLUMNS = ("id", *FIELD_COLUMNS)
 _GIVEN = unnested(customers, _GIVEN_COLUMNS)
-_INSERT_NEW = (
+_INSERT_NEW = built_once(
     insert(customers)
     .from_select(
         [*_GIVEN_COLUMNS, "department_id", "created_at", "updated_at"],
@@ -131,7 +131,7 @@ def lock_by_external_ids(
     return {customer.external_id: customer for customer in found if customer.external_id}
 
 
-_UPDATE_MANY = (
+_UPDATE_MANY = built_once(
     update(customers)
     .where(customers.c.id == _GIVEN.c.id)
     .values(

@@ -25,7 +25,7 @@ from dealbase.platform.deals.models import Deal, DealFilter
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.rows import in_department, owned_by, unnested, unnested_values
 from dealbase.platform.tables import deal_customers, deals, employees, steps
-from dealbase.tenancy.statements import Record, TenantConnection
+from dealbase.tenancy.statements import Deferred, Record, TenantConnection, built_once
 
 
 @functools.lru_cache(maxsize=64)
@@ -40,7 +40,7 @@ def _insert_deal_statement(columns: tuple[str, ...], in_first_step: bool) -> Any
         .limit(1)
         .scalar_subquery()
     )
-    return (
+    return built_once(
         pg_insert(deals)
         .values(
             id=bindparam("id", type_=deals.c.id.type),
@@ -67,11 +67,28 @@ def insert_deal(
     same statement; none: a NOT NULL violation of ``step_id``); None when another deal of the
     department has its external id (ON CONFLICT DO NOTHING: the transaction stays usable, and a
     concurrent insert of the same external id is waited for)."""
+    return connection.execute(*_deal_insert(department_id, step_id, values)).mappings().first()
+
+
+def defer_insert_deal(
+    connection: TenantConnection,
+    department_id: uuid.UUID,
+    step_id: uuid.UUID | None,
+    values: dict[str, object],
+) -> Deferred:
+    """``insert_deal``'s statement, sent with the unit of work's next round trip; its
+    ``rows()``, once there, hold the new deal's row, or none."""
+    return connection.defer(*_deal_insert(department_id, step_id, values))
+
+
+def _deal_insert(
+    department_id: uuid.UUID, step_id: uuid.UUID | None, values: dict[str, object]
+) -> tuple[Any, dict[str, object]]:
     statement = _insert_deal_statement(tuple(sorted(values)), step_id is None)
     parameters = {**values, "id": new_id(), "department_id": department_id}
     if step_id is not None:
         parameters["step_id"] = step_id
-    return connection.execute(statement, parameters).mappings().first()
+    return statement, parameters
 
 
 def lock_by_external_id(
@@ -91,9 +108,11 @@ def lock_by_external_id(
 
 
 _LINKED = unnested(deal_customers, ("customer_id", "position"))
-_LINK_NEW = insert(deal_customers).from_select(
-    ["deal_id", "customer_id", "position"],
-    select(bindparam("deal_id", type_=deal_customers.c.deal_id.type), _LINKED),
+_LINK_NEW = built_once(
+    insert(deal_customers).from_select(
+        ["deal_id", "customer_id", "position"],
+        select(bindparam("deal_id", type_=deal_customers.c.deal_id.type), _LINKED),
+    )
 )
 
 
@@ -148,11 +167,18 @@ def _with_employee_name() -> Select[tuple[object, ...]]:
 def get_deal_row(
     connection: TenantConnection, department_id: uuid.UUID | None, deal_id: uuid.UUID
 ) -> Record | None:
-    return (
-        connection.execute(_with_employee_name().where(owned_by(deals, department_id, deal_id)))
-        .mappings()
-        .first()
-    )
+    return connection.execute(_deal_row(department_id, deal_id)).mappings().first()
+
+
+def defer_deal_row(
+    connection: TenantConnection, department_id: uuid.UUID | None, deal_id: uuid.UUID
+) -> Deferred:
+    """``get_deal_row``'s statement, sent with the unit of work's next round trip."""
+    return connection.defer(_deal_row(department_id, deal_id), {})
+
+
+def _deal_row(department_id: uuid.UUID | None, deal_id: uuid.UUID) -> Select[Any]:
+    return _with_employee_name().where(owned_by(deals, department_id, deal_id))
 
 
 # Volume as the volume orders sort it: a deal without one sorts as the smallest.

@@ -64,14 +64,21 @@ def create(uow: UnitOfWork, fields: DealCreate) -> Deal:
     scope, connection = uow.scope, uow.connection
     department_id = department_of(scope)
     with _steps_to_start_in():
-        row = repository.insert_deal(
+        # The deal's insert travels with its customers' (one round trip for both).
+        inserted = repository.defer_insert_deal(
             connection, department_id, None, fields.model_dump(exclude={"customers"})
         )
+        try:
+            customers = customers_repository.insert_customers(
+                connection, scope.tenant_id, department_id, fields.customers
+            )
+        except ExternalIdTaken:
+            if inserted.rows().mappings().first() is None:  # the deal's is named first
+                raise _taken(fields.external_id) from None
+            raise
+        row = inserted.rows().mappings().first()
     if row is None:
         raise _taken(fields.external_id)
-    customers = customers_repository.insert_customers(
-        connection, scope.tenant_id, department_id, fields.customers
-    )
     repository.link_customers(connection, row["id"], [customer.id for customer in customers])
     deal = repository.to_deal(row, customers)
     # The customers first: a receiver of deal.created already knows the customers it names.
@@ -82,17 +89,24 @@ def create(uow: UnitOfWork, fields: DealCreate) -> Deal:
 
 
 def _deal_row(uow: UnitOfWork, deal_id: uuid.UUID) -> Record:
-    row = repository.get_deal_row(uow.connection, uow.scope.department_id, deal_id)
+    return _found(
+        repository.get_deal_row(uow.connection, uow.scope.department_id, deal_id), deal_id
+    )
+
+
+def _found(row: Record | None, deal_id: uuid.UUID) -> Record:
     if row is None:
         raise NotFound(f"No deal has the id {deal_id}.")
     return row
 
 
 def get(uow: UnitOfWork, deal_id: uuid.UUID) -> Deal:
-    row = _deal_row(uow, deal_id)
+    # The deal's row travels with its customers' statement: one round trip for both.
+    reading = repository.defer_deal_row(uow.connection, uow.scope.department_id, deal_id)
     customers = customers_repository.customers_of_deals(
         uow.connection, uow.scope.tenant_id, [deal_id]
     )
+    row = _found(reading.rows().mappings().first(), deal_id)
     return repository.to_deal(row, customers[deal_id])
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 import orjson
 from sqlalchemy import (
@@ -24,14 +25,16 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.sql.dml import ReturningInsert
+from sqlalchemy.sql.selectable import Select
 
 from dealbase.platform.events.models import Event, EventFilter, NewEvent
 from dealbase.platform.tables import event_positions, event_sequence, events, webhook_endpoints
-from dealbase.tenancy.statements import Deferred, Record, TenantConnection
+from dealbase.tenancy.statements import Deferred, Record, TenantConnection, built_once
 from dealbase.tenancy.wakeups import WAKEUP
 
 
-def _record_statement() -> object:
+def _record_statement() -> Select[Any]:
     recorded = (
         # One JSON text (made by orjson, written into the script by ``literals``), not a JSONB
         # parameter: SQLAlchemy's JSON serializer and psycopg's quoting of it cost more than
@@ -88,7 +91,7 @@ def _record_statement() -> object:
 _departments = bindparam("departments", type_=ARRAY(UUID(as_uuid=True)))
 
 
-def _claim_statement() -> object:
+def _claim_statement() -> ReturningInsert[Any]:
     """Locks the position row of each department that has events to number (made at its first),
     in department order: two numberings of the same departments never deadlock."""
     wanted = (
@@ -111,7 +114,7 @@ def _claim_statement() -> object:
     ).returning(event_positions.c.department_id)
 
 
-def _number_statement() -> object:
+def _number_statement() -> Select[Any]:
     """Numbers up to ``limit`` of each claimed department's unnumbered events, in the order
     they were recorded, after its last position, and moves the position on; returns how many."""
     claimed = (
@@ -162,9 +165,9 @@ def _number_statement() -> object:
 
 
 # Built once: the same shapes for any number of events and departments.
-_RECORD = _record_statement()
-_CLAIM = _claim_statement()
-_NUMBER = _number_statement()
+_RECORD = built_once(_record_statement())
+_CLAIM = built_once(_claim_statement())
+_NUMBER = built_once(_number_statement())
 
 
 class Outbox:
@@ -197,7 +200,7 @@ class Outbox:
             for event in self.pending
         ]
         self._recorded = connection.defer(
-            _RECORD,  # type: ignore[arg-type]
+            _RECORD,
             {"events": orjson.dumps(rows).decode()},
         )
         self.pending.clear()
@@ -220,7 +223,7 @@ def number_committed(
     claimed = [
         department_id
         for (department_id,) in connection.execute(
-            _CLAIM,  # type: ignore[arg-type]
+            _CLAIM,
             {"departments": list(department_ids)},
         )
     ]
@@ -228,7 +231,7 @@ def number_committed(
         return 0
     return int(
         connection.execute(
-            _NUMBER,  # type: ignore[arg-type]
+            _NUMBER,
             {"departments": claimed, "limit": limit},
         ).scalar_one()
     )

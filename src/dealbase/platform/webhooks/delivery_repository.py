@@ -40,7 +40,7 @@ from dealbase.platform.tables import (
     webhook_endpoints,
 )
 from dealbase.platform.webhooks.delivery_models import Attempt, Delivery, Outgoing
-from dealbase.tenancy.statements import Record, TenantConnection
+from dealbase.tenancy.statements import Record, TenantConnection, built_once
 
 _deliveries = webhook_deliveries
 _endpoints = webhook_endpoints
@@ -136,7 +136,7 @@ def _scan_statement() -> Any:
     )
 
 
-_SCAN = _scan_statement()
+_SCAN = built_once(_scan_statement())
 
 
 def subscribing_departments(connection: TenantConnection) -> list[uuid.UUID]:
@@ -254,7 +254,7 @@ def _lease_statement() -> Any:
     )
 
 
-_LEASE = _lease_statement()
+_LEASE = built_once(_lease_statement())
 
 
 def _body(row: Record, tenant_id: uuid.UUID) -> tuple[str, bytes]:
@@ -319,7 +319,7 @@ _RECORD_ATTEMPT = insert(webhook_attempts).values(
 )
 # Only while the lease is the caller's: a worker whose lease ran out (and whose delivery another
 # worker took) leaves the state to that worker; its attempt is still logged.
-_SETTLE = (
+_SETTLE = built_once(
     update(_deliveries)
     .where(
         _deliveries.c.id == bindparam("delivery_id"),
@@ -333,7 +333,7 @@ _SETTLE = (
         leased_until=None,
     )
 )
-_MARK_ENDPOINT = (
+_MARK_ENDPOINT = built_once(
     update(_endpoints)
     .where(_endpoints.c.id == bindparam("endpoint_id"))
     .values(
