@@ -51,7 +51,7 @@ def _read_back(connection: psycopg.Connection[tuple[object, ...]], value: object
         "O'Brien; DROP TABLE customers; --",
         "back\\slash \\' and E'quotes'",
         "$$ dollar $tag$ quoting $$",
-        "Ünïcødé ✓ 𝔘 \u202e",
+        "Ünïcødé ✓ \U0001d518 \u202e",
     ],
     ids=repr,
 )
@@ -100,7 +100,43 @@ def test_parameters_and_percent_signs_are_written_as_psycopg_would(
     assert connection.execute(sql).fetchone() == ("50%(b)s 100%", 7, "50%(b)s")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("value", [[1, 2], {"a": 1}, b"bytes", 1.5, Decimal("NaN")], ids=repr)
+@pytest.mark.parametrize(
+    ("value", "array_type"),
+    [
+        ([], "text[]"),
+        (["a", None, "", "NULL", 'quo"te', "back\\slash", "{braces}, comma", "Ünï ✓"], "text[]"),
+        ([uuid.UUID("0190f0e2-6a3e-7c4d-8b1a-2f3e4d5c6b7a"), None], "uuid[]"),
+        ([1, -2, 2**40], "bigint[]"),
+        ([True, False, None], "boolean[]"),
+        ([date(2026, 11, 25), date(1, 1, 1)], "date[]"),
+        ([datetime(2026, 11, 25, 22, 5, 1, 123456, tzinfo=UTC)], "timestamptz[]"),
+    ],
+    ids=repr,
+)
+def test_a_list_reads_back_as_itself_through_the_array_type_its_statement_casts_to(
+    connection: psycopg.Connection[tuple[object, ...]], value: list[object], array_type: str
+) -> None:
+    written = literal(value, psycopg.pq.Escaping(connection.pgconn).escape_literal)
+    assert written is not None
+    row = connection.execute(f"SELECT CAST({written} AS {array_type})").fetchone()  # type: ignore[arg-type]
+    assert row == (value,)
+
+
+@given(
+    texts=st.lists(
+        st.text(alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"))
+    )
+)
+def test_any_list_of_texts_reads_back_as_itself(
+    connection: psycopg.Connection[tuple[object, ...]], texts: list[str]
+) -> None:
+    written = literal(texts, psycopg.pq.Escaping(connection.pgconn).escape_literal)
+    assert written is not None
+    row = connection.execute(f"SELECT CAST({written} AS text[])").fetchone()  # type: ignore[arg-type]
+    assert row == (texts,)
+
+
+@pytest.mark.parametrize("value", [[[1]], [1.5], {"a": 1}, b"bytes", 1.5, Decimal("NaN")], ids=repr)
 def test_a_kind_the_writer_does_not_know_is_left_to_psycopg(
     connection: psycopg.Connection[tuple[object, ...]], value: object
 ) -> None:

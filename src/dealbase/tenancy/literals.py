@@ -6,7 +6,8 @@ a statement of one text value (most of it building a client cursor and convertin
 the statements of a write route hold only a few kinds of value, which this writes in a few
 µs. Strings are quoted by libpq (``PQescapeLiteral``, the connection's encoding and
 ``standard_conforming_strings`` taken into account), never here; every other kind is written
-from its own canonical form. A value of another kind answers None, and the caller falls back to
+from its own canonical form, and a list as an array literal (its elements in double quotes,
+then the whole quoted by libpq). A value of another kind answers None, and the caller falls back to
 ``mogrify``.
 """
 
@@ -74,7 +75,35 @@ def literal(value: object, escape: Escape) -> str | None:
         return f"'{value.isoformat()}'::date"  # type: ignore[attr-defined]
     if kind is Decimal and value.is_finite():  # type: ignore[attr-defined]
         return f"'{value}'::numeric"
+    if kind is list:
+        elements = _array_elements(value)  # type: ignore[arg-type]
+        return None if elements is None else escape(elements.encode()).decode()
     return None
+
+
+def _array_elements(values: list[object]) -> str | None:
+    """A one-dimensional array literal (``{"a",NULL,"b"}``), untyped: the statements that take
+    arrays cast them (``unnest(CAST(%(ids)s::UUID[] AS UUID[]))``), as PostgreSQL does an
+    untyped literal from its context. None for an element of another kind."""
+    written = []
+    for value in values:
+        kind = type(value)
+        if value is None:
+            written.append("NULL")
+        elif kind is str:
+            text: str = value  # type: ignore[assignment]
+            if "\x00" in text:
+                raise psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
+            written.append('"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"')
+        elif kind is bool:
+            written.append("t" if value else "f")
+        elif kind in (int, uuid.UUID) or (kind is Decimal and value.is_finite()):  # type: ignore[attr-defined]
+            written.append(str(value))
+        elif kind in (date, datetime):
+            written.append(f'"{value.isoformat()}"')  # type: ignore[attr-defined]
+        else:
+            return None
+    return "{" + ",".join(written) + "}"
 
 
 def inline(sql: str, values: Mapping[str, Any], escape: Escape) -> str | None:
