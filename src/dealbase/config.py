@@ -47,6 +47,15 @@ class Settings(BaseSettings):
             " cancelled and the server stops."
         ),
     )
+    worker_start_timeout_seconds: int = Field(
+        default=60,
+        ge=5,
+        le=600,
+        description=(
+            "With several workers: how long a worker may take to answer its supervisor (while"
+            " it starts, or serving) before it is replaced."
+        ),
+    )
     log_format: Literal["console", "json"] = "console"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     db_pool_size: int = Field(default=10, ge=1, le=200)

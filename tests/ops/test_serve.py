@@ -187,16 +187,20 @@ def _start_server(
             deadline = time.monotonic() + SERVER_START_TIMEOUT_S
             while True:
                 assert served.process.poll() is None, f"server exited: {server.output()}"
-                assert time.monotonic() < deadline, f"server not ready: {server.output()}"
                 try:
                     ready = (
                         httpx.get(f"{server.base_url}/openapi.json", timeout=1).status_code == 200
                     )
                 except httpx.TransportError:
                     ready = False
+                workers, listeners = server.workers(), server.listeners()
                 # Both workers listen for key changes once their app has started.
-                if ready and len(server.workers()) == 2 and server.listeners() == 2:
+                if ready and len(workers) == 2 and listeners == 2:
                     break
+                assert time.monotonic() < deadline, (
+                    f"server not ready (answering: {ready}, workers: {workers},"
+                    f" key listeners: {listeners}): {server.output()}"
+                )
                 time.sleep(0.05)
             yield server
     finally:

@@ -734,6 +734,9 @@ def serve(
                 log_config=None,
                 access_log=False,
                 timeout_graceful_shutdown=settings.shutdown_timeout_seconds,
+                # A worker answers its supervisor's health checks only once it has imported the
+                # app; uvicorn's 5 s replaced slow starters on a busy machine in a loop.
+                timeout_worker_healthcheck=settings.worker_start_timeout_seconds,
             )
         )
     finally:
