@@ -262,7 +262,7 @@ def test_the_feed_never_shows_another_departments_or_tenants_events(
     assert {event["department_id"] for event in events} == {str(mine.department.id)}
 
 
-def test_a_customer_create_costs_one_statement_more_for_its_event_which_takes_no_position_lock(
+def test_a_customer_create_records_its_event_in_its_insert_and_takes_no_position_lock(
     client: TestClient, world: TenantWorld
 ) -> None:
     database: Database = client.app.state.database  # type: ignore[attr-defined]
@@ -274,11 +274,12 @@ def test_a_customer_create_costs_one_statement_more_for_its_event_which_takes_no
     finally:
         database.statement_listeners.remove(sent.append)
 
-    # Besides BEGIN and COMMIT: the customer's INSERT, then the events'. It leaves the
-    # department's position row alone: the events are numbered once committed, by their readers.
-    assert len(sent) == 2
-    assert ".events " in sent[1]
-    assert "event_positions" not in sent[1]
+    # Besides BEGIN and COMMIT: one statement, the customer's INSERT with its event's. It
+    # leaves the department's position row alone: the events are numbered once committed, by
+    # their readers.
+    assert len(sent) == 1
+    assert ".customers " in sent[0] and ".events " in sent[0]
+    assert "event_positions" not in sent[0]
 
 
 def test_linking_and_unlinking_a_customer_is_a_deal_update_of_its_customers(

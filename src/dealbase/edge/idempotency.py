@@ -13,7 +13,7 @@ from dealbase.edge.database import database_of
 from dealbase.edge.requests import idempotency_key
 from dealbase.platform.idempotency import service as idempotency
 from dealbase.platform.idempotency.models import StoredResponse
-from dealbase.tenancy.database import UnitOfWork
+from dealbase.tenancy.database import AfterCommit, UnitOfWork
 from dealbase.tenancy.scope import Scope
 
 
@@ -31,10 +31,12 @@ async def run_once(
     scope: Scope,
     idempotency_key_header: str | None,
     body: BaseModel | None,
-    perform: Callable[[UnitOfWork], Response],
+    perform: Callable[[UnitOfWork], Response | AfterCommit[Response]],
 ) -> Response:
     """``perform`` in one unit of work; with a key, at most once, its response replayed after.
-    ``body``: the validated body, or None for a request that takes none (its path says it all)."""
+    ``body``: the validated body, or None for a request that takes none (its path says it all).
+    A response ``perform`` gives after commit is read before it with a key (it is stored in
+    the same transaction)."""
     db = database_of(request)
     key = idempotency_key(idempotency_key_header)
     if key is None:
@@ -45,7 +47,8 @@ async def run_once(
         stored = idempotency.begin(uow, key, fingerprint)
         if stored is not None:
             return _replay(stored)
-        response = perform(uow)
+        performed = perform(uow)
+        response = performed.read() if isinstance(performed, AfterCommit) else performed
         idempotency.finish(
             uow,
             key,

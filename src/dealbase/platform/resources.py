@@ -14,6 +14,19 @@ from collections.abc import Callable
 from datetime import UTC, date, datetime
 from typing import Any
 
+from sqlalchemy import (
+    TIMESTAMP,
+    ColumnElement,
+    Date,
+    FromClause,
+    Text,
+    bindparam,
+    cast,
+    func,
+    literal_column,
+)
+from sqlalchemy.dialects.postgresql import UUID
+
 from dealbase.platform.activities.models import Activity
 from dealbase.platform.customers.models import Customer
 from dealbase.platform.deals.models import Deal
@@ -61,13 +74,41 @@ CUSTOMER_HIDDEN = frozenset({"department_id", "version"})
 DEAL_HIDDEN = frozenset({"version"})
 ACTIVITY_HIDDEN = frozenset({"department_id", "version"})
 
-_customer_shape = _shape(_shown(Customer, CUSTOMER_HIDDEN))
+_CUSTOMER_NAMES = _shown(Customer, CUSTOMER_HIDDEN)
+_customer_shape = _shape(_CUSTOMER_NAMES)
 _deal_shape = _shape(_shown(Deal, DEAL_HIDDEN | {"customers"}))
 _activity_shape = _shape(_shown(Activity, ACTIVITY_HIDDEN))
 
 
 def customer_json(customer: Customer) -> JsonObject:
     return _customer_shape(customer)
+
+
+def customer_json_sql(row: FromClause) -> ColumnElement[Any]:
+    """``customer_json`` built by PostgreSQL from a customers row (``row``, a table or a CTE
+    returning the table's columns; the tenant's id, which no row holds, is the parameter
+    ``tenant_id``), for an event written by the statement that writes the row. The same names,
+    in the same forms: ids as text, a date as YYYY-MM-DD, a timestamp in UTC with six
+    fractional digits and ``Z``. ``tests/platform/test_resources.py`` holds the two equal."""
+    pairs: list[Any] = []
+    for name in _CUSTOMER_NAMES:
+        value = (
+            bindparam("tenant_id", type_=Text) if name == "tenant_id" else _json_sql(row.c[name])
+        )
+        # The names are the read model's own identifiers, written as they are.
+        pairs.extend((literal_column(f"'{name}'"), value))
+    return func.jsonb_build_object(*pairs)
+
+
+def _json_sql(column: ColumnElement[Any]) -> ColumnElement[Any]:
+    kind = column.type
+    if isinstance(kind, TIMESTAMP):
+        return func.to_char(func.timezone("UTC", column), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+    if isinstance(kind, Date):
+        return func.to_char(column, "YYYY-MM-DD")
+    if isinstance(kind, UUID):
+        return cast(column, Text)
+    return column
 
 
 def deal_json(deal: Deal) -> JsonObject:

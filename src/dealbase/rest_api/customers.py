@@ -19,7 +19,12 @@ from dealbase.edge.requests import (
 )
 from dealbase.platform.batches.models import Batch
 from dealbase.platform.customers import service
-from dealbase.platform.customers.models import CustomerFields, CustomerFilter, CustomerPatch
+from dealbase.platform.customers.models import (
+    Customer,
+    CustomerFields,
+    CustomerFilter,
+    CustomerPatch,
+)
 from dealbase.platform.resources import customer_json
 from dealbase.platform.validation import SHORT_TEXT, validated
 from dealbase.rest_api.openapi import (
@@ -46,7 +51,7 @@ from dealbase.rest_api.schemas import (
     CustomerList,
     CustomerOut,
 )
-from dealbase.tenancy.database import UnitOfWork
+from dealbase.tenancy.database import AfterCommit, UnitOfWork
 
 router = APIRouter(prefix="/customers", tags=["customers"], route_class=AdmittedRoute)
 
@@ -87,11 +92,15 @@ async def create_customer(
     body = await json_body(request)
     fields = parse_body(CustomerFields, body)
 
-    def perform(uow: UnitOfWork) -> Response:
-        customer = service.create(uow, fields)
-        return created(customer_json, customer, f"/customers/{customer.id}")
+    def perform(uow: UnitOfWork) -> AfterCommit[Response]:
+        customer = service.create_later(uow, fields)
+        return AfterCommit(lambda: _created(customer.read()))
 
     return await run_once(request, scope, idempotency_key, fields, perform)
+
+
+def _created(customer: Customer) -> Response:
+    return created(customer_json, customer, f"/customers/{customer.id}")
 
 
 @router.get(

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import psycopg
 import sqlalchemy.exc
@@ -164,10 +164,22 @@ async def run_on_event_loop(work: Callable[..., T], *arguments: Any) -> T:
     return await greenlet_spawn(work, *arguments)
 
 
-def _finished(work: Callable[[UnitOfWork], T], uow: UnitOfWork) -> T:
+@dataclass(frozen=True, slots=True)
+class AfterCommit(Generic[T]):
+    """What a unit of work's work returns when its result is made from rows that go with the
+    COMMIT (``TenantConnection.defer``): ``Database.run`` calls ``read`` once committed. A
+    caller that needs the result before (to store it in the same transaction) calls ``read``
+    itself, and the deferred statements go then."""
+
+    read: Callable[[], T]
+
+
+def _finished(work: Callable[[UnitOfWork], T | AfterCommit[T]], uow: UnitOfWork) -> T:
     """``work`` and the COMMIT in one greenlet."""
     result = work(uow)
     uow.finish()
+    if isinstance(result, AfterCommit):
+        return result.read()
     return result
 
 
@@ -440,8 +452,9 @@ class Database:
             except TimeoutError as exc:
                 raise PoolTimeout("PostgreSQL did not answer in time") from exc
 
-    async def run(self, scope: Scope, work: Callable[[UnitOfWork], T]) -> T:
-        """``work`` in a unit of work of its own, committed if it returns, without a thread."""
+    async def run(self, scope: Scope, work: Callable[[UnitOfWork], T | AfterCommit[T]]) -> T:
+        """``work`` in a unit of work of its own, committed if it returns, without a thread;
+        an ``AfterCommit`` it returns is read once committed."""
         async with self.unit_of_work_on_event_loop(scope) as uow:
             return await run_on_event_loop(_finished, work, uow)
 

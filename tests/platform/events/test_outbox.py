@@ -175,8 +175,9 @@ def test_events_get_positions_only_once_committed_and_only_when_read(
     scope = world.tenant.scope.in_department(world.department.id)
     with database.unit_of_work(scope) as uow:
         customers.create(uow, _customer("Unread"))
-        # Not yet committed: the feed of the same transaction has nothing to number.
-        assert events.number_committed(uow, [world.department.id]) == 0
+        # Written, not yet committed: a reader has nothing to number.
+        with database.unit_of_work(scope) as reader:
+            assert events.number_committed(reader, [world.department.id]) == 0
     with database.unit_of_work(scope) as uow:
         assert uow.connection.execute(select(events_table.c.position)).all() == [(None,)]
         page = events.feed(uow, EventFilter(), 10, None)

@@ -2,17 +2,20 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import ColumnElement, Text, any_, bindparam, func, or_, select, update
+from sqlalchemy import ColumnElement, Select, Text, any_, bindparam, func, or_, select, update
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 
 from dealbase.errors import ExternalIdTaken
 from dealbase.ids import new_id
 from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
+from dealbase.platform.events.repository import recorded_with
 from dealbase.platform.pagination import PageRequest
+from dealbase.platform.resources import customer_json_sql
 from dealbase.platform.rows import in_department, owned_by, unnested, unnested_values
 from dealbase.platform.tables import customers, deal_customers
-from dealbase.tenancy.statements import Record, TenantConnection, built_once
+from dealbase.tenancy.statements import Deferred, Record, TenantConnection, built_once
 
 # Named once: iterating a Table's columns is slow, and a page of deals maps 150 customer rows.
 _COLUMNS = tuple(column.name for column in customers.c)
@@ -64,11 +67,69 @@ def insert_customers(
         )
         inserted = [by_id[customer_id] for customer_id in ids if customer_id in by_id]
     if len(inserted) < len(fields):
-        raise ExternalIdTaken(
-            "Another customer of the department has this external_id; to change that customer,"
-            " upsert it: PUT /customers/by-external-id/{external_id}."
-        )
+        raise external_id_taken()
     return inserted
+
+
+def external_id_taken() -> ExternalIdTaken:
+    return ExternalIdTaken(
+        "Another customer of the department has this external_id; to change that customer,"
+        " upsert it: PUT /customers/by-external-id/{external_id}."
+    )
+
+
+def _insert_recorded_statement() -> Select[Any]:
+    inserted = (
+        insert(customers)
+        .values(
+            created_at=func.now(),
+            updated_at=func.now(),
+            **{
+                name: bindparam(name, type_=customers.c[name].type)
+                for name in ("id", "department_id", *FIELD_COLUMNS)
+            },
+        )
+        .on_conflict_do_nothing(index_elements=[customers.c.department_id, customers.c.external_id])
+        .returning(*customers.c)
+        .cte("inserted")
+    )
+    _, wakes = recorded_with(inserted, "customer.created", customer_json_sql(inserted))
+    return select(inserted, wakes.label("wakes"))
+
+
+# A new customer and its customer.created event, in one statement.
+_INSERT_RECORDED = built_once(_insert_recorded_statement())
+
+
+def defer_insert_recorded(
+    connection: TenantConnection,
+    tenant_id: uuid.UUID,
+    department_id: uuid.UUID,
+    fields: CustomerFields,
+) -> Deferred:
+    """Inserts a customer and records its ``customer.created`` event (its data made by
+    PostgreSQL from the row), in one statement sent with the unit of work's next round trip:
+    with the COMMIT, when nothing else runs. ``recorded`` reads it."""
+    return connection.defer(
+        _INSERT_RECORDED,
+        {
+            **fields.model_dump(),
+            "id": new_id(),
+            "department_id": department_id,
+            "event_id": new_id(),
+            "tenant_id": str(tenant_id),
+        },
+    )
+
+
+def recorded(inserted: Deferred, tenant_id: uuid.UUID) -> tuple[Customer | None, bool]:
+    """What ``defer_insert_recorded`` did: the new customer (None when another of the
+    department has its external id, and nothing was written), and whether the worker is to be
+    woken for its event."""
+    row = inserted.rows().mappings().first()
+    if row is None:
+        return None, False
+    return to_customer(row, tenant_id), bool(row["wakes"])
 
 
 _GIVEN_COLUMNS = ("id", *FIELD_COLUMNS)

@@ -20,16 +20,31 @@ from dealbase.platform.rows import delete_versioned, update_versioned
 from dealbase.platform.tables import customers
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
-from dealbase.tenancy.database import UnitOfWork
+from dealbase.tenancy.database import AfterCommit, UnitOfWork
 
 
 def create(uow: UnitOfWork, fields: CustomerFields) -> Customer:
+    return create_later(uow, fields).read()
+
+
+def create_later(uow: UnitOfWork, fields: CustomerFields) -> AfterCommit[Customer]:
+    """``create``, its INSERT and its event one statement sent with the unit of work's next
+    round trip: a unit of work that commits next writes the customer in one round trip. An
+    external id another customer of the department has is ExternalIdTaken when read (nothing
+    was written)."""
     scope = uow.scope
-    (customer,) = repository.insert_customers(
-        uow.connection, scope.tenant_id, department_of(scope), [fields]
+    inserted = repository.defer_insert_recorded(
+        uow.connection, scope.tenant_id, department_of(scope), fields
     )
-    events.record(uow, "customer.created", customer.department_id, customer_json(customer))
-    return customer
+    events.recorded_by_statement(uow, lambda: repository.recorded(inserted, scope.tenant_id)[1])
+
+    def customer() -> Customer:
+        created, _ = repository.recorded(inserted, scope.tenant_id)
+        if created is None:
+            raise repository.external_id_taken()
+        return created
+
+    return AfterCommit(customer)
 
 
 def get(uow: UnitOfWork, customer_id: uuid.UUID) -> Customer:

@@ -4,7 +4,7 @@ committed, read in position order."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -19,6 +19,8 @@ from sqlalchemy import (
     exists,
     func,
     literal,
+    literal_column,
+    null,
     select,
     true,
     update,
@@ -26,11 +28,13 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.dml import ReturningInsert
-from sqlalchemy.sql.selectable import Select
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.selectable import CTE, Select
 
+from dealbase.platform.event_types import EventType
 from dealbase.platform.events.models import Event, EventFilter, NewEvent
 from dealbase.platform.tables import event_positions, event_sequence, events, webhook_endpoints
-from dealbase.tenancy.statements import Deferred, Record, TenantConnection, built_once
+from dealbase.tenancy.statements import Record, TenantConnection, built_once
 from dealbase.tenancy.wakeups import WAKEUP
 
 
@@ -50,10 +54,62 @@ def _record_statement() -> Select[Any]:
         )
         .render_derived(name="recorded", with_types=True)
     )
-    # No position: the events are numbered once committed (``number_committed``), in the order
-    # of their transactions' ``sequence``, taken once here (an uncorrelated subquery), then ids.
-    transaction = select(event_sequence.next_value()).scalar_subquery()
-    inserted = (
+    inserted = _inserted_events(
+        select(
+            recorded.c.id,
+            recorded.c.department_id,
+            recorded.c.type,
+            recorded.c.data,
+            recorded.c.changed_fields,
+            recorded.c.previous,
+        )
+    )
+    return select(_wakes(inserted))
+
+
+def recorded_with(
+    rows: CTE, event_type: EventType, data: ColumnElement[Any]
+) -> tuple[CTE, ColumnElement[bool]]:
+    """An event of ``event_type`` for each row of ``rows`` (a CTE that inserted them, with their
+    ``department_id``), its data ``data`` (made by PostgreSQL from the row) and its id the
+    parameter ``event_id`` (one row at most): for a write that records its event in the same
+    statement. Returns the events' CTE, to add to that statement, and whether the worker is to
+    be woken (``Outbox.wake_if``)."""
+    inserted = _inserted_events(
+        select(
+            bindparam("event_id", type_=UUID(as_uuid=True)).label("id"),
+            rows.c.department_id,
+            literal(event_type, Text).label("type"),
+            data.label("data"),
+            cast(null(), ARRAY(Text)).label("changed_fields"),
+            cast(null(), JSONB).label("previous"),
+        ).select_from(rows)
+    )
+    return inserted, _wakes(inserted)
+
+
+_SEQUENCE_SETTING: ColumnElement[str] = literal_column("'dealbase.event_sequence'")
+
+
+def _inserted_events(recorded: Select[Any]) -> CTE:
+    """``recorded``'s events (columns named id, department_id, type, data, changed_fields,
+    previous) inserted
+    without a position: they are numbered once committed (``number_committed``), in the order
+    of their transactions' ``sequence`` (an uncorrelated subquery), then ids."""
+    # Taken by the transaction's first statement that records events and kept for the others
+    # (a transaction-local setting): a transaction's events keep one number, and stay together.
+    taken = func.current_setting(_SEQUENCE_SETTING, true())
+    transaction = select(
+        func.coalesce(
+            cast(func.nullif(taken, ""), BigInteger),
+            cast(
+                func.set_config(_SEQUENCE_SETTING, cast(event_sequence.next_value(), Text), true()),
+                BigInteger,
+            ),
+        )
+    ).scalar_subquery()
+    given = recorded.subquery("recorded_events").c
+    return (
         pg_insert(events)
         .from_select(
             [
@@ -67,25 +123,28 @@ def _record_statement() -> Select[Any]:
                 "created_at",
             ],
             select(
-                recorded.c.id,
+                given.id,
                 transaction,
-                recorded.c.department_id,
-                recorded.c.type,
-                recorded.c.data,
-                recorded.c.changed_fields,
-                recorded.c.previous,
+                given.department_id,
+                given.type,
+                given.data,
+                given.changed_fields,
+                given.previous,
                 func.now(),
             ),
         )
         .returning(events.c.department_id)
-        .cte("inserted")
+        .cte("inserted_events")
     )
-    # Whether a webhook endpoint will want these events: then the worker is woken.
-    subscribed = exists().where(
+
+
+def _wakes(inserted: CTE) -> ColumnElement[bool]:
+    """Whether a webhook endpoint will want the events ``inserted`` recorded: then the worker
+    is woken."""
+    return exists().where(
         webhook_endpoints.c.enabled,
         webhook_endpoints.c.department_id.in_(select(inserted.c.department_id)),
     )
-    return select(subscribed)
 
 
 _departments = bindparam("departments", type_=ARRAY(UUID(as_uuid=True)))
@@ -183,7 +242,13 @@ class Outbox:
 
     def __init__(self) -> None:
         self.pending: list[NewEvent] = []
-        self._recorded: Deferred | None = None
+        # Once committed, whether each statement that recorded events wants the worker woken.
+        self._wakes: list[Callable[[], bool]] = []
+
+    def wake_if(self, wakes: Callable[[], bool]) -> None:
+        """Events a write's own statement recorded (``recorded_with``): ``wakes`` says, once
+        committed, whether the worker is to be woken for them."""
+        self._wakes.append(wakes)
 
     def before_commit(self, connection: TenantConnection) -> None:
         if not self.pending:
@@ -199,14 +264,12 @@ class Outbox:
             }
             for event in self.pending
         ]
-        self._recorded = connection.defer(
-            _RECORD,
-            {"events": orjson.dumps(rows).decode()},
-        )
+        recorded = connection.defer(_RECORD, {"events": orjson.dumps(rows).decode()})
+        self._wakes.append(lambda: bool(recorded.rows().scalar()))
         self.pending.clear()
 
     def after_commit(self, connection: TenantConnection) -> None:
-        if self._recorded is not None and self._recorded.rows().scalar():
+        if any(wakes() for wakes in self._wakes):
             connection.execute_after_commit(WAKEUP, {})
 
 

@@ -15,7 +15,7 @@ import base64
 import binascii
 import hashlib
 import uuid
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import timedelta
 
 from dealbase.errors import Invalid
@@ -50,6 +50,12 @@ def record(
     uow.finisher(repository.Outbox).pending.append(
         NewEvent(new_id(), department_id, event_type, data, changed_fields, previous)
     )
+
+
+def recorded_by_statement(uow: UnitOfWork, wakes: Callable[[], bool]) -> None:
+    """A write's own statement recorded its event (``repository.recorded_with``); ``wakes``
+    reads, once committed, whether the worker is to be woken for it."""
+    uow.finisher(repository.Outbox).wake_if(wakes)
 
 
 def pending_count(uow: UnitOfWork) -> int:
