@@ -25,7 +25,7 @@ def connection(postgres_server: str) -> Iterator[psycopg.Connection[tuple[object
 def _read_back(connection: psycopg.Connection[tuple[object, ...]], value: object) -> object:
     written = literal(value, psycopg.pq.Escaping(connection.pgconn).escape_literal)
     assert written is not None
-    row = connection.execute(f"SELECT {written}").fetchone()  # type: ignore[arg-type]
+    row = connection.execute(f"SELECT {written}").fetchone()
     assert row is not None
     return row[0]
 
@@ -83,7 +83,7 @@ def test_a_negative_number_after_a_minus_stays_a_number_not_a_comment(
     escape = psycopg.pq.Escaping(connection.pgconn).escape_literal
     sql = inline("SELECT 10 -%(n)s", {"n": -1}, escape)
     assert sql is not None
-    row = connection.execute(sql).fetchone()  # type: ignore[arg-type]
+    row = connection.execute(sql).fetchone()
     assert row == (11,)
 
 
@@ -97,7 +97,7 @@ def test_parameters_and_percent_signs_are_written_as_psycopg_would(
     assert sql == psycopg.ClientCursor(connection).mogrify(
         "SELECT %(a)s || ' 100%%', %(b)s, %(a)s", values
     )
-    assert connection.execute(sql).fetchone() == ("50%(b)s 100%", 7, "50%(b)s")  # type: ignore[arg-type]
+    assert connection.execute(sql).fetchone() == ("50%(b)s 100%", 7, "50%(b)s")
 
 
 @pytest.mark.parametrize(
@@ -118,7 +118,7 @@ def test_a_list_reads_back_as_itself_through_the_array_type_its_statement_casts_
 ) -> None:
     written = literal(value, psycopg.pq.Escaping(connection.pgconn).escape_literal)
     assert written is not None
-    row = connection.execute(f"SELECT CAST({written} AS {array_type})").fetchone()  # type: ignore[arg-type]
+    row = connection.execute(f"SELECT CAST({written} AS {array_type})").fetchone()
     assert row == (value,)
 
 
@@ -132,7 +132,7 @@ def test_any_list_of_texts_reads_back_as_itself(
 ) -> None:
     written = literal(texts, psycopg.pq.Escaping(connection.pgconn).escape_literal)
     assert written is not None
-    row = connection.execute(f"SELECT CAST({written} AS text[])").fetchone()  # type: ignore[arg-type]
+    row = connection.execute(f"SELECT CAST({written} AS text[])").fetchone()
     assert row == (texts,)
 
 
