@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
-from sqlalchemy import func, select, text, update
+from sqlalchemy import delete, func, select, text, update
 
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
@@ -20,6 +20,7 @@ from dealbase.platform.tables import events as events_table
 from dealbase.platform.validation import validated
 from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields
+from dealbase.tenancy.control_tables import webhook_wakeups
 from dealbase.tenancy.database import Database
 from dealbase.tenancy.scope import Scope
 from tests.support import TenantWorld
@@ -237,3 +238,33 @@ def test_a_wakeup_that_fails_after_the_commit_leaves_the_write_done_and_its_even
         assert customers.get(uow, created.id) == created
         page = events.feed(uow, EventFilter(), 10, None)
         assert [_name(event) for event in page.items] == ["Committed"]
+
+
+def test_a_customer_create_wakes_the_worker_only_where_an_enabled_endpoint_listens(
+    database: Database, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    quiet, listened = make_tenant(), make_tenant()
+    with database.unit_of_work(listened.tenant.scope.in_department(listened.department.id)) as uow:
+        endpoints.create(
+            uow, Checked(WebhookEndpointFields(url="https://8.8.8.8/hooks", events=["*"]))
+        )
+    schemas = [quiet.tenant.schema, listened.tenant.schema]
+    with database.control() as connection:
+        connection.execute(
+            delete(webhook_wakeups).where(webhook_wakeups.c.schema_name.in_(schemas))
+        )
+
+    for world in (quiet, listened):
+        with database.unit_of_work(world.tenant.scope.in_department(world.department.id)) as uow:
+            customers.create(uow, _customer("Woken?"))
+
+    with database.control() as connection:
+        woken = {
+            schema
+            for (schema,) in connection.execute(
+                select(webhook_wakeups.c.schema_name).where(
+                    webhook_wakeups.c.schema_name.in_(schemas)
+                )
+            )
+        }
+    assert woken == {listened.tenant.schema}

@@ -94,6 +94,7 @@ def _insert_recorded_statement() -> Select[Any]:
         .cte("inserted")
     )
     _, wakes = recorded_with(inserted, "customer.created", customer_json_sql(inserted))
+    # The customer's columns, then whether the worker is to be woken (read last).
     return select(inserted, wakes.label("wakes"))
 
 
@@ -122,14 +123,17 @@ def defer_insert_recorded(
     )
 
 
-def recorded(inserted: Deferred, tenant_id: uuid.UUID) -> tuple[Customer | None, bool]:
-    """What ``defer_insert_recorded`` did: the new customer (None when another of the
-    department has its external id, and nothing was written), and whether the worker is to be
-    woken for its event."""
+def recorded(inserted: Deferred, tenant_id: uuid.UUID) -> Customer | None:
+    """The customer ``defer_insert_recorded`` inserted; None when another of the department
+    has its external id, and nothing was written."""
     row = inserted.rows().mappings().first()
-    if row is None:
-        return None, False
-    return to_customer(row, tenant_id), bool(row["wakes"])
+    return None if row is None else to_customer(row, tenant_id)
+
+
+def recorded_wakes(inserted: Deferred) -> bool:
+    """Whether the worker is to be woken for the event ``defer_insert_recorded`` recorded."""
+    row = inserted.rows().first()
+    return row is not None and bool(row[-1])
 
 
 _GIVEN_COLUMNS = ("id", *FIELD_COLUMNS)

@@ -36,10 +36,10 @@ def create_later(uow: UnitOfWork, fields: CustomerFields) -> AfterCommit[Custome
     inserted = repository.defer_insert_recorded(
         uow.connection, scope.tenant_id, department_of(scope), fields
     )
-    events.recorded_by_statement(uow, lambda: repository.recorded(inserted, scope.tenant_id)[1])
+    events.recorded_by_statement(uow, lambda: repository.recorded_wakes(inserted))
 
     def customer() -> Customer:
-        created, _ = repository.recorded(inserted, scope.tenant_id)
+        created = repository.recorded(inserted, scope.tenant_id)
         if created is None:
             raise repository.external_id_taken()
         return created
