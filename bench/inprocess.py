@@ -1,0 +1,160 @@
+"""The CPU one request costs the server, without HTTP, for A/B comparisons of the hot path.
+
+`make bench` measures throughput beside a peer, and its ratios move by ±30 % between runs on a
+shared machine; a change worth 5 % of a request's CPU does not show there. This calls the ASGI
+app directly on its own event loop, with its lifespan (pools, Redis limiter, key cache), 8
+requests at a time, and reports the process's CPU time per request for each round: the same
+routes and settings as `make bench` (JSON access lines at info, written to a file; metrics on;
+Redis rate limits), with no client in the process.
+
+    .venv/bin/python bench/inprocess.py dealbase --path /api/v1/integration/customers
+    .venv/bin/python bench/inprocess.py baseline
+    PYTHONPATH=/tmp/old/src .venv/bin/python bench/inprocess.py dealbase   # another commit's src
+
+Alternate two commits' rounds (a `git worktree` of the other and `PYTHONPATH`), several times:
+one pair of rounds says little.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness.paths import BASELINES
+from harness.stack import GENEROUS_BURST, GENEROUS_RATE, provision, scratch_database
+
+CUSTOMER = {
+    "last_name": "Lovelace",
+    "first_name": "Ada",
+    "email": "ada@example.com",
+    "company": "Analytical Engines Ltd",
+    "city": "London",
+}
+DEAL = {"name": "Engine", "volume": 1000, "customers": [{"last_name": n} for n in "ABC"]}
+CONCURRENCY = 8
+
+
+async def _post(app: Any, path: str, body: bytes, headers: list[tuple[bytes, bytes]]) -> int:
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 80),
+    }
+    sent = False
+    status = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            await asyncio.Event().wait()  # the client never disconnects
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+
+    await app(scope, receive, send)
+    return status
+
+
+async def _measure(
+    app: Any, path: str, body: bytes, headers: Any, rounds: int, n: int
+) -> list[float]:
+    async with app.router.lifespan_context(app):
+        for _ in range(50):  # warm: the key cached, statements prepared, pools full
+            status = await _post(app, path, body, headers)
+            assert status == 201, f"{path} answered {status}"
+        per_request = []
+        for _ in range(rounds):
+            started = time.process_time()
+
+            async def client() -> None:
+                for _ in range(n // CONCURRENCY):
+                    await _post(app, path, body, headers)
+
+            await asyncio.gather(*(client() for _ in range(CONCURRENCY)))
+            per_request.append((time.process_time() - started) / n * 1e6)
+        return per_request
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("server", choices=("dealbase", "baseline"))
+    parser.add_argument("--path", default="/api/v1/integration/customers")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=800, help="per round")
+    arguments = parser.parse_args()
+    server = os.environ.get(
+        "DEALBASE_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+    )
+    redis_url = os.environ.get("DEALBASE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/5")
+    body = json.dumps(DEAL if arguments.path.endswith("/deals") else CUSTOMER).encode()
+    with scratch_database(server) as database:
+        tenant = provision(database)
+        os.environ.update(
+            {
+                "DEALBASE_DATABASE_URL": database,
+                "DEALBASE_REDIS_URL": redis_url,
+                "DEALBASE_LOG_FORMAT": "json",
+                "DEALBASE_LOG_LEVEL": "info",
+                "DEALBASE_RATE_LIMIT_KEY": GENEROUS_RATE,
+                "DEALBASE_RATE_LIMIT_KEY_BURST": GENEROUS_BURST,
+                "DEALBASE_RATE_LIMIT_TENANT": GENEROUS_RATE,
+                "DEALBASE_RATE_LIMIT_TENANT_BURST": GENEROUS_BURST,
+                "BASELINE_DATABASE_URL": database,
+            }
+        )
+        # The access lines are written, as in `make bench`, but to nowhere; the figures to stdout.
+        log = open(os.devnull, "w")  # noqa: SIM115 (open for the whole run)
+        streams = sys.stdout, sys.stderr
+        sys.stdout = sys.stderr = log
+        try:
+            if arguments.server == "baseline":
+                sys.path.insert(0, str(BASELINES))
+                from fastapi_psycopg import app  # type: ignore[import-not-found]
+            else:
+                from dealbase.app import create_app
+
+                app = create_app()
+            headers = [
+                (b"host", b"bench"),
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *(
+                    (name.lower().encode(), value.encode())
+                    for name, value in tenant.headers.items()
+                ),
+            ]
+            rounds = uvloop.run(
+                _measure(app, arguments.path, body, headers, arguments.rounds, arguments.requests)
+            )
+        finally:
+            sys.stdout, sys.stderr = streams
+            log.close()
+    figures = " ".join(f"{value:,.0f}" for value in rounds)
+    print(f"{arguments.server} POST {arguments.path}: µs of CPU per request, by round: {figures}")
+
+
+if __name__ == "__main__":
+    main()
