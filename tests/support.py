@@ -281,8 +281,7 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
 
 
 # How long a `dealbase serve` subprocess may take to answer: three interpreters importing the
-# app (8 s on an idle 2-core machine) while the parallel test workers load the same cores; 30 s
-# was once not enough in CI.
+# app (8 s on an idle 2-core machine) while the parallel test workers load the same cores.
 SERVER_START_TIMEOUT_S = 90.0
 
 
