@@ -13,7 +13,7 @@ from dealbase.platform.batches.models import MAX_OPERATIONS
 from dealbase.tenancy.database import Database
 from tests.graphql_api.support import codes_of, data_of, gql, tenant_wide_headers
 from tests.rest_api.rate_limit_support import State, serving, state
-from tests.support import TenantWorld
+from tests.support import FakeClock, TenantWorld
 
 API = "/api/v1/integration"
 
@@ -336,9 +336,11 @@ def test_an_operation_missing_a_required_field_is_refused_by_graphql_before_anyt
 def test_a_batch_counts_one_request_per_hundred_operations(
     settings: Settings, world: TenantWorld
 ) -> None:
-    """As REST's batches: ceil(250 / 100) = 3 of the key's 25, with the in-process limiter."""
+    """As REST's batches: ceil(250 / 100) = 3 of the key's 25, with the in-process limiter on a
+    clock that stands still, so a slow batch refills nothing between its two charges."""
     with serving(
         settings,
+        clock=FakeClock(),
         redis_url=None,
         rate_limit_key="0.2/s",
         rate_limit_key_burst=25,
