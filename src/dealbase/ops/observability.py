@@ -50,9 +50,15 @@ def configure_logging(log_format: str, level: str) -> None:
     root.handlers = [handler]
     root.setLevel(threshold)
     # uvicorn's loggers keep handlers of their own unless told otherwise: through the root.
-    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+    for name in ("uvicorn", "uvicorn.error"):
         logger = logging.getLogger(name)
         logger.handlers = []
         logger.propagate = True
+    # The edge writes each request's access line (edge.request_edge). uvicorn writes one of its
+    # own whenever its access logger has a handler, its parents' included: none, so a request
+    # is one line, not two (the second cost each request about 4 % of a worker's time).
+    access = logging.getLogger("uvicorn.access")
+    access.handlers = []
+    access.propagate = False
     for name, quiet in _QUIET.items():
         logging.getLogger(name).setLevel(max(quiet, threshold))
