@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import time
 from collections.abc import AsyncIterator, Callable
@@ -75,6 +76,12 @@ def create_app(
         key_listener.start()
         pool_sampler = asyncio.create_task(metrics.sample_pool(database.pool_usage))
         key_use_flusher = asyncio.create_task(key_uses.flush_periodically())
+        if settings.freeze_startup_objects:
+            # A worker starts holding about 150,000 objects (the schema, the routes, the
+            # libraries), which a full collection visits: 50 ms or more with the event loop
+            # stopped, every request in flight waiting. Frozen, they are no longer visited.
+            gc.collect()
+            gc.freeze()
         try:
             yield
         finally:

@@ -47,6 +47,14 @@ class Settings(BaseSettings):
             " cancelled and the server stops."
         ),
     )
+    freeze_startup_objects: bool = Field(
+        default=False,
+        description=(
+            "Once the app has started, move every object it holds into the garbage collector's"
+            " permanent generation, so that a full collection scans only what came after"
+            " (`dealbase serve` turns it on for its workers)."
+        ),
+    )
     worker_start_timeout_seconds: int = Field(
         default=60,
         ge=5,

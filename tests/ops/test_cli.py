@@ -14,7 +14,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select, update
 
-from dealbase.ops import admin
+from dealbase.config import load_settings
+from dealbase.ops import admin, serving
 from dealbase.tenancy.api_keys import parse_api_key, record_uses
 from dealbase.tenancy.control_tables import api_keys
 from dealbase.tenancy.database import Database
@@ -639,3 +640,24 @@ def test_a_database_never_migrated_gives_one_line_not_a_traceback(
         )
 
     _assert_one_line_failure(run)
+
+
+@pytest.mark.parametrize(("told", "frozen"), [(None, True), ("false", False)])
+def test_serve_has_its_workers_freeze_their_startup_objects_unless_told_not_to(
+    run_cli: RunCli, monkeypatch: pytest.MonkeyPatch, told: str | None, frozen: bool
+) -> None:
+    """Workers build their app from the environment ``dealbase serve`` hands them."""
+    workers_would_freeze: list[bool] = []
+    monkeypatch.setattr(
+        serving,
+        "run",
+        lambda _: workers_would_freeze.append(load_settings().freeze_startup_objects),
+    )
+    # Named, so that the runner puts back what the command sets in this process's environment.
+    run = run_cli(
+        "serve",
+        env={"DEALBASE_FREEZE_STARTUP_OBJECTS": told, "PROMETHEUS_MULTIPROC_DIR": None},
+    )
+
+    assert run.exit_code == 0, str(run)
+    assert workers_would_freeze == [frozen]

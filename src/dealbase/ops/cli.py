@@ -707,6 +707,8 @@ def serve(
     # Worker processes build their app from the environment: hand them the resolved database,
     # so only this process owns the embedded server.
     os.environ["DEALBASE_DATABASE_URL"] = _database_url(settings)
+    # A worker is one app for its whole life: what it holds once started stays (config.py).
+    os.environ.setdefault("DEALBASE_FREEZE_STARTUP_OBJECTS", "true")
     # Before prometheus_client is first imported: it picks its kind of values then.
     metrics_dir = prepare_metrics_dir()
     from dealbase.ops.metrics import multiprocess_registry

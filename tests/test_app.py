@@ -1,0 +1,38 @@
+"""The app's own start-up: what ``create_app`` does once its lifespan has begun."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from dealbase.app import create_app
+from dealbase.config import Settings
+
+
+@pytest.fixture
+def unfrozen() -> Iterator[None]:
+    """The garbage collector's permanent generation as it was: this process builds many apps."""
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
+
+
+@pytest.mark.usefixtures("unfrozen")
+def test_an_app_told_to_freeze_its_startup_objects_freezes_them_once_started(
+    settings: Settings,
+) -> None:
+    app = create_app(settings.model_copy(update={"freeze_startup_objects": True}))
+    assert gc.get_freeze_count() == 0
+    with TestClient(app) as client:
+        assert gc.get_freeze_count() > 10_000
+        assert client.get("/healthz").status_code == 200
+
+
+@pytest.mark.usefixtures("unfrozen")
+def test_an_app_freezes_nothing_by_default(settings: Settings) -> None:
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/healthz").status_code == 200
+        assert gc.get_freeze_count() == 0
