@@ -6,14 +6,21 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
+import psycopg
 import pytest
-from sqlalchemy import Insert, bindparam, func, insert, literal, select, table, text
+from sqlalchemy import Insert, Select, bindparam, func, insert, literal, select, table, text
 
 from dealbase.ids import new_id
 from dealbase.platform.tables import customers, departments
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database import PREPARE_AFTER, Database, UnitOfWork
 from dealbase.tenancy.scope import Scope
-from dealbase.tenancy.statements import Fetched, StatementCache, TenantConnection, built_once
+from dealbase.tenancy.statements import (
+    Fetched,
+    ServerPrepared,
+    StatementCache,
+    TenantConnection,
+    built_once,
+)
 from tests.support import TenantWorld
 
 
@@ -87,10 +94,14 @@ def test_in_lists_of_any_length_expand_including_empty_ones(
             assert sorted(row[0] for row in found) == sorted(asked)
 
 
+@pytest.mark.parametrize("prepared_after", [None, 1], ids=["as text", "prepared"])
 def test_many_parameter_sets_return_their_rows_in_the_order_given(
-    database: Database, make_tenant: Callable[..., TenantWorld]
+    database_url: str, make_tenant: Callable[..., TenantWorld], prepared_after: int | None
 ) -> None:
     world = make_tenant()
+    database = Database(database_url, pool_size=1, max_overflow=0)
+    if prepared_after is not None:  # one EXECUTE a set, in one script
+        database.server_prepared = ServerPrepared(after=prepared_after)
     # Ids in descending order, so an order by id (or by insertion in the heap) would show.
     ids = sorted((new_id() for _ in range(20)), reverse=True)
     rows = [
@@ -102,8 +113,11 @@ def test_many_parameter_sets_return_their_rows_in_the_order_given(
         .values(created_at=func.now(), updated_at=func.now())
         .returning(customers.c.id, customers.c.last_name)
     )
-    with database.unit_of_work(world.tenant.scope) as uow:
-        returned = uow.connection.execute(statement, rows).mappings().all()
+    try:
+        with database.unit_of_work(world.tenant.scope) as uow:
+            returned = uow.connection.execute(statement, rows).mappings().all()
+    finally:
+        database.dispose()
 
     assert [row["id"] for row in returned] == ids
     assert [row["last_name"] for row in returned] == [f"Customer {n}" for n in range(20)]
@@ -252,3 +266,154 @@ def test_discarding_forgets_only_what_was_deferred_after_the_mark_and_has_not_go
             )
         ]
     assert names == ["Kept after", "Kept before"]
+
+
+def _prepared_on_server(uow: UnitOfWork) -> list[str]:
+    """The text of what the unit of work's connection has prepared on its server (each
+    ``PREPARE``'s whole script), read on the driver's connection: through the unit of work the
+    query would be a statement run, and counted, too."""
+    connection = uow.connection._connection
+    assert isinstance(connection, psycopg.Connection), "a unit of work of the synchronous pool"
+    cursor = connection.execute("SELECT statement FROM pg_prepared_statements")
+    return [statement for (statement,) in cursor.fetchall()]
+
+
+def test_a_statement_run_often_on_a_connection_is_prepared_there_then_run_by_name(
+    database_url: str, make_tenant: Callable[..., TenantWorld], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = make_tenant()
+    own = Database(database_url, pool_size=1, max_overflow=0)
+    sent = _scripts_sent(monkeypatch)
+    names = select(departments.c.name).where(departments.c.id == world.department.id)
+    try:
+        found = []
+        for _ in range(PREPARE_AFTER + 1):
+            with own.unit_of_work(world.tenant.scope) as uow:
+                found.append(uow.connection.execute(names).scalar_one())
+                prepared = _prepared_on_server(uow)
+    finally:
+        own.dispose()
+
+    assert found == [world.department.name] * (PREPARE_AFTER + 1)
+    firsts = [script for script in sent if script.startswith("BEGIN")]
+    # Run as text until it is due; then prepared (in a savepoint), and run by name from then on.
+    assert not any("EXECUTE" in script for script in firsts[: PREPARE_AFTER - 1])
+    assert "SAVEPOINT" in firsts[PREPARE_AFTER - 1]
+    assert "PREPARE dealbase_" in firsts[PREPARE_AFTER - 1]
+    assert "EXECUTE dealbase_" in firsts[PREPARE_AFTER]
+    assert len([text for text in prepared if "departments" in text]) == 1
+
+
+def test_a_prepared_statement_outlives_a_unit_of_work_that_rolled_back(
+    database: Database,
+    database_url: str,
+    make_tenant: Callable[..., TenantWorld],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """psycopg deallocates every statement of a session after a ROLLBACK once it has prepared
+    one itself; units of work prepare theirs alone, so theirs stay."""
+    world = make_tenant()
+    own = Database(database_url, pool_size=1, max_overflow=0)
+    statement, _ = _insert_customer("", world.department.id)
+
+    def insert_one(last_name: str) -> None:
+        with own.unit_of_work(world.tenant.scope) as uow:
+            uow.connection.execute(statement, _insert_customer(last_name, world.department.id)[1])
+            if last_name == "Rolled back":
+                raise RuntimeError("rolled back")
+
+    try:
+        for n in range(PREPARE_AFTER):
+            insert_one(f"C{n}")
+        sent = _scripts_sent(monkeypatch)
+        with pytest.raises(RuntimeError):
+            insert_one("Rolled back")
+        insert_one("Kept")
+    finally:
+        own.dispose()
+
+    firsts = [script for script in sent if script.startswith("BEGIN")]
+    assert len(firsts) == 2 and all("EXECUTE dealbase_" in script for script in firsts), sent
+    assert _customer_count(database, world.tenant.scope) == PREPARE_AFTER + 1
+
+
+def test_a_statement_postgresql_will_not_prepare_runs_as_text_and_its_transaction_goes_on(
+    database: Database,
+    database_url: str,
+    make_tenant: Callable[..., TenantWorld],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    world = make_tenant()
+    own = Database(database_url, pool_size=1, max_overflow=0)
+    # PREPARE cannot tell the type of pg_typeof's $1; a literal 5 in its place is an integer.
+    untyped: Select[tuple[str]] = select(func.pg_typeof(bindparam("n")))
+    sent = _scripts_sent(monkeypatch)
+    runs = PREPARE_AFTER + 2
+    try:
+        types = []
+        for n in range(runs):
+            with own.unit_of_work(world.tenant.scope) as uow:
+                types.append(uow.connection.execute(untyped, {"n": n}).scalar_one())
+                uow.connection.execute(*_insert_customer(f"C{n}", world.department.id))
+                prepared = _prepared_on_server(uow)
+    finally:
+        own.dispose()
+
+    assert types == ["integer"] * runs
+    # Tried once, when due, and refused: rolled back to its savepoint, never tried again.
+    assert len([script for script in sent if "PREPARE" in script and "pg_typeof" in script]) == 1
+    assert len([script for script in sent if "ROLLBACK TO SAVEPOINT" in script]) == 1
+    assert not [text for text in prepared if "pg_typeof" in text]
+    assert _customer_count(database, world.tenant.scope) == runs
+
+
+def test_a_connection_keeps_its_most_recently_run_prepared_statements_up_to_its_bound(
+    database_url: str, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    world = make_tenant()
+    own = Database(database_url, pool_size=1, max_overflow=0)
+    own.server_prepared = ServerPrepared(after=1, per_connection=2)
+    shapes = [select(literal(n).label(f"n{n}")) for n in range(3)]
+    try:
+        with own.unit_of_work(world.tenant.scope) as uow:
+            for shape in shapes:
+                uow.connection.execute(shape)
+            prepared = _prepared_on_server(uow)
+            counted = own.server_prepared.count(uow.connection._connection)
+    finally:
+        own.dispose()
+
+    assert counted == 2
+    assert sorted(f"n{n}" for n in range(3) if any(f"AS n{n};" in p for p in prepared)) == [
+        "n1",
+        "n2",
+    ]
+
+
+def test_a_statement_due_to_be_prepared_goes_after_what_was_deferred_before_it(
+    database: Database,
+    database_url: str,
+    make_tenant: Callable[..., TenantWorld],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    world = make_tenant()
+    own = Database(database_url, pool_size=1, max_overflow=0)
+    own.server_prepared = ServerPrepared(after=1)
+    sent = _scripts_sent(monkeypatch)
+    count = select(func.count()).select_from(customers)
+    try:
+        with own.unit_of_work(world.tenant.scope) as uow:
+            uow.connection.defer(*_insert_customer("Deferred", world.department.id))
+            seen = uow.connection.execute(count).scalar_one()
+    finally:
+        own.dispose()
+
+    assert seen == 1
+    # Every statement is due at its first run here: the INSERT is prepared as it is deferred
+    # and waits as an EXECUTE; the count, due in turn, sends it before its own PREPARE.
+    assert "PREPARE" in sent[0] and "INSERT INTO" in sent[0]
+    assert sent[1].startswith("EXECUTE dealbase_")
+    assert "PREPARE" in sent[2] and "count" in sent[2]
+    assert sent[3].startswith("EXECUTE dealbase_")
+    assert sent[4] == "COMMIT"
+    assert _customer_count(database, world.tenant.scope) == 1

@@ -22,11 +22,17 @@ from sqlalchemy.util import greenlet_spawn
 from dealbase.errors import DatabaseTimeout, DatabaseUnavailable
 from dealbase.tenancy.roles import switch_to_tenant
 from dealbase.tenancy.scope import Scope
-from dealbase.tenancy.statements import StatementCache, StatementListener, TenantConnection
+from dealbase.tenancy.statements import (
+    ServerPrepared,
+    StatementCache,
+    StatementListener,
+    TenantConnection,
+)
 
 T = TypeVar("T")
 
-# psycopg prepares a statement on a connection once it has run it this many times (its default).
+# A statement is prepared on a connection once it has run this many times there (psycopg's
+# default): by psycopg on the engine's connections, by ``ServerPrepared`` in units of work.
 PREPARE_AFTER = 5
 
 
@@ -303,8 +309,13 @@ class Database:
         if startup_options:
             connection_settings["options"] = limits.connection_options()
         # Units of work send their own BEGIN, with the switch to the tenant's role and their first
-        # statement (``TenantConnection``); psycopg would send a BEGIN of its own first.
-        unit_of_work_settings = {**connection_settings, "autocommit": True}
+        # statement (``TenantConnection``); psycopg would send a BEGIN of its own first. They
+        # prepare their statements themselves (``ServerPrepared``), not through psycopg.
+        unit_of_work_settings = {
+            **connection_settings,
+            "autocommit": True,
+            "prepare_threshold": None,
+        }
         self.engine: Engine = create_engine(
             sqlalchemy_url(database_url),
             pool_size=pool_size,
@@ -350,6 +361,7 @@ class Database:
             **pool_timeouts,
         )
         self.statements = StatementCache(self.engine.dialect)
+        self.server_prepared = ServerPrepared(PREPARE_AFTER) if prepared_statements else None
         # Called with the SQL of every statement a unit of work runs (tests count them).
         self.statement_listeners: list[StatementListener] = []
         # Called as each unit of work on the event loop starts, with whether its connection had
@@ -373,6 +385,7 @@ class Database:
                 self.statements,
                 self.statement_listeners,
                 begin=switch_to_tenant(scope.schema),
+                prepared=self.server_prepared,
             )
             uow = UnitOfWork(statements, scope)
             yield uow
@@ -407,6 +420,7 @@ class Database:
                         self.statements,
                         self.statement_listeners,
                         begin=switch_to_tenant(scope.schema),
+                        prepared=self.server_prepared,
                     )
                     uow = UnitOfWork(statements, scope)
                     yield uow

@@ -1,5 +1,6 @@
 """Values written into SQL text, for the statements a unit of work sends as one simple-protocol
-script (no parameters travel apart there).
+script (no parameters travel apart there): into the statement's own text, or as the arguments
+of ``EXECUTE`` of the statement prepared on the server.
 
 psycopg's ``mogrify`` does this for any value, through its adapters, and costs about 60 µs for
 a statement of one text value (most of it building a client cursor and converting the query);
@@ -118,3 +119,28 @@ def inline(sql: str, values: Mapping[str, Any], escape: Escape) -> str | None:
         parts.append(written)
         parts.append(piece)
     return "".join(parts)
+
+
+@lru_cache(maxsize=4096)
+def prepared(sql: str) -> tuple[str, tuple[str, ...]]:
+    """``sql`` as the body of a ``PREPARE``: each distinct parameter a ``$n`` in order of first
+    appearance; and those names in that order, the arguments its ``EXECUTE`` takes."""
+    pieces, names = _template(sql)
+    numbers: dict[str, int] = {}
+    parts = [pieces[0]]
+    for name, piece in zip(names, pieces[1:], strict=True):
+        parts.append(f"${numbers.setdefault(name, len(numbers) + 1)}")
+        parts.append(piece)
+    return "".join(parts), tuple(numbers)
+
+
+def execute_call(name: str, sql: str, values: Mapping[str, Any], escape: Escape) -> str | None:
+    """``EXECUTE name(...)`` of ``sql`` prepared as ``name``, with ``values`` written in; None
+    when one of them is of a kind ``literal`` does not write."""
+    written = []
+    for argument in prepared(sql)[1]:
+        value = literal(values[argument], escape)
+        if value is None:
+            return None
+        written.append(value)
+    return f"EXECUTE {name}({', '.join(written)})" if written else f"EXECUTE {name}"
