@@ -110,3 +110,22 @@ def test_if_match_that_no_version_can_match_is_412_not_an_error(
     )
 
     assert response.status_code == 412
+
+
+@pytest.mark.parametrize("header", ["If-Match", "If-None-Match"])
+def test_a_conditional_header_past_1024_characters_is_422_naming_it_and_writes_nothing(
+    client: TestClient, world: TenantWorld, header: str
+) -> None:
+    path = f"{API}/customers/by-external-id/long-{header}"
+    response = client.put(
+        path, json={"last_name": "A"}, headers={**world.key.headers, header: '"' + "1" * 1100 + '"'}
+    )
+
+    assert response.status_code == 422, response.text
+    assert [error["field"] for error in response.json()["errors"]] == [header]
+    assert (
+        client.get(f"{API}/customers?external_id=long-{header}", headers=world.key.headers).json()[
+            "data"
+        ]
+        == []
+    )
