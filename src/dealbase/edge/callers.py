@@ -83,7 +83,8 @@ def _reading_headers(declared: Dependant) -> Callable[..., Awaitable[Any]]:
     the request does not send, else what FastAPI's own validation of it gives (its errors a
     422 as FastAPI's, ``edge.problems``)."""
     endpoint = declared.call
-    assert endpoint is not None and declared.request_param_name is not None
+    assert endpoint is not None
+    assert declared.request_param_name is not None
     request_name = declared.request_param_name
     fields = [(field, get_validation_alias(field)) for field in declared.header_params]
 
