@@ -1,9 +1,10 @@
-"""A customer's JSON made by PostgreSQL (the event its create records in the same statement)
-is the JSON the API answers with, value for value."""
+"""A customer's JSON made by PostgreSQL (the event its create records in the same statement, a
+page of REST's list) is the JSON the API answers with, value for value."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 
 from dealbase.platform.customers import service as customers
-from dealbase.platform.customers.models import CustomerFields
+from dealbase.platform.customers.models import CustomerFields, CustomerFilter
 from dealbase.platform.resources import customer_json
 from dealbase.platform.tables import events
 from dealbase.tenancy.database import Database
@@ -92,3 +93,59 @@ def test_any_text_travels_into_the_event_unchanged(
         database, world, {"last_name": last_name, "note": note}
     )
     assert recorded == shown
+
+
+def _listed_both_ways(
+    database: Database, world: TenantWorld, created: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The department's customers as the list's JSON text made by PostgreSQL, parsed in its
+    order, and as ``customer_json`` of the read models."""
+    scope = world.tenant.scope.in_department(world.department.id)
+    with database.unit_of_work(scope) as uow:
+        for fields in created:
+            customers.create(uow, CustomerFields.model_validate_json(json.dumps(fields)))
+    every = CustomerFilter()
+    with database.unit_of_work(scope) as uow:
+        texts = customers.list_page_as_json(uow, every, 100, None).items
+        models = customers.list_page(uow, every, 100, None).items
+    return [json.loads(text) for text in texts], [customer_json(model) for model in models]
+
+
+def test_a_list_made_by_postgresql_is_the_customers_as_the_api_shows_them_in_their_order(
+    database: Database, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    world = make_tenant()
+    created = [
+        EVERY_FIELD,
+        {"last_name": "Only"},
+        {"last_name": "Earliest", "birthday": "1850-01-01"},
+        {"last_name": "Leap", "birthday": "2000-02-29"},
+    ]
+    made, shown = _listed_both_ways(database, world, created)
+    assert made == shown
+    assert [list(each) for each in made] == [list(each) for each in shown]
+
+
+@settings(max_examples=10, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    names=st.lists(
+        st.text(
+            alphabet=st.characters(blacklist_categories=["Cs", "Cc"]), min_size=1, max_size=40
+        ).filter(str.strip),
+        min_size=1,
+        max_size=3,
+    ),
+    note=st.none()
+    | st.text(
+        alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"),
+        max_size=40,
+    ),
+)
+def test_any_text_is_listed_by_postgresql_as_the_api_shows_it(
+    database: Database, make_tenant: Callable[..., TenantWorld], names: list[str], note: str | None
+) -> None:
+    world = make_tenant()
+    made, shown = _listed_both_ways(
+        database, world, [{"last_name": name, "note": note} for name in names]
+    )
+    assert made == shown

@@ -90,6 +90,16 @@ def customer_json_sql(row: FromClause) -> ColumnElement[Any]:
     ``tenant_id``), for an event written by the statement that writes the row. The same names,
     in the same forms: ids as text, a date as YYYY-MM-DD, a timestamp in UTC with six
     fractional digits and ``Z``. ``tests/platform/test_resources.py`` holds the two equal."""
+    return func.jsonb_build_object(*_customer_pairs(row))
+
+
+def customer_json_text_sql(row: FromClause) -> ColumnElement[str]:
+    """``customer_json_sql`` as JSON text with its names in ``customer_json``'s order (``json``
+    keeps them as built, ``jsonb`` sorts them), for an answer PostgreSQL writes whole."""
+    return cast(func.json_build_object(*_customer_pairs(row)), Text)
+
+
+def _customer_pairs(row: FromClause) -> list[Any]:
     pairs: list[Any] = []
     for name in _CUSTOMER_NAMES:
         value = (
@@ -97,7 +107,7 @@ def customer_json_sql(row: FromClause) -> ColumnElement[Any]:
         )
         # The names are the read model's own identifiers, written as they are.
         pairs.extend((literal_column(f"'{name}'"), value))
-    return func.jsonb_build_object(*pairs)
+    return pairs
 
 
 def _json_sql(column: ColumnElement[Any]) -> ColumnElement[Any]:

@@ -37,6 +37,14 @@ def in_department(table: Table, department_id: uuid.UUID | None) -> ColumnElemen
     return true() if department_id is None else table.c.department_id == department_id
 
 
+def in_bound_department(table: Table, one_department: bool) -> ColumnElement[bool]:
+    """``in_department`` for a statement built once: the department is its parameter
+    ``department_id`` (given when ``one_department``)."""
+    if not one_department:
+        return true()
+    return table.c.department_id == bindparam("department_id", type_=table.c.department_id.type)
+
+
 def owned_by(
     table: Table, department_id: uuid.UUID | None, row_id: uuid.UUID
 ) -> ColumnElement[bool]:

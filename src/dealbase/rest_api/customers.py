@@ -41,8 +41,8 @@ from dealbase.rest_api.openapi import (
 from dealbase.rest_api.responses import (
     batch_response,
     created,
+    json_text_page,
     no_content,
-    resource_page,
     resource_response,
 )
 from dealbase.rest_api.schemas import (
@@ -135,9 +135,9 @@ async def list_customers(
         {"email": email, "q": q, "updated_since": updated_since, "external_id": external_id},
     )
     page = await database_of(request).run(
-        scope, lambda uow: service.list_page(uow, filters, limit, cursor)
+        scope, lambda uow: service.list_page_as_json(uow, filters, limit, cursor)
     )
-    return resource_page(customer_json, page)
+    return json_text_page(page)
 
 
 @router.get(

@@ -75,6 +75,20 @@ def resource_page(shape: Callable[[Resource], JsonObject], page: Page[Resource])
     return Response(orjson.dumps(body), media_type="application/json")
 
 
+def json_text_page(page: Page[str]) -> Response:
+    """``resource_page`` of records PostgreSQL wrote as JSON text: joined, not parsed."""
+    body = b"".join(
+        (
+            b'{"data":[',
+            ",".join(page.items).encode(),
+            b'],"next_cursor":',
+            orjson.dumps(page.next_cursor),
+            b"}",
+        )
+    )
+    return Response(body, media_type="application/json")
+
+
 _OUTCOME_STATUS = {"created": 201, "updated": 200, "unchanged": 200}
 
 

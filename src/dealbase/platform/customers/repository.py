@@ -1,10 +1,21 @@
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, Text, any_, bindparam, func, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    Text,
+    any_,
+    bindparam,
+    func,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 
 from dealbase.errors import ExternalIdTaken
@@ -12,10 +23,10 @@ from dealbase.ids import new_id
 from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
 from dealbase.platform.events.repository import recorded_with
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.resources import customer_json_sql
-from dealbase.platform.rows import in_department, owned_by, unnested, unnested_values
+from dealbase.platform.resources import customer_json_sql, customer_json_text_sql
+from dealbase.platform.rows import in_bound_department, owned_by, unnested, unnested_values
 from dealbase.platform.tables import customers, deal_customers
-from dealbase.tenancy.statements import Deferred, Record, TenantConnection, built_once
+from dealbase.tenancy.statements import Deferred, Record, Rows, TenantConnection, built_once
 
 # Named once: iterating a Table's columns is slow, and a page of deals maps 150 customer rows.
 _COLUMNS = tuple(column.name for column in customers.c)
@@ -242,16 +253,44 @@ def _contains(text: str) -> str:
     return f"%{escaped}%"
 
 
-def _matching(
-    department_id: uuid.UUID | None, filters: CustomerFilter
-) -> list[ColumnElement[bool]]:
-    conditions = [in_department(customers, department_id)]
-    if filters.external_id is not None:
-        conditions.append(customers.c.external_id == filters.external_id)
-    if filters.email is not None:
-        conditions.append(func.lower(customers.c.email) == filters.email.lower())
-    if filters.q is not None:
-        pattern = _contains(filters.q)
+# Which of a list's conditions apply: a department, then the filters in CustomerFilter's order.
+_FilterShape = tuple[bool, bool, bool, bool, bool]
+
+
+def _filter_shape(department_id: uuid.UUID | None, filters: CustomerFilter) -> _FilterShape:
+    return (
+        department_id is not None,
+        filters.external_id is not None,
+        filters.email is not None,
+        filters.q is not None,
+        filters.updated_since is not None,
+    )
+
+
+def _filter_values(department_id: uuid.UUID | None, filters: CustomerFilter) -> dict[str, Any]:
+    """The values of ``_conditions(_filter_shape(department_id, filters))``."""
+    given = {
+        "department_id": department_id,
+        "external_id": filters.external_id,
+        "email": None if filters.email is None else filters.email.lower(),
+        "pattern": None if filters.q is None else _contains(filters.q),
+        "updated_since": filters.updated_since,
+    }
+    return {name: value for name, value in given.items() if value is not None}
+
+
+@functools.lru_cache(maxsize=32)
+def _conditions(shape: _FilterShape) -> tuple[ColumnElement[bool], ...]:
+    """A list's conditions, their values bound by name (``_filter_values``): built once per
+    shape, so the statements that hold them are too (``built_once``)."""
+    one_department, by_external_id, by_email, by_text, since = shape
+    conditions = [in_bound_department(customers, one_department)]
+    if by_external_id:
+        conditions.append(customers.c.external_id == bindparam("external_id", type_=Text))
+    if by_email:
+        conditions.append(func.lower(customers.c.email) == bindparam("email", type_=Text))
+    if by_text:
+        pattern = bindparam("pattern", type_=Text)
         conditions.append(
             or_(
                 *(
@@ -264,9 +303,42 @@ def _matching(
                 )
             )
         )
-    if filters.updated_since is not None:
-        conditions.append(customers.c.updated_at >= filters.updated_since)
-    return conditions
+    if since:
+        conditions.append(
+            customers.c.updated_at >= bindparam("updated_since", type_=customers.c.updated_at.type)
+        )
+    return tuple(conditions)
+
+
+@functools.lru_cache(maxsize=64)
+def _page_query(shape: _FilterShape, after: bool, as_json: bool) -> Select[Any]:
+    """Up to ``limit`` customers of a list in id order, after the id ``after`` when paging on:
+    the rows, or each one's id and JSON text."""
+    columns: tuple[Any, ...] = (
+        (customers.c.id, customer_json_text_sql(customers)) if as_json else tuple(customers.c)
+    )
+    query = select(*columns).where(*_conditions(shape))
+    if after:
+        query = query.where(customers.c.id > bindparam("after", type_=customers.c.id.type))
+    return built_once(query.order_by(customers.c.id).limit(bindparam("limit")))
+
+
+def _page(
+    connection: TenantConnection,
+    department_id: uuid.UUID | None,
+    filters: CustomerFilter,
+    page: PageRequest,
+    *,
+    as_json: bool,
+    tenant_id: uuid.UUID,
+) -> Rows:
+    query = _page_query(_filter_shape(department_id, filters), page.after is not None, as_json)
+    values = {**_filter_values(department_id, filters), "limit": page.limit + 1}
+    if page.after is not None:
+        values["after"] = page.after
+    if as_json:
+        values["tenant_id"] = str(tenant_id)
+    return connection.execute(query, values)
 
 
 def list_customers(
@@ -277,18 +349,33 @@ def list_customers(
     page: PageRequest,
 ) -> list[Customer]:
     """Up to ``page.limit + 1`` customers in id order (the extra one tells there is more)."""
-    query = select(customers).where(*_matching(department_id, filters))
-    if page.after is not None:
-        query = query.where(customers.c.id > page.after)
-    rows = connection.execute(query.order_by(customers.c.id).limit(page.limit + 1)).mappings()
-    return [to_customer(row, tenant_id) for row in rows]
+    rows = _page(connection, department_id, filters, page, as_json=False, tenant_id=tenant_id)
+    return [to_customer(row, tenant_id) for row in rows.mappings()]
+
+
+def list_customers_as_json(
+    connection: TenantConnection,
+    tenant_id: uuid.UUID,
+    department_id: uuid.UUID | None,
+    filters: CustomerFilter,
+    page: PageRequest,
+) -> list[tuple[uuid.UUID, str]]:
+    """``list_customers``, each customer as its JSON text made by PostgreSQL (its id beside it,
+    for the cursor)."""
+    rows = _page(connection, department_id, filters, page, as_json=True, tenant_id=tenant_id)
+    return [(customer_id, text) for customer_id, text in rows]
 
 
 def count_customers(
     connection: TenantConnection, department_id: uuid.UUID | None, filters: CustomerFilter
 ) -> int:
-    query = select(func.count()).select_from(customers).where(*_matching(department_id, filters))
-    return int(connection.execute(query).scalar_one())
+    query = _count_query(_filter_shape(department_id, filters))
+    return int(connection.execute(query, _filter_values(department_id, filters)).scalar_one())
+
+
+@functools.lru_cache(maxsize=32)
+def _count_query(shape: _FilterShape) -> Select[Any]:
+    return built_once(select(func.count()).select_from(customers).where(*_conditions(shape)))
 
 
 def customers_of_deals(

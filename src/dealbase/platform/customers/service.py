@@ -68,6 +68,20 @@ def list_page(
     return page.page_of(rows, lambda customer: customer.id, filters)
 
 
+def list_page_as_json(
+    uow: UnitOfWork, filters: CustomerFilter, limit: int | None, cursor: str | None
+) -> Page[str]:
+    """``list_page`` with each customer as the JSON text ``resources.customer_json`` would
+    make, made by PostgreSQL (a page of REST's list, written without a read model)."""
+    page = page_request(limit, cursor, filters)
+    scope = uow.scope
+    rows = repository.list_customers_as_json(
+        uow.connection, scope.tenant_id, scope.department_id, filters, page
+    )
+    found = page.page_of(rows, lambda row: row[0], filters)
+    return Page([text for _, text in found.items], found.next_cursor, found.cursors)
+
+
 def count(uow: UnitOfWork, filters: CustomerFilter) -> int:
     return repository.count_customers(uow.connection, uow.scope.department_id, filters)
 
