@@ -149,3 +149,18 @@ def test_any_text_is_listed_by_postgresql_as_the_api_shows_it(
         database, world, [{"last_name": name, "note": note} for name in names]
     )
     assert made == shown
+
+
+def test_one_customer_made_by_postgresql_is_the_customer_as_the_api_shows_it_at_its_version(
+    database: Database, world: TenantWorld
+) -> None:
+    scope = world.tenant.scope.in_department(world.department.id)
+    with database.unit_of_work(scope) as uow:
+        created = customers.create(uow, CustomerFields.model_validate_json(json.dumps(EVERY_FIELD)))
+    with database.unit_of_work(scope) as uow:
+        version, text = customers.get_as_json(uow, created.id)
+        shown = customer_json(customers.get(uow, created.id))
+
+    assert version == created.version
+    assert json.loads(text) == shown
+    assert list(json.loads(text)) == list(shown)

@@ -42,6 +42,7 @@ from dealbase.rest_api.responses import (
     batch_response,
     created,
     json_text_page,
+    json_text_response,
     no_content,
     resource_response,
 )
@@ -154,8 +155,10 @@ async def get_customer(
     customer_id: uuid.UUID,
 ) -> Response:
     scope = caller_of(request)
-    customer = await database_of(request).run(scope, lambda uow: service.get(uow, customer_id))
-    return resource_response(customer_json, customer)
+    version, text = await database_of(request).run(
+        scope, lambda uow: service.get_as_json(uow, customer_id)
+    )
+    return json_text_response(version, text)
 
 
 @router.patch(

@@ -52,6 +52,13 @@ def resource_response(
     return response
 
 
+def json_text_response(version: int, text: str) -> Response:
+    """``resource_response`` of a record PostgreSQL wrote as JSON text."""
+    response = Response(text.encode(), media_type="application/json")
+    response.headers["ETag"] = etag(version)
+    return response
+
+
 def created(shape: Callable[[Resource], JsonObject], value: Resource, location: str) -> Response:
     response = resource_response(shape, value, 201)
     response.headers["Location"] = API_PREFIX + location

@@ -57,6 +57,18 @@ def get(uow: UnitOfWork, customer_id: uuid.UUID) -> Customer:
     return customer
 
 
+def get_as_json(uow: UnitOfWork, customer_id: uuid.UUID) -> tuple[int, str]:
+    """``get``'s customer as its version and the JSON text ``resources.customer_json`` would
+    make, made by PostgreSQL."""
+    scope = uow.scope
+    found = repository.get_customer_as_json(
+        uow.connection, scope.tenant_id, scope.department_id, customer_id
+    )
+    if found is None:
+        raise NotFound(f"No customer has the id {customer_id}.")
+    return found
+
+
 def list_page(
     uow: UnitOfWork, filters: CustomerFilter, limit: int | None, cursor: str | None
 ) -> Page[Customer]:
