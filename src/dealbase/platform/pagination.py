@@ -60,8 +60,10 @@ class PageRequest:
     ) -> Page[T]:
         """``rows`` is what a query for ``limit + 1`` returned: an extra row means there is more."""
         items = list(rows[: self.limit])
+        # One fingerprint for the page: each costs the filters' JSON and a hash.
+        fingerprint = _fingerprint(filters)
         cursors = [
-            encode_cursor(id_of(item), filters, None if sort_of is None else sort_of(item))
+            _cursor(id_of(item), fingerprint, None if sort_of is None else sort_of(item))
             for item in items
         ]
         more = len(rows) > self.limit and bool(items)
@@ -72,8 +74,8 @@ def _fingerprint(filters: BaseModel) -> bytes:
     return hashlib.sha256(filters.model_dump_json().encode()).digest()[:6]
 
 
-def encode_cursor(last_id: uuid.UUID, filters: BaseModel, sort: int | None = None) -> str:
-    raw = last_id.bytes + _fingerprint(filters)
+def _cursor(last_id: uuid.UUID, fingerprint: bytes, sort: int | None) -> str:
+    raw = last_id.bytes + fingerprint
     if sort is not None:
         raw += sort.to_bytes(8, "big", signed=True)
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
