@@ -46,25 +46,30 @@ class AdmittedRoute(APIRoute):
     body are never looked at), and its handler takes the Scope with ``caller_of``, not as a
     dependency, which FastAPI would resolve on every request at a cost of its own.
 
-    Its header parameters (If-Match, If-None-Match, Idempotency-Key) stay in its signature,
-    where the OpenAPI document reads them, but are read by ``_reading_headers``: FastAPI goes
-    through every header a request carries for them, about 50 of a create's 760 Python calls
-    (6 % of its CPU, bench/README.md), even when none of them is sent.
+    Its optional query and header parameters (the lists' filters and page, If-Match,
+    If-None-Match, Idempotency-Key) stay in its signature, where the OpenAPI document reads
+    them, but are read by ``_reading_optional_parameters``: FastAPI goes through every header
+    and query parameter a request carries for them, even when none of them is sent (about 50
+    of a create's 760 Python calls, 11 % of a customer page's CPU: bench/README.md).
     """
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         declared = self.dependant
+        optional = [*declared.header_params, *declared.query_params]
         if (
-            declared.header_params
-            # Each optional, None when not sent, as this reads them.
-            and all(field.field_info.default is None for field in declared.header_params)
+            optional
+            # Each None when not sent, as this reads them.
+            and all(field.field_info.default is None for field in optional)
             and declared.request_param_name is not None
             and inspect.iscoroutinefunction(declared.call)
         ):
-            # The handler FastAPI builds from the dependant without its header parameters;
-            # the route keeps the whole one for the OpenAPI document.
+            # The handler FastAPI builds from the dependant without those parameters; the
+            # route keeps the whole one for the OpenAPI document.
             self.dependant = dataclasses.replace(
-                declared, header_params=[], call=_reading_headers(declared)
+                declared,
+                header_params=[],
+                query_params=[],
+                call=_reading_optional_parameters(declared),
             )
         try:
             handle = super().get_route_handler()
@@ -78,31 +83,35 @@ class AdmittedRoute(APIRoute):
         return admitted_first
 
 
-def _reading_headers(declared: Dependant) -> Callable[..., Awaitable[Any]]:
-    """The endpoint of ``declared``, given the values of its header parameters: None for one
-    the request does not send, else what FastAPI's own validation of it gives (its errors a
-    422 as FastAPI's, ``edge.problems``)."""
+def _reading_optional_parameters(declared: Dependant) -> Callable[..., Awaitable[Any]]:
+    """The endpoint of ``declared``, given the values of its query and header parameters: None
+    for one the request does not send, else what FastAPI's own validation of it gives (its
+    errors a 422 as FastAPI's, ``edge.problems``)."""
     endpoint = declared.call
     assert endpoint is not None
     assert declared.request_param_name is not None
     request_name = declared.request_param_name
-    fields = [(field, get_validation_alias(field)) for field in declared.header_params]
+    fields = [
+        *((field, get_validation_alias(field), True) for field in declared.header_params),
+        *((field, get_validation_alias(field), False) for field in declared.query_params),
+    ]
 
-    async def with_headers(**values: Any) -> Any:
-        headers = values[request_name].headers
+    async def with_parameters(**values: Any) -> Any:
+        request = values[request_name]
         errors: list[Any] = []
-        for field, alias in fields:
-            if headers.get(alias) is None:
+        for field, alias, in_headers in fields:
+            sent = request.headers if in_headers else request.query_params
+            if sent.get(alias) is None:
                 values[field.name] = None
                 continue
-            found, wrong = request_params_to_args([field], headers)
+            found, wrong = request_params_to_args([field], sent)
             values[field.name] = found.get(field.name)
             errors += wrong
         if errors:
             raise RequestValidationError(errors)
         return await endpoint(**values)
 
-    return with_headers
+    return with_parameters
 
 
 def caller_of(request: Request) -> Scope:
