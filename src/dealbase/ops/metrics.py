@@ -114,10 +114,21 @@ class Metrics:
             registry=registry,
         )
         self._operation_names: set[str] = set()
+        # Each (route, method, status)'s two series: ``labels`` checks and builds its key on
+        # every call, a third of the metrics' calls per request.
+        self._answered: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
     def request_answered(self, route: str, method: str, status: int, seconds: float) -> None:
-        self._requests.labels(route, method, str(status)).inc()
-        self._request_seconds.labels(route, method).observe(seconds)
+        key = (route, method, status)
+        series = self._answered.get(key)
+        if series is None:
+            series = self._answered[key] = (
+                self._requests.labels(route, method, str(status)),
+                self._request_seconds.labels(route, method),
+            )
+        count, duration = series
+        count.inc()
+        duration.observe(seconds)
 
     def unit_of_work_started(self, warm: bool) -> None:
         self._units_of_work.labels("warm" if warm else "cold").inc()
