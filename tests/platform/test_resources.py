@@ -164,3 +164,19 @@ def test_one_customer_made_by_postgresql_is_the_customer_as_the_api_shows_it_at_
     assert version == created.version
     assert json.loads(text) == shown
     assert list(json.loads(text)) == list(shown)
+
+
+def test_a_create_made_by_postgresql_is_the_customer_as_the_api_shows_it(
+    database: Database, world: TenantWorld
+) -> None:
+    scope = world.tenant.scope.in_department(world.department.id)
+    fields = CustomerFields.model_validate_json(json.dumps(EVERY_FIELD))
+    with database.unit_of_work(scope) as uow:
+        # Read before the COMMIT, as a keyed create does (the insert goes then).
+        customer_id, version, text = customers.create_later_as_json(uow, fields).read()
+    with database.unit_of_work(scope) as uow:
+        shown = customer_json(customers.get(uow, customer_id))
+
+    assert version == 1
+    assert json.loads(text) == shown
+    assert list(json.loads(text)) == list(shown)

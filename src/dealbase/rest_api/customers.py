@@ -20,7 +20,6 @@ from dealbase.edge.requests import (
 from dealbase.platform.batches.models import Batch
 from dealbase.platform.customers import service
 from dealbase.platform.customers.models import (
-    Customer,
     CustomerFields,
     CustomerFilter,
     CustomerPatch,
@@ -41,6 +40,7 @@ from dealbase.rest_api.openapi import (
 from dealbase.rest_api.responses import (
     batch_response,
     created,
+    created_from_json_text,
     json_text_page,
     json_text_response,
     no_content,
@@ -94,14 +94,10 @@ async def create_customer(
     fields = parse_body(CustomerFields, body)
 
     def perform(uow: UnitOfWork) -> AfterCommit[Response]:
-        customer = service.create_later(uow, fields)
-        return AfterCommit(lambda: _created(customer.read()))
+        customer = service.create_later_as_json(uow, fields)
+        return AfterCommit(lambda: created_from_json_text(*customer.read(), "/customers"))
 
     return await run_once(request, scope, idempotency_key, fields, perform)
-
-
-def _created(customer: Customer) -> Response:
-    return created(customer_json, customer, f"/customers/{customer.id}")
 
 
 @router.get(

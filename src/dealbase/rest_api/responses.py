@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -56,6 +57,16 @@ def json_text_response(version: int, text: str) -> Response:
     """``resource_response`` of a record PostgreSQL wrote as JSON text."""
     response = Response(text.encode(), media_type="application/json")
     response.headers["ETag"] = etag(version)
+    return response
+
+
+def created_from_json_text(
+    record_id: uuid.UUID, version: int, text: str, collection: str
+) -> Response:
+    """``created`` of a record PostgreSQL wrote as JSON text, in ``collection`` (its path)."""
+    response = json_text_response(version, text)
+    response.status_code = 201
+    response.headers["Location"] = f"{API_PREFIX}{collection}/{record_id}"
     return response
 
 

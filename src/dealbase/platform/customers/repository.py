@@ -105,8 +105,9 @@ def _insert_recorded_statement() -> Select[Any]:
         .cte("inserted")
     )
     _, wakes = recorded_with(inserted, "customer.created", customer_json_sql(inserted))
-    # The customer's columns, then whether the worker is to be woken (read last).
-    return select(inserted, wakes.label("wakes"))
+    # The customer's columns, its JSON text, then whether the worker is to be woken (read
+    # last).
+    return select(inserted, customer_json_text_sql(inserted).label("shown"), wakes.label("wakes"))
 
 
 # A new customer and its customer.created event, in one statement.
@@ -139,6 +140,12 @@ def recorded(inserted: Deferred, tenant_id: uuid.UUID) -> Customer | None:
     has its external id, and nothing was written."""
     row = inserted.rows().mappings().first()
     return None if row is None else to_customer(row, tenant_id)
+
+
+def recorded_as_json(inserted: Deferred) -> tuple[uuid.UUID, int, str] | None:
+    """``recorded``'s customer as its id, its version and its JSON text made by PostgreSQL."""
+    row = inserted.rows().mappings().first()
+    return None if row is None else (row["id"], row["version"], row["shown"])
 
 
 def recorded_wakes(inserted: Deferred) -> bool:

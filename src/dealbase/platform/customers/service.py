@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import TypeVar
 
 from pydantic import BaseModel
 
@@ -21,6 +22,9 @@ from dealbase.platform.tables import customers
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
 from dealbase.tenancy.database import AfterCommit, UnitOfWork
+from dealbase.tenancy.statements import Deferred
+
+T = TypeVar("T")
 
 
 def create(uow: UnitOfWork, fields: CustomerFields) -> Customer:
@@ -32,19 +36,34 @@ def create_later(uow: UnitOfWork, fields: CustomerFields) -> AfterCommit[Custome
     round trip: a unit of work that commits next writes the customer in one round trip. An
     external id another customer of the department has is ExternalIdTaken when read (nothing
     was written)."""
+    inserted = _insert_recorded(uow, fields)
+    tenant_id = uow.scope.tenant_id
+    return AfterCommit(lambda: _created(repository.recorded(inserted, tenant_id)))
+
+
+def create_later_as_json(
+    uow: UnitOfWork, fields: CustomerFields
+) -> AfterCommit[tuple[uuid.UUID, int, str]]:
+    """``create_later``'s customer as its id, its version and the JSON text
+    ``resources.customer_json`` would make, made by PostgreSQL (REST's answer)."""
+    inserted = _insert_recorded(uow, fields)
+    return AfterCommit(lambda: _created(repository.recorded_as_json(inserted)))
+
+
+def _insert_recorded(uow: UnitOfWork, fields: CustomerFields) -> Deferred:
     scope = uow.scope
     inserted = repository.defer_insert_recorded(
         uow.connection, scope.tenant_id, department_of(scope), fields
     )
     events.recorded_by_statement(uow, lambda: repository.recorded_wakes(inserted))
+    return inserted
 
-    def customer() -> Customer:
-        created = repository.recorded(inserted, scope.tenant_id)
-        if created is None:
-            raise repository.external_id_taken()
-        return created
 
-    return AfterCommit(customer)
+def _created(found: T | None) -> T:
+    """What an insert of ``_insert_recorded`` returned; none: the external id was taken."""
+    if found is None:
+        raise repository.external_id_taken()
+    return found
 
 
 def get(uow: UnitOfWork, customer_id: uuid.UUID) -> Customer:
