@@ -12,9 +12,10 @@ from dealbase.edge.problems import ProtocolError, malformed_json
 from dealbase.errors import invalid_from_pydantic
 from dealbase.platform.versioning import Expected
 
-# The two conditional headers are declared as route parameters (FastAPI validates them and the
-# OpenAPI document shows them), not as dependencies: a dependency costs every request that
-# names it about 0.05 ms of CPU in FastAPI's resolver (docs/architecture.md).
+# The conditional headers are declared as route parameters (the OpenAPI document shows them;
+# ``AdmittedRoute`` reads them, validated by these fields when sent), not as dependencies: a
+# dependency costs every request that names it about 0.05 ms of CPU in FastAPI's resolver
+# (docs/architecture.md).
 IfMatch = Annotated[
     str | None,
     Header(
