@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import dataclasses
 import functools
+import operator
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -32,8 +34,19 @@ from dealbase.tenancy.statements import Deferred, Record, Rows, TenantConnection
 _COLUMNS = tuple(column.name for column in customers.c)
 
 
+# The read model's fields but the tenant's id (no row holds it) as the row names them, and
+# where the tenant's id goes among them.
+_FIELDS = tuple(field.name for field in dataclasses.fields(Customer))
+_READ = operator.itemgetter(*(name for name in _FIELDS if name != "tenant_id"))
+_TENANT_AT = _FIELDS.index("tenant_id")
+
+
 def to_customer(row: Record, tenant_id: uuid.UUID) -> Customer:
-    return Customer(tenant_id=tenant_id, **{name: row[name] for name in _COLUMNS})
+    # Positional: the 28 keyword arguments cost three times as much (14.7 against 4.7 µs), and
+    # a dashboard page makes 150 customers.
+    values = list(_READ(row))
+    values.insert(_TENANT_AT, tenant_id)
+    return Customer(*values)
 
 
 # Built once: building a statement costs more CPU than running it (coercing every column).
