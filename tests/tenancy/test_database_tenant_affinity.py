@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from typing import TypeVar
 
 from sqlalchemy import func, select
@@ -103,3 +104,32 @@ async def _settled(event: asyncio.Event, then: Awaitable[T]) -> T:
 
 async def _release(release: asyncio.Event) -> None:
     release.set()
+
+
+def test_a_unit_of_work_begun_in_a_task_ends_in_the_task_that_awaited_it(
+    database_url: str, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    # A GraphQL request's read transaction is opened by whichever resolver reads first (in a
+    # task graphql-core made for it) and ended by the request.
+    scope = make_tenant().tenant.scope
+
+    async def begun_in_a_task_ended_here() -> int:
+        database = Database(database_url, pool_size=1, max_overflow=0)
+        await database.open()
+        try:
+            stack = AsyncExitStack()
+
+            async def begin() -> UnitOfWork:
+                return await stack.enter_async_context(database.unit_of_work_on_event_loop(scope))
+
+            uow = await asyncio.create_task(begin())
+            pid = await run_on_event_loop(_pid_in, uow)
+            await stack.aclose()
+            # The connection went back to the pool: the next unit of work gets it.
+            again = await database.run(scope, _pid_in)
+            assert again == pid
+            return pid
+        finally:
+            await database.close()
+
+    assert asyncio.run(begun_in_a_task_ended_here()) > 0

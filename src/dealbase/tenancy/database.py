@@ -249,12 +249,19 @@ class TenantAffinePool(AsyncConnectionPool):
     @asynccontextmanager
     async def connection_for(self, schema: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """``connection()``, preferring an idle connection warm for ``schema``."""
+        # Reset once the connection is chosen, in the context that set it: the caller may
+        # end its use in another (a GraphQL request's read transaction, opened by a resolver
+        # in a task of its own, ends with the request).
         wanted = _TENANT_WANTED.set(schema)
+        chosen = False
         try:
             async with self.connection() as connection:
+                _TENANT_WANTED.reset(wanted)
+                chosen = True
                 yield connection
         finally:
-            _TENANT_WANTED.reset(wanted)
+            if not chosen:
+                _TENANT_WANTED.reset(wanted)
 
     async def _get_ready_connection(
         self, timeout: float | None
