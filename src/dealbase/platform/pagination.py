@@ -61,21 +61,22 @@ class PageRequest:
         """``rows`` is what a query for ``limit + 1`` returned: an extra row means there is more."""
         items = list(rows[: self.limit])
         # One fingerprint for the page: each costs the filters' JSON and a hash.
-        fingerprint = _fingerprint(filters)
+        made_under = fingerprint(filters)
         cursors = [
-            _cursor(id_of(item), fingerprint, None if sort_of is None else sort_of(item))
+            _cursor(id_of(item), made_under, None if sort_of is None else sort_of(item))
             for item in items
         ]
         more = len(rows) > self.limit and bool(items)
         return Page(items, cursors[-1] if more else None, cursors)
 
 
-def _fingerprint(filters: BaseModel) -> bytes:
+def fingerprint(filters: BaseModel) -> bytes:
+    """What a cursor carries of the filters it was made under."""
     return hashlib.sha256(filters.model_dump_json().encode()).digest()[:6]
 
 
-def _cursor(last_id: uuid.UUID, fingerprint: bytes, sort: int | None) -> str:
-    raw = last_id.bytes + fingerprint
+def _cursor(last_id: uuid.UUID, made_under: bytes, sort: int | None) -> str:
+    raw = last_id.bytes + made_under
     if sort is not None:
         raw += sort.to_bytes(8, "big", signed=True)
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
@@ -99,7 +100,7 @@ def page_request(limit: int | None, cursor: str | None, filters: BaseModel) -> P
         raw = b""
     if len(raw) not in (22, 30):
         raise Invalid.of("cursor", "invalid_cursor", "The cursor is not one this API returned.")
-    if raw[16:22] != _fingerprint(filters):
+    if raw[16:22] != fingerprint(filters):
         raise Invalid.of(
             "cursor", "invalid_cursor", "The cursor belongs to a list with other filters."
         )

@@ -1,17 +1,20 @@
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Mapping
+from typing import Any
 
-from sqlalchemy import ColumnElement, func, select, update
+from sqlalchemy import Select, bindparam, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 
 from dealbase.ids import new_id
 from dealbase.platform.activities.models import Activity, ActivityFilter
+from dealbase.platform.listing import BY_ID, ListFilters, Rule, Shape, equal
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.rows import in_department, owned_by
+from dealbase.platform.rows import owned_by
 from dealbase.platform.tables import activities
-from dealbase.tenancy.statements import Record, TenantConnection
+from dealbase.tenancy.statements import Record, TenantConnection, built_once
 
 _COLUMNS = tuple(column.name for column in activities.c)  # named once: see customers
 
@@ -79,17 +82,22 @@ def get_activity(
     return None if row is None else to_activity(row)
 
 
-def _matching(
-    department_id: uuid.UUID | None, filters: ActivityFilter
-) -> list[ColumnElement[bool]]:
-    conditions = [in_department(activities, department_id)]
-    if filters.external_id is not None:
-        conditions.append(activities.c.external_id == filters.external_id)
-    if filters.customer_id is not None:
-        conditions.append(activities.c.customer_id == filters.customer_id)
-    if filters.deal_id is not None:
-        conditions.append(activities.c.deal_id == filters.deal_id)
-    return conditions
+ACTIVITY_FILTERS = ListFilters(
+    activities,
+    (
+        Rule("external_id", equal(activities.c.external_id)),
+        Rule("customer_id", equal(activities.c.customer_id)),
+        Rule("deal_id", equal(activities.c.deal_id)),
+    ),
+)
+
+
+@functools.lru_cache(maxsize=32)
+def _page_query(shape: Shape, after: bool) -> Select[Any]:
+    query = select(activities).where(*ACTIVITY_FILTERS.conditions(shape))
+    if after:
+        query = query.where(BY_ID.after(activities))
+    return built_once(query.order_by(*BY_ID.order_by(activities)).limit(bindparam("limit")))
 
 
 def list_activities(
@@ -98,18 +106,24 @@ def list_activities(
     filters: ActivityFilter,
     page: PageRequest,
 ) -> list[Activity]:
-    query = select(activities).where(*_matching(department_id, filters))
-    if page.after is not None:
-        query = query.where(activities.c.id > page.after)
-    rows = connection.execute(query.order_by(activities.c.id).limit(page.limit + 1)).mappings()
+    shape, values = ACTIVITY_FILTERS.shape_and_values(department_id, filters)
+    values.update(BY_ID.values(page), limit=page.limit + 1)
+    rows = connection.execute(_page_query(shape, page.after is not None), values).mappings()
     return [to_activity(row) for row in rows]
 
 
 def count_activities(
     connection: TenantConnection, department_id: uuid.UUID | None, filters: ActivityFilter
 ) -> int:
-    query = select(func.count()).select_from(activities).where(*_matching(department_id, filters))
-    return int(connection.execute(query).scalar_one())
+    shape, values = ACTIVITY_FILTERS.shape_and_values(department_id, filters)
+    return int(connection.execute(_count_query(shape), values).scalar_one())
+
+
+@functools.lru_cache(maxsize=32)
+def _count_query(shape: Shape) -> Select[Any]:
+    return built_once(
+        select(func.count()).select_from(activities).where(*ACTIVITY_FILTERS.conditions(shape))
+    )
 
 
 def detach_from_deal(connection: TenantConnection, deal_id: uuid.UUID) -> None:

@@ -24,6 +24,7 @@ from dealbase.errors import ExternalIdTaken
 from dealbase.ids import new_id
 from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
 from dealbase.platform.events.repository import recorded_with
+from dealbase.platform.listing import ListFilters, Rule, Shape, equal
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.resources import customer_json_sql, customer_json_text_sql
 from dealbase.platform.rows import in_bound_department, owned_by, unnested, unnested_values
@@ -297,71 +298,45 @@ def _contains(text: str) -> str:
     return f"%{escaped}%"
 
 
-# Which of a list's conditions apply: a department, then the filters in CustomerFilter's order.
-_FilterShape = tuple[bool, bool, bool, bool, bool]
-
-
-def _filter_shape(department_id: uuid.UUID | None, filters: CustomerFilter) -> _FilterShape:
-    return (
-        department_id is not None,
-        filters.external_id is not None,
-        filters.email is not None,
-        filters.q is not None,
-        filters.updated_since is not None,
+def _text_search() -> ColumnElement[bool]:
+    pattern = bindparam("q", type_=Text)
+    return or_(
+        *(
+            column.ilike(pattern, escape="\\")
+            for column in (customers.c.last_name, customers.c.first_name, customers.c.company)
+        )
     )
 
 
-def _filter_values(department_id: uuid.UUID | None, filters: CustomerFilter) -> dict[str, Any]:
-    """The values of ``_conditions(_filter_shape(department_id, filters))``."""
-    given = {
-        "department_id": department_id,
-        "external_id": filters.external_id,
-        "email": None if filters.email is None else filters.email.lower(),
-        "pattern": None if filters.q is None else _contains(filters.q),
-        "updated_since": filters.updated_since,
-    }
-    return {name: value for name, value in given.items() if value is not None}
-
-
-@functools.lru_cache(maxsize=32)
-def _conditions(shape: _FilterShape) -> tuple[ColumnElement[bool], ...]:
-    """A list's conditions, their values bound by name (``_filter_values``): built once per
-    shape, so the statements that hold them are too (``built_once``)."""
-    one_department, by_external_id, by_email, by_text, since = shape
-    conditions = [in_bound_department(customers, one_department)]
-    if by_external_id:
-        conditions.append(customers.c.external_id == bindparam("external_id", type_=Text))
-    if by_email:
-        conditions.append(func.lower(customers.c.email) == bindparam("email", type_=Text))
-    if by_text:
-        pattern = bindparam("pattern", type_=Text)
-        conditions.append(
-            or_(
-                *(
-                    column.ilike(pattern, escape="\\")
-                    for column in (
-                        customers.c.last_name,
-                        customers.c.first_name,
-                        customers.c.company,
-                    )
-                )
-            )
-        )
-    if since:
-        conditions.append(
-            customers.c.updated_at >= bindparam("updated_since", type_=customers.c.updated_at.type)
-        )
-    return tuple(conditions)
+CUSTOMER_FILTERS = ListFilters(
+    customers,
+    (
+        Rule("external_id", equal(customers.c.external_id)),
+        Rule(
+            "email",
+            lambda: func.lower(customers.c.email) == bindparam("email", type_=Text),
+            str.lower,
+        ),
+        Rule("q", _text_search, _contains),
+        Rule(
+            "updated_since",
+            lambda: (
+                customers.c.updated_at
+                >= bindparam("updated_since", type_=customers.c.updated_at.type)
+            ),
+        ),
+    ),
+)
 
 
 @functools.lru_cache(maxsize=64)
-def _page_query(shape: _FilterShape, after: bool, as_json: bool) -> Select[Any]:
+def _page_query(shape: Shape, after: bool, as_json: bool) -> Select[Any]:
     """Up to ``limit`` customers of a list in id order, after the id ``after`` when paging on:
     the rows, or each one's id and JSON text."""
     columns: tuple[Any, ...] = (
         (customers.c.id, customer_json_text_sql(customers)) if as_json else tuple(customers.c)
     )
-    query = select(*columns).where(*_conditions(shape))
+    query = select(*columns).where(*CUSTOMER_FILTERS.conditions(shape))
     if after:
         query = query.where(customers.c.id > bindparam("after", type_=customers.c.id.type))
     return built_once(query.order_by(customers.c.id).limit(bindparam("limit")))
@@ -376,8 +351,9 @@ def _page(
     as_json: bool,
     tenant_id: uuid.UUID,
 ) -> Rows:
-    query = _page_query(_filter_shape(department_id, filters), page.after is not None, as_json)
-    values = {**_filter_values(department_id, filters), "limit": page.limit + 1}
+    shape, values = CUSTOMER_FILTERS.shape_and_values(department_id, filters)
+    query = _page_query(shape, page.after is not None, as_json)
+    values["limit"] = page.limit + 1
     if page.after is not None:
         values["after"] = page.after
     if as_json:
@@ -413,13 +389,15 @@ def list_customers_as_json(
 def count_customers(
     connection: TenantConnection, department_id: uuid.UUID | None, filters: CustomerFilter
 ) -> int:
-    query = _count_query(_filter_shape(department_id, filters))
-    return int(connection.execute(query, _filter_values(department_id, filters)).scalar_one())
+    shape, values = CUSTOMER_FILTERS.shape_and_values(department_id, filters)
+    return int(connection.execute(_count_query(shape), values).scalar_one())
 
 
 @functools.lru_cache(maxsize=32)
-def _count_query(shape: _FilterShape) -> Select[Any]:
-    return built_once(select(func.count()).select_from(customers).where(*_conditions(shape)))
+def _count_query(shape: Shape) -> Select[Any]:
+    return built_once(
+        select(func.count()).select_from(customers).where(*CUSTOMER_FILTERS.conditions(shape))
+    )
 
 
 def customers_of_deals(

@@ -6,7 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
+    FromClause,
     Select,
     bindparam,
     delete,
@@ -14,7 +16,6 @@ from sqlalchemy import (
     func,
     insert,
     select,
-    tuple_,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -22,6 +23,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from dealbase.ids import new_id
 from dealbase.platform.customers.models import Customer
 from dealbase.platform.deals.models import Deal, DealFilter
+from dealbase.platform.listing import KeysetOrder, ListFilters, Rule, Shape, equal
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.rows import in_department, owned_by, unnested, unnested_values
 from dealbase.platform.tables import deal_customers, deals, employees, steps
@@ -182,35 +184,62 @@ def _deal_row(department_id: uuid.UUID | None, deal_id: uuid.UUID) -> Select[Any
 
 
 # Volume as the volume orders sort it: a deal without one sorts as the smallest.
-SORTED_VOLUME = func.coalesce(deals.c.volume, -1)
+def sorted_volume(row: FromClause) -> ColumnElement[int]:
+    return func.coalesce(row.c.volume, -1)
 
 
-def _matching(department_id: uuid.UUID | None, filters: DealFilter) -> list[ColumnElement[bool]]:
-    conditions = [in_department(deals, department_id)]
-    if filters.external_id is not None:
-        conditions.append(deals.c.external_id == filters.external_id)
-    if filters.step_id is not None:
-        conditions.append(deals.c.step_id == filters.step_id)
-    if filters.employee_id is not None:
-        conditions.append(deals.c.employee_id == filters.employee_id)
-    if filters.customer_id is not None:
-        conditions.append(
-            exists().where(
+DEAL_FILTERS = ListFilters(
+    deals,
+    (
+        Rule("external_id", equal(deals.c.external_id)),
+        Rule("step_id", equal(deals.c.step_id)),
+        Rule("employee_id", equal(deals.c.employee_id)),
+        Rule(
+            "customer_id",
+            lambda: exists().where(
                 deal_customers.c.deal_id == deals.c.id,
-                deal_customers.c.customer_id == filters.customer_id,
-            )
-        )
-    if filters.updated_since is not None:
-        conditions.append(deals.c.updated_at >= filters.updated_since)
-    if filters.created_after is not None:
-        conditions.append(deals.c.created_at >= filters.created_after)
-    if filters.created_before is not None:
-        conditions.append(deals.c.created_at < filters.created_before)
-    if filters.volume_min is not None:
-        conditions.append(deals.c.volume >= filters.volume_min)
-    if filters.volume_max is not None:
-        conditions.append(deals.c.volume <= filters.volume_max)
-    return conditions
+                deal_customers.c.customer_id
+                == bindparam("customer_id", type_=deal_customers.c.customer_id.type),
+            ),
+        ),
+        Rule(
+            "updated_since",
+            lambda: deals.c.updated_at >= bindparam("updated_since", type_=deals.c.updated_at.type),
+        ),
+        Rule(
+            "created_after",
+            lambda: deals.c.created_at >= bindparam("created_after", type_=deals.c.created_at.type),
+        ),
+        Rule(
+            "created_before",
+            lambda: deals.c.created_at < bindparam("created_before", type_=deals.c.created_at.type),
+        ),
+        Rule("volume_min", lambda: deals.c.volume >= bindparam("volume_min", type_=BigInteger)),
+        Rule("volume_max", lambda: deals.c.volume <= bindparam("volume_max", type_=BigInteger)),
+    ),
+)
+
+
+def deal_order(order_by: str) -> KeysetOrder:
+    """A ``DealFilter.order_by`` as a keyset: (id), or (volume, id) for the volume orders."""
+    return _ORDERS[order_by]
+
+
+_ORDERS = {
+    "created_asc": KeysetOrder(),
+    "created_desc": KeysetOrder(descending=True),
+    "volume_asc": KeysetOrder(sorted_volume),
+    "volume_desc": KeysetOrder(sorted_volume, descending=True),
+}
+
+
+@functools.lru_cache(maxsize=128)
+def _page_query(shape: Shape, order_by: str, after: bool) -> Select[Any]:
+    order = deal_order(order_by)
+    query = _with_employee_name().where(*DEAL_FILTERS.conditions(shape))
+    if after:
+        query = query.where(order.after(deals))
+    return built_once(query.order_by(*order.order_by(deals)).limit(bindparam("limit")))
 
 
 def list_deal_rows(
@@ -220,32 +249,24 @@ def list_deal_rows(
     page: PageRequest,
 ) -> list[Record]:
     """Up to ``page.limit + 1`` deals in the filter's order (the extra one tells there is more),
-    paged by keyset: (id), or (volume, id) for the volume orders."""
-    query = _with_employee_name().where(*_matching(department_id, filters))
-    descending = filters.order_by.endswith("_desc")
-    by_volume = filters.order_by.startswith("volume")
-    keys: tuple[ColumnElement[Any], ...] = (
-        (SORTED_VOLUME, deals.c.id) if by_volume else (deals.c.id,)
-    )
-    if page.after is not None:
-        last: tuple[object, ...] = (
-            (-1 if page.after_sort is None else page.after_sort, page.after)
-            if by_volume
-            else (page.after,)
-        )
-        position, bound = tuple_(*keys), tuple_(*last)
-        query = query.where(position < bound if descending else position > bound)
-    query = query.order_by(*(key.desc() if descending else key.asc() for key in keys))
-    return list(connection.execute(query.limit(page.limit + 1)).mappings().all())
+    paged by keyset."""
+    shape, values = DEAL_FILTERS.shape_and_values(department_id, filters)
+    query = _page_query(shape, filters.order_by, page.after is not None)
+    values.update(deal_order(filters.order_by).values(page), limit=page.limit + 1)
+    return list(connection.execute(query, values).mappings().all())
 
 
 def count_deals(
     connection: TenantConnection, department_id: uuid.UUID | None, filters: DealFilter
 ) -> int:
-    return int(
-        connection.execute(
-            select(func.count()).select_from(deals).where(*_matching(department_id, filters))
-        ).scalar_one()
+    shape, values = DEAL_FILTERS.shape_and_values(department_id, filters)
+    return int(connection.execute(_count_query(shape), values).scalar_one())
+
+
+@functools.lru_cache(maxsize=64)
+def _count_query(shape: Shape) -> Select[Any]:
+    return built_once(
+        select(func.count()).select_from(deals).where(*DEAL_FILTERS.conditions(shape))
     )
 
 
