@@ -133,7 +133,7 @@ def create_app(
         install_metrics(app, metrics)
     # Routes are matched in order, one after another: /graphql, a single path that dashboards
     # call all day, goes before the twenty REST routes instead of after them.
-    install_graphql_api(app, settings, metrics.graphql_operation)
+    install_graphql_api(app, settings, metrics.graphql_operation, metrics.graphql_root_field)
     install_health(app, database, limiter if isinstance(limiter, RedisLimiter) else None)
     install_rest_api(app)
     app.add_middleware(RequestEdge, observe=metrics.request_answered)

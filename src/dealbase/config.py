@@ -160,6 +160,14 @@ class Settings(BaseSettings):
     graphql_max_cost: int = Field(
         default=50_000, ge=100, description="Budget of the estimated cost of one query."
     )
+    graphql_compiled_reads: bool = Field(
+        default=True,
+        description=(
+            "Query root fields that read customers, deals and activities answered by one SQL"
+            " statement each, its JSON built by PostgreSQL; false: every field through the"
+            " resolvers."
+        ),
+    )
     graphql_document_cache_size: int = Field(
         default=100,
         ge=0,

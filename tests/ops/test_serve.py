@@ -581,6 +581,12 @@ def test_json_logs_name_the_caller_and_never_hold_a_secret_or_a_body(
                 f"{server.base_url}{API}/customers", json={"last_name": marker}, headers=wrong
             )
             assert refused.status_code == 401
+            read = httpx.post(
+                f"{server.base_url}/graphql",
+                json={"query": "{ deals { totalCount } departments { id } }"},
+                headers=provisioned.headers,
+            )
+            assert read.status_code == 200, read.text
             stop_process(server.process)
             lines = server.log.read_text().splitlines()
 
@@ -600,6 +606,9 @@ def test_json_logs_name_the_caller_and_never_hold_a_secret_or_a_body(
     assert access["department_id"] == provisioned.department["id"]
     assert access["key_id"] == provisioned.key["key_id"]
     assert access["duration_ms"] > 0
+    # A GraphQL query's line says which path each root field took.
+    [graphql] = [r for r in records if r.get("event") == "request" and r.get("route") == "/graphql"]
+    assert graphql["graphql_root_fields"] == {"deals": "compiled", "departments": "resolvers"}
 
 
 # A burst of requests and a shutdown with a grace period of seconds.

@@ -11,6 +11,7 @@ from strawberry.fastapi import GraphQLRouter
 
 from dealbase.config import Settings
 from dealbase.edge.problems import ProtocolError, malformed_json
+from dealbase.graphql_api.compiled import RootFieldObserver
 from dealbase.graphql_api.context import context_for
 from dealbase.graphql_api.schema import OperationObserver, build_schema
 
@@ -49,10 +50,13 @@ class _Router(GraphQLRouter[object, None]):
 
 
 def install_graphql_api(
-    app: FastAPI, settings: Settings, observe: OperationObserver | None = None
+    app: FastAPI,
+    settings: Settings,
+    observe: OperationObserver | None = None,
+    observe_root_field: RootFieldObserver | None = None,
 ) -> None:
     router = _Router(
-        build_schema(settings, observe),
+        build_schema(settings, observe, observe_root_field),
         path=GRAPHQL_PATH,
         context_getter=context_for,
         graphql_ide="graphiql" if settings.graphql_ide else None,

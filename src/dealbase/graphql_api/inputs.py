@@ -16,6 +16,7 @@ import strawberry
 from pydantic import AwareDatetime, BaseModel
 
 from dealbase.errors import FieldError, Invalid
+from dealbase.graphql_api.context import GraphQLContext
 from dealbase.graphql_api.types import ActivityType, BigInt
 from dealbase.platform.activities.models import ActivityFields
 from dealbase.platform.activities.models import ActivityType as ActivityTypeLiteral
@@ -24,6 +25,9 @@ from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.deals.models import DealCreate, DealPatch, DealUpsert
 from dealbase.platform.validation import validated
 from dealbase.platform.webhooks.models import EventChoice, WebhookEndpointFields
+from dealbase.tenancy.scope import Scope
+
+Filters = TypeVar("Filters", bound=BaseModel)
 
 
 def fields_of(value: object) -> dict[str, Any]:
@@ -36,6 +40,20 @@ def fields_of(value: object) -> dict[str, Any]:
             continue
         found[item.name] = given.value if isinstance(given, Enum) else given
     return found
+
+
+async def listed(
+    context: GraphQLContext,
+    model: type[Filters],
+    filter_input: object | None,
+    extra: Mapping[str, Any],
+) -> tuple[Scope, Filters]:
+    """A list's filter input narrowed to its department (when it names one) and, with ``extra``
+    (an order), validated as the platform's filter model: the same for the resolvers and the
+    compiled reads."""
+    given = fields_of(filter_input) if filter_input is not None else {}
+    scope = await context.scope_in(given.pop("department_id", None))
+    return scope, validated(model, {**given, **extra})
 
 
 # The GraphQL type of each Literal the platform's input models use: an enum, or String where

@@ -20,9 +20,14 @@ from strawberry.types.nodes import SelectedField, Selection
 from dealbase.config import Settings
 from dealbase.errors import BatchRejected, Invalid
 from dealbase.graphql_api import loaders
+from dealbase.graphql_api.compiled import (
+    CompilingExecutionContext,
+    RootFieldObserver,
+    install_compiler,
+)
 from dealbase.graphql_api.documents import DocumentCache, DocumentGuard
 from dealbase.graphql_api.errors import DomainErrors
-from dealbase.graphql_api.execution import PlainLeavesExecutionContext, mark_plain_leaves
+from dealbase.graphql_api.execution import mark_plain_leaves
 from dealbase.graphql_api.guards import Guards
 from dealbase.graphql_api.inputs import (
     ActivityChanges,
@@ -45,6 +50,7 @@ from dealbase.graphql_api.inputs import (
     deal_batch_of,
     deal_fields_of,
     fields_of,
+    listed,
 )
 from dealbase.graphql_api.sync import (
     ActivityBatchResult,
@@ -121,9 +127,7 @@ class _Listing(Generic[Item, Filters]):
         to_node: Callable[[Item], Node],
         order_by: dict[str, Any] | None = None,
     ) -> Connection[Node]:
-        given = fields_of(filter_input) if filter_input is not None else {}
-        scope = await info.context.scope_in(given.pop("department_id", None))
-        filters = validated(self.filter_model, {**given, **(order_by or {})})
+        scope, filters = await listed(info.context, self.filter_model, filter_input, order_by or {})
         page = await info.context.run(lambda uow: self.list_page(uow, filters, first, after), scope)
 
         async def count() -> int:
@@ -640,7 +644,11 @@ class _Reported(SchemaExtension):
         self._observe(name, kind, [str((e.extensions or {}).get("code", "")) for e in errors])
 
 
-def build_schema(settings: Settings, observe: OperationObserver | None = None) -> strawberry.Schema:
+def build_schema(
+    settings: Settings,
+    observe: OperationObserver | None = None,
+    observe_root_field: RootFieldObserver | None = None,
+) -> strawberry.Schema:
     # One cache per schema, shared by its operations: its entries hold this schema's verdicts.
     # Validation rules belong in Guards, not in AddValidationRules extensions: the guard
     # validates (or finds the verdict) in Strawberry's stead.
@@ -657,8 +665,10 @@ def build_schema(settings: Settings, observe: OperationObserver | None = None) -
         query=Query,
         mutation=Mutation,
         extensions=extensions,
-        execution_context_class=PlainLeavesExecutionContext,
+        execution_context_class=CompilingExecutionContext,
         config=StrawberryConfig(scalar_map={BigInt: BIG_INT_SCALAR}),
     )
     mark_plain_leaves(schema._schema)
+    if settings.graphql_compiled_reads:
+        install_compiler(schema, observe_root_field)
     return schema

@@ -113,6 +113,13 @@ class Metrics:
             ["code"],
             registry=registry,
         )
+        self._graphql_root_fields = Counter(
+            "dealbase_graphql_root_fields",
+            "Query root fields run, by field and path: compiled (one SQL statement building the"
+            " JSON) or resolvers.",
+            ["field", "path"],
+            registry=registry,
+        )
         self._operation_names: set[str] = set()
         # Each (route, method, status)'s two series: ``labels`` checks and builds its key on
         # every call, a third of the metrics' calls per request.
@@ -149,6 +156,10 @@ class Metrics:
         self._graphql_operations.labels(self._operation_label(name), kind).inc()
         for code in error_codes:
             self._graphql_errors.labels(code).inc()
+
+    def graphql_root_field(self, field: str, path: str) -> None:
+        # Field names are the schema's: a bounded label.
+        self._graphql_root_fields.labels(field, path).inc()
 
     def _operation_label(self, name: str | None) -> str:
         if not name:

@@ -1,0 +1,549 @@
+"""Root fields of a query compiled to one SQL statement each, whose JSON PostgreSQL builds.
+
+A dashboard's read (a page of deals with their steps, employees and customers) completes about
+1,700 fields through graphql-core one at a time, from rows mapped to read models and then to
+GraphQL objects. Compiled, the root field's selection becomes a read tree
+(``platform.reads``): one statement builds the field's whole JSON, and the server passes
+PostgreSQL's text through to the response (``orjson.Fragment``).
+
+The choice is made per root field (``ReadCompiler.compile``): the lists ``customers``,
+``deals`` and ``activities`` and the lookups ``customer``, ``deal`` and ``activity`` are
+compiled when everything they select is an attribute, a nested object or list the read tree
+knows, ``__typename``, or a connection's ``edges``, ``cursor``, ``node``, ``pageInfo`` and
+``totalCount``, through aliases, fragments and ``@skip``/``@include``. Anything else, and every
+mutation, runs through the resolvers. So does a compiled field whose request the platform
+refuses (a bad cursor, a page size out of range, a department the caller cannot see) or whose
+row the caller cannot see: the resolvers refuse it with their own error, code and path, so
+both paths answer alike by construction.
+
+A compiled tree is kept per root field of a document (the document cache keeps its parsed
+text, so the same node comes back) and per value of the variables its ``@skip`` and
+``@include`` read. No name or value of the request reaches SQL text: keys (aliases) and values
+are bound (``platform.reads.repository``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import structlog
+from graphql import (
+    FieldNode,
+    FragmentDefinitionNode,
+    FragmentSpreadNode,
+    GraphQLEnumType,
+    GraphQLField,
+    GraphQLIncludeDirective,
+    GraphQLList,
+    GraphQLNonNull,
+    GraphQLObjectType,
+    GraphQLOutputType,
+    GraphQLScalarType,
+    GraphQLSchema,
+    GraphQLSkipDirective,
+    InlineFragmentNode,
+    SelectionSetNode,
+    VariableNode,
+)
+from graphql.execution.collect_fields import GroupedFieldSet
+from graphql.execution.values import VariableValues, get_argument_values, get_directive_values
+from graphql.pyutils import Path
+from pydantic import BaseModel
+from strawberry.schema.schema_converter import GraphQLCoreConverter
+from strawberry.types.arguments import convert_arguments
+from strawberry.types.field import StrawberryField
+
+from dealbase.errors import Invalid, NotFound
+from dealbase.graphql_api.context import GraphQLContext
+from dealbase.graphql_api.execution import PlainLeavesExecutionContext
+from dealbase.graphql_api.inputs import listed
+from dealbase.platform.activities.models import ActivityFilter
+from dealbase.platform.customers.models import CustomerFilter
+from dealbase.platform.deals.models import DealFilter
+from dealbase.platform.pagination import page_size
+from dealbase.platform.reads import repository as reads
+from dealbase.platform.reads.models import (
+    Attribute,
+    Constant,
+    Cursor,
+    Edges,
+    EndCursor,
+    Entry,
+    Fields,
+    Form,
+    HasNextPage,
+    Node,
+    OneRead,
+    PageInfo,
+    PageRead,
+    Related,
+    RelatedList,
+    TotalCount,
+)
+from dealbase.platform.reads.service import OneReader, PageReader
+
+# Root fields compiled, per kind.
+_LISTS: Mapping[str, type[BaseModel]] = {
+    "customers": CustomerFilter,
+    "deals": DealFilter,
+    "activities": ActivityFilter,
+}
+_ONES = ("customer", "deal", "activity")
+# The GraphQL object types the read tree knows, by kind.
+_KINDS = {
+    "Customer": "customer",
+    "Deal": "deal",
+    "Activity": "activity",
+    "Step": "step",
+    "Employee": "employee",
+}
+_FORMS = {
+    "UUID": Form.TEXT,
+    "DateTime": Form.TIMESTAMP,
+    "Date": Form.DATE,
+    "String": Form.AS_IS,
+    "Int": Form.AS_IS,
+    "BigInt": Form.AS_IS,
+    "Boolean": Form.AS_IS,
+}
+# Compiled trees kept per process (root fields of documents, by their skip/include values).
+_KEPT = 256
+
+
+class NotCompiled(Exception):
+    """The selection has something the read tree does not read."""
+
+
+def _named(type_: GraphQLOutputType) -> tuple[Any, bool]:
+    """The named type under ``type_``'s wrappers, and whether it is a list."""
+    many = False
+    while isinstance(type_, GraphQLNonNull | GraphQLList):
+        many = many or isinstance(type_, GraphQLList)
+        type_ = type_.of_type
+    return type_, many
+
+
+def _form(type_: Any) -> Form:
+    if isinstance(type_, GraphQLScalarType) and type_.name in _FORMS:
+        return _FORMS[type_.name]
+    # An enum whose stored values are its names in lower case (a step's kind, an activity's
+    # type): PostgreSQL writes the name.
+    if isinstance(type_, GraphQLEnumType) and all(
+        getattr(value.value, "value", value.value) == name.lower()
+        for name, value in type_.values.items()
+    ):
+        return Form.NAME
+    raise NotCompiled(f"no form for {type_}")
+
+
+@dataclass(frozen=True, slots=True)
+class _NestedLength:
+    """A nested list's ``first``, read from the request each time (a variable's value or the
+    document's literal), bound as ``name``."""
+
+    name: str
+    field: GraphQLField
+    node: FieldNode
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledField:
+    """A root field's read: a page or one row, and how to find its values in a request."""
+
+    field_name: str
+    field: GraphQLField
+    node: FieldNode
+    reader: PageReader | OneReader
+    lengths: tuple[_NestedLength, ...]
+
+
+class _Walk:
+    """One walk of a root field's selection into a read tree."""
+
+    def __init__(
+        self,
+        schema: GraphQLSchema,
+        fragments: Mapping[str, FragmentDefinitionNode],
+        variables: VariableValues,
+    ) -> None:
+        self.schema = schema
+        self.fragments = fragments
+        self.variables = variables
+        self.lengths: list[_NestedLength] = []
+
+    def collect(
+        self, type_: GraphQLObjectType, selection_sets: list[SelectionSetNode]
+    ) -> OrderedDict[str, list[FieldNode]]:
+        """The fields selected on ``type_``, by response key, in the response's order (as
+        graphql-core collects them)."""
+        found: OrderedDict[str, list[FieldNode]] = OrderedDict()
+        for selection_set in selection_sets:
+            self._collect(type_, selection_set, found, set())
+        return found
+
+    def _collect(
+        self,
+        type_: GraphQLObjectType,
+        selection_set: SelectionSetNode,
+        found: OrderedDict[str, list[FieldNode]],
+        visited: set[str],
+    ) -> None:
+        for selection in selection_set.selections:
+            if not self._included(selection):
+                continue
+            if isinstance(selection, FieldNode):
+                key = selection.alias.value if selection.alias else selection.name.value
+                found.setdefault(key, []).append(selection)
+            elif isinstance(selection, InlineFragmentNode):
+                if self._applies(selection.type_condition, type_):
+                    self._collect(type_, selection.selection_set, found, visited)
+            elif isinstance(selection, FragmentSpreadNode):
+                name = selection.name.value
+                fragment = self.fragments.get(name)
+                if name in visited or fragment is None:
+                    continue
+                visited.add(name)
+                if self._applies(fragment.type_condition, type_):
+                    self._collect(type_, fragment.selection_set, found, visited)
+
+    @staticmethod
+    def _applies(condition: Any, type_: GraphQLObjectType) -> bool:
+        return condition is None or condition.name.value == type_.name
+
+    def _included(self, node: Any) -> bool:
+        skip = get_directive_values(GraphQLSkipDirective, node, self.variables)
+        if skip and skip.get("if"):
+            return False
+        include = get_directive_values(GraphQLIncludeDirective, node, self.variables)
+        return not (include and not include.get("if"))
+
+    def object_fields(self, type_: GraphQLObjectType, nodes: list[FieldNode]) -> Fields:
+        kind = _KINDS.get(type_.name)
+        if kind is None:
+            raise NotCompiled(type_.name)
+        fields: list[tuple[str, Entry]] = []
+        for key, selected in self.collect(type_, _selections(nodes)).items():
+            fields.append((key, self.entry(type_, kind, selected)))
+        return tuple(fields)
+
+    def entry(self, type_: GraphQLObjectType, kind: str, nodes: list[FieldNode]) -> Entry:
+        name = nodes[0].name.value
+        if name == "__typename":
+            return Constant(type_.name)
+        field = type_.fields.get(name)
+        if field is None:
+            raise NotCompiled(name)
+        attribute = _python_name(field)
+        named, many = _named(field.type)
+        related = reads.relation(kind, attribute)
+        if related is not None and isinstance(named, GraphQLObjectType):
+            child_kind, related_many = related
+            if related_many != many or _KINDS.get(named.name) != child_kind:
+                raise NotCompiled(name)
+            fields = self.object_fields(named, nodes)
+            if not many:
+                return Related(attribute, fields)
+            limit = None
+            if "first" in field.args:
+                limit = f"nested_length_{len(self.lengths)}"
+                self.lengths.append(_NestedLength(limit, field, nodes[0]))
+            elif field.args:
+                raise NotCompiled(name)
+            return RelatedList(attribute, fields, limit)
+        if field.args or many or not reads.readable(kind, attribute):
+            raise NotCompiled(name)
+        return Attribute(attribute, _form(named))
+
+    def page(self, field_name: str, type_: GraphQLObjectType, nodes: list[FieldNode]) -> PageRead:
+        parts: list[tuple[str, Any]] = []
+        for key, selected in self.collect(type_, _selections(nodes)).items():
+            name = selected[0].name.value
+            if name == "__typename":
+                parts.append((key, Constant(type_.name)))
+            elif name == "totalCount":
+                parts.append((key, TotalCount()))
+            elif name == "pageInfo":
+                parts.append((key, PageInfo(self._page_info(type_, selected))))
+            elif name == "edges":
+                parts.append((key, Edges(self._edges(type_, selected))))
+            else:
+                raise NotCompiled(name)
+        return PageRead(field_name, tuple(parts))
+
+    def _page_info(
+        self, connection: GraphQLObjectType, nodes: list[FieldNode]
+    ) -> tuple[tuple[str, HasNextPage | EndCursor | Constant], ...]:
+        type_, _ = _named(connection.fields["pageInfo"].type)
+        parts: list[tuple[str, HasNextPage | EndCursor | Constant]] = []
+        for key, selected in self.collect(type_, _selections(nodes)).items():
+            name = selected[0].name.value
+            if name == "hasNextPage":
+                parts.append((key, HasNextPage()))
+            elif name == "endCursor":
+                parts.append((key, EndCursor()))
+            elif name == "__typename":
+                parts.append((key, Constant(type_.name)))
+            else:
+                raise NotCompiled(name)
+        return tuple(parts)
+
+    def _edges(
+        self, connection: GraphQLObjectType, nodes: list[FieldNode]
+    ) -> tuple[tuple[str, Cursor | Node | Constant], ...]:
+        type_, _ = _named(connection.fields["edges"].type)
+        parts: list[tuple[str, Cursor | Node | Constant]] = []
+        for key, selected in self.collect(type_, _selections(nodes)).items():
+            name = selected[0].name.value
+            if name == "cursor":
+                parts.append((key, Cursor()))
+            elif name == "node":
+                node_type, _ = _named(type_.fields["node"].type)
+                parts.append((key, Node(self.object_fields(node_type, selected))))
+            elif name == "__typename":
+                parts.append((key, Constant(type_.name)))
+            else:
+                raise NotCompiled(name)
+        return tuple(parts)
+
+
+def _selections(nodes: list[FieldNode]) -> list[SelectionSetNode]:
+    return [node.selection_set for node in nodes if node.selection_set is not None]
+
+
+def _python_name(field: GraphQLField) -> str:
+    definition = field.extensions.get(GraphQLCoreConverter.DEFINITION_BACKREF)
+    if not isinstance(definition, StrawberryField):
+        raise NotCompiled("not a Strawberry field")
+    return definition.python_name
+
+
+def _directive_variables(
+    nodes: list[FieldNode], fragments: Mapping[str, FragmentDefinitionNode]
+) -> tuple[str, ...]:
+    """The variables the ``@skip`` and ``@include`` under ``nodes`` read, in a fixed order."""
+    found: set[str] = set()
+    seen: set[str] = set()
+
+    def visit(node: Any) -> Iterator[Any]:
+        for directive in getattr(node, "directives", None) or ():
+            for argument in directive.arguments:
+                if isinstance(argument.value, VariableNode):
+                    found.add(argument.value.name.value)
+        if isinstance(node, FragmentSpreadNode) and node.name.value not in seen:
+            seen.add(node.name.value)
+            fragment = fragments.get(node.name.value)
+            if fragment is not None:
+                yield fragment.selection_set
+        selection_set = getattr(node, "selection_set", None)
+        if selection_set is not None:
+            yield selection_set
+
+    pending: list[Any] = list(nodes)
+    while pending:
+        node = pending.pop()
+        for selection_set in visit(node):
+            pending.extend(selection_set.selections)
+    return tuple(sorted(found))
+
+
+class ReadCompiler:
+    """Compiles a query's root fields (``compile``) and keeps what it compiled."""
+
+    def __init__(
+        self,
+        schema: GraphQLSchema,
+        convert: Callable[[GraphQLField, dict[str, Any]], dict[str, Any]],
+    ) -> None:
+        self.schema = schema
+        self._convert = convert
+        # id of a root field's first node -> (the node, the variables its directives read,
+        # compiled per their values; None where it does not compile).
+        self._kept: OrderedDict[
+            int, tuple[FieldNode, tuple[str, ...], dict[tuple[Any, ...], CompiledField | None]]
+        ] = OrderedDict()
+
+    def compile(
+        self,
+        nodes: list[FieldNode],
+        fragments: Mapping[str, FragmentDefinitionNode],
+        variables: VariableValues,
+    ) -> CompiledField | None:
+        first = nodes[0]
+        kept = self._kept.get(id(first))
+        if kept is None or kept[0] is not first:
+            kept = (first, _directive_variables(nodes, fragments), {})
+            self._kept[id(first)] = kept
+            if len(self._kept) > _KEPT:
+                self._kept.popitem(last=False)
+        else:
+            self._kept.move_to_end(id(first))
+        _, directive_variables, by_values = kept
+        values = tuple(variables.coerced.get(name) for name in directive_variables)
+        if values not in by_values:
+            by_values[values] = self._compiled(nodes, fragments, variables)
+        return by_values[values]
+
+    def _compiled(
+        self,
+        nodes: list[FieldNode],
+        fragments: Mapping[str, FragmentDefinitionNode],
+        variables: VariableValues,
+    ) -> CompiledField | None:
+        name = nodes[0].name.value
+        query = self.schema.query_type
+        field = None if query is None else query.fields.get(name)
+        if field is None or (name not in _LISTS and name not in _ONES):
+            return None
+        walk = _Walk(self.schema, fragments, variables)
+        type_, _ = _named(field.type)
+        try:
+            if name in _LISTS:
+                reader: PageReader | OneReader = PageReader(walk.page(name, type_, nodes))
+            else:
+                reader = OneReader(OneRead(name, walk.object_fields(type_, nodes)))
+        except NotCompiled:
+            return None
+        return CompiledField(name, field, nodes[0], reader, tuple(walk.lengths))
+
+    async def run(
+        self, compiled: CompiledField, context: GraphQLContext, variables: VariableValues
+    ) -> str | None:
+        """The root field's JSON text, or None where the resolvers must answer instead (a
+        request the platform refuses, a row the caller cannot see)."""
+        try:
+            given = {
+                length.name: page_size(
+                    get_argument_values(length.field, length.node, variables)["first"]
+                )
+                for length in compiled.lengths
+            }
+            arguments = self._convert(
+                compiled.field, get_argument_values(compiled.field, compiled.node, variables)
+            )
+            reader = compiled.reader
+            if isinstance(reader, OneReader):
+                row_id: uuid.UUID = arguments["id"]
+                return await context.run(lambda uow: reader.run(uow, row_id, given))
+            order = arguments.get("order_by")
+            scope, filters = await listed(
+                context,
+                _LISTS[compiled.field_name],
+                arguments.get("filter"),
+                {} if order is None else {"order_by": order.value},
+            )
+            caller_department = context.scope.department_id
+            first, after = arguments["first"], arguments["after"]
+            return await context.run(
+                lambda uow: reader.run(uow, filters, first, after, given, caller_department),
+                scope,
+            )
+        except (Invalid, NotFound):
+            return None
+
+
+def compiler_for(schema: Any) -> ReadCompiler:
+    """The compiler of a Strawberry schema, its arguments converted as Strawberry converts a
+    resolver's (so a filter is the input object the resolver gets)."""
+
+    def convert(field: GraphQLField, values: dict[str, Any]) -> dict[str, Any]:
+        definition = field.extensions[GraphQLCoreConverter.DEFINITION_BACKREF]
+        return convert_arguments(
+            values,
+            definition.arguments,
+            scalar_registry=schema.schema_converter.scalar_registry,
+            config=schema.config,
+        )
+
+    return ReadCompiler(schema._schema, convert)
+
+
+# A root field's path, for the metric and the access line: compiled, or through the resolvers.
+COMPILED = "compiled"
+RESOLVERS = "resolvers"
+# (root field name, path) for each root field of a query run.
+RootFieldObserver = Callable[[str, str], None]
+# Where the schema keeps its compiler and observer (GraphQLSchema.extensions).
+_COMPILER = "dealbase-read-compiler"
+
+
+def install_compiler(schema: Any, observe: RootFieldObserver | None) -> None:
+    """Gives the Strawberry ``schema``'s executions its compiler (``CompilingExecutionContext``)."""
+    schema._schema.extensions[_COMPILER] = (compiler_for(schema), observe)
+
+
+class CompilingExecutionContext(PlainLeavesExecutionContext):
+    """Runs the compiled root fields of a query (``ReadCompiler``), and the others, and any
+    compiled one whose request the resolvers must answer, as graphql-core does."""
+
+    def execute_root_grouped_field_set(
+        self,
+        root_type: GraphQLObjectType,
+        root_value: Any,
+        grouped_field_set: GroupedFieldSet,
+        serially: bool,
+        position_context: Any,
+    ) -> Any:
+        installed = self.schema.extensions.get(_COMPILER)
+        if serially or installed is None or root_type is not self.schema.query_type:
+            return super().execute_root_grouped_field_set(
+                root_type, root_value, grouped_field_set, serially, position_context
+            )
+        compiler, observe = installed
+        compiled: dict[str, CompiledField] = {}
+        for key, details in grouped_field_set.items():
+            found = compiler.compile(
+                [detail.node for detail in details], self.fragment_definitions, self.variable_values
+            )
+            if found is not None:
+                compiled[key] = found
+        return self._with_compiled(
+            compiler, observe, root_type, root_value, grouped_field_set, compiled, position_context
+        )
+
+    async def _with_compiled(
+        self,
+        compiler: ReadCompiler,
+        observe: RootFieldObserver | None,
+        root_type: GraphQLObjectType,
+        root_value: Any,
+        grouped_field_set: GroupedFieldSet,
+        compiled: dict[str, CompiledField],
+        position_context: Any,
+    ) -> dict[str, Any]:
+        answered: dict[str, Any] = {}
+        for key, field in compiled.items():
+            try:
+                text = await compiler.run(field, self.context_value, self.variable_values)
+            except Exception as error:
+                # Reported as graphql-core reports a resolver's error: located at the field,
+                # null in its place, or in its parent's when the field cannot be null.
+                at = Path(None, key, root_type.name)
+                self.handle_field_error(error, field.field.type, grouped_field_set[key], at)
+                answered[key] = None
+                continue
+            if text is not None:
+                answered[key] = orjson.Fragment(text)
+        paths = {
+            details[0].node.name.value: COMPILED if key in answered else RESOLVERS
+            for key, details in grouped_field_set.items()
+        }
+        if observe is not None:
+            for name, path in paths.items():
+                observe(name, path)
+        structlog.contextvars.bind_contextvars(graphql_root_fields=paths)
+        others = {key: value for key, value in grouped_field_set.items() if key not in answered}
+        completed: Any = {}
+        if others:
+            completed = self.execute_fields(root_type, root_value, None, others, position_context)
+            if self.is_awaitable(completed):
+                completed = await completed
+        return {
+            key: answered[key] if key in answered else completed[key]
+            for key in grouped_field_set
+            if key in answered or key in completed
+        }

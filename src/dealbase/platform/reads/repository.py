@@ -1,0 +1,362 @@
+"""A read tree (``models``) as one SQL statement that builds the answer's JSON.
+
+Objects are ``json_build_object`` of their entries, to-many relations ``json_agg`` of a
+correlated subquery in the relation's order, a page a CTE of its rows (in the list's keyset
+order, one more than asked for) that the edges, the page's info and the count read from. Every
+key is a bound value, and so is every value a request gives: the text depends only on the
+tree's shape and on which filters apply, and is built once for each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+from sqlalchemy import (
+    Integer,
+    LargeBinary,
+    Select,
+    Table,
+    Text,
+    bindparam,
+    case,
+    cast,
+    func,
+    literal,
+    literal_column,
+    select,
+)
+from sqlalchemy.dialects.postgresql import UUID, aggregate_order_by
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.selectable import CTE, FromClause
+
+from dealbase.platform.activities.repository import ACTIVITY_FILTERS
+from dealbase.platform.customers.repository import CUSTOMER_FILTERS
+from dealbase.platform.deals.repository import DEAL_FILTERS, deal_order
+from dealbase.platform.listing import BY_ID, KeysetOrder, ListFilters, Shape
+from dealbase.platform.reads.models import (
+    Attribute,
+    Constant,
+    Cursor,
+    Edges,
+    EndCursor,
+    Entry,
+    Fields,
+    Form,
+    HasNextPage,
+    OneRead,
+    PageInfo,
+    PageRead,
+    Related,
+    RelatedList,
+    TotalCount,
+)
+from dealbase.platform.tables import activities, customers, deal_customers, deals, employees, steps
+from dealbase.tenancy.statements import built_once
+
+Row = FromClause
+Derived = Callable[[Row], ColumnElement[Any]]
+
+
+def _employee_name(row: Row) -> ColumnElement[Any]:
+    employee = employees.alias()
+    return select(employee.c.name).where(employee.c.id == row.c.employee_id).scalar_subquery()
+
+
+# Each kind of object: its table, and the values it shows that no column holds.
+_TABLES: Mapping[str, Table] = {
+    "customer": customers,
+    "deal": deals,
+    "activity": activities,
+    "step": steps,
+    "employee": employees,
+}
+_DERIVED: Mapping[str, Mapping[str, Derived]] = {
+    # No row holds the tenant's id: the caller's scope does.
+    "customer": {"tenant_id": lambda row: bindparam("tenant_id", type_=Text)},
+    "deal": {"employee_name": _employee_name},
+}
+
+
+@dataclass(frozen=True)
+class _Relation:
+    """Rows of ``kind`` that a parent row names: the row its reference column names (to one),
+    or the rows that name the parent, oldest first, or linked to it by ``deal_customers`` (in
+    a deal's link order; a customer's deals oldest first)."""
+
+    kind: str
+    # Whether a department caller sees only its department's rows (a deal's customers are of
+    # the deal's department already).
+    in_department: bool = True
+    many: bool = False
+    through_links: bool = False  # by deal_customers
+
+
+_RELATIONS: Mapping[tuple[str, str], _Relation] = {
+    ("deal", "step"): _Relation("step"),
+    ("deal", "employee"): _Relation("employee"),
+    ("activity", "customer"): _Relation("customer"),
+    ("activity", "deal"): _Relation("deal"),
+    ("activity", "employee"): _Relation("employee"),
+    ("deal", "customers"): _Relation(
+        "customer", in_department=False, many=True, through_links=True
+    ),
+    ("deal", "activities"): _Relation("activity", many=True),
+    ("customer", "deals"): _Relation("deal", many=True, through_links=True),
+    ("customer", "activities"): _Relation("activity", many=True),
+}
+# The column of a to-one relation's parent that holds the child's id.
+_REFERENCES = {
+    "step": "step_id",
+    "employee": "employee_id",
+    "customer": "customer_id",
+    "deal": "deal_id",
+}
+
+
+def readable(kind: str, name: str) -> bool:
+    """Whether an object of ``kind`` shows the value ``name`` (an ``Attribute``)."""
+    return name in _TABLES[kind].c or name in _DERIVED.get(kind, {})
+
+
+def relation(kind: str, name: str) -> tuple[str, bool] | None:
+    """The kind of object the relation ``name`` of ``kind`` reads, and whether it is a list."""
+    found = _RELATIONS.get((kind, name))
+    return None if found is None else (found.kind, found.many)
+
+
+def _formatted(value: ColumnElement[Any], form: Form) -> ColumnElement[Any]:
+    if form is Form.TEXT:
+        return cast(value, Text)
+    if form is Form.DATE:
+        return func.to_char(value, "YYYY-MM-DD")
+    if form is Form.NAME:
+        return func.upper(value)
+    if form is Form.TIMESTAMP:
+        # Python's isoformat: microseconds only when there are some, then the UTC offset.
+        whole = func.date_trunc("second", value) == value
+        return (
+            func.to_char(value, 'YYYY-MM-DD"T"HH24:MI:SS')
+            + case((whole, ""), else_=func.to_char(value, ".US"))
+            + func.to_char(value, "TZH:TZM")
+        )
+    return value
+
+
+@dataclass
+class _Builder:
+    """Builds one statement; numbers the aliases it makes."""
+
+    aliases: Iterator[int] = field(default_factory=lambda: iter(range(1_000_000)))
+
+    def alias(self, kind: str) -> Row:
+        return _TABLES[kind].alias(f"r{next(self.aliases)}")
+
+    @staticmethod
+    def key(name: str) -> ColumnElement[Any]:
+        # A key comes from the request (an alias): a bound value, never SQL text.
+        return literal(name, Text)
+
+    def json_object(self, pairs: list[ColumnElement[Any]]) -> ColumnElement[Any]:
+        return func.json_build_object(*pairs)
+
+    def object(self, kind: str, row: Row, fields: Fields) -> ColumnElement[Any]:
+        pairs: list[ColumnElement[Any]] = []
+        for key, entry in fields:
+            pairs += (self.key(key), self.entry(kind, row, entry))
+        return self.json_object(pairs)
+
+    def entry(self, kind: str, row: Row, entry: Entry) -> ColumnElement[Any]:
+        if isinstance(entry, Attribute):
+            derived = _DERIVED.get(kind, {}).get(entry.name)
+            value = derived(row) if derived is not None else row.c[entry.name]
+            return _formatted(value, entry.form)
+        if isinstance(entry, Constant):
+            return literal(entry.value, Text)
+        if isinstance(entry, Related):
+            return self.related(kind, row, entry)
+        return self.related_list(kind, row, entry)
+
+    def related(self, kind: str, parent: Row, entry: Related) -> ColumnElement[Any]:
+        found = _RELATIONS[(kind, entry.relation)]
+        child = self.alias(found.kind)
+        query = select(self.object(found.kind, child, entry.fields)).where(
+            child.c.id == parent.c[_REFERENCES[found.kind]]
+        )
+        if found.in_department:
+            query = query.where(_caller_department(child))
+        return query.scalar_subquery()
+
+    def related_list(self, kind: str, parent: Row, entry: RelatedList) -> ColumnElement[Any]:
+        found = _RELATIONS[(kind, entry.relation)]
+        table = _TABLES[found.kind]
+        links = deal_customers.alias(f"l{next(self.aliases)}")
+        if found.through_links and found.kind == "customer":
+            order = links.c.position
+            rows = (
+                select(*table.c, order.label("ordinal"))
+                .join(links, links.c.customer_id == table.c.id)
+                .where(links.c.deal_id == parent.c.id)
+            )
+        elif found.through_links:
+            order = table.c.id
+            rows = (
+                select(*table.c, order.label("ordinal"))
+                .join(links, links.c.deal_id == table.c.id)
+                .where(links.c.customer_id == parent.c.id)
+            )
+        else:
+            order = table.c.id
+            parent_column = "deal_id" if kind == "deal" else "customer_id"
+            rows = select(*table.c, order.label("ordinal")).where(
+                table.c[parent_column] == parent.c.id
+            )
+        if found.in_department:
+            rows = rows.where(_caller_department(table))
+        rows = rows.order_by(order)
+        if entry.limit is not None:
+            rows = rows.limit(bindparam(entry.limit, type_=Integer))
+        child = rows.correlate(parent).subquery(f"r{next(self.aliases)}")
+        items = func.json_agg(
+            aggregate_order_by(self.object(found.kind, child, entry.fields), child.c.ordinal)
+        )
+        return select(func.coalesce(items, literal_column("'[]'::json"))).scalar_subquery()
+
+
+def _caller_department(row: Row) -> ColumnElement[bool]:
+    """The caller's department, for a department caller (``caller_department_id``; a
+    tenant-wide caller's reads give none and see every department's rows)."""
+    department = bindparam("caller_department_id", type_=UUID(as_uuid=True))
+    return (department.is_(None)) | (row.c.department_id == department)
+
+
+@dataclass(frozen=True)
+class _Listed:
+    kind: str
+    filters: ListFilters
+    order: Callable[[Any], KeysetOrder]  # of the list's filter model
+
+
+_LISTS: Mapping[str, _Listed] = {
+    "customers": _Listed("customer", CUSTOMER_FILTERS, lambda _: BY_ID),
+    "deals": _Listed("deal", DEAL_FILTERS, lambda filters: deal_order(filters.order_by)),
+    "activities": _Listed("activity", ACTIVITY_FILTERS, lambda _: BY_ID),
+}
+_ONES = {"customer", "deal", "activity"}
+
+
+def listed_kind(resource: str) -> str | None:
+    """The kind of a list's rows (``deals``: ``deal``), or None for no list of that name."""
+    found = _LISTS.get(resource)
+    return None if found is None else found.kind
+
+
+def one_kind(resource: str) -> str | None:
+    return resource if resource in _ONES else None
+
+
+def list_filters(resource: str) -> ListFilters:
+    return _LISTS[resource].filters
+
+
+def list_order(resource: str, filters: BaseModel) -> KeysetOrder:
+    return _LISTS[resource].order(filters)
+
+
+def page_statement(read: PageRead, shape: Shape, order: KeysetOrder, after: bool) -> Select[Any]:
+    """The statement of a page: one row, the connection's JSON text."""
+    listed = _LISTS[read.resource]
+    table = listed.filters.table
+    conditions = listed.filters.conditions(shape)
+    builder = _Builder()
+    query = select(
+        *table.c, func.row_number().over(order_by=order.order_by(table)).label("ordinal")
+    ).where(*conditions)
+    if after:
+        query = query.where(order.after(table))
+    page: CTE = (
+        query.order_by(*order.order_by(table))
+        .limit(bindparam("row_limit", type_=Integer))
+        .cte("page")
+    )
+    in_page = page.c.ordinal <= bindparam("page_limit", type_=Integer)
+    cursor = _cursor(page, order)
+
+    pairs: list[ColumnElement[Any]] = []
+    for key, part in read.fields:
+        if isinstance(part, Constant):
+            value: ColumnElement[Any] = literal(part.value, Text)
+        elif isinstance(part, TotalCount):
+            value = select(func.count()).select_from(table).where(*conditions).scalar_subquery()
+        elif isinstance(part, PageInfo):
+            info: list[ColumnElement[Any]] = []
+            for info_key, info_part in part.fields:
+                info += (builder.key(info_key), _page_info(info_part, page, in_page, cursor))
+            value = builder.json_object(info)
+        else:
+            value = _edges(builder, listed.kind, page, in_page, cursor, part)
+        pairs += (builder.key(key), value)
+    return built_once(select(cast(builder.json_object(pairs), Text)))
+
+
+def _page_info(
+    part: HasNextPage | EndCursor | Constant,
+    page: CTE,
+    in_page: ColumnElement[bool],
+    cursor: ColumnElement[str],
+) -> ColumnElement[Any]:
+    if isinstance(part, Constant):
+        return literal(part.value, Text)
+    if isinstance(part, HasNextPage):
+        rows = select(func.count()).select_from(page).scalar_subquery()
+        return rows > bindparam("page_limit", type_=Integer)
+    return select(cursor).where(in_page).order_by(page.c.ordinal.desc()).limit(1).scalar_subquery()
+
+
+def _edges(
+    builder: _Builder,
+    kind: str,
+    page: CTE,
+    in_page: ColumnElement[bool],
+    cursor: ColumnElement[str],
+    edges: Edges,
+) -> ColumnElement[Any]:
+    pairs: list[ColumnElement[Any]] = []
+    for key, part in edges.fields:
+        if isinstance(part, Constant):
+            value: ColumnElement[Any] = literal(part.value, Text)
+        elif isinstance(part, Cursor):
+            value = cursor
+        else:
+            value = builder.object(kind, page, part.fields)
+        pairs += (builder.key(key), value)
+    items = func.json_agg(aggregate_order_by(builder.json_object(pairs), page.c.ordinal))
+    found = select(func.coalesce(items, literal_column("'[]'::json"))).where(in_page)
+    return found.scalar_subquery()
+
+
+def _cursor(row: Row, order: KeysetOrder) -> ColumnElement[str]:
+    """``pagination``'s cursor of a row, made by PostgreSQL: the id's 16 bytes, the filters'
+    fingerprint (``fingerprint``), the sort value's 8 when the order has one; base64url
+    without padding."""
+    raw = func.uuid_send(row.c.id).op("||")(bindparam("fingerprint", type_=LargeBinary))
+    if order.sort is not None:
+        raw = raw.op("||")(func.int8send(order.sort(row)))
+    encoded = func.translate(func.encode(raw, "base64"), "+/", "-_")
+    return func.rtrim(encoded, "=")
+
+
+def one_statement(read: OneRead) -> Select[Any]:
+    """The statement of one row by id (``row_id``), in the scope's department
+    (``department_id``, when given): its JSON text, or no row."""
+    builder = _Builder()
+    row = builder.alias(read.resource)
+    department = bindparam("caller_department_id", type_=UUID(as_uuid=True))
+    return built_once(
+        select(cast(builder.object(read.resource, row, read.fields), Text)).where(
+            row.c.id == bindparam("row_id", type_=UUID(as_uuid=True)),
+            department.is_(None) | (row.c.department_id == department),
+        )
+    )

@@ -1,0 +1,92 @@
+"""Reads answered whole by PostgreSQL: each reader runs its tree as one statement and returns
+the JSON text PostgreSQL built.
+
+A reader keeps its statements, one for each shape of request (which filters apply, whether it
+pages on, the order): the tree is built once per document by its caller, the statement once
+per shape here.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel
+from sqlalchemy import Select
+
+from dealbase.platform.pagination import fingerprint, page_request
+from dealbase.platform.reads.models import OneRead, PageRead
+from dealbase.platform.reads.repository import (
+    list_filters,
+    list_order,
+    one_statement,
+    page_statement,
+)
+from dealbase.tenancy.database import UnitOfWork
+
+# Shapes a page reader keeps statements for (filters given, paging on, order); past that the
+# least recently built goes.
+_SHAPES_KEPT = 64
+
+
+class PageReader:
+    """A page of a list as its connection's JSON text, with the rules of ``list_page``: the
+    same page size and cursor checks (``Invalid``), the same filters in the scope's department,
+    the same keyset order and cursors."""
+
+    def __init__(self, read: PageRead) -> None:
+        self.read = read
+        self._statements: dict[Any, Select[Any]] = {}
+
+    def run(
+        self,
+        uow: UnitOfWork,
+        filters: BaseModel,
+        first: int | None,
+        after: str | None,
+        given: Mapping[str, Any],
+        caller_department_id: uuid.UUID | None,
+    ) -> str:
+        """``given``: the nested lists' lengths, by the names the tree gives them."""
+        page = page_request(first, after, filters)
+        resource = self.read.resource
+        shape, values = list_filters(resource).shape_and_values(uow.scope.department_id, filters)
+        order = list_order(resource, filters)
+        key = (shape, order, page.after is not None)
+        statement = self._statements.get(key)
+        if statement is None:
+            if len(self._statements) >= _SHAPES_KEPT:
+                del self._statements[next(iter(self._statements))]
+            statement = self._statements[key] = page_statement(
+                self.read, shape, order, page.after is not None
+            )
+        values.update(given)
+        values.update(
+            order.values(page),
+            row_limit=page.limit + 1,
+            page_limit=page.limit,
+            fingerprint=fingerprint(filters),
+            caller_department_id=caller_department_id,
+            tenant_id=str(uow.scope.tenant_id),
+        )
+        text: str = uow.connection.execute(statement, values).scalar_one()
+        return text
+
+
+class OneReader:
+    """One row by id as its object's JSON text, or None when the scope cannot see it."""
+
+    def __init__(self, read: OneRead) -> None:
+        self.read = read
+        self._statement = one_statement(read)
+
+    def run(self, uow: UnitOfWork, row_id: uuid.UUID, given: Mapping[str, Any]) -> str | None:
+        values = {
+            **given,
+            "row_id": row_id,
+            "caller_department_id": uow.scope.department_id,
+            "tenant_id": str(uow.scope.tenant_id),
+        }
+        text: str | None = uow.connection.execute(self._statement, values).scalar_one_or_none()
+        return text

@@ -1,0 +1,434 @@
+"""Compiled root fields answer exactly what the resolvers answer.
+
+Operations are generated from the schema (its object types' fields, nested lists with their
+``first``, aliases, fragments, ``__typename``, variables, ``@include``/``@skip``, filters, orders
+and cursors, good and bad) and sent to two apps on the same data: one compiles what it can, the
+other runs every field through the resolvers. ``data`` and ``errors`` must be equal.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from graphql import (
+    GraphQLList,
+    GraphQLNonNull,
+    GraphQLObjectType,
+    GraphQLSchema,
+    is_leaf_type,
+)
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+from sqlalchemy import text
+
+from dealbase.config import Settings
+from dealbase.graphql_api.schema import build_schema
+from dealbase.ops.admin import create_employee
+from dealbase.tenancy.database import Database
+from tests.graphql_api.support import GRAPHQL, tenant_wide_headers
+from tests.support import TenantWorld, build_tenant
+
+API = "/api/v1/integration"
+SCHEMA: GraphQLSchema = build_schema(Settings(database_url=None))._schema
+# The object types a compiled root field reads, and the nested fields among theirs.
+OBJECTS = ("Customer", "Deal", "Activity", "Step", "Employee")
+# Names that look like SQL, for aliases (a GraphQL name has no quotes or spaces).
+ALIASES = ("select", "from", "DROP_TABLE_customers", "pg_sleep", "_1", "order", "E_0")
+TEXTS = ("O'Brien", "'; DROP TABLE customers; --", 'quote" and \\ slash', "Łódź ünïcödé 🚀", "%_")
+
+
+@dataclass
+class Shop:
+    """A tenant with data of every form the schema shows, in two departments."""
+
+    world: TenantWorld
+    tenant_wide: dict[str, str]
+    customer_ids: list[str]
+    deal_ids: list[str]
+    activity_ids: list[str]
+    foreign_ids: list[str]  # of the second department
+    cursors: list[str]  # cursors that lists answered
+
+
+@pytest.fixture(scope="module")
+def shop(client: TestClient, database: Database) -> Shop:
+    world = build_tenant(database, departments=2)
+    headers, foreign = world.keys[0].headers, world.keys[1].headers
+
+    def post(path: str, body: dict[str, Any], as_: dict[str, str] = headers) -> dict[str, Any]:
+        response = client.post(f"{API}{path}", json=body, headers=as_)
+        assert response.status_code == 201, response.text
+        found: dict[str, Any] = response.json()
+        return found
+
+    employee = create_employee(database, world.tenant.id, world.departments[0].id, "Ada", None)
+    create_employee(database, world.tenant.id, world.departments[0].id, "Grace", "g@example.com")
+    steps = client.get(f"{API}/steps", headers=headers).json()["data"]
+    customers = [
+        post("/customers", {"last_name": name, "first_name": first, "birthday": birthday})
+        for name, first, birthday in (
+            ("Lovelace", "Ada", "1915-12-10"),
+            (TEXTS[0], None, None),
+            (TEXTS[1], TEXTS[2], "1850-01-01"),
+            (TEXTS[3], "", None),
+            ("Hopper", "Grace", None),
+        )
+    ]
+    deals = []
+    for index, volume in enumerate((None, 0, 2**62, 5, 1200, None)):
+        linked = [
+            {"last_name": f"Linked {index}-{n}", "city": TEXTS[n % 5]} for n in range(index % 4)
+        ]
+        deal = post("/deals", {"name": TEXTS[index % 5], "volume": volume, "customers": linked})
+        changes: dict[str, Any] = {"step_id": steps[index % len(steps)]["id"]}
+        if index % 2:
+            changes["employee_id"] = str(employee.id)
+        patched = client.patch(f"{API}/deals/{deal['id']}", json=changes, headers=headers)
+        assert patched.status_code == 200, patched.text
+        deals.append(deal)
+    activities = [
+        post(
+            "/activities",
+            {
+                "type": kind,
+                "customer_id": customers[index % 5]["id"],
+                "deal_id": deals[index]["id"] if index % 2 else None,
+                "subject": TEXTS[index % 5],
+                "due_at": due,
+                "employee_id": str(employee.id) if index % 3 == 0 else None,
+            },
+        )
+        for index, (kind, due) in enumerate(
+            (
+                ("call", "2030-05-01T09:30:00Z"),
+                ("email", "2030-05-01T09:30:00.000001Z"),
+                ("meeting", None),
+                ("task", "1999-12-31T23:59:59.999999Z"),
+                ("note", "2030-05-01T09:30:00.5Z"),
+            )
+        )
+    ]
+    other = post("/customers", {"last_name": "Elsewhere"}, foreign)
+    other_deal = post("/deals", {"name": "Elsewhere", "customers": [{"last_name": "X"}]}, foreign)
+    cursors = []
+    for query in (
+        "{ deals(first: 2) { pageInfo { endCursor } } }",
+        "{ deals(first: 2, orderBy: VOLUME_DESC) { pageInfo { endCursor } } }",
+        "{ customers(first: 3) { pageInfo { endCursor } } }",
+        "{ activities(first: 1) { pageInfo { endCursor } } }",
+    ):
+        body = client.post(GRAPHQL, json={"query": query}, headers=headers).json()
+        (listed,) = body["data"].values()
+        cursors.append(listed["pageInfo"]["endCursor"])
+    return Shop(
+        world,
+        tenant_wide_headers(database, world),
+        [c["id"] for c in customers],
+        [d["id"] for d in deals],
+        [a["id"] for a in activities],
+        [other["id"], other_deal["id"]],
+        cursors,
+    )
+
+
+def _named(type_: Any) -> tuple[Any, bool]:
+    many = False
+    while isinstance(type_, GraphQLNonNull | GraphQLList):
+        many = many or isinstance(type_, GraphQLList)
+        type_ = type_.of_type
+    return type_, many
+
+
+def _fields_of(type_name: str) -> tuple[list[str], dict[str, tuple[str, bool, bool]]]:
+    """A type's leaf fields without arguments, and its object fields: (type, list, takes first)."""
+    type_ = SCHEMA.type_map[type_name]
+    assert isinstance(type_, GraphQLObjectType)
+    leaves, objects = [], {}
+    for name, field in type_.fields.items():
+        named, many = _named(field.type)
+        if is_leaf_type(named) and not field.args:
+            leaves.append(name)
+        elif isinstance(named, GraphQLObjectType) and named.name in OBJECTS:
+            objects[name] = (named.name, many, "first" in field.args)
+    return leaves, objects
+
+
+FIELDS = {name: _fields_of(name) for name in OBJECTS}
+
+
+@dataclass
+class Operation:
+    """A document being generated: its variables' definitions and values, its fragments."""
+
+    definitions: dict[str, str]
+    values: dict[str, Any]
+    fragments: list[str]
+
+    def variable(self, graphql_type: str, value: Any) -> str:
+        name = f"v{len(self.definitions)}"
+        self.definitions[name] = graphql_type
+        self.values[name] = value
+        return f"${name}"
+
+
+# Mostly sizes the lists take, sometimes one they refuse.
+FIRSTS = st.sampled_from([1, 2, 3, 25, 100, 1, 2, 3, 25, 100, 0, 101, -1])
+
+
+@st.composite
+def _selection(draw: st.DrawFn, operation: Operation, type_name: str, depth: int) -> str:
+    leaves, objects = FIELDS[type_name]
+    nested = list(objects) if depth > 0 else []
+    chosen = draw(
+        st.lists(
+            st.sampled_from(["__typename", *leaves, *nested]), min_size=1, max_size=7, unique=True
+        )
+    )
+    aliases = draw(st.lists(st.sampled_from(ALIASES), max_size=len(chosen), unique=True))
+    parts = []
+    for position, name in enumerate(chosen):
+        alias = aliases[position] if position < len(aliases) else None
+        part = name if alias is None else f"{alias}: {name}"
+        if name in objects:
+            child, _, takes_first = objects[name]
+            if takes_first and draw(st.booleans()):
+                first = draw(FIRSTS)
+                as_variable = draw(st.booleans())
+                argument = operation.variable("Int!", first) if as_variable else str(first)
+                part += f"(first: {argument})"
+            part += " { " + draw(_selection(operation, child, depth - 1)) + " }"
+        part = draw(_wrapped(operation, type_name, part))
+        parts.append(part)
+    return " ".join(parts)
+
+
+@st.composite
+def _wrapped(draw: st.DrawFn, operation: Operation, type_name: str, part: str) -> str:
+    """``part`` as it is, under a directive, or in an inline or a named fragment."""
+    how = draw(st.sampled_from(["plain", "plain", "include", "skip", "inline", "fragment"]))
+    if how == "include":
+        flag = operation.variable("Boolean!", draw(st.booleans()))
+        return f"... @include(if: {flag}) {{ {part} }}"
+    if how == "skip":
+        return f"... @skip(if: {'true' if draw(st.booleans()) else 'false'}) {{ {part} }}"
+    if how == "inline":
+        return f"... on {type_name} {{ {part} }}"
+    if how == "fragment":
+        name = f"F{len(operation.fragments)}"
+        operation.fragments.append(f"fragment {name} on {type_name} {{ {part} }}")
+        return f"...{name}"
+    return part
+
+
+def _connection(draw: st.DrawFn, operation: Operation, node_type: str) -> str:
+    chosen = draw(
+        st.lists(
+            st.sampled_from(
+                [
+                    "totalCount",
+                    "__typename",
+                    "pageInfo { hasNextPage endCursor }",
+                    "pageInfo { __typename endCursor }",
+                    "edges { cursor node { NODE } }",
+                    "edges { __typename node { NODE } }",
+                    "items: edges { c: cursor n: node { NODE } }",
+                ]
+            ),
+            min_size=1,
+            max_size=3,
+            unique_by=lambda part: part.split(" ", 1)[0],
+        )
+    )
+    parts = []
+    for part in chosen:
+        if "NODE" in part:
+            part = part.replace("NODE", draw(_selection(operation, node_type, 2)))
+        parts.append(part)
+    return " ".join(parts)
+
+
+@st.composite
+def operations(draw: st.DrawFn, shop: Shop) -> tuple[str, dict[str, Any]]:
+    operation = Operation({}, {}, [])
+    roots = []
+    for index in range(draw(st.integers(1, 2))):
+        root = draw(
+            st.sampled_from(["deals", "customers", "activities", "deal", "customer", "activity"])
+        )
+        alias = f"r{index}: "
+        if root in ("deal", "customer", "activity"):
+            known = {
+                "deal": shop.deal_ids,
+                "customer": shop.customer_ids,
+                "activity": shop.activity_ids,
+            }
+            row_id = draw(st.sampled_from([*known[root], *shop.foreign_ids, str(uuid.UUID(int=7))]))
+            argument = operation.variable("UUID!", row_id) if draw(st.booleans()) else f'"{row_id}"'
+            type_name = root.capitalize()
+            roots.append(
+                f"{alias}{root}(id: {argument}) {{ {draw(_selection(operation, type_name, 2))} }}"
+            )
+            continue
+        arguments = []
+        if draw(st.booleans()):
+            first = draw(FIRSTS)
+            arguments.append(
+                f"first: {operation.variable('Int', first) if draw(st.booleans()) else first}"
+            )
+        if draw(st.booleans()):
+            arguments.append(
+                f"after: {operation.variable('String', draw(st.sampled_from([*shop.cursors, 'not-a-cursor'])))}"
+            )
+        filters = {
+            "deals": st.fixed_dictionaries(
+                {},
+                optional={
+                    "volumeMin": st.sampled_from([0, -10, 2**62]),
+                    "externalId": st.sampled_from(["shop-1", *TEXTS]),
+                    "customerId": st.sampled_from(shop.customer_ids),
+                    "createdAfter": st.sampled_from(["2020-01-01T00:00:00Z"]),
+                },
+            ),
+            "customers": st.fixed_dictionaries(
+                {},
+                optional={
+                    "q": st.sampled_from(TEXTS),
+                    "email": st.sampled_from(["g@example.com", *TEXTS]),
+                },
+            ),
+            "activities": st.fixed_dictionaries(
+                {},
+                optional={
+                    "dealId": st.sampled_from(shop.deal_ids),
+                    "customerId": st.sampled_from(shop.customer_ids),
+                },
+            ),
+        }[root]
+        chosen = draw(filters)
+        if chosen or draw(st.booleans()):
+            kind = {
+                "deals": "DealFilter",
+                "customers": "CustomerFilter",
+                "activities": "ActivityFilter",
+            }[root]
+            arguments.append(f"filter: {operation.variable(kind, chosen)}")
+        if root == "deals" and draw(st.booleans()):
+            arguments.append(
+                f"orderBy: {draw(st.sampled_from(['CREATED_ASC', 'CREATED_DESC', 'VOLUME_ASC', 'VOLUME_DESC']))}"
+            )
+        node_type = {"deals": "Deal", "customers": "Customer", "activities": "Activity"}[root]
+        given_arguments = f"({', '.join(arguments)})" if arguments else ""
+        roots.append(
+            f"{alias}{root}{given_arguments} {{ {_connection(draw, operation, node_type)} }}"
+        )
+    definitions = ", ".join(f"${name}: {kind}" for name, kind in operation.definitions.items())
+    header = f"query Generated({definitions})" if definitions else "query Generated"
+    document = f"{header} {{ {' '.join(roots)} }} {' '.join(operation.fragments)}"
+    return document, operation.values
+
+
+@given(data=st.data())
+@hypothesis_settings(
+    deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+def test_compiled_fields_answer_what_the_resolvers_answer(
+    data: st.DataObject, client: TestClient, resolvers_only: TestClient, shop: Shop
+) -> None:
+    document, variables = data.draw(operations(shop))
+    headers = data.draw(st.sampled_from([shop.world.keys[0].headers, shop.tenant_wide]))
+    body = {"query": document, "variables": variables}
+
+    compiled = client.post(GRAPHQL, json=body, headers=headers)
+    resolved = resolvers_only.post(GRAPHQL, json=body, headers=headers)
+
+    assert compiled.status_code == resolved.status_code
+    assert compiled.json() == resolved.json(), document
+
+
+def test_a_dashboard_read_is_compiled_and_equal_to_the_resolvers(
+    client: TestClient, resolvers_only: TestClient, shop: Shop
+) -> None:
+    document = """
+    query Dashboard($first: Int!) {
+      deals(first: $first) {
+        totalCount pageInfo { hasNextPage endCursor }
+        edges { cursor node {
+          id name volume dealOrigin createdAt updatedAt employeeName
+          step { id name kind } employee { id name }
+          customers { id lastName firstName company email city birthday tenantId }
+          activities(first: 2) { id type dueAt doneAt customer { id } deal { id } }
+        } }
+      }
+    }"""
+    headers = shop.world.keys[0].headers
+    body = {"query": document, "variables": {"first": 4}}
+
+    compiled = client.post(GRAPHQL, json=body, headers=headers)
+    resolved = resolvers_only.post(GRAPHQL, json=body, headers=headers)
+
+    assert compiled.json() == resolved.json()
+    assert len(compiled.json()["data"]["deals"]["edges"]) == 4
+    metrics = client.get("/metrics").text
+    assert re.search(
+        r'dealbase_graphql_root_fields_total\{field="deals",path="compiled"\} [1-9]', metrics
+    ), metrics
+
+
+def test_a_bad_cursor_or_page_size_is_refused_by_the_resolvers_with_their_error(
+    client: TestClient, shop: Shop
+) -> None:
+    for arguments, field in (('after: "nope"', "after"), ("first: 0", "first")):
+        body = client.post(
+            GRAPHQL,
+            json={"query": f"{{ deals({arguments}) {{ totalCount }} }}"},
+            headers=shop.world.keys[0].headers,
+        ).json()
+        (error,) = body["errors"]
+        assert error["extensions"]["code"] == "validation_failed"
+        assert error["path"] == ["deals"]
+        assert error["extensions"]["errors"][0]["field"] == field
+    metrics = client.get("/metrics").text
+    assert 'dealbase_graphql_root_fields_total{field="deals",path="resolvers"}' in metrics
+
+
+def test_values_full_of_quotes_and_sql_reach_no_sql_text(
+    client: TestClient, database: Database, shop: Shop
+) -> None:
+    document = """
+    query($q: String, $email: String) {
+      select: customers(filter: {q: $q, email: $email}) {
+        DROP_TABLE_customers: totalCount
+        from: edges { order: node { pg_sleep: lastName } }
+      }
+    }"""
+    for value in TEXTS:
+        body = client.post(
+            GRAPHQL,
+            json={"query": document, "variables": {"q": value, "email": value}},
+            headers=shop.world.keys[0].headers,
+        ).json()
+        assert "errors" not in body, body
+        assert body["data"]["select"]["DROP_TABLE_customers"] == 0
+    found = client.post(
+        GRAPHQL,
+        json={
+            "query": "query($q: String) { c: customers(filter: {q: $q}) { totalCount } }",
+            "variables": {"q": TEXTS[1]},
+        },
+        headers=shop.world.keys[0].headers,
+    ).json()
+    assert found["data"]["c"]["totalCount"] == 1
+    with database.engine.connect() as connection:
+        tables = connection.execute(
+            text(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = :schema AND tablename = 'customers'"
+            ),
+            {"schema": shop.world.tenant.schema},
+        ).scalar_one()
+    assert tables == 1
