@@ -74,6 +74,9 @@ def literal(value: object, escape: Escape) -> str | None:
         return f"'{value.isoformat()}'::{cast}"  # type: ignore[attr-defined]
     if kind is date:
         return f"'{value.isoformat()}'::date"  # type: ignore[attr-defined]
+    if kind is bytes:
+        # Hex digits only inside the quotes, whatever standard_conforming_strings says.
+        return f"decode('{value.hex()}', 'hex')"  # type: ignore[attr-defined]
     if kind is Decimal and value.is_finite():  # type: ignore[attr-defined]
         return f"'{value}'::numeric"
     if kind is list:
