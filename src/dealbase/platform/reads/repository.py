@@ -57,6 +57,8 @@ from dealbase.platform.tables import activities, customers, deal_customers, deal
 from dealbase.tenancy.statements import built_once
 
 Row = FromClause
+# What json_agg of no rows (NULL) answers instead.
+_EMPTY_LIST: ColumnElement[Any] = literal_column("'[]'::json")
 Derived = Callable[[Row], ColumnElement[Any]]
 
 
@@ -194,13 +196,20 @@ class _Builder:
         table = _TABLES[found.kind]
         links = deal_customers.alias(f"l{next(self.aliases)}")
         if found.through_links and found.kind == "customer":
-            order = links.c.position
-            rows = (
-                select(*table.c, order.label("ordinal"))
-                .join(links, links.c.customer_id == table.c.id)
-                .where(links.c.deal_id == parent.c.id)
+            # Each link's customer by its key: a deal has a few, whatever the statistics say.
+            child = self.alias("customer")
+            item = (
+                select(self.object("customer", child, entry.fields))
+                .where(child.c.id == links.c.customer_id)
+                .scalar_subquery()
             )
-        elif found.through_links:
+            items = func.json_agg(aggregate_order_by(item, links.c.position))
+            return (
+                select(func.coalesce(items, _EMPTY_LIST))
+                .where(links.c.deal_id == parent.c.id)
+                .scalar_subquery()
+            )
+        if found.through_links:
             order = table.c.id
             rows = (
                 select(*table.c, order.label("ordinal"))
@@ -222,7 +231,7 @@ class _Builder:
         items = func.json_agg(
             aggregate_order_by(self.object(found.kind, child, entry.fields), child.c.ordinal)
         )
-        return select(func.coalesce(items, literal_column("'[]'::json"))).scalar_subquery()
+        return select(func.coalesce(items, _EMPTY_LIST)).scalar_subquery()
 
 
 def _caller_department(row: Row) -> ColumnElement[bool]:
@@ -333,7 +342,7 @@ def _edges(
             value = builder.object(kind, page, part.fields)
         pairs += (builder.key(key), value)
     items = func.json_agg(aggregate_order_by(builder.json_object(pairs), page.c.ordinal))
-    found = select(func.coalesce(items, literal_column("'[]'::json"))).where(in_page)
+    found = select(func.coalesce(items, _EMPTY_LIST)).where(in_page)
     return found.scalar_subquery()
 
 
