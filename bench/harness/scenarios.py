@@ -186,10 +186,25 @@ TARGETS = (
         0.5,
     ),
     Target(
-        "GraphQL dashboard >= 1.0 x PostGraphile",
+        "GraphQL dashboard >= 1.2 x PostGraphile",
         "graphql_dashboard",
         "postgraphile_dashboard",
+        1.2,
+    ),
+    Target(
+        "GraphQL customers >= 1.0 x PostGraphile",
+        "graphql_customers",
+        "postgraphile_customers",
         1.0,
+    ),
+    Target(
+        "GET /customers?limit=50 >= 0.8 x baseline",
+        "list_customers",
+        "baseline_list_customers",
+        0.8,
+    ),
+    Target(
+        "GET /customers/{id} >= 0.8 x baseline", "get_customer", "baseline_get_customer", 0.8
     ),
     Target(
         "GraphQL dashboard >= 1.0 x the same deals by REST", "graphql_dashboard", "rest_deals", 1.0
