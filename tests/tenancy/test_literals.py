@@ -64,6 +64,12 @@ def test_each_kind_of_value_reads_back_as_itself(
     assert _read_back(connection, value) == value
 
 
+def test_bytes_as_sqlalchemy_hands_them_to_the_driver_read_back_as_themselves(
+    connection: psycopg.Connection[tuple[object, ...]],
+) -> None:
+    assert _read_back(connection, psycopg.Binary(b"\x00\xff'")) == b"\x00\xff'"
+
+
 @given(
     text=st.text(alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"))
 )

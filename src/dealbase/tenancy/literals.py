@@ -74,6 +74,8 @@ def literal(value: object, escape: Escape) -> str | None:
         return f"'{value.isoformat()}'::{cast}"  # type: ignore[attr-defined]
     if kind is date:
         return f"'{value.isoformat()}'::date"  # type: ignore[attr-defined]
+    if kind is psycopg.Binary:  # what SQLAlchemy's LargeBinary hands the driver
+        value, kind = value.obj, type(value.obj)  # type: ignore[attr-defined]
     if kind is bytes:
         # Hex digits only inside the quotes, whatever standard_conforming_strings says.
         return f"decode('{value.hex()}', 'hex')"  # type: ignore[attr-defined]

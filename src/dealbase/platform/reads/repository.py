@@ -188,7 +188,7 @@ class _Builder:
             child.c.id == parent.c[_REFERENCES[found.kind]]
         )
         if found.in_department:
-            query = query.where(_caller_department(child))
+            query = query.where(_caller_department_is(child.c.department_id))
         return query.scalar_subquery()
 
     def related_list(self, kind: str, parent: Row, entry: RelatedList) -> ColumnElement[Any]:
@@ -209,36 +209,47 @@ class _Builder:
                 .where(links.c.deal_id == parent.c.id)
                 .scalar_subquery()
             )
+        limit = None if entry.limit is None else bindparam(entry.limit, type_=Integer)
         if found.through_links:
-            order = table.c.id
-            rows = (
-                select(*table.c, order.label("ordinal"))
-                .join(links, links.c.deal_id == table.c.id)
-                .where(links.c.customer_id == parent.c.id)
+            # A customer's deals: its links (few) in deal order, each deal by its key.
+            deal = self.alias("deal")
+            linked = select(links.c.deal_id.label("id")).where(links.c.customer_id == parent.c.id)
+            if found.in_department:
+                department = select(deal.c.department_id).where(deal.c.id == links.c.deal_id)
+                linked = linked.where(_caller_department_is(department.scalar_subquery()))
+            chosen = (
+                linked.order_by(links.c.deal_id)
+                .limit(limit)
+                .correlate(parent)
+                .subquery(f"r{next(self.aliases)}")
             )
-        else:
-            order = table.c.id
-            parent_column = "deal_id" if kind == "deal" else "customer_id"
-            rows = select(*table.c, order.label("ordinal")).where(
-                table.c[parent_column] == parent.c.id
+            child = self.alias("deal")
+            item = (
+                select(self.object("deal", child, entry.fields))
+                .where(child.c.id == chosen.c.id)
+                .scalar_subquery()
             )
+            items = func.json_agg(aggregate_order_by(item, chosen.c.id))
+            return select(func.coalesce(items, _EMPTY_LIST)).scalar_subquery()
+        # A deal's or a customer's activities: found by the parent's index (OFFSET 0 keeps the
+        # planner from walking the department's index in id order instead), then the first.
+        parent_column = "deal_id" if kind == "deal" else "customer_id"
+        candidates = select(*table.c).where(table.c[parent_column] == parent.c.id)
         if found.in_department:
-            rows = rows.where(_caller_department(table))
-        rows = rows.order_by(order)
-        if entry.limit is not None:
-            rows = rows.limit(bindparam(entry.limit, type_=Integer))
-        child = rows.correlate(parent).subquery(f"r{next(self.aliases)}")
+            candidates = candidates.where(_caller_department_is(table.c.department_id))
+        fenced = candidates.offset(0).correlate(parent).subquery()
+        child = select(fenced).order_by(fenced.c.id).limit(limit).subquery(f"r{next(self.aliases)}")
         items = func.json_agg(
-            aggregate_order_by(self.object(found.kind, child, entry.fields), child.c.ordinal)
+            aggregate_order_by(self.object(found.kind, child, entry.fields), child.c.id)
         )
         return select(func.coalesce(items, _EMPTY_LIST)).scalar_subquery()
 
 
-def _caller_department(row: Row) -> ColumnElement[bool]:
-    """The caller's department, for a department caller (``caller_department_id``; a
-    tenant-wide caller's reads give none and see every department's rows)."""
-    department = bindparam("caller_department_id", type_=UUID(as_uuid=True))
-    return (department.is_(None)) | (row.c.department_id == department)
+def _caller_department_is(department: ColumnElement[Any]) -> ColumnElement[bool]:
+    """``department`` is the caller's (``caller_department_id``), for a department caller; a
+    tenant-wide caller's reads give none and see every department's rows."""
+    caller = bindparam("caller_department_id", type_=UUID(as_uuid=True))
+    return caller.is_(None) | (department == caller)
 
 
 @dataclass(frozen=True)
@@ -358,14 +369,13 @@ def _cursor(row: Row, order: KeysetOrder) -> ColumnElement[str]:
 
 
 def one_statement(read: OneRead) -> Select[Any]:
-    """The statement of one row by id (``row_id``), in the scope's department
-    (``department_id``, when given): its JSON text, or no row."""
+    """The statement of one row by id (``row_id``), if the caller's department holds it
+    (``caller_department_id``): its JSON text, or no row."""
     builder = _Builder()
     row = builder.alias(read.resource)
-    department = bindparam("caller_department_id", type_=UUID(as_uuid=True))
     return built_once(
         select(cast(builder.object(read.resource, row, read.fields), Text)).where(
             row.c.id == bindparam("row_id", type_=UUID(as_uuid=True)),
-            department.is_(None) | (row.c.department_id == department),
+            _caller_department_is(row.c.department_id),
         )
     )
