@@ -12,10 +12,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
+from dealbase.ops.admin import create_employee
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields, CustomerFilter
-from dealbase.platform.resources import customer_json
+from dealbase.platform.deals import service as deals
+from dealbase.platform.deals.models import DealCreate, DealFilter, DealPatch
+from dealbase.platform.resources import customer_json, deal_json
 from dealbase.platform.tables import events
+from dealbase.platform.validation import validated
 from dealbase.tenancy.database import Database
 from tests.support import TenantWorld
 
@@ -180,3 +184,48 @@ def test_a_create_made_by_postgresql_is_the_customer_as_the_api_shows_it(
     assert version == 1
     assert json.loads(text) == shown
     assert list(json.loads(text)) == list(shown)
+
+
+def test_deals_made_by_postgresql_are_the_deals_as_the_api_shows_them_in_every_order(
+    database: Database, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    world = make_tenant()
+    employee = create_employee(database, world.tenant.id, world.department.id, "Ada", None)
+    scope = world.tenant.scope.in_department(world.department.id)
+    with database.unit_of_work(scope) as uow:
+        for index, volume in enumerate((None, 0, 2**62, 7, None)):
+            created = deals.create(
+                uow,
+                validated(
+                    DealCreate,
+                    {
+                        "name": f"Deal {index} 'ünïcødé'",
+                        "volume": volume,
+                        "customers": [
+                            {**EVERY_FIELD, "external_id": f"crm-deal-{index}"},
+                            {"last_name": "Second"},
+                        ][: index % 3],
+                    },
+                ),
+            )
+            if index % 2:
+                deals.update(
+                    uow, created.id, validated(DealPatch, {"employee_id": str(employee.id)})
+                )
+    for order in ("created_asc", "created_desc", "volume_asc", "volume_desc"):
+        filters = DealFilter(order_by=order)
+        with database.unit_of_work(scope) as uow:
+            made = deals.list_page_as_json(uow, filters, 2, None)
+            shown = deals.list_page(uow, filters, 2, None)
+            following = deals.list_page_as_json(uow, filters, 100, made.next_cursor)
+            rest = deals.list_page(uow, filters, 100, shown.next_cursor)
+        assert [json.loads(text) for text in made.items] == [deal_json(d) for d in shown.items]
+        assert [list(json.loads(text)) for text in made.items] == [
+            list(deal_json(d)) for d in shown.items
+        ]
+        assert (made.next_cursor, made.cursors) == (shown.next_cursor, shown.cursors)
+        assert [json.loads(text) for text in following.items] == [deal_json(d) for d in rest.items]
+    with database.unit_of_work(scope) as uow:
+        one = shown.items[0]
+        version, text = deals.get_as_json(uow, one.id)
+    assert (version, json.loads(text)) == (one.version, deal_json(one))

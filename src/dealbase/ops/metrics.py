@@ -124,6 +124,7 @@ class Metrics:
         # Each (route, method, status)'s two series: ``labels`` checks and builds its key on
         # every call, a third of the metrics' calls per request.
         self._answered: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+        self._children: dict[tuple[Counter, tuple[str, ...]], Counter] = {}
 
     def request_answered(self, route: str, method: str, status: int, seconds: float) -> None:
         key = (route, method, status)
@@ -150,16 +151,25 @@ class Metrics:
         self._rate_limiter_faults.inc()
 
     def key_looked_up(self, cached: bool) -> None:
-        self._key_lookups.labels("hit" if cached else "miss").inc()
+        self._child(self._key_lookups, "hit" if cached else "miss").inc()
 
     def graphql_operation(self, name: str | None, kind: str, error_codes: Sequence[str]) -> None:
-        self._graphql_operations.labels(self._operation_label(name), kind).inc()
+        self._child(self._graphql_operations, self._operation_label(name), kind).inc()
         for code in error_codes:
-            self._graphql_errors.labels(code).inc()
+            self._child(self._graphql_errors, code).inc()
 
     def graphql_root_field(self, field: str, path: str) -> None:
         # Field names are the schema's: a bounded label.
-        self._graphql_root_fields.labels(field, path).inc()
+        self._child(self._graphql_root_fields, field, path).inc()
+
+    def _child(self, metric: Counter, *values: str) -> Counter:
+        """``metric.labels(*values)``, kept: ``labels`` checks and builds its key on every call.
+        Every label value here is bounded (operation names by MAX_OPERATION_NAMES)."""
+        key = (metric, values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
 
     def _operation_label(self, name: str | None) -> str:
         if not name:

@@ -24,12 +24,14 @@ from sqlalchemy import (
     cast,
     func,
     literal_column,
+    select,
 )
-from sqlalchemy.dialects.postgresql import UUID
+from sqlalchemy.dialects.postgresql import UUID, aggregate_order_by
 
 from dealbase.platform.activities.models import Activity
 from dealbase.platform.customers.models import Customer
 from dealbase.platform.deals.models import Deal
+from dealbase.platform.tables import customers, deal_customers, employees
 
 JsonObject = dict[str, Any]
 
@@ -76,7 +78,8 @@ ACTIVITY_HIDDEN = frozenset({"department_id", "version"})
 
 _CUSTOMER_NAMES = _shown(Customer, CUSTOMER_HIDDEN)
 _customer_shape = _shape(_CUSTOMER_NAMES)
-_deal_shape = _shape(_shown(Deal, DEAL_HIDDEN | {"customers"}))
+_DEAL_NAMES = _shown(Deal, DEAL_HIDDEN | {"customers"})
+_deal_shape = _shape(_DEAL_NAMES)
 _activity_shape = _shape(_shown(Activity, ACTIVITY_HIDDEN))
 
 
@@ -119,6 +122,40 @@ def _json_sql(column: ColumnElement[Any]) -> ColumnElement[Any]:
     if isinstance(kind, UUID):
         return cast(column, Text)
     return column
+
+
+def deal_json_text_sql(row: FromClause) -> ColumnElement[str]:
+    """``deal_json`` of a deals row as JSON text made by PostgreSQL, names in its order: the
+    employee's name and the customers (in link order; each ``customer_json_text_sql``'s
+    object, the tenant's id the parameter ``tenant_id``) read by the same statement.
+    ``tests/platform/test_resources.py`` holds the two equal."""
+    pairs: list[Any] = []
+    for name in _DEAL_NAMES:
+        if name == "employee_name":
+            employee = employees.alias()
+            value: Any = (
+                select(employee.c.name).where(employee.c.id == row.c.employee_id).scalar_subquery()
+            )
+        else:
+            value = _json_sql(row.c[name])
+        pairs.extend((literal_column(f"'{name}'"), value))
+    # Each link's customer by its key: a deal has a few.
+    links, customer = deal_customers.alias(), customers.alias()
+    item = (
+        select(func.json_build_object(*_customer_pairs(customer)))
+        .where(customer.c.id == links.c.customer_id)
+        .scalar_subquery()
+    )
+    linked = func.json_agg(aggregate_order_by(item, links.c.position))
+    pairs.extend(
+        (
+            literal_column("'customers'"),
+            select(func.coalesce(linked, literal_column("'[]'::json")))
+            .where(links.c.deal_id == row.c.id)
+            .scalar_subquery(),
+        )
+    )
+    return cast(func.json_build_object(*pairs), Text)
 
 
 def deal_json(deal: Deal) -> JsonObject:

@@ -42,8 +42,9 @@ from dealbase.rest_api.openapi import (
 from dealbase.rest_api.responses import (
     batch_response,
     created,
+    json_text_page,
+    json_text_response,
     no_content,
-    resource_page,
     resource_response,
 )
 from dealbase.rest_api.schemas import DealBatch, DealBatchResults, DealList, DealOut
@@ -124,9 +125,9 @@ async def list_deals(
         },
     )
     page = await database_of(request).run(
-        scope, lambda uow: service.list_page(uow, filters, limit, cursor)
+        scope, lambda uow: service.list_page_as_json(uow, filters, limit, cursor)
     )
-    return resource_page(deal_json, page)
+    return json_text_page(page)
 
 
 @router.get(
@@ -147,8 +148,10 @@ async def get_deal(
     deal_id: uuid.UUID,
 ) -> Response:
     scope = caller_of(request)
-    deal = await database_of(request).run(scope, lambda uow: service.get(uow, deal_id))
-    return resource_response(deal_json, deal)
+    version, text = await database_of(request).run(
+        scope, lambda uow: service.get_as_json(uow, deal_id)
+    )
+    return json_text_response(version, text)
 
 
 @router.patch(

@@ -25,7 +25,14 @@ from dealbase.platform.customers.models import Customer
 from dealbase.platform.deals.models import Deal, DealFilter
 from dealbase.platform.listing import KeysetOrder, ListFilters, Rule, Shape, equal
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.rows import in_department, owned_by, unnested, unnested_values
+from dealbase.platform.resources import deal_json_text_sql
+from dealbase.platform.rows import (
+    in_bound_department,
+    in_department,
+    owned_by,
+    unnested,
+    unnested_values,
+)
 from dealbase.platform.tables import deal_customers, deals, employees, steps
 from dealbase.tenancy.statements import Deferred, Record, TenantConnection, built_once
 
@@ -254,6 +261,61 @@ def list_deal_rows(
     query = _page_query(shape, filters.order_by, page.after is not None)
     values.update(deal_order(filters.order_by).values(page), limit=page.limit + 1)
     return list(connection.execute(query, values).mappings().all())
+
+
+@functools.lru_cache(maxsize=128)
+def _json_page_query(shape: Shape, order_by: str, after: bool) -> Select[Any]:
+    order = deal_order(order_by)
+    keys = order.keys(deals)
+    query = select(deals.c.id, keys[0], deal_json_text_sql(deals)).where(
+        *DEAL_FILTERS.conditions(shape)
+    )
+    if after:
+        query = query.where(order.after(deals))
+    return built_once(query.order_by(*order.order_by(deals)).limit(bindparam("limit")))
+
+
+def list_deals_as_json(
+    connection: TenantConnection,
+    tenant_id: uuid.UUID,
+    department_id: uuid.UUID | None,
+    filters: DealFilter,
+    page: PageRequest,
+) -> list[tuple[uuid.UUID, int | None, str]]:
+    """``list_deal_rows``' deals as (id, sort value, JSON text made by PostgreSQL), customers
+    included: one statement. The sort value is what the order sorts by (None by id)."""
+    shape, values = DEAL_FILTERS.shape_and_values(department_id, filters)
+    query = _json_page_query(shape, filters.order_by, page.after is not None)
+    values.update(deal_order(filters.order_by).values(page), limit=page.limit + 1)
+    values["tenant_id"] = str(tenant_id)
+    by_volume = deal_order(filters.order_by).sort is not None
+    return [
+        (row[0], row[1] if by_volume else None, row[2]) for row in connection.execute(query, values)
+    ]
+
+
+@functools.lru_cache(maxsize=2)
+def _one_as_json(one_department: bool) -> Select[Any]:
+    return built_once(
+        select(deals.c.version, deal_json_text_sql(deals)).where(
+            deals.c.id == bindparam("deal_id", type_=deals.c.id.type),
+            in_bound_department(deals, one_department),
+        )
+    )
+
+
+def get_deal_as_json(
+    connection: TenantConnection,
+    tenant_id: uuid.UUID,
+    department_id: uuid.UUID | None,
+    deal_id: uuid.UUID,
+) -> tuple[int, str] | None:
+    """A deal (customers included) as its version and JSON text made by PostgreSQL."""
+    values: dict[str, Any] = {"deal_id": deal_id, "tenant_id": str(tenant_id)}
+    if department_id is not None:
+        values["department_id"] = department_id
+    row = connection.execute(_one_as_json(department_id is not None), values).first()
+    return None if row is None else (row[0], row[1])
 
 
 def count_deals(
