@@ -203,9 +203,7 @@ TARGETS = (
         "baseline_list_customers",
         0.8,
     ),
-    Target(
-        "GET /customers/{id} >= 0.8 x baseline", "get_customer", "baseline_get_customer", 0.8
-    ),
+    Target("GET /customers/{id} >= 0.8 x baseline", "get_customer", "baseline_get_customer", 0.8),
     Target(
         "GraphQL dashboard >= 1.0 x the same deals by REST", "graphql_dashboard", "rest_deals", 1.0
     ),
