@@ -27,6 +27,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
+from dealbase.app import create_app
 from dealbase.config import Settings
 from dealbase.graphql_api.schema import build_schema
 from dealbase.ops.admin import create_employee
@@ -432,3 +433,20 @@ def test_values_full_of_quotes_and_sql_reach_no_sql_text(
             {"schema": shop.world.tenant.schema},
         ).scalar_one()
     assert tables == 1
+
+
+def test_an_object_of_more_fields_than_one_statement_builds_is_answered_by_the_resolvers(
+    settings: Settings, shop: Shop
+) -> None:
+    # 60 aliases of one customer: more entries than json_build_object takes arguments.
+    app = create_app(settings.model_copy(update={"graphql_max_aliases": 100}))
+    fields = " ".join(f"a{n}: lastName" for n in range(60))
+    with TestClient(app, raise_server_exceptions=False) as wide:
+        body = wide.post(
+            GRAPHQL,
+            json={"query": f'{{ customer(id: "{shop.customer_ids[0]}") {{ {fields} }} }}'},
+            headers=shop.world.keys[0].headers,
+        ).json()
+        metrics = wide.get("/metrics").text
+    assert body["data"]["customer"]["a59"] == "Lovelace"
+    assert 'dealbase_graphql_root_fields_total{field="customer",path="resolvers"} 1.0' in metrics

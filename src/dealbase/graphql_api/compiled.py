@@ -226,8 +226,11 @@ class _Walk:
         kind = _KINDS.get(type_.name)
         if kind is None:
             raise NotCompiled(type_.name)
+        selected_fields = self.collect(type_, _selections(nodes))
+        if len(selected_fields) > reads.MAX_ENTRIES:
+            raise NotCompiled(f"{len(selected_fields)} fields of one {type_.name}")
         fields: list[tuple[str, Entry]] = []
-        for key, selected in self.collect(type_, _selections(nodes)).items():
+        for key, selected in selected_fields.items():
             fields.append((key, self.entry(type_, kind, selected)))
         return tuple(fields)
 

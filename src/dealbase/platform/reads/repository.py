@@ -57,6 +57,8 @@ from dealbase.platform.tables import activities, customers, deal_customers, deal
 from dealbase.tenancy.statements import built_once
 
 Row = FromClause
+# The entries one object may have: json_build_object takes at most 100 arguments, two an entry.
+MAX_ENTRIES = 50
 # What json_agg of no rows (NULL) answers instead.
 _EMPTY_LIST: ColumnElement[Any] = literal_column("'[]'::json")
 Derived = Callable[[Row], ColumnElement[Any]]
