@@ -38,7 +38,16 @@ from tests.support import TenantWorld, build_tenant
 API = "/api/v1/integration"
 SCHEMA: GraphQLSchema = build_schema(Settings(database_url=None))._schema
 # The object types a compiled root field reads, and the nested fields among theirs.
-OBJECTS = ("Customer", "Deal", "Activity", "Step", "Employee")
+OBJECTS = (
+    "Customer",
+    "Deal",
+    "Activity",
+    "Step",
+    "Employee",
+    "Department",
+    "Pipeline",
+    "PipelineStep",
+)
 # Names that look like SQL, for aliases (a GraphQL name has no quotes or spaces).
 ALIASES = ("select", "from", "DROP_TABLE_customers", "pg_sleep", "_1", "order", "E_0")
 TEXTS = ("O'Brien", "'; DROP TABLE customers; --", 'quote" and \\ slash', "Łódź ünïcödé 🚀", "%_")
@@ -260,9 +269,21 @@ def operations(draw: st.DrawFn, shop: Shop) -> tuple[str, dict[str, Any]]:
     roots = []
     for index in range(draw(st.integers(1, 2))):
         root = draw(
-            st.sampled_from(["deals", "customers", "activities", "deal", "customer", "activity"])
+            st.sampled_from(
+                ["deals", "customers", "activities", "deal", "customer", "activity", "pipeline"]
+            )
         )
         alias = f"r{index}: "
+        if root == "pipeline":
+            department = draw(
+                st.sampled_from(
+                    [None, *(str(d.id) for d in shop.world.departments), str(uuid.UUID(int=9))]
+                )
+            )
+            argument = "" if department is None else f'(departmentId: "{department}")'
+            selection = draw(_selection(operation, "Pipeline", 3))
+            roots.append(f"{alias}pipeline{argument} {{ {selection} }}")
+            continue
         if root in ("deal", "customer", "activity"):
             known = {
                 "deal": shop.deal_ids,
@@ -450,3 +471,32 @@ def test_an_object_of_more_fields_than_one_statement_builds_is_answered_by_the_r
         metrics = wide.get("/metrics").text
     assert body["data"]["customer"]["a59"] == "Lovelace"
     assert 'dealbase_graphql_root_fields_total{field="customer",path="resolvers"} 1.0' in metrics
+
+
+def test_a_board_is_compiled_and_equal_to_the_resolvers(
+    client: TestClient, resolvers_only: TestClient, shop: Shop
+) -> None:
+    document = """{
+      pipeline {
+        __typename
+        department { id name createdAt updatedAt steps { id name position kind } }
+        steps {
+          step { id name kind }
+          dealCount totalVolume
+          deals(first: 2) { id name volume employee { name } customers { lastName } }
+        }
+      }
+    }"""
+    headers = shop.world.keys[0].headers
+
+    compiled = client.post(GRAPHQL, json={"query": document}, headers=headers).json()
+    resolved = resolvers_only.post(GRAPHQL, json={"query": document}, headers=headers).json()
+
+    assert compiled == resolved
+    steps = compiled["data"]["pipeline"]["steps"]
+    assert sum(step["dealCount"] for step in steps) == len(shop.deal_ids)
+    assert sum(step["totalVolume"] for step in steps) == 2**62 + 1205
+    metrics = client.get("/metrics").text
+    assert re.search(
+        r'dealbase_graphql_root_fields_total\{field="pipeline",path="compiled"\} [1-9]', metrics
+    ), metrics

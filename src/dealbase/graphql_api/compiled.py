@@ -66,6 +66,7 @@ from dealbase.platform.activities.models import ActivityFilter
 from dealbase.platform.customers.models import CustomerFilter
 from dealbase.platform.deals.models import DealFilter
 from dealbase.platform.pagination import page_size
+from dealbase.platform.validation import department_of
 from dealbase.platform.reads import repository as reads
 from dealbase.platform.reads.models import (
     Attribute,
@@ -93,7 +94,7 @@ _LISTS: Mapping[str, type[BaseModel]] = {
     "deals": DealFilter,
     "activities": ActivityFilter,
 }
-_ONES = ("customer", "deal", "activity")
+_ONES = ("customer", "deal", "activity", "pipeline")
 # The GraphQL object types the read tree knows, by kind.
 _KINDS = {
     "Customer": "customer",
@@ -101,6 +102,9 @@ _KINDS = {
     "Activity": "activity",
     "Step": "step",
     "Employee": "employee",
+    "Department": "department",
+    "Pipeline": "pipeline",
+    "PipelineStep": "pipeline_step",
 }
 _FORMS = {
     "UUID": Form.TEXT,
@@ -429,6 +433,11 @@ class ReadCompiler:
                 compiled.field, get_argument_values(compiled.field, compiled.node, variables)
             )
             reader = compiled.reader
+            if isinstance(reader, OneReader) and compiled.field_name == "pipeline":
+                # The board of the department the key names, or the one departmentId names.
+                scope = await context.scope_in(arguments.get("department_id"))
+                department = department_of(scope)
+                return await context.run(lambda uow: reader.run(uow, department, given), scope)
             if isinstance(reader, OneReader):
                 row_id: uuid.UUID = arguments["id"]
                 return await context.run(lambda uow: reader.run(uow, row_id, given))

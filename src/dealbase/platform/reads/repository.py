@@ -53,7 +53,15 @@ from dealbase.platform.reads.models import (
     RelatedList,
     TotalCount,
 )
-from dealbase.platform.tables import activities, customers, deal_customers, deals, employees, steps
+from dealbase.platform.tables import (
+    activities,
+    customers,
+    deal_customers,
+    deals,
+    departments,
+    employees,
+    steps,
+)
 from dealbase.tenancy.statements import built_once
 
 Row = FromClause
@@ -69,54 +77,81 @@ def _employee_name(row: Row) -> ColumnElement[Any]:
     return select(employee.c.name).where(employee.c.id == row.c.employee_id).scalar_subquery()
 
 
-# Each kind of object: its table, and the values it shows that no column holds.
+def _deals_in_step(row: Row, figure: Callable[[Row], ColumnElement[Any]]) -> ColumnElement[Any]:
+    deal = deals.alias()
+    return select(figure(deal)).where(deal.c.step_id == row.c.id).scalar_subquery()
+
+
+# Each kind of object: its table (a pipeline is its department's row, each of its steps a
+# step's row), and the values it shows that no column holds.
 _TABLES: Mapping[str, Table] = {
     "customer": customers,
     "deal": deals,
     "activity": activities,
     "step": steps,
     "employee": employees,
+    "department": departments,
+    "pipeline": departments,
+    "pipeline_step": steps,
 }
 _DERIVED: Mapping[str, Mapping[str, Derived]] = {
     # No row holds the tenant's id: the caller's scope does.
     "customer": {"tenant_id": lambda row: bindparam("tenant_id", type_=Text)},
     "deal": {"employee_name": _employee_name},
+    # The deals now in the step, summed by PostgreSQL (``pipeline.board``'s figures).
+    "pipeline_step": {
+        "deal_count": lambda row: _deals_in_step(row, lambda deal: func.count(deal.c.id)),
+        "total_volume": lambda row: _deals_in_step(
+            row, lambda deal: func.coalesce(func.sum(deal.c.volume), 0)
+        ),
+    },
 }
+
+
+def _department_of(kind: str, row: Row) -> ColumnElement[Any]:
+    """The department a row of ``kind`` belongs to (a department's is its id)."""
+    return row.c.id if _TABLES[kind] is departments else row.c.department_id
 
 
 @dataclass(frozen=True)
 class _Relation:
-    """Rows of ``kind`` that a parent row names: the row its reference column names (to one),
-    or the rows that name the parent, oldest first, or linked to it by ``deal_customers`` (in
-    a deal's link order; a customer's deals oldest first)."""
+    """Rows of ``kind`` that a parent row names. To one (``reference``): the row whose id the
+    parent's column holds (``id``: the parent's row itself, as another kind). To many: the rows
+    whose ``parent_column`` holds the parent's id, in ``order``; or linked to it by
+    ``deal_customers`` (a deal's customers in link order, a customer's deals oldest first)."""
 
     kind: str
+    many: bool = False
+    reference: str = ""
+    parent_column: str = ""
+    order: str = "id"
+    through_links: bool = False
     # Whether a department caller sees only its department's rows (a deal's customers are of
     # the deal's department already).
     in_department: bool = True
-    many: bool = False
-    through_links: bool = False  # by deal_customers
 
 
 _RELATIONS: Mapping[tuple[str, str], _Relation] = {
-    ("deal", "step"): _Relation("step"),
-    ("deal", "employee"): _Relation("employee"),
-    ("activity", "customer"): _Relation("customer"),
-    ("activity", "deal"): _Relation("deal"),
-    ("activity", "employee"): _Relation("employee"),
+    ("deal", "step"): _Relation("step", reference="step_id"),
+    ("deal", "employee"): _Relation("employee", reference="employee_id"),
+    ("activity", "customer"): _Relation("customer", reference="customer_id"),
+    ("activity", "deal"): _Relation("deal", reference="deal_id"),
+    ("activity", "employee"): _Relation("employee", reference="employee_id"),
     ("deal", "customers"): _Relation(
-        "customer", in_department=False, many=True, through_links=True
+        "customer", many=True, through_links=True, in_department=False
     ),
-    ("deal", "activities"): _Relation("activity", many=True),
+    ("deal", "activities"): _Relation("activity", many=True, parent_column="deal_id"),
     ("customer", "deals"): _Relation("deal", many=True, through_links=True),
-    ("customer", "activities"): _Relation("activity", many=True),
-}
-# The column of a to-one relation's parent that holds the child's id.
-_REFERENCES = {
-    "step": "step_id",
-    "employee": "employee_id",
-    "customer": "customer_id",
-    "deal": "deal_id",
+    ("customer", "activities"): _Relation("activity", many=True, parent_column="customer_id"),
+    ("department", "steps"): _Relation(
+        "step", many=True, parent_column="department_id", order="position"
+    ),
+    ("pipeline", "department"): _Relation("department", reference="id"),
+    ("pipeline", "steps"): _Relation(
+        "pipeline_step", many=True, parent_column="department_id", order="position"
+    ),
+    ("pipeline_step", "step"): _Relation("step", reference="id"),
+    ("pipeline_step", "deals"): _Relation("deal", many=True, parent_column="step_id"),
 }
 
 
@@ -187,10 +222,10 @@ class _Builder:
         found = _RELATIONS[(kind, entry.relation)]
         child = self.alias(found.kind)
         query = select(self.object(found.kind, child, entry.fields)).where(
-            child.c.id == parent.c[_REFERENCES[found.kind]]
+            child.c.id == parent.c[found.reference]
         )
         if found.in_department:
-            query = query.where(_caller_department_is(child.c.department_id))
+            query = query.where(_caller_department_is(_department_of(found.kind, child)))
         return query.scalar_subquery()
 
     def related_list(self, kind: str, parent: Row, entry: RelatedList) -> ColumnElement[Any]:
@@ -233,16 +268,22 @@ class _Builder:
             )
             items = func.json_agg(aggregate_order_by(item, chosen.c.id))
             return select(func.coalesce(items, _EMPTY_LIST)).scalar_subquery()
-        # A deal's or a customer's activities: found by the parent's index (OFFSET 0 keeps the
-        # planner from walking the department's index in id order instead), then the first.
-        parent_column = "deal_id" if kind == "deal" else "customer_id"
-        candidates = select(*table.c).where(table.c[parent_column] == parent.c.id)
+        # The rows that name the parent, found by the parent's index (OFFSET 0 keeps the
+        # planner from walking the department's index in order instead), then the first.
+        candidates = select(*table.c).where(table.c[found.parent_column] == parent.c.id)
         if found.in_department:
             candidates = candidates.where(_caller_department_is(table.c.department_id))
         fenced = candidates.offset(0).correlate(parent).subquery()
-        child = select(fenced).order_by(fenced.c.id).limit(limit).subquery(f"r{next(self.aliases)}")
+        child = (
+            select(fenced)
+            .order_by(fenced.c[found.order], fenced.c.id)
+            .limit(limit)
+            .subquery(f"r{next(self.aliases)}")
+        )
         items = func.json_agg(
-            aggregate_order_by(self.object(found.kind, child, entry.fields), child.c.id)
+            aggregate_order_by(
+                self.object(found.kind, child, entry.fields), child.c[found.order], child.c.id
+            )
         )
         return select(func.coalesce(items, _EMPTY_LIST)).scalar_subquery()
 
@@ -266,7 +307,7 @@ _LISTS: Mapping[str, _Listed] = {
     "deals": _Listed("deal", DEAL_FILTERS, lambda filters: deal_order(filters.order_by)),
     "activities": _Listed("activity", ACTIVITY_FILTERS, lambda _: BY_ID),
 }
-_ONES = {"customer", "deal", "activity"}
+_ONES = {"customer", "deal", "activity", "pipeline"}
 
 
 def listed_kind(resource: str) -> str | None:
@@ -378,6 +419,6 @@ def one_statement(read: OneRead) -> Select[Any]:
     return built_once(
         select(cast(builder.object(read.resource, row, read.fields), Text)).where(
             row.c.id == bindparam("row_id", type_=UUID(as_uuid=True)),
-            _caller_department_is(row.c.department_id),
+            _caller_department_is(_department_of(read.resource, row)),
         )
     )
