@@ -66,7 +66,6 @@ from dealbase.platform.activities.models import ActivityFilter
 from dealbase.platform.customers.models import CustomerFilter
 from dealbase.platform.deals.models import DealFilter
 from dealbase.platform.pagination import page_size
-from dealbase.platform.validation import department_of
 from dealbase.platform.reads import repository as reads
 from dealbase.platform.reads.models import (
     Attribute,
@@ -87,6 +86,7 @@ from dealbase.platform.reads.models import (
     TotalCount,
 )
 from dealbase.platform.reads.service import OneReader, PageReader
+from dealbase.platform.validation import department_of
 
 # Root fields compiled, per kind.
 _LISTS: Mapping[str, type[BaseModel]] = {
