@@ -1,0 +1,32 @@
+"""JSON logs: one JSON object a line, whatever the values an event carries."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import structlog
+
+from dealbase.ops.observability import configure_logging
+
+
+@pytest.fixture
+def render() -> Iterator[Any]:
+    """The renderer JSON logs are configured with (the last of structlog's processors)."""
+    handlers = logging.getLogger().handlers
+    configure_logging("json", "info")
+    yield structlog.get_config()["processors"][-1]
+    structlog.reset_defaults()
+    logging.getLogger().handlers = handlers
+
+
+def test_an_event_with_values_orjson_refuses_is_still_one_json_line(render: Any) -> None:
+    plain = render(None, "info", {"event": "plain", "count": 3, "who": "Ada"})
+    odd = render(None, "info", {"event": "odd", "huge": 2**70, "by_number": {1: "one"}})
+
+    assert "\n" not in plain + odd
+    assert json.loads(plain) == {"event": "plain", "count": 3, "who": "Ada"}
+    assert json.loads(odd) == {"event": "odd", "huge": 2**70, "by_number": {"1": "one"}}
