@@ -164,3 +164,17 @@ def test_an_upsert_and_a_batch_are_three_round_trips(
     # BEGIN, the switch and the lookup of the external ids (locked); the writes; the events
     # and COMMIT.
     assert trips == 3
+
+
+@pytest.mark.parametrize("path", ["/customers/{id}", "/customers?limit=50", "/deals?limit=50"])
+def test_a_read_is_one_round_trip(
+    client: TestClient, world: TenantWorld, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    customer = _send(client, world, "POST", "/customers", {"last_name": "Read"}).json()
+    _send(client, world, "POST", "/deals", {"name": "Engine", "customers": [{"last_name": "A"}]})
+    url = path.format(id=customer["id"])
+
+    trips = _round_trips(monkeypatch, lambda: _send(client, world, "GET", url, {}), 200)
+
+    # BEGIN, the role switch, the read and COMMIT.
+    assert trips == 1

@@ -417,3 +417,16 @@ def test_a_statement_due_to_be_prepared_goes_after_what_was_deferred_before_it(
     assert sent[3].startswith("EXECUTE dealbase_")
     assert sent[4] == "COMMIT"
     assert _customer_count(database, world.tenant.scope) == 1
+
+
+def test_a_statement_that_commits_with_it_is_the_unit_of_works_last(
+    database: Database, world: TenantWorld
+) -> None:
+    statement, values = _insert_customer("Lovelace", world.department.id)
+    with database.unit_of_work(world.tenant.scope) as uow:
+        uow.connection.commit_with_next()
+        uow.connection.execute(statement, values)
+        # Committed with it: another transaction sees the row at once.
+        assert _customer_count(database, world.tenant.scope) == 1
+        with pytest.raises(RuntimeError, match="no statement may follow"):
+            uow.connection.execute(select(func.count()).select_from(customers))

@@ -131,7 +131,7 @@ async def list_customers(
         CustomerFilter,
         {"email": email, "q": q, "updated_since": updated_since, "external_id": external_id},
     )
-    page = await database_of(request).run(
+    page = await database_of(request).read(
         scope, lambda uow: service.list_page_as_json(uow, filters, limit, cursor)
     )
     return json_text_page(page)
@@ -151,7 +151,7 @@ async def get_customer(
     customer_id: uuid.UUID,
 ) -> Response:
     scope = caller_of(request)
-    version, text = await database_of(request).run(
+    version, text = await database_of(request).read(
         scope, lambda uow: service.get_as_json(uow, customer_id)
     )
     return json_text_response(version, text)

@@ -124,7 +124,7 @@ async def list_deals(
             "updated_since": updated_since,
         },
     )
-    page = await database_of(request).run(
+    page = await database_of(request).read(
         scope, lambda uow: service.list_page_as_json(uow, filters, limit, cursor)
     )
     return json_text_page(page)
@@ -148,7 +148,7 @@ async def get_deal(
     deal_id: uuid.UUID,
 ) -> Response:
     scope = caller_of(request)
-    version, text = await database_of(request).run(
+    version, text = await database_of(request).read(
         scope, lambda uow: service.get_as_json(uow, deal_id)
     )
     return json_text_response(version, text)

@@ -473,6 +473,14 @@ class Database:
             except TimeoutError as exc:
                 raise PoolTimeout("PostgreSQL did not answer in time") from exc
 
+    async def read(self, scope: Scope, work: Callable[[UnitOfWork], T]) -> T:
+        """``run`` for a read that one statement answers: ``BEGIN``, the role switch, the
+        statement and ``COMMIT`` in one round trip (``TenantConnection.commit_with_next``); a
+        second statement of ``work`` is refused."""
+        async with self.unit_of_work_on_event_loop(scope) as uow:
+            uow.connection.commit_with_next()
+            return await run_on_event_loop(work, uow)
+
     async def run(self, scope: Scope, work: Callable[[UnitOfWork], T | AfterCommit[T]]) -> T:
         """``work`` in a unit of work of its own, committed if it returns, without a thread;
         an ``AfterCommit`` it returns is read once committed."""

@@ -461,6 +461,7 @@ class TenantConnection:
     __slots__ = (
         "_begin",
         "_begun",
+        "_commit_with_next",
         "_committed",
         "_connection",
         "_deferred",
@@ -490,6 +491,7 @@ class TenantConnection:
         self._begin = begin
         self._begun = begin is None
         self._committed = False
+        self._commit_with_next = False
         self._deferred: list[Deferred] = []  # not sent yet, in the order given
         self._deferred_total = 0
 
@@ -521,6 +523,12 @@ class TenantConnection:
         """Runs ``statement``; a sequence of parameter sets runs it once per set (in one round
         trip), and the rows come back in the order of the sets."""
         sql, values, entry = self._render(statement, parameters)
+        if self._committed:
+            raise RuntimeError("the unit of work has committed: no statement may follow")
+        if self._commit_with_next and len(values) == 1:
+            (columns, rows), _ = self._send([self._scripted(sql, values[0]), "COMMIT"])
+            self._committed = True
+            return _rows_of(columns, rows, entry)
         if len(values) == 1 and (not self._begun or self._deferred):
             *_, (columns, rows) = self._send([self._scripted(sql, values[0])])
             return _rows_of(columns, rows, entry)
@@ -564,6 +572,12 @@ class TenantConnection:
         nothing ran before)."""
         if self._deferred:
             self._send([])
+
+    def commit_with_next(self) -> None:
+        """The next statement is the unit of work's last: it goes with the ``COMMIT`` (and the
+        ``BEGIN``), in one round trip, and any statement after it is refused. For a read that
+        one statement answers."""
+        self._commit_with_next = True
 
     def commit(self) -> None:
         """Sends the deferred statements and the COMMIT, in one round trip (with the ``BEGIN``
