@@ -33,6 +33,7 @@ from dealbase.graphql_api.schema import build_schema
 from dealbase.ops.admin import create_employee
 from dealbase.tenancy.database import Database
 from tests.graphql_api.support import GRAPHQL, tenant_wide_headers
+from tests.rest_api.test_round_trips import counted_round_trips
 from tests.support import TenantWorld, build_tenant
 
 API = "/api/v1/integration"
@@ -500,3 +501,18 @@ def test_a_board_is_compiled_and_equal_to_the_resolvers(
     assert re.search(
         r'dealbase_graphql_root_fields_total\{field="pipeline",path="compiled"\} [1-9]', metrics
     ), metrics
+
+
+def test_a_query_of_one_compiled_page_is_one_round_trip(
+    client: TestClient, shop: Shop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = {"query": "{ deals(first: 3) { totalCount edges { node { id customers { id } } } } }"}
+    headers = shop.world.keys[0].headers
+    client.post(GRAPHQL, json=body, headers=headers)  # the key cached
+
+    with counted_round_trips(monkeypatch) as trips:
+        answered = client.post(GRAPHQL, json=body, headers=headers).json()
+
+    assert answered["data"]["deals"]["totalCount"] == len(shop.deal_ids)
+    # BEGIN, the role switch, the page's statement and COMMIT.
+    assert trips[0] == 1

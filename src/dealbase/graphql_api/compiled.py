@@ -418,10 +418,16 @@ class ReadCompiler:
         return CompiledField(name, field, nodes[0], reader, tuple(walk.lengths))
 
     async def run(
-        self, compiled: CompiledField, context: GraphQLContext, variables: VariableValues
+        self,
+        compiled: CompiledField,
+        context: GraphQLContext,
+        variables: VariableValues,
+        last: bool = False,
     ) -> str | None:
         """The root field's JSON text, or None where the resolvers must answer instead (a
-        request the platform refuses, a row the caller cannot see)."""
+        request the platform refuses, a row the caller cannot see). ``last``: no other read
+        follows in the request, so a page's statement carries the read transaction's COMMIT
+        (``PageReader.run``)."""
         try:
             given = {
                 length.name: page_size(
@@ -450,8 +456,11 @@ class ReadCompiler:
             )
             caller_department = context.scope.department_id
             first, after = arguments["first"], arguments["after"]
+
             return await context.run(
-                lambda uow: reader.run(uow, filters, first, after, given, caller_department),
+                lambda uow: reader.run(
+                    uow, filters, first, after, given, caller_department, last=last
+                ),
                 scope,
             )
         except (Invalid, NotFound):
@@ -530,7 +539,12 @@ class CompilingExecutionContext(PlainLeavesExecutionContext):
         answered: dict[str, Any] = {}
         for key, field in compiled.items():
             try:
-                text = await compiler.run(field, self.context_value, self.variable_values)
+                text = await compiler.run(
+                    field,
+                    self.context_value,
+                    self.variable_values,
+                    last=len(compiled) == 1 and len(grouped_field_set) == 1,
+                )
             except Exception as error:
                 # Reported as graphql-core reports a resolver's error: located at the field,
                 # null in its place, or in its parent's when the field cannot be null.

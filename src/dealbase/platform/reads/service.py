@@ -47,8 +47,12 @@ class PageReader:
         after: str | None,
         given: Mapping[str, Any],
         caller_department_id: uuid.UUID | None,
+        *,
+        last: bool = False,
     ) -> str:
-        """``given``: the nested lists' lengths, by the names the tree gives them."""
+        """``given``: the nested lists' lengths, by the names the tree gives them. ``last``:
+        the unit of work reads nothing after the page, whose statement then carries its
+        COMMIT (once the request passed every check: a refusal sends nothing)."""
         page = page_request(first, after, filters)
         resource = self.read.resource
         shape, values = list_filters(resource).shape_and_values(uow.scope.department_id, filters)
@@ -70,6 +74,8 @@ class PageReader:
             caller_department_id=caller_department_id,
             tenant_id=str(uow.scope.tenant_id),
         )
+        if last:
+            uow.connection.commit_with_next()
         text: str = uow.connection.execute(statement, values).scalar_one()
         return text
 
