@@ -48,6 +48,9 @@ OBJECTS = (
     "Department",
     "Pipeline",
     "PipelineStep",
+    "PipelineSummary",
+    "StepSummary",
+    "EmployeeSummary",
 )
 # Names that look like SQL, for aliases (a GraphQL name has no quotes or spaces).
 ALIASES = ("select", "from", "DROP_TABLE_customers", "pg_sleep", "_1", "order", "E_0")
@@ -271,10 +274,28 @@ def operations(draw: st.DrawFn, shop: Shop) -> tuple[str, dict[str, Any]]:
     for index in range(draw(st.integers(1, 2))):
         root = draw(
             st.sampled_from(
-                ["deals", "customers", "activities", "deal", "customer", "activity", "pipeline"]
+                [
+                    "deals",
+                    "customers",
+                    "activities",
+                    "deal",
+                    "customer",
+                    "activity",
+                    "pipeline",
+                    "pipelineSummary",
+                ]
             )
         )
         alias = f"r{index}: "
+        if root == "pipelineSummary":
+            moments = ["2020-01-01T00:00:00Z", "2100-01-01T00:00:00+02:00", "1999-12-31T23:59Z"]
+            start = operation.variable("DateTime!", draw(st.sampled_from(moments)))
+            end = operation.variable("DateTime!", draw(st.sampled_from(moments)))
+            selection = draw(_selection(operation, "PipelineSummary", 2))
+            roots.append(
+                f"{alias}pipelineSummary(createdFrom: {start}, createdTo: {end}) {{ {selection} }}"
+            )
+            continue
         if root == "pipeline":
             department = draw(
                 st.sampled_from(
@@ -516,3 +537,69 @@ def test_a_query_of_one_compiled_page_is_one_round_trip(
     assert answered["data"]["deals"]["totalCount"] == len(shop.deal_ids)
     # BEGIN, the role switch, the page's statement and COMMIT.
     assert trips[0] == 1
+
+
+SUMMARY = """query($from: DateTime!, $to: DateTime!, $department: UUID) {
+  pipelineSummary(createdFrom: $from, createdTo: $to, departmentId: $department) {
+    __typename createdFrom createdTo dealCount volume wonVolume lostVolume
+    steps { step { id name kind } dealCount volume }
+    employees { employee { id name } dealCount volume wonVolume lostVolume }
+  }
+}"""
+
+
+@pytest.mark.parametrize(
+    ("period", "department"),
+    [
+        (("2020-01-01T00:00:00Z", "2100-01-01T00:00:00+02:00"), None),
+        (("2020-01-01T00:00:00.5+05:30", "2100-01-01T00:00:00Z"), 0),
+        (("2020-01-01T00:00:00Z", "2020-01-02T00:00:00Z"), None),
+        (("2100-01-01T00:00:00Z", "2020-01-01T00:00:00Z"), None),
+        (("2020-01-01T00:00:00Z", "2100-01-01T00:00:00Z"), 1),
+    ],
+    ids=["every deal", "a tenant-wide key naming the department", "none", "reversed", "foreign"],
+)
+def test_a_summary_is_compiled_and_equal_to_the_resolvers(
+    client: TestClient,
+    resolvers_only: TestClient,
+    shop: Shop,
+    period: tuple[str, str],
+    department: int | None,
+) -> None:
+    variables: dict[str, Any] = {"from": period[0], "to": period[1]}
+    headers = shop.world.keys[0].headers
+    if department is not None:
+        variables["department"] = str(shop.world.departments[department].id)
+        headers = shop.tenant_wide if department == 0 else headers
+    body = {"query": SUMMARY, "variables": variables}
+
+    compiled = client.post(GRAPHQL, json=body, headers=headers).json()
+    resolved = resolvers_only.post(GRAPHQL, json=body, headers=headers).json()
+
+    assert compiled == resolved
+    if "errors" not in compiled:
+        summary = compiled["data"]["pipelineSummary"]
+        assert summary["dealCount"] == sum(step["dealCount"] for step in summary["steps"])
+        metrics = client.get("/metrics").text
+        assert re.search(
+            r'dealbase_graphql_root_fields_total\{field="pipelineSummary",path="compiled"\} [1-9]',
+            metrics,
+        ), metrics
+
+
+def test_a_tree_the_platform_cannot_build_is_answered_by_the_resolvers(
+    settings: Settings, shop: Shop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(read: object) -> object:
+        raise RuntimeError("a fault of the statement builder")
+
+    monkeypatch.setattr("dealbase.platform.reads.service.one_statement", broken)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as fresh:
+        body = fresh.post(
+            GRAPHQL,
+            json={"query": f'{{ customer(id: "{shop.customer_ids[0]}") {{ lastName }} }}'},
+            headers=shop.world.keys[0].headers,
+        ).json()
+        metrics = fresh.get("/metrics").text
+    assert body["data"] == {"customer": {"lastName": "Lovelace"}}
+    assert 'dealbase_graphql_root_fields_total{field="customer",path="resolvers"} 1.0' in metrics

@@ -7,8 +7,8 @@ GraphQL objects. Compiled, the root field's selection becomes a read tree
 PostgreSQL's text through to the response (``orjson.Fragment``).
 
 The choice is made per root field (``ReadCompiler.compile``): the lists ``customers``,
-``deals`` and ``activities`` and the lookups ``customer``, ``deal`` and ``activity`` are
-compiled when everything they select is an attribute, a nested object or list the read tree
+``deals`` and ``activities``, the lookups ``customer``, ``deal`` and ``activity``, ``pipeline``
+and ``pipelineSummary`` are compiled when everything they select is an attribute, a nested object or list the read tree
 knows, ``__typename``, or a connection's ``edges``, ``cursor``, ``node``, ``pageInfo`` and
 ``totalCount``, through aliases, fragments and ``@skip``/``@include``. Anything else, and every
 mutation, runs through the resolvers. So does a compiled field whose request the platform
@@ -66,6 +66,8 @@ from dealbase.platform.activities.models import ActivityFilter
 from dealbase.platform.customers.models import CustomerFilter
 from dealbase.platform.deals.models import DealFilter
 from dealbase.platform.pagination import page_size
+from dealbase.platform.pipeline import service as pipeline
+from dealbase.platform.pipeline.models import SummaryRange
 from dealbase.platform.reads import repository as reads
 from dealbase.platform.reads.models import (
     Attribute,
@@ -86,7 +88,7 @@ from dealbase.platform.reads.models import (
     TotalCount,
 )
 from dealbase.platform.reads.service import OneReader, PageReader
-from dealbase.platform.validation import department_of
+from dealbase.platform.validation import department_of, validated
 
 # Root fields compiled, per kind.
 _LISTS: Mapping[str, type[BaseModel]] = {
@@ -94,7 +96,14 @@ _LISTS: Mapping[str, type[BaseModel]] = {
     "deals": DealFilter,
     "activities": ActivityFilter,
 }
-_ONES = ("customer", "deal", "activity", "pipeline")
+# Root fields of one object, and the read tree's name of it.
+_ONES = {
+    "customer": "customer",
+    "deal": "deal",
+    "activity": "activity",
+    "pipeline": "pipeline",
+    "pipelineSummary": "summary",
+}
 # The GraphQL object types the read tree knows, by kind.
 _KINDS = {
     "Customer": "customer",
@@ -105,6 +114,9 @@ _KINDS = {
     "Department": "department",
     "Pipeline": "pipeline",
     "PipelineStep": "pipeline_step",
+    "PipelineSummary": "summary",
+    "StepSummary": "step_summary",
+    "EmployeeSummary": "employee_summary",
 }
 _FORMS = {
     "UUID": Form.TEXT,
@@ -115,6 +127,7 @@ _FORMS = {
     "BigInt": Form.AS_IS,
     "Boolean": Form.AS_IS,
 }
+log = structlog.get_logger(__name__)
 # Compiled trees kept per process (root fields of documents, by their skip/include values).
 _KEPT = 256
 
@@ -412,8 +425,12 @@ class ReadCompiler:
             if name in _LISTS:
                 reader: PageReader | OneReader = PageReader(walk.page(name, type_, nodes))
             else:
-                reader = OneReader(OneRead(name, walk.object_fields(type_, nodes)))
+                reader = OneReader(OneRead(_ONES[name], walk.object_fields(type_, nodes)))
         except NotCompiled:
+            return None
+        except Exception:
+            # A tree the platform could not build is a fault of ours: the resolvers answer.
+            log.exception("graphql_compile_failed", field=name)
             return None
         return CompiledField(name, field, nodes[0], reader, tuple(walk.lengths))
 
@@ -439,6 +456,27 @@ class ReadCompiler:
                 compiled.field, get_argument_values(compiled.field, compiled.node, variables)
             )
             reader = compiled.reader
+            if isinstance(reader, OneReader) and compiled.field_name == "pipelineSummary":
+                scope = await context.scope_in(arguments.get("department_id"))
+                period = pipeline.checked_period(
+                    validated(
+                        SummaryRange,
+                        {
+                            "created_from": arguments["created_from"],
+                            "created_to": arguments["created_to"],
+                        },
+                    )
+                )
+                # The period's ends as the resolvers show them (DateTime: isoformat).
+                bounds = {
+                    "summary_from": period.created_from,
+                    "summary_to": period.created_to,
+                    "summary_from_text": period.created_from.isoformat(),
+                    "summary_to_text": period.created_to.isoformat(),
+                }
+                return await context.run(
+                    lambda uow: reader.run(uow, None, {**given, **bounds}), scope
+                )
             if isinstance(reader, OneReader) and compiled.field_name == "pipeline":
                 # The board of the department the key names, or the one departmentId names.
                 scope = await context.scope_in(arguments.get("department_id"))

@@ -74,12 +74,18 @@ def board(uow: UnitOfWork) -> list[StepTotals]:
     return repository.step_totals(uow.connection, department_of(uow.scope))
 
 
-def summary(uow: UnitOfWork, period: SummaryRange) -> PipelineSummary:
-    """Deals created in the period, for the caller's department (or the whole tenant)."""
+def checked_period(period: SummaryRange) -> SummaryRange:
+    """A summary's period, which must end after it starts."""
     if period.created_to <= period.created_from:
         raise Invalid.of(
             "created_to", "out_of_range", "The end of the period must be after its start."
         )
+    return period
+
+
+def summary(uow: UnitOfWork, period: SummaryRange) -> PipelineSummary:
+    """Deals created in the period, for the caller's department (or the whole tenant)."""
+    checked_period(period)
     by_step, by_employee = repository.summary_rows(
         uow.connection, uow.scope.department_id, period.created_from, period.created_to
     )

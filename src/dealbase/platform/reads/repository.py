@@ -108,6 +108,97 @@ _DERIVED: Mapping[str, Mapping[str, Derived]] = {
 }
 
 
+def _in_period(deal: Row) -> ColumnElement[bool]:
+    """A summary's deals: created in [``summary_from``, ``summary_to``)."""
+    moment = deals.c.created_at.type
+    return (deal.c.created_at >= bindparam("summary_from", type_=moment)) & (
+        deal.c.created_at < bindparam("summary_to", type_=moment)
+    )
+
+
+def _summed(figure: Callable[[Row, Row], ColumnElement[Any]]) -> Derived:
+    """A summary's total over its deals (in the caller's department) and their steps."""
+
+    def total(_: Row) -> ColumnElement[Any]:
+        deal, step = deals.alias(), steps.alias()
+        return (
+            select(figure(deal, step))
+            .select_from(deal.join(step, step.c.id == deal.c.step_id))
+            .where(_in_period(deal), _caller_department_is(deal.c.department_id))
+            .scalar_subquery()
+        )
+
+    return total
+
+
+def _volume_in(kind: str) -> Callable[[Row, Row], ColumnElement[Any]]:
+    return lambda deal, step: func.coalesce(func.sum(deal.c.volume).filter(step.c.kind == kind), 0)
+
+
+def _step_summaries() -> Select[Any]:
+    """Each step (of the caller's department) with the summary's deals now in it, in
+    ``pipeline.summary``'s order."""
+    in_period = (deals.c.step_id == steps.c.id) & _in_period(deals)
+    return (
+        select(
+            *steps.c,
+            func.count(deals.c.id).label("deal_count"),
+            func.coalesce(func.sum(deals.c.volume), 0).label("volume"),
+            func.row_number()
+            .over(order_by=(steps.c.department_id, steps.c.position))
+            .label("ordinal"),
+        )
+        .select_from(steps.outerjoin(deals, in_period))
+        .where(_caller_department_is(steps.c.department_id))
+        .group_by(steps.c.id)
+    )
+
+
+def _employee_summaries() -> Select[Any]:
+    """The summary's deals by employee (a null id: the unassigned), in ``pipeline.summary``'s
+    order."""
+    return (
+        select(
+            employees.c.id,
+            func.count(deals.c.id).label("deal_count"),
+            func.coalesce(func.sum(deals.c.volume), 0).label("volume"),
+            _volume_in("won")(deals, steps).label("won_volume"),
+            _volume_in("lost")(deals, steps).label("lost_volume"),
+            func.row_number()
+            .over(order_by=(employees.c.name.nulls_last(), employees.c.id))
+            .label("ordinal"),
+        )
+        .select_from(
+            deals.join(steps, steps.c.id == deals.c.step_id).outerjoin(
+                employees, employees.c.id == deals.c.employee_id
+            )
+        )
+        .where(_in_period(deals), _caller_department_is(deals.c.department_id))
+        .group_by(employees.c.id)
+    )
+
+
+# Kinds whose rows a grouping makes (no table): the rows, and the values they show.
+_GROUPED: Mapping[str, tuple[Callable[[], Select[Any]], frozenset[str]]] = {
+    "step_summary": (_step_summaries, frozenset({"id", "deal_count", "volume"})),
+    "employee_summary": (
+        _employee_summaries,
+        frozenset({"id", "deal_count", "volume", "won_volume", "lost_volume"}),
+    ),
+}
+# A summary has no row: its values are the period's (bound as text, written by the caller as
+# the resolvers show the period: ``summary_from_text``, ``summary_to_text``) and its totals.
+_SUMMARY_WRITTEN = frozenset({"created_from", "created_to"})
+_SUMMARY_DERIVED: Mapping[str, Derived] = {
+    "created_from": lambda _: bindparam("summary_from_text", type_=Text),
+    "created_to": lambda _: bindparam("summary_to_text", type_=Text),
+    "deal_count": _summed(lambda deal, _: func.count(deal.c.id)),
+    "volume": _summed(lambda deal, _: func.coalesce(func.sum(deal.c.volume), 0)),
+    "won_volume": _summed(_volume_in("won")),
+    "lost_volume": _summed(_volume_in("lost")),
+}
+
+
 def _department_of(kind: str, row: Row) -> ColumnElement[Any]:
     """The department a row of ``kind`` belongs to (a department's is its id)."""
     return row.c.id if _TABLES[kind] is departments else row.c.department_id
@@ -152,11 +243,19 @@ _RELATIONS: Mapping[tuple[str, str], _Relation] = {
     ),
     ("pipeline_step", "step"): _Relation("step", reference="id"),
     ("pipeline_step", "deals"): _Relation("deal", many=True, parent_column="step_id"),
+    ("summary", "steps"): _Relation("step_summary", many=True),
+    ("summary", "employees"): _Relation("employee_summary", many=True),
+    ("step_summary", "step"): _Relation("step", reference="id"),
+    ("employee_summary", "employee"): _Relation("employee", reference="id"),
 }
 
 
 def readable(kind: str, name: str) -> bool:
     """Whether an object of ``kind`` shows the value ``name`` (an ``Attribute``)."""
+    if kind == "summary":
+        return name in _SUMMARY_DERIVED
+    if kind in _GROUPED:
+        return name in _GROUPED[kind][1]
     return name in _TABLES[kind].c or name in _DERIVED.get(kind, {})
 
 
@@ -209,6 +308,10 @@ class _Builder:
 
     def entry(self, kind: str, row: Row, entry: Entry) -> ColumnElement[Any]:
         if isinstance(entry, Attribute):
+            if kind == "summary":
+                value = _SUMMARY_DERIVED[entry.name](row)
+                # The period's ends come written as the caller shows them.
+                return value if entry.name in _SUMMARY_WRITTEN else _formatted(value, entry.form)
             derived = _DERIVED.get(kind, {}).get(entry.name)
             value = derived(row) if derived is not None else row.c[entry.name]
             return _formatted(value, entry.form)
@@ -230,6 +333,12 @@ class _Builder:
 
     def related_list(self, kind: str, parent: Row, entry: RelatedList) -> ColumnElement[Any]:
         found = _RELATIONS[(kind, entry.relation)]
+        if found.kind in _GROUPED:
+            rows = _GROUPED[found.kind][0]().subquery(f"r{next(self.aliases)}")
+            items = func.json_agg(
+                aggregate_order_by(self.object(found.kind, rows, entry.fields), rows.c.ordinal)
+            )
+            return select(func.coalesce(items, _EMPTY_LIST)).scalar_subquery()
         table = _TABLES[found.kind]
         links = deal_customers.alias(f"l{next(self.aliases)}")
         if found.through_links and found.kind == "customer":
@@ -307,7 +416,7 @@ _LISTS: Mapping[str, _Listed] = {
     "deals": _Listed("deal", DEAL_FILTERS, lambda filters: deal_order(filters.order_by)),
     "activities": _Listed("activity", ACTIVITY_FILTERS, lambda _: BY_ID),
 }
-_ONES = {"customer", "deal", "activity", "pipeline"}
+_ONES = {"customer", "deal", "activity", "pipeline", "summary"}
 
 
 def listed_kind(resource: str) -> str | None:
@@ -415,6 +524,10 @@ def one_statement(read: OneRead) -> Select[Any]:
     """The statement of one row by id (``row_id``), if the caller's department holds it
     (``caller_department_id``): its JSON text, or no row."""
     builder = _Builder()
+    if read.resource == "summary":
+        # No row: the period's values and its totals, bound.
+        nothing = select(literal(1).label("id")).subquery("r")
+        return built_once(select(cast(builder.object("summary", nothing, read.fields), Text)))
     row = builder.alias(read.resource)
     return built_once(
         select(cast(builder.object(read.resource, row, read.fields), Text)).where(

@@ -87,12 +87,16 @@ class OneReader:
         self.read = read
         self._statement = one_statement(read)
 
-    def run(self, uow: UnitOfWork, row_id: uuid.UUID, given: Mapping[str, Any]) -> str | None:
+    def run(
+        self, uow: UnitOfWork, row_id: uuid.UUID | None, given: Mapping[str, Any]
+    ) -> str | None:
+        """``row_id``: None for a summary, which has no row (its period is ``given``)."""
         values = {
             **given,
-            "row_id": row_id,
             "caller_department_id": uow.scope.department_id,
             "tenant_id": str(uow.scope.tenant_id),
         }
+        if row_id is not None:
+            values["row_id"] = row_id
         text: str | None = uow.connection.execute(self._statement, values).scalar_one_or_none()
         return text
