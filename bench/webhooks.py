@@ -72,6 +72,7 @@ from dealbase.ops import admin
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.events import repository as events_repository
+from dealbase.platform.events import service as events
 from dealbase.platform.events.models import RETENTION_DAYS, EventFilter, event_json
 from dealbase.platform.resources import customer_json
 from dealbase.platform.webhooks import service as endpoints
@@ -420,6 +421,10 @@ def record_events(database: Database, place: Place, count: int) -> None:
 def event_messages(database: Database, place: Place) -> list[tuple[str, bytes]]:
     """Each event's webhook-id and body, in commit order, as the worker sends them."""
     assert place.scope.department_id is not None
+    # Events are numbered after they commit (by the worker, or a reader of the feed): numbered
+    # here first, in a transaction of its own, as the worker would before reading them.
+    with database.unit_of_work(place.scope) as uow:
+        events.number_all_committed(uow, [place.scope.department_id])
     with database.unit_of_work(place.scope) as uow:
         found = events_repository.events_after(
             uow.connection,
