@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, FilePath, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -175,6 +175,13 @@ class Settings(BaseSettings):
         description=(
             "GraphQL documents each worker keeps parsed, validated and costed, the least"
             " recently used dropped first; 0 reads every document anew."
+        ),
+    )
+    webhooks_ca_bundle: FilePath | None = Field(
+        default=None,
+        description=(
+            "A PEM file of certificate authorities the webhook worker trusts besides the"
+            " public ones (a receiver whose certificate a private CA signed)."
         ),
     )
     webhooks_allow_private: bool = Field(

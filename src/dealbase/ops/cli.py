@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import signal
+import ssl
 import sys
 import uuid
 from collections.abc import Callable, Sequence
@@ -775,7 +776,7 @@ async def _deliver_until_stopped(settings: Settings, limits: WorkerLimits) -> No
     # Here, not at the top: the worker's metrics import prometheus_client, which ``serve``
     # imports only once it has chosen where its metrics live.
     from dealbase.worker.delivery import DeliveryWorker
-    from dealbase.worker.sending import Sender
+    from dealbase.worker.sending import Sender, trusted_authorities
     from dealbase.worker.spares import SpareSchemaKeeper
 
     database = Database(
@@ -792,7 +793,15 @@ async def _deliver_until_stopped(settings: Settings, limits: WorkerLimits) -> No
         tenants_per_connection=settings.db_tenants_per_connection,
         tenant_affinity=not settings.db_pgbouncer,
     )
-    sender = Sender(AddressPolicy(allow_private=settings.webhooks_allow_private))
+    try:
+        trusted = trusted_authorities(settings.webhooks_ca_bundle)
+    except ssl.SSLError as unreadable:
+        raise CliFailure(
+            "The certificate authorities to trust (DEALBASE_WEBHOOKS_CA_BUNDLE, SSL_CERT_FILE,"
+            f" SSL_CERT_DIR) hold none OpenSSL can read: {unreadable}",
+            exit_code=2,
+        ) from None
+    sender = Sender(AddressPolicy(allow_private=settings.webhooks_allow_private), trusted)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for stopping in (signal.SIGTERM, signal.SIGINT):

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import os
+import ssl
 import time
 from collections import OrderedDict
 from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
+from pathlib import Path
 from urllib.parse import SplitResult, urlsplit
 
+import certifi
 import httpx
 
 from dealbase.errors import Invalid
@@ -33,6 +37,20 @@ _RESPONSE_BYTES_READ = 64 * 1024
 _LONGEST_RETRY_AFTER_SECONDS = 7 * 24 * 3600
 
 
+def trusted_authorities(ca_bundle: Path | None = None) -> ssl.SSLContext:
+    """What a worker trusts for https: the public CAs (certifi's, as httpx has them), those of
+    the standard ``SSL_CERT_FILE`` and ``SSL_CERT_DIR``, and those of ``ca_bundle``
+    (``DEALBASE_WEBHOOKS_CA_BUNDLE``). A file that holds no certificate fails here, at the
+    worker's start, with OpenSSL's reason."""
+    context = ssl.create_default_context(cafile=certifi.where())
+    cafile, capath = os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
+    if cafile or capath:
+        context.load_verify_locations(cafile=cafile or None, capath=capath or None)
+    if ca_bundle is not None:
+        context.load_verify_locations(cafile=str(ca_bundle))
+    return context
+
+
 class Sender:
     """A worker's HTTP clients for its deliveries. The request goes to the address that was
     checked, not to the name (which could resolve elsewhere a moment later), with the name in
@@ -48,8 +66,9 @@ class Sender:
 
     MAX_CLIENTS = 1024
 
-    def __init__(self, policy: AddressPolicy) -> None:
+    def __init__(self, policy: AddressPolicy, trusted: ssl.SSLContext | None = None) -> None:
         self.policy = policy
+        self.trusted = trusted if trusted is not None else trusted_authorities()
         self._clients: OrderedDict[str, httpx.AsyncClient] = OrderedDict()
 
     async def close(self) -> None:
@@ -69,6 +88,7 @@ class Sender:
         client = self._clients[origin] = httpx.AsyncClient(
             follow_redirects=False,
             trust_env=False,
+            verify=self.trusted,
             timeout=httpx.Timeout(TIMEOUT_SECONDS),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=20),
         )
