@@ -45,11 +45,20 @@ _DOMAIN_STATUS: dict[type[DomainError], int] = {
 
 
 class ProtocolError(Exception):
-    """A request the HTTP layer refuses before any domain rule is asked (400, 413, 415)."""
+    """A request the HTTP layer refuses before any domain rule is asked (400, 405, 413, 415),
+    with the headers its answer needs (a 405's ``Allow``)."""
 
-    def __init__(self, status: int, code: str, title: str, detail: str) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        title: str,
+        detail: str,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(detail)
         self.status, self.code, self.title, self.detail = status, code, title, detail
+        self.headers = headers
 
 
 def malformed_json(detail: str) -> ProtocolError:
@@ -139,7 +148,7 @@ async def _domain_error(request: Request, exc: Exception) -> Response:
 
 async def _protocol_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ProtocolError)
-    return problem(request, exc.status, exc.code, exc.title, exc.detail)
+    return problem(request, exc.status, exc.code, exc.title, exc.detail, headers=exc.headers)
 
 
 async def _request_validation(request: Request, exc: Exception) -> Response:

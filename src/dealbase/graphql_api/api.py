@@ -6,8 +6,10 @@ from typing import Any
 
 import orjson
 from cross_web import HTTPException
-from fastapi import FastAPI
+from fastapi import FastAPI, Request, Response
 from strawberry.fastapi import GraphQLRouter
+from strawberry.http import GraphQLHTTPResponse
+from strawberry.types import ExecutionResult
 
 from dealbase.config import Settings
 from dealbase.edge.problems import ProtocolError, malformed_json
@@ -16,6 +18,37 @@ from dealbase.graphql_api.context import context_for
 from dealbase.graphql_api.schema import OperationObserver, build_schema
 
 GRAPHQL_PATH = "/graphql"
+GRAPHQL_RESPONSE_MEDIA_TYPE = "application/graphql-response+json"
+_MUTATION_BY_GET = "mutations are not allowed when using GET"
+# Where a response's request error is noted for its status (request.state).
+_REQUEST_ERROR = "graphql_request_error"
+
+
+def _answers_graphql_response(request: Request) -> bool:
+    """Whether the client prefers ``application/graphql-response+json`` to ``application/json``
+    (GraphQL over HTTP): by the Accept header's q values; without one, or on a tie that names
+    ``application/json`` first, the legacy ``application/json``."""
+    preferred: tuple[float, int] | None = None
+    legacy: tuple[float, int] | None = None
+    for position, item in enumerate(request.headers.get("accept", "").split(",")):
+        media, _, parameters = item.partition(";")
+        quality = 1.0
+        for parameter in parameters.split(";"):
+            name, _, value = parameter.strip().partition("=")
+            if name == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        rank = (quality, -position)
+        media = media.strip().lower()
+        if media == GRAPHQL_RESPONSE_MEDIA_TYPE:
+            preferred = rank
+        elif media in ("application/json", "application/*", "*/*"):
+            legacy = max(legacy, rank) if legacy is not None else rank
+    if preferred is None or preferred[0] <= 0:
+        return False
+    return legacy is None or preferred > legacy
 
 
 class _Router(GraphQLRouter[object, None]):
@@ -39,14 +72,41 @@ class _Router(GraphQLRouter[object, None]):
             # which orjson refuses and JSON allows.
             return super().encode_json(data)
 
-    async def run(self, *args: Any, **kwargs: Any) -> Any:
+    async def run(self, request: Any, *args: Any, **kwargs: Any) -> Any:
         # Strawberry's other refusals (no operation, another content type, batches): its
         # routes would answer them in plain text.
         try:
-            return await super().run(*args, **kwargs)
+            response = await super().run(request, *args, **kwargs)
         except HTTPException as exc:
+            if exc.status_code == 405 or exc.reason == _MUTATION_BY_GET:
+                # GraphQL over HTTP: a mutation only by POST; any other method, neither.
+                allowed = "POST" if exc.status_code != 405 else "GET, POST"
+                raise ProtocolError(
+                    405,
+                    "method_not_allowed",
+                    "Method not allowed",
+                    f"{exc.reason[:1].upper()}{exc.reason[1:].rstrip('.')}.",
+                    headers={"Allow": allowed},
+                ) from None
             code = "not_found" if exc.status_code == 404 else "unreadable_request"
             raise ProtocolError(exc.status_code, code, "Unreadable request", exc.reason) from None
+        if isinstance(response, Response) and _answers_graphql_response(request):
+            response.headers["content-type"] = GRAPHQL_RESPONSE_MEDIA_TYPE
+            if getattr(request.state, _REQUEST_ERROR, False):
+                response.status_code = 400
+        if isinstance(response, Response):
+            response.headers["vary"] = "Accept"
+        return response
+
+    async def process_result(self, request: Any, result: ExecutionResult) -> GraphQLHTTPResponse:
+        processed = await super().process_result(request, result)
+        # A request error (the document unreadable or invalid, a variable of the wrong type,
+        # the cost over the budget): nothing ran, so the response has no data entry (the
+        # GraphQL specification, "Response Format"). Errors of fields have a path.
+        if result.data is None and result.errors and all(e.path is None for e in result.errors):
+            processed.pop("data", None)
+            setattr(request.state, _REQUEST_ERROR, True)
+        return processed
 
 
 def install_graphql_api(
