@@ -38,6 +38,32 @@ def test_malformed_json_is_400(client: TestClient, world: TenantWorld, content: 
     assert media == "application/problem+json"
 
 
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'{"last_name": "x", "note": NaN}',
+        b'{"last_name": "x", "note": Infinity}',
+        b'{"last_name": "x", "note": [-Infinity]}',
+    ],
+)
+def test_nan_and_infinity_which_json_does_not_have_are_malformed_json(
+    client: TestClient, world: TenantWorld, content: bytes
+) -> None:
+    status, problem, _ = post_raw(client, world, content, "application/json")
+
+    assert (status, problem["code"]) == (400, "malformed_json")
+    assert "is not a JSON value" in str(problem["detail"])
+
+
+def test_nan_and_infinity_inside_strings_are_text(client: TestClient, world: TenantWorld) -> None:
+    content = b'{"last_name": "NaN", "note": "Infinity and beyond"}'
+
+    status, created, _ = post_raw(client, world, content, "application/json")
+
+    assert status == 201
+    assert (created["last_name"], created["note"]) == ("NaN", "Infinity and beyond")
+
+
 @pytest.mark.parametrize("body", [b"[]", b'"Lovelace"', b"null", b"42"])
 def test_json_that_is_not_an_object_is_422(
     client: TestClient, world: TenantWorld, body: bytes

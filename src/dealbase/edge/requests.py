@@ -3,7 +3,9 @@ Idempotency-Key)."""
 
 from __future__ import annotations
 
-from typing import Annotated, TypeVar
+import contextlib
+import json
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Header, Request
 from pydantic import BaseModel, ValidationError
@@ -109,10 +111,20 @@ async def json_body(request: Request) -> bytes:
 M = TypeVar("M", bound=BaseModel)
 
 
+def _refuse_constant(name: str) -> Any:
+    raise malformed_json(f"The body is not valid JSON: {name} is not a JSON value.")
+
+
 def parse_body(model: type[M], body: bytes) -> M:
-    """Validates the JSON text strictly: no coercion of strings to numbers or floats to integers."""
+    """Validates the JSON text strictly: no coercion of strings to numbers or floats to integers,
+    and no ``NaN`` or ``Infinity``, which JSON does not have (pydantic's parser takes them)."""
     if not body.strip():
         raise malformed_json("The request body is empty; send a JSON object.")
+    if b"NaN" in body or b"Infinity" in body:
+        # Perhaps only inside a string: the standard parser tells, calling back for a constant.
+        # Not JSON at all: pydantic says why, below.
+        with contextlib.suppress(json.JSONDecodeError):
+            json.loads(body, parse_constant=_refuse_constant)
     try:
         return model.model_validate_json(body)
     except ValidationError as exc:
