@@ -216,3 +216,13 @@ def test_a_client_gone_before_its_body_arrived_is_499_not_an_internal_error(
 
     # Not 500: nobody reads it, but the access line and the metrics tell it from our failures.
     assert sent[0]["status"] == 499
+
+
+def test_white_space_around_a_header_value_is_not_part_of_it(
+    client: TestClient, world: TenantWorld
+) -> None:
+    pasted = {name: f" {value}\t " for name, value in world.key.headers.items()}
+
+    response = client.get(CUSTOMERS, headers=pasted)
+
+    assert response.status_code == 200, response.text

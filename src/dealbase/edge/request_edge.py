@@ -55,6 +55,10 @@ class _TooLarge(Exception):
     pass
 
 
+# Optional white space around a header field's value: a space or a horizontal tab.
+_WHITE_SPACE = (b" ", b"\t")
+
+
 class RequestEdge:
     """Gives every HTTP request an id (the client's ``X-Request-Id`` when it is sane), bound to
     the log context and echoed in the answer; refuses a repeated single-valued header (400)
@@ -83,7 +87,16 @@ class RequestEdge:
         declared = expect = b""
         seen: set[bytes] = set()
         repeated: set[bytes] = set()
-        for raw_name, value in scope["headers"]:
+        received = scope["headers"]
+        trimmed: list[tuple[bytes, bytes]] | None = None
+        for index, (raw_name, raw_value) in enumerate(received):
+            value = raw_value
+            if value[:1] in _WHITE_SPACE or value[-1:] in _WHITE_SPACE:
+                # A field value's surrounding white space is not part of it (RFC 9110, 5.5):
+                # a key pasted with a trailing space is still the key.
+                value = value.strip(b" \t")
+                trimmed = trimmed if trimmed is not None else list(received)
+                trimmed[index] = (raw_name, value)
             name = raw_name.lower()
             if name in SINGLE_VALUED:
                 (repeated if name in seen else seen).add(name)
@@ -95,6 +108,8 @@ class RequestEdge:
                     request_id = candidate if _CLIENT_REQUEST_ID.match(candidate) else ""
             elif name == b"expect":
                 expect = value
+        if trimmed is not None:
+            scope["headers"] = trimmed
         request_id = request_id or uuid.uuid4().hex
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
