@@ -587,6 +587,11 @@ def test_json_logs_name_the_caller_and_never_hold_a_secret_or_a_body(
                 headers=provisioned.headers,
             )
             assert read.status_code == 200, read.text
+            listed = f"{server.base_url}{API}/customers"
+            got = httpx.get(listed, headers=provisioned.headers)
+            headed = httpx.head(listed, headers=provisioned.headers)
+            assert (headed.status_code, headed.content) == (200, b"")
+            assert headed.headers["content-length"] == got.headers["content-length"]
             stop_process(server.process)
             lines = server.log.read_text().splitlines()
 

@@ -226,3 +226,17 @@ def test_white_space_around_a_header_value_is_not_part_of_it(
     response = client.get(CUSTOMERS, headers=pasted)
 
     assert response.status_code == 200, response.text
+
+
+def test_head_is_answered_wherever_get_is_with_the_same_head_and_no_body(
+    client: TestClient, world: TenantWorld
+) -> None:
+    created = client.post(CUSTOMERS, json={"last_name": "Lovelace"}, headers=world.key.headers)
+    one = f"{CUSTOMERS}/{created.json()['id']}"
+    for path in (CUSTOMERS, one, "/healthz"):
+        got = client.get(path, headers=world.key.headers)
+        head = client.head(path, headers=world.key.headers)
+
+        assert (head.status_code, head.content) == (got.status_code, b""), path
+        for name in ("content-type", "content-length", "etag"):
+            assert head.headers.get(name) == got.headers.get(name), (path, name)

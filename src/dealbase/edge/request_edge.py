@@ -108,8 +108,14 @@ class RequestEdge:
                     request_id = candidate if _CLIENT_REQUEST_ID.match(candidate) else ""
             elif name == b"expect":
                 expect = value
-        if trimmed is not None:
-            scope["headers"] = trimmed
+        method = scope["method"]
+        if trimmed is not None or method == "HEAD":
+            # The app's own view of the request; the server keeps its own (uvicorn sends no
+            # body for a HEAD, by its scope).
+            scope = {**scope, "headers": trimmed if trimmed is not None else received}
+            if method == "HEAD":
+                # HEAD wherever GET is served: the GET runs, and only its head is sent.
+                scope["method"] = "GET"
         request_id = request_id or uuid.uuid4().hex
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
@@ -130,6 +136,8 @@ class RequestEdge:
                     headers.extend(rate_limit_headers(verdict))
                 headers.append((b"x-request-id", request_id.encode()))
                 message["headers"] = headers
+            elif method == "HEAD" and message["type"] == "http.response.body":
+                message = {**message, "body": b""}
             await send(message)
 
         try:
@@ -151,7 +159,7 @@ class RequestEdge:
             caller = state.get(CALLER_STATE)
             self.log.info(
                 "request",
-                method=scope["method"],
+                method=method,
                 path=scope["path"],
                 route=route,
                 status=status,
@@ -164,7 +172,7 @@ class RequestEdge:
                 key_id=str(caller.key_id) if caller and caller.key_id else None,
             )
             if self.observe is not None:
-                self.observe(route, scope["method"], status, seconds)
+                self.observe(route, method, status, seconds)
 
     async def _guarded(
         self,
