@@ -123,9 +123,28 @@ def test_unknown_path_and_wrong_method_are_problems(client: TestClient, world: T
 
     assert (missing.status_code, missing.json()["code"]) == (404, "not_found")
     assert (wrong_method.status_code, wrong_method.json()["code"]) == (405, "method_not_allowed")
-    assert wrong_method.headers["allow"] == "GET, POST"
+    assert wrong_method.headers["allow"] == "GET, HEAD, POST"
     item = client.put(f"{CUSTOMERS}/{uuid.uuid4()}", json={}, headers=world.key.headers)
-    assert item.headers["allow"] == "DELETE, GET, PATCH"
+    assert item.headers["allow"] == "DELETE, GET, HEAD, PATCH"
+
+
+@pytest.mark.parametrize(
+    ("path", "allowed"),
+    [
+        ("/graphql", "GET, HEAD, POST"),
+        ("/openapi.json", "GET, HEAD"),
+        ("/docs", "GET, HEAD"),
+        ("/healthz", "GET, HEAD"),
+    ],
+)
+def test_a_405_names_the_methods_a_path_the_document_leaves_out_takes(
+    client: TestClient, path: str, allowed: str
+) -> None:
+    response = client.put(path)
+
+    assert response.status_code == 405
+    assert response.headers["allow"] == allowed
+    assert response.json()["detail"] == f"This path allows {allowed}."
 
 
 @pytest.mark.parametrize("query", ["q=a%00b", "email=x%00%40y"])

@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
+from starlette.routing import Match
 
 from dealbase.errors import (
     BatchRejected,
@@ -199,15 +200,26 @@ def _method_not_allowed(request: Request) -> Response:
 
 def _methods_at(request: Request) -> list[str]:
     """Every method the OpenAPI document gives this path (Starlette names one route's only); a
-    literal path (``/customers/batch``) is that path only, not also ``/customers/{id}``."""
+    literal path (``/customers/batch``) is that path only, not also ``/customers/{id}``. A path
+    the document leaves out (``/graphql``, ``/healthz``, ``/openapi.json``): its routes'
+    methods. ``HEAD`` wherever ``GET`` is (the request edge answers it)."""
     paths = request.app.openapi().get("paths", {})
     literal = paths.get(request.url.path)
-    if literal is not None:
-        return sorted(method.upper() for method in literal)
     methods: set[str] = set()
-    for template, operations in paths.items():
-        if re.fullmatch(re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(template)), request.url.path):
-            methods |= {method.upper() for method in operations}
+    if literal is not None:
+        methods = {method.upper() for method in literal}
+    else:
+        for template, operations in paths.items():
+            if re.fullmatch(
+                re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(template)), request.url.path
+            ):
+                methods |= {method.upper() for method in operations}
+    if not methods:
+        for route in request.app.router.routes:
+            if route.matches(request.scope)[0] is Match.PARTIAL:
+                methods |= set(getattr(route, "methods", None) or ())
+    if "GET" in methods:
+        methods.add("HEAD")
     return sorted(methods)
 
 
