@@ -11,8 +11,15 @@ from contextlib import asynccontextmanager
 
 from anyio import to_thread
 from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
 
-from dealbase.config import Settings, load_settings, parse_rate
+from dealbase.config import Settings, cors_origins_of, load_settings, parse_rate
+from dealbase.edge.cors import (
+    CORS_MAX_AGE_SECONDS,
+    CORS_METHODS,
+    CORS_REQUEST_HEADERS,
+    CORS_RESPONSE_HEADERS,
+)
 from dealbase.edge.request_edge import RequestEdge
 from dealbase.graphql_api.api import install_graphql_api
 from dealbase.ops.embedded_postgres import embedded_database_url
@@ -136,5 +143,17 @@ def create_app(
     install_graphql_api(app, settings, metrics.graphql_operation, metrics.graphql_root_field)
     install_health(app, database, limiter if isinstance(limiter, RedisLimiter) else None)
     install_rest_api(app)
+    origins = cors_origins_of(settings.cors_origins)
+    if origins:
+        # Inside the request edge: a preflight gets its request id and access line too, and
+        # is answered here, before any route asks for a key it does not carry.
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=CORS_METHODS,
+            allow_headers=CORS_REQUEST_HEADERS,
+            expose_headers=CORS_RESPONSE_HEADERS,
+            max_age=CORS_MAX_AGE_SECONDS,
+        )
     app.add_middleware(RequestEdge, observe=metrics.request_answered)
     return app

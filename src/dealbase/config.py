@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, FilePath, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# A browser's Origin: a scheme, a host and perhaps a port; no path.
+_ORIGIN = re.compile(
+    r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?|https?://\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?"
+)
+
+
+def cors_origins_of(value: str) -> list[str]:
+    """``DEALBASE_CORS_ORIGINS`` as a list (empty: CORS off)."""
+    return [origin.strip() for origin in value.split(",") if origin.strip()]
 
 
 class Settings(BaseSettings):
@@ -177,6 +188,13 @@ class Settings(BaseSettings):
             " recently used dropped first; 0 reads every document anew."
         ),
     )
+    cors_origins: str = Field(
+        default="",
+        description=(
+            "Origins (scheme://host[:port], comma-separated, or *) whose pages may call the API"
+            " from a browser (CORS); empty: none, and no CORS headers are sent."
+        ),
+    )
     webhooks_ca_bundle: FilePath | None = Field(
         default=None,
         description=(
@@ -205,6 +223,14 @@ class Settings(BaseSettings):
     @classmethod
     def _rate(cls, value: str) -> str:
         parse_rate(value)
+        return value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, value: str) -> str:
+        for origin in cors_origins_of(value):
+            if origin != "*" and not _ORIGIN.fullmatch(origin):
+                raise ValueError(f"{origin!r} is not an origin (scheme://host[:port], or *)")
         return value
 
     @field_validator("redis_url")
