@@ -97,6 +97,12 @@ def test_each_webhook_documents_the_signature_headers_and_how_answers_count(
         assert "10 seconds" in responses["2XX"]["description"]
         assert "disabled" in responses["410"]["description"]
         assert "retried" in responses["default"]["description"]
+        # No API key: the signature is the credential (a linter's security-defined rule).
+        assert webhook["security"] == []
+
+
+def test_the_document_names_its_server(document: dict[str, Any]) -> None:
+    assert document["servers"] == [{"url": "/", "description": "The server this document is from."}]
 
 
 def test_a_webhook_body_is_the_feed_event_narrowed_to_its_type(document: dict[str, Any]) -> None:

@@ -160,6 +160,8 @@ def install_openapi(app: FastAPI) -> None:
         _link_creates_to_their_resource(document["paths"])
         _add_rate_limit_responses(document["paths"])
         document["webhooks"] = webhooks(schemas)
+        # Relative: the paths are served where this document is (OpenAPI 3.1, 4.8.5.1).
+        document["servers"] = [{"url": "/", "description": "The server this document is from."}]
         # The edge reads the credentials itself (edge/callers.py), so FastAPI sees no security
         # dependency: every operation needs both headers together (one requirement, AND).
         document["components"]["securitySchemes"] = SECURITY_SCHEMES
@@ -387,6 +389,9 @@ def _webhook(event_type: str, description: str, payload: dict[str, Any]) -> dict
             "summary": f"`{event_type}` event",
             "description": description,
             "operationId": "webhook_" + event_type.replace(".", "_"),
+            # The worker's request carries no API key: the receiver checks its signature
+            # (webhook-signature), which the parameters describe.
+            "security": [],
             "parameters": copy.deepcopy(WEBHOOK_HEADERS),
             "requestBody": {
                 "required": True,
