@@ -58,6 +58,24 @@ class Settings(BaseSettings):
             " cancelled and the server stops."
         ),
     )
+    header_timeout_seconds: int = Field(
+        default=10,
+        ge=1,
+        le=300,
+        description=(
+            "How long a client may take to send a request's line and headers (from its first"
+            " byte, or from the connection's opening) before it is answered 408 and closed."
+        ),
+    )
+    max_header_bytes: int = Field(
+        default=32_768,
+        ge=8_192,
+        le=1_048_576,
+        description=(
+            "The largest request line and headers together; a bigger head is answered 431"
+            " and closed before it is read to its end."
+        ),
+    )
     freeze_startup_objects: bool = Field(
         default=False,
         description=(

@@ -642,6 +642,24 @@ def test_a_database_never_migrated_gives_one_line_not_a_traceback(
     _assert_one_line_failure(run)
 
 
+def test_serve_bounds_request_heads_by_the_settings(
+    run_cli: RunCli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    limits: list[serving.HeadLimits] = []
+    monkeypatch.setattr(serving, "run", lambda _config, head_limits: limits.append(head_limits))
+    run = run_cli(
+        "serve",
+        env={
+            "DEALBASE_HEADER_TIMEOUT_SECONDS": "3",
+            "DEALBASE_MAX_HEADER_BYTES": "10000",
+            "PROMETHEUS_MULTIPROC_DIR": None,
+        },
+    )
+
+    assert run.exit_code == 0, str(run)
+    assert limits == [serving.HeadLimits(seconds=3, max_bytes=10_000)]
+
+
 @pytest.mark.parametrize(("told", "frozen"), [(None, True), ("false", False)])
 def test_serve_has_its_workers_freeze_their_startup_objects_unless_told_not_to(
     run_cli: RunCli, monkeypatch: pytest.MonkeyPatch, told: str | None, frozen: bool
@@ -651,7 +669,9 @@ def test_serve_has_its_workers_freeze_their_startup_objects_unless_told_not_to(
     monkeypatch.setattr(
         serving,
         "run",
-        lambda _: workers_would_freeze.append(load_settings().freeze_startup_objects),
+        lambda _config, _limits: workers_would_freeze.append(
+            load_settings().freeze_startup_objects
+        ),
     )
     # Named, so that the runner puts back what the command sets in this process's environment.
     run = run_cli(

@@ -66,6 +66,21 @@ def malformed_json(detail: str) -> ProtocolError:
     return ProtocolError(400, "malformed_json", "Malformed JSON", detail)
 
 
+def problem_document(
+    status: int, code: str, title: str, detail: str, request_id: str
+) -> dict[str, Any]:
+    """The members every problem carries, whether the app answers it or the HTTP server does
+    before any app sees the request (ops.serving)."""
+    return {
+        "type": f"/problems/{code}",
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "code": code,
+        "request_id": request_id,
+    }
+
+
 def problem_body(
     request: Request,
     status: int,
@@ -78,14 +93,7 @@ def problem_body(
 ) -> dict[str, Any]:
     """A problem details object; ``members`` are extension members (RFC 9457 section 3.2)
     beside the standard ones."""
-    body: dict[str, Any] = {
-        "type": f"/problems/{code}",
-        "title": title,
-        "status": status,
-        "detail": detail,
-        "code": code,
-        "request_id": getattr(request.state, "request_id", ""),
-    }
+    body = problem_document(status, code, title, detail, getattr(request.state, "request_id", ""))
     if errors is not None:
         body["errors"] = [
             {"field": e.field, "pointer": e.pointer, "code": e.code, "message": e.message}

@@ -740,7 +740,8 @@ def serve(
                 # A worker answers its supervisor's health checks only once it has imported the
                 # app; uvicorn's 5 s replaced slow starters on a busy machine in a loop.
                 timeout_worker_healthcheck=settings.worker_start_timeout_seconds,
-            )
+            ),
+            serving.HeadLimits(settings.header_timeout_seconds, settings.max_header_bytes),
         )
     finally:
         if metrics_dir is not None:

@@ -1,0 +1,192 @@
+"""The HTTP server's own bounds on a request's head (``ops.serving.HttpProtocol``), over real
+sockets: uvicorn in a thread, with the protocol ``dealbase serve`` gives it, in front of an app
+that answers every request it is handed 200."""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from functools import partial
+from typing import Any, cast
+
+import orjson
+import pytest
+from uvicorn import Config, Server
+
+from dealbase.ops.serving import MAX_TARGET_BYTES, HeadLimits, HttpProtocol
+from tests.support import free_port
+
+HEAD_SECONDS = 1.0
+MAX_HEAD_BYTES = 16_384
+
+
+async def _read_and_answer(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body", False):
+        pass
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"served"})
+
+
+@pytest.fixture(scope="module")
+def address() -> Iterator[tuple[str, int]]:
+    port = free_port()
+    config = Config(
+        _read_and_answer,
+        host="127.0.0.1",
+        port=port,
+        log_config=None,
+        lifespan="off",
+        http=cast(Any, partial(HttpProtocol, head_limits=HeadLimits(HEAD_SECONDS, MAX_HEAD_BYTES))),
+    )
+    server = Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.01)
+    yield ("127.0.0.1", port)
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def _connect(address: tuple[str, int]) -> socket.socket:
+    return socket.create_connection(address, timeout=HEAD_SECONDS + 5)
+
+
+def _read_until_closed(connection: socket.socket) -> bytes:
+    received = b""
+    while chunk := connection.recv(65_536):
+        received += chunk
+    return received
+
+
+def _problem(response: bytes) -> tuple[int, dict[str, str], dict[str, Any]]:
+    head, _, body = response.partition(b"\r\n\r\n")
+    status_line, *fields = head.decode().split("\r\n")
+    headers = {
+        name.lower(): value.strip() for name, _, value in (field.partition(":") for field in fields)
+    }
+    assert headers["content-type"] == "application/problem+json", response
+    assert headers["connection"] == "close"
+    problem = orjson.loads(body)
+    assert problem["request_id"] == headers["x-request-id"]
+    assert problem["status"] == int(status_line.split()[1])
+    return problem["status"], headers, problem
+
+
+def _get(target: str = "/", *fields: str) -> bytes:
+    return "\r\n".join([f"GET {target} HTTP/1.1", "Host: dealbase", *fields, "", ""]).encode()
+
+
+def test_a_head_trickled_past_its_time_is_answered_408_and_closed(
+    address: tuple[str, int],
+) -> None:
+    with _connect(address) as connection:
+        started = time.monotonic()
+        connection.sendall(b"GET / HTTP/1.1\r\nHost: dealbase\r\n")
+        # A header line every half of the allowed time, until the server answers.
+        while not select.select([connection], [], [], HEAD_SECONDS / 2)[0]:
+            connection.sendall(b"X-Slow: y\r\n")
+        answered = time.monotonic() - started
+        status, _, problem = _problem(_read_until_closed(connection))
+    assert (status, problem["code"]) == (408, "request_timeout")
+    assert HEAD_SECONDS <= answered < HEAD_SECONDS + 0.5
+
+
+def test_a_connection_that_sends_nothing_is_closed_without_an_answer(
+    address: tuple[str, int],
+) -> None:
+    with _connect(address) as connection:
+        started = time.monotonic()
+        assert _read_until_closed(connection) == b""
+        assert HEAD_SECONDS <= time.monotonic() - started < HEAD_SECONDS + 1
+
+
+def test_each_request_on_a_kept_connection_has_its_own_time(address: tuple[str, int]) -> None:
+    with _connect(address) as connection:
+        connection.sendall(_get())
+        assert connection.recv(65_536).startswith(b"HTTP/1.1 200 ")
+        # Idle well within the keep-alive time, then a head that never ends.
+        time.sleep(HEAD_SECONDS / 2)
+        connection.sendall(b"GET / HTTP/1.1\r\n")
+        status, _, problem = _problem(_read_until_closed(connection))
+    assert (status, problem["code"]) == (408, "request_timeout")
+
+
+def test_a_header_that_never_ends_is_refused_431_without_waiting_for_its_end(
+    address: tuple[str, int],
+) -> None:
+    """20 MB of one header value that never ends, sent at once: uvicorn alone read it all into
+    memory, waiting for its end."""
+    with _connect(address) as connection:
+        connection.sendall(b"GET / HTTP/1.1\r\nHost: dealbase\r\nX-Big: " + b"a" * 20_000_000)
+        status, _, problem = _problem(_read_until_closed(connection))
+    assert (status, problem["code"]) == (431, "request_header_fields_too_large")
+
+
+@pytest.mark.parametrize(
+    ("value_bytes", "status"),
+    [(MAX_HEAD_BYTES // 2, 200), (MAX_HEAD_BYTES, 431)],
+)
+def test_a_whole_head_is_served_under_the_limit_and_refused_431_over_it(
+    address: tuple[str, int], value_bytes: int, status: int
+) -> None:
+    with _connect(address) as connection:
+        connection.sendall(_get("/", "X-Big: " + "a" * value_bytes, "Connection: close"))
+        response = _read_until_closed(connection)
+    assert response.startswith(f"HTTP/1.1 {status} ".encode()), response[:200]
+    if status != 200:
+        assert _problem(response)[2]["code"] == "request_header_fields_too_large"
+
+
+def test_many_small_headers_over_the_limit_are_refused_431(address: tuple[str, int]) -> None:
+    fields = [f"X-Field-{n}: {'v' * 100}" for n in range(MAX_HEAD_BYTES // 100)]
+    with _connect(address) as connection:
+        connection.sendall(_get("/", *fields))
+        status, _, problem = _problem(_read_until_closed(connection))
+    assert (status, problem["code"]) == (431, "request_header_fields_too_large")
+
+
+@pytest.mark.parametrize(
+    ("target_bytes", "status"), [(8_000, 200), (MAX_TARGET_BYTES + 1, 414), (1_000_000, 414)]
+)
+def test_a_target_longer_than_8_kib_is_answered_414_as_a_problem(
+    address: tuple[str, int], target_bytes: int, status: int
+) -> None:
+    target = "/customers?email=" + "a" * (target_bytes - len("/customers?email="))
+    with _connect(address) as connection:
+        connection.sendall(_get(target, "Connection: close"))
+        response = _read_until_closed(connection)
+    assert response.startswith(f"HTTP/1.1 {status} ".encode()), response[:200]
+    if status != 200:
+        assert _problem(response)[2]["code"] == "uri_too_long"
+
+
+def test_bytes_that_are_not_http_are_answered_400_as_a_problem(address: tuple[str, int]) -> None:
+    with _connect(address) as connection:
+        connection.sendall(b"\x16\x03\x01 this is not HTTP\r\n\r\n")
+        status, _, problem = _problem(_read_until_closed(connection))
+    assert (status, problem["code"]) == (400, "malformed_request")
+
+
+def test_a_head_that_follows_a_big_body_in_one_send_is_not_counted_with_it(
+    address: tuple[str, int],
+) -> None:
+    """Pipelined: a body larger than the head limit, then the next request, in one write."""
+    body = b"x" * (MAX_HEAD_BYTES * 8)
+    post = (
+        b"POST / HTTP/1.1\r\nHost: dealbase\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
+    with _connect(address) as connection:
+        connection.sendall(post + _get("/", "Connection: close"))
+        response = _read_until_closed(connection)
+    assert response.count(b"HTTP/1.1 200 ") == 2, response[:400]
