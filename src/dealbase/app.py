@@ -26,6 +26,7 @@ from dealbase.ops.embedded_postgres import embedded_database_url
 from dealbase.ops.health import install_health
 from dealbase.ops.metrics import Metrics, install_metrics, worker_stopped
 from dealbase.ops.observability import configure_logging
+from dealbase.ops.web_pages.pages import graphiql_page, install_web_pages, shipped_assets
 from dealbase.platform.webhooks.addresses import AddressPolicy
 from dealbase.rest_api.api import install_rest_api
 from dealbase.tenancy.admission import Admission, LimiterFaults
@@ -107,7 +108,8 @@ def create_app(
         version="1.0.0",
         description=DESCRIPTION,
         lifespan=lifespan,
-        docs_url="/docs",
+        # /docs is install_web_pages': FastAPI's loads Swagger UI from a public CDN.
+        docs_url=None,
         # operationIds are the route functions' names: stable, and readable in generated clients.
         generate_unique_id_function=lambda route: route.name,
         redoc_url=None,
@@ -140,9 +142,17 @@ def create_app(
         install_metrics(app, metrics)
     # Routes are matched in order, one after another: /graphql, a single path that dashboards
     # call all day, goes before the twenty REST routes instead of after them.
-    install_graphql_api(app, settings, metrics.graphql_operation, metrics.graphql_root_field)
+    web_assets = shipped_assets()
+    install_graphql_api(
+        app,
+        settings,
+        metrics.graphql_operation,
+        metrics.graphql_root_field,
+        ide_page=graphiql_page(web_assets),
+    )
     install_health(app, database, limiter if isinstance(limiter, RedisLimiter) else None)
     install_rest_api(app)
+    install_web_pages(app, web_assets)
     origins = cors_origins_of(settings.cors_origins)
     if origins:
         # Inside the request edge: a preflight gets its request id and access line too, and

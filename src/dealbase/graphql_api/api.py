@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 from cross_web import HTTPException
 from fastapi import FastAPI, Request, Response
+from fastapi.responses import HTMLResponse
 from strawberry.fastapi import GraphQLRouter
 from strawberry.http import GraphQLHTTPResponse
 from strawberry.types import ExecutionResult
@@ -52,7 +53,15 @@ def _answers_graphql_response(request: Request) -> bool:
 
 
 class _Router(GraphQLRouter[object, None]):
-    """Strawberry's router, refusing unreadable requests as the REST API does."""
+    """Strawberry's router, refusing unreadable requests as the REST API does, with the IDE
+    page it is given (Strawberry's own loads its files from public CDNs)."""
+
+    def __init__(self, *args: Any, ide_page: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.ide_page = ide_page
+
+    async def render_graphql_ide(self, request: Request) -> HTMLResponse:
+        return HTMLResponse(self.ide_page)
 
     def decode_json(self, data: str | bytes) -> object:
         # orjson refuses what json.loads does not: nesting past 1,024 levels (json.loads
@@ -114,12 +123,17 @@ def install_graphql_api(
     settings: Settings,
     observe: OperationObserver | None = None,
     observe_root_field: RootFieldObserver | None = None,
+    *,
+    ide_page: str,
 ) -> None:
+    """``ide_page``: the GraphiQL page a browser's ``GET /graphql`` gets, when
+    ``settings.graphql_ide`` is on."""
     router = _Router(
         build_schema(settings, observe, observe_root_field),
         path=GRAPHQL_PATH,
         context_getter=context_for,
         graphql_ide="graphiql" if settings.graphql_ide else None,
+        ide_page=ide_page,
         # Mutations only by POST; queries by GET too (cacheable dashboards).
         allow_queries_via_get=True,
         include_in_schema=False,
