@@ -1,8 +1,7 @@
-// graphql-http's audit of a GraphQL over HTTP server (the checks its authors run against every
-// server they list), against SERVER_URL/graphql with the department key in API_KEY and
-// DEPARTMENT_ID. Prints one JSON array: each audit's id, name ("MUST ...", "SHOULD ...",
-// "MAY ..."), status ("ok", "notice", "warn" or "error") and, when not ok, the reason and what
-// the server answered.
+// graphql-http's audit of a GraphQL over HTTP server, against SERVER_URL/graphql with the key in
+// API_KEY and its department in DEPARTMENT_ID (unset for a tenant-wide key). Prints one JSON
+// array: each audit's id, name ("MUST ...", "SHOULD ...", "MAY ..."), status ("ok", "notice",
+// "warn" or "error") and, when not ok, the reason and what the server answered.
 import { auditServer } from "graphql-http";
 
 const credentials = {
@@ -12,7 +11,9 @@ const credentials = {
 
 function withCredentials(input, init = {}) {
   const headers = new Headers(init.headers);
-  for (const [name, value] of Object.entries(credentials)) headers.set(name, value);
+  for (const [name, value] of Object.entries(credentials)) {
+    if (value !== undefined) headers.set(name, value);
+  }
   return fetch(input, { ...init, headers });
 }
 
