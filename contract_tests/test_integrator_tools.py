@@ -276,7 +276,7 @@ def test_typescript_types_generated_with_defaults_compile_strict_and_run_the_rea
         shutil.copy(INTEGRATORS / name, project / name)
 
     generated = _run(
-        [_tool("openapi-typescript"), str(served_document), "--output", "schema.d.ts"],
+        [_tool("openapi-typescript"), str(served_document), "--output", "schema.ts"],
         cwd=project,
     )
     assert generated.returncode == 0, _said(generated)

@@ -1,5 +1,6 @@
 // The README's "Try it" calls as a TypeScript integrator writes them: typed by the paths that
-// openapi-typescript generates from the served document (./schema.d.ts, made by the test), sent
+// openapi-typescript generates from the served document (./schema.ts, made by the test; a .ts
+// rather than a .d.ts, so that tsc checks it while skipping the libraries' declarations), sent
 // with openapi-fetch. `tsc --strict` must accept it; then node runs it against a live server and
 // it exits non-zero on the first answer that is not the one the README shows.
 //
