@@ -53,7 +53,7 @@ INSTALL_LOCK = CONTRACT_TESTS / ".npm-ci.lock"
 # @redocly/cli 2 runs on Node.js 20.19 or later.
 NODE_AT_LEAST = (20, 19)
 VENV_BIN = Path(sys.executable).parent
-# A cold npm ci downloads about 130 MB; a warm cache installs in about 12 s.
+# npm ci took 12 s here with an empty cache (65 MB from the registry), 10 s with a full one.
 NPM_CI_TIMEOUT_S = 600
 TOOL_TIMEOUT_S = 300
 
@@ -267,8 +267,8 @@ def test_typescript_types_generated_with_defaults_compile_strict_and_run_the_rea
     department_key: Credentials,
     tmp_path: Path,
 ) -> None:
-    # The program and the generated types side by side, as in an integrator's project; the
-    # tools' node_modules found where node and tsc look for it, in a parent folder.
+    # The program and the generated types side by side, as in an integrator's project, with the
+    # tools' node_modules linked in where tsc and node look for it.
     project = tmp_path / "typescript"
     project.mkdir()
     (project / "node_modules").symlink_to(NODE_MODULES, target_is_directory=True)
