@@ -104,17 +104,37 @@ def _selects(selector: dict[str, str], container: Container) -> bool:
     return selector.items() <= container.pod_labels.items()
 
 
+def _config_sources() -> list[dict[str, str]]:
+    """The data of every ConfigMap and Secret."""
+    sources = []
+    for _, manifest in manifests():
+        if manifest["kind"] == "ConfigMap":
+            sources.append(config_map_data(manifest["metadata"]["name"]))
+        elif manifest["kind"] == "Secret":
+            sources.append(secret_data(manifest["metadata"]["name"]))
+    return sources
+
+
+def _variable_names() -> set[str]:
+    """Every variable the manifests name: keys of the ConfigMaps and Secrets, and env entries."""
+    names = {variable for data in _config_sources() for variable in data}
+    return names | {
+        variable["name"] for container in containers() for variable in container.spec.get("env", [])
+    }
+
+
 def _all_variables() -> dict[str, set[str]]:
-    """Every variable the manifests set, with the values they give it."""
+    """Every variable the manifests set, with the values they give it: those of the ConfigMaps
+    and Secrets (whatever takes them), and those written in a container's env."""
     given: dict[str, set[str]] = {}
-    sources = [m for _, m in manifests() if m["kind"] in ("ConfigMap", "Secret")]
-    for source in sources:
-        name = source["metadata"]["name"]
-        data = config_map_data(name) if source["kind"] == "ConfigMap" else secret_data(name)
+    written = [
+        {variable["name"]: variable["value"]}
+        for container in containers()
+        for variable in container.spec.get("env", [])
+        if "value" in variable
+    ]
+    for data in [*_config_sources(), *written]:
         for variable, value in data.items():
-            given.setdefault(variable, set()).add(value)
-    for container in containers():
-        for variable, value in container.environment().items():
             given.setdefault(variable, set()).add(value)
     return given
 
@@ -183,7 +203,7 @@ def test_the_service_routes_to_ports_of_the_api_pods() -> None:
     service = named("Service", "dealbase-api")
     api = _api()
 
-    assert _selects(service["spec"]["selector"], api)
+    assert _selects(service["spec"]["selector"], api), "the Service selects no API pod"
     for port in service["spec"]["ports"]:
         assert port["targetPort"] in api.ports, f"the API pods have no port {port['targetPort']}"
 
@@ -195,14 +215,21 @@ def test_the_autoscaler_and_the_disruption_budget_act_on_the_api_pods() -> None:
 
     assert (target["kind"], target["name"]) == ("Deployment", api.workload["metadata"]["name"])
     assert "replicas" not in api.workload["spec"], "an apply would undo the autoscaler's count"
-    assert _selects(budget, api)
+    assert _selects(budget, api), "the disruption budget selects no API pod"
     assert _selects(api.workload["spec"]["selector"]["matchLabels"], api)
+
+
+@pytest.mark.parametrize("container", containers(), ids=str)
+def test_each_variable_a_container_takes_from_a_config_map_or_secret_is_there(
+    container: Container,
+) -> None:
+    container.environment()
 
 
 def test_every_dealbase_variable_is_a_setting() -> None:
     unknown = {
         variable
-        for variable in _all_variables()
+        for variable in _variable_names()
         if variable.startswith(SETTING_PREFIX) and variable not in SETTING_VARIABLES
     }
 
@@ -218,7 +245,7 @@ def test_the_settings_read_each_variable_by_its_field_name() -> None:
 
 
 @pytest.mark.parametrize(
-    "variable", sorted(variable for variable in _all_variables() if variable in SETTING_VARIABLES)
+    "variable", sorted(variable for variable in _variable_names() if variable in SETTING_VARIABLES)
 )
 def test_each_value_the_manifests_give_a_setting_is_accepted(variable: str) -> None:
     for value in _all_variables()[variable]:
@@ -238,7 +265,7 @@ def test_each_container_starts_with_settings_that_load(container: Container) -> 
 
 
 def test_every_other_variable_is_one_the_service_or_uvicorn_reads() -> None:
-    others = {variable for variable in _all_variables() if variable not in SETTING_VARIABLES}
+    others = {variable for variable in _variable_names() if variable not in SETTING_VARIABLES}
 
     assert others <= {MULTIPROCESS_DIR, TRUSTED_PROXIES}, sorted(others)
 
