@@ -123,6 +123,7 @@ async def list_activities(
 @router.get(
     "/{activity_id}",
     summary="Read an activity",
+    description="The activity, its version in the `ETag`.",
     response_model=None,
     responses={
         200: {"model": ActivityOut, "description": "The activity.", "headers": READ_HEADERS},
@@ -149,7 +150,7 @@ async def get_activity(
             "description": "The updated activity.",
             "headers": READ_HEADERS,
         },
-        **problem_responses(400, 401, 403, 404, 412, 413, 415, 422),
+        **problem_responses(400, 401, 403, 404, 409, 412, 413, 415, 422),
     },
     openapi_extra=json_request_body(ActivityPatch, {"done_at": "2026-12-01T09:20:00Z"}),
 )
@@ -171,6 +172,7 @@ async def update_activity(
     "/{activity_id}",
     status_code=204,
     summary="Delete an activity",
+    description="Deletes the activity. With `If-Match`, only if it is still at that ETag.",
     response_model=None,
     responses={204: {"description": "Deleted."}, **problem_responses(401, 403, 404, 412)},
 )
@@ -211,7 +213,7 @@ async def delete_activity(
             "description": "The created activity.",
             "headers": CREATED_HEADERS,
         },
-        **problem_responses(400, 401, 403, 412, 413, 415, 422),
+        **problem_responses(400, 401, 403, 409, 412, 413, 415, 422),
     },
     openapi_extra=json_request_body(ActivityFields, ACTIVITY_EXAMPLE),
 )

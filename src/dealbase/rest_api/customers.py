@@ -74,6 +74,11 @@ CUSTOMER_EXAMPLE: dict[str, Any] = {
     "",
     status_code=201,
     summary="Create a customer",
+    description=(
+        "Creates a customer in the caller's department: `last_name` is required, every other"
+        " field optional (`null` in the answer when left out). An `external_id` another"
+        " customer of the department has is 409 `external_id_taken`."
+    ),
     response_model=None,
     responses={
         201: {
@@ -140,6 +145,7 @@ async def list_customers(
 @router.get(
     "/{customer_id}",
     summary="Read a customer",
+    description="The customer, its version in the `ETag`.",
     response_model=None,
     responses={
         200: {"model": CustomerOut, "description": "The customer.", "headers": READ_HEADERS},
@@ -171,7 +177,7 @@ async def get_customer(
             "description": "The updated customer.",
             "headers": READ_HEADERS,
         },
-        **problem_responses(400, 401, 403, 404, 412, 413, 415, 422),
+        **problem_responses(400, 401, 403, 404, 409, 412, 413, 415, 422),
     },
     openapi_extra=json_request_body(CustomerPatch, {"email": "ada@example.org", "note": None}),
 )
@@ -236,7 +242,7 @@ async def delete_customer(
             "description": "The created customer.",
             "headers": CREATED_HEADERS,
         },
-        **problem_responses(400, 401, 403, 412, 413, 415, 422),
+        **problem_responses(400, 401, 403, 409, 412, 413, 415, 422),
     },
     openapi_extra=json_request_body(CustomerFields, CUSTOMER_EXAMPLE),
 )

@@ -133,6 +133,8 @@ async def list_deals(
 @router.get(
     "/{deal_id}",
     summary="Read a deal",
+    description="The deal with its customers, in the order they were linked; its version in"
+    " the `ETag`.",
     response_model=None,
     responses={
         200: {
@@ -165,7 +167,7 @@ async def get_deal(
     response_model=None,
     responses={
         200: {"model": DealOut, "description": "The updated deal.", "headers": READ_HEADERS},
-        **problem_responses(400, 401, 403, 404, 412, 413, 415, 422),
+        **problem_responses(400, 401, 403, 404, 409, 412, 413, 415, 422),
     },
     openapi_extra=json_request_body(
         DealPatch, {"volume": 300000, "step_id": "01a2008a-5794-7000-99be-dd0cfa5754b5"}

@@ -8,7 +8,9 @@ from typing import Any
 
 from fastapi import FastAPI, Path, Query
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
 from pydantic import BaseModel
+from pydantic.json_schema import JsonSchemaMode
 
 from dealbase.edge.problems import PROBLEM_MEDIA_TYPE
 from dealbase.platform.event_types import EVENT_TYPES
@@ -66,18 +68,34 @@ UPDATED_SINCE = Query(
 )
 
 _STATUS_TEXT = {
-    400: "Malformed JSON.",
+    400: (
+        "The body is not JSON (`malformed_json`: empty, invalid, or `NaN`/`Infinity`), or a"
+        " header that is sent once came more than once (`repeated_header`: X-Api-Key,"
+        " X-Department-Id, Idempotency-Key, Content-Type, Content-Length)."
+    ),
     401: "Missing or invalid credentials (one identical answer whatever was wrong).",
     403: (
         "The key is valid but not for the department in X-Department-Id (`forbidden`), or its"
         " tenant is suspended (`tenant_suspended`)."
     ),
     404: "No such resource in the caller's department (nor in any other, for this caller).",
-    409: "A request with the same Idempotency-Key is still running, or the state forbids it.",
-    412: "If-Match does not match the current ETag.",
-    413: "The body exceeds 1 MiB.",
+    409: (
+        "Another record of the kind in the department has the external id"
+        " (`external_id_taken`); a request with the same Idempotency-Key is still running"
+        " (`idempotency_key_in_use`); or the state forbids it (`conflict`: a deal in a"
+        " department without pipeline steps)."
+    ),
+    412: (
+        "If-Match names no version the resource is at (on an upsert: or no record has the"
+        " external id); If-None-Match names the version it is at (`*`: it exists)."
+    ),
+    413: "The body exceeds 1 MiB (8 MiB for a batch), whatever the method.",
     415: "The body is not JSON.",
-    422: "A field breaks a rule (`errors` names each), or an Idempotency-Key came with another body.",
+    422: (
+        "A field, query parameter or header breaks a rule (`errors` names each), an"
+        " Idempotency-Key came with another request (`idempotency_key_reused`), or an atomic"
+        " batch had failed operations (`batch_rejected`)."
+    ),
     429: (
         "A rate limit (the key's or the tenant's) is exceeded, or the client address failed"
         " authentication too often (refused whatever its credentials); retry after"
@@ -145,8 +163,15 @@ def install_openapi(app: FastAPI) -> None:
             routes=app.routes,
         )
         schemas = document.setdefault("components", {}).setdefault("schemas", {})
-        for model in _BODY_MODELS:
-            schema = model.model_json_schema(ref_template=_REF)
+        # FastAPI's schemas of the response models are written without a single null (it
+        # encodes the document with exclude_none), their examples' nulls included: pydantic's
+        # own replace them, as it writes the request bodies' too.
+        modes: list[tuple[type[BaseModel], JsonSchemaMode]] = [
+            *((model, "serialization") for model in _response_models(app)),
+            *((model, "validation") for model in _BODY_MODELS),
+        ]
+        for model, mode in modes:
+            schema = model.model_json_schema(ref_template=_REF, mode=mode)
             schemas.update(schema.pop("$defs", {}))
             schemas[model.__name__] = schema
         # FastAPI documents its own 422 body for routes with parameters; ours is a problem.
@@ -155,10 +180,16 @@ def install_openapi(app: FastAPI) -> None:
         for path_item in document.get("paths", {}).values():
             for operation in path_item.values():
                 responses = operation.get("responses", {})
-                if "422" in responses:
+                if "422" not in responses:
+                    continue
+                if _judges_more_than_its_path(operation):
                     responses["422"] = problem_responses(422)[422]
+                else:
+                    del responses["422"]
         _link_creates_to_their_resource(document["paths"])
-        _add_rate_limit_responses(document["paths"])
+        _add_edge_responses(document["paths"])
+        _optional_parameters_absent_when_not_sent(document["paths"])
+        _describe_absent_fields(document)
         document["webhooks"] = webhooks(schemas)
         # Relative: the paths are served where this document is (OpenAPI 3.1, 4.8.5.1).
         document["servers"] = [{"url": "/", "description": "The server this document is from."}]
@@ -172,6 +203,25 @@ def install_openapi(app: FastAPI) -> None:
         return document
 
     app.openapi = build  # type: ignore[method-assign]
+
+
+def _judges_more_than_its_path(operation: dict[str, Any]) -> bool:
+    """Whether the operation can answer 422: an id in its path that is no id is 404, as an
+    unknown one (edge.problems), so only a body, a query or a header can break a rule."""
+    return "requestBody" in operation or any(
+        parameter["in"] != "path" for parameter in operation.get("parameters", [])
+    )
+
+
+def _response_models(app: FastAPI) -> list[type[BaseModel]]:
+    """The models the routes answer with, as they name them in their ``responses``."""
+    return [
+        response["model"]
+        for route in app.routes
+        if isinstance(route, APIRoute)
+        for response in route.responses.values()
+        if "model" in response
+    ]
 
 
 def _link_creates_to_their_resource(paths: dict[str, Any]) -> None:
@@ -214,16 +264,20 @@ _RATE_LIMIT_HEADERS = {
 }
 
 
-def _add_rate_limit_responses(paths: dict[str, Any]) -> None:
-    """Every authenticated operation is rate limited: its responses carry the RateLimit
-    headers, and it may answer 429 (with Retry-After) or 503 (the database or the rate limits'
-    store unavailable)."""
+def _add_edge_responses(paths: dict[str, Any]) -> None:
+    """What every operation may answer whatever its route, since the request edge and the
+    admission judge a request before its route does: a header sent twice (400), a body past
+    its cap (413, whatever the method), the credentials (401, 403), the rate limits (429, with
+    Retry-After) and the database or the limits' store unavailable (503). Every response that
+    passed admission carries the RateLimit headers. The responses are then in status order."""
     for operations in paths.values():
         for operation in operations.values():
             responses = operation.setdefault("responses", {})
             for status, response in responses.items():
                 if status.startswith("2"):
                     response.setdefault("headers", {}).update(_RATE_LIMIT_HEADERS)
+            for status, response in problem_responses(400, 401, 403, 413).items():
+                responses.setdefault(str(status), response)
             refused = problem_responses(429)[429]
             refused["headers"] = {
                 "Retry-After": {
@@ -242,6 +296,103 @@ def _add_rate_limit_responses(paths: dict[str, Any]) -> None:
                 }
             }
             responses["503"] = unavailable
+            operation["responses"] = dict(sorted(responses.items()))
+
+
+_NULL = {"type": "null"}
+
+
+def _optional_parameters_absent_when_not_sent(paths: dict[str, Any]) -> None:
+    """An optional query or header parameter has a value or is not sent: there is no null to
+    send. FastAPI shows a ``str | None`` parameter as ``anyOf [string, null]``, which clients
+    generated from the document type as nullable (and pass None on to their HTTP library)."""
+    for operations in paths.values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                schema = parameter["schema"]
+                if parameter.get("required") or _NULL not in schema.get("anyOf", []):
+                    continue
+                (value,) = [branch for branch in schema["anyOf"] if branch != _NULL]
+                rest = {key: item for key, item in schema.items() if key != "anyOf"}
+                parameter["schema"] = {**value, **rest}
+
+
+# What a request body does with its record, by its operation's method.
+_ROLE_OF_METHOD = {"post": "create", "put": "upsert", "patch": "update"}
+# A batch operation names in `op` what its `data` does.
+_BATCH_ROLES = ("create", "upsert")
+
+# What leaving out an optional field means, by what the bodies whose schema it is in do and
+# whether the field takes null (docs/api.md: Request bodies, Updates, Upsert).
+_UPSERTED_NULLABLE = (
+    "Optional: left out or `null`, a new record has no value; an upsert that finds the record"
+    " keeps its value when it is left out and clears it on `null`."
+)
+_ABSENT_MEANS = {
+    (frozenset({"create"}), True): "Optional: left out or `null`, it has no value.",
+    (frozenset({"create", "upsert"}), True): _UPSERTED_NULLABLE,
+    (frozenset({"upsert"}), True): _UPSERTED_NULLABLE,
+    (frozenset({"upsert"}), False): (
+        "Optional: left out, a new record takes its default and an existing one keeps its"
+        " value; never `null` (422 `cannot_clear`)."
+    ),
+    (frozenset({"update"}), True): "Left out, it keeps its value; `null` clears it.",
+    (frozenset({"update"}), False): (
+        "Left out, it keeps its value; it cannot be cleared (`null` is 422 `cannot_clear`)."
+    ),
+}
+
+
+def _describe_absent_fields(document: dict[str, Any]) -> None:
+    """No ``"default": null``: pydantic writes it for every ``X | None = None`` field, and
+    generators read a default as a value the field always has (on a PATCH it is also wrong in
+    meaning: a field left out keeps its value). Each optional field of a request body says
+    instead what leaving it out means."""
+    schemas: dict[str, Any] = document["components"]["schemas"]
+    roles = _request_body_roles(document["paths"], schemas)
+    for name, schema in schemas.items():
+        required = schema.get("required", [])
+        for field_name, field in schema.get("properties", {}).items():
+            if field_name in required or field.get("default", ...) is not None:
+                continue
+            del field["default"]
+            if name not in roles:
+                continue
+            meaning = _ABSENT_MEANS[frozenset(roles[name]), _NULL in field.get("anyOf", [])]
+            # pydantic puts an annotated type's description on the value's branch of anyOf.
+            (value, *_) = [branch for branch in field.get("anyOf", [field]) if branch != _NULL]
+            described = field.get("description") or value.pop("description", None)
+            field["description"] = f"{described} {meaning}" if described else meaning
+
+
+def _request_body_roles(paths: dict[str, Any], schemas: dict[str, Any]) -> dict[str, set[str]]:
+    """The component schemas request bodies use, each with what the bodies it is part of do:
+    ``create``, ``upsert`` or ``update``."""
+    roles: dict[str, set[str]] = {}
+
+    def visit(node: object, role: str) -> None:
+        if isinstance(node, list):
+            for item in node:
+                visit(item, role)
+            return
+        if not isinstance(node, dict):
+            return
+        reference = node.get("$ref")
+        if isinstance(reference, str):
+            name = reference.removeprefix(_REF.format(model=""))
+            if role not in roles.setdefault(name, set()):
+                roles[name].add(role)
+                visit(schemas[name], role)
+            return
+        kind = node.get("properties", {}).get("op", {}).get("const")
+        for item in node.values():
+            visit(item, kind if kind in _BATCH_ROLES else role)
+
+    for operations in paths.values():
+        for method, operation in operations.items():
+            for media in operation.get("requestBody", {}).get("content", {}).values():
+                visit(media["schema"], _ROLE_OF_METHOD[method])
+    return roles
 
 
 # The REST schema of each event's ``data``, by the resource its type names.

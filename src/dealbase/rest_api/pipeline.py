@@ -18,6 +18,7 @@ router = APIRouter(tags=["pipeline"], route_class=AdmittedRoute)
 @router.get(
     "/department",
     summary="Read the caller's department",
+    description="The department the key was issued for, with its pipeline steps in order.",
     response_model=None,
     responses={
         200: {"model": DepartmentOut, "description": "The department and its steps."},
@@ -49,6 +50,7 @@ async def list_steps(request: Request) -> Response:
 @router.get(
     "/employees",
     summary="List the department's employees",
+    description="The department's employees, oldest first, a page at a time.",
     response_model=None,
     responses={
         200: {"model": EmployeeList, "description": "A page of employees."},

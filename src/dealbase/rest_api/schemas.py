@@ -422,15 +422,17 @@ def _batch_models(
     """The request and response bodies of ``POST /{resource}/batch``, named after ``resource``:
     a create operation's ``data`` is ``create``, an upsert's ``upsert``, a result's ``shown``."""
     forbid = ConfigDict(extra="forbid")
-    # `data` is any object here: it is judged per operation, so data that breaks the record's
-    # rules fails its operation (a 422 result), not the batch.
+    # These models only describe the body (the route parses it as a platform Batch): each
+    # operation's `data` is shown as the schema it is judged against, and is judged on its own,
+    # so data that breaks its schema fails its operation (a 422 result), not the batch.
     create_fields: dict[str, Any] = {
         "op": (Literal["create"], ...),
         "data": (
-            dict[str, Any],
+            create,
             Field(
-                description=f"A {create.__name__} (see that schema), as creating one takes it,"
-                " external_id included; judged on its own."
+                description=f"A {create.__name__} object, as creating one takes it, external_id"
+                " included. Judged on its own: data that breaks this schema fails this"
+                " operation (a 422 result), not the batch."
             ),
         ),
     }
@@ -445,10 +447,11 @@ def _batch_models(
             ),
         ),
         "data": (
-            dict[str, Any],
+            upsert,
             Field(
-                description=f"A {upsert.__name__} (see that schema), as the upsert takes it;"
-                " data.external_id may only repeat external_id; judged on its own."
+                description=f"A {upsert.__name__} object, as the upsert takes it; data.external_id"
+                " may only repeat external_id. Judged on its own: data that breaks this schema"
+                " fails this operation (a 422 result), not the batch."
             ),
         ),
     }

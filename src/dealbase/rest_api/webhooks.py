@@ -101,6 +101,7 @@ async def list_webhook_endpoints(
 @router.get(
     "/{webhook_id}",
     summary="Read a webhook endpoint",
+    description="The endpoint without its secret, which is shown only when it is issued.",
     response_model=None,
     responses={
         200: {
@@ -157,6 +158,10 @@ async def update_webhook_endpoint(
     "/{webhook_id}",
     status_code=204,
     summary="Delete a webhook endpoint",
+    description=(
+        "Deletes the endpoint with its delivery log: nothing more is sent to it. With"
+        " `If-Match`, only if it is still at that ETag."
+    ),
     response_model=None,
     responses={204: {"description": "Deleted."}, **problem_responses(401, 403, 404, 412)},
 )
