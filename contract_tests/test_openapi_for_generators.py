@@ -129,3 +129,16 @@ def test_every_operation_has_tags_a_summary_and_a_description() -> None:
     }
 
     assert {name: keys for name, keys in lacking.items() if keys} == {}
+
+
+def test_every_tag_is_described_once_at_the_top() -> None:
+    used = {
+        tag
+        for section in ("paths", "webhooks")
+        for operations in DOCUMENT[section].values()
+        for operation in operations.values()
+        for tag in operation["tags"]
+    }
+    described = [tag["name"] for tag in DOCUMENT["tags"] if tag.get("description")]
+
+    assert sorted(described) == sorted(used)

@@ -136,6 +136,29 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
+# Every tag an operation or a webhook has, described once for the document's readers.
+TAGS = [
+    {"name": "customers", "description": "People and organisations, with their contact data."},
+    {
+        "name": "deals",
+        "description": "Sales opportunities in the department's pipeline, with their customers.",
+    },
+    {
+        "name": "activities",
+        "description": "Calls, emails, meetings, tasks and notes about a customer.",
+    },
+    {
+        "name": "pipeline",
+        "description": "The caller's department, its pipeline steps and its employees (read only).",
+    },
+    {
+        "name": "webhooks",
+        "description": "Endpoints that receive the department's events, their signing secrets and"
+        " delivery logs; and the requests the webhook worker sends them.",
+    },
+    {"name": "events", "description": "The department's changes in commit order, for polling."},
+]
+
 SECURITY_SCHEMES: dict[str, dict[str, str]] = {
     "ApiKey": {
         "type": "apiKey",
@@ -191,6 +214,7 @@ def install_openapi(app: FastAPI) -> None:
         _optional_parameters_absent_when_not_sent(document["paths"])
         _describe_absent_fields(document)
         document["webhooks"] = webhooks(schemas)
+        document["tags"] = TAGS
         # Relative: the paths are served where this document is (OpenAPI 3.1, 4.8.5.1).
         document["servers"] = [{"url": "/", "description": "The server this document is from."}]
         # The edge reads the credentials itself (edge/callers.py), so FastAPI sees no security
