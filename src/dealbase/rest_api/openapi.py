@@ -4,6 +4,7 @@ webhooks the worker sends (OpenAPI 3.1 ``webhooks``)."""
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from fastapi import FastAPI, Path, Query
@@ -368,21 +369,29 @@ _ABSENT_MEANS = {
 
 
 def _describe_absent_fields(document: dict[str, Any]) -> None:
-    """No ``"default": null``: pydantic writes it for every ``X | None = None`` field, and
-    generators read a default as a value the field always has (on a PATCH it is also wrong in
-    meaning: a field left out keeps its value). Each optional field of a request body says
-    instead what leaving it out means."""
+    """No ``default`` on a request body's field: generators read a default as a value the field
+    always has, and make the field required in the body (openapi-typescript does, by its
+    defaults); pydantic writes ``"default": null`` for every ``X | None = None`` field, on a
+    PATCH also wrong in meaning (a field left out keeps its value). Each optional field of a
+    request body says instead what leaving it out means."""
     schemas: dict[str, Any] = document["components"]["schemas"]
     roles = _request_body_roles(document["paths"], schemas)
     for name, schema in schemas.items():
         required = schema.get("required", [])
         for field_name, field in schema.get("properties", {}).items():
-            if field_name in required or field.get("default", ...) is not None:
+            if field_name in required or "default" not in field:
                 continue
-            del field["default"]
             if name not in roles:
+                if field["default"] is None:
+                    del field["default"]
                 continue
-            meaning = _ABSENT_MEANS[frozenset(roles[name]), _NULL in field.get("anyOf", [])]
+            default = field.pop("default")
+            if default is None:
+                meaning = _ABSENT_MEANS[frozenset(roles[name]), _NULL in field.get("anyOf", [])]
+            elif roles[name] == {"create"}:
+                meaning = f"Optional: left out, it is `{json.dumps(default)}`."
+            else:
+                raise ValueError(f"{name}.{field_name}: no words for a default on {roles[name]}")
             # pydantic puts an annotated type's description on the value's branch of anyOf.
             (value, *_) = [branch for branch in field.get("anyOf", [field]) if branch != _NULL]
             described = field.get("description") or value.pop("description", None)
