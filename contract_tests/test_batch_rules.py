@@ -82,3 +82,13 @@ def test_a_batch_answered_other_than_200_is_not_the_rule(
 
     assert refused.status_code == 422
     assert not RULE.answered_per_operation(BATCH, BATCH_WITH_BROKEN_DATA, refused)
+
+
+def test_a_batch_whose_documented_parameters_are_invalid_breaks_the_rule() -> None:
+    unknown_parameters = RULE.parameters_as_documented(
+        BATCH, {"unknown": "x"}, {"Idempotency-Key": "order-1", "X-Other": "y"}
+    )
+    long_key = RULE.parameters_as_documented(BATCH, {}, {"idempotency-key": "k" * 256})
+    not_a_boolean = RULE.parameters_as_documented(BATCH, {"atomic": "maybe"}, {})
+
+    assert (unknown_parameters, long_key, not_a_boolean) == (True, False, False)
