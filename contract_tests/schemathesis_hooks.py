@@ -37,7 +37,7 @@ from contract_tests.server_rules import (
     IDEMPOTENCY_KEY,
     DepartmentRows,
     ServerRules,
-    _with_suffix,
+    with_suffix,
 )
 from dealbase.edge.requests import IDEMPOTENCY_KEY_PATTERN
 
@@ -178,7 +178,7 @@ def _idempotency_key_of_this_run(case: schemathesis.Case[Any]) -> None:
     if not isinstance(key, str) or key.strip('"').endswith(_RUN_SUFFIX):
         return
     if re.search(IDEMPOTENCY_KEY_PATTERN, key):
-        headers[IDEMPOTENCY_KEY] = _with_suffix(key, _RUN_SUFFIX)
+        headers[IDEMPOTENCY_KEY] = with_suffix(key, _RUN_SUFFIX)
 
 
 def _webhook_endpoints_disabled(case: schemathesis.Case[Any]) -> None:

@@ -143,7 +143,7 @@ class ServerRules:
             return
         request = _request_identity(case)
         while self._requests_by_key.setdefault(key, request) != request:
-            key = _with_suffix(generated, f"-{next(self._serial)}")
+            key = with_suffix(generated, f"-{next(self._serial)}")
             if not _matches(pattern, key):
                 raise AssertionError(f"the unshared key {key!r} left the pattern {pattern!r}")
         headers[IDEMPOTENCY_KEY] = key
@@ -314,7 +314,7 @@ def _request_identity(case: schemathesis.Case[Any]) -> str:
     )
 
 
-def _with_suffix(key: str, suffix: str) -> str:
+def with_suffix(key: str, suffix: str) -> str:
     """``key`` ending in ``suffix``, its quotes (if any) and length kept within 255."""
     quoted = len(key) >= 2 and key.startswith('"') and key.endswith('"')
     inner = key[1:-1] if quoted else key
