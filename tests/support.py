@@ -346,3 +346,28 @@ def dealbase_serve(
         yield ServeProcess(process, f"http://127.0.0.1:{port}", env, log)
     finally:
         stop_process(process)
+
+
+@contextmanager
+def writes_raise(
+    database_url: str, schema: str, table: str, sqlstate: str, statement: str = "INSERT"
+) -> Iterator[str]:
+    """Every ``statement`` (INSERT, UPDATE) of a row of ``schema.table`` fails with ``sqlstate``
+    while the block runs, as a database in a state that refuses it would; yields the message
+    the database gives."""
+    message = f"{table} refuse writes now ({uuid.uuid4().hex[:8]})"
+    function = f'"{schema}".refuse_writes'
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute(
+            f"CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS"
+            f" $$ BEGIN RAISE EXCEPTION '{message}' USING ERRCODE = '{sqlstate}'; END $$"
+        )
+        connection.execute(
+            f'CREATE TRIGGER refuse_writes BEFORE {statement} ON "{schema}"."{table}"'
+            f" FOR EACH ROW EXECUTE FUNCTION {function}()"
+        )
+        try:
+            yield message
+        finally:
+            connection.execute(f'DROP TRIGGER refuse_writes ON "{schema}"."{table}"')
+            connection.execute(f"DROP FUNCTION {function}()")

@@ -21,7 +21,7 @@ from dealbase.tenancy.control_tables import api_keys
 from dealbase.tenancy.database import Database
 from dealbase.tenancy.scope import schema_for_tenant
 from tests.ops.conftest import CliRun, RunCli, invoke_cli
-from tests.support import TenantWorld, scratch_database
+from tests.support import TenantWorld, scratch_database, writes_raise
 
 UNKNOWN = str(uuid.UUID(int=0x5EED))
 TIMESTAMP_SHAPE = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
@@ -629,6 +629,29 @@ def test_an_unreachable_database_gives_one_line_and_exit_1(run_cli: RunCli) -> N
 
     assert run.exit_code == 1, str(run)
     _assert_one_line_failure(run)
+
+
+def test_a_permanent_database_error_prints_the_databases_message_not_try_again(
+    run_cli: RunCli, database_url: str
+) -> None:
+    tenant = _tenant(run_cli)
+    with writes_raise(database_url, tenant["schema"], "departments", "55000") as message:
+        run = run_cli("department", "create", "--tenant", tenant["id"], "Refused")
+
+    assert run.exit_code == 1, str(run)
+    _assert_one_line_failure(run)
+    assert message in run.stderr, str(run)
+    assert "try again" not in run.stderr, str(run)
+
+
+def test_a_transient_database_fault_says_to_try_again(run_cli: RunCli, database_url: str) -> None:
+    tenant = _tenant(run_cli)
+    with writes_raise(database_url, tenant["schema"], "departments", "57P03"):
+        run = run_cli("department", "create", "--tenant", tenant["id"], "Later")
+
+    assert run.exit_code == 1, str(run)
+    _assert_one_line_failure(run)
+    assert "try again" in run.stderr, str(run)
 
 
 def test_a_database_never_migrated_gives_one_line_not_a_traceback(

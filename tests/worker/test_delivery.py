@@ -15,6 +15,7 @@ import psycopg
 import pytest
 from sqlalchemy import func, text, update
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+from structlog.testing import capture_logs
 
 from dealbase.ops import admin
 from dealbase.platform.customers import service as customers
@@ -28,11 +29,13 @@ from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.addresses import AddressPolicy
 from dealbase.platform.webhooks.delivery_models import Delivery
 from dealbase.platform.webhooks.models import Checked, WebhookEndpointPatch
+from dealbase.tenancy.control_tables import CONTROL_SCHEMA
 from dealbase.tenancy.database import Database
 from dealbase.tenancy.scope import Scope
 from dealbase.tenancy.statements import TenantConnection
 from dealbase.worker.delivery import DeliveryWorker
-from tests.support import TenantWorld, build_tenant
+from dealbase.worker.limits import WorkerLimits
+from tests.support import TenantWorld, build_tenant, writes_raise
 from tests.worker.conftest import Clock, Receiver, Workers, add_endpoint
 
 
@@ -543,3 +546,35 @@ def test_one_worker_of_two_purges_events_older_than_30_days_with_their_deliverie
     remaining = log_of(worker_database, tenant, endpoint.id)
     assert [delivery.event_type for delivery in remaining] == ["customer.created"]
     assert [event["data"]["last_name"] for event in feed(worker_database, tenant)] == ["recent"]  # type: ignore[index]
+
+
+def test_a_worker_whose_claims_meet_a_permanent_error_logs_it_and_delivers_once_mended(
+    worker_database: Database,
+    worker_database_url: str,
+    tenant: TenantWorld,
+    receiver: Receiver,
+    workers: Workers,
+) -> None:
+    add_endpoint(worker_database, tenant, receiver.url)
+    add_customer(worker_database, tenant, "Lovelace")
+    worker = workers(limits=WorkerLimits(poll_interval=timedelta(milliseconds=20)))
+
+    async def run_for_a_while() -> None:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.3, stop.set)
+        await worker.run(stop)
+
+    with (
+        writes_raise(
+            worker_database_url, CONTROL_SCHEMA, "webhook_wakeups", "55000", "UPDATE"
+        ) as message,
+        capture_logs() as logs,
+    ):
+        workers.run(run_for_a_while())
+
+    failures = [entry for entry in logs if entry["event"] == "webhook_worker_claim_failed"]
+    assert len(failures) >= 2  # tried again after each wait, the loop alive
+    assert message in failures[0]["error"]
+    assert receiver.requests == []
+    deliver(workers, worker)
+    assert len(receiver.requests) == 1

@@ -43,7 +43,7 @@ from dealbase.ops.observability import configure_logging
 from dealbase.platform.resources import format_timestamp
 from dealbase.platform.webhooks.addresses import AddressPolicy
 from dealbase.tenancy.api_keys import MAX_KEY_LIFETIME, AuditRecord, KeyInfo
-from dealbase.tenancy.database import Database, DatabaseLimits
+from dealbase.tenancy.database import Database, DatabaseLimits, is_transient
 from dealbase.tenancy.roles import inheriting_login_role
 from dealbase.tenancy.scope import Rate
 from dealbase.tenancy.tenants import Tenant, create_tenant, list_tenants
@@ -144,7 +144,7 @@ def _fail_cleanly(command: Callable[P, R]) -> Callable[P, R]:
             # Units of work raise psycopg's errors; the control schema, SQLAlchemy's wrapping them.
             error = exc.orig if isinstance(exc, DBAPIError) and exc.orig else exc
             first_line = str(error).strip().splitlines()[0]
-            if isinstance(error, psycopg.OperationalError):
+            if is_transient(error):
                 typer.echo(f"error: cannot reach PostgreSQL: {first_line}", err=True)
             elif isinstance(error, psycopg.errors.UndefinedTable):
                 typer.echo("error: the database is not migrated; run `dealbase migrate`", err=True)

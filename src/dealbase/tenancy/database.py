@@ -83,16 +83,34 @@ def _timed_out(error: BaseException | None) -> bool:
     return isinstance(error, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable)
 
 
-def _unreachable(error: BaseException | None) -> bool:
-    # OperationalError: the connection (08), resources (53), operator intervention such as a
-    # shutdown (57), a deadlock or serialization failure (40): all pass, a retry may succeed.
-    return isinstance(error, psycopg.OperationalError | PoolTimeout)
+# The faults a retry may outlive, by SQLSTATE: the connection (class 08, also a Citus worker out
+# of reach), resources (53: too many connections, memory, disk), the server stopping or starting
+# (57P01 to 57P05), a deadlock or a serialization failure (40P01, 40001). Any other error the
+# server answers is permanent: the same request meets it again (psycopg files several of those
+# under OperationalError too, such as 55P02 or a Citus worker's 55000).
+_TRANSIENT_CLASSES = ("08", "53")
+_TRANSIENT_STATES = frozenset({"57P01", "57P02", "57P03", "57P04", "57P05", "40001", "40P01"})
+
+
+def is_transient(error: BaseException | None) -> bool:
+    """Whether ``error`` (psycopg's, or the pool's) is a fault a retry may outlive, not an
+    error of the request or of the database's state."""
+    if isinstance(error, PoolTimeout):
+        return True
+    if not isinstance(error, psycopg.Error):
+        return False
+    state = error.sqlstate
+    if state is None:
+        # The client's own: no connection, or it broke before the server answered.
+        return isinstance(error, psycopg.OperationalError)
+    return state.startswith(_TRANSIENT_CLASSES) or state in _TRANSIENT_STATES
 
 
 @contextmanager
 def database_faults() -> Iterator[None]:
-    """The driver's faults as the errors a client is told of: a timeout or an unreachable
-    database is a 503 to retry (``Retry-After``), not an internal error."""
+    """The driver's faults as the errors a client is told of: a timeout or a transient fault
+    (``is_transient``) is a 503 to retry (``Retry-After``); any other database error goes on
+    as it is, an internal error with the database's message in the log."""
     try:
         yield
     except (
@@ -107,7 +125,7 @@ def database_faults() -> Iterator[None]:
                 "The database did not finish in time; try again.",
                 retry_after_seconds=RETRY_AFTER_SECONDS,
             ) from exc
-        if _unreachable(cause) or isinstance(exc, sqlalchemy.exc.TimeoutError):
+        if is_transient(cause) or isinstance(exc, sqlalchemy.exc.TimeoutError):
             raise DatabaseUnavailable(
                 "The database is unavailable; try again.", retry_after_seconds=RETRY_AFTER_SECONDS
             ) from exc

@@ -93,6 +93,12 @@ class DeliveryWorker:
             except DomainError as failed:  # the database is down: wait, and try again
                 log.warning("webhook_worker_claim_failed", error=failed.detail)
                 visited = 0
+            except Exception as failed:
+                # A permanent error (the database's state, say): logged with its message each
+                # time and tried again after the same wait, as a visit's failure is, so that the
+                # worker goes on once it is mended.
+                log.exception("webhook_worker_claim_failed", error=str(failed))
+                visited = 0
             if not visited:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.limits.poll_interval.total_seconds())
@@ -128,12 +134,18 @@ class DeliveryWorker:
         except DomainError as failed:
             log.warning("webhook_worker_purge_claim_failed", error=failed.detail)
             return None
+        except Exception as failed:
+            log.exception("webhook_worker_purge_claim_failed", error=str(failed))
+            return None
         if not due:
             return None
         try:
             tenants = await asyncio.to_thread(self._tenants)
         except DomainError as failed:  # the next worker whose turn it is tries again
             log.warning("events_purge_failed", error=failed.detail)
+            return None
+        except Exception as failed:
+            log.exception("events_purge_failed", error=str(failed))
             return None
         purged = 0
         for tenant in tenants:
