@@ -31,7 +31,7 @@ def _raising(state: str, message: str = "raised by the test") -> str:
 @pytest.mark.parametrize(
     "state",
     [
-        pytest.param("08006", id="connection failure (a Citus worker out of reach)"),
+        pytest.param("08006", id="connection failure"),
         pytest.param("53300", id="too many connections"),
         pytest.param("57P01", id="admin shutdown"),
         pytest.param("57P03", id="cannot connect now"),
@@ -61,6 +61,31 @@ def test_errors_of_the_request_or_of_the_databases_state_are_permanent(
     database_url: str, sql: str
 ) -> None:
     assert not is_transient(_raised(database_url, sql))
+
+
+# What Citus 13.2 answers, word for word (seen on a coordinator and two workers): a worker that
+# is down, and a worker that refuses the role a connection is opened as.
+CITUS_WORKER_DOWN = (
+    "connection to the remote node postgres@127.0.0.1:9701 failed with the following error:"
+    " Connection refused"
+)
+CITUS_LOGIN_REFUSED = (
+    "connection to the remote node dealbase_owner@127.0.0.1:9701 failed with the following"
+    ' error: FATAL:  role "dealbase_owner" is not permitted to log in'
+)
+
+
+def test_a_citus_worker_out_of_reach_is_transient(database_url: str) -> None:
+    error = _raised(database_url, _raising("08006", CITUS_WORKER_DOWN))
+
+    assert is_transient(error)
+
+
+def test_a_citus_worker_refusing_the_role_is_permanent(database_url: str) -> None:
+    error = _raised(database_url, _raising("08006", CITUS_LOGIN_REFUSED))
+
+    assert error.sqlstate == "08006"
+    assert not is_transient(error)
 
 
 def test_a_connection_the_server_ended_is_transient(database_url: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import threading
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -92,6 +93,16 @@ _TRANSIENT_CLASSES = ("08", "53")
 _TRANSIENT_STATES = frozenset({"57P01", "57P02", "57P03", "57P04", "57P05", "40001", "40P01"})
 
 
+# Citus reports a worker that refuses its connection's role as a connection failure (08006), as
+# it reports a worker out of reach; only the worker's words, which Citus quotes, tell a login
+# refused for good from a node that is down ("Connection refused").
+_LOGIN_REFUSED = re.compile(
+    r"failed with the following error: FATAL:\s+(role \".*\" is not permitted to log in"
+    r"|password authentication failed|no pg_hba\.conf entry"
+    r"|role \".*\" does not exist|database \".*\" does not exist)"
+)
+
+
 def is_transient(error: BaseException | None) -> bool:
     """Whether ``error`` (psycopg's, or the pool's) is a fault a retry may outlive, not an
     error of the request or of the database's state."""
@@ -103,6 +114,8 @@ def is_transient(error: BaseException | None) -> bool:
     if state is None:
         # The client's own: no connection, or it broke before the server answered.
         return isinstance(error, psycopg.OperationalError)
+    if state.startswith("08") and _LOGIN_REFUSED.search(str(error)):
+        return False
     return state.startswith(_TRANSIENT_CLASSES) or state in _TRANSIENT_STATES
 
 
