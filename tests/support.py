@@ -14,11 +14,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import httpx
 import psycopg
+import pytest
+import structlog
 from psycopg import sql
 from sqlalchemy import text
+from structlog.testing import capture_logs
 
 from dealbase.ops import admin
 from dealbase.platform.pipeline.models import Department
@@ -371,3 +376,15 @@ def writes_raise(
         finally:
             connection.execute(f'DROP TRIGGER refuse_writes ON "{schema}"."{table}"')
             connection.execute(f"DROP FUNCTION {function}()")
+
+
+@contextmanager
+def logs_of(monkeypatch: pytest.MonkeyPatch, *modules: ModuleType) -> Iterator[list[Any]]:
+    """What the ``log`` of each module logs while the block runs, as ``capture_logs`` gives it.
+    Each module gets a logger made inside the capture: its own may have bound itself to the
+    configuration before, on its first use by an earlier test of this process (the service
+    caches loggers on first use)."""
+    with capture_logs() as logs:
+        for module in modules:
+            monkeypatch.setattr(module, "log", structlog.get_logger(module.__name__))
+        yield logs

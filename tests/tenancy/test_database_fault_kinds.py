@@ -7,10 +7,10 @@ from __future__ import annotations
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
-from structlog.testing import capture_logs
 
+from dealbase.edge import problems
 from dealbase.tenancy.database import is_transient
-from tests.support import TenantWorld, free_port, writes_raise
+from tests.support import TenantWorld, free_port, logs_of, writes_raise
 
 API = "/api/v1/integration"
 
@@ -114,11 +114,11 @@ def _customer_count(client: TestClient, world: TenantWorld) -> int:
 
 
 def test_a_permanent_database_error_answers_500_with_its_request_id_and_logs_the_message(
-    client: TestClient, world: TenantWorld, database_url: str
+    client: TestClient, world: TenantWorld, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with (
         writes_raise(database_url, world.tenant.schema, "customers", "55000") as message,
-        capture_logs() as logs,
+        logs_of(monkeypatch, problems) as logs,
     ):
         response = client.post(
             f"{API}/customers", json={"last_name": "Refused"}, headers=world.key.headers

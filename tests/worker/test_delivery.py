@@ -15,7 +15,6 @@ import psycopg
 import pytest
 from sqlalchemy import func, text, update
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
-from structlog.testing import capture_logs
 
 from dealbase.ops import admin
 from dealbase.platform.customers import service as customers
@@ -33,9 +32,10 @@ from dealbase.tenancy.control_tables import CONTROL_SCHEMA
 from dealbase.tenancy.database import Database
 from dealbase.tenancy.scope import Scope
 from dealbase.tenancy.statements import TenantConnection
+from dealbase.worker import delivery as worker_delivery
 from dealbase.worker.delivery import DeliveryWorker
 from dealbase.worker.limits import WorkerLimits
-from tests.support import TenantWorld, build_tenant, writes_raise
+from tests.support import TenantWorld, build_tenant, logs_of, writes_raise
 from tests.worker.conftest import Clock, Receiver, Workers, add_endpoint
 
 
@@ -554,6 +554,7 @@ def test_a_worker_whose_claims_meet_a_permanent_error_logs_it_and_delivers_once_
     tenant: TenantWorld,
     receiver: Receiver,
     workers: Workers,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     add_endpoint(worker_database, tenant, receiver.url)
     add_customer(worker_database, tenant, "Lovelace")
@@ -568,7 +569,7 @@ def test_a_worker_whose_claims_meet_a_permanent_error_logs_it_and_delivers_once_
         writes_raise(
             worker_database_url, CONTROL_SCHEMA, "webhook_wakeups", "55000", "UPDATE"
         ) as message,
-        capture_logs() as logs,
+        logs_of(monkeypatch, worker_delivery) as logs,
     ):
         workers.run(run_for_a_while())
 
