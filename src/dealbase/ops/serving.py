@@ -89,6 +89,9 @@ class _HeadRefused(Exception):
 
 
 class HttpProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP/1.1 protocol with the head of each request bounded by ``head_limits``,
+    its refusals answered as problems, and idle connections drained on shutdown."""
+
     def __init__(self, *args: Any, head_limits: HeadLimits, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head_limits = head_limits
