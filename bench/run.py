@@ -127,6 +127,8 @@ class Run:
         self.seeded = seeding.seed(self.dealbase.base_url, self.tenant, settings)
         self.ids_file = self.logs / "customer_ids.txt"
         self.ids_file.write_text("\n".join(self.seeded.customer_ids) + "\n")
+        self.activity_ids_file = self.logs / "activity_ids.txt"
+        self.activity_ids_file.write_text("\n".join(self.seeded.activity_ids) + "\n")
         self.sizes = seeding.check_dealbase(self.dealbase.base_url, self.tenant)
         say(f"seeded {self.seeded.summary()}; every read answers the seeded data whole")
 
@@ -136,9 +138,15 @@ class Run:
             "BENCH_API_KEY": self.tenant.api_key,
             "BENCH_DEPARTMENT_ID": self.tenant.department_id,
             "BENCH_PREFIX": REST_PREFIX,
-            "BENCH_IDS_FILE": str(self.ids_file),
+            "BENCH_IDS_FILE": str(
+                self.activity_ids_file if scenario.collection == "activities" else self.ids_file
+            ),
             "BENCH_KEYS_FILE": str(self.keys_files[scenario.departments]),
         }
+        if scenario.collection:
+            environment["BENCH_COLLECTION"] = scenario.collection
+        if scenario.path:
+            environment["BENCH_PATH"] = scenario.path
         if scenario.query:
             environment["BENCH_QUERY_FILE"] = str(QUERIES / scenario.query)
             environment["BENCH_VARIABLES"] = '{"first": 50}'

@@ -17,6 +17,10 @@ class Scenario:
     query: str | None = None  # bench/queries/<query> for graphql.lua
     compare_to: str | None = None  # the scenario whose req/s the ratio divides by
     pgbench_protocol: str = "prepared"
+    # For get_by_id.lua: the collection whose seeded ids it reads (customers by default).
+    collection: str | None = None
+    # For rest_get.lua: the path (under the REST prefix) every request reads.
+    path: str | None = None
     # For post_customers_departments.lua: how many of the tenant's departments the load goes
     # round (bench/run.py provisions DEPARTMENTS).
     departments: int = 1
@@ -86,14 +90,40 @@ SCENARIOS: tuple[Scenario, ...] = (
         "baseline_get_customer",
         "baseline",
         "baseline service: GET /customers/{id}",
-        "get_customer.lua",
+        "get_by_id.lua",
     ),
     Scenario(
         "get_customer",
         "dealbase",
         "GET /customers/{id}, rotating over the seeded ids",
-        "get_customer.lua",
+        "get_by_id.lua",
         compare_to="baseline_get_customer",
+    ),
+    # Reads of other resources, beside the baseline's read of one customer: no peer serves
+    # them, so the ratio is to the nearest read it has, measured in the same run.
+    Scenario(
+        "get_activity",
+        "dealbase",
+        "GET /activities/{id}, rotating over the seeded ids",
+        "get_by_id.lua",
+        compare_to="baseline_get_customer",
+        collection="activities",
+    ),
+    Scenario(
+        "list_steps",
+        "dealbase",
+        "GET /steps (the department's 6 steps)",
+        "rest_get.lua",
+        compare_to="baseline_get_customer",
+        path="/steps",
+    ),
+    Scenario(
+        "get_department",
+        "dealbase",
+        "GET /department (the department with its 6 steps)",
+        "rest_get.lua",
+        compare_to="baseline_get_customer",
+        path="/department",
     ),
     Scenario(
         "baseline_list_customers",
@@ -107,6 +137,22 @@ SCENARIOS: tuple[Scenario, ...] = (
         "GET /customers?limit=50",
         "list_customers.lua",
         compare_to="baseline_list_customers",
+    ),
+    Scenario(
+        "list_activities",
+        "dealbase",
+        "GET /activities?limit=50",
+        "rest_get.lua",
+        compare_to="baseline_list_customers",
+        path="/activities?limit=50",
+    ),
+    Scenario(
+        "list_events",
+        "dealbase",
+        "GET /events?limit=50 (the feed's first page)",
+        "rest_get.lua",
+        compare_to="baseline_list_customers",
+        path="/events?limit=50",
     ),
     Scenario(
         "postgraphile_dashboard",

@@ -29,7 +29,11 @@ class SeedFailed(Exception):
 class Seeded:
     deal_ids: list[str]
     customer_ids: list[str]
-    activities: int
+    activity_ids: list[str]
+
+    @property
+    def activities(self) -> int:
+        return len(self.activity_ids)
 
     def summary(self) -> dict[str, int]:
         return {
@@ -145,12 +149,12 @@ async def _seed(base_url: str, tenant: Tenant, settings: BenchSettings) -> Seede
                         },
                     )
                 )
-        await _gather(activity_calls)
+        activities = await _gather(activity_calls)
     return Seeded(
         deal_ids=[deal["id"] for deal in deals],
         customer_ids=[customer_id for customer_id, _ in deal_customers]
         + [customer["id"] for customer in customers],
-        activities=len(activity_calls),
+        activity_ids=[activity["id"] for activity in activities],
     )
 
 
@@ -208,6 +212,18 @@ def check_dealbase(base_url: str, tenant: Tenant) -> dict[str, int]:
         response = client.get(f"{REST_PREFIX}/customers", params={"limit": FIRST})
         _require(len(_expect(response, 200)["data"]) == FIRST, "GET /customers has too few")
         sizes["list_customers"] = len(response.content)
+        response = client.get(f"{REST_PREFIX}/activities", params={"limit": FIRST})
+        _require(len(_expect(response, 200)["data"]) == FIRST, "GET /activities has too few")
+        sizes["list_activities"] = len(response.content)
+        response = client.get(f"{REST_PREFIX}/events", params={"limit": FIRST})
+        _require(len(_expect(response, 200)["data"]) == FIRST, "GET /events has too few")
+        sizes["list_events"] = len(response.content)
+        response = client.get(f"{REST_PREFIX}/steps")
+        _require(len(_expect(response, 200)["data"]) == len(tenant.step_ids), "GET /steps")
+        sizes["list_steps"] = len(response.content)
+        response = client.get(f"{REST_PREFIX}/department")
+        _require(len(_expect(response, 200)["steps"]) == len(tenant.step_ids), "GET /department")
+        sizes["get_department"] = len(response.content)
     return sizes
 
 
