@@ -222,8 +222,10 @@ class TenantWorld:
         return self.keys[0]
 
 
-def build_tenant(database: Database, *, departments: int = 1) -> TenantWorld:
-    tenant = create_tenant(database, f"tenant-{secrets.token_hex(6)}")
+def build_tenant(
+    database: Database, *, departments: int = 1, distributed: bool = False
+) -> TenantWorld:
+    tenant = create_tenant(database, f"tenant-{secrets.token_hex(6)}", distributed=distributed)
     made, keys = [], []
     for index in range(departments):
         department = admin.create_department(database, tenant.id, f"Department {index + 1}")

@@ -7,13 +7,19 @@ fails these tests, elsewhere they are skipped with the two commands that make on
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+from fastapi.testclient import TestClient
 
+from dealbase.app import create_app
+from dealbase.config import Settings
+from dealbase.migrations.runner import upgrade_control
+from dealbase.tenancy.database import Database
 from tests.ops.conftest import CliRun, RunCli, invoke_cli
-from tests.support import IN_CI
+from tests.support import IN_CI, TenantWorld, build_tenant
 
 CITUS_SCRIPTS = Path(__file__).resolve().parents[3] / "shared" / "citus"
 _MAKE_ONE = (
@@ -55,3 +61,41 @@ def run_on_cluster(citus_url: str, tmp_path: Path) -> RunCli:
         )
 
     return run
+
+
+@pytest.fixture(scope="session")
+def cluster_database(citus_url: str) -> Iterator[Database]:
+    """The cluster's database, its control schema at head; tests make their own tenants."""
+    database = Database(citus_url, pool_size=4)
+    with database.control() as connection:
+        upgrade_control(connection, distributed=True)
+    yield database
+    database.dispose()
+
+
+@pytest.fixture(scope="session")
+def cluster_settings(citus_url: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    return Settings(
+        database_url=citus_url,
+        citus_schema_sharding=True,
+        data_dir=tmp_path_factory.mktemp("cluster-data"),
+        log_level="warning",
+        webhooks_allow_private=True,
+        # Limits far above what the tests send.
+        rate_limit_key="100000/s",
+        rate_limit_key_burst=1_000_000,
+        rate_limit_tenant="100000/s",
+        rate_limit_tenant_burst=1_000_000,
+    )
+
+
+@pytest.fixture(scope="session")
+def cluster_client(cluster_database: Database, cluster_settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(cluster_settings), raise_server_exceptions=False) as client:
+        yield client
+
+
+@pytest.fixture
+def cluster_world(cluster_database: Database) -> TenantWorld:
+    """A fresh tenant of the cluster (a distributed schema) with one department and its key."""
+    return build_tenant(cluster_database, distributed=True)

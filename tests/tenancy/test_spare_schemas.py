@@ -35,8 +35,7 @@ def database(postgres_server: str) -> Iterator[Database]:
 
 
 def _prepare(database: Database, wanted: int) -> str | None:
-    with database.control() as connection:
-        return prepare_spare_schema(connection, wanted, distributed=False)
+    return prepare_spare_schema(database, wanted, distributed=False)
 
 
 def _spares(database: Database) -> dict[str, str]:

@@ -46,6 +46,7 @@ from dealbase.tenancy.roles import (
     ensure_roles,
     ensure_shared_roles,
     repair_grants,
+    tenant_role,
 )
 
 _TREES = Path(__file__).parent
@@ -118,9 +119,9 @@ def _deleted(connection: Connection, schema: str) -> bool:
     return deleted_at is not None
 
 
-def upgrade_control(connection: Connection) -> None:
+def upgrade_control(connection: Connection, *, distributed: bool = False) -> None:
     lock_schema(connection, CONTROL_SCHEMA)
-    ensure_shared_roles(connection)
+    ensure_shared_roles(connection, login=distributed)
     connection.execute(text(f"CREATE SCHEMA IF NOT EXISTS {CONTROL_SCHEMA}"))
     with _alembic_in_use:
         command.upgrade(_control_config(connection), "head")
@@ -131,30 +132,57 @@ def upgrade_control(connection: Connection) -> None:
 CITUS_SCHEMA_SHARDING = "citus.enable_schema_based_sharding"
 
 
+def create_distributed_schema(connection: Connection, schema: str) -> None:
+    """The tenant's roles, able to log in, and its empty distributed schema, owned by the owner.
+
+    On a Citus cluster this must commit before the schema's tables are made (``upgrade_tenant``
+    in a later transaction): Citus sends some of a migration's statements to the workers over
+    connections of its own (a sequence a column owns, for one), which do not see a schema that
+    the transaction has not committed yet; and a role's LOGIN counts on a worker only once
+    committed."""
+    lock_schema(connection, schema)
+    ensure_roles(connection, schema, login=True)
+    connection.execute(select(func.set_config(CITUS_SCHEMA_SHARDING, "on", True)))
+    connection.execute(
+        text(f'CREATE SCHEMA IF NOT EXISTS "{schema}" AUTHORIZATION "{TENANT_OWNER_ROLE}"')
+    )
+    connection.execute(select(func.set_config(CITUS_SCHEMA_SHARDING, "off", True)))
+
+
+def drop_tenant_schema(connection: Connection, schema: str) -> None:
+    """Drops the schema with everything in it, then its role (and the role's memberships), in
+    the caller's transaction."""
+    lock_schema(connection, schema)
+    # The schema and its objects are the owner's, which the login role may become.
+    connection.execute(text(f'SET LOCAL ROLE "{TENANT_OWNER_ROLE}"'))
+    connection.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    connection.execute(text("SET LOCAL ROLE NONE"))
+    # Its memberships (of dealbase_tenants; the login role's of it) go with it.
+    connection.execute(text(f'DROP ROLE IF EXISTS "{tenant_role(schema)}"'))
+
+
 def upgrade_tenant(
     connection: Connection, schema: str, target: str = "head", *, distributed: bool = False
 ) -> list[str]:
-    """Creates the schema if needed (a Citus distributed schema when ``distributed``) and brings
-    it to ``target``, in the caller's transaction, records the revision in ``control``, and
-    leaves the tenant's role and its grants as ``tenancy.roles`` has them; returns what it had
-    to repair (nothing, for a tenant already in order)."""
+    """Brings the schema to ``target`` in the caller's transaction (creating it first on a
+    single server; on a Citus cluster, ``distributed``, ``create_distributed_schema`` made it in
+    a transaction of its own), records the revision in ``control``, and leaves the tenant's role
+    and its grants as ``tenancy.roles`` has them; returns what it had to repair (nothing, for a
+    tenant already in order)."""
     to_revision = _tenant_revision(target)
     lock_schema(connection, schema)
     if _deleted(connection, schema):
         # Deleted after the migrator listed it, while it waited for the lock: nothing to do.
         return []
-    repairs = ensure_roles(connection, schema)
+    repairs = ensure_roles(connection, schema, login=distributed)
     existed = connection.execute(
         text("SELECT 1 FROM pg_namespace WHERE nspname = :schema"), {"schema": schema}
     ).first()
-    if distributed and not existed:
-        connection.execute(select(func.set_config(CITUS_SCHEMA_SHARDING, "on", True)))
-    # The migrations run as the owner, so what they create is the owner's, not the login role's.
-    connection.execute(
-        text(f'CREATE SCHEMA IF NOT EXISTS "{schema}" AUTHORIZATION "{TENANT_OWNER_ROLE}"')
-    )
-    if distributed and not existed:
-        connection.execute(select(func.set_config(CITUS_SCHEMA_SHARDING, "off", True)))
+    if not existed:
+        if distributed:
+            raise RuntimeError(f"{schema}: create_distributed_schema commits it first")
+        # The migrations run as the owner, so what they create is the owner's.
+        connection.execute(text(f'CREATE SCHEMA "{schema}" AUTHORIZATION "{TENANT_OWNER_ROLE}"'))
     connection.execute(text(f'SET LOCAL ROLE "{TENANT_OWNER_ROLE}"'))
     from_revision = None
     if existed:
@@ -162,10 +190,7 @@ def upgrade_tenant(
         from_revision = current_revision(connection, schema)
     if from_revision != to_revision:
         connection.execute(select(func.set_config("search_path", schema, True)))
-        script = tenant_upgrade_script(from_revision, to_revision)
-        # Several statements in one round trip: psycopg sends a query without parameters
-        # through the simple query protocol, which allows that.
-        connection.connection.driver_connection.execute(script)  # type: ignore[union-attr]
+        _run_script(connection, tenant_upgrade_script(from_revision, to_revision), distributed)
         # What the migrations just created is granted now: that is provisioning, not a repair.
         repair_grants(connection, schema)
     connection.execute(text("SET LOCAL ROLE NONE"))
@@ -177,6 +202,21 @@ def upgrade_tenant(
             .values(schema_revision=to_revision)
         )
     return repairs
+
+
+def _run_script(connection: Connection, script: str, distributed: bool) -> None:
+    driver = connection.connection.driver_connection
+    if not distributed:
+        # Several statements in one round trip: psycopg sends a query without parameters
+        # through the simple query protocol, which allows that.
+        driver.execute(script)  # type: ignore[union-attr]
+        return
+    # Citus passes a statement's text on to the workers as one prepared statement, which holds
+    # one command: a script goes one statement at a time. Alembic's offline rendering ends each
+    # statement with a semicolon and a blank line.
+    for statement in script.split(";\n\n"):
+        if statement.strip():
+            driver.execute(statement)  # type: ignore[union-attr]
 
 
 @dataclass(frozen=True, slots=True)

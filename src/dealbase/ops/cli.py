@@ -227,7 +227,7 @@ def migrate(
     settings = _settings()
     database = _database(settings)
     with database.control() as connection:
-        upgrade_control(connection)
+        upgrade_control(connection, distributed=settings.citus_schema_sharding)
     with database.control() as connection:
         live = [tenant.schema for tenant in list_tenants(connection)]
         schemas = live if every_tenant else schemas_behind(connection)

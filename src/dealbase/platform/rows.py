@@ -8,6 +8,7 @@ from contextlib import contextmanager
 
 import psycopg
 from sqlalchemy import (
+    CTE,
     Column,
     ColumnElement,
     Table,
@@ -21,7 +22,8 @@ from sqlalchemy import (
     true,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import ARRAY, Insert
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from dealbase.errors import ExternalIdTaken, NotFound, PreconditionFailed
 from dealbase.platform.versioning import Expected
@@ -55,6 +57,26 @@ def _at_expected_version(table: Table, expected: Expected | None) -> ColumnEleme
     if expected is None or expected.versions is None:
         return true()
     return table.c.version.in_(sorted(expected.versions))
+
+
+def insert_reading(table: Table, values: Mapping[str, object], *lookups: CTE) -> Insert:
+    """``INSERT ... SELECT`` of one row of ``values`` (SQL expressions, or Python values sent as
+    parameters), which read other rows only through ``lookups``, CTEs of the statement.
+
+    The form Citus accepts on a distributed schema, where a row's value looked up by a subquery
+    fails otherwise: Citus refuses a subquery in ``INSERT ... VALUES``, and a prepared
+    ``INSERT ... SELECT`` with the subquery inline reaches the worker with a condition left
+    empty (``WHERE ( IS NOT NULL)``)."""
+    selected = [
+        value
+        if isinstance(value, ColumnElement)
+        else bindparam(None, value, type_=table.c[name].type)
+        for name, value in values.items()
+    ]
+    statement = pg_insert(table).from_select(list(values), select(*selected))
+    for lookup in lookups:
+        statement = statement.add_cte(lookup)
+    return statement
 
 
 def unnested(table: Table, names: Sequence[str]) -> TableValuedAlias:

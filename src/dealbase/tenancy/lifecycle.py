@@ -18,14 +18,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import Connection, func, insert, text, update
+from sqlalchemy import Connection, func, insert, update
 
 from dealbase.errors import Conflict, Invalid
-from dealbase.migrations.runner import lock_schema
+from dealbase.migrations.runner import drop_tenant_schema, lock_schema
 from dealbase.tenancy import wakeups
 from dealbase.tenancy.api_keys import announce_tenant_change, revoke_tenant_keys
 from dealbase.tenancy.control_tables import tenant_audit, tenants
-from dealbase.tenancy.roles import TENANT_OWNER_ROLE, tenant_role
 from dealbase.tenancy.scope import checked_schema_name
 from dealbase.tenancy.tenants import Tenant, get_tenant
 
@@ -116,13 +115,7 @@ def delete_tenant(connection: Connection, tenant_id: uuid.UUID, *, actor: str) -
     # records the revision in that row, so the other order could deadlock with it.
     lock_schema(connection, schema)
     tenant = get_tenant(connection, tenant_id, for_update=True)
-    role = tenant_role(schema)
-    # The schema and its objects are the owner's, which the login role may become.
-    connection.execute(text(f'SET LOCAL ROLE "{TENANT_OWNER_ROLE}"'))
-    connection.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-    connection.execute(text("SET LOCAL ROLE NONE"))
-    # Its memberships (of dealbase_tenants; the login role's of it) go with it.
-    connection.execute(text(f'DROP ROLE IF EXISTS "{role}"'))
+    drop_tenant_schema(connection, schema)
     wakeups_deleted = wakeups.forget_schema(connection, schema)
     keys_revoked = revoke_tenant_keys(
         connection, tenant_id, actor=actor, details={"reason": "tenant deleted"}

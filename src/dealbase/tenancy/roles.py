@@ -5,8 +5,11 @@ write its tables, and nothing else. Every unit of work becomes the tenant's role
 transaction only (``database.Database``), so a statement that names another tenant's schema,
 whatever the application's routing did, is refused by PostgreSQL with a permission error.
 
-The tenant schemas and their objects belong to ``dealbase_owner``, a role that cannot log in;
-migrations become it to change a tenant's tables. The login role the service connects as holds
+The tenant schemas and their objects belong to ``dealbase_owner``; migrations become it to change a
+tenant's tables. On a single server neither it nor a tenant role can log in. On a Citus cluster
+both can (``login``): Citus opens its connections to the workers as the current role, so a
+statement run as a tenant's role reaches the worker that holds the tenant's schema as that role,
+and the worker refuses it any other schema (docs/security.md, "On a Citus cluster"). The login role the service connects as holds
 no privilege on any tenant schema: it is a member of these roles only so that it may switch to
 them (``SET ROLE``), and it must not inherit their privileges (PostgreSQL 16 and later: each
 membership is granted ``INHERIT FALSE``; on 15, the login role is created ``NOINHERIT``:
@@ -48,8 +51,12 @@ _PRIVILEGES_BY_RELATION_KIND = {
 # name: such a join is planned on the shared catalogs' statistics, which nothing may have
 # gathered since the first tenants, as a nested loop of sequential scans, quadratic in the number
 # of tenant roles (12 ms a check at 300 tenants). The same goes for ``pg_get_userbyid``.
-# A tenant role is a plain group role: anything more is drift to undo.
-_PLAIN_ROLE = "NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS"
+# A tenant role is a plain role, able to log in on a cluster only: anything more is drift to undo.
+_PLAIN_ATTRIBUTES = "NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS"
+
+
+def _plain_role(*, login: bool) -> str:
+    return f"{'LOGIN' if login else 'NOLOGIN'} {_PLAIN_ATTRIBUTES}"
 
 
 def tenant_role(schema: str) -> str:
@@ -66,32 +73,38 @@ def switch_to_tenant(schema: str) -> tuple[str, str]:
     return "BEGIN", f'SET LOCAL ROLE "{tenant_role(schema)}"'
 
 
-def ensure_shared_roles(connection: Connection) -> list[str]:
+def ensure_shared_roles(connection: Connection, *, login: bool = False) -> list[str]:
     """Creates ``dealbase_owner`` and ``dealbase_tenants`` if missing and lets the login role
-    switch to the owner. ``migrate`` runs it once (with the control schema's upgrade, whose
-    grants name the group) before its workers upgrade tenants in parallel, so that they do not
-    race to grant the same membership. Runs as the login role; returns what it changed."""
-    changes = _ensure_switchable_role(connection, TENANT_OWNER_ROLE)
-    if _create_role(connection, TENANTS_GROUP_ROLE):
+    switch to the owner, which may log in when ``login`` (a Citus cluster: the owner's LOGIN
+    must have committed before its first DDL reaches a worker). ``migrate`` runs it once (with
+    the control schema's upgrade, whose grants name the group) before its workers upgrade
+    tenants in parallel, so that they do not race to grant the same membership. Runs as the
+    login role; returns what it changed."""
+    changes = _ensure_switchable_role(connection, TENANT_OWNER_ROLE, login=login)
+    if login:
+        changes += _allow_login(connection, TENANT_OWNER_ROLE)
+    if _create_role(connection, TENANTS_GROUP_ROLE, login=False):
         changes.append(f"created role {TENANTS_GROUP_ROLE}")
     return changes
 
 
-def ensure_roles(connection: Connection, schema: str) -> list[str]:
-    """Creates the owner and tenant roles if missing, lets the login role switch to them, and
-    hands any object of the schema that is not the owner's to it (schemas created before tenant
-    roles belonged to the login role). Runs as the login role; returns what it changed."""
+def ensure_roles(connection: Connection, schema: str, *, login: bool = False) -> list[str]:
+    """Creates the owner and tenant roles if missing (able to log in when ``login``: a Citus
+    cluster), lets the login role switch to them, and hands any object of the schema that is not
+    the owner's to it (schemas created before tenant roles belonged to the login role). Runs as
+    the login role; returns what it changed."""
     role = tenant_role(schema)
-    changes = ensure_shared_roles(connection) + _ensure_switchable_role(connection, role)
-    changes += _make_plain(connection, role)
+    changes = ensure_shared_roles(connection, login=login)
+    changes += _ensure_switchable_role(connection, role, login=login)
+    changes += _make_plain(connection, role, login=login)
     changes += _join_tenants_group(connection, role)
     changes += _adopt(connection, schema)
     return changes
 
 
-def _ensure_switchable_role(connection: Connection, name: str) -> list[str]:
+def _ensure_switchable_role(connection: Connection, name: str, *, login: bool) -> list[str]:
     changes = []
-    if _create_role(connection, name):
+    if _create_role(connection, name, login=login):
         changes.append(f"created role {name}")
     login_is_superuser, server_version = connection.execute(
         text(
@@ -108,7 +121,7 @@ def _ensure_switchable_role(connection: Connection, name: str) -> list[str]:
     return changes
 
 
-def _create_role(connection: Connection, name: str) -> bool:
+def _create_role(connection: Connection, name: str, *, login: bool) -> bool:
     exists = connection.execute(
         text("SELECT to_regrole(quote_ident(:name)) IS NOT NULL"), {"name": name}
     ).scalar_one()
@@ -119,7 +132,7 @@ def _create_role(connection: Connection, name: str) -> bool:
     connection.execute(
         text(
             "DO $$ BEGIN"
-            f' CREATE ROLE "{name}" {_PLAIN_ROLE};'
+            f' CREATE ROLE "{name}" {_plain_role(login=login)};'
             " EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;"
             " END $$"
         )
@@ -139,18 +152,31 @@ def _login_is_member(connection: Connection, name: str, server_version: int) -> 
     )
 
 
-def _make_plain(connection: Connection, role: str) -> list[str]:
-    """Undoes attributes and memberships a tenant role should not have (any but the group's)."""
+def _allow_login(connection: Connection, role: str) -> list[str]:
+    can_login = connection.execute(
+        text("SELECT rolcanlogin FROM pg_roles WHERE oid = to_regrole(quote_ident(:role))"),
+        {"role": role},
+    ).scalar_one()
+    if can_login:
+        return []
+    connection.execute(text(f'ALTER ROLE "{role}" LOGIN'))
+    return [f"let role {role} log in (a Citus cluster)"]
+
+
+def _make_plain(connection: Connection, role: str, *, login: bool) -> list[str]:
+    """Undoes attributes and memberships a tenant role should not have (any but the group's;
+    LOGIN anywhere but on a cluster, where it needs it)."""
     changes = []
     attributes = connection.execute(
         text(
-            "SELECT rolcanlogin OR rolsuper OR rolcreatedb OR rolcreaterole OR rolreplication"
-            " OR rolbypassrls FROM pg_roles WHERE oid = to_regrole(quote_ident(:role))"
+            "SELECT rolcanlogin <> :login OR rolsuper OR rolcreatedb OR rolcreaterole"
+            " OR rolreplication OR rolbypassrls"
+            " FROM pg_roles WHERE oid = to_regrole(quote_ident(:role))"
         ),
-        {"role": role},
+        {"role": role, "login": login},
     ).scalar_one()
     if attributes:
-        connection.execute(text(f'ALTER ROLE "{role}" {_PLAIN_ROLE}'))
+        connection.execute(text(f'ALTER ROLE "{role}" {_plain_role(login=login)}'))
         changes.append(f"made role {role} a plain role again")
     memberships = connection.execute(
         text(

@@ -9,11 +9,19 @@ name, derived from an id the tenant then takes, so schema and id still match.
 
 from __future__ import annotations
 
+import contextlib
+
 from sqlalchemy import Connection, delete, func, insert, select
 
 from dealbase.ids import new_id
-from dealbase.migrations.runner import head_revision, upgrade_tenant
+from dealbase.migrations.runner import (
+    create_distributed_schema,
+    drop_tenant_schema,
+    head_revision,
+    upgrade_tenant,
+)
 from dealbase.tenancy.control_tables import spare_schemas
+from dealbase.tenancy.database import Database
 from dealbase.tenancy.scope import schema_for_tenant
 
 # Serialises the workers that top up the spares, so that together they make no more than wanted.
@@ -39,18 +47,44 @@ def take_spare_schema(connection: Connection) -> str | None:
     return taken
 
 
-def prepare_spare_schema(connection: Connection, wanted: int, *, distributed: bool) -> str | None:
+def prepare_spare_schema(database: Database, wanted: int, *, distributed: bool) -> str | None:
     """Makes one spare schema if fewer than ``wanted`` are there; returns its name, or None when
-    there are enough."""
+    there are enough. On a Citus cluster (``distributed``) the schema commits empty first
+    (``create_distributed_schema``) and is dropped again if the rest fails."""
+    schema = schema_for_tenant(new_id())
+    if distributed:
+        with database.control() as connection:
+            if not _wanted(connection, wanted):
+                return None
+            create_distributed_schema(connection, schema)
+    try:
+        with database.control() as connection:
+            # Counted again under the lock: on a cluster, another worker may have made one
+            # since the schema above.
+            if not _wanted(connection, wanted):
+                if distributed:
+                    drop_tenant_schema(connection, schema)
+                return None
+            upgrade_tenant(connection, schema, distributed=distributed)
+            connection.execute(
+                insert(spare_schemas).values(
+                    schema_name=schema,
+                    schema_revision=head_revision("tenant"),
+                    created_at=func.now(),
+                )
+            )
+    except Exception:
+        if distributed:
+            # An empty schema that a failed cleanup leaves behind holds no data.
+            with contextlib.suppress(Exception), database.control() as connection:
+                drop_tenant_schema(connection, schema)
+        raise
+    return schema
+
+
+def _wanted(connection: Connection, wanted: int) -> bool:
+    """Whether fewer than ``wanted`` spares are there; serialises the workers that top them up
+    until the transaction ends."""
     connection.execute(select(func.pg_advisory_xact_lock(func.hashtext(_TOP_UP_LOCK))))
     spares = connection.execute(select(func.count()).select_from(spare_schemas)).scalar_one()
-    if spares >= wanted:
-        return None
-    schema = schema_for_tenant(new_id())
-    upgrade_tenant(connection, schema, distributed=distributed)
-    connection.execute(
-        insert(spare_schemas).values(
-            schema_name=schema, schema_revision=head_revision("tenant"), created_at=func.now()
-        )
-    )
-    return schema
+    return bool(spares < wanted)

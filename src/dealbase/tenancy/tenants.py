@@ -6,6 +6,7 @@ here sees live tenants only, so a deleted tenant is as unknown as an id never is
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,7 +16,12 @@ from sqlalchemy.exc import IntegrityError
 
 from dealbase.errors import Conflict, Invalid, NotFound
 from dealbase.ids import new_id
-from dealbase.migrations.runner import head_revision, upgrade_tenant
+from dealbase.migrations.runner import (
+    create_distributed_schema,
+    drop_tenant_schema,
+    head_revision,
+    upgrade_tenant,
+)
 from dealbase.tenancy.control_tables import tenants
 from dealbase.tenancy.database import Database
 from dealbase.tenancy.scope import Scope, schema_for_tenant, tenant_id_for_schema
@@ -48,39 +54,63 @@ _live = tenants.c.deleted_at.is_(None)
 
 
 def create_tenant(database: Database, name: str, *, distributed: bool = False) -> Tenant:
-    """Registers the tenant with a schema at head, in one transaction: all or nothing. The
-    schema is a spare made ahead of time when one is ready (no DDL), else made now (a Citus
-    distributed schema when ``distributed``)."""
+    """Registers the tenant with a schema at head: a spare made ahead of time when one is ready
+    (no DDL), else one made now, in the registration's transaction: all or nothing.
+
+    On a Citus cluster (``distributed``) a schema made now is a distributed schema, which
+    commits empty before its tables are made (``create_distributed_schema``); when the rest
+    fails, it is dropped again."""
     name = name.strip()
     if not name or len(name) > MAX_TENANT_NAME_LENGTH or "\x00" in name:
         raise Invalid.of(
             "name", "invalid", f"A tenant name has 1 to {MAX_TENANT_NAME_LENGTH} characters."
         )
+    with database.control() as connection:
+        spare = take_spare_schema(connection)
+        if spare is not None:
+            return _register(connection, name, spare, at_head=True)
+        if not distributed:
+            return _register(connection, name, schema_for_tenant(new_id()), at_head=False)
+    schema = schema_for_tenant(new_id())
+    with database.control() as connection:
+        create_distributed_schema(connection, schema)
     try:
         with database.control() as connection:
-            spare = take_spare_schema(connection)
-            tenant_id = new_id() if spare is None else tenant_id_for_schema(spare)
-            row = (
-                connection.execute(
-                    insert(tenants)
-                    .values(
-                        id=tenant_id,
-                        name=name,
-                        schema_name=schema_for_tenant(tenant_id),
-                        schema_revision=None if spare is None else head_revision("tenant"),
-                        created_at=func.now(),
-                    )
-                    .returning(*tenants.c)
+            return _register(connection, name, schema, at_head=False, distributed=True)
+    except Exception:
+        # An empty schema that a failed cleanup leaves behind holds no data and no key reaches
+        # it; the error that matters is the creation's.
+        with contextlib.suppress(Exception), database.control() as connection:
+            drop_tenant_schema(connection, schema)
+        raise
+
+
+def _register(
+    connection: Connection, name: str, schema: str, *, at_head: bool, distributed: bool = False
+) -> Tenant:
+    """The tenant's row for the schema, which is brought to head unless ``at_head``."""
+    try:
+        row = (
+            connection.execute(
+                insert(tenants)
+                .values(
+                    id=tenant_id_for_schema(schema),
+                    name=name,
+                    schema_name=schema,
+                    schema_revision=head_revision("tenant") if at_head else None,
+                    created_at=func.now(),
                 )
-                .mappings()
-                .one()
+                .returning(*tenants.c)
             )
-            if spare is None:
-                upgrade_tenant(connection, row["schema_name"], distributed=distributed)
+            .mappings()
+            .one()
+        )
     except IntegrityError as exc:
         if "tenants_live_name" in str(exc.orig):
             raise Conflict(f"A tenant named {name!r} exists already.") from None
         raise
+    if not at_head:
+        upgrade_tenant(connection, schema, distributed=distributed)
     return _tenant(row)
 
 

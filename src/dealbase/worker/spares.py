@@ -39,5 +39,4 @@ class SpareSchemaKeeper:
                     await asyncio.wait_for(stop.wait(), CHECK_EVERY.total_seconds())
 
     def prepare_one(self) -> str | None:
-        with self.database.control() as connection:
-            return prepare_spare_schema(connection, self.wanted, distributed=self.distributed)
+        return prepare_spare_schema(self.database, self.wanted, distributed=self.distributed)

@@ -4,11 +4,11 @@ import uuid
 from collections.abc import Mapping
 from datetime import timedelta
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, select
 
 from dealbase.ids import new_id
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.rows import in_department, owned_by
+from dealbase.platform.rows import in_department, insert_reading, owned_by
 from dealbase.platform.tables import event_positions, webhook_endpoints
 from dealbase.platform.webhooks.models import WebhookEndpoint
 from dealbase.tenancy.statements import Record, TenantConnection
@@ -53,25 +53,26 @@ def insert_endpoint(
     fields: Mapping[str, object],
     secret: str,
 ) -> WebhookEndpoint:
+    last_position = (
+        select(event_positions.c.last_position)
+        .where(event_positions.c.department_id == department_id)
+        .cte("last_position")
+    )
+    values = {
+        **columns_of(fields),
+        "id": new_id(),
+        "department_id": department_id,
+        "secret": secret,
+        # Delivery starts with the department's next event.
+        "scanned_position": func.coalesce(
+            select(last_position.c.last_position).scalar_subquery(), 0
+        ),
+        "created_at": func.now(),
+        "updated_at": func.now(),
+    }
     row = (
         connection.execute(
-            insert(webhook_endpoints)
-            .values(
-                **columns_of(fields),
-                id=new_id(),
-                department_id=department_id,
-                secret=secret,
-                # Delivery starts with the department's next event.
-                scanned_position=func.coalesce(
-                    select(event_positions.c.last_position)
-                    .where(event_positions.c.department_id == department_id)
-                    .scalar_subquery(),
-                    0,
-                ),
-                created_at=func.now(),
-                updated_at=func.now(),
-            )
-            .returning(*_READ)
+            insert_reading(webhook_endpoints, values, last_position).returning(*_READ)
         )
         .mappings()
         .one()
