@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from sqlalchemy import text
 
+from dealbase.errors import TenantSuspended, Unauthenticated
 from dealbase.ops import admin
 from dealbase.tenancy.api_keys import KEY_CHANGES_CHANNEL, load_credentials, parse_api_key
 from dealbase.tenancy.authentication import Authenticator, KeyCache, KeyChangeListener
@@ -161,3 +162,42 @@ def test_a_notice_that_names_no_key_or_tenant_drops_every_key(
 
     assert listening_cache.get(first.key.key_id) is None
     assert listening_cache.get(second.key.key_id) is None
+
+
+def test_a_cached_key_accepts_a_secret_rotated_before_its_notice_arrives(
+    database: Database, world: TenantWorld
+) -> None:
+    """A client that rotates its key and uses the new secret at once may reach a process whose
+    listener has not had the rotation's notice yet: the cached key refuses the new secret, and
+    the database, read again, accepts it. Here no notice ever arrives."""
+    cache = KeyCache()
+    cache.set_trusted(True)
+    authenticator = Authenticator(database, cache)
+    department = str(world.key.department_id)
+    asyncio.run(authenticator.department_scope(world.key.api_key, department))
+    assert cache.get(world.key.key_id) is not None
+
+    rotated = admin.rotate_key(database, world.key.key_id, grace_seconds=0)
+
+    scope = asyncio.run(authenticator.department_scope(rotated.api_key, department))
+    assert scope.tenant_id == world.tenant.id
+    with pytest.raises(Unauthenticated):
+        asyncio.run(authenticator.department_scope(world.key.api_key, department))
+
+
+def test_a_cached_key_of_a_tenant_resumed_before_the_notice_arrives_is_accepted(
+    database: Database, world: TenantWorld
+) -> None:
+    cache = KeyCache()
+    cache.set_trusted(True)
+    authenticator = Authenticator(database, cache)
+    department = str(world.key.department_id)
+    admin.suspend_tenant(database, world.tenant.id, reason=None)
+    with pytest.raises(TenantSuspended):
+        asyncio.run(authenticator.department_scope(world.key.api_key, department))
+    assert cache.get(world.key.key_id) is not None
+
+    admin.resume_tenant(database, world.tenant.id)
+
+    scope = asyncio.run(authenticator.department_scope(world.key.api_key, department))
+    assert scope.tenant_id == world.tenant.id

@@ -19,7 +19,7 @@ import psycopg
 import structlog
 from anyio import to_thread
 
-from dealbase.errors import Unauthenticated
+from dealbase.errors import TenantSuspended, Unauthenticated
 from dealbase.tenancy.api_keys import (
     AUTHENTICATION_FAILED,
     KEY_CHANGES_CHANNEL,
@@ -177,10 +177,21 @@ class Authenticator:
         if parsed is None:
             raise Unauthenticated(AUTHENTICATION_FAILED)
         key_id, secret = parsed
-        credentials = self.cache.get(key_id)
-        self._on_lookup(credentials is not None)
-        if credentials is None:
-            credentials = await to_thread.run_sync(self._load, key_id)
+        cached = self.cache.get(key_id)
+        self._on_lookup(cached is not None)
+        if cached is not None:
+            try:
+                scope = scope_for_request(
+                    cached, secret, department_header, tenant_wide_allowed=tenant_wide_allowed
+                )
+            except (Unauthenticated, TenantSuspended):
+                # Perhaps a secret issued, or a tenant resumed, a moment ago: the change's
+                # notice may not have reached this process yet. The database decides.
+                pass
+            else:
+                self._on_accepted(key_id)
+                return scope
+        credentials = await to_thread.run_sync(self._load, key_id)
         scope = scope_for_request(
             credentials, secret, department_header, tenant_wide_allowed=tenant_wide_allowed
         )
