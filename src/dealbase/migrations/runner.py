@@ -150,14 +150,19 @@ def create_distributed_schema(connection: Connection, schema: str) -> None:
 
 
 def drop_tenant_schema(connection: Connection, schema: str) -> None:
-    """Drops the schema with everything in it, then its role (and the role's memberships), in
-    the caller's transaction."""
+    """Drops the schema with everything in it, in the caller's transaction."""
     lock_schema(connection, schema)
     # The schema and its objects are the owner's, which the login role may become.
     connection.execute(text(f'SET LOCAL ROLE "{TENANT_OWNER_ROLE}"'))
     connection.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
     connection.execute(text("SET LOCAL ROLE NONE"))
-    # Its memberships (of dealbase_tenants; the login role's of it) go with it.
+
+
+def drop_tenant_role(connection: Connection, schema: str) -> None:
+    """Drops the schema's role and its memberships (of dealbase_tenants; the login role's of
+    it), once nothing grants it a privilege: in the transaction that dropped the schema on a
+    single server, after that one committed on a Citus cluster (the worker drops the schema
+    over the owner's connection, which the role's drop does not see until then)."""
     connection.execute(text(f'DROP ROLE IF EXISTS "{tenant_role(schema)}"'))
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from dealbase.migrations.runner import drop_tenant_role
 from dealbase.platform.pipeline import service as pipeline
 from dealbase.platform.pipeline.models import Department, DepartmentCreate, Employee, EmployeeCreate
 from dealbase.platform.validation import validated
@@ -121,9 +122,17 @@ def resume_tenant(database: Database, tenant_id: uuid.UUID) -> Tenant:
         return lifecycle.resume_tenant(connection, tenant_id, actor=operator())
 
 
-def delete_tenant(database: Database, tenant_id: uuid.UUID) -> DeletedTenant:
+def delete_tenant(
+    database: Database, tenant_id: uuid.UUID, *, distributed: bool = False
+) -> DeletedTenant:
     with database.control() as connection:
-        return lifecycle.delete_tenant(connection, tenant_id, actor=operator())
+        deleted = lifecycle.delete_tenant(
+            connection, tenant_id, actor=operator(), distributed=distributed
+        )
+    if distributed:
+        with database.control() as connection:
+            drop_tenant_role(connection, deleted.tenant.schema)
+    return deleted
 
 
 @dataclass(frozen=True, slots=True)

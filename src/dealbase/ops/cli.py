@@ -363,10 +363,11 @@ def tenant_delete(
 
     Export it first if the data may be wanted again (`tenant export`).
     """
-    database = _database()
+    settings = _settings()
+    database = _database(settings)
     if not yes:
         _confirm_deletion(admin.tenant(database, tenant_id))
-    deleted = admin.delete_tenant(database, tenant_id)
+    deleted = admin.delete_tenant(database, tenant_id, distributed=settings.citus_schema_sharding)
     tenant = deleted.tenant
     value = {
         **_pick(tenant, "id", "name", "schema"),

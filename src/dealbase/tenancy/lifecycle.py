@@ -21,7 +21,7 @@ from enum import StrEnum
 from sqlalchemy import Connection, func, insert, update
 
 from dealbase.errors import Conflict, Invalid
-from dealbase.migrations.runner import drop_tenant_schema, lock_schema
+from dealbase.migrations.runner import drop_tenant_role, drop_tenant_schema, lock_schema
 from dealbase.tenancy import wakeups
 from dealbase.tenancy.api_keys import announce_tenant_change, revoke_tenant_keys
 from dealbase.tenancy.control_tables import tenant_audit, tenants
@@ -102,9 +102,12 @@ def resume_tenant(connection: Connection, tenant_id: uuid.UUID, *, actor: str) -
     return replace(tenant, suspended_at=None)
 
 
-def delete_tenant(connection: Connection, tenant_id: uuid.UUID, *, actor: str) -> DeletedTenant:
+def delete_tenant(
+    connection: Connection, tenant_id: uuid.UUID, *, actor: str, distributed: bool = False
+) -> DeletedTenant:
     """Drops the tenant's schema with everything in it and its role, deletes its wakeups,
-    revokes its keys and marks its row deleted, all in the caller's transaction.
+    revokes its keys and marks its row deleted, all in the caller's transaction. On a Citus
+    cluster (``distributed``) the role is left to ``drop_tenant_role`` once that has committed.
 
     A unit of work of the tenant still under way holds locks on its tables, which the drop
     waits for; servers drop the tenant's keys from their caches on commit, and the keys are
@@ -116,6 +119,8 @@ def delete_tenant(connection: Connection, tenant_id: uuid.UUID, *, actor: str) -
     lock_schema(connection, schema)
     tenant = get_tenant(connection, tenant_id, for_update=True)
     drop_tenant_schema(connection, schema)
+    if not distributed:
+        drop_tenant_role(connection, schema)
     wakeups_deleted = wakeups.forget_schema(connection, schema)
     keys_revoked = revoke_tenant_keys(
         connection, tenant_id, actor=actor, details={"reason": "tenant deleted"}

@@ -16,6 +16,7 @@ from sqlalchemy import Connection, delete, func, insert, select
 from dealbase.ids import new_id
 from dealbase.migrations.runner import (
     create_distributed_schema,
+    drop_tenant_role,
     drop_tenant_schema,
     head_revision,
     upgrade_tenant,
@@ -61,25 +62,34 @@ def prepare_spare_schema(database: Database, wanted: int, *, distributed: bool) 
         with database.control() as connection:
             # Counted again under the lock: on a cluster, another worker may have made one
             # since the schema above.
-            if not _wanted(connection, wanted):
-                if distributed:
-                    drop_tenant_schema(connection, schema)
-                return None
-            upgrade_tenant(connection, schema, distributed=distributed)
-            connection.execute(
-                insert(spare_schemas).values(
-                    schema_name=schema,
-                    schema_revision=head_revision("tenant"),
-                    created_at=func.now(),
+            made = _wanted(connection, wanted)
+            if made:
+                upgrade_tenant(connection, schema, distributed=distributed)
+                connection.execute(
+                    insert(spare_schemas).values(
+                        schema_name=schema,
+                        schema_revision=head_revision("tenant"),
+                        created_at=func.now(),
+                    )
                 )
-            )
     except Exception:
         if distributed:
-            # An empty schema that a failed cleanup leaves behind holds no data.
-            with contextlib.suppress(Exception), database.control() as connection:
-                drop_tenant_schema(connection, schema)
+            discard_distributed_schema(database, schema)
         raise
-    return schema
+    if not made and distributed:
+        discard_distributed_schema(database, schema)
+    return schema if made else None
+
+
+def discard_distributed_schema(database: Database, schema: str) -> None:
+    """Drops a distributed schema whose making failed after ``create_distributed_schema``, then
+    its role. An empty schema that a failed cleanup leaves behind holds no data and no key
+    reaches it; the error that matters is the one that brought the caller here."""
+    with contextlib.suppress(Exception):
+        with database.control() as connection:
+            drop_tenant_schema(connection, schema)
+        with database.control() as connection:
+            drop_tenant_role(connection, schema)
 
 
 def _wanted(connection: Connection, wanted: int) -> bool:

@@ -6,7 +6,6 @@ here sees live tenants only, so a deleted tenant is as unknown as an id never is
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,16 +15,11 @@ from sqlalchemy.exc import IntegrityError
 
 from dealbase.errors import Conflict, Invalid, NotFound
 from dealbase.ids import new_id
-from dealbase.migrations.runner import (
-    create_distributed_schema,
-    drop_tenant_schema,
-    head_revision,
-    upgrade_tenant,
-)
+from dealbase.migrations.runner import create_distributed_schema, head_revision, upgrade_tenant
 from dealbase.tenancy.control_tables import tenants
 from dealbase.tenancy.database import Database
 from dealbase.tenancy.scope import Scope, schema_for_tenant, tenant_id_for_schema
-from dealbase.tenancy.spare_schemas import take_spare_schema
+from dealbase.tenancy.spare_schemas import discard_distributed_schema, take_spare_schema
 
 MAX_TENANT_NAME_LENGTH = 200
 
@@ -78,10 +72,7 @@ def create_tenant(database: Database, name: str, *, distributed: bool = False) -
         with database.control() as connection:
             return _register(connection, name, schema, at_head=False, distributed=True)
     except Exception:
-        # An empty schema that a failed cleanup leaves behind holds no data and no key reaches
-        # it; the error that matters is the creation's.
-        with contextlib.suppress(Exception), database.control() as connection:
-            drop_tenant_schema(connection, schema)
+        discard_distributed_schema(database, schema)
         raise
 
 
