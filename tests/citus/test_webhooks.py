@@ -1,0 +1,69 @@
+"""Webhook delivery on a Citus cluster by ``dealbase worker``: the events of a distributed
+schema reach the endpoint in commit order, each once."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from tests.support import TenantWorld
+from tests.worker.conftest import Receiver, receiver
+from tests.worker.test_worker_cli import start_worker
+
+__all__ = ["receiver"]  # the fixture, for this module's tests
+
+API = "/api/v1/integration"
+
+
+def test_the_worker_delivers_a_distributed_schemas_events_in_commit_order(
+    citus_url: str,
+    cluster_client: TestClient,
+    cluster_world: TenantWorld,
+    receiver: Receiver,
+    tmp_path: Path,
+) -> None:
+    headers = cluster_world.key.headers
+    endpoint = cluster_client.post(
+        f"{API}/webhooks",
+        json={
+            "url": receiver.url,
+            "events": ["customer.created", "customer.updated"],
+            "ordered": True,
+        },
+        headers=headers,
+    )
+    assert endpoint.status_code == 201, endpoint.text
+    process, log = start_worker(citus_url, tmp_path, DEALBASE_CITUS_SCHEMA_SHARDING="true")
+    try:
+        made = [
+            cluster_client.post(f"{API}/customers", json={"last_name": name}, headers=headers)
+            for name in ("Lovelace", "Hopper", "Turing")
+        ]
+        assert [response.status_code for response in made] == [201, 201, 201]
+        patched = cluster_client.patch(
+            f"{API}/customers/{made[0].json()['id']}", json={"city": "Paris"}, headers=headers
+        )
+        assert patched.status_code == 200, patched.text
+        deadline = time.monotonic() + 30
+        while len(receiver.requests) < 4:
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, f"{len(receiver.requests)} of 4: {log.read_text()}"
+            time.sleep(0.05)
+        time.sleep(0.5)  # room for a duplicate to show
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=15)
+
+    events = [json.loads(request.body) for request in receiver.requests]
+    assert [(event["type"], event["data"]["last_name"]) for event in events] == [
+        ("customer.created", "Lovelace"),
+        ("customer.created", "Hopper"),
+        ("customer.created", "Turing"),
+        ("customer.updated", "Lovelace"),
+    ]
+    assert all("webhook-signature" in request.headers for request in receiver.requests)
+    assert "[error" not in log.read_text(), log.read_text()
