@@ -1,5 +1,6 @@
-"""A customer's JSON made by PostgreSQL (the event its create records in the same statement, a
-page of REST's list) is the JSON the API answers with, value for value."""
+"""JSON made by PostgreSQL (the event a customer's create records in the same statement, REST's
+reads of customers, deals, activities, steps, the department and the events feed) is the JSON
+the API answers with, value for value and name for name."""
 
 from __future__ import annotations
 
@@ -13,13 +14,19 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 
 from dealbase.ops.admin import create_employee
+from dealbase.platform.activities import service as activities
+from dealbase.platform.activities.models import ActivityFields, ActivityFilter
 from dealbase.platform.customers import service as customers
-from dealbase.platform.customers.models import CustomerFields, CustomerFilter
+from dealbase.platform.customers.models import CustomerFields, CustomerFilter, CustomerPatch
 from dealbase.platform.deals import service as deals
 from dealbase.platform.deals.models import DealCreate, DealFilter, DealPatch
-from dealbase.platform.resources import customer_json, deal_json
+from dealbase.platform.events import service as event_service
+from dealbase.platform.events.models import EventFilter, event_json
+from dealbase.platform.pipeline import service as pipeline
+from dealbase.platform.resources import activity_json, customer_json, deal_json
 from dealbase.platform.tables import events
 from dealbase.platform.validation import validated
+from dealbase.rest_api.schemas import DepartmentOut, StepList
 from dealbase.tenancy.database import Database
 from tests.support import TenantWorld
 
@@ -229,3 +236,109 @@ def test_deals_made_by_postgresql_are_the_deals_as_the_api_shows_them_in_every_o
         one = shown.items[0]
         version, text = deals.get_as_json(uow, one.id)
     assert (version, json.loads(text)) == (one.version, deal_json(one))
+
+
+def test_activities_made_by_postgresql_are_the_activities_as_the_api_shows_them(
+    database: Database, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    world = make_tenant()
+    employee = create_employee(database, world.tenant.id, world.department.id, "Ada", None)
+    scope = world.tenant.scope.in_department(world.department.id)
+    with database.unit_of_work(scope) as uow:
+        customer = customers.create(
+            uow, CustomerFields.model_validate_json(json.dumps(EVERY_FIELD))
+        )
+        deal = deals.create(uow, validated(DealCreate, {"name": "Engine"}))
+        for fields in (
+            {"type": "call", "customer_id": str(customer.id)},
+            {
+                "type": "meeting",
+                "external_id": "crm-call-'1'",
+                "subject": 'Ünïcødé ✓ "quoted" \\ </script>',
+                "note": "line\nbreak",
+                # Before 1000, a whole second, and microseconds: each written as the API does.
+                "due_at": "0999-01-02T03:04:05Z",
+                "done_at": "2026-12-01T09:00:00.000001+02:00",
+                "customer_id": str(customer.id),
+                "deal_id": str(deal.id),
+                "employee_id": str(employee.id),
+            },
+            {"type": "note", "customer_id": str(customer.id), "due_at": "2026-12-01T00:00:00Z"},
+        ):
+            activities.create(uow, validated(ActivityFields, fields))
+    every = ActivityFilter()
+    with database.unit_of_work(scope) as uow:
+        made = activities.list_page_as_json(uow, every, 2, None)
+        shown = activities.list_page(uow, every, 2, None)
+        following = activities.list_page_as_json(uow, every, 100, made.next_cursor)
+        rest = activities.list_page(uow, every, 100, shown.next_cursor)
+    assert [json.loads(text) for text in made.items] == [activity_json(a) for a in shown.items]
+    assert [list(json.loads(text)) for text in made.items] == [
+        list(activity_json(a)) for a in shown.items
+    ]
+    assert (made.next_cursor, made.cursors) == (shown.next_cursor, shown.cursors)
+    assert [json.loads(text) for text in following.items] == [activity_json(a) for a in rest.items]
+    assert len(made.items) + len(following.items) == 3
+    for one in (*shown.items, *rest.items):
+        with database.unit_of_work(scope) as uow:
+            version, text = activities.get_as_json(uow, one.id)
+        assert (version, json.loads(text)) == (one.version, activity_json(one))
+        assert list(json.loads(text)) == list(activity_json(one))
+
+
+def test_a_department_and_its_steps_made_by_postgresql_are_as_their_wire_models_show_them(
+    database: Database, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    world = make_tenant()
+    scope = world.tenant.scope.in_department(world.department.id)
+    with database.unit_of_work(scope) as uow:
+        department_text = pipeline.own_department_as_json(uow)
+        steps_text = pipeline.steps_as_json(uow)
+        department = pipeline.own_department(uow)
+        steps = pipeline.steps_in_order(uow)
+    shown = DepartmentOut.model_validate(department).model_dump(mode="json")
+    assert json.loads(department_text) == shown
+    assert list(json.loads(department_text)) == list(shown)
+    assert [list(step) for step in json.loads(department_text)["steps"]] == [
+        list(step) for step in shown["steps"]
+    ]
+    listed = StepList.model_validate({"data": steps}).model_dump(mode="json")
+    assert json.loads(steps_text) == listed
+    assert [list(step) for step in json.loads(steps_text)["data"]] == [
+        list(step) for step in listed["data"]
+    ]
+
+
+def test_a_feed_made_by_postgresql_is_the_events_as_the_api_shows_them(
+    database: Database, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    world = make_tenant()
+    scope = world.tenant.scope.in_department(world.department.id)
+    with database.unit_of_work(scope) as uow:
+        customer = customers.create(
+            uow, CustomerFields.model_validate_json(json.dumps(EVERY_FIELD))
+        )
+    with database.unit_of_work(scope) as uow:
+        # An update's event has changed_fields and previous; a create's has neither.
+        customers.update(uow, customer.id, validated(CustomerPatch, {"note": None, "city": "Ü"}))
+    with database.unit_of_work(scope) as uow:
+        deals.create(uow, validated(DealCreate, {"name": "Engine", "volume": 2**62}))
+        customers.delete(uow, customer.id, None)
+    every = EventFilter()
+    with database.unit_of_work(scope) as uow:
+        texts, next_cursor = event_service.feed_as_json(uow, every, 2, None)
+        page = event_service.feed(uow, every, 2, None)
+        rest_texts, rest_cursor = event_service.feed_as_json(uow, every, 100, next_cursor)
+        rest = event_service.feed(uow, every, 100, page.next_cursor)
+        empty = event_service.feed_as_json(uow, every, 100, rest_cursor)
+    assert [json.loads(text) for text in texts] == [event_json(e) for e in page.items]
+    assert [list(json.loads(text)) for text in texts] == [list(event_json(e)) for e in page.items]
+    assert next_cursor == page.next_cursor
+    assert [json.loads(text) for text in rest_texts] == [event_json(e) for e in rest.items]
+    assert [list(json.loads(text)) for text in rest_texts] == [
+        list(event_json(e)) for e in rest.items
+    ]
+    assert rest_cursor == rest.next_cursor
+    assert len(texts) + len(rest_texts) >= 4
+    assert any("changed_fields" in json.loads(text) for text in (*texts, *rest_texts))
+    assert empty == ([], rest_cursor)

@@ -1,5 +1,6 @@
-"""Customers, deals and activities as JSON objects: exactly what the REST API answers with and
-what their events carry as ``data``, built here once so the two can never drift apart.
+"""Customers, deals, activities, steps, departments and events as JSON objects: exactly what the
+REST API answers with and what events carry as ``data``, built here once (in Python and in
+PostgreSQL's SQL) so the two can never drift apart.
 
 The REST wire models (``rest_api/schemas.py``) describe this shape in the OpenAPI document; a
 test holds them to it.
@@ -21,6 +22,7 @@ from sqlalchemy import (
     FromClause,
     Text,
     bindparam,
+    case,
     cast,
     func,
     literal_column,
@@ -31,7 +33,7 @@ from sqlalchemy.dialects.postgresql import UUID, aggregate_order_by
 from dealbase.platform.activities.models import Activity
 from dealbase.platform.customers.models import Customer
 from dealbase.platform.deals.models import Deal
-from dealbase.platform.tables import customers, deal_customers, employees
+from dealbase.platform.tables import customers, deal_customers, employees, steps
 
 JsonObject = dict[str, Any]
 
@@ -80,7 +82,8 @@ _CUSTOMER_NAMES = _shown(Customer, CUSTOMER_HIDDEN)
 _customer_shape = _shape(_CUSTOMER_NAMES)
 _DEAL_NAMES = _shown(Deal, DEAL_HIDDEN | {"customers"})
 _deal_shape = _shape(_DEAL_NAMES)
-_activity_shape = _shape(_shown(Activity, ACTIVITY_HIDDEN))
+_ACTIVITY_NAMES = _shown(Activity, ACTIVITY_HIDDEN)
+_activity_shape = _shape(_ACTIVITY_NAMES)
 
 
 def customer_json(customer: Customer) -> JsonObject:
@@ -103,8 +106,12 @@ def customer_json_text_sql(row: FromClause) -> ColumnElement[str]:
 
 
 def _customer_pairs(row: FromClause) -> list[Any]:
+    return _pairs(row, _CUSTOMER_NAMES)
+
+
+def _pairs(row: FromClause, names: tuple[str, ...]) -> list[Any]:
     pairs: list[Any] = []
-    for name in _CUSTOMER_NAMES:
+    for name in names:
         value = (
             bindparam("tenant_id", type_=Text) if name == "tenant_id" else _json_sql(row.c[name])
         )
@@ -167,3 +174,69 @@ def deal_json(deal: Deal) -> JsonObject:
 
 def activity_json(activity: Activity) -> JsonObject:
     return _activity_shape(activity)
+
+
+def activity_json_text_sql(row: FromClause) -> ColumnElement[str]:
+    """``activity_json`` of an activities row as JSON text made by PostgreSQL, names in its
+    order. ``tests/platform/test_resources.py`` holds the two equal."""
+    return cast(func.json_build_object(*_pairs(row, _ACTIVITY_NAMES)), Text)
+
+
+# A step and a department as the REST API shows them (``rest_api.schemas.StepOut``,
+# ``DepartmentOut``), in their order; ``tests/platform/test_resources.py`` holds them equal.
+_STEP_NAMES = ("id", "name", "position")
+
+
+def _steps_of(department_id: ColumnElement[Any]) -> ColumnElement[Any]:
+    """The steps of the department ``department_id`` in pipeline order, a JSON array (empty
+    when it has none)."""
+    step = steps.alias()
+    items = func.json_agg(
+        aggregate_order_by(func.json_build_object(*_pairs(step, _STEP_NAMES)), step.c.position)
+    )
+    return (
+        select(func.coalesce(items, literal_column("'[]'::json")))
+        .where(step.c.department_id == department_id)
+        .scalar_subquery()
+    )
+
+
+def steps_json_text_sql(department_id: ColumnElement[Any]) -> ColumnElement[str]:
+    """``GET /steps``' body, ``{"data": [...]}``, of the department ``department_id``, made by
+    PostgreSQL."""
+    return cast(func.json_build_object(literal_column("'data'"), _steps_of(department_id)), Text)
+
+
+def department_json_text_sql(department: FromClause) -> ColumnElement[str]:
+    """``GET /department``'s body of a departments row: the department with its steps in
+    pipeline order, made by PostgreSQL."""
+    pairs: list[Any] = []
+    for name in ("id", "name", "steps", "created_at", "updated_at"):
+        value = _steps_of(department.c.id) if name == "steps" else _json_sql(department.c[name])
+        pairs.extend((literal_column(f"'{name}'"), value))
+    return cast(func.json_build_object(*pairs), Text)
+
+
+def event_json_text_sql(row: FromClause) -> ColumnElement[str]:
+    """``events.models.event_json`` of an events row as JSON text made by PostgreSQL, names in
+    its order (``changed_fields`` and ``previous`` only where the event has them; the tenant's
+    id, which no row holds, is the parameter ``tenant_id``). ``tests/platform/test_resources.py``
+    holds the two equal."""
+    pairs: list[Any] = []
+    for name in ("id", "type", "created_at", "tenant_id", "department_id", "data"):
+        value = (
+            bindparam("tenant_id", type_=Text) if name == "tenant_id" else _json_sql(row.c[name])
+        )
+        pairs.extend((literal_column(f"'{name}'"), value))
+    changed = [
+        *pairs,
+        literal_column("'changed_fields'"),
+        row.c.changed_fields,
+        literal_column("'previous'"),
+        row.c.previous,
+    ]
+    shown = case(
+        (row.c.changed_fields.is_(None), func.json_build_object(*pairs)),
+        else_=func.json_build_object(*changed),
+    )
+    return cast(shown, Text)

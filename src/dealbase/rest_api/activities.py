@@ -35,8 +35,9 @@ from dealbase.rest_api.openapi import (
 from dealbase.rest_api.responses import (
     batch_response,
     created,
+    json_text_page,
+    json_text_response,
     no_content,
-    resource_page,
     resource_response,
 )
 from dealbase.rest_api.schemas import (
@@ -114,10 +115,10 @@ async def list_activities(
         ActivityFilter,
         {"customer_id": customer_id, "deal_id": deal_id, "external_id": external_id},
     )
-    page = await database_of(request).run(
-        scope, lambda uow: service.list_page(uow, filters, limit, cursor)
+    page = await database_of(request).read(
+        scope, lambda uow: service.list_page_as_json(uow, filters, limit, cursor)
     )
-    return resource_page(activity_json, page)
+    return json_text_page(page)
 
 
 @router.get(
@@ -135,8 +136,10 @@ async def get_activity(
     activity_id: uuid.UUID,
 ) -> Response:
     scope = caller_of(request)
-    activity = await database_of(request).run(scope, lambda uow: service.get(uow, activity_id))
-    return resource_response(activity_json, activity)
+    version, text = await database_of(request).read(
+        scope, lambda uow: service.get_as_json(uow, activity_id)
+    )
+    return json_text_response(version, text)
 
 
 @router.patch(

@@ -9,7 +9,7 @@ from dealbase.edge.callers import AdmittedRoute, caller_of
 from dealbase.edge.database import database_of
 from dealbase.platform.pipeline import service
 from dealbase.rest_api.openapi import LIST_CURSOR, LIST_LIMIT, problem_responses
-from dealbase.rest_api.responses import json_response, page_response
+from dealbase.rest_api.responses import page_response
 from dealbase.rest_api.schemas import DepartmentOut, EmployeeList, StepList
 
 router = APIRouter(tags=["pipeline"], route_class=AdmittedRoute)
@@ -27,8 +27,8 @@ router = APIRouter(tags=["pipeline"], route_class=AdmittedRoute)
 )
 async def get_department(request: Request) -> Response:
     scope = caller_of(request)
-    department = await database_of(request).run(scope, lambda uow: service.own_department(uow))
-    return json_response(DepartmentOut, department)
+    text = await database_of(request).read(scope, service.own_department_as_json)
+    return Response(text.encode(), media_type="application/json")
 
 
 @router.get(
@@ -43,8 +43,8 @@ async def get_department(request: Request) -> Response:
 )
 async def list_steps(request: Request) -> Response:
     scope = caller_of(request)
-    steps = await database_of(request).run(scope, lambda uow: service.steps_in_order(uow))
-    return json_response(StepList, {"data": steps})
+    text = await database_of(request).read(scope, service.steps_as_json)
+    return Response(text.encode(), media_type="application/json")
 
 
 @router.get(

@@ -12,7 +12,8 @@ from dealbase.ids import new_id
 from dealbase.platform.activities.models import Activity, ActivityFilter
 from dealbase.platform.listing import BY_ID, ListFilters, Rule, Shape, equal
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.rows import owned_by
+from dealbase.platform.resources import activity_json_text_sql
+from dealbase.platform.rows import in_bound_department, owned_by
 from dealbase.platform.tables import activities
 from dealbase.tenancy.statements import Record, TenantConnection, built_once
 
@@ -82,6 +83,27 @@ def get_activity(
     return None if row is None else to_activity(row)
 
 
+@functools.lru_cache(maxsize=2)
+def _one_as_json(one_department: bool) -> Select[Any]:
+    return built_once(
+        select(activities.c.version, activity_json_text_sql(activities)).where(
+            activities.c.id == bindparam("activity_id", type_=activities.c.id.type),
+            in_bound_department(activities, one_department),
+        )
+    )
+
+
+def get_activity_as_json(
+    connection: TenantConnection, department_id: uuid.UUID | None, activity_id: uuid.UUID
+) -> tuple[int, str] | None:
+    """``get_activity``'s activity as its version and its JSON text made by PostgreSQL."""
+    values: dict[str, Any] = {"activity_id": activity_id}
+    if department_id is not None:
+        values["department_id"] = department_id
+    row = connection.execute(_one_as_json(department_id is not None), values).first()
+    return None if row is None else (row[0], row[1])
+
+
 ACTIVITY_FILTERS = ListFilters(
     activities,
     (
@@ -92,12 +114,29 @@ ACTIVITY_FILTERS = ListFilters(
 )
 
 
-@functools.lru_cache(maxsize=32)
-def _page_query(shape: Shape, after: bool) -> Select[Any]:
-    query = select(activities).where(*ACTIVITY_FILTERS.conditions(shape))
+@functools.lru_cache(maxsize=64)
+def _page_query(shape: Shape, after: bool, as_json: bool) -> Select[Any]:
+    """Up to ``limit`` activities of a list in id order: the rows, or each one's id and JSON
+    text."""
+    columns: tuple[Any, ...] = (
+        (activities.c.id, activity_json_text_sql(activities)) if as_json else tuple(activities.c)
+    )
+    query = select(*columns).where(*ACTIVITY_FILTERS.conditions(shape))
     if after:
         query = query.where(BY_ID.after(activities))
     return built_once(query.order_by(*BY_ID.order_by(activities)).limit(bindparam("limit")))
+
+
+def _page(
+    connection: TenantConnection,
+    department_id: uuid.UUID | None,
+    filters: ActivityFilter,
+    page: PageRequest,
+    as_json: bool,
+) -> Any:
+    shape, values = ACTIVITY_FILTERS.shape_and_values(department_id, filters)
+    values.update(BY_ID.values(page), limit=page.limit + 1)
+    return connection.execute(_page_query(shape, page.after is not None, as_json), values)
 
 
 def list_activities(
@@ -106,10 +145,20 @@ def list_activities(
     filters: ActivityFilter,
     page: PageRequest,
 ) -> list[Activity]:
-    shape, values = ACTIVITY_FILTERS.shape_and_values(department_id, filters)
-    values.update(BY_ID.values(page), limit=page.limit + 1)
-    rows = connection.execute(_page_query(shape, page.after is not None), values).mappings()
+    rows = _page(connection, department_id, filters, page, as_json=False).mappings()
     return [to_activity(row) for row in rows]
+
+
+def list_activities_as_json(
+    connection: TenantConnection,
+    department_id: uuid.UUID | None,
+    filters: ActivityFilter,
+    page: PageRequest,
+) -> list[tuple[uuid.UUID, str]]:
+    """``list_activities``, each activity as its JSON text made by PostgreSQL (its id beside
+    it, for the cursor)."""
+    rows = _page(connection, department_id, filters, page, as_json=True)
+    return [(activity_id, text) for activity_id, text in rows]
 
 
 def count_activities(

@@ -80,12 +80,34 @@ def get(uow: UnitOfWork, activity_id: uuid.UUID) -> Activity:
     return activity
 
 
+def get_as_json(uow: UnitOfWork, activity_id: uuid.UUID) -> tuple[int, str]:
+    """``get``'s activity as its version and the JSON text ``resources.activity_json`` would
+    make, made by PostgreSQL."""
+    found = repository.get_activity_as_json(uow.connection, uow.scope.department_id, activity_id)
+    if found is None:
+        raise NotFound(f"No activity has the id {activity_id}.")
+    return found
+
+
 def list_page(
     uow: UnitOfWork, filters: ActivityFilter, limit: int | None, cursor: str | None
 ) -> Page[Activity]:
     page = page_request(limit, cursor, filters)
     rows = repository.list_activities(uow.connection, uow.scope.department_id, filters, page)
     return page.page_of(rows, lambda activity: activity.id, filters)
+
+
+def list_page_as_json(
+    uow: UnitOfWork, filters: ActivityFilter, limit: int | None, cursor: str | None
+) -> Page[str]:
+    """``list_page`` with each activity as the JSON text ``resources.activity_json`` would
+    make, made by PostgreSQL in one statement."""
+    page = page_request(limit, cursor, filters)
+    rows = repository.list_activities_as_json(
+        uow.connection, uow.scope.department_id, filters, page
+    )
+    found = page.page_of(rows, lambda row: row[0], filters)
+    return Page([text for _, text in found.items], found.next_cursor, found.cursors)
 
 
 def count(uow: UnitOfWork, filters: ActivityFilter) -> int:

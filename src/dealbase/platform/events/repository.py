@@ -33,6 +33,7 @@ from sqlalchemy.sql.selectable import CTE, Select
 
 from dealbase.platform.event_types import EventType
 from dealbase.platform.events.models import Event, EventFilter, NewEvent
+from dealbase.platform.resources import event_json_text_sql
 from dealbase.platform.tables import event_positions, event_sequence, events, webhook_endpoints
 from dealbase.tenancy.statements import Record, TenantConnection, built_once
 from dealbase.tenancy.wakeups import WAKEUP
@@ -318,15 +319,44 @@ def events_after(
     since: timedelta,
 ) -> list[Event]:
     """Up to ``limit`` of the department's events after the position, created within ``since``."""
-    query = select(*_READ).where(
+    query = _events_after(select(*_READ), department_id, after_position, filters, limit, since)
+    rows = connection.execute(query).mappings()
+    return [_to_event(row, tenant_id) for row in rows]
+
+
+def events_after_as_json(
+    connection: TenantConnection,
+    tenant_id: uuid.UUID,
+    department_id: uuid.UUID,
+    after_position: int,
+    filters: EventFilter,
+    limit: int,
+    since: timedelta,
+) -> list[tuple[int, str]]:
+    """``events_after``'s events as (position, the JSON text ``event_json`` would make, made
+    by PostgreSQL)."""
+    shown = select(events.c.position, event_json_text_sql(events))
+    query = _events_after(shown, department_id, after_position, filters, limit, since)
+    rows = connection.execute(query, {"tenant_id": str(tenant_id)})
+    return [(position, text) for position, text in rows]
+
+
+def _events_after(
+    query: Select[Any],
+    department_id: uuid.UUID,
+    after_position: int,
+    filters: EventFilter,
+    limit: int,
+    since: timedelta,
+) -> Select[Any]:
+    query = query.where(
         events.c.department_id == department_id,
         events.c.position > after_position,
         events.c.created_at > func.now() - since,
     )
     if filters.types is not None:
         query = query.where(events.c.type.in_(filters.types))
-    rows = connection.execute(query.order_by(events.c.position).limit(limit)).mappings()
-    return [_to_event(row, tenant_id) for row in rows]
+    return query.order_by(events.c.position).limit(limit)
 
 
 # Rows one purge statement deletes at most: each statement stays well within the statement

@@ -17,6 +17,7 @@ import hashlib
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import timedelta
+from typing import TypeVar
 
 from dealbase.errors import Invalid
 from dealbase.ids import new_id
@@ -24,7 +25,6 @@ from dealbase.platform.event_types import EventType
 from dealbase.platform.events import repository
 from dealbase.platform.events.models import (
     RETENTION_DAYS,
-    Event,
     EventFilter,
     EventPage,
     NewEvent,
@@ -35,6 +35,7 @@ from dealbase.platform.validation import department_of
 from dealbase.tenancy.database import UnitOfWork
 
 RETENTION = timedelta(days=RETENTION_DAYS)
+R = TypeVar("R")
 
 
 def record(
@@ -113,13 +114,38 @@ def feed(uow: UnitOfWork, filters: EventFilter, limit: int | None, after: str | 
     from: after this page's last event, or where this page started when it is empty. A page that
     reaches the last numbered event numbers the events committed since, and reads on.
     """
+    found, next_cursor = _feed(
+        uow, filters, limit, after, repository.events_after, lambda event: event.position
+    )
+    return EventPage(found, next_cursor)
+
+
+def feed_as_json(
+    uow: UnitOfWork, filters: EventFilter, limit: int | None, after: str | None
+) -> tuple[list[str], str]:
+    """``feed``'s events, each as the JSON text ``event_json`` would make, made by PostgreSQL,
+    and the next cursor."""
+    found, next_cursor = _feed(
+        uow, filters, limit, after, repository.events_after_as_json, lambda row: row[0]
+    )
+    return [text for _, text in found], next_cursor
+
+
+def _feed(
+    uow: UnitOfWork,
+    filters: EventFilter,
+    limit: int | None,
+    after: str | None,
+    events_after: Callable[..., list[R]],
+    position_of: Callable[[R], int],
+) -> tuple[list[R], str]:
     limit = page_size(limit)
     position = 0 if after is None else _position_after(after, filters)
     scope = uow.scope
     department_id = department_of(scope)
 
-    def read() -> list[Event]:
-        return repository.events_after(
+    def read() -> list[R]:
+        return events_after(
             uow.connection, scope.tenant_id, department_id, position, filters, limit, RETENTION
         )
 
@@ -127,8 +153,8 @@ def feed(uow: UnitOfWork, filters: EventFilter, limit: int | None, after: str | 
     if len(found) < limit and number_committed(uow, [department_id]):
         found = read()
     if found:
-        position = found[-1].position
-    return EventPage(found, _cursor(position, filters))
+        position = position_of(found[-1])
+    return found, _cursor(position, filters)
 
 
 # Events numbered at most per department at a time: a reader that finds a night's sync waiting

@@ -1,9 +1,21 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import ColumnElement, exists, func, insert, select
+from sqlalchemy import (
+    ColumnElement,
+    FromClause,
+    Select,
+    bindparam,
+    exists,
+    func,
+    insert,
+    select,
+    true,
+)
 
 from dealbase.ids import new_id
 from dealbase.platform.pagination import PageRequest
@@ -16,9 +28,10 @@ from dealbase.platform.pipeline.models import (
     StepSummary,
     StepTotals,
 )
+from dealbase.platform.resources import department_json_text_sql, steps_json_text_sql
 from dealbase.platform.rows import in_department
 from dealbase.platform.tables import deals, departments, employees, steps
-from dealbase.tenancy.statements import Record, TenantConnection
+from dealbase.tenancy.statements import Record, TenantConnection, built_once
 
 
 def to_step(row: Record) -> Step:
@@ -91,6 +104,30 @@ def get_department(connection: TenantConnection, department_id: uuid.UUID) -> De
         row["updated_at"],
         list_steps(connection, row["id"]),
     )
+
+
+_DEPARTMENT_ID = bindparam("department_id", type_=departments.c.id.type)
+_DEPARTMENT_AS_JSON = built_once(
+    select(department_json_text_sql(departments)).where(departments.c.id == _DEPARTMENT_ID)
+)
+# One row whatever the department has (no steps: an empty list, as ``list_steps``).
+_STEPS_AS_JSON = built_once(select(steps_json_text_sql(_DEPARTMENT_ID)))
+
+
+def department_as_json(connection: TenantConnection, department_id: uuid.UUID) -> str | None:
+    """The department with its steps as ``GET /department`` shows it, JSON text made by
+    PostgreSQL in one statement; None when there is no such department."""
+    found: str | None = connection.execute(
+        _DEPARTMENT_AS_JSON, {"department_id": department_id}
+    ).scalar_one_or_none()
+    return found
+
+
+def steps_as_json(connection: TenantConnection, department_id: uuid.UUID) -> str:
+    """``GET /steps``' body for the department (``list_steps``), JSON text made by
+    PostgreSQL."""
+    found: str = connection.execute(_STEPS_AS_JSON, {"department_id": department_id}).scalar_one()
+    return found
 
 
 def list_steps(connection: TenantConnection, department_id: uuid.UUID) -> tuple[Step, ...]:
@@ -192,6 +229,71 @@ def step_totals(connection: TenantConnection, department_id: uuid.UUID) -> list[
     return [StepTotals(to_step(row), row["deal_count"], int(row["total_volume"])) for row in rows]
 
 
+# A summary's grouping rules, one definition for both of its readers: ``summary_rows`` (the
+# resolvers) and the compiled read (``platform.reads``), which nests them in its statement. The
+# period is bound (``summary_from``, ``summary_to``); ``in_scope`` says which departments count.
+InScope = Callable[[ColumnElement[Any]], ColumnElement[bool]]
+
+
+def summary_period(deal: FromClause) -> ColumnElement[bool]:
+    """A summary's deals: created in [``summary_from``, ``summary_to``)."""
+    moment = deals.c.created_at.type
+    return (deal.c.created_at >= bindparam("summary_from", type_=moment)) & (
+        deal.c.created_at < bindparam("summary_to", type_=moment)
+    )
+
+
+def volume_in(kind: str, deal: FromClause, step: FromClause) -> ColumnElement[Any]:
+    """The volume of the deals now in a step of ``kind`` (won, lost), 0 for none."""
+    return func.coalesce(func.sum(deal.c.volume).filter(step.c.kind == kind), 0)
+
+
+def step_summaries(in_scope: InScope) -> Select[Any]:
+    """Each step of the departments ``in_scope`` admits, with the period's deals now in it
+    (``deal_count``, ``volume``), numbered in the summary's order (``ordinal``: by
+    department, then position)."""
+    in_period = (deals.c.step_id == steps.c.id) & summary_period(deals)
+    return (
+        select(
+            *steps.c,
+            func.count(deals.c.id).label("deal_count"),
+            func.coalesce(func.sum(deals.c.volume), 0).label("volume"),
+            func.row_number()
+            .over(order_by=(steps.c.department_id, steps.c.position))
+            .label("ordinal"),
+        )
+        .select_from(steps.outerjoin(deals, in_period))
+        .where(in_scope(steps.c.department_id))
+        .group_by(steps.c.id)
+    )
+
+
+def employee_summaries(in_scope: InScope) -> Select[Any]:
+    """The period's deals (of the departments ``in_scope`` admits) by employee, the
+    unassigned as a null employee: ``deal_count``, ``volume``, ``won_volume``,
+    ``lost_volume``, numbered in the summary's order (``ordinal``: by name, the unassigned
+    last)."""
+    return (
+        select(
+            *employees.c,
+            func.count(deals.c.id).label("deal_count"),
+            func.coalesce(func.sum(deals.c.volume), 0).label("volume"),
+            volume_in("won", deals, steps).label("won_volume"),
+            volume_in("lost", deals, steps).label("lost_volume"),
+            func.row_number()
+            .over(order_by=(employees.c.name.nulls_last(), employees.c.id))
+            .label("ordinal"),
+        )
+        .select_from(
+            deals.join(steps, steps.c.id == deals.c.step_id).outerjoin(
+                employees, employees.c.id == deals.c.employee_id
+            )
+        )
+        .where(summary_period(deals), in_scope(deals.c.department_id))
+        .group_by(employees.c.id)
+    )
+
+
 def summary_rows(
     connection: TenantConnection,
     department_id: uuid.UUID | None,
@@ -199,39 +301,21 @@ def summary_rows(
     created_to: datetime,
 ) -> tuple[list[StepSummary], list[EmployeeSummary]]:
     """Deals created in the range, grouped by step and by employee, in two statements."""
-    in_range = (deals.c.created_at >= created_from) & (deals.c.created_at < created_to)
+
+    def in_scope(department: ColumnElement[Any]) -> ColumnElement[bool]:
+        return true() if department_id is None else department == department_id
+
+    period = {"summary_from": created_from, "summary_to": created_to}
+    by_step_rows = step_summaries(in_scope).subquery()
     step_rows = connection.execute(
-        select(
-            steps,
-            func.count(deals.c.id).label("deal_count"),
-            func.coalesce(func.sum(deals.c.volume), 0).label("volume"),
-        )
-        .outerjoin(deals, (deals.c.step_id == steps.c.id) & in_range)
-        .where(in_department(steps, department_id))
-        .group_by(steps.c.id)
-        .order_by(steps.c.department_id, steps.c.position)
+        select(by_step_rows).order_by(by_step_rows.c.ordinal), period
     ).mappings()
     by_step = [
         StepSummary(to_step(row), row["deal_count"], int(row["volume"])) for row in step_rows
     ]
-
-    def volume_in(kind: str) -> ColumnElement[int]:
-        return func.coalesce(func.sum(deals.c.volume).filter(steps.c.kind == kind), 0)
-
+    by_employee_rows = employee_summaries(in_scope).subquery()
     employee_rows = connection.execute(
-        select(
-            employees,
-            func.count(deals.c.id).label("deal_count"),
-            func.coalesce(func.sum(deals.c.volume), 0).label("volume"),
-            volume_in("won").label("won_volume"),
-            volume_in("lost").label("lost_volume"),
-        )
-        .select_from(deals)
-        .join(steps, steps.c.id == deals.c.step_id)
-        .outerjoin(employees, employees.c.id == deals.c.employee_id)
-        .where(in_range, in_department(deals, department_id))
-        .group_by(employees.c.id)
-        .order_by(employees.c.name.nulls_last(), employees.c.id)
+        select(by_employee_rows).order_by(by_employee_rows.c.ordinal), period
     ).mappings()
     by_employee = [
         EmployeeSummary(

@@ -58,6 +58,20 @@ def own_department(uow: UnitOfWork) -> Department:
     return get_department(uow, department_of(uow.scope))
 
 
+def own_department_as_json(uow: UnitOfWork) -> str:
+    """``own_department`` as ``GET /department`` shows it, JSON text made by PostgreSQL."""
+    department_id = department_of(uow.scope)
+    found = repository.department_as_json(uow.connection, department_id)
+    if found is None:
+        raise NotFound(f"No department has the id {department_id}.")
+    return found
+
+
+def steps_as_json(uow: UnitOfWork) -> str:
+    """``steps_in_order`` as ``GET /steps`` shows them, JSON text made by PostgreSQL."""
+    return repository.steps_as_json(uow.connection, department_of(uow.scope))
+
+
 def steps_in_order(uow: UnitOfWork) -> tuple[Step, ...]:
     return repository.list_steps(uow.connection, department_of(uow.scope))
 

@@ -36,6 +36,12 @@ from dealbase.platform.activities.repository import ACTIVITY_FILTERS
 from dealbase.platform.customers.repository import CUSTOMER_FILTERS
 from dealbase.platform.deals.repository import DEAL_FILTERS, deal_order
 from dealbase.platform.listing import BY_ID, KeysetOrder, ListFilters, Shape
+from dealbase.platform.pipeline.repository import (
+    employee_summaries,
+    step_summaries,
+    summary_period,
+    volume_in,
+)
 from dealbase.platform.reads.models import (
     Attribute,
     Constant,
@@ -108,14 +114,6 @@ _DERIVED: Mapping[str, Mapping[str, Derived]] = {
 }
 
 
-def _in_period(deal: Row) -> ColumnElement[bool]:
-    """A summary's deals: created in [``summary_from``, ``summary_to``)."""
-    moment = deals.c.created_at.type
-    return (deal.c.created_at >= bindparam("summary_from", type_=moment)) & (
-        deal.c.created_at < bindparam("summary_to", type_=moment)
-    )
-
-
 def _summed(figure: Callable[[Row, Row], ColumnElement[Any]]) -> Derived:
     """A summary's total over its deals (in the caller's department) and their steps."""
 
@@ -124,7 +122,7 @@ def _summed(figure: Callable[[Row, Row], ColumnElement[Any]]) -> Derived:
         return (
             select(figure(deal, step))
             .select_from(deal.join(step, step.c.id == deal.c.step_id))
-            .where(_in_period(deal), _caller_department_is(deal.c.department_id))
+            .where(summary_period(deal), _caller_department_is(deal.c.department_id))
             .scalar_subquery()
         )
 
@@ -132,57 +130,19 @@ def _summed(figure: Callable[[Row, Row], ColumnElement[Any]]) -> Derived:
 
 
 def _volume_in(kind: str) -> Callable[[Row, Row], ColumnElement[Any]]:
-    return lambda deal, step: func.coalesce(func.sum(deal.c.volume).filter(step.c.kind == kind), 0)
-
-
-def _step_summaries() -> Select[Any]:
-    """Each step (of the caller's department) with the summary's deals now in it, in
-    ``pipeline.summary``'s order."""
-    in_period = (deals.c.step_id == steps.c.id) & _in_period(deals)
-    return (
-        select(
-            *steps.c,
-            func.count(deals.c.id).label("deal_count"),
-            func.coalesce(func.sum(deals.c.volume), 0).label("volume"),
-            func.row_number()
-            .over(order_by=(steps.c.department_id, steps.c.position))
-            .label("ordinal"),
-        )
-        .select_from(steps.outerjoin(deals, in_period))
-        .where(_caller_department_is(steps.c.department_id))
-        .group_by(steps.c.id)
-    )
-
-
-def _employee_summaries() -> Select[Any]:
-    """The summary's deals by employee (a null id: the unassigned), in ``pipeline.summary``'s
-    order."""
-    return (
-        select(
-            employees.c.id,
-            func.count(deals.c.id).label("deal_count"),
-            func.coalesce(func.sum(deals.c.volume), 0).label("volume"),
-            _volume_in("won")(deals, steps).label("won_volume"),
-            _volume_in("lost")(deals, steps).label("lost_volume"),
-            func.row_number()
-            .over(order_by=(employees.c.name.nulls_last(), employees.c.id))
-            .label("ordinal"),
-        )
-        .select_from(
-            deals.join(steps, steps.c.id == deals.c.step_id).outerjoin(
-                employees, employees.c.id == deals.c.employee_id
-            )
-        )
-        .where(_in_period(deals), _caller_department_is(deals.c.department_id))
-        .group_by(employees.c.id)
-    )
+    return lambda deal, step: volume_in(kind, deal, step)
 
 
 # Kinds whose rows a grouping makes (no table): the rows, and the values they show.
+# The groupings are ``pipeline.summary``'s own (``platform.pipeline.repository``), of the
+# caller's department.
 _GROUPED: Mapping[str, tuple[Callable[[], Select[Any]], frozenset[str]]] = {
-    "step_summary": (_step_summaries, frozenset({"id", "deal_count", "volume"})),
+    "step_summary": (
+        lambda: step_summaries(_caller_department_is),
+        frozenset({"id", "deal_count", "volume"}),
+    ),
     "employee_summary": (
-        _employee_summaries,
+        lambda: employee_summaries(_caller_department_is),
         frozenset({"id", "deal_count", "volume", "won_volume", "lost_volume"}),
     ),
 }
