@@ -539,6 +539,36 @@ def test_a_query_of_one_compiled_page_is_one_round_trip(
     assert trips[0] == 1
 
 
+def test_a_compiled_read_runs_with_its_generic_plan_and_leaves_the_transaction_as_it_was(
+    client: TestClient, shop: Shop
+) -> None:
+    database: Database = client.app.state.database  # type: ignore[attr-defined]
+    body = {"query": '{ deals(first: 3) { edges { node { id } } } customer(id: "%s") { id } }'}
+    body["query"] %= shop.customer_ids[0]
+    headers = shop.world.keys[0].headers
+    client.post(GRAPHQL, json=body, headers=headers)  # the key cached
+    sent: list[str] = []
+    database.statement_listeners.append(sent.append)
+    try:
+        answered = client.post(GRAPHQL, json=body, headers=headers).json()
+    finally:
+        database.statement_listeners.remove(sent.append)
+
+    assert answered["data"]["customer"] == {"id": shop.customer_ids[0]}
+    settings = [
+        (index, statement) for index, statement in enumerate(sent) if "plan_cache_mode" in statement
+    ]
+    # Each root field's statement has the generic plan, and PostgreSQL's choice is back after
+    # it: the request read on after the first, and its transaction could have after the second.
+    assert [statement for _, statement in settings] == [
+        "SET LOCAL plan_cache_mode = force_generic_plan",
+        "SET LOCAL plan_cache_mode = auto",
+    ] * 2, sent
+    for index, statement in settings:
+        if statement.endswith("force_generic_plan"):
+            assert "json_build_object" in sent[index + 1]
+
+
 SUMMARY = """query($from: DateTime!, $to: DateTime!, $department: UUID) {
   pipelineSummary(createdFrom: $from, createdTo: $to, departmentId: $department) {
     __typename createdFrom createdTo dealCount volume wonVolume lostVolume
