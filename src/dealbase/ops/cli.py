@@ -11,12 +11,13 @@ import shutil
 import signal
 import ssl
 import sys
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar, cast, get_args
 
 import orjson
 import psycopg
@@ -44,6 +45,7 @@ from dealbase.platform.resources import format_timestamp
 from dealbase.platform.webhooks.addresses import AddressPolicy
 from dealbase.tenancy.api_keys import MAX_KEY_LIFETIME, AuditRecord, KeyInfo
 from dealbase.tenancy.database import Database, DatabaseLimits, is_transient
+from dealbase.tenancy.placement import Node, TransferMode, move_tenant, rebalance
 from dealbase.tenancy.roles import inheriting_login_role
 from dealbase.tenancy.scope import Rate
 from dealbase.tenancy.tenants import Tenant, create_tenant, list_tenants
@@ -397,6 +399,72 @@ def _confirm_deletion(tenant: Tenant) -> None:
     typer.echo("Type the tenant's name to confirm: ", err=True, nl=False)
     if sys.stdin.readline().strip() != tenant.name:
         raise CliFailure("that is not the tenant's name; nothing was deleted")
+
+
+TransferModeOption = Annotated[
+    str,
+    typer.Option(
+        "--mode",
+        help="Citus's shard_transfer_mode: auto (writes go on while the tables are copied),"
+        " force_logical or block_writes (faster; each tenant's writes wait while it moves).",
+    ),
+]
+
+
+def _transfer_mode(mode: str) -> TransferMode:
+    if mode not in get_args(TransferMode):
+        raise CliFailure(f"--mode is one of {', '.join(get_args(TransferMode))}", exit_code=2)
+    return cast(TransferMode, mode)
+
+
+@tenant_cli.command("move")
+@_fail_cleanly
+def tenant_move(
+    tenant_id: TenantArgument,
+    node: Annotated[
+        str,
+        typer.Option("--node", help="The worker to move to, HOST:PORT as citus_shards names it."),
+    ],
+    mode: TransferModeOption = "auto",
+    as_json: JsonFlag = False,
+) -> None:
+    """Move a tenant's distributed schema to another worker of a Citus cluster, while it works."""
+    settings = _settings()
+    if not settings.citus_schema_sharding:
+        raise CliFailure("tenant move is for a Citus cluster (DEALBASE_CITUS_SCHEMA_SHARDING=true)")
+    transfer_mode = _transfer_mode(mode)
+    target = Node.parse(node)
+    database = _database(settings)
+    tenant = admin.tenant(database, tenant_id)
+    started = time.monotonic()
+    source = move_tenant(database.url, tenant.schema, target, transfer_mode)
+    value = {
+        **_pick(tenant, "id", "schema"),
+        "from": None if source is None else str(source),
+        "to": str(target),
+        "seconds": round(time.monotonic() - started, 3),
+    }
+    _emit(
+        as_json,
+        value,
+        f"tenant {tenant.id} is on {target} already"
+        if source is None
+        else f"tenant {tenant.id} moved from {source} to {target} in {value['seconds']} s",
+    )
+
+
+@tenant_cli.command("rebalance")
+@_fail_cleanly
+def tenant_rebalance(mode: TransferModeOption = "auto", as_json: JsonFlag = False) -> None:
+    """Spread the tenants evenly over the workers of a Citus cluster (citus_rebalance_start),
+    and wait until it is done; tenants keep working meanwhile."""
+    settings = _settings()
+    if not settings.citus_schema_sharding:
+        raise CliFailure(
+            "tenant rebalance is for a Citus cluster (DEALBASE_CITUS_SCHEMA_SHARDING=true)"
+        )
+    moves = rebalance(_database_url(settings), _transfer_mode(mode))
+    _emit(as_json, {"moves": moves}, f"rebalanced: {moves} moves")
 
 
 @tenant_cli.command("export")

@@ -1,0 +1,205 @@
+"""Tenants moved between the workers of a Citus cluster while they work: ``dealbase tenant
+move`` under a steady write load and webhook deliveries, and ``dealbase tenant rebalance``
+spreading fifty tenants over the workers. Serial: a move holds the cluster's shard locks, and a
+rebalance moves every test's tenants."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+
+from dealbase.tenancy.database import Database
+from dealbase.tenancy.placement import Node, tenant_node
+from tests.ops.conftest import RunCli
+from tests.support import (
+    SERVER_START_TIMEOUT_S,
+    TenantWorld,
+    build_tenant,
+    dealbase_serve,
+    wait_until_served,
+)
+from tests.worker.conftest import Receiver, receiver
+from tests.worker.test_worker_cli import start_worker
+
+__all__ = ["receiver"]  # the fixture, for this module's tests
+
+pytestmark = pytest.mark.serial
+
+API = "/api/v1/integration"
+WRITERS = 4
+
+
+def _workers(citus_url: str) -> list[Node]:
+    with psycopg.connect(citus_url) as connection:
+        rows = connection.execute(
+            "SELECT nodename, nodeport FROM pg_dist_node"
+            " WHERE noderole = 'primary' AND groupid <> 0 ORDER BY nodeport"
+        ).fetchall()
+    return [Node(host, port) for host, port in rows]
+
+
+class Writers:
+    """``WRITERS`` clients creating customers one after another until stopped; every answer
+    kept."""
+
+    def __init__(self, base_url: str, headers: dict[str, str]) -> None:
+        self.base_url = base_url
+        self.headers = headers
+        self.stop = threading.Event()
+        self.created: list[str] = []
+        self.refused: list[httpx.Response] = []
+        self.unexpected: list[str] = []
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._write, args=(n,)) for n in range(WRITERS)]
+
+    def _write(self, writer: int) -> None:
+        with httpx.Client(base_url=self.base_url, headers=self.headers, timeout=30) as client:
+            count = 0
+            while not self.stop.is_set():
+                count += 1
+                response = client.post(f"{API}/customers", json={"last_name": f"w{writer}-{count}"})
+                with self.lock:
+                    if response.status_code == 201:
+                        self.created.append(response.json()["id"])
+                    elif response.status_code == 503 and response.headers.get("retry-after"):
+                        self.refused.append(response)
+                    else:
+                        self.unexpected.append(f"{response.status_code} {response.text}")
+
+    def __enter__(self) -> Writers:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=60)
+
+
+@pytest.fixture
+def served_cluster(citus_url: str, tmp_path: Path) -> Iterator[str]:
+    settings = {
+        "DEALBASE_DATABASE_URL": citus_url,
+        "DEALBASE_CITUS_SCHEMA_SHARDING": "true",
+        "DEALBASE_LOG_LEVEL": "warning",
+        "DEALBASE_WEBHOOKS_ALLOW_PRIVATE": "true",
+        "DEALBASE_RATE_LIMIT_KEY": "100000/s",
+        "DEALBASE_RATE_LIMIT_KEY_BURST": "1000000",
+        "DEALBASE_RATE_LIMIT_TENANT": "100000/s",
+        "DEALBASE_RATE_LIMIT_TENANT_BURST": "1000000",
+    }
+    with dealbase_serve(tmp_path / "server", settings) as server:
+        wait_until_served(
+            server.process, f"{server.base_url}/healthz", server.output, SERVER_START_TIMEOUT_S
+        )
+        yield server.base_url
+
+
+def test_a_tenant_moved_while_it_works_loses_no_write_and_sends_no_delivery_twice(
+    citus_url: str,
+    cluster_world: TenantWorld,
+    served_cluster: str,
+    run_on_cluster: RunCli,
+    receiver: Receiver,
+    tmp_path: Path,
+) -> None:
+    headers = cluster_world.key.headers
+    endpoint = httpx.post(
+        f"{served_cluster}{API}/webhooks",
+        json={"url": receiver.url, "events": ["customer.created"], "ordered": True},
+        headers=headers,
+    )
+    assert endpoint.status_code == 201, endpoint.text
+    schema = cluster_world.tenant.schema
+    source = tenant_node(citus_url, schema)
+    (target,) = [node for node in _workers(citus_url) if node != source]
+    worker, log = start_worker(citus_url, tmp_path, DEALBASE_CITUS_SCHEMA_SHARDING="true")
+    try:
+        with Writers(served_cluster, headers) as writers:
+            time.sleep(1)
+            moved = run_on_cluster(
+                "tenant", "move", str(cluster_world.tenant.id), "--node", str(target), "--json"
+            )
+            time.sleep(1)
+        assert moved.exit_code == 0, str(moved)
+        assert moved.json()["from"] == str(source)
+        deadline = time.monotonic() + 60
+        while len(receiver.requests) < len(writers.created):
+            assert worker.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, (
+                f"{len(receiver.requests)} delivered: {log.read_text()}"
+            )
+            time.sleep(0.1)
+        time.sleep(1)  # room for a duplicate to show
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=15)
+
+    assert tenant_node(citus_url, schema) == target
+    assert writers.unexpected == []
+    assert len(writers.created) > 20, "the writers hardly wrote"
+    with psycopg.connect(citus_url) as connection:
+        stored = connection.execute(f'SELECT id::text FROM "{schema}".customers').fetchall()
+    assert sorted(id_ for (id_,) in stored) == sorted(writers.created)
+    delivered = Counter(json.loads(request.body)["data"]["id"] for request in receiver.requests)
+    assert delivered == Counter(writers.created), "a delivery lost or sent twice"
+
+
+def _schemas_per_worker(citus_url: str) -> Counter[int]:
+    with psycopg.connect(citus_url) as connection:
+        rows = connection.execute(
+            "SELECT s.nodeport, count(DISTINCT c.colocation_id) FROM citus_schemas c"
+            " JOIN citus_shards s ON s.colocation_id = c.colocation_id GROUP BY s.nodeport"
+        ).fetchall()
+    return Counter(dict(rows))
+
+
+def test_rebalance_spreads_fifty_new_tenants_over_the_workers(
+    citus_url: str, cluster_database: Database, run_on_cluster: RunCli
+) -> None:
+    first, *others = _workers(citus_url)
+    before = _schemas_per_worker(citus_url)
+    with psycopg.connect(citus_url, autocommit=True) as connection:
+        # New schemas go to the first worker only; the background rebalancer looks for its
+        # next task every 5 s by default, which would make the moves minutes long.
+        for node in others:
+            connection.execute(
+                "SELECT citus_set_node_property(%s, %s, 'shouldhaveshards', false)",
+                (node.host, node.port),
+            )
+        connection.execute("ALTER SYSTEM SET citus.background_task_queue_interval = '100ms'")
+        connection.execute("SELECT pg_reload_conf()")
+        try:
+            tenants = [build_tenant(cluster_database, distributed=True) for _ in range(50)]
+        finally:
+            for node in others:
+                connection.execute(
+                    "SELECT citus_set_node_property(%s, %s, 'shouldhaveshards', true)",
+                    (node.host, node.port),
+                )
+        assert {tenant_node(citus_url, world.tenant.schema) for world in tenants} == {first}
+        assert _schemas_per_worker(citus_url)[first.port] == before[first.port] + 50
+        try:
+            # Writes wait while their tenant moves (no load here; a move under load: above).
+            rebalanced = run_on_cluster("tenant", "rebalance", "--mode", "block_writes", "--json")
+        finally:
+            connection.execute("ALTER SYSTEM RESET citus.background_task_queue_interval")
+            connection.execute("SELECT pg_reload_conf()")
+
+    assert rebalanced.exit_code == 0, str(rebalanced)
+    assert rebalanced.json()["moves"] >= 1
+    # Even within Citus's default threshold, no worker more than 10 % above the average: the
+    # rebalancer may have moved older tenants rather than these.
+    per_worker = _schemas_per_worker(citus_url)
+    average = sum(per_worker.values()) / len(per_worker)
+    assert max(per_worker.values()) <= average * 1.1 + 1, per_worker
