@@ -15,7 +15,7 @@ from dealbase.ops import admin
 from dealbase.platform.customers import service as customers
 from dealbase.platform.tables import customers as customers_table
 from dealbase.tenancy.database import Database, UnitOfWork
-from dealbase.tenancy.roles import TENANT_OWNER_ROLE, inheriting_login_role
+from dealbase.tenancy.roles import TENANT_OWNER_ROLE, ensure_roles, inheriting_login_role
 from dealbase.tenancy.statements import TenantConnection
 from dealbase.tenancy.tenants import create_tenant
 from tests.support import TenantWorld, non_superuser_login, scratch_database
@@ -259,3 +259,41 @@ def test_migrate_repairs_drifted_grants_and_recreates_missing_roles_then_changes
 
     again = upgrade_tenants(database.url, [a.schema, b.schema, legacy.schema], concurrency=1)
     assert [result.repairs for result in again] == [(), (), ()]
+
+
+def _can_log_in(database: Database, *roles: str) -> list[bool]:
+    with database.control() as connection:
+        return [
+            bool(
+                connection.execute(
+                    text("SELECT rolcanlogin FROM pg_roles WHERE rolname = :role"), {"role": role}
+                ).scalar_one()
+            )
+            for role in roles
+        ]
+
+
+def test_the_owner_and_a_tenant_role_may_log_in_on_a_cluster_only(database: Database) -> None:
+    """Citus reaches a worker as the current role, so on a cluster (``login``) the roles need
+    LOGIN; run for a single server, the same upgrade takes it away again."""
+    schema = f"t_{uuid.uuid4().hex}"
+    try:
+        with database.control() as connection:
+            on_cluster = ensure_roles(connection, schema, login=True)
+        assert _can_log_in(database, TENANT_OWNER_ROLE, schema) == [True, True]
+        with database.control() as connection:
+            again = ensure_roles(connection, schema, login=True)
+        with database.control() as connection:
+            on_one_server = ensure_roles(connection, schema, login=False)
+        assert _can_log_in(database, TENANT_OWNER_ROLE, schema) == [False, False]
+    finally:
+        with database.control() as connection:
+            connection.execute(text(f'DROP ROLE IF EXISTS "{schema}"'))
+            connection.execute(text(f'ALTER ROLE "{TENANT_OWNER_ROLE}" NOLOGIN'))
+
+    assert f"created role {schema}" in on_cluster
+    assert again == []
+    assert on_one_server == [
+        f"made role {TENANT_OWNER_ROLE} NOLOGIN",
+        f"made role {schema} a plain role again",
+    ]

@@ -81,8 +81,7 @@ def ensure_shared_roles(connection: Connection, *, login: bool = False) -> list[
     tenants in parallel, so that they do not race to grant the same membership. Runs as the
     login role; returns what it changed."""
     changes = _ensure_switchable_role(connection, TENANT_OWNER_ROLE, login=login)
-    if login:
-        changes += _allow_login(connection, TENANT_OWNER_ROLE)
+    changes += _login_as_wanted(connection, TENANT_OWNER_ROLE, login=login)
     if _create_role(connection, TENANTS_GROUP_ROLE, login=False):
         changes.append(f"created role {TENANTS_GROUP_ROLE}")
     return changes
@@ -152,15 +151,15 @@ def _login_is_member(connection: Connection, name: str, server_version: int) -> 
     )
 
 
-def _allow_login(connection: Connection, role: str) -> list[str]:
+def _login_as_wanted(connection: Connection, role: str, *, login: bool) -> list[str]:
     can_login = connection.execute(
         text("SELECT rolcanlogin FROM pg_roles WHERE oid = to_regrole(quote_ident(:role))"),
         {"role": role},
     ).scalar_one()
-    if can_login:
+    if can_login == login:
         return []
-    connection.execute(text(f'ALTER ROLE "{role}" LOGIN'))
-    return [f"let role {role} log in (a Citus cluster)"]
+    connection.execute(text(f'ALTER ROLE "{role}" {"LOGIN" if login else "NOLOGIN"}'))
+    return [f"let role {role} log in (a Citus cluster)" if login else f"made role {role} NOLOGIN"]
 
 
 def _make_plain(connection: Connection, role: str, *, login: bool) -> list[str]:
