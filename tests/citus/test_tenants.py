@@ -6,6 +6,7 @@ and role going with it."""
 from __future__ import annotations
 
 import json
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import psycopg
 from fastapi.testclient import TestClient
 
 from dealbase.migrations.runner import head_revision
+from dealbase.ops.export import client_tool
 from dealbase.tenancy.database import Database
 from dealbase.tenancy.spare_schemas import prepare_spare_schema
 from tests.ops.conftest import RunCli
@@ -122,6 +124,28 @@ def test_keys_suspension_export_and_deletion_on_the_cluster(
     assert exported.exit_code == 0, str(exported)
     customers = (tmp_path / "export" / "customers.jsonl").read_text().splitlines()
     assert [json.loads(line)["last_name"] for line in customers] == ["Lovelace"]
+    # pg_dump through the coordinator reads the worker's rows too.
+    dumped = run_on_cluster(
+        "tenant", "export", tenant["id"], "--output", str(tmp_path / "dump"),
+        "--format", "pg-dump", "--json",
+    )  # fmt: skip
+    assert dumped.exit_code == 0, str(dumped)
+    with psycopg.connect(citus_url) as connection:
+        pg_restore = client_tool("pg_restore", connection.info.server_version // 10000)
+    assert pg_restore is not None
+    script = subprocess.run(
+        [pg_restore, "--file=-", dumped.json()["file"]], check=True, capture_output=True, text=True
+    ).stdout
+    assert "\tLovelace\t" in script
+
+    limited = run_on_cluster("key", "update", key["key_id"], "--rate", "2/s", "--burst", "4")
+    assert limited.exit_code == 0, str(limited)
+    reset = run_on_cluster("key", "reset", key["key_id"], "--json").json()
+    assert cluster_client.get(f"{API}/customers", headers=headers(new_key)).status_code == 401
+    new_key = reset["api_key"]
+    assert cluster_client.get(f"{API}/customers", headers=headers(new_key)).status_code == 200
+    audit = run_on_cluster("key", "audit", "--tenant", tenant["id"], "--json").json()
+    assert [entry["action"] for entry in audit][-4:] == ["issue", "rotate", "rate", "reset"]
 
     assert run_on_cluster("key", "revoke", key["key_id"], "--json").exit_code == 0
     assert cluster_client.get(f"{API}/customers", headers=headers(new_key)).status_code == 401
