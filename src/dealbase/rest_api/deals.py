@@ -42,13 +42,14 @@ from dealbase.rest_api.openapi import (
 from dealbase.rest_api.responses import (
     batch_response,
     created,
+    created_from_json_text,
     json_text_page,
     json_text_response,
     no_content,
     resource_response,
 )
 from dealbase.rest_api.schemas import DealBatch, DealBatchResults, DealList, DealOut
-from dealbase.tenancy.database import UnitOfWork
+from dealbase.tenancy.database import AfterCommit, UnitOfWork
 
 router = APIRouter(prefix="/deals", tags=["deals"], route_class=AdmittedRoute)
 
@@ -84,9 +85,9 @@ async def create_deal(
     body = await json_body(request)
     fields = parse_body(DealCreate, body)
 
-    def perform(uow: UnitOfWork) -> Response:
-        deal = service.create(uow, fields)
-        return created(deal_json, deal, f"/deals/{deal.id}")
+    def perform(uow: UnitOfWork) -> AfterCommit[Response]:
+        deal = service.create_later_as_json(uow, fields)
+        return AfterCommit(lambda: created_from_json_text(*deal.read(), "/deals"))
 
     return await run_once(request, scope, idempotency_key, fields, perform)
 

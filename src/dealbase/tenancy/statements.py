@@ -41,6 +41,9 @@ log = structlog.get_logger(__name__)
 # One row as a mapping of column name to value.
 Record = dict[str, Any]
 StatementListener = Callable[[str], None]
+# What a statement's failure means to its caller: the error to raise instead, or None (the
+# database's error stands).
+ErrorMeaning = Callable[[psycopg.Error], Exception | None]
 T = TypeVar("T")
 
 # How SQLAlchemy's compiler marks a schema to be translated at execution time.
@@ -427,11 +430,19 @@ class Deferred:
     that runs, or the COMMIT. ``rows()`` reads its rows once it has gone, and sends it (with
     whatever else waits) if it has not."""
 
-    __slots__ = ("_entry", "_owner", "_rows", "number", "sql")
+    __slots__ = ("_entry", "_owner", "_rows", "meaning", "number", "sql")
 
-    def __init__(self, sql: str, entry: _Compiled, owner: TenantConnection, number: int) -> None:
+    def __init__(
+        self,
+        sql: str,
+        entry: _Compiled,
+        owner: TenantConnection,
+        number: int,
+        meaning: ErrorMeaning | None = None,
+    ) -> None:
         self.sql = sql
         self.number = number  # its place among the unit of work's deferred statements
+        self.meaning = meaning
         self._entry = entry
         self._owner = owner
         self._rows: Rows | None = None
@@ -546,12 +557,23 @@ class TenantConnection:
             columns, rows = _fetch(connection.cursor(), sql, values)
         return _rows_of(columns, rows, entry)
 
-    def defer(self, statement: ClauseElement, parameters: Mapping[str, Any]) -> Deferred:
+    def defer(
+        self,
+        statement: ClauseElement,
+        parameters: Mapping[str, Any],
+        *,
+        meaning: ErrorMeaning | None = None,
+    ) -> Deferred:
         """Runs ``statement`` in the next round trip, before what else goes in it (the next
         statement, or the COMMIT); ``rows()`` after it. An error in it rolls the transaction
-        back, as any statement's would."""
+        back, as any statement's would. ``meaning`` says what a database error of that round
+        trip means to the caller (an external id taken, as a unique violation): the round trip
+        raises that instead, from wherever it was sent (``rows()``, the next statement, the
+        COMMIT)."""
         sql, values, entry = self._render(statement, parameters)
-        deferred = Deferred(self._scripted(sql, values[0]), entry, self, self._deferred_total)
+        deferred = Deferred(
+            self._scripted(sql, values[0]), entry, self, self._deferred_total, meaning
+        )
         self._deferred_total += 1
         self._deferred.append(deferred)
         return deferred
@@ -592,7 +614,14 @@ class TenantConnection:
         opening = [] if self._begun else self._opening()
         deferred, self._deferred = self._deferred, []
         self._begun = True
-        results = self._script([*opening, *(each.sql for each in deferred), *statements])
+        try:
+            results = self._script([*opening, *(each.sql for each in deferred), *statements])
+        except psycopg.Error as failed:
+            for each in deferred:
+                meant = None if each.meaning is None else each.meaning(failed)
+                if meant is not None:
+                    raise meant from failed
+            raise
         sent = results[len(opening) : len(results) - len(statements)]
         for each, (columns, rows) in zip(deferred, sent, strict=True):
             each._rows = _rows_of(columns, rows, each._entry)

@@ -50,50 +50,12 @@ def to_customer(row: Record, tenant_id: uuid.UUID) -> Customer:
     return Customer(*values)
 
 
-# Built once: building a statement costs more CPU than running it (coercing every column).
-# A record whose external id is taken is not inserted (ON CONFLICT DO NOTHING): the caller
-# learns it from the rows returned, with the transaction still usable.
-_INSERT = built_once(
-    insert(customers)
-    .values(created_at=func.now(), updated_at=func.now())
-    .on_conflict_do_nothing(index_elements=[customers.c.department_id, customers.c.external_id])
-    .returning(*customers.c)
-)
-
 # What a client sets: every column but the server's own.
 FIELD_COLUMNS = tuple(
     name
     for name in _COLUMNS
     if name not in ("id", "department_id", "created_at", "updated_at", "version")
 )
-
-
-def insert_customers(
-    connection: TenantConnection,
-    tenant_id: uuid.UUID,
-    department_id: uuid.UUID,
-    fields: Sequence[CustomerFields],
-) -> list[Customer]:
-    """Inserts in one statement; the result keeps the order of ``fields``. An external id
-    already taken in the department is ExternalIdTaken."""
-    if len(fields) == 1:  # the prebuilt statement: building one costs more than running it
-        rows = (
-            connection.execute(
-                _INSERT, {**fields[0].model_dump(), "id": new_id(), "department_id": department_id}
-            )
-            .mappings()
-            .all()
-        )
-        inserted = [to_customer(row, tenant_id) for row in rows]
-    else:
-        ids = [new_id() for _ in fields]
-        by_id = insert_new(
-            connection, tenant_id, department_id, list(zip(ids, fields, strict=True))
-        )
-        inserted = [by_id[customer_id] for customer_id in ids if customer_id in by_id]
-    if len(inserted) < len(fields):
-        raise external_id_taken()
-    return inserted
 
 
 def external_id_taken() -> ExternalIdTaken:

@@ -5,36 +5,58 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
     FromClause,
+    Integer,
     Select,
+    Text,
     bindparam,
+    cast,
+    column,
     delete,
     exists,
     func,
     insert,
+    literal,
+    literal_column,
+    null,
     select,
+    true,
+    union_all,
     update,
 )
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID, aggregate_order_by
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from dealbase.ids import new_id
 from dealbase.platform.customers.models import Customer
-from dealbase.platform.deals.models import Deal, DealFilter
+from dealbase.platform.customers.repository import to_customer
+from dealbase.platform.deals.models import Deal, DealCreate, DealFilter
+from dealbase.platform.events.repository import recorded_rows
 from dealbase.platform.listing import KeysetOrder, ListFilters, Rule, Shape, equal
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.resources import deal_json_text_sql
+from dealbase.platform.resources import (
+    customer_json_object_sql,
+    deal_json_text_sql,
+    new_deal_json_sql,
+)
 from dealbase.platform.rows import (
     in_bound_department,
     in_department,
+    insert_reading,
     owned_by,
-    unnested,
-    unnested_values,
 )
-from dealbase.platform.tables import deal_customers, deals, employees, steps
-from dealbase.tenancy.statements import Deferred, Record, TenantConnection, built_once
+from dealbase.platform.tables import customers, deal_customers, deals, employees, steps
+from dealbase.tenancy.statements import (
+    Deferred,
+    ErrorMeaning,
+    Record,
+    TenantConnection,
+    built_once,
+)
 
 
 @functools.lru_cache(maxsize=64)
@@ -79,17 +101,6 @@ def insert_deal(
     return connection.execute(*_deal_insert(department_id, step_id, values)).mappings().first()
 
 
-def defer_insert_deal(
-    connection: TenantConnection,
-    department_id: uuid.UUID,
-    step_id: uuid.UUID | None,
-    values: dict[str, object],
-) -> Deferred:
-    """``insert_deal``'s statement, sent with the unit of work's next round trip; its
-    ``rows()``, once there, hold the new deal's row, or none."""
-    return connection.defer(*_deal_insert(department_id, step_id, values))
-
-
 def _deal_insert(
     department_id: uuid.UUID, step_id: uuid.UUID | None, values: dict[str, object]
 ) -> tuple[Any, dict[str, object]]:
@@ -98,6 +109,216 @@ def _deal_insert(
     if step_id is not None:
         parameters["step_id"] = step_id
     return statement, parameters
+
+
+# A new deal's own fields (``DealCreate``'s but its customers), and a new customer's (every
+# column but the server's own), as their tables name them.
+_NEW_DEAL_FIELDS = ("name", "external_id", "volume", "deal_origin", "note")
+_NEW_CUSTOMER_COLUMNS = tuple(
+    column_.name
+    for column_ in customers.c
+    if column_.name not in ("department_id", "created_at", "updated_at", "version")
+)
+_DEAL_COLUMNS = tuple(column_.name for column_ in deals.c)
+_CUSTOMER_COLUMNS = tuple(column_.name for column_ in customers.c)
+# The columns of each customer row of ``_create_statement(as_json=False)``.
+_CUSTOMER_LABELS = tuple(f"customer_{name}" for name in _CUSTOMER_COLUMNS)
+
+
+@functools.lru_cache(maxsize=2)
+def _create_statement(as_json: bool) -> Select[Any]:
+    """A new deal in its department's first step, its new customers, their links in request
+    order, and their events (each ``customer.created``, then ``deal.created``, their data made
+    by PostgreSQL from the rows), in one statement. The customers come as one JSON parameter
+    (``customers``: each with its id, its position and its event's id). Its rows: the deal's
+    id, version and JSON text (``as_json``, REST's answer), else the deal's columns beside each
+    customer's (``customer_<column>``, in link order; one row without customers); then whether
+    the worker is to be woken (read last).
+
+    No ``ON CONFLICT``: an external id already taken fails the statement (a unique violation,
+    the deal's first, as its insert runs first), which fails the whole of it, so the rows it
+    wrote before go with it; ``create_failure`` says what such a failure means."""
+    department_id = bindparam("department_id", type_=deals.c.department_id.type)
+    deal_id = bindparam("id", type_=deals.c.id.type)
+    # Looked up through a CTE, as Citus plans it (``rows.insert_reading``).
+    first_step = (
+        select(steps.c.id)
+        .where(steps.c.department_id == department_id)
+        .order_by(steps.c.position)
+        .limit(1)
+        .cte("first_step")
+    )
+    new_deal = (
+        insert_reading(
+            deals,
+            {
+                "id": deal_id,
+                "department_id": department_id,
+                "step_id": select(first_step.c.id).scalar_subquery(),
+                "created_at": func.now(),
+                "updated_at": func.now(),
+                **{name: bindparam(name, type_=deals.c[name].type) for name in _NEW_DEAL_FIELDS},
+            },
+            first_step,
+        )
+        .returning(*deals.c)
+        .cte("new_deal")
+    )
+    given_rows = (
+        func.jsonb_to_recordset(cast(bindparam("customers", type_=Text), JSONB))
+        .table_valued(
+            *(column(name, customers.c[name].type) for name in _NEW_CUSTOMER_COLUMNS),
+            column("position", Integer),
+            column("event_id", UUID(as_uuid=True)),
+        )
+        .render_derived(name="given_rows", with_types=True)
+    )
+    given = select(given_rows).cte("given")
+    # Their department read from the deal's row: the customers go in after the deal.
+    new_customers = (
+        insert(customers)
+        .from_select(
+            [*_NEW_CUSTOMER_COLUMNS, "department_id", "created_at", "updated_at"],
+            select(
+                *(given.c[name] for name in _NEW_CUSTOMER_COLUMNS),
+                new_deal.c.department_id,
+                func.now(),
+                func.now(),
+            ).select_from(given.join(new_deal, true())),
+        )
+        .returning(*customers.c)
+        .cte("new_customers")
+    )
+    new_links = (
+        insert(deal_customers)
+        .from_select(
+            ["deal_id", "customer_id", "position"],
+            select(deal_id, given.c.id, given.c.position),
+        )
+        .cte("new_links")
+    )
+    shown_customers = (
+        select(
+            new_customers,
+            given.c.position,
+            given.c.event_id,
+            customer_json_object_sql(new_customers).label("shown"),
+        )
+        .join_from(new_customers, given, given.c.id == new_customers.c.id)
+        .cte("shown_customers")
+    )
+    listed = select(
+        func.coalesce(
+            func.json_agg(aggregate_order_by(shown_customers.c.shown, shown_customers.c.position)),
+            literal_column("'[]'::json"),
+        )
+    ).scalar_subquery()
+    shown_deal = select(new_deal, new_deal_json_sql(new_deal, listed).label("shown")).cte(
+        "shown_deal"
+    )
+    no_fields = cast(null(), ARRAY(Text)).label("changed_fields")
+    no_previous = cast(null(), JSONB).label("previous")
+    _, wakes = recorded_rows(
+        union_all(
+            select(
+                shown_customers.c.event_id.label("id"),
+                shown_customers.c.department_id,
+                literal("customer.created", Text).label("type"),
+                cast(shown_customers.c.shown, JSONB).label("data"),
+                no_fields,
+                no_previous,
+            ),
+            select(
+                bindparam("event_id", type_=UUID(as_uuid=True)).label("id"),
+                shown_deal.c.department_id,
+                literal("deal.created", Text).label("type"),
+                cast(shown_deal.c.shown, JSONB).label("data"),
+                no_fields,
+                no_previous,
+            ),
+        )
+    )
+    statement: Select[Any]
+    if as_json:
+        statement = select(
+            shown_deal.c.id,
+            shown_deal.c.version,
+            cast(shown_deal.c.shown, Text).label("shown"),
+            wakes.label("wakes"),
+        )
+    else:
+        statement = (
+            select(
+                *(shown_deal.c[name] for name in _DEAL_COLUMNS),
+                *(
+                    shown_customers.c[name].label(label)
+                    for name, label in zip(_CUSTOMER_COLUMNS, _CUSTOMER_LABELS, strict=True)
+                ),
+                wakes.label("wakes"),
+            )
+            .select_from(shown_deal.outerjoin(shown_customers, true()))
+            .order_by(shown_customers.c.position)
+        )
+    return built_once(statement.add_cte(new_links))
+
+
+def defer_create(
+    connection: TenantConnection,
+    tenant_id: uuid.UUID,
+    department_id: uuid.UUID,
+    fields: DealCreate,
+    meaning: ErrorMeaning,
+    *,
+    as_json: bool,
+) -> Deferred:
+    """``_create_statement``, sent with the unit of work's next round trip; ``meaning`` says
+    what its failure means (``create_failure``)."""
+    given = [
+        {**customer.model_dump(exclude_none=True), "id": new_id(), "position": position}
+        for position, customer in enumerate(fields.customers, start=1)
+    ]
+    deal_id = new_id()
+    # The events' ids order them within the transaction: the customers', then the deal's.
+    for customer in given:
+        customer["event_id"] = new_id()
+    values: dict[str, object] = {name: getattr(fields, name) for name in _NEW_DEAL_FIELDS}
+    values.update(
+        id=deal_id,
+        department_id=department_id,
+        customers=orjson.dumps(given).decode(),
+        event_id=new_id(),
+        tenant_id=str(tenant_id),
+    )
+    return connection.defer(_create_statement(as_json), values, meaning=meaning)
+
+
+def created(inserted: Deferred, tenant_id: uuid.UUID) -> Deal:
+    """The deal ``defer_create(as_json=False)`` inserted, with its customers."""
+    rows = inserted.rows().mappings().all()
+    found = [
+        to_customer(
+            {
+                name: row[label]
+                for name, label in zip(_CUSTOMER_COLUMNS, _CUSTOMER_LABELS, strict=True)
+            },
+            tenant_id,
+        )
+        for row in rows
+        if row["customer_id"] is not None
+    ]
+    return to_deal(rows[0], found)
+
+
+def created_as_json(inserted: Deferred) -> tuple[uuid.UUID, int, str]:
+    """The deal ``defer_create(as_json=True)`` inserted: its id, version and JSON text."""
+    row = inserted.rows().one()
+    return row[0], row[1], row[2]
+
+
+def created_wakes(inserted: Deferred) -> bool:
+    """Whether the worker is to be woken for the events ``defer_create`` recorded."""
+    row = inserted.rows().first()
+    return row is not None and bool(row[-1])
 
 
 def lock_by_external_id(
@@ -116,40 +337,20 @@ def lock_by_external_id(
     )
 
 
-_LINKED = unnested(deal_customers, ("customer_id", "position"))
-_LINK_NEW = built_once(
-    insert(deal_customers).from_select(
-        ["deal_id", "customer_id", "position"],
-        select(bindparam("deal_id", type_=deal_customers.c.deal_id.type), _LINKED),
-    )
-)
-
-
-def link_customers(
-    connection: TenantConnection, deal_id: uuid.UUID, customer_ids: Sequence[uuid.UUID]
-) -> None:
-    """Links new customers of a new deal, in order, with the COMMIT (nothing reads them back)."""
-    if customer_ids:
-        links = [
-            {"customer_id": customer_id, "position": position}
-            for position, customer_id in enumerate(customer_ids, start=1)
-        ]
-        connection.defer(
-            _LINK_NEW,
-            {**unnested_values(("customer_id", "position"), links), "deal_id": deal_id},
-        )
-
-
 def link_customer(connection: TenantConnection, deal_id: uuid.UUID, customer_id: uuid.UUID) -> bool:
     """Appends the customer to the deal's customers; False when it was linked already."""
-    next_position = (
-        select(func.coalesce(func.max(deal_customers.c.position), 0) + 1)
+    last_position = (
+        select(func.max(deal_customers.c.position).label("position"))
         .where(deal_customers.c.deal_id == deal_id)
-        .scalar_subquery()
+        .cte("last_position")
     )
+    next_position = func.coalesce(select(last_position.c.position).scalar_subquery(), 0) + 1
     inserted = connection.execute(
-        pg_insert(deal_customers)
-        .values(deal_id=deal_id, customer_id=customer_id, position=next_position)
+        insert_reading(
+            deal_customers,
+            {"deal_id": deal_id, "customer_id": customer_id, "position": next_position},
+            last_position,
+        )
         .on_conflict_do_nothing()
         .returning(deal_customers.c.deal_id)
     ).first()

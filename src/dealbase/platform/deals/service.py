@@ -26,13 +26,13 @@ from dealbase.platform.event_types import EventType
 from dealbase.platform.events import service as events
 from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.pipeline import repository as pipeline_repository
-from dealbase.platform.resources import customer_json, deal_json
+from dealbase.platform.resources import deal_json
 from dealbase.platform.rows import delete_versioned, update_versioned
 from dealbase.platform.tables import deals
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
-from dealbase.tenancy.database import UnitOfWork
-from dealbase.tenancy.statements import Record, TenantConnection
+from dealbase.tenancy.database import AfterCommit, UnitOfWork
+from dealbase.tenancy.statements import Deferred, Record, TenantConnection
 
 
 @contextmanager
@@ -45,9 +45,11 @@ def _steps_to_start_in() -> Iterator[None]:
     except psycopg.errors.NotNullViolation as exc:
         if exc.diag.column_name != "step_id":
             raise
-        raise Conflict(
-            "The department has no pipeline steps, so a deal has nowhere to start."
-        ) from None
+        raise _no_steps() from None
+
+
+def _no_steps() -> Conflict:
+    return Conflict("The department has no pipeline steps, so a deal has nowhere to start.")
 
 
 def _taken(external_id: str | None) -> ExternalIdTaken:
@@ -61,31 +63,50 @@ def create(uow: UnitOfWork, fields: DealCreate) -> Deal:
     """The deal starts unassigned in its department's first step, with one new customer per
     element of ``customers``, linked in request order. An external id (the deal's or a
     customer's) that another record of its kind in the department has is ExternalIdTaken."""
-    scope, connection = uow.scope, uow.connection
-    department_id = department_of(scope)
-    with _steps_to_start_in():
-        # The deal's insert travels with its customers' (one round trip for both).
-        inserted = repository.defer_insert_deal(
-            connection, department_id, None, fields.model_dump(exclude={"customers"})
-        )
-        try:
-            customers = customers_repository.insert_customers(
-                connection, scope.tenant_id, department_id, fields.customers
-            )
-        except ExternalIdTaken:
-            if inserted.rows().mappings().first() is None:  # the deal's is named first
-                raise _taken(fields.external_id) from None
-            raise
-        row = inserted.rows().mappings().first()
-    if row is None:
-        raise _taken(fields.external_id)
-    repository.link_customers(connection, row["id"], [customer.id for customer in customers])
-    deal = repository.to_deal(row, customers)
-    # The customers first: a receiver of deal.created already knows the customers it names.
-    for customer in customers:
-        events.record(uow, "customer.created", department_id, customer_json(customer))
-    events.record(uow, "deal.created", department_id, deal_json(deal))
+    inserted = _insert(uow, fields, as_json=False)
+    deal = repository.created(inserted, uow.scope.tenant_id)  # sent now: a failure is raised here
+    # Once written: a batch's operation that failed is rolled back to its savepoint.
+    events.recorded_by_statement(uow, lambda: repository.created_wakes(inserted))
     return deal
+
+
+def create_later_as_json(
+    uow: UnitOfWork, fields: DealCreate
+) -> AfterCommit[tuple[uuid.UUID, int, str]]:
+    """``create``'s deal as its id, its version and the JSON text ``resources.deal_json``
+    would make, made by PostgreSQL (REST's answer), from one statement sent with the unit of
+    work's next round trip: with the COMMIT, when nothing else runs. Its failures are raised
+    by that round trip."""
+    inserted = _insert(uow, fields, as_json=True)
+    events.recorded_by_statement(uow, lambda: repository.created_wakes(inserted))
+    return AfterCommit(lambda: repository.created_as_json(inserted))
+
+
+def _insert(uow: UnitOfWork, fields: DealCreate, *, as_json: bool) -> Deferred:
+    """The deal, its customers, their links and their events: one statement
+    (``repository.defer_create``)."""
+    scope = uow.scope
+
+    def meaning(error: psycopg.Error) -> Exception | None:
+        return _create_failure(error, fields.external_id)
+
+    return repository.defer_create(
+        uow.connection, scope.tenant_id, department_of(scope), fields, meaning, as_json=as_json
+    )
+
+
+def _create_failure(error: psycopg.Error, external_id: str | None) -> Exception | None:
+    """What a failure of a create's statement means: an external id taken (the deal's, else a
+    customer's), or a department without steps for the deal to start in."""
+    if isinstance(error, psycopg.errors.UniqueViolation):
+        table = error.diag.table_name
+        if table == "deals":
+            return _taken(external_id)
+        if table == "customers":
+            return customers_repository.external_id_taken()
+    if isinstance(error, psycopg.errors.NotNullViolation) and error.diag.column_name == "step_id":
+        return _no_steps()
+    return None
 
 
 def _deal_row(uow: UnitOfWork, deal_id: uuid.UUID) -> Record:

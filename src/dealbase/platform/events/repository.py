@@ -29,7 +29,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.dml import ReturningInsert
 from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.sql.selectable import CTE, Select
+from sqlalchemy.sql.selectable import CTE, CompoundSelect, Select
 
 from dealbase.platform.event_types import EventType
 from dealbase.platform.events.models import Event, EventFilter, NewEvent
@@ -89,10 +89,20 @@ def recorded_with(
     return inserted, _wakes(inserted)
 
 
+def recorded_rows(recorded: Select[Any] | CompoundSelect[Any]) -> tuple[CTE, ColumnElement[bool]]:
+    """The events ``recorded`` selects (columns named id, department_id, type, data,
+    changed_fields, previous; their data made by PostgreSQL), inserted by a CTE of the statement
+    that writes what they record: for a write of several rows and kinds (a new deal and its
+    customers). Returns the CTE, to add to that statement, and whether the worker is to be woken
+    (``Outbox.wake_if``)."""
+    inserted = _inserted_events(recorded)
+    return inserted, _wakes(inserted)
+
+
 _SEQUENCE_SETTING: ColumnElement[str] = literal_column("'dealbase.event_sequence'")
 
 
-def _inserted_events(recorded: Select[Any]) -> CTE:
+def _inserted_events(recorded: Select[Any] | CompoundSelect[Any]) -> CTE:
     """``recorded``'s events (columns named id, department_id, type, data, changed_fields,
     previous) inserted
     without a position: they are numbered once committed (``number_committed``), in the order
