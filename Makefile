@@ -84,6 +84,12 @@ N ?= 1000
 bench-scale: $(BENCH_STAMP)
 	$(BIN)/python bench/scale.py --tenants $(N)
 
+# dealbase on the Citus cluster beside the single server, in one run (bench/README.md,
+# "citus.py"): provisioning, POST /customers and the GraphQL dashboard as ratios, and a tenant of
+# 10,000 customers moved under writes and webhook deliveries. The cluster: ../shared/citus/.
+bench-citus: $(BENCH_STAMP)
+	$(BIN)/python bench/citus.py
+
 profile: $(BENCH_STAMP)
 	@test -n "$(SCENARIO)" || { echo "usage: make profile SCENARIO=<name>; the names: $(BIN)/python bench/run.py profile --help" >&2; exit 2; }
 	$(BIN)/python bench/run.py profile --scenario '$(SCENARIO)'
