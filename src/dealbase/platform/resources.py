@@ -26,7 +26,6 @@ from sqlalchemy import (
     cast,
     func,
     literal_column,
-    null,
     select,
 )
 from sqlalchemy.dialects.postgresql import UUID, aggregate_order_by
@@ -103,12 +102,7 @@ def customer_json_sql(row: FromClause) -> ColumnElement[Any]:
 def customer_json_text_sql(row: FromClause) -> ColumnElement[str]:
     """``customer_json_sql`` as JSON text with its names in ``customer_json``'s order (``json``
     keeps them as built, ``jsonb`` sorts them), for an answer PostgreSQL writes whole."""
-    return cast(func.json_build_object(*_customer_pairs(row)), Text)
-
-
-def customer_json_object_sql(row: FromClause) -> ColumnElement[Any]:
-    """``customer_json_text_sql`` as a ``json`` value, for JSON that holds it (a new deal's)."""
-    return func.json_build_object(*_customer_pairs(row))
+    return cast(_row_json(row, _named(row, _CUSTOMER_NAMES)), Text)
 
 
 def _customer_pairs(row: FromClause) -> list[Any]:
@@ -117,13 +111,32 @@ def _customer_pairs(row: FromClause) -> list[Any]:
 
 def _pairs(row: FromClause, names: tuple[str, ...]) -> list[Any]:
     pairs: list[Any] = []
-    for name in names:
-        value = (
-            bindparam("tenant_id", type_=Text) if name == "tenant_id" else _json_sql(row.c[name])
-        )
+    for name, value in _named(row, names):
         # The names are the read model's own identifiers, written as they are.
         pairs.extend((literal_column(f"'{name}'"), value))
     return pairs
+
+
+def _named(row: FromClause, names: tuple[str, ...]) -> list[tuple[str, ColumnElement[Any]]]:
+    """Each of ``names`` with its value of ``row`` as JSON shows it (the tenant's id, which no
+    row holds, the parameter ``tenant_id``)."""
+    return [
+        (
+            name,
+            bindparam("tenant_id", type_=Text) if name == "tenant_id" else _json_sql(row.c[name]),
+        )
+        for name in names
+    ]
+
+
+def _row_json(row: FromClause, named: list[tuple[str, ColumnElement[Any]]]) -> ColumnElement[Any]:
+    """The object of ``named``'s names and values, in their order, as ``json``: ``row_to_json``
+    of a row of one column per name (the names are the read model's own identifiers), computed
+    from ``row``. It costs PostgreSQL about two thirds of what ``json_build_object`` of the
+    same pairs does (a page of 50 customers: 0.17 against 0.26 ms), which looks up each
+    argument's type on every call, and writes no spaces."""
+    shown = select(*(value.label(name) for name, value in named)).correlate(row).subquery("shown")
+    return select(func.row_to_json(literal_column("shown"))).select_from(shown).scalar_subquery()
 
 
 def _json_sql(column: ColumnElement[Any]) -> ColumnElement[Any]:
@@ -142,47 +155,37 @@ def deal_json_text_sql(row: FromClause) -> ColumnElement[str]:
     employee's name and the customers (in link order; each ``customer_json_text_sql``'s
     object, the tenant's id the parameter ``tenant_id``) read by the same statement.
     ``tests/platform/test_resources.py`` holds the two equal."""
-    pairs: list[Any] = []
+    named: list[tuple[str, ColumnElement[Any]]] = []
     for name in _DEAL_NAMES:
         if name == "employee_name":
             employee = employees.alias()
             value: Any = (
-                select(employee.c.name).where(employee.c.id == row.c.employee_id).scalar_subquery()
+                select(employee.c.name)
+                .where(employee.c.id == row.c.employee_id)
+                .correlate(row)
+                .scalar_subquery()
             )
         else:
             value = _json_sql(row.c[name])
-        pairs.extend((literal_column(f"'{name}'"), value))
+        named.append((name, value))
     # Each link's customer by its key: a deal has a few.
     links, customer = deal_customers.alias(), customers.alias()
     item = (
-        select(func.json_build_object(*_customer_pairs(customer)))
+        select(_row_json(customer, _named(customer, _CUSTOMER_NAMES)))
         .where(customer.c.id == links.c.customer_id)
         .scalar_subquery()
     )
     linked = func.json_agg(aggregate_order_by(item, links.c.position))
-    pairs.extend(
+    named.append(
         (
-            literal_column("'customers'"),
+            "customers",
             select(func.coalesce(linked, literal_column("'[]'::json")))
             .where(links.c.deal_id == row.c.id)
+            .correlate(row)
             .scalar_subquery(),
         )
     )
-    return cast(func.json_build_object(*pairs), Text)
-
-
-def new_deal_json_sql(row: FromClause, customers_json: ColumnElement[Any]) -> ColumnElement[Any]:
-    """``deal_json`` of a deal that its own statement inserts, as a ``json`` value with names in
-    its order: ``row`` returns the deal's columns (a CTE of the insert), ``customers_json`` is
-    its customers' JSON array (``customer_json_object_sql`` of each, in link order). A new deal
-    is unassigned: no employee, so no employee's name. ``tests/platform/test_resources.py``
-    holds it equal to ``deal_json``."""
-    pairs: list[Any] = []
-    for name in _DEAL_NAMES:
-        value = cast(null(), Text) if name == "employee_name" else _json_sql(row.c[name])
-        pairs.extend((literal_column(f"'{name}'"), value))
-    pairs.extend((literal_column("'customers'"), customers_json))
-    return func.json_build_object(*pairs)
+    return cast(_row_json(row, named), Text)
 
 
 def deal_json(deal: Deal) -> JsonObject:
@@ -199,7 +202,7 @@ def activity_json(activity: Activity) -> JsonObject:
 def activity_json_text_sql(row: FromClause) -> ColumnElement[str]:
     """``activity_json`` of an activities row as JSON text made by PostgreSQL, names in its
     order. ``tests/platform/test_resources.py`` holds the two equal."""
-    return cast(func.json_build_object(*_pairs(row, _ACTIVITY_NAMES)), Text)
+    return cast(_row_json(row, _named(row, _ACTIVITY_NAMES)), Text)
 
 
 # A step and a department as the REST API shows them (``rest_api.schemas.StepOut``,
