@@ -88,13 +88,9 @@ def page_response(model: type[BaseModel], page: Page[Any]) -> Response:
     return json_response(model, {"data": page.items, "next_cursor": page.next_cursor})
 
 
-def resource_page(shape: Callable[[Resource], JsonObject], page: Page[Resource]) -> Response:
-    body = {"data": [shape(item) for item in page.items], "next_cursor": page.next_cursor}
-    return Response(orjson.dumps(body), media_type="application/json")
-
-
 def json_text_page(page: Page[str]) -> Response:
-    """``resource_page`` of records PostgreSQL wrote as JSON text: joined, not parsed."""
+    """A page of records PostgreSQL wrote as JSON text (``{"data": [...], "next_cursor": ...}``):
+    joined, not parsed."""
     body = b"".join(
         (
             b'{"data":[',
