@@ -24,7 +24,11 @@ end, and never drops the database). Three parts:
    (bench/wrk/post_customers.lua) and the GraphQL dashboard (bench/wrk/graphql.lua,
    queries/dashboard.graphql, first 50), wrk -t BENCH_THREADS -c BENCH_CONNECTIONS, a warm-up
    then BENCH_SECONDS, on the single server and on the cluster alternately (ROUNDS rounds, the
-   order turned round each round); each figure the cluster's over the single server's.
+   order turned round each round); each figure the cluster's over the single server's. Beside
+   them the same insert's transaction without dealbase (bench/pgbench/unit_of_work_as_tenant.sql,
+   BENCH_WORKERS x BENCH_POOL_SIZE clients): what the cluster costs the SQL itself. For each
+   run, the CPU a request took in each process tree (dealbase's server, each PostgreSQL server:
+   the single one, or the coordinator and each worker) and on the whole machine, from /proc.
 3. move: on the cluster, a tenant holding MOVE_CUSTOMERS customers (`POST /customers/batch`,
    1,000 a batch), an ordered webhook endpoint for customer.created pointing at the receiver of
    bench/webhooks.py, `dealbase worker` delivering, and WRITERS clients creating customers one
@@ -72,7 +76,7 @@ from psycopg import sql
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import seed as seeding
-from harness.load import LoadFailed, Measurement, WrkLoad, run_wrk
+from harness.load import LoadFailed, Measurement, PgbenchLoad, WrkLoad, run_pgbench, run_wrk
 from harness.paths import QUERIES, RESULTS, ROOT, venv_tool
 from harness.processes import Service, ServiceFailed, log_tail
 from harness.settings import BenchSettings, SettingsError
@@ -86,7 +90,7 @@ from harness.stack import (
     server_versions,
     start_dealbase,
 )
-from harness.tools import ensure_wrk, git_state, load_average, machine
+from harness.tools import ensure_pgbench, ensure_wrk, git_state, load_average, machine
 
 from dealbase.config import parse_rate
 from dealbase.ops import admin
@@ -523,10 +527,18 @@ class Load:
     name: str
     script: str
     what: str
+    tool: str = "wrk"  # or pgbench, with a script of bench/pgbench
 
 
 LOADS = (
     Load("post_customers", "post_customers.lua", "POST /customers, one department"),
+    # The same insert's transaction without dealbase: what the cluster costs the SQL itself.
+    Load(
+        "pgbench_unit_of_work",
+        "unit_of_work_as_tenant.sql",
+        "pgbench: POST /customers' insert as the tenant's role, BEGIN to COMMIT",
+        "pgbench",
+    ),
     Load(
         "graphql_dashboard", "graphql.lua", "GraphQL dashboard: 50 deals, step, employee, customers"
     ),
@@ -553,21 +565,39 @@ def analyze(place: Place, schema: str) -> None:
 
 
 def measure_load(
-    wrk: str, load: Load, served: Served, settings: BenchSettings, nodes: dict[str, int]
+    tools: dict[str, str],
+    load: Load,
+    served: Served,
+    settings: BenchSettings,
+    nodes: dict[str, int],
 ) -> dict[str, Any]:
     analyze(served.place, served.tenant.schema)
-    wrk_load = _wrk_load(load, served)
+    run: Callable[[int], Measurement]
+    if load.tool == "pgbench":
+        tenant = served.tenant
+        pgbench_load = PgbenchLoad(
+            served.place.url,
+            tenant.schema,
+            tenant.key_id,
+            tenant.department_id,
+            clients=settings.workers * settings.pool_size,
+            script=load.script,
+            protocol="simple",
+        )
+        run = partial(run_pgbench, tools["pgbench"], pgbench_load, settings)
+    else:
+        run = partial(run_wrk, tools["wrk"], _wrk_load(load, served), settings)
     record: dict[str, Any] = {"load_average_before": load_average()}
     trees = {"dealbase": served.service.pid, **nodes}
     try:
         if settings.warmup_seconds:
-            warm = run_wrk(wrk, wrk_load, settings, settings.warmup_seconds)
+            warm = run(settings.warmup_seconds)
             if warm.errors:
                 record["failure"] = f"{warm.errors} errors in the warm-up: {warm.first_error}"
                 return record
         cpu_before = {name: cpu_of_tree(pid) for name, pid in trees.items()}
         busy_before = machine_busy()
-        measured: Measurement = run_wrk(wrk, wrk_load, settings, settings.seconds)
+        measured = run(settings.seconds)
         busy = machine_busy() - busy_before
         if measured.requests:
             record["cpu_ms_per_request"] = {
@@ -598,7 +628,7 @@ def measure_load(
 
 
 def requests_part(
-    wrk: str, served: dict[str, Served], settings: BenchSettings, rounds: int
+    tools: dict[str, str], served: dict[str, Served], settings: BenchSettings, rounds: int
 ) -> dict[str, Any]:
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {
         load.name: {SINGLE: [], CLUSTER: []} for load in LOADS
@@ -608,7 +638,7 @@ def requests_part(
         order = (SINGLE, CLUSTER) if number % 2 == 0 else (CLUSTER, SINGLE)
         for load in LOADS:
             for name in order:
-                record = measure_load(wrk, load, served[name], settings, nodes[name])
+                record = measure_load(tools, load, served[name], settings, nodes[name])
                 runs[load.name][name].append(record)
                 if "failure" in record:
                     say(f"FAILED {load.name} on the {name}: {record['failure']}")
@@ -1080,7 +1110,7 @@ def run(arguments: argparse.Namespace) -> int:
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
     logs = RESULTS / f"citus-{stamp}-logs"
     logs.mkdir(parents=True, exist_ok=True)
-    wrk = ensure_wrk() if "requests" in parts else ""
+    tools = {"wrk": ensure_wrk(), "pgbench": ensure_pgbench()} if "requests" in parts else {}
     document: dict[str, Any] = {
         "date": stamp,
         "command": " ".join(sys.argv),
@@ -1120,7 +1150,7 @@ def run(arguments: argparse.Namespace) -> int:
                 document["seed"] = {name: s.seed for name, s in served.items()}
                 document["response_bytes"] = {name: s.sizes for name, s in served.items()}
                 if "requests" in parts:
-                    document["requests"] = requests_part(wrk, served, settings, arguments.rounds)
+                    document["requests"] = requests_part(tools, served, settings, arguments.rounds)
                 if "move" in parts:
                     if SINGLE in served:
                         served[SINGLE].service.stop()
