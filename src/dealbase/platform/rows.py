@@ -5,12 +5,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 from sqlalchemy import (
     CTE,
     Column,
     ColumnElement,
+    Select,
     Table,
     TableValuedAlias,
     bindparam,
@@ -59,14 +61,20 @@ def _at_expected_version(table: Table, expected: Expected | None) -> ColumnEleme
     return table.c.version.in_(sorted(expected.versions))
 
 
+def lookup(query: Select[Any], name: str) -> CTE:
+    """``query`` as a materialized CTE, for a value a row to insert looks up (``insert_reading``).
+
+    The form Citus runs on a distributed schema: it refuses a subquery in ``INSERT ... VALUES``,
+    and an ``INSERT ... SELECT`` whose values read a subquery (inline, or a CTE that PostgreSQL
+    may inline), alone or as a CTE of a larger statement, reaches the worker with a condition
+    left empty (``WHERE ( IS NOT NULL)``). A materialized CTE is run first and read as a
+    result, which Citus plans."""
+    return query.cte(name).prefix_with("MATERIALIZED")
+
+
 def insert_reading(table: Table, values: Mapping[str, object], *lookups: CTE) -> Insert:
     """``INSERT ... SELECT`` of one row of ``values`` (SQL expressions, or Python values sent as
-    parameters), which read other rows only through ``lookups``, CTEs of the statement.
-
-    The form Citus accepts on a distributed schema, where a row's value looked up by a subquery
-    fails otherwise: Citus refuses a subquery in ``INSERT ... VALUES``, and a prepared
-    ``INSERT ... SELECT`` with the subquery inline reaches the worker with a condition left
-    empty (``WHERE ( IS NOT NULL)``)."""
+    parameters), which read other rows only through ``lookups`` (made by ``lookup``)."""
     selected = [
         value
         if isinstance(value, ColumnElement)
@@ -74,8 +82,8 @@ def insert_reading(table: Table, values: Mapping[str, object], *lookups: CTE) ->
         for name, value in values.items()
     ]
     statement = pg_insert(table).from_select(list(values), select(*selected))
-    for lookup in lookups:
-        statement = statement.add_cte(lookup)
+    for found in lookups:
+        statement = statement.add_cte(found)
     return statement
 
 

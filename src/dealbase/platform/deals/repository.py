@@ -29,7 +29,6 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID, aggregate_order_by
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from dealbase.ids import new_id
 from dealbase.platform.customers.models import Customer
@@ -47,6 +46,7 @@ from dealbase.platform.rows import (
     in_bound_department,
     in_department,
     insert_reading,
+    lookup,
     owned_by,
 )
 from dealbase.platform.tables import customers, deal_customers, deals, employees, steps
@@ -64,25 +64,25 @@ def _insert_deal_statement(columns: tuple[str, ...], in_first_step: bool) -> Any
     """Built once per set of columns a caller gives: building a statement costs more CPU than
     running it."""
     department_id = bindparam("department_id", type_=deals.c.department_id.type)
-    first_step = (
+    first_step = lookup(
         select(steps.c.id)
         .where(steps.c.department_id == department_id)
         .order_by(steps.c.position)
-        .limit(1)
-        .scalar_subquery()
+        .limit(1),
+        "first_step",
     )
+    values = {
+        "id": bindparam("id", type_=deals.c.id.type),
+        "department_id": department_id,
+        "step_id": select(first_step.c.id).scalar_subquery()
+        if in_first_step
+        else bindparam("step_id", type_=deals.c.step_id.type),
+        "created_at": func.now(),
+        "updated_at": func.now(),
+        **{name: bindparam(name, type_=deals.c[name].type) for name in columns},
+    }
     return built_once(
-        pg_insert(deals)
-        .values(
-            id=bindparam("id", type_=deals.c.id.type),
-            department_id=department_id,
-            step_id=first_step
-            if in_first_step
-            else bindparam("step_id", type_=deals.c.step_id.type),
-            created_at=func.now(),
-            updated_at=func.now(),
-            **{name: bindparam(name, type_=deals.c[name].type) for name in columns},
-        )
+        insert_reading(deals, values, *([first_step] if in_first_step else []))
         .on_conflict_do_nothing(index_elements=[deals.c.department_id, deals.c.external_id])
         .returning(*deals.c)
     )
@@ -140,13 +140,13 @@ def _create_statement(as_json: bool) -> Select[Any]:
     wrote before go with it; ``create_failure`` says what such a failure means."""
     department_id = bindparam("department_id", type_=deals.c.department_id.type)
     deal_id = bindparam("id", type_=deals.c.id.type)
-    # Looked up through a CTE, as Citus plans it (``rows.insert_reading``).
-    first_step = (
+    # Looked up as Citus plans it (``rows.lookup``).
+    first_step = lookup(
         select(steps.c.id)
         .where(steps.c.department_id == department_id)
         .order_by(steps.c.position)
-        .limit(1)
-        .cte("first_step")
+        .limit(1),
+        "first_step",
     )
     new_deal = (
         insert_reading(
@@ -189,11 +189,16 @@ def _create_statement(as_json: bool) -> Select[Any]:
         .returning(*customers.c)
         .cte("new_customers")
     )
+    # Read from the inserted customers and deal, not from the request: Citus runs each of a
+    # statement's data-modifying CTEs as a statement of its own, in the order they depend on
+    # each other, and the links' foreign keys look for rows that went in before.
     new_links = (
         insert(deal_customers)
         .from_select(
             ["deal_id", "customer_id", "position"],
-            select(deal_id, given.c.id, given.c.position),
+            select(new_deal.c.id, new_customers.c.id, given.c.position).select_from(
+                new_customers.join(given, given.c.id == new_customers.c.id).join(new_deal, true())
+            ),
         )
         .cte("new_links")
     )
@@ -339,10 +344,11 @@ def lock_by_external_id(
 
 def link_customer(connection: TenantConnection, deal_id: uuid.UUID, customer_id: uuid.UUID) -> bool:
     """Appends the customer to the deal's customers; False when it was linked already."""
-    last_position = (
-        select(func.max(deal_customers.c.position).label("position"))
-        .where(deal_customers.c.deal_id == deal_id)
-        .cte("last_position")
+    last_position = lookup(
+        select(func.max(deal_customers.c.position).label("position")).where(
+            deal_customers.c.deal_id == deal_id
+        ),
+        "last_position",
     )
     next_position = func.coalesce(select(last_position.c.position).scalar_subquery(), 0) + 1
     inserted = connection.execute(

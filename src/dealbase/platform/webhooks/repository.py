@@ -8,7 +8,7 @@ from sqlalchemy import func, select
 
 from dealbase.ids import new_id
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.rows import in_department, insert_reading, owned_by
+from dealbase.platform.rows import in_department, insert_reading, lookup, owned_by
 from dealbase.platform.tables import event_positions, webhook_endpoints
 from dealbase.platform.webhooks.models import WebhookEndpoint
 from dealbase.tenancy.statements import Record, TenantConnection
@@ -53,10 +53,11 @@ def insert_endpoint(
     fields: Mapping[str, object],
     secret: str,
 ) -> WebhookEndpoint:
-    last_position = (
-        select(event_positions.c.last_position)
-        .where(event_positions.c.department_id == department_id)
-        .cte("last_position")
+    last_position = lookup(
+        select(event_positions.c.last_position).where(
+            event_positions.c.department_id == department_id
+        ),
+        "last_position",
     )
     values = {
         **columns_of(fields),
