@@ -9,8 +9,10 @@ import json
 import signal
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -19,11 +21,11 @@ import pytest
 
 from dealbase.tenancy.database import Database
 from dealbase.tenancy.placement import Node, tenant_node
+from dealbase.tenancy.tenants import create_tenant
 from tests.ops.conftest import RunCli
 from tests.support import (
     SERVER_START_TIMEOUT_S,
     TenantWorld,
-    build_tenant,
     dealbase_serve,
     wait_until_served,
 )
@@ -36,6 +38,10 @@ pytestmark = pytest.mark.serial
 
 API = "/api/v1/integration"
 WRITERS = 4
+REBALANCER_PACE = {
+    "citus.background_task_queue_interval": "100ms",
+    "citus.max_background_task_executors_per_node": "4",
+}
 
 
 def _workers(citus_url: str) -> list[Node]:
@@ -170,30 +176,42 @@ def test_rebalance_spreads_fifty_new_tenants_over_the_workers(
     first, *others = _workers(citus_url)
     before = _schemas_per_worker(citus_url)
     with psycopg.connect(citus_url, autocommit=True) as connection:
-        # New schemas go to the first worker only; the background rebalancer looks for its
-        # next task every 5 s by default, which would make the moves minutes long.
+        # New schemas go to the first worker only. The background rebalancer looks for its
+        # next task every 5 s and moves one tenant a node at a time by default, which would
+        # make the fifty moves minutes long.
         for node in others:
             connection.execute(
                 "SELECT citus_set_node_property(%s, %s, 'shouldhaveshards', false)",
                 (node.host, node.port),
             )
-        connection.execute("ALTER SYSTEM SET citus.background_task_queue_interval = '100ms'")
+        for setting, value in REBALANCER_PACE.items():
+            connection.execute(f"ALTER SYSTEM SET {setting} = '{value}'")
         connection.execute("SELECT pg_reload_conf()")
         try:
-            tenants = [build_tenant(cluster_database, distributed=True) for _ in range(50)]
+            # Four at a time: most of a creation is its DDL's round trips to the nodes.
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                tenants = list(
+                    pool.map(
+                        lambda n: create_tenant(
+                            cluster_database, f"spread-{uuid.uuid4().hex[:8]}-{n}", distributed=True
+                        ),
+                        range(50),
+                    )
+                )
         finally:
             for node in others:
                 connection.execute(
                     "SELECT citus_set_node_property(%s, %s, 'shouldhaveshards', true)",
                     (node.host, node.port),
                 )
-        assert {tenant_node(citus_url, world.tenant.schema) for world in tenants} == {first}
+        assert {tenant_node(citus_url, tenant.schema) for tenant in tenants} == {first}
         assert _schemas_per_worker(citus_url)[first.port] == before[first.port] + 50
         try:
             # Writes wait while their tenant moves (no load here; a move under load: above).
             rebalanced = run_on_cluster("tenant", "rebalance", "--mode", "block_writes", "--json")
         finally:
-            connection.execute("ALTER SYSTEM RESET citus.background_task_queue_interval")
+            for setting in REBALANCER_PACE:
+                connection.execute(f"ALTER SYSTEM RESET {setting}")
             connection.execute("SELECT pg_reload_conf()")
 
     assert rebalanced.exit_code == 0, str(rebalanced)
