@@ -26,6 +26,7 @@ from sqlalchemy import (
     cast,
     func,
     literal_column,
+    null,
     select,
 )
 from sqlalchemy.dialects.postgresql import UUID, aggregate_order_by
@@ -103,6 +104,11 @@ def customer_json_text_sql(row: FromClause) -> ColumnElement[str]:
     """``customer_json_sql`` as JSON text with its names in ``customer_json``'s order (``json``
     keeps them as built, ``jsonb`` sorts them), for an answer PostgreSQL writes whole."""
     return cast(_row_json(row, _named(row, _CUSTOMER_NAMES)), Text)
+
+
+def customer_json_object_sql(row: FromClause) -> ColumnElement[Any]:
+    """``customer_json_text_sql`` as a ``json`` value, for JSON that holds it (a new deal's)."""
+    return func.json_build_object(*_customer_pairs(row))
 
 
 def _customer_pairs(row: FromClause) -> list[Any]:
@@ -186,6 +192,20 @@ def deal_json_text_sql(row: FromClause) -> ColumnElement[str]:
         )
     )
     return cast(_row_json(row, named), Text)
+
+
+def new_deal_json_sql(row: FromClause, customers_json: ColumnElement[Any]) -> ColumnElement[Any]:
+    """``deal_json`` of a deal that its own statement inserts, as a ``json`` value with names in
+    its order: ``row`` returns the deal's columns (a CTE of the insert), ``customers_json`` is
+    its customers' JSON array (``customer_json_object_sql`` of each, in link order). A new deal
+    is unassigned: no employee, so no employee's name. ``tests/platform/test_resources.py``
+    holds it equal to ``deal_json``."""
+    pairs: list[Any] = []
+    for name in _DEAL_NAMES:
+        value = cast(null(), Text) if name == "employee_name" else _json_sql(row.c[name])
+        pairs.extend((literal_column(f"'{name}'"), value))
+    pairs.extend((literal_column("'customers'"), customers_json))
+    return func.json_build_object(*pairs)
 
 
 def deal_json(deal: Deal) -> JsonObject:
