@@ -74,14 +74,18 @@ def switch_to_tenant(schema: str) -> tuple[str, str]:
 
 
 def ensure_shared_roles(connection: Connection, *, login: bool = False) -> list[str]:
-    """Creates ``dealbase_owner`` and ``dealbase_tenants`` if missing and lets the login role
-    switch to the owner, which may log in when ``login`` (a Citus cluster: the owner's LOGIN
-    must have committed before its first DDL reaches a worker). ``migrate`` runs it once (with
-    the control schema's upgrade, whose grants name the group) before its workers upgrade
-    tenants in parallel, so that they do not race to grant the same membership. Runs as the
-    login role; returns what it changed."""
+    """Creates ``dealbase_owner`` and ``dealbase_tenants`` if missing, lets the login role
+    switch to the owner, and lets the owner log in exactly when ``login`` (a Citus cluster: its
+    LOGIN must have committed before its first DDL reaches a worker). ``migrate`` runs it once
+    (with the control schema's upgrade, whose grants name the group) before its workers upgrade
+    tenants in parallel, so that they do not race to grant the same membership or to alter the
+    owner. Runs as the login role; returns what it changed."""
+    changes = _create_shared_roles(connection, login=login)
+    return changes + _login_as_wanted(connection, TENANT_OWNER_ROLE, login=login)
+
+
+def _create_shared_roles(connection: Connection, *, login: bool) -> list[str]:
     changes = _ensure_switchable_role(connection, TENANT_OWNER_ROLE, login=login)
-    changes += _login_as_wanted(connection, TENANT_OWNER_ROLE, login=login)
     if _create_role(connection, TENANTS_GROUP_ROLE, login=False):
         changes.append(f"created role {TENANTS_GROUP_ROLE}")
     return changes
@@ -89,11 +93,13 @@ def ensure_shared_roles(connection: Connection, *, login: bool = False) -> list[
 
 def ensure_roles(connection: Connection, schema: str, *, login: bool = False) -> list[str]:
     """Creates the owner and tenant roles if missing (able to log in when ``login``: a Citus
-    cluster), lets the login role switch to them, and hands any object of the schema that is not
+    cluster; a tenant role that exists is made so too), lets the login role switch to them, and hands any object of the schema that is not
     the owner's to it (schemas created before tenant roles belonged to the login role). Runs as
     the login role; returns what it changed."""
     role = tenant_role(schema)
-    changes = ensure_shared_roles(connection, login=login)
+    # The owner's attributes are migrate's to set (ensure_shared_roles), once: tenants made or
+    # upgraded at the same time would race to alter the one role.
+    changes = _create_shared_roles(connection, login=login)
     changes += _ensure_switchable_role(connection, role, login=login)
     changes += _make_plain(connection, role, login=login)
     changes += _join_tenants_group(connection, role)
