@@ -41,6 +41,7 @@ from typing import Any
 
 import psycopg
 from harness import seed as seeding
+from harness.cpu import CpuUse
 from harness.load import LoadFailed, Measurement, PgbenchLoad, WrkLoad, run_pgbench, run_wrk
 from harness.lock_waits import LockWaits
 from harness.paths import QUERIES, RESULTS, ROOT
@@ -167,9 +168,12 @@ def measure(
     settings: BenchSettings,
     during: Callable[[], Any] | None = None,
     database: str | None = None,
+    server_pid: int | None = None,
 ) -> Outcome:
     """A warm-up, then the measured run; any error fails the scenario. With ``database``, the
-    measured run's lock waits there are sampled (harness/lock_waits.py)."""
+    measured run's lock waits there are sampled (harness/lock_waits.py), and the CPU it cost
+    the server (``server_pid`` and its children), that database's backends, Redis and the load
+    tool (harness/cpu.py)."""
     outcome = Outcome(scenario, load_average_before=load_average())
     seconds = settings.seconds
     try:
@@ -193,8 +197,9 @@ def measure(
         if database is None:
             outcome.measurement = run(seconds)
         else:
-            with LockWaits(database) as waits:
+            with LockWaits(database) as waits, CpuUse(server_pid, database) as cpu:
                 outcome.measurement = run(seconds)
+            outcome.extra["cpu_us_per_request"] = cpu.per_request(outcome.measurement.requests)
             outcome.extra["lock_waits"] = {
                 "share": waits.share,
                 "backend_samples": waits.active,
@@ -460,7 +465,14 @@ def _run_scenarios(
                         run_wrk, tools.wrk, run.wrk_load(scenario, base_url), settings
                     )
                 refresh_statistics(run.database, run.tenant.schema)
-                outcome = measure(scenario, run_load, settings, database=run.database)
+                served_by = service or (None if scenario.server == "pgbench" else run.dealbase)
+                outcome = measure(
+                    scenario,
+                    run_load,
+                    settings,
+                    database=run.database,
+                    server_pid=served_by.pid if served_by else None,
+                )
                 outcomes[scenario.name] = outcome
                 report_line(outcome)
         finally:

@@ -49,8 +49,9 @@ def _number(value: float | None, digits: int = 2) -> str:
 
 def table(outcomes: dict[str, Outcome], seconds: int | None = None) -> str:
     header = (
-        "| scenario | what | req/s | p50 ms | p99 ms | p99/p50 | errors | lock waits | ratio | to |\n"
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"
+        "| scenario | what | req/s | p50 ms | p99 ms | p99/p50 | errors | lock waits"
+        " | CPU µs a request: server, PostgreSQL, Redis | ratio | to |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     )
     rows = [header]
     for outcome in outcomes.values():
@@ -60,10 +61,11 @@ def table(outcomes: dict[str, Outcome], seconds: int | None = None) -> str:
             figures = (
                 f"{m.requests_per_second:,.0f} | {m.p50_ms:.1f} | {m.p99_ms:.1f} | "
                 f"{_number(outcome.tail, 1)} | {m.errors} | {_lock_waits(outcome)}"
+                f" | {_cpu(outcome)}"
             )
         else:
             errors = m.errors if m else "—"
-            figures = f"FAILED | — | — | — | {errors} | —"
+            figures = f"FAILED | — | — | — | {errors} | — | —"
         ratio_text = _number(ratio(outcomes, scenario.name, compare)) if compare else "—"
         rows.append(
             f"| {scenario.name} | {scenario.what} | {figures} | {ratio_text} | {compare or ''} |"
@@ -80,6 +82,14 @@ def table(outcomes: dict[str, Outcome], seconds: int | None = None) -> str:
                 f" requests: {', '.join(longer)}."
             )
     return "\n".join(rows)
+
+
+def _cpu(outcome: Outcome) -> str:
+    """The CPU a request cost the server, PostgreSQL and Redis (harness/cpu.py)."""
+    used = outcome.extra.get("cpu_us_per_request")
+    if not used:
+        return "—"
+    return ", ".join(f"{used[party]:,.0f}" for party in ("server", "postgres", "redis"))
 
 
 def _lock_waits(outcome: Outcome) -> str:
