@@ -240,6 +240,12 @@ _CLAIM = built_once(_claim_statement())
 _NUMBER = built_once(_number_statement())
 
 
+# Told the tenant schema of each transaction that committed events, right after its COMMIT, on
+# the thread that committed (a server's live subscriptions announce it to every server process:
+# platform.live). Each must be cheap and must not raise: the write has committed.
+committed_listeners: list[Callable[[str], None]] = []
+
+
 class Outbox:
     """The events of one transaction, written by a statement sent with its COMMIT. They take no
     lock a department's other writers wait for: they get their positions once committed.
@@ -253,6 +259,8 @@ class Outbox:
 
     def __init__(self) -> None:
         self.pending: list[NewEvent] = []
+        # The transaction's tenant schema, for ``committed_listeners``.
+        self.schema: str | None = None
         # Once committed, whether each statement that recorded events wants the worker woken.
         self._wakes: list[Callable[[], bool]] = []
 
@@ -280,6 +288,9 @@ class Outbox:
         self.pending.clear()
 
     def after_commit(self, connection: TenantConnection) -> None:
+        if self.schema is not None:
+            for listener in committed_listeners:
+                listener(self.schema)
         if any(wakes() for wakes in self._wakes):
             connection.execute_after_commit(WAKEUP, {})
 

@@ -48,7 +48,9 @@ def record(
 ) -> None:
     """Adds an event to the transaction; it is written just before COMMIT, or never if the
     transaction rolls back."""
-    uow.finisher(repository.Outbox).pending.append(
+    outbox = uow.finisher(repository.Outbox)
+    outbox.schema = uow.scope.schema
+    outbox.pending.append(
         NewEvent(new_id(), department_id, event_type, data, changed_fields, previous)
     )
 
@@ -56,7 +58,9 @@ def record(
 def recorded_by_statement(uow: UnitOfWork, wakes: Callable[[], bool]) -> None:
     """A write's own statement recorded its event (``repository.recorded_with``); ``wakes``
     reads, once committed, whether the worker is to be woken for it."""
-    uow.finisher(repository.Outbox).wake_if(wakes)
+    outbox = uow.finisher(repository.Outbox)
+    outbox.schema = uow.scope.schema
+    outbox.wake_if(wakes)
 
 
 def pending_count(uow: UnitOfWork) -> int:
@@ -105,6 +109,18 @@ def _position_after(cursor: str, filters: EventFilter) -> int:
             "after", "invalid_cursor", "The cursor belongs to a feed with other types."
         )
     return int.from_bytes(raw[:8], "big")
+
+
+def cursor_at(position: int, filters: EventFilter) -> str:
+    """The feed's cursor after ``position``: what a page ending there answers as its next cursor
+    (live subscriptions hand it out with each event, so that either reads on from there)."""
+    return _cursor(position, filters)
+
+
+def position_after(cursor: str, filters: EventFilter) -> int:
+    """The position a cursor of the feed (with ``filters``) reads after; Invalid (field
+    ``after``) when it is not one."""
+    return _position_after(cursor, filters)
 
 
 def feed(uow: UnitOfWork, filters: EventFilter, limit: int | None, after: str | None) -> EventPage:

@@ -1,0 +1,101 @@
+"""How server processes hear of each other's commits: a commit's schema is announced by NOTIFY
+and heard by every process's LISTEN connection; key changes are heard on the same connection;
+a lost connection comes back and has every channel read on."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import psycopg
+
+from dealbase.platform.customers import service as customers
+from dealbase.platform.customers.models import CustomerFields
+from dealbase.platform.events import repository as events_repository
+from dealbase.platform.live.signals import Signals
+from dealbase.platform.validation import validated
+from dealbase.tenancy.api_keys import KEY_CHANGES_CHANNEL
+from dealbase.tenancy.database import Database, libpq_url
+from dealbase.tenancy.scope import Scope
+from tests.support import TenantWorld
+
+WAIT_SECONDS = 10.0
+
+
+def _write_customer(database: Database, scope: Scope) -> None:
+    with database.unit_of_work(scope) as uow:
+        customers.create(uow, validated(CustomerFields, {"last_name": "Announced"}))
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    async with asyncio.timeout(WAIT_SECONDS):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+def test_a_commit_of_events_is_heard_by_the_listener_of_another_process(
+    database: Database, database_url: str, world: TenantWorld
+) -> None:
+    scope = Scope.for_tenant(world.tenant.id).in_department(world.department.id)
+
+    async def main() -> list[str | None]:
+        heard: list[str | None] = []
+        writer = Signals(database_url, lambda schema: None, lambda payload: None)
+        other = Signals(database_url, heard.append, lambda payload: None)
+        await writer.start()
+        await other.start()
+        # The other process commits nothing itself: only the writer's announcement reaches it.
+        events_repository.committed_listeners.remove(other.committed)
+        try:
+            await asyncio.wait_for(other.listening.wait(), WAIT_SECONDS)
+            heard.clear()
+            await asyncio.to_thread(_write_customer, database, scope)
+            await _until(lambda: scope.schema in heard)
+        finally:
+            await writer.stop()
+            await other.stop()
+        return heard
+
+    assert asyncio.run(main()) == [scope.schema]
+    assert events_repository.committed_listeners == []
+
+
+def test_key_changes_are_heard_on_the_same_connection(database_url: str) -> None:
+    async def main() -> list[str]:
+        changes: list[str] = []
+        signals = Signals(database_url, lambda schema: None, changes.append)
+        await signals.start()
+        try:
+            await asyncio.wait_for(signals.listening.wait(), WAIT_SECONDS)
+            with psycopg.connect(libpq_url(database_url), autocommit=True) as connection:
+                connection.execute("SELECT pg_notify(%s, 'tenant:x')", (KEY_CHANGES_CHANNEL,))
+            await _until(lambda: bool(changes))
+        finally:
+            await signals.stop()
+        return changes
+
+    assert asyncio.run(main()) == ["tenant:x"]
+
+
+def test_after_the_listen_connection_is_lost_it_comes_back_and_every_channel_reads_on(
+    database_url: str,
+) -> None:
+    async def main() -> list[str | None]:
+        heard: list[str | None] = []
+        signals = Signals(database_url, heard.append, lambda payload: None)
+        await signals.start()
+        try:
+            await asyncio.wait_for(signals.listening.wait(), WAIT_SECONDS)
+            heard.clear()
+            with psycopg.connect(libpq_url(database_url), autocommit=True) as connection:
+                connection.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE application_name = 'dealbase-live-listener'"
+                    " AND datname = current_database()"
+                )
+            await _until(lambda: None in heard)
+        finally:
+            await signals.stop()
+        return heard
+
+    assert asyncio.run(main()) == [None]
