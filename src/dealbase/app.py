@@ -82,7 +82,7 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await database.open()
         key_listener.start()
-        pool_sampler = asyncio.create_task(metrics.sample_pool(database.pool_usage))
+        metrics_keeper = asyncio.create_task(metrics.keep_up(database.pool_usage))
         key_use_flusher = asyncio.create_task(key_uses.flush_periodically())
         if settings.freeze_startup_objects:
             # A worker starts holding about 150,000 objects (the schema, the routes, the
@@ -93,7 +93,7 @@ def create_app(
         try:
             yield
         finally:
-            pool_sampler.cancel()
+            metrics_keeper.cancel()
             key_use_flusher.cancel()
             # The uses noted since the last flush, before the pools close.
             await to_thread.run_sync(key_uses.flush)
