@@ -9,11 +9,12 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
 from dealbase.app import create_app
 from dealbase.config import Settings
-from dealbase.ops.metrics import MAX_OPERATION_NAMES
+from dealbase.ops.metrics import DURATION_BUCKETS, MAX_OPERATION_NAMES, Metrics
 from tests.support import TenantWorld
 
 API = "/api/v1/integration"
@@ -169,3 +170,39 @@ def test_units_of_work_are_counted_by_whether_their_connection_knew_their_tenant
     else:
         # The first request's connection is new to the tenant; the pool gives it back after.
         assert (cold, warm) == (1, 2)
+
+
+def test_requests_counted_between_writes_add_up_as_one_observation_each() -> None:
+    """Requests are counted in the process and written once a second, as sums: the series then
+    hold what observing each request at once would have (bucket bounds included)."""
+    durations = [0.0, 0.004, 0.005, 0.0051, 0.3, 2.5, 11.0, 0.005]
+    metrics = Metrics()
+    for seconds in durations:
+        metrics.request_answered("/r", "GET", 200, seconds)
+    metrics.write_requests()
+    metrics.request_answered("/r", "GET", 200, 0.02)
+    metrics.write_requests()
+    expected = Histogram(
+        "expected_seconds", "", buckets=DURATION_BUCKETS, registry=CollectorRegistry()
+    )
+    for seconds in [*durations, 0.02]:
+        expected.observe(seconds)
+
+    written = {
+        (sample.name, sample.labels.get("le")): sample.value
+        for family in metrics.registry.collect()
+        if family.name == "dealbase_http_request_duration_seconds"
+        for sample in family.samples
+        if not sample.name.endswith("_created")
+    }
+    wanted = {
+        (
+            sample.name.replace("expected", "dealbase_http_request_duration"),
+            sample.labels.get("le"),
+        ): sample.value
+        for family in expected.collect()
+        for sample in family.samples
+        if not sample.name.endswith("_created")
+    }
+    assert written == wanted
+    assert written[("dealbase_http_request_duration_seconds_count", None)] == 9

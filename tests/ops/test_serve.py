@@ -33,6 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
 from dealbase.migrations.runner import upgrade_control
+from dealbase.ops.metrics import KEEP_UP_SECONDS
 from dealbase.tenancy.database import Database, application_name
 from tests.support import (
     DEALBASE,
@@ -535,7 +536,9 @@ def test_one_scrape_adds_up_the_requests_of_every_worker(server: Server) -> None
 
     sent = _unauthenticated_gets_until_both_workers_answered(server, route)
 
-    # Whichever worker answers the scrape, it reports both workers' counts.
+    # Whichever worker answers the scrape, it reports both workers' counts: the other worker's
+    # within the second in which it writes what it counted.
+    time.sleep(KEEP_UP_SECONDS + 0.5)
     for _ in range(6):
         scraped = httpx.get(f"{server.base_url}/metrics", headers={"Connection": "close"})
         assert scraped.status_code == 200
@@ -554,6 +557,8 @@ def test_metrics_on_their_own_port_are_not_served_on_the_api_port(
                 server, f"{API}/customers/{{customer_id}}"
             )
             assert httpx.get(f"{server.base_url}/metrics").status_code == 404
+            # The serving process reads the workers' files, which they write every second.
+            time.sleep(KEEP_UP_SECONDS + 0.5)
             scraped = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics")
             assert scraped.status_code == 200
             assert _counted(scraped.text, f"{API}/customers/{{customer_id}}", "401") == sent

@@ -8,13 +8,21 @@ own values.
 
 The layers below report through callbacks of ``Metrics``, so none of them imports
 prometheus_client.
+
+Requests are counted in plain numbers of the process and written to prometheus_client's values
+once a second (``keep_up``), and before the process answers a scrape: a value of the
+multiprocess files costs a lock, a check of the process id and a write into the file, and a
+request made five of them (bench/README.md). A scrape may so miss up to a second of another
+worker's requests, which the next scrape has.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import re
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 
 from fastapi import FastAPI
@@ -35,8 +43,11 @@ from dealbase.ops.metrics_files import MULTIPROCESS_DIR
 # distinct ones, and counts the rest as "other", so a client cannot grow the series without end.
 MAX_OPERATION_NAMES = 200
 _OPERATION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-# How often each worker records its pool's connections.
-POOL_SAMPLE_SECONDS = 2.0
+# How often each worker writes the requests it counted, and records its pool's connections.
+KEEP_UP_SECONDS = 1.0
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# The histogram's bounds as prometheus_client keeps them (the last one +Inf).
+_DURATION_BOUNDS = (*DURATION_BUCKETS, math.inf)
 
 
 class Metrics:
@@ -57,7 +68,7 @@ class Metrics:
             "dealbase_http_request_duration_seconds",
             "Time from a request's arrival to its response's last byte, by route and method.",
             ["route", "method"],
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+            buckets=DURATION_BUCKETS,
             registry=registry,
         )
         self._pool_connections = Gauge(
@@ -122,24 +133,44 @@ class Metrics:
         )
         self._operation_names: set[str] = set()
         # Each (route, method, status)'s two series: ``labels`` checks and builds its key on
-        # every call, a third of the metrics' calls per request.
+        # every call.
         self._answered: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
         self._children: dict[tuple[Counter, tuple[str, ...]], Counter] = {}
+        # Requests answered since the values were last written, by (route, method, status):
+        # [count, seconds in all, then the count of each of _DURATION_BOUNDS' buckets].
+        self._unwritten: dict[tuple[str, str, int], list[float]] = {}
 
     def request_answered(self, route: str, method: str, status: int, seconds: float) -> None:
-        key = (route, method, status)
-        series = self._answered.get(key)
-        if series is None:
-            series = self._answered[key] = (
-                self._requests.labels(route, method, str(status)),
-                self._request_seconds.labels(route, method),
-            )
-        count, duration = series
-        count.inc()
-        duration.observe(seconds)
+        figures = self._unwritten.get((route, method, status))
+        if figures is None:
+            figures = self._unwritten[(route, method, status)] = [0.0] * (2 + len(_DURATION_BOUNDS))
+        figures[0] += 1
+        figures[1] += seconds
+        # The first bucket whose bound is at least ``seconds``, as Histogram.observe picks it.
+        figures[2 + bisect_left(_DURATION_BOUNDS, seconds)] += 1
+
+    def write_requests(self) -> None:
+        """Writes the requests counted since the last time to their series."""
+        unwritten, self._unwritten = self._unwritten, {}
+        for key, figures in unwritten.items():
+            series = self._answered.get(key)
+            if series is None:
+                route, method, status = key
+                series = self._answered[key] = (
+                    self._requests.labels(route, method, str(status)),
+                    self._request_seconds.labels(route, method),
+                )
+            count, duration = series
+            count.inc(figures[0])
+            # Histogram.observe takes one observation; these are many. Its values, by the
+            # names prometheus_client 0.2x gives them (tests/ops/test_metrics.py pins them).
+            duration._sum.inc(figures[1])
+            for bucket, observed in zip(duration._buckets, figures[2:], strict=True):
+                if observed:
+                    bucket.inc(observed)
 
     def unit_of_work_started(self, warm: bool) -> None:
-        self._units_of_work.labels("warm" if warm else "cold").inc()
+        self._child(self._units_of_work, "warm" if warm else "cold").inc()
 
     def rate_limit_refused(self) -> None:
         self._rate_limit_refusals.inc()
@@ -188,13 +219,19 @@ class Metrics:
         self._pool_connections.labels("idle").set(idle)
         self._pool_waiting.set(waiting)
 
-    async def sample_pool(self, usage: Callable[[], tuple[int, int, int]]) -> None:
-        """Records the pool's usage every few seconds until cancelled."""
-        while True:
-            self.record_pool(usage())
-            await asyncio.sleep(POOL_SAMPLE_SECONDS)
+    async def keep_up(self, pool_usage: Callable[[], tuple[int, int, int]]) -> None:
+        """Every second until cancelled, writes the requests counted meanwhile and records the
+        pool's usage; writes the last ones when cancelled (the worker stops)."""
+        try:
+            while True:
+                self.write_requests()
+                self.record_pool(pool_usage())
+                await asyncio.sleep(KEEP_UP_SECONDS)
+        finally:
+            self.write_requests()
 
     def exposition(self) -> bytes:
+        self.write_requests()
         return generate_latest(multiprocess_registry() or self.registry)
 
 
