@@ -9,10 +9,10 @@ own values.
 The layers below report through callbacks of ``Metrics``, so none of them imports
 prometheus_client.
 
-Requests are counted in plain numbers of the process and written to prometheus_client's values
-once a second (``keep_up``), and before the process answers a scrape: a value of the
-multiprocess files costs a lock, a check of the process id and a write into the file, and a
-request made five of them (bench/README.md). A scrape may so miss up to a second of another
+Requests and units of work are counted in plain numbers of the process and written to
+prometheus_client's values once a second (``keep_up``), and before the process answers a
+scrape: a value of the multiprocess files costs a lock, a check of the process id and a write
+into the file, and a request made six of them (bench/README.md). A scrape may so miss up to a second of another
 worker's requests, which the next scrape has.
 """
 
@@ -139,6 +139,8 @@ class Metrics:
         # Requests answered since the values were last written, by (route, method, status):
         # [count, seconds in all, then the count of each of _DURATION_BOUNDS' buckets].
         self._unwritten: dict[tuple[str, str, int], list[float]] = {}
+        # Units of work started since then on a connection warm for their tenant, and cold.
+        self._unwritten_warm = self._unwritten_cold = 0
 
     def request_answered(self, route: str, method: str, status: int, seconds: float) -> None:
         figures = self._unwritten.get((route, method, status))
@@ -149,8 +151,14 @@ class Metrics:
         # The first bucket whose bound is at least ``seconds``, as Histogram.observe picks it.
         figures[2 + bisect_left(_DURATION_BOUNDS, seconds)] += 1
 
-    def write_requests(self) -> None:
-        """Writes the requests counted since the last time to their series."""
+    def write_counted(self) -> None:
+        """Writes the requests and units of work counted since the last time to their series."""
+        if self._unwritten_warm:
+            self._child(self._units_of_work, "warm").inc(self._unwritten_warm)
+            self._unwritten_warm = 0
+        if self._unwritten_cold:
+            self._child(self._units_of_work, "cold").inc(self._unwritten_cold)
+            self._unwritten_cold = 0
         unwritten, self._unwritten = self._unwritten, {}
         for key, figures in unwritten.items():
             series = self._answered.get(key)
@@ -170,7 +178,10 @@ class Metrics:
                     bucket.inc(observed)
 
     def unit_of_work_started(self, warm: bool) -> None:
-        self._child(self._units_of_work, "warm" if warm else "cold").inc()
+        if warm:
+            self._unwritten_warm += 1
+        else:
+            self._unwritten_cold += 1
 
     def rate_limit_refused(self) -> None:
         self._rate_limit_refusals.inc()
@@ -224,14 +235,14 @@ class Metrics:
         pool's usage; writes the last ones when cancelled (the worker stops)."""
         try:
             while True:
-                self.write_requests()
+                self.write_counted()
                 self.record_pool(pool_usage())
                 await asyncio.sleep(KEEP_UP_SECONDS)
         finally:
-            self.write_requests()
+            self.write_counted()
 
     def exposition(self) -> bytes:
-        self.write_requests()
+        self.write_counted()
         return generate_latest(multiprocess_registry() or self.registry)
 
 
