@@ -22,8 +22,11 @@ from dealbase.edge.cors import (
 )
 from dealbase.edge.request_edge import RequestEdge
 from dealbase.graphql_api.api import install_graphql_api
+from dealbase.graphql_api.live import LiveLimits, LiveService, install_live
+from dealbase.graphql_api.schema import build_schema
 from dealbase.ops.embedded_postgres import embedded_database_url
 from dealbase.ops.health import install_health
+from dealbase.ops.live_metrics import LiveMetrics
 from dealbase.ops.metrics import Metrics, install_metrics, worker_stopped
 from dealbase.ops.observability import configure_logging
 from dealbase.ops.web_pages.pages import graphiql_page, install_web_pages, shipped_assets
@@ -77,11 +80,20 @@ def create_app(
     key_uses = KeyUseRecorder(database)
     metrics = Metrics()
     database.on_connection_warmth = metrics.unit_of_work_started
+    # Subscriptions run on a schema of their own (the same types, guards and error codes): its
+    # document cache holds subscription documents only.
+    live = LiveService(
+        database,
+        build_schema(settings, metrics.graphql_operation),
+        LiveLimits.of(settings),
+        LiveMetrics(metrics.registry).reports(),
+    )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await database.open()
         key_listener.start()
+        await live.start(settings.database_listen_url or database_url)
         metrics_keeper = asyncio.create_task(metrics.keep_up(database.pool_usage))
         key_use_flusher = asyncio.create_task(key_uses.flush_periodically())
         if settings.freeze_startup_objects:
@@ -95,6 +107,8 @@ def create_app(
         finally:
             metrics_keeper.cancel()
             key_use_flusher.cancel()
+            # Clients are told to reconnect (to another server) and resume.
+            await live.stop()
             # The uses noted since the last flush, before the pools close.
             await to_thread.run_sync(key_uses.flush)
             key_listener.stop()
@@ -143,6 +157,8 @@ def create_app(
     # Routes are matched in order, one after another: /graphql, a single path that dashboards
     # call all day, goes before the twenty REST routes instead of after them.
     web_assets = shipped_assets()
+    # Before /graphql's HTTP routes: the WebSocket at the same path is this one.
+    install_live(app, live)
     install_graphql_api(
         app,
         settings,

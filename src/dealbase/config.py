@@ -206,6 +206,60 @@ class Settings(BaseSettings):
             " recently used dropped first; 0 reads every document anew."
         ),
     )
+    live_connections_per_key: int = Field(
+        default=20,
+        ge=1,
+        le=100_000,
+        description=(
+            "Live connections (WebSockets and event streams of subscriptions) one API key may"
+            " hold to each server process; one more is refused."
+        ),
+    )
+    live_subscriptions_per_connection: int = Field(
+        default=20,
+        ge=1,
+        le=1000,
+        description="Subscriptions one WebSocket may run at once; one more is refused.",
+    )
+    live_init_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=300,
+        description="How long a WebSocket may take to send connection_init before it is closed.",
+    )
+    live_idle_timeout_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        le=86_400,
+        description="How long a WebSocket may stay without a subscription before it is closed.",
+    )
+    live_keepalive_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        le=300,
+        description=(
+            "How often a live connection is pinged (a WebSocket's ping, a stream's comment line);"
+            " a WebSocket that leaves a ping unanswered as long is closed."
+        ),
+    )
+    live_buffer_events: int = Field(
+        default=1000,
+        ge=1,
+        le=1_000_000,
+        description=(
+            "Events that may wait for one subscription; past it the client reads too slowly and"
+            " its connection is closed (it resumes from its last cursor)."
+        ),
+    )
+    live_poll_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description=(
+            "How often each subscribed department is read even without a notification: writes"
+            " no server announced (the CLI's), notices lost with the LISTEN connection."
+        ),
+    )
     cors_origins: str = Field(
         default="",
         description=(

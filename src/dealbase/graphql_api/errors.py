@@ -112,39 +112,44 @@ class DomainErrors(SchemaExtension):
             result.errors = [self._mapped(error) for error in result.errors]
 
     def _mapped(self, error: GraphQLError) -> GraphQLError:
-        original = error.original_error
-        extensions: dict[str, Any]
-        variable_field = _variable_field(error.message)
-        if variable_field is not None:
-            # A variable GraphQL could not coerce to its type: an input error, as REST's 422.
-            message = error.message
-            extensions = {
-                "code": Invalid.code,
-                "errors": [{"field": variable_field, "code": "invalid", "message": message}],
-            }
-        elif original is None or isinstance(original, GraphQLError):
-            # GraphQL's own: syntax, validation, guards
-            extensions = {"code": INVALID_QUERY, **(error.extensions or {})}
-            message = error.message
-        elif isinstance(original, DomainError):
-            extensions = {"code": original.code}
-            message = message_of(original)
-            if isinstance(original, RateLimited | Unavailable) and original.retry_after_seconds:
-                extensions["retry_after_seconds"] = original.retry_after_seconds
-            if isinstance(original, Invalid):
-                extensions["errors"] = field_errors_of(original)
-            if isinstance(original, BatchRejected):
-                extensions["failures"] = failures_of(original)
-        else:
-            request_id = getattr(self.execution_context.context, "request_id", "")
-            log.error("graphql_unhandled_error", exc_info=original, request_id=request_id)
-            extensions = {"code": INTERNAL, "request_id": request_id}
-            message = "Internal error; the request id identifies it to support."
-        return GraphQLError(
-            message,
-            nodes=error.nodes,
-            source=error.source,
-            positions=error.positions,
-            path=error.path,
-            extensions=extensions,
-        )
+        return mapped_error(error, getattr(self.execution_context.context, "request_id", ""))
+
+
+def mapped_error(error: GraphQLError, request_id: str) -> GraphQLError:
+    """``error`` with its code (and fields) in its extensions, as ``DomainErrors`` answers it;
+    the live transports map each result of a subscription with it."""
+    original = error.original_error
+    extensions: dict[str, Any]
+    variable_field = _variable_field(error.message)
+    if variable_field is not None:
+        # A variable GraphQL could not coerce to its type: an input error, as REST's 422.
+        message = error.message
+        extensions = {
+            "code": Invalid.code,
+            "errors": [{"field": variable_field, "code": "invalid", "message": message}],
+        }
+    elif original is None or isinstance(original, GraphQLError):
+        # GraphQL's own: syntax, validation, guards
+        extensions = {"code": INVALID_QUERY, **(error.extensions or {})}
+        message = error.message
+    elif isinstance(original, DomainError):
+        extensions = {"code": original.code}
+        message = message_of(original)
+        if isinstance(original, RateLimited | Unavailable) and original.retry_after_seconds:
+            extensions["retry_after_seconds"] = original.retry_after_seconds
+        if isinstance(original, Invalid):
+            extensions["errors"] = field_errors_of(original)
+        if isinstance(original, BatchRejected):
+            extensions["failures"] = failures_of(original)
+    else:
+        log.error("graphql_unhandled_error", exc_info=original, request_id=request_id)
+        extensions = {"code": INTERNAL, "request_id": request_id}
+        message = "Internal error; the request id identifies it to support."
+    return GraphQLError(
+        message,
+        nodes=error.nodes,
+        source=error.source,
+        positions=error.positions,
+        path=error.path,
+        extensions=extensions,
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -14,7 +14,8 @@ from graphql import GraphQLError, get_operation_ast
 from pydantic import BaseModel
 from strawberry.extensions import SchemaExtension
 from strawberry.schema.config import StrawberryConfig
-from strawberry.types import ExecutionContext
+from strawberry.types import ExecutionContext, ExecutionResult
+from strawberry.types.graphql import OperationType
 from strawberry.types.nodes import SelectedField, Selection
 
 from dealbase.config import Settings
@@ -52,6 +53,7 @@ from dealbase.graphql_api.inputs import (
     fields_of,
     listed,
 )
+from dealbase.graphql_api.subscriptions import Subscription
 from dealbase.graphql_api.sync import (
     ActivityBatchResult,
     ActivityUpsert,
@@ -613,6 +615,30 @@ class Mutation:
 
 
 class DashboardSchema(strawberry.Schema):
+    async def execute(
+        self,
+        query: str | None,
+        variable_values: dict[str, Any] | None = None,
+        context_value: Any | None = None,
+        root_value: Any | None = None,
+        operation_name: str | None = None,
+        allowed_operation_types: Iterable[OperationType] | None = None,
+        operation_extensions: dict[str, Any] | None = None,
+    ) -> ExecutionResult:
+        """A subscription streams over the live transports only (``graphql_api.live``, through
+        ``subscribe``): run here as a query, its field would answer null, so a plain request
+        refuses it as an operation type it may not run (400)."""
+        allowed = set(allowed_operation_types or (OperationType.QUERY, OperationType.MUTATION))
+        return await super().execute(
+            query,
+            variable_values,
+            context_value,
+            root_value,
+            operation_name,
+            allowed - {OperationType.SUBSCRIPTION},
+            operation_extensions,
+        )
+
     def process_errors(
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
     ) -> None:
@@ -664,6 +690,7 @@ def build_schema(
     schema = DashboardSchema(
         query=Query,
         mutation=Mutation,
+        subscription=Subscription,
         extensions=extensions,
         execution_context_class=CompilingExecutionContext,
         config=StrawberryConfig(scalar_map={BigInt: BIG_INT_SCALAR}),

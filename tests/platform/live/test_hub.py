@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
 
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
@@ -44,14 +43,6 @@ def _cursor_after(database: Database, scope: Scope, count: int) -> str:
     """The feed's cursor after its first ``count`` events."""
     with database.unit_of_work(scope) as uow:
         return events.feed(uow, EventFilter(), count, None).next_cursor
-
-
-async def _take(hub_subscriber_next: Callable[[], object], count: int) -> list[object]:
-    taken = []
-    async with asyncio.timeout(WAIT_SECONDS):
-        while len(taken) < count:
-            taken.append(await hub_subscriber_next())  # type: ignore[misc]
-    return taken
 
 
 def test_a_subscriber_resuming_from_a_cursor_gets_each_later_event_once_while_writes_go_on(

@@ -38,7 +38,7 @@ def test_a_commit_of_events_is_heard_by_the_listener_of_another_process(
 ) -> None:
     scope = Scope.for_tenant(world.tenant.id).in_department(world.department.id)
 
-    async def main() -> list[str | None]:
+    async def main() -> tuple[list[str | None], bool]:
         heard: list[str | None] = []
         writer = Signals(database_url, lambda schema: None, lambda payload: None)
         other = Signals(database_url, heard.append, lambda payload: None)
@@ -54,10 +54,12 @@ def test_a_commit_of_events_is_heard_by_the_listener_of_another_process(
         finally:
             await writer.stop()
             await other.stop()
-        return heard
+        return heard, writer.committed in events_repository.committed_listeners
 
-    assert asyncio.run(main()) == [scope.schema]
-    assert events_repository.committed_listeners == []
+    heard, still_told = asyncio.run(main())
+    # Other apps of this test process may announce the same commit too: heard once or more.
+    assert set(heard) - {None} == {scope.schema}
+    assert not still_told
 
 
 def test_key_changes_are_heard_on_the_same_connection(database_url: str) -> None:

@@ -1,0 +1,690 @@
+"""Subscriptions on the wire: ``graphql-transport-ws`` over a WebSocket at ``/graphql``, and
+``graphql-sse`` (its distinct connections mode: one subscription per request) at
+``/graphql/stream``, for networks whose proxies refuse WebSockets.
+
+Both authenticate like a GraphQL request (``edge.live_callers``), run the operation through the
+same schema (its guards and error codes), and keep the limits of ``LiveLimits``: connections per
+key (per server process), subscriptions per WebSocket, the time a WebSocket may take to
+introduce itself, stay without a subscription, or leave a ping unanswered. The hub ends a
+subscription whose client reads too slowly, and the server stopping ends them all; a key's
+revocation or its tenant's suspension (heard on the key channel) closes its connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import orjson
+import strawberry
+import structlog
+from fastapi import FastAPI, Request
+from graphql import GraphQLError
+from starlette.requests import HTTPConnection
+from starlette.responses import StreamingResponse
+from starlette.websockets import WebSocket, WebSocketDisconnect
+from strawberry.types import ExecutionResult
+from strawberry.types.execution import PreExecutionError
+
+from dealbase.config import Settings
+from dealbase.edge.live_callers import live_scope, still_admitted
+from dealbase.edge.problems import ProtocolError, malformed_json
+from dealbase.errors import DomainError, RateLimited
+from dealbase.graphql_api.errors import mapped_error
+from dealbase.graphql_api.subscriptions import LiveContext
+from dealbase.platform.live.hub import Ending, Hub, Limits
+from dealbase.platform.live.signals import Signals
+from dealbase.tenancy.api_keys import TENANT_NOTICE_PREFIX
+from dealbase.tenancy.authentication import Authenticator
+from dealbase.tenancy.database import Database
+from dealbase.tenancy.scope import Scope
+
+log = structlog.get_logger(__name__)
+
+WEBSOCKET_PATH = "/graphql"
+STREAM_PATH = "/graphql/stream"
+PROTOCOL = "graphql-transport-ws"
+SSE_MEDIA_TYPE = "text/event-stream"
+
+
+@dataclass(frozen=True, slots=True)
+class LiveLimits:
+    connections_per_key: int = 20
+    subscriptions_per_connection: int = 20
+    init_timeout_seconds: float = 10.0
+    idle_timeout_seconds: float = 300.0
+    keepalive_seconds: float = 15.0
+    buffer: int = 1000
+    poll_seconds: float = 5.0
+
+    @classmethod
+    def of(cls, settings: Settings) -> LiveLimits:
+        return cls(
+            connections_per_key=settings.live_connections_per_key,
+            subscriptions_per_connection=settings.live_subscriptions_per_connection,
+            init_timeout_seconds=settings.live_init_timeout_seconds,
+            idle_timeout_seconds=settings.live_idle_timeout_seconds,
+            keepalive_seconds=settings.live_keepalive_seconds,
+            buffer=settings.live_buffer_events,
+            poll_seconds=settings.live_poll_seconds,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Closing:
+    """Why the server closes a live connection: a WebSocket close code, and the reason (at most
+    123 bytes, a WebSocket's limit), which the stream's last event carries too."""
+
+    code: int
+    name: str
+    reason: str
+
+
+# Codes 4400-4499 are graphql-transport-ws' own (clients do not reconnect after them); 1012 and
+# 1013 are WebSocket's "restart" and "try again later", after which clients reconnect.
+SHUTDOWN = Closing(1012, "shutdown", "Server restarting: reconnect and resume after your cursor")
+SLOW_CONSUMER = Closing(
+    1013, "slow_consumer", "Slow consumer: too many events waited; resume after your cursor"
+)
+IDLE = Closing(1000, "idle", "No subscription for too long")
+NO_PONG = Closing(1001, "no_pong", "No pong to the server's ping")
+INIT_TIMEOUT = Closing(4408, "init_timeout", "Connection initialisation timeout")
+TOO_MANY_CONNECTIONS = Closing(4429, "too_many_connections", "Too many connections for this key")
+UNAUTHORIZED = Closing(4401, "unauthorized", "Unauthorized")
+REVOKED = Closing(4403, "revoked", "Forbidden: the key no longer admits this connection")
+BAD_REQUEST = Closing(4400, "bad_request", "Bad request")
+SUBPROTOCOL = Closing(4406, "subprotocol", "Subprotocol not acceptable")
+
+_ENDINGS = {Ending.SHUTDOWN: SHUTDOWN, Ending.SLOW_CONSUMER: SLOW_CONSUMER}
+
+
+@dataclass
+class LiveReports:
+    """What the transports report (to the metrics, ``ops.live_metrics``)."""
+
+    opened: Callable[[str], None] = lambda transport: None
+    closed: Callable[[str, str], None] = lambda transport, why: None
+    sent: Callable[[str], None] = lambda transport: None
+
+
+class TooManyConnections(RateLimited):
+    code = "too_many_connections"
+
+
+class _Connection:
+    """A live connection of one key: a WebSocket or a stream."""
+
+    transport = ""
+
+    def __init__(
+        self,
+        service: LiveService,
+        peer: HTTPConnection,
+        scope: Scope,
+        credentials: tuple[str, str | None],
+    ):
+        self.service = service
+        self.scope = scope
+        self.credentials = credentials
+        self.closing: Closing | None = None
+        self.closed = asyncio.Event()
+        authenticator: Authenticator = peer.app.state.authenticator
+        self._authenticate = authenticator.dashboard_scope
+
+    def recheck(self) -> None:
+        """Checks the key again, as a request would present it (the process's key cache, so
+        usually no database): a key that expired since the connection opened closes it, and so
+        does a revocation whose notice this process missed."""
+        self.service.spawn(self._recheck())
+
+    async def _recheck(self) -> None:
+        try:
+            await self._authenticate(*self.credentials)
+        except DomainError:
+            self.close(REVOKED)
+
+    def close(self, why: Closing) -> None:
+        """Closes the connection with ``why`` (the first reason given wins)."""
+        if self.closing is None:
+            self.closing = why
+            self.closed.set()
+
+    def ended(self, why: Ending) -> None:
+        self.close(_ENDINGS[why])
+
+
+class LiveService:
+    """A server process's live connections, its hub and its LISTEN connection."""
+
+    def __init__(
+        self,
+        database: Database,
+        schema: strawberry.Schema,
+        limits: LiveLimits,
+        reports: LiveReports | None = None,
+    ) -> None:
+        self.database = database
+        self.schema = schema
+        self.limits = limits
+        self.reports = reports or LiveReports()
+        self.hub = Hub(database, Limits(buffer=limits.buffer))
+        self.signals: Signals | None = None
+        self._by_key: dict[uuid.UUID | None, set[_Connection]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.stopping = False
+
+    async def start(self, listen_url: str) -> None:
+        self.signals = Signals(
+            listen_url, self.hub.announce, self._key_changed, poll_seconds=self.limits.poll_seconds
+        )
+        await self.signals.start()
+
+    def shut_down(self) -> None:
+        """Tells every client to reconnect elsewhere (the server is stopping); new connections
+        are refused from now on."""
+        self.stopping = True
+        self.hub.end_all(Ending.SHUTDOWN)
+        for connections in list(self._by_key.values()):
+            for connection in list(connections):
+                connection.close(SHUTDOWN)
+
+    async def stop(self) -> None:
+        self.shut_down()
+        await self.hub.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.signals is not None:
+            await self.signals.stop()
+
+    def connection_count(self) -> int:
+        return sum(len(connections) for connections in self._by_key.values())
+
+    def _register(self, connection: _Connection) -> None:
+        if self.stopping:
+            raise TooManyConnections("The server is stopping.", retry_after_seconds=1)
+        same_key = self._by_key.setdefault(connection.scope.key_id, set())
+        if len(same_key) >= self.limits.connections_per_key:
+            raise TooManyConnections(
+                f"This key holds {len(same_key)} live connections to this server, its limit.",
+                retry_after_seconds=10,
+            )
+        same_key.add(connection)
+        self.reports.opened(connection.transport)
+
+    def _unregister(self, connection: _Connection) -> None:
+        same_key = self._by_key.get(connection.scope.key_id)
+        if same_key is None or connection not in same_key:
+            return
+        same_key.discard(connection)
+        if not same_key:
+            del self._by_key[connection.scope.key_id]
+        self.reports.closed(
+            connection.transport, connection.closing.name if connection.closing else "client"
+        )
+
+    def _key_changed(self, payload: str) -> None:
+        """A key or a tenant changed: its connections are checked against the database now."""
+        tenant = payload.removeprefix(TENANT_NOTICE_PREFIX)
+        try:
+            changed = uuid.UUID(tenant)
+        except ValueError:
+            affected = [c for connections in self._by_key.values() for c in connections]
+        else:
+            if tenant != payload:
+                affected = [
+                    c
+                    for connections in self._by_key.values()
+                    for c in connections
+                    if c.scope.tenant_id == changed
+                ]
+            else:
+                affected = list(self._by_key.get(changed, ()))
+        for connection in affected:
+            self.spawn(self._check(connection))
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Runs ``work`` beside the connections; ``stop`` cancels what is left of it."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _check(self, connection: _Connection) -> None:
+        try:
+            await still_admitted(self.database, *connection.credentials)
+        except DomainError:
+            connection.close(REVOKED)
+        except Exception:
+            # Unsure (the database did not answer): the connection stays until the next notice.
+            log.exception("live_key_check_failed", key_id=str(connection.scope.key_id))
+
+    def _context(self, connection: _Connection) -> LiveContext:
+        return LiveContext(
+            request_id=uuid.uuid4().hex,
+            caller=connection.scope,
+            database=self.database,
+            hub=self.hub,
+            on_ended=connection.ended,
+        )
+
+
+def _errors(errors: list[GraphQLError] | None, request_id: str) -> list[Any]:
+    """Each error with its code, as a GraphQL response over HTTP shows it."""
+    return [mapped_error(error, request_id).formatted for error in errors or []]
+
+
+def _formatted(result: ExecutionResult, request_id: str) -> dict[str, Any]:
+    shown: dict[str, Any] = {"data": result.data}
+    if result.errors:
+        shown["errors"] = _errors(result.errors, request_id)
+    if result.extensions:
+        shown["extensions"] = result.extensions
+    return shown
+
+
+def _header(payload: Mapping[str, Any], name: str) -> str | None:
+    """A credential of connection_init's payload, its name in any case."""
+    for key, value in payload.items():
+        if key.lower() == name and isinstance(value, str):
+            return value
+    return None
+
+
+class _WebSocketConnection(_Connection):
+    transport = "websocket"
+
+    def __init__(
+        self,
+        service: LiveService,
+        websocket: WebSocket,
+        scope: Scope,
+        credentials: tuple[str, str | None],
+    ):
+        super().__init__(service, websocket, scope, credentials)
+        self.websocket = websocket
+        self.operations: dict[str, asyncio.Task[None]] = {}
+        self._sending = asyncio.Lock()
+        self.idle_since: float | None = time.monotonic()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        async with self._sending:
+            await self.websocket.send_text(orjson.dumps(message).decode())
+
+    async def serve(self) -> None:
+        """The connection after its acknowledgement: client messages, pings and the idle
+        timeout, until a side closes it."""
+        limits = self.service.limits
+        receiving: asyncio.Future[Any] | None = None
+        closed: asyncio.Future[Any] = asyncio.ensure_future(self.closed.wait())
+        pinged_at: float | None = None
+        next_ping = time.monotonic() + limits.keepalive_seconds
+        try:
+            while self.closing is None:
+                if receiving is None:
+                    receiving = asyncio.ensure_future(self.websocket.receive())
+                now = time.monotonic()
+                deadlines = [next_ping]
+                if pinged_at is not None:
+                    deadlines.append(pinged_at + limits.keepalive_seconds)
+                if self.idle_since is not None and not self.operations:
+                    deadlines.append(self.idle_since + limits.idle_timeout_seconds)
+                timeout = max(0.0, min(deadlines) - now)
+                done, _ = await asyncio.wait(
+                    {receiving, closed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+                now = time.monotonic()
+                if receiving in done:
+                    message = receiving.result()
+                    receiving = None
+                    if message["type"] == "websocket.disconnect":
+                        return
+                    pinged_at = None
+                    await self._received(message)
+                    continue
+                if closed in done:
+                    break
+                if pinged_at is not None and now >= pinged_at + limits.keepalive_seconds:
+                    self.close(NO_PONG)
+                elif (
+                    self.idle_since is not None
+                    and not self.operations
+                    and now >= self.idle_since + limits.idle_timeout_seconds
+                ):
+                    self.close(IDLE)
+                elif now >= next_ping:
+                    self.recheck()
+                    await self.send({"type": "ping"})
+                    pinged_at = now if pinged_at is None else pinged_at
+                    next_ping = now + limits.keepalive_seconds
+        finally:
+            closed.cancel()
+            if receiving is not None:
+                receiving.cancel()
+            # Whatever cancels the connection, its subscriptions leave the hub and give their
+            # connections back first.
+            with anyio.CancelScope(shield=True):
+                await self._end_operations()
+            if self.closing is not None:
+                with contextlib.suppress(Exception):
+                    await self.websocket.close(self.closing.code, self.closing.reason)
+
+    async def _received(self, message: Mapping[str, Any]) -> None:
+        text = message.get("text")
+        try:
+            parsed = orjson.loads(text if text is not None else message.get("bytes") or b"")
+        except orjson.JSONDecodeError:
+            parsed = None
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("type"), str):
+            self.close(BAD_REQUEST)
+            return
+        kind = parsed["type"]
+        if kind == "ping":
+            await self.send({"type": "pong"})
+        elif kind == "pong":
+            pass
+        elif kind == "connection_init":
+            self.close(Closing(4429, "init_twice", "Too many initialisation requests"))
+        elif kind == "subscribe":
+            await self._subscribe(parsed)
+        elif kind == "complete":
+            operation = self.operations.pop(str(parsed.get("id")), None)
+            if operation is not None:
+                operation.cancel()
+                self._note_idle()
+        else:
+            self.close(BAD_REQUEST)
+
+    async def _subscribe(self, message: Mapping[str, Any]) -> None:
+        operation_id = message.get("id")
+        payload = message.get("payload")
+        if not isinstance(operation_id, str) or not isinstance(payload, dict):
+            self.close(BAD_REQUEST)
+            return
+        if operation_id in self.operations:
+            self.close(Closing(4409, "duplicate_id", f"Subscriber for {operation_id[:80]} exists"))
+            return
+        limit = self.service.limits.subscriptions_per_connection
+        if len(self.operations) >= limit:
+            await self.send(
+                {
+                    "id": operation_id,
+                    "type": "error",
+                    "payload": [
+                        {
+                            "message": f"This connection holds {limit} subscriptions, its limit.",
+                            "extensions": {"code": "too_many_subscriptions"},
+                        }
+                    ],
+                }
+            )
+            return
+        self.idle_since = None
+        task = asyncio.get_running_loop().create_task(self._operation(operation_id, payload))
+        self.operations[operation_id] = task
+
+    async def _operation(self, operation_id: str, payload: Mapping[str, Any]) -> None:
+        context = self.service._context(self)
+        try:
+            request = _operation_of(payload)
+        except ProtocolError as exc:
+            await self.send(
+                {
+                    "id": operation_id,
+                    "type": "error",
+                    "payload": [{"message": exc.detail, "extensions": {"code": exc.code}}],
+                }
+            )
+            self._finished(operation_id)
+            return
+        results = await self.service.schema.subscribe(
+            request.query,
+            variable_values=request.variables,
+            context_value=context,
+            operation_name=request.operation_name,
+        )
+        try:
+            async for result in results:
+                if isinstance(result, PreExecutionError):
+                    errors = _errors(result.errors, context.request_id)
+                    await self.send({"id": operation_id, "type": "error", "payload": errors})
+                    return
+                payload = _formatted(result, context.request_id)
+                await self.send({"id": operation_id, "type": "next", "payload": payload})
+                self.service.reports.sent(self.transport)
+                # Each result reads afresh: no loader's answer outlives it, no transaction
+                # stays open while the subscription waits.
+                context.loaders.clear()
+                await context.close()
+            if self.closing is None:
+                await self.send({"id": operation_id, "type": "complete"})
+        finally:
+            with anyio.CancelScope(shield=True):
+                await results.aclose()
+                await context.close()
+            self._finished(operation_id)
+
+    def _finished(self, operation_id: str) -> None:
+        if self.operations.get(operation_id) is asyncio.current_task():
+            del self.operations[operation_id]
+            self._note_idle()
+
+    def _note_idle(self) -> None:
+        if not self.operations:
+            self.idle_since = time.monotonic()
+
+    async def _end_operations(self) -> None:
+        operations = list(self.operations.values())
+        self.operations.clear()
+        for operation in operations:
+            operation.cancel()
+        await asyncio.gather(*operations, return_exceptions=True)
+
+
+@dataclass(frozen=True, slots=True)
+class _Operation:
+    query: str
+    variables: dict[str, Any] | None
+    operation_name: str | None
+
+
+def _operation_of(payload: Mapping[str, Any]) -> _Operation:
+    query = payload.get("query")
+    variables = payload.get("variables")
+    name = payload.get("operationName")
+    if not isinstance(query, str):
+        raise ProtocolError(400, "unreadable_request", "Unreadable request", "No query given.")
+    if variables is not None and not isinstance(variables, dict):
+        raise ProtocolError(
+            400, "unreadable_request", "Unreadable request", "The variables are not an object."
+        )
+    if name is not None and not isinstance(name, str):
+        raise ProtocolError(
+            400, "unreadable_request", "Unreadable request", "The operationName is not a string."
+        )
+    return _Operation(query, variables, name)
+
+
+async def graphql_websocket(websocket: WebSocket) -> None:
+    """``graphql-transport-ws`` at /graphql: ``connection_init`` (its payload may carry
+    ``X-Api-Key`` and ``X-Department-Id``, else the upgrade request's headers do), then
+    ``subscribe`` and ``complete`` per operation."""
+    service: LiveService = websocket.app.state.live
+    if PROTOCOL not in websocket.scope.get("subprotocols", []):
+        await websocket.accept()
+        await websocket.close(SUBPROTOCOL.code, SUBPROTOCOL.reason)
+        return
+    await websocket.accept(subprotocol=PROTOCOL)
+    try:
+        async with asyncio.timeout(service.limits.init_timeout_seconds):
+            message = await websocket.receive()
+    except TimeoutError:
+        await websocket.close(INIT_TIMEOUT.code, INIT_TIMEOUT.reason)
+        return
+    if message["type"] == "websocket.disconnect":
+        return
+    try:
+        init = orjson.loads(message.get("text") or message.get("bytes") or b"")
+    except orjson.JSONDecodeError:
+        init = None
+    if not isinstance(init, dict) or init.get("type") != "connection_init":
+        await websocket.close(UNAUTHORIZED.code, UNAUTHORIZED.reason)
+        return
+    given = init.get("payload")
+    payload = given if isinstance(given, dict) else {}
+    api_key = _header(payload, "x-api-key") or websocket.headers.get("x-api-key")
+    department = _header(payload, "x-department-id") or websocket.headers.get("x-department-id")
+    try:
+        scope = await live_scope(websocket, api_key, department)
+        credentials = (api_key or "", department)
+        connection = _WebSocketConnection(service, websocket, scope, credentials)
+        service._register(connection)
+    except DomainError as exc:
+        refusal = TOO_MANY_CONNECTIONS if isinstance(exc, TooManyConnections) else None
+        code, reason = (
+            (refusal.code, refusal.reason)
+            if refusal is not None
+            else (4403, f"Forbidden: {exc.code}")
+        )
+        await websocket.close(code, reason)
+        return
+    try:
+        await connection.send({"type": "connection_ack"})
+        await connection.serve()
+    except WebSocketDisconnect:
+        pass
+    finally:
+        service._unregister(connection)
+
+
+class _StreamConnection(_Connection):
+    transport = "sse"
+
+
+def _sse(event: str, data: object, event_id: str | None = None) -> bytes:
+    lines = [f"event: {event}"]
+    if event_id is not None:
+        lines.append(f"id: {event_id}")
+    lines.append("data: " + orjson.dumps(data).decode())
+    return ("\n".join(lines) + "\n\n").encode()
+
+
+async def graphql_stream(request: Request) -> StreamingResponse:
+    """``graphql-sse`` in its distinct connections mode: the operation in a POST's JSON body
+    (or a GET's query string), its results as ``next`` events, then ``complete``."""
+    service: LiveService = request.app.state.live
+    if request.method == "GET":
+        params = request.query_params
+        try:
+            variables = orjson.loads(params["variables"]) if "variables" in params else None
+        except orjson.JSONDecodeError:
+            raise malformed_json("The variables are not valid JSON.") from None
+        body: Any = {
+            "query": params.get("query"),
+            "variables": variables,
+            "operationName": params.get("operationName"),
+        }
+    else:
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError as exc:
+            raise malformed_json(f"The body is not valid JSON: {exc}.") from None
+        if not isinstance(body, dict):
+            raise ProtocolError(400, "unreadable_request", "Unreadable request", "Not an object.")
+    operation = _operation_of(body)
+    headers = request.headers
+    api_key, department = headers.get("x-api-key"), headers.get("x-department-id")
+    scope = await live_scope(request, api_key, department)
+    connection = _StreamConnection(service, request, scope, (api_key or "", department))
+    service._register(connection)
+    return StreamingResponse(
+        _stream(service, connection, operation),
+        media_type=SSE_MEDIA_TYPE,
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _stream(
+    service: LiveService, connection: _StreamConnection, operation: _Operation
+) -> AsyncIterator[bytes]:
+    outgoing: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=1)
+    context = service._context(connection)
+
+    async def run() -> None:
+        results = await service.schema.subscribe(
+            operation.query,
+            variable_values=operation.variables,
+            context_value=context,
+            operation_name=operation.operation_name,
+        )
+        try:
+            async for result in results:
+                if isinstance(result, PreExecutionError):
+                    await outgoing.put(_sse("next", _formatted(result, context.request_id)))
+                    break
+                data = result.data or {}
+                field = next(iter(data.values()), None) if len(data) == 1 else None
+                cursor = field.get("cursor") if isinstance(field, dict) else None
+                shown = _formatted(result, context.request_id)
+                await outgoing.put(_sse("next", shown, cursor))
+                context.loaders.clear()
+                await context.close()
+            if connection.closing is None:
+                await outgoing.put(_sse("complete", None))
+        finally:
+            await results.aclose()
+            await context.close()
+            await outgoing.put(None)
+
+    running = asyncio.get_running_loop().create_task(run())
+    closed: asyncio.Future[Any] = asyncio.ensure_future(connection.closed.wait())
+    try:
+        while connection.closing is None:
+            taking = asyncio.ensure_future(outgoing.get())
+            done, _ = await asyncio.wait(
+                {taking, closed},
+                timeout=service.limits.keepalive_seconds,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if taking in done:
+                item = taking.result()
+                if item is None:
+                    break
+                yield item
+                if item.startswith(b"event: next"):
+                    service.reports.sent(connection.transport)
+                continue
+            taking.cancel()
+            if closed not in done:
+                connection.recheck()
+                # A comment line: proxies and clients see the stream alive.
+                yield b": keep-alive\n\n"
+        why = connection.closing
+        if why is not None:
+            # The reason as a last result; without `complete` (unless the key may no longer
+            # connect), since a client reconnects after a stream that ended without one.
+            error = {"message": why.reason, "extensions": {"code": why.name}}
+            yield _sse("next", {"errors": [error]})
+            if why is REVOKED:
+                yield _sse("complete", None)
+    finally:
+        service._unregister(connection)
+        closed.cancel()
+        running.cancel()
+        # Cancelled (the client went away), the operation still leaves the hub and gives its
+        # connection back.
+        with anyio.CancelScope(shield=True):
+            await asyncio.gather(running, return_exceptions=True)
+
+
+def install_live(app: FastAPI, service: LiveService) -> None:
+    """Mounts both transports; call it before the GraphQL API's routes, whose WebSocket route
+    at /graphql this one precedes."""
+    app.state.live = service
+    app.add_api_websocket_route(WEBSOCKET_PATH, graphql_websocket)
+    app.add_api_route(STREAM_PATH, graphql_stream, methods=["GET", "POST"], include_in_schema=False)

@@ -1,0 +1,232 @@
+"""Subscriptions over Server-Sent Events at /graphql/stream (graphql-sse, distinct connections
+mode): the key in the request's headers, each result a `next` event whose id is the change's
+cursor, resumed without a gap; keep-alive comments; a stream ended by an error, a revoked key
+or the server stopping, and the same per-key limit of connections as WebSockets."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from anyio.from_thread import BlockingPortal
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from dealbase.app import create_app
+from dealbase.config import Settings
+from dealbase.graphql_api.live import LiveService
+from dealbase.ops import admin
+from dealbase.tenancy.database import Database
+from tests.graphql_api.live_support import API, BOARD, CHANGES, create_customer
+from tests.support import TenantWorld
+
+STREAM = "/graphql/stream"
+SSE = {"Accept": "text/event-stream"}
+
+
+@dataclass(frozen=True)
+class ServerEvent:
+    event: str
+    id: str | None
+    data: Any
+
+
+class Stream:
+    """The events of one response, read as they come; ``comments`` counts the comment lines."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+        self._lines = response.iter_lines()
+        self.comments = 0
+
+    def next_event(self) -> ServerEvent:
+        fields: dict[str, str] = {}
+        for line in self._lines:
+            if line.startswith(":"):
+                self.comments += 1
+            elif line == "":
+                if fields:
+                    return ServerEvent(
+                        fields["event"], fields.get("id"), json.loads(fields["data"])
+                    )
+            else:
+                name, _, value = line.partition(": ")
+                fields[name] = value
+        raise EOFError("the stream ended")
+
+    def ended(self) -> bool:
+        try:
+            self.next_event()
+        except EOFError:
+            return True
+        return False
+
+
+@contextmanager
+def stream(
+    client: TestClient,
+    headers: dict[str, str],
+    query: str,
+    variables: dict[str, Any] | None = None,
+) -> Iterator[Stream]:
+    with client.stream(
+        "POST",
+        STREAM,
+        json={"query": query, "variables": variables or {}},
+        headers={**SSE, **headers},
+    ) as response:
+        assert response.status_code == 200, response.read()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        yield Stream(response)
+
+
+@pytest.fixture(scope="module")
+def tight(settings: Settings) -> Iterator[TestClient]:
+    app = create_app(
+        settings.model_copy(update={"live_connections_per_key": 2, "live_keepalive_seconds": 0.2})
+    )
+    with TestClient(app, raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+def _app(client: TestClient) -> FastAPI:
+    app: FastAPI = client.app  # type: ignore[assignment]
+    return app
+
+
+def _start_of_feed(client: TestClient, headers: dict[str, str]) -> str:
+    """The events feed's cursor before its first event."""
+    response = client.get(f"{API}/events", headers=headers)
+    assert response.status_code == 200, response.text
+    assert response.json()["data"] == []
+    cursor: str = response.json()["next_cursor"]
+    return cursor
+
+
+def test_changes_stream_as_next_events_whose_id_is_the_cursor_from_where_the_client_resumes(
+    client: TestClient, world: TenantWorld
+) -> None:
+    headers = world.key.headers
+    start = _start_of_feed(client, headers)
+    first = create_customer(client, headers, "before the stream")
+    with stream(client, headers, CHANGES, {"after": start}) as events:
+        caught_up = events.next_event()
+        second = create_customer(client, headers, "while it streams")
+        live = events.next_event()
+    assert caught_up.event == live.event == "next"
+    assert caught_up.data["data"]["changes"]["recordId"] == first["id"]
+    assert live.data["data"]["changes"]["recordId"] == second["id"]
+    assert caught_up.id == caught_up.data["data"]["changes"]["cursor"]
+    third = create_customer(client, headers, "after it")
+    with stream(client, headers, CHANGES, {"after": live.id}) as events:
+        resumed = events.next_event()
+    assert resumed.data["data"]["changes"]["recordId"] == third["id"]
+
+
+def test_the_board_streams_now_and_after_each_change_of_a_deal(
+    client: TestClient, world: TenantWorld
+) -> None:
+    headers = world.key.headers
+    with stream(client, headers, BOARD) as events:
+        now = events.next_event().data["data"]["pipelineBoard"]
+        deal = client.post(
+            f"{API}/deals", json={"name": "Engine", "volume": 42, "customers": []}, headers=headers
+        )
+        assert deal.status_code == 201, deal.text
+        after = events.next_event().data["data"]["pipelineBoard"]
+    assert now["steps"][0]["dealCount"] == 0
+    assert (after["steps"][0]["dealCount"], after["steps"][0]["totalVolume"]) == (1, 42)
+
+
+def test_a_get_with_the_operation_in_its_query_string_streams_too(
+    client: TestClient, world: TenantWorld
+) -> None:
+    with client.stream(
+        "GET", STREAM, params={"query": BOARD}, headers={**SSE, **world.key.headers}
+    ) as response:
+        assert response.status_code == 200
+        board = Stream(response).next_event()
+    assert board.data["data"]["pipelineBoard"]["departmentId"] == str(world.department.id)
+
+
+def test_a_stream_without_a_valid_key_is_refused_as_a_problem(client: TestClient) -> None:
+    response = client.post(STREAM, json={"query": BOARD}, headers={**SSE, "X-Api-Key": "dbk_wrong"})
+    assert response.status_code == 401
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["code"] == "unauthenticated"
+
+
+def test_an_unreadable_body_is_refused_before_any_stream(
+    client: TestClient, world: TenantWorld
+) -> None:
+    response = client.post(
+        STREAM,
+        content=b"{",
+        headers={**SSE, **world.key.headers, "Content-Type": "application/json"},
+    )
+    assert (response.status_code, response.json()["code"]) == (400, "malformed_json")
+
+
+def test_an_operation_error_is_a_next_event_with_the_errors_then_complete(
+    client: TestClient, world: TenantWorld
+) -> None:
+    with stream(client, world.key.headers, CHANGES, {"after": "not-a-cursor"}) as events:
+        failed = events.next_event()
+        completed = events.next_event()
+        ended = events.ended()
+    assert failed.event == "next"
+    assert failed.data["errors"][0]["extensions"]["code"] == "validation_failed"
+    assert (completed.event, completed.data, ended) == ("complete", None, True)
+
+
+def test_an_idle_stream_carries_keep_alive_comments(tight: TestClient, world: TenantWorld) -> None:
+    with stream(tight, world.key.headers, BOARD) as events:
+        events.next_event()
+        # The board changes no more: only comments come, every 0.2 s.
+        lines = events._lines
+        comments = [next(lines) for _ in range(4)]
+    assert comments == [": keep-alive", "", ": keep-alive", ""]
+
+
+def test_revoking_the_key_ends_its_stream_with_a_last_error_and_complete(
+    client: TestClient, database: Database, world: TenantWorld
+) -> None:
+    with stream(client, world.key.headers, BOARD) as events:
+        events.next_event()
+        admin.revoke_key(database, world.key.key_id)
+        last = events.next_event()
+        completed = events.next_event()
+    assert last.data["errors"][0]["extensions"]["code"] == "revoked"
+    assert completed.event == "complete"
+
+
+def test_stopping_the_server_ends_each_stream_without_complete_so_the_client_reconnects(
+    settings: Settings, world: TenantWorld
+) -> None:
+    with TestClient(create_app(settings), raise_server_exceptions=False) as stopping:
+        live: LiveService = _app(stopping).state.live
+        portal: BlockingPortal | None = stopping.portal
+        assert portal is not None
+        with stream(stopping, world.key.headers, BOARD) as events:
+            events.next_event()
+            portal.call(live.shut_down)
+            last = events.next_event()
+            ended = events.ended()
+    assert last.data["errors"][0]["extensions"]["code"] == "shutdown"
+    assert "reconnect" in last.data["errors"][0]["message"]
+    assert ended
+
+
+def test_streams_count_against_the_keys_limit_of_connections(
+    tight: TestClient, world: TenantWorld
+) -> None:
+    headers = world.key.headers
+    with stream(tight, headers, BOARD), stream(tight, headers, BOARD):
+        refused = tight.post(STREAM, json={"query": BOARD}, headers={**SSE, **headers})
+    assert refused.status_code == 429
+    assert refused.json()["code"] == "too_many_connections"
