@@ -24,6 +24,8 @@ from fastapi.dependencies.utils import get_validation_alias, request_params_to_a
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Send
+from starlette.types import Scope as ASGIScope
 
 from dealbase.edge.request_edge import CALLER_STATE
 from dealbase.errors import Unauthenticated
@@ -51,9 +53,22 @@ class AdmittedRoute(APIRoute):
     them, but are read by ``_reading_optional_parameters``: FastAPI goes through every header
     and query parameter a request carries for them, even when none of them is sent (about 50
     of a create's 760 Python calls, 11 % of a customer page's CPU: bench/README.md).
+
+    A route whose endpoint takes nothing else but the request (no path parameter, no body, no
+    dependency: a create, a list) is called without FastAPI's request handler and its wrapper
+    (two exit stacks, a dependency solver, a second exception layer), which have nothing to do
+    for it: its errors go to the app's exception handlers as any route's do.
     """
 
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if _takes_only_the_request(self._served_dependant()):
+            self.app = _answering(self.get_route_handler())
+
+    def _served_dependant(self) -> Dependant:
+        """The dependant the route's handler serves: without its optional query and header
+        parameters where ``_reading_optional_parameters`` reads them; the route keeps the whole
+        one for the OpenAPI document."""
         declared = self.dependant
         optional = [*declared.header_params, *declared.query_params]
         if (
@@ -63,24 +78,73 @@ class AdmittedRoute(APIRoute):
             and declared.request_param_name is not None
             and inspect.iscoroutinefunction(declared.call)
         ):
-            # The handler FastAPI builds from the dependant without those parameters; the
-            # route keeps the whole one for the OpenAPI document.
-            self.dependant = dataclasses.replace(
+            return dataclasses.replace(
                 declared,
                 header_params=[],
                 query_params=[],
                 call=_reading_optional_parameters(declared),
             )
-        try:
-            handle = super().get_route_handler()
-        finally:
-            self.dependant = declared
+        return declared
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        declared = self.dependant
+        served = self._served_dependant()
+        if _takes_only_the_request(served):
+            assert served.call is not None
+            assert served.request_param_name is not None
+            handle = _called_with_the_request(served.call, served.request_param_name)
+        else:
+            self.dependant = served
+            try:
+                handle = super().get_route_handler()
+            finally:
+                self.dependant = declared
 
         async def admitted_first(request: Request) -> Response:
             await department_scope(request)
             return await handle(request)
 
         return admitted_first
+
+
+def _takes_only_the_request(dependant: Dependant) -> bool:
+    return (
+        dependant.request_param_name is not None
+        and inspect.iscoroutinefunction(dependant.call)
+        and not dependant.path_params
+        and not dependant.query_params
+        and not dependant.header_params
+        and not dependant.cookie_params
+        and not dependant.body_params
+        and not dependant.dependencies
+        and dependant.websocket_param_name is None
+        and dependant.http_connection_param_name is None
+        and dependant.response_param_name is None
+        and dependant.background_tasks_param_name is None
+        and dependant.security_scopes_param_name is None
+    )
+
+
+def _called_with_the_request(
+    endpoint: Callable[..., Any], request_name: str
+) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+    async def handle(request: Request) -> Response:
+        response = await endpoint(**{request_name: request})
+        if not isinstance(response, Response):
+            raise TypeError(f"{endpoint.__name__} must answer with a Response")
+        return response
+
+    return handle
+
+
+def _answering(handle: Callable[[Request], Awaitable[Response]]) -> ASGIApp:
+    """The route's ASGI app: the request's answer from ``handle``, sent."""
+
+    async def app(scope: ASGIScope, receive: Receive, send: Send) -> None:
+        response = await handle(Request(scope, receive, send))
+        await response(scope, receive, send)
+
+    return app
 
 
 def _reading_optional_parameters(declared: Dependant) -> Callable[..., Awaitable[Any]]:
