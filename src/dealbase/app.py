@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 from anyio import to_thread
 from fastapi import FastAPI
@@ -29,6 +30,7 @@ from dealbase.ops.health import install_health
 from dealbase.ops.live_metrics import LiveMetrics
 from dealbase.ops.metrics import Metrics, install_metrics, worker_stopped
 from dealbase.ops.observability import configure_logging
+from dealbase.ops.serving import SERVER_STOPPING
 from dealbase.ops.web_pages.pages import graphiql_page, install_web_pages, shipped_assets
 from dealbase.platform.webhooks.addresses import AddressPolicy
 from dealbase.rest_api.api import install_rest_api
@@ -90,7 +92,7 @@ def create_app(
     )
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(_: FastAPI) -> AsyncIterator[dict[str, Any]]:
         await database.open()
         key_listener.start()
         await live.start(settings.database_listen_url or database_url)
@@ -103,7 +105,10 @@ def create_app(
             gc.collect()
             gc.freeze()
         try:
-            yield
+            # Told by the HTTP server as it starts to stop (ops.serving): streams of
+            # subscriptions end at once, telling their clients to reconnect elsewhere; uvicorn
+            # closes each WebSocket itself, with 1012.
+            yield {SERVER_STOPPING: [live.shut_down]}
         finally:
             metrics_keeper.cancel()
             key_use_flusher.cancel()

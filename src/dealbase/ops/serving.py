@@ -46,6 +46,9 @@ log = structlog.get_logger(__name__)
 
 # Longer than a client takes between a response and its next request on the same connection.
 DRAIN_SECONDS = 1.0
+# The key of the app's lifespan state holding what to call as the server starts to stop: the
+# live subscriptions' streams, which would otherwise run on until the graceful timeout.
+SERVER_STOPPING = "dealbase_server_stopping"
 
 
 @dataclass(frozen=True)
@@ -206,6 +209,8 @@ class HttpProtocol(HttpToolsProtocol):
                 self.cycle.keep_alive = False
 
     def shutdown(self) -> None:
+        for stopping in self.app_state.get(SERVER_STOPPING, ()):
+            stopping()
         self._draining = True
         if self.cycle is None or self.cycle.response_complete:
             # The keep-alive timer's slot: data arriving cancels it, as it does the timer.

@@ -1,0 +1,179 @@
+"""Live subscriptions against `dealbase serve` itself: a change written through any worker
+reaches a subscriber of another (each worker's LISTEN connection hears every worker's
+announcement), a stream the client leaves frees its place, and SIGTERM tells WebSocket and
+stream clients to reconnect at once instead of holding the server to its graceful timeout."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from websockets.sync.client import ClientConnection, connect
+
+from dealbase.tenancy.database import libpq_url
+from tests.support import (
+    SERVER_START_TIMEOUT_S,
+    ServeProcess,
+    TenantWorld,
+    build_tenant,
+    dealbase_serve,
+)
+
+API = "/api/v1/integration"
+CHANGES = "subscription { changes { cursor recordId } }"
+BOARD = "subscription { pipelineBoard { cursor } }"
+
+
+def _listeners(database_url: str) -> int:
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as connection:
+        row = connection.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name ="
+            " 'dealbase-live-listener' AND datname = current_database()"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+@contextmanager
+def _serve(
+    directory: Path, database_url: str, workers: int, **settings: str
+) -> Iterator[ServeProcess]:
+    environment = {
+        "DEALBASE_DATABASE_URL": database_url,
+        "DEALBASE_LOG_LEVEL": "warning",
+        # Far off: a change that arrives fast came by its announcement, not by this read.
+        "DEALBASE_LIVE_POLL_SECONDS": "600",
+        **{f"DEALBASE_{name.upper()}": value for name, value in settings.items()},
+    }
+    with dealbase_serve(directory, environment, "--workers", str(workers)) as served:
+        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+        while True:
+            assert served.process.poll() is None, served.output()
+            try:
+                ready = httpx.get(f"{served.base_url}/healthz", timeout=1).status_code == 200
+            except httpx.TransportError:
+                ready = False
+            # Each worker listens once its app has started.
+            if ready and _listeners(database_url) >= workers:
+                break
+            assert time.monotonic() < deadline, served.output()
+            time.sleep(0.05)
+        yield served
+
+
+@pytest.fixture(scope="module")
+def two_workers(
+    database_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServeProcess]:
+    directory = tmp_path_factory.mktemp("live")
+    with _serve(directory, database_url, 2, live_connections_per_key="1") as served:
+        yield served
+
+
+@contextmanager
+def _websocket(served: ServeProcess, world: TenantWorld) -> Iterator[ClientConnection]:
+    with connect(
+        served.base_url.replace("http://", "ws://") + "/graphql",
+        subprotocols=["graphql-transport-ws"],  # type: ignore[list-item]
+        open_timeout=10,
+    ) as socket:
+        socket.send(json.dumps({"type": "connection_init", "payload": world.key.headers}))
+        assert json.loads(socket.recv(timeout=10)) == {"type": "connection_ack"}
+        yield socket
+
+
+def _next(socket: ClientConnection) -> dict[str, Any]:
+    while True:
+        message: dict[str, Any] = json.loads(socket.recv(timeout=10))
+        if message["type"] != "ping":
+            return message
+
+
+def test_a_change_written_through_any_worker_reaches_the_subscriber_within_a_second(
+    two_workers: ServeProcess, database: Any
+) -> None:
+    world = build_tenant(database)
+    with _websocket(two_workers, world) as socket:
+        socket.send(json.dumps({"id": "c", "type": "subscribe", "payload": {"query": CHANGES}}))
+        socket.send(json.dumps({"id": "b", "type": "subscribe", "payload": {"query": BOARD}}))
+        # The board answers once the department's channel is ready, the changes joined to it.
+        assert _next(socket)["id"] == "b"
+        written, delays = [], []
+        for n in range(8):
+            # A connection each: the kernel hands them to either worker.
+            response = httpx.post(
+                f"{two_workers.base_url}{API}/customers",
+                json={"last_name": f"written {n}"},
+                headers={**world.key.headers, "Connection": "close"},
+            )
+            assert response.status_code == 201, response.text
+            started = time.monotonic()
+            message = _next(socket)
+            delays.append(time.monotonic() - started)
+            written.append(response.json()["id"])
+            assert message["payload"]["data"]["changes"]["recordId"] == written[-1]
+    assert max(delays) < 1.0, delays
+
+
+def test_a_stream_the_client_leaves_frees_its_place(
+    two_workers: ServeProcess, database: Any
+) -> None:
+    world = build_tenant(database)
+    headers = {**world.key.headers, "Accept": "text/event-stream"}
+    url = f"{two_workers.base_url}/graphql/stream"
+    # One connection per key (this server's limit) on each worker: two streams at most, and
+    # each a moment after the last one left.
+    for _ in range(4):
+        deadline = time.monotonic() + 5
+        while True:
+            with httpx.stream("POST", url, json={"query": BOARD}, headers=headers) as response:
+                if response.status_code == 200:
+                    first = next(response.iter_lines())
+                    break
+            assert response.status_code == 429
+            assert time.monotonic() < deadline, "the stream's place was not freed"
+            time.sleep(0.05)
+        assert first == "event: next"
+
+
+@pytest.mark.serial
+def test_sigterm_tells_websocket_and_stream_clients_to_reconnect_at_once(
+    database_url: str, database: Any, tmp_path: Path
+) -> None:
+    world = build_tenant(database)
+    with (
+        _serve(tmp_path, database_url, 1) as served,
+        _websocket(served, world) as socket,
+        httpx.stream(
+            "POST",
+            f"{served.base_url}/graphql/stream",
+            json={"query": BOARD},
+            headers={**world.key.headers, "Accept": "text/event-stream"},
+            timeout=10,
+        ) as stream,
+    ):
+        lines = stream.iter_lines()
+        assert next(lines) == "event: next"
+        started = time.monotonic()
+        served.process.send_signal(signal.SIGTERM)
+        last = [line for line in lines if line.startswith("data: ")][-1]
+        try:
+            while True:
+                socket.recv(timeout=10)
+        except Exception as closed:
+            close = getattr(closed, "rcvd", None)
+        served.process.wait(timeout=20)
+        stopped = time.monotonic() - started
+    assert json.loads(last.removeprefix("data: "))["errors"][0]["extensions"]["code"] == (
+        "shutdown"
+    )
+    assert close is not None and close.code == 1012
+    # Not held to the graceful timeout (30 s) by the open stream.
+    assert stopped < 10, stopped
