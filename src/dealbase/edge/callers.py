@@ -50,12 +50,12 @@ class AdmittedRoute(APIRoute):
 
     Its optional query and header parameters (the lists' filters and page, If-Match,
     If-None-Match, Idempotency-Key) stay in its signature, where the OpenAPI document reads
-    them, but are read by ``_reading_optional_parameters``: FastAPI goes through every header
+    them, but are read by ``_reading_parameters``: FastAPI goes through every header
     and query parameter a request carries for them, even when none of them is sent (about 50
     of a create's 760 Python calls, 11 % of a customer page's CPU: bench/README.md).
 
-    A route whose endpoint takes nothing else but the request (no path parameter, no body, no
-    dependency: a create, a list) is called without FastAPI's request handler and its wrapper
+    A route whose endpoint then takes nothing else but the request (no body parameter, no
+    dependency: a create, a list, a read, a patch) is called without FastAPI's request handler and its wrapper
     (two exit stacks, a dependency solver, a second exception layer), which have nothing to do
     for it: its errors go to the app's exception handlers as any route's do.
     """
@@ -66,13 +66,13 @@ class AdmittedRoute(APIRoute):
             self.app = _answering(self.get_route_handler())
 
     def _served_dependant(self) -> Dependant:
-        """The dependant the route's handler serves: without its optional query and header
-        parameters where ``_reading_optional_parameters`` reads them; the route keeps the whole
-        one for the OpenAPI document."""
+        """The dependant the route's handler serves: without its path parameters and optional
+        query and header parameters where ``_reading_parameters`` reads them; the route keeps
+        the whole one for the OpenAPI document."""
         declared = self.dependant
         optional = [*declared.header_params, *declared.query_params]
         if (
-            optional
+            (optional or declared.path_params)
             # Each None when not sent, as this reads them.
             and all(field.field_info.default is None for field in optional)
             and declared.request_param_name is not None
@@ -80,9 +80,10 @@ class AdmittedRoute(APIRoute):
         ):
             return dataclasses.replace(
                 declared,
+                path_params=[],
                 header_params=[],
                 query_params=[],
-                call=_reading_optional_parameters(declared),
+                call=_reading_parameters(declared),
             )
         return declared
 
@@ -147,25 +148,34 @@ def _answering(handle: Callable[[Request], Awaitable[Response]]) -> ASGIApp:
     return app
 
 
-def _reading_optional_parameters(declared: Dependant) -> Callable[..., Awaitable[Any]]:
-    """The endpoint of ``declared``, given the values of its query and header parameters: None
-    for one the request does not send, else what FastAPI's own validation of it gives (its
-    errors a 422 as FastAPI's, ``edge.problems``)."""
+def _reading_parameters(declared: Dependant) -> Callable[..., Awaitable[Any]]:
+    """The endpoint of ``declared``, given the values of its path, query and header parameters:
+    None for an optional one the request does not send, else what FastAPI's own validation of
+    it gives, its errors in FastAPI's order (path, query, headers) and a 422 as FastAPI's
+    (``edge.problems``)."""
     endpoint = declared.call
     assert endpoint is not None
     assert declared.request_param_name is not None
     request_name = declared.request_param_name
+    # (field, name in the request, where: 0 path, 1 query, 2 headers)
     fields = [
-        *((field, get_validation_alias(field), True) for field in declared.header_params),
-        *((field, get_validation_alias(field), False) for field in declared.query_params),
+        *((field, field.alias, 0) for field in declared.path_params),
+        *((field, get_validation_alias(field), 1) for field in declared.query_params),
+        *((field, get_validation_alias(field), 2) for field in declared.header_params),
     ]
 
     async def with_parameters(**values: Any) -> Any:
         request = values[request_name]
         errors: list[Any] = []
-        for field, alias, in_headers in fields:
-            sent = request.headers if in_headers else request.query_params
-            if sent.get(alias) is None:
+        for field, alias, where in fields:
+            sent: Any = (
+                request.path_params
+                if where == 0
+                else request.query_params
+                if where == 1
+                else request.headers
+            )
+            if where and sent.get(alias) is None:
                 values[field.name] = None
                 continue
             found, wrong = request_params_to_args([field], sent)
