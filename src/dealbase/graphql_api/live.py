@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +97,7 @@ NO_PONG = Closing(1001, "no_pong", "No pong to the server's ping")
 INIT_TIMEOUT = Closing(4408, "init_timeout", "Connection initialisation timeout")
 TOO_MANY_CONNECTIONS = Closing(4429, "too_many_connections", "Too many connections for this key")
 UNAUTHORIZED = Closing(4401, "unauthorized", "Unauthorized")
+INTERNAL_ERROR = Closing(1011, "internal_error", "Internal error")
 REVOKED = Closing(4403, "revoked", "Forbidden: the key no longer admits this connection")
 BAD_REQUEST = Closing(4400, "bad_request", "Bad request")
 SUBPROTOCOL = Closing(4406, "subprotocol", "Subprotocol not acceptable")
@@ -449,25 +450,37 @@ class _WebSocketConnection(_Connection):
             operation_name=request.operation_name,
         )
         try:
-            async for result in results:
-                if isinstance(result, PreExecutionError):
-                    errors = _errors(result.errors, context.request_id)
-                    await self.send({"id": operation_id, "type": "error", "payload": errors})
-                    return
-                payload = _formatted(result, context.request_id)
-                await self.send({"id": operation_id, "type": "next", "payload": payload})
-                self.service.reports.sent(self.transport)
-                # Each result reads afresh: no loader's answer outlives it, no transaction
-                # stays open while the subscription waits.
-                context.loaders.clear()
-                await context.close()
-            if self.closing is None:
-                await self.send({"id": operation_id, "type": "complete"})
+            await self._stream(operation_id, results, context)
+        except (WebSocketDisconnect, OSError):
+            pass
+        except Exception:
+            log.exception("live_operation_failed", request_id=context.request_id)
+            self.close(INTERNAL_ERROR)
         finally:
             with anyio.CancelScope(shield=True):
                 await results.aclose()
                 await context.close()
             self._finished(operation_id)
+
+    async def _stream(
+        self, operation_id: str, results: AsyncGenerator[Any, None], context: LiveContext
+    ) -> None:
+        """The operation's results as ``next`` messages, then ``complete`` (unless the
+        connection is closing: its close says why)."""
+        async for result in results:
+            if isinstance(result, PreExecutionError):
+                errors = _errors(result.errors, context.request_id)
+                await self.send({"id": operation_id, "type": "error", "payload": errors})
+                return
+            payload = _formatted(result, context.request_id)
+            await self.send({"id": operation_id, "type": "next", "payload": payload})
+            self.service.reports.sent(self.transport)
+            # Each result reads afresh: no loader's answer outlives it, no transaction
+            # stays open while the subscription waits.
+            context.loaders.clear()
+            await context.close()
+        if self.closing is None:
+            await self.send({"id": operation_id, "type": "complete"})
 
     def _finished(self, operation_id: str) -> None:
         if self.operations.get(operation_id) is asyncio.current_task():
@@ -522,16 +535,21 @@ async def graphql_websocket(websocket: WebSocket) -> None:
     await websocket.accept(subprotocol=PROTOCOL)
     try:
         async with asyncio.timeout(service.limits.init_timeout_seconds):
-            message = await websocket.receive()
+            while True:
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    return
+                try:
+                    init = orjson.loads(message.get("text") or message.get("bytes") or b"")
+                except orjson.JSONDecodeError:
+                    init = None
+                if not isinstance(init, dict) or init.get("type") != "ping":
+                    break
+                # The protocol allows pings at any time, before the introduction too.
+                await websocket.send_text('{"type":"pong"}')
     except TimeoutError:
         await websocket.close(INIT_TIMEOUT.code, INIT_TIMEOUT.reason)
         return
-    if message["type"] == "websocket.disconnect":
-        return
-    try:
-        init = orjson.loads(message.get("text") or message.get("bytes") or b"")
-    except orjson.JSONDecodeError:
-        init = None
     if not isinstance(init, dict) or init.get("type") != "connection_init":
         await websocket.close(UNAUTHORIZED.code, UNAUTHORIZED.reason)
         return
@@ -556,7 +574,8 @@ async def graphql_websocket(websocket: WebSocket) -> None:
     try:
         await connection.send({"type": "connection_ack"})
         await connection.serve()
-    except WebSocketDisconnect:
+    except (WebSocketDisconnect, OSError):
+        # The client went away (uvicorn raises an OSError on a send after that).
         pass
     finally:
         service._unregister(connection)
@@ -602,11 +621,31 @@ async def graphql_stream(request: Request) -> StreamingResponse:
     scope = await live_scope(request, api_key, department)
     connection = _StreamConnection(service, request, scope, (api_key or "", department))
     service._register(connection)
-    return StreamingResponse(
+    return _LiveStreamResponse(
+        service,
+        connection,
         _stream(service, connection, operation),
         media_type=SSE_MEDIA_TYPE,
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+class _LiveStreamResponse(StreamingResponse):
+    """A stream whose connection leaves the service however the response ends: a client gone
+    before its first byte never runs the stream's own cleanup."""
+
+    def __init__(
+        self, service: LiveService, connection: _StreamConnection, *args: Any, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._service = service
+        self._connection = connection
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._service._unregister(self._connection)
 
 
 async def _stream(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
@@ -194,3 +195,29 @@ def test_closing_the_hub_ends_each_subscription_as_a_shutdown(
         return told
 
     assert asyncio.run(main()) == [Ending.SHUTDOWN, Ending.SHUTDOWN]
+
+
+def test_a_department_whose_first_read_fails_leaves_no_channel_and_the_next_subscriber_retries(
+    database: Database, world: TenantWorld
+) -> None:
+    missing = Scope.for_tenant(uuid.uuid4()).in_department(world.department.id)
+
+    async def main() -> tuple[type[BaseException], int, BoardUpdate | Event]:
+        hub = Hub(database)
+        try:
+            await hub.subscribe(missing, None)
+        except Exception as failed:
+            raised: type[BaseException] = type(failed)
+        else:
+            raise AssertionError("a schema that does not exist was read")
+        left = hub.subscriber_count() + len(hub._channels)
+        # The real department's subscription is unaffected, its channel made afresh.
+        subscriber = await hub.subscribe(_scope(world), None, frozenset(), board=True)
+        first = await subscriber.next()
+        await hub.close()
+        return raised, left, first
+
+    raised, left, first = asyncio.run(main())
+    assert issubclass(raised, Exception)
+    assert left == 0
+    assert isinstance(first, BoardUpdate)

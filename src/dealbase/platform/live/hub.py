@@ -159,6 +159,9 @@ class Subscriber:
             if not self._take(event):
                 return
 
+    def pending_board(self) -> BoardUpdate | None:
+        return self._board
+
     def give_board(self, board: BoardUpdate) -> None:
         self._board = board
         self._ready.set()
@@ -219,28 +222,45 @@ class Hub:
         the subscription (a slow consumer, the server stopping), on the event loop."""
         department_id = department_of(scope)
         position = None if after is None else events.position_after(after, ALL_TYPES)
-        key = (scope.schema, department_id)
-        channel = self._channels.get(key)
-        if channel is None:
-            channel = Channel(Scope(scope.tenant_id, scope.schema, department_id))
-            self._channels[key] = channel
-            self._by_schema.setdefault(scope.schema, set()).add(channel)
-            try:
-                channel.head = await self.database.run(channel.scope, _last_position)
-            except BaseException:
-                self._drop_if_unused(channel)
-                raise
-            channel.ready.set()
-        else:
-            await channel.ready.wait()
+        channel = await self._channel(Scope(scope.tenant_id, scope.schema, department_id))
         start = channel.head if position is None else position
         subscriber = Subscriber(self, channel, start, resources, board, on_ended)
         # Nothing to catch up on: the channel gives it what follows from now on.
         subscriber.live = start >= channel.head
-        if board:
-            subscriber.give_board(await self._board(channel))
+        # In the channel before the board's read: the channel is not dropped meanwhile, and a
+        # board it gives after a change is newer than this one.
         channel.subscribers.add(subscriber)
+        if board:
+            try:
+                first = await self._board(channel)
+            except BaseException:
+                self.unsubscribe(subscriber)
+                raise
+            if subscriber.pending_board() is None:
+                subscriber.give_board(first)
         return subscriber
+
+    async def _channel(self, scope: Scope) -> Channel:
+        """The department's channel, made (its head read) if there is none yet."""
+        key = (scope.schema, department_of(scope))
+        while True:
+            channel = self._channels.get(key)
+            if channel is None:
+                channel = Channel(scope)
+                self._channels[key] = channel
+                self._by_schema.setdefault(scope.schema, set()).add(channel)
+                try:
+                    channel.head = await self.database.run(scope, _last_position)
+                except BaseException:
+                    # Forgotten: those waiting for it make one anew.
+                    self._forget(channel)
+                    raise
+                finally:
+                    channel.ready.set()
+                return channel
+            await channel.ready.wait()
+            if self._channels.get(key) is channel:
+                return channel
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
         channel = subscriber.channel
@@ -248,8 +268,10 @@ class Hub:
         self._drop_if_unused(channel)
 
     def _drop_if_unused(self, channel: Channel) -> None:
-        if channel.subscribers or not channel.ready.is_set():
-            return
+        if not channel.subscribers and channel.ready.is_set():
+            self._forget(channel)
+
+    def _forget(self, channel: Channel) -> None:
         key = (channel.scope.schema, department_of(channel.scope))
         if self._channels.get(key) is channel:
             del self._channels[key]
