@@ -18,7 +18,11 @@ import psycopg
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
+from dealbase.platform.customers import service as customers
+from dealbase.platform.customers.models import CustomerFields
+from dealbase.platform.validation import validated
 from dealbase.tenancy.database import libpq_url
+from dealbase.tenancy.scope import Scope
 from tests.support import (
     SERVER_START_TIMEOUT_S,
     ServeProcess,
@@ -28,7 +32,7 @@ from tests.support import (
 )
 
 API = "/api/v1/integration"
-CHANGES = "subscription { changes { cursor recordId } }"
+CHANGES = "subscription ($after: String) { changes(after: $after) { cursor recordId } }"
 BOARD = "subscription { pipelineBoard { cursor } }"
 
 
@@ -177,3 +181,45 @@ def test_sigterm_tells_websocket_and_stream_clients_to_reconnect_at_once(
     assert close is not None and close.code == 1012
     # Not held to the graceful timeout (30 s) by the open stream.
     assert stopped < 10, stopped
+
+
+def test_a_client_resuming_with_its_last_cursor_after_a_restart_misses_nothing_and_gets_nothing_twice(
+    database_url: str, database: Any, tmp_path: Path
+) -> None:
+    world = build_tenant(database)
+    scope = Scope.for_tenant(world.tenant.id).in_department(world.department.id)
+    written: list[str] = []
+    subscribe = {"id": "c", "type": "subscribe", "payload": {"query": CHANGES}}
+    with _serve(tmp_path / "first", database_url, 1) as first, _websocket(first, world) as socket:
+        socket.send(json.dumps(subscribe))
+        socket.send(json.dumps({"id": "b", "type": "subscribe", "payload": {"query": BOARD}}))
+        assert _next(socket)["id"] == "b"
+        for n in range(5):
+            written.append(_post_customer(first, world, f"before the restart {n}"))
+        seen = [_next(socket)["payload"]["data"]["changes"] for _ in range(3)]
+    # No server runs: these are written while the client is away.
+    for n in range(3):
+        with database.unit_of_work(scope) as uow:
+            created = customers.create(
+                uow, validated(CustomerFields, {"last_name": f"while down {n}"})
+            )
+        written.append(str(created.id))
+    after = {**subscribe, "payload": {"query": CHANGES, "variables": {"after": seen[-1]["cursor"]}}}
+    with (
+        _serve(tmp_path / "second", database_url, 1) as second,
+        _websocket(second, world) as socket,
+    ):
+        socket.send(json.dumps(after))
+        resumed = [_next(socket)["payload"]["data"]["changes"] for _ in range(5)]
+        written.append(_post_customer(second, world, "after the restart"))
+        resumed.append(_next(socket)["payload"]["data"]["changes"])
+    assert [change["recordId"] for change in seen + resumed] == written
+
+
+def _post_customer(served: ServeProcess, world: TenantWorld, name: str) -> str:
+    response = httpx.post(
+        f"{served.base_url}{API}/customers", json={"last_name": name}, headers=world.key.headers
+    )
+    assert response.status_code == 201, response.text
+    created: str = response.json()["id"]
+    return created
