@@ -137,8 +137,8 @@ class Server:
         with self.database.control() as connection:
             count: int = connection.execute(
                 text(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE datname = current_database() AND query LIKE 'LISTEN %'"
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND application_name = 'dealbase-key-listener' AND query LIKE 'LISTEN %'"
                 )
             ).scalar_one()
             return count

@@ -7,7 +7,8 @@ same schema (its guards and error codes), and keep the limits of ``LiveLimits``:
 key (per server process), subscriptions per WebSocket, the time a WebSocket may take to
 introduce itself, stay without a subscription, or leave a ping unanswered. The hub ends a
 subscription whose client reads too slowly, and the server stopping ends them all; a key's
-revocation or its tenant's suspension (heard on the key channel) closes its connections.
+revocation or its tenant's suspension (heard on the key channel), or its expiry (checked at each
+keep-alive), closes its connections.
 """
 
 from __future__ import annotations
@@ -311,11 +312,25 @@ class _WebSocketConnection(_Connection):
         self.websocket = websocket
         self.operations: dict[str, asyncio.Task[None]] = {}
         self._sending = asyncio.Lock()
+        self._replies: set[asyncio.Task[None]] = set()
         self.idle_since: float | None = time.monotonic()
 
     async def send(self, message: dict[str, Any]) -> None:
         async with self._sending:
             await self.websocket.send_text(orjson.dumps(message).decode())
+
+    def _send_soon(self, message: dict[str, Any]) -> None:
+        """Sends ``message`` beside the connection's loop, which must not wait for a client
+        that does not read (behind a subscription's result that fills its socket): it is there
+        to close that client."""
+        task = asyncio.get_running_loop().create_task(self._send_quietly(message))
+        self._replies.add(task)
+        task.add_done_callback(self._replies.discard)
+
+    async def _send_quietly(self, message: dict[str, Any]) -> None:
+        # A send after the client went away fails; the connection's loop hears of it anyway.
+        with contextlib.suppress(WebSocketDisconnect, OSError, RuntimeError):
+            await self.send(message)
 
     async def serve(self) -> None:
         """The connection after its acknowledgement: client messages, pings and the idle
@@ -360,7 +375,7 @@ class _WebSocketConnection(_Connection):
                     self.close(IDLE)
                 elif now >= next_ping:
                     self.recheck()
-                    await self.send({"type": "ping"})
+                    self._send_soon({"type": "ping"})
                     pinged_at = now if pinged_at is None else pinged_at
                     next_ping = now + limits.keepalive_seconds
         finally:
@@ -369,6 +384,8 @@ class _WebSocketConnection(_Connection):
                 receiving.cancel()
             # Whatever cancels the connection, its subscriptions leave the hub and give their
             # connections back first.
+            for reply in list(self._replies):
+                reply.cancel()
             with anyio.CancelScope(shield=True):
                 await self._end_operations()
             if self.closing is not None:
@@ -386,7 +403,7 @@ class _WebSocketConnection(_Connection):
             return
         kind = parsed["type"]
         if kind == "ping":
-            await self.send({"type": "pong"})
+            self._send_soon({"type": "pong"})
         elif kind == "pong":
             pass
         elif kind == "connection_init":
@@ -412,7 +429,7 @@ class _WebSocketConnection(_Connection):
             return
         limit = self.service.limits.subscriptions_per_connection
         if len(self.operations) >= limit:
-            await self.send(
+            self._send_soon(
                 {
                     "id": operation_id,
                     "type": "error",

@@ -1,8 +1,9 @@
 """The Subscription root: a department's changes and its board, live, from the events outbox.
 
 A subscription runs only over the live transports (``graphql_api.live``), whose context
-carries the process's hub and the connection it belongs to; the same document sent as a plain
-GraphQL request is refused with a message naming them.
+carries the process's hub and the connection it belongs to. Sent to /graphql as a request it
+is refused before it runs (``schema.DashboardSchema.execute``), and a field run with any other
+context refuses itself, naming the transports.
 """
 
 from __future__ import annotations

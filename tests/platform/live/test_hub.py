@@ -221,3 +221,29 @@ def test_a_department_whose_first_read_fails_leaves_no_channel_and_the_next_subs
     assert issubclass(raised, Exception)
     assert left == 0
     assert isinstance(first, BoardUpdate)
+
+
+def test_a_subscriber_catching_up_reads_at_its_own_pace_whatever_its_buffer(
+    database: Database, world: TenantWorld
+) -> None:
+    scope = _scope(world)
+    # The cursor of an empty feed: where its first event will come.
+    start = _cursor_after(database, scope, 1)
+    _write_customers(database, scope, [f"missed {n}" for n in range(10)])
+
+    async def main() -> tuple[list[int], Ending | None]:
+        hub = Hub(database, Limits(buffer=3))
+        subscriber = await hub.subscribe(scope, start)
+        positions = []
+        async with asyncio.timeout(WAIT_SECONDS):
+            for _ in range(10):
+                item = await subscriber.next()
+                assert isinstance(item, Event)
+                positions.append(item.position)
+        await hub.close()
+        return positions, subscriber.ended
+
+    positions, ended = asyncio.run(main())
+    assert positions == list(range(1, 11))
+    # Ended only by the hub's close, not as a slow consumer.
+    assert ended is Ending.SHUTDOWN

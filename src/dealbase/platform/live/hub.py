@@ -130,15 +130,15 @@ class Subscriber:
         if self.position < channel.head:
             found = await self._hub.read_after(channel, self.position)
             for event in found:
-                if not self._take(event):
-                    return
+                # A page asked for when nothing waited: bounded by the page, not the buffer.
+                self._take(event, bounded=False)
             if found:
                 return
         # Nothing (more) to read up to the channel's head, which has not moved since the read
         # (no await between): from here on the channel gives this subscriber what follows.
         self.live = True
 
-    def _take(self, event: Event) -> bool:
+    def _take(self, event: Event, *, bounded: bool = True) -> bool:
         """Takes ``event`` if it comes after this subscriber's position; False when its buffer
         is full (the subscriber is then ended)."""
         if event.position <= self.position:
@@ -146,7 +146,7 @@ class Subscriber:
         self.position = event.position
         if resource_of(event) not in self.resources:
             return True
-        if len(self._items) >= self._hub.limits.buffer:
+        if bounded and len(self._items) >= self._hub.limits.buffer:
             self.end(Ending.SLOW_CONSUMER)
             return False
         self._items.append(event)

@@ -8,10 +8,13 @@ committed events, and ``dealbase_api_keys``, the key and tenant changes the key 
 The writers do not notify in their own transactions: a transaction that notifies takes a lock
 that every other notifying transaction of the database waits for at its COMMIT, so the writes of
 unrelated tenants would queue behind each other. Instead a write's COMMIT tells the process's
-``Announcer`` the schema (``events.repository.committed_listeners``: a set insertion), and its
-task sends the schemas gathered meanwhile in one ``pg_notify`` statement on a connection of its
-own: one notifying transaction per batch of writes and per process. A write made outside a server
-(the CLI) announces nothing; the hub's periodic read (``Signals.poll_seconds``) finds it.
+announcer the schema (``events.repository.committed_listeners``: a set insertion), and the
+announcer sends the schemas gathered meanwhile in one ``pg_notify`` statement on a connection of
+its own: one notifying transaction per batch of writes and per process. A write made outside a
+server (the CLI) announces nothing; the hub's periodic read (``poll_seconds``) finds it.
+
+Both connections are held by threads of their own, as the key cache's listener is: their waits
+and round trips never take a turn of the event loop that serves requests.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 import psycopg
 import structlog
+from anyio import to_thread
 
 from dealbase.platform.events import repository as events_repository
 from dealbase.tenancy.api_keys import KEY_CHANGES_CHANNEL
@@ -33,6 +37,8 @@ log = structlog.get_logger(__name__)
 
 EVENTS_CHANNEL = "dealbase_events"
 _RECONNECT_DELAYS = (0.1, 0.5, 1.0, 2.0, 5.0)
+# How long the listener waits for a notice before it looks whether it is to stop.
+_LISTEN_WAIT_SECONDS = 0.2
 
 
 class Signals:
@@ -40,7 +46,7 @@ class Signals:
 
     ``on_events(schema)``: a tenant committed events; ``schema`` is None when notices may have
     been missed (the connection was down), and every channel should read on. ``on_key_change``
-    gets the key channel's payload. Both are called on the event loop.
+    gets the key channel's payload. Both are called on the event loop ``start`` ran in.
     """
 
     def __init__(
@@ -57,57 +63,71 @@ class Signals:
         self.poll_seconds = poll_seconds
         self._pending: set[str] = set()
         self._lock = threading.Lock()
-        self._wake = asyncio.Event()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._threads: list[threading.Thread] = []
+        self._poll: asyncio.Task[None] | None = None
         self.listening = asyncio.Event()
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         events_repository.committed_listeners.append(self.committed)
-        self._tasks = [
-            asyncio.create_task(self._listen(), name="live-listener"),
-            asyncio.create_task(self._announce(), name="live-announcer"),
-            asyncio.create_task(self._poll(), name="live-poll"),
+        self._threads = [
+            threading.Thread(target=self._listen, name="live-listener", daemon=True),
+            threading.Thread(target=self._announce, name="live-announcer", daemon=True),
         ]
+        for thread in self._threads:
+            thread.start()
+        self._poll = asyncio.create_task(self._read_now_and_then(), name="live-poll")
 
     async def stop(self) -> None:
         with contextlib.suppress(ValueError):
             events_repository.committed_listeners.remove(self.committed)
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        self._stop.set()
+        self._wake.set()
+        if self._poll is not None:
+            self._poll.cancel()
+            await asyncio.gather(self._poll, return_exceptions=True)
+        for thread in self._threads:
+            await to_thread.run_sync(thread.join, 5.0)
+        self._threads = []
 
     def committed(self, schema: str) -> None:
         """A unit of work of this process committed events of ``schema`` (any thread)."""
         with self._lock:
             first = not self._pending
             self._pending.add(schema)
-        if first and self._loop is not None:
+        if first:
+            self._wake.set()
+
+    def _on_loop(self, call: Callable[..., None], *arguments: Any) -> None:
+        if self._loop is not None:
             # RuntimeError: the loop has closed (the app stopped), nobody is left to tell.
             with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(self._wake.set)
+                self._loop.call_soon_threadsafe(call, *arguments)
 
-    async def _announce(self) -> None:
-        connection: psycopg.AsyncConnection[Any] | None = None
+    def _announce(self) -> None:
+        connection: psycopg.Connection[Any] | None = None
         try:
             while True:
-                await self._wake.wait()
+                self._wake.wait()
                 self._wake.clear()
+                if self._stop.is_set():
+                    return
                 with self._lock:
                     schemas, self._pending = sorted(self._pending), set()
                 if not schemas:
                     continue
                 try:
                     if connection is None or connection.closed:
-                        connection = await psycopg.AsyncConnection.connect(
+                        connection = psycopg.connect(
                             self._url,
                             autocommit=True,
                             connect_timeout=5,
                             application_name="dealbase-live-announcer",
                         )
-                    await connection.execute(
+                    connection.execute(
                         "SELECT pg_notify(%s, schema) FROM unnest(%s::text[]) AS schema",
                         (EVENTS_CHANNEL, schemas),
                     )
@@ -116,41 +136,42 @@ class Signals:
                     # (the next announcement, or the periodic one).
                     log.warning("live_announce_failed", error=str(exc).splitlines()[0])
                     if connection is not None:
-                        await connection.close()
+                        connection.close()
                     connection = None
         finally:
             if connection is not None:
-                await connection.close()
+                connection.close()
 
-    async def _listen(self) -> None:
+    def _listen(self) -> None:
         attempt = 0
-        while True:
+        while not self._stop.is_set():
             try:
-                async with await psycopg.AsyncConnection.connect(
+                with psycopg.connect(
                     self._url,
                     autocommit=True,
                     connect_timeout=5,
                     application_name="dealbase-live-listener",
                 ) as connection:
-                    await connection.execute(f"LISTEN {EVENTS_CHANNEL}")
-                    await connection.execute(f"LISTEN {KEY_CHANGES_CHANNEL}")
+                    connection.execute(f"LISTEN {EVENTS_CHANNEL}")
+                    connection.execute(f"LISTEN {KEY_CHANGES_CHANNEL}")
                     attempt = 0
-                    self.listening.set()
+                    self._on_loop(self.listening.set)
                     # Whatever committed while nobody listened.
-                    self._on_events(None)
-                    async for notice in connection.notifies():
-                        if notice.channel == EVENTS_CHANNEL:
-                            self._on_events(notice.payload)
-                        else:
-                            self._on_key_change(notice.payload)
+                    self._on_loop(self._on_events, None)
+                    while not self._stop.is_set():
+                        for notice in connection.notifies(timeout=_LISTEN_WAIT_SECONDS):
+                            if notice.channel == EVENTS_CHANNEL:
+                                self._on_loop(self._on_events, notice.payload)
+                            else:
+                                self._on_loop(self._on_key_change, notice.payload)
             except psycopg.Error as exc:
-                self.listening.clear()
+                self._on_loop(self.listening.clear)
                 delay = _RECONNECT_DELAYS[min(attempt, len(_RECONNECT_DELAYS) - 1)]
                 log.warning("live_listener_down", error=str(exc).splitlines()[0], retry_in_s=delay)
                 attempt += 1
-                await asyncio.sleep(delay)
+                self._stop.wait(delay)
 
-    async def _poll(self) -> None:
+    async def _read_now_and_then(self) -> None:
         """Every channel reads on now and then: the writes no server announced (the CLI's), and
         any notice lost with a connection."""
         while True:
