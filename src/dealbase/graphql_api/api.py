@@ -15,7 +15,8 @@ from strawberry.types import ExecutionResult
 from dealbase.config import Settings
 from dealbase.edge.problems import ProtocolError, malformed_json
 from dealbase.graphql_api.compiled import RootFieldObserver
-from dealbase.graphql_api.context import context_for
+from dealbase.graphql_api.context import GraphQLContext, context_for
+from dealbase.graphql_api.direct import DirectQueries
 from dealbase.graphql_api.schema import OperationObserver, build_schema
 
 GRAPHQL_PATH = "/graphql"
@@ -56,9 +57,10 @@ class _Router(GraphQLRouter[object, None]):
     """Strawberry's router, refusing unreadable requests as the REST API does, with the IDE
     page it is given (Strawberry's own loads its files from public CDNs)."""
 
-    def __init__(self, *args: Any, ide_page: str, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, ide_page: str, direct: DirectQueries, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.ide_page = ide_page
+        self.direct = direct
 
     async def render_graphql_ide(self, request: Request) -> HTMLResponse:
         return HTMLResponse(self.ide_page)
@@ -82,6 +84,16 @@ class _Router(GraphQLRouter[object, None]):
             return super().encode_json(data)
 
     async def run(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        context = kwargs.get("context")
+        if isinstance(context, GraphQLContext):
+            answered = await self.direct.answer(request, context)
+            if answered is not None:
+                media_type = (
+                    GRAPHQL_RESPONSE_MEDIA_TYPE
+                    if _answers_graphql_response(request)
+                    else "application/json"
+                )
+                return Response(answered, media_type=media_type, headers={"vary": "Accept"})
         # Strawberry's other refusals (no operation, another content type, batches): its
         # routes would answer them in plain text.
         try:
@@ -128,12 +140,14 @@ def install_graphql_api(
 ) -> None:
     """``ide_page``: the GraphiQL page a browser's ``GET /graphql`` gets, when
     ``settings.graphql_ide`` is on."""
+    schema = build_schema(settings, observe, observe_root_field)
     router = _Router(
-        build_schema(settings, observe, observe_root_field),
+        schema,
         path=GRAPHQL_PATH,
         context_getter=context_for,
         graphql_ide="graphiql" if settings.graphql_ide else None,
         ide_page=ide_page,
+        direct=DirectQueries(schema, schema.documents, observe, observe_root_field),
         # Mutations only by POST; queries by GET too (cacheable dashboards).
         allow_queries_via_get=True,
         include_in_schema=False,

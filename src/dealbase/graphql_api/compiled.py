@@ -530,6 +530,14 @@ RootFieldObserver = Callable[[str, str], None]
 _COMPILER = "dealbase-read-compiler"
 
 
+def report_root_fields(paths: Mapping[str, str], observe: RootFieldObserver | None) -> None:
+    """Tells the metrics and the access line each root field's path."""
+    if observe is not None:
+        for name, path in paths.items():
+            observe(name, path)
+    structlog.contextvars.bind_contextvars(graphql_root_fields=dict(paths))
+
+
 def install_compiler(schema: Any, observe: RootFieldObserver | None) -> None:
     """Gives the Strawberry ``schema``'s executions its compiler (``CompilingExecutionContext``)."""
     schema._schema.extensions[_COMPILER] = (compiler_for(schema), observe)
@@ -538,6 +546,12 @@ def install_compiler(schema: Any, observe: RootFieldObserver | None) -> None:
 class CompilingExecutionContext(PlainLeavesExecutionContext):
     """Runs the compiled root fields of a query (``ReadCompiler``), and the others, and any
     compiled one whose request the resolvers must answer, as graphql-core does."""
+
+    # Whether it reports each root field's path to the observer as it runs: the direct path
+    # (``graphql_api.direct``) reports them itself, once it knows the result stands.
+    observes_root_fields = True
+    # Each root field's path once the query ran: compiled, or through the resolvers.
+    root_field_paths: Mapping[str, str] | None = None
 
     def execute_root_grouped_field_set(
         self,
@@ -596,10 +610,9 @@ class CompilingExecutionContext(PlainLeavesExecutionContext):
             details[0].node.name.value: COMPILED if key in answered else RESOLVERS
             for key, details in grouped_field_set.items()
         }
-        if observe is not None:
-            for name, path in paths.items():
-                observe(name, path)
-        structlog.contextvars.bind_contextvars(graphql_root_fields=paths)
+        self.root_field_paths = paths
+        if self.observes_root_fields:
+            report_root_fields(paths, observe)
         others = {key: value for key, value in grouped_field_set.items() if key not in answered}
         completed: Any = {}
         if others:

@@ -615,6 +615,9 @@ class Mutation:
 
 
 class DashboardSchema(strawberry.Schema):
+    # Its documents' cache (``build_schema``), which the direct path reads too.
+    documents: DocumentCache
+
     async def execute(
         self,
         query: str | None,
@@ -674,7 +677,7 @@ def build_schema(
     settings: Settings,
     observe: OperationObserver | None = None,
     observe_root_field: RootFieldObserver | None = None,
-) -> strawberry.Schema:
+) -> DashboardSchema:
     # One cache per schema, shared by its operations: its entries hold this schema's verdicts.
     # Validation rules belong in Guards, not in AddValidationRules extensions: the guard
     # validates (or finds the verdict) in Strawberry's stead.
@@ -695,6 +698,7 @@ def build_schema(
         execution_context_class=CompilingExecutionContext,
         config=StrawberryConfig(scalar_map={BigInt: BIG_INT_SCALAR}),
     )
+    schema.documents = documents
     mark_plain_leaves(schema._schema)
     if settings.graphql_compiled_reads:
         install_compiler(schema, observe_root_field)

@@ -1,0 +1,142 @@
+"""A query whose document is kept is answered without Strawberry's request machinery
+(``graphql_api.direct``), with the very bytes Strawberry answers; anything it cannot answer so
+goes through Strawberry, counted once."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+
+from dealbase.graphql_api.schema import DashboardSchema
+from tests.graphql_api.support import GRAPHQL
+from tests.graphql_api.test_compiled_reads import Shop, operations, shop
+
+__all__ = ["shop"]
+
+PAGE = """
+query Page($first: Int!) {
+  customers(first: $first) {
+    pageInfo { hasNextPage endCursor }
+    edges { cursor node { id lastName deals(first: 2) { id name } } }
+  }
+}"""
+
+
+class StrawberryRuns:
+    """How many operations Strawberry's schema executed while counting."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+@pytest.fixture
+def strawberry_runs(monkeypatch: pytest.MonkeyPatch) -> StrawberryRuns:
+    runs = StrawberryRuns()
+    execute = DashboardSchema.execute
+
+    async def counted(self: DashboardSchema, *args: Any, **kwargs: Any) -> Any:
+        runs.count += 1
+        return await execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(DashboardSchema, "execute", counted)
+    return runs
+
+
+def _counter(metrics: str, name: str, **labels: str) -> float:
+    wanted = ",".join(f'{key}="{value}"' for key, value in labels.items())
+    found = re.search(rf"^{name}\{{{re.escape(wanted)}\}} (\S+)$", metrics, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
+@given(data=st.data())
+@hypothesis_settings(
+    deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+def test_a_kept_document_is_answered_as_strawberry_answers_it(
+    data: st.DataObject, client: TestClient, shop: Shop, strawberry_runs: StrawberryRuns
+) -> None:
+    document, variables = data.draw(operations(shop))
+    headers = data.draw(st.sampled_from([shop.world.keys[0].headers, shop.tenant_wide]))
+    body = {"query": document, "variables": variables}
+
+    first = client.post(GRAPHQL, json=body, headers=headers)
+    runs_before = strawberry_runs.count
+    again = client.post(GRAPHQL, json=body, headers=headers)
+
+    assert (again.status_code, again.headers["content-type"]) == (
+        first.status_code,
+        first.headers["content-type"],
+    )
+    assert again.content == first.content, document
+    answered_directly = first.status_code == 200 and "errors" not in first.json()
+    assert strawberry_runs.count - runs_before == (0 if answered_directly else 1), document
+
+
+def test_a_direct_answer_is_counted_once_as_an_operation_and_by_root_field(
+    client: TestClient, shop: Shop, strawberry_runs: StrawberryRuns
+) -> None:
+    body = {"query": PAGE, "variables": {"first": 3}, "operationName": "Page"}
+    headers = shop.world.keys[0].headers
+    client.post(GRAPHQL, json=body, headers=headers)  # the document kept
+    metrics = client.get("/metrics").text
+    operations_before = _counter(
+        metrics, "dealbase_graphql_operations_total", operation="Page", type="query"
+    )
+    fields_before = _counter(
+        metrics, "dealbase_graphql_root_fields_total", field="customers", path="compiled"
+    )
+    runs_before = strawberry_runs.count
+
+    for _ in range(3):
+        assert client.post(GRAPHQL, json=body, headers=headers).status_code == 200
+
+    metrics = client.get("/metrics").text
+    assert strawberry_runs.count == runs_before
+    assert (
+        _counter(metrics, "dealbase_graphql_operations_total", operation="Page", type="query")
+        == operations_before + 3
+    )
+    assert (
+        _counter(metrics, "dealbase_graphql_root_fields_total", field="customers", path="compiled")
+        == fields_before + 3
+    )
+
+
+def test_a_direct_answer_takes_the_media_type_the_client_prefers(
+    client: TestClient, shop: Shop, strawberry_runs: StrawberryRuns
+) -> None:
+    body = {"query": PAGE, "variables": {"first": 2}}
+    headers = {**shop.world.keys[0].headers, "Accept": "application/graphql-response+json"}
+    first = client.post(GRAPHQL, json=body, headers=headers)
+    runs_before = strawberry_runs.count
+    again = client.post(GRAPHQL, json=body, headers=headers)
+
+    assert strawberry_runs.count == runs_before
+    assert again.headers["content-type"] == "application/graphql-response+json"
+    assert again.headers["vary"] == "Accept"
+    assert again.content == first.content
+
+
+def test_a_kept_document_with_a_field_error_or_over_its_budget_goes_through_strawberry(
+    client: TestClient, shop: Shop, strawberry_runs: StrawberryRuns
+) -> None:
+    headers = shop.world.keys[0].headers
+    bad_cursor = {
+        "query": "query($after: String) { deals(after: $after) { totalCount } }",
+        "variables": {"after": "not-a-cursor"},
+    }
+    over_budget = {"query": PAGE, "variables": {"first": 100_000}}
+    for body in (bad_cursor, over_budget):
+        first = client.post(GRAPHQL, json=body, headers=headers)
+        runs_before = strawberry_runs.count
+        again = client.post(GRAPHQL, json=body, headers=headers)
+
+        assert "errors" in again.json()
+        assert again.content == first.content
+        assert strawberry_runs.count == runs_before + 1
