@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import orjson
 import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given
@@ -140,3 +141,22 @@ def test_a_kept_document_with_a_field_error_or_over_its_budget_goes_through_stra
         assert "errors" in again.json()
         assert again.content == first.content
         assert strawberry_runs.count == runs_before + 1
+
+
+def test_a_kept_document_in_a_body_strawberry_refuses_is_refused_as_before(
+    client: TestClient, shop: Shop, strawberry_runs: StrawberryRuns
+) -> None:
+    body = {"query": PAGE, "variables": {"first": 2}}
+    headers = shop.world.keys[0].headers
+    assert client.post(GRAPHQL, json=body, headers=headers).status_code == 200
+    runs_before = strawberry_runs.count
+
+    as_text = client.post(
+        GRAPHQL,
+        content=orjson.dumps(body),
+        headers={**headers, "Content-Type": "text/plain"},
+    )
+
+    assert as_text.status_code == 400
+    assert as_text.headers["content-type"] == "application/problem+json"
+    assert strawberry_runs.count == runs_before

@@ -10,8 +10,9 @@ the cached document is executed with the same execution context Strawberry uses
 (``CompilingExecutionContext``: compiled root fields as PostgreSQL's JSON, any other through
 the resolvers), and the response is written around its result, as Strawberry writes it.
 
-Only what this can answer exactly as Strawberry would is answered here: a POST whose body has
-nothing but ``query``, ``variables`` and ``operationName``, a kept text whose document is valid
+Only what this can answer exactly as Strawberry would is answered here: a POST of
+``application/json`` (no streaming transport asked for) whose body has nothing but ``query``,
+``variables`` and ``operationName``, a kept text whose document is valid
 and within the budget for these variables, one query operation, variables that coerce, and a
 result without errors. Anything else (a new text, a mutation, a refusal, any error of a field)
 runs through Strawberry from the start, in the same read transaction; nothing has been answered
@@ -60,6 +61,16 @@ class DirectQueries:
     async def answer(self, request: Request, context: GraphQLContext) -> bytes | None:
         """The response's body, or None where Strawberry is to run the request."""
         if request.method != "POST" or context.caller is None:
+            return None
+        headers = request.headers
+        media_type = headers.get("content-type", "").partition(";")[0].strip().lower()
+        accepted = headers.get("accept", "")
+        # Anything else (another body, a streaming transport asked for) is Strawberry's to read.
+        if (
+            media_type != "application/json"
+            or "multipart" in accepted
+            or "event-stream" in accepted
+        ):
             return None
         try:
             sent = orjson.loads(await request.body())
