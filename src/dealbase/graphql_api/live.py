@@ -36,7 +36,7 @@ from strawberry.types.execution import PreExecutionError
 from dealbase.config import Settings
 from dealbase.edge.live_callers import live_scope, still_admitted
 from dealbase.edge.problems import ProtocolError, malformed_json
-from dealbase.errors import DomainError, RateLimited
+from dealbase.errors import DomainError, RateLimited, Unavailable
 from dealbase.graphql_api.errors import mapped_error
 from dealbase.graphql_api.subscriptions import LiveContext
 from dealbase.platform.live.hub import Ending, Hub, Limits
@@ -117,6 +117,22 @@ class LiveReports:
 
 class TooManyConnections(RateLimited):
     code = "too_many_connections"
+
+
+class ServerStopping(Unavailable):
+    pass
+
+
+def _refusal(error: DomainError) -> Closing:
+    """How a WebSocket is refused for ``error``: what may pass with time (a rate limit, a
+    server stopping) with a code after which clients come back; a key refused, for good."""
+    if isinstance(error, TooManyConnections):
+        return TOO_MANY_CONNECTIONS
+    if isinstance(error, ServerStopping):
+        return SHUTDOWN
+    if isinstance(error, RateLimited | Unavailable):
+        return Closing(1013, error.code, f"Try again later: {error.code}")
+    return Closing(4403, error.code, f"Forbidden: {error.code}")
 
 
 class _Connection:
@@ -210,7 +226,7 @@ class LiveService:
 
     def _register(self, connection: _Connection) -> None:
         if self.stopping:
-            raise TooManyConnections("The server is stopping.", retry_after_seconds=1)
+            raise ServerStopping("The server is stopping: connect again.", retry_after_seconds=1)
         same_key = self._by_key.setdefault(connection.scope.key_id, set())
         if len(same_key) >= self.limits.connections_per_key:
             raise TooManyConnections(
@@ -580,13 +596,8 @@ async def graphql_websocket(websocket: WebSocket) -> None:
         connection = _WebSocketConnection(service, websocket, scope, credentials)
         service._register(connection)
     except DomainError as exc:
-        refusal = TOO_MANY_CONNECTIONS if isinstance(exc, TooManyConnections) else None
-        code, reason = (
-            (refusal.code, refusal.reason)
-            if refusal is not None
-            else (4403, f"Forbidden: {exc.code}")
-        )
-        await websocket.close(code, reason)
+        refusal = _refusal(exc)
+        await websocket.close(refusal.code, refusal.reason)
         return
     try:
         await connection.send({"type": "connection_ack"})
