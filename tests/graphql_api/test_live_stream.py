@@ -154,6 +154,24 @@ def test_a_get_with_the_operation_in_its_query_string_streams_too(
     assert board.data["data"]["pipelineBoard"]["departmentId"] == str(world.department.id)
 
 
+def test_metrics_count_open_streams_and_the_results_they_sent(
+    tight: TestClient, world: TenantWorld
+) -> None:
+    def sample(name: str) -> float:
+        for line in tight.get("/metrics").text.splitlines():
+            if line.startswith(f'{name}{{transport="sse"}}'):
+                return float(line.split()[-1])
+        return 0.0
+
+    sent_before = sample("dealbase_live_messages_sent_total")
+    with stream(tight, world.key.headers, BOARD) as events:
+        events.next_event()
+        open_while = sample("dealbase_live_connections")
+        sent_after = sample("dealbase_live_messages_sent_total")
+    assert open_while >= 1
+    assert sent_after == sent_before + 1
+
+
 def test_a_stream_without_a_valid_key_is_refused_as_a_problem(client: TestClient) -> None:
     response = client.post(STREAM, json={"query": BOARD}, headers={**SSE, "X-Api-Key": "dbk_wrong"})
     assert response.status_code == 401

@@ -171,6 +171,29 @@ def test_only_the_resources_asked_for_come(client: TestClient, world: TenantWorl
     assert (board["steps"][0]["dealCount"], board["steps"][0]["totalVolume"]) == (1, 300)
 
 
+def test_the_boards_steps_list_their_deals_read_afresh_for_each_result(
+    client: TestClient, database: Database, world: TenantWorld
+) -> None:
+    board_with_deals = """
+    subscription ($departmentId: UUID) {
+      pipelineBoard(departmentId: $departmentId) { steps { dealCount deals(first: 5) { name } } }
+    }
+    """
+    wide = tenant_wide_headers(database, world)
+    with live_socket(client, init=wide) as socket:
+        socket.subscribe("1", board_with_deals, {"departmentId": str(world.department.id)})
+        before = socket.next_data("1")["pipelineBoard"]["steps"][0]
+        deal = client.post(
+            f"{API}/deals",
+            json={"name": "Engine", "volume": 5, "customers": []},
+            headers=world.key.headers,
+        )
+        assert deal.status_code == 201, deal.text
+        after = socket.next_data("1")["pipelineBoard"]["steps"][0]
+    assert before == {"dealCount": 0, "deals": []}
+    assert after == {"dealCount": 1, "deals": [{"name": "Engine"}]}
+
+
 def test_a_tenant_wide_key_names_the_department_and_a_department_key_only_its_own(
     client: TestClient, database: Database, make_tenant: Any
 ) -> None:

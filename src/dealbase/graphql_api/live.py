@@ -506,8 +506,8 @@ class _WebSocketConnection(_Connection):
                 await self.send({"id": operation_id, "type": "error", "payload": errors})
                 return
             payload = _formatted(result, context.request_id)
-            await self.send({"id": operation_id, "type": "next", "payload": payload})
             self.service.reports.sent(self.transport)
+            await self.send({"id": operation_id, "type": "next", "payload": payload})
             # Each result reads afresh: no loader's answer outlives it, no transaction
             # stays open while the subscription waits.
             context.loaders.clear()
@@ -722,9 +722,9 @@ async def _stream(
                 item = taking.result()
                 if item is None:
                     break
-                yield item
                 if item.startswith(b"event: next"):
                     service.reports.sent(connection.transport)
+                yield item
                 continue
             taking.cancel()
             if closed not in done:
