@@ -6,6 +6,7 @@ pings, a slow consumer, a key revoked or a tenant suspended, the server stopping
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -13,12 +14,15 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+import structlog
 from anyio.from_thread import BlockingPortal
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from structlog.testing import capture_logs
 
 from dealbase.app import create_app
 from dealbase.config import Settings
+from dealbase.graphql_api import live
 from dealbase.graphql_api.live import LiveService
 from dealbase.ops import admin
 from dealbase.platform.live.hub import Ending
@@ -311,15 +315,25 @@ def test_opening_a_connection_spends_the_keys_rate_and_a_refusal_says_to_try_aga
     assert (closed.code, closed.reason) == (1013, "Try again later: rate_limited")
 
 
-def test_a_connection_without_a_subscription_is_closed_once_idle(
-    tight: TestClient, world: TenantWorld
+def test_a_connection_without_a_subscription_is_closed_once_idle_and_logged(
+    tight: TestClient, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with live_socket(tight, init=world.key.headers) as socket:
+    with capture_logs() as logs, live_socket(tight, init=world.key.headers) as socket:
+        # The tests' apps log warnings and errors only; this line is at info.
+        info = structlog.make_filtering_bound_logger(logging.INFO)
+        monkeypatch.setattr(live, "log", structlog.wrap_logger(None, wrapper_class=info))
         started = time.monotonic()
         closed = socket.closed()
         waited = time.monotonic() - started
+        deadline = time.monotonic() + 5
+        while not logs and time.monotonic() < deadline:
+            time.sleep(0.01)
     assert (closed.code, closed.reason) == (1000, "No subscription for too long")
     assert 0.3 < waited < 5
+    (line,) = [entry for entry in logs if entry["event"] == "live_connection_closed"]
+    assert (line["transport"], line["reason"]) == ("websocket", "idle")
+    assert line["key_id"] == str(world.key.key_id)
+    assert line["department_id"] == str(world.department.id)
 
 
 def test_the_server_pings_and_closes_a_connection_that_leaves_a_ping_unanswered(

@@ -152,6 +152,7 @@ class _Connection:
         self.credentials = credentials
         self.closing: Closing | None = None
         self.closed = asyncio.Event()
+        self.opened_at = time.monotonic()
         authenticator: Authenticator = peer.app.state.authenticator
         self._authenticate = authenticator.dashboard_scope
 
@@ -243,8 +244,17 @@ class LiveService:
         same_key.discard(connection)
         if not same_key:
             del self._by_key[connection.scope.key_id]
-        self.reports.closed(
-            connection.transport, connection.closing.name if connection.closing else "client"
+        why = connection.closing.name if connection.closing else "client"
+        self.reports.closed(connection.transport, why)
+        scope = connection.scope
+        log.info(
+            "live_connection_closed",
+            transport=connection.transport,
+            reason=why,
+            seconds=round(time.monotonic() - connection.opened_at, 3),
+            tenant_id=str(scope.tenant_id),
+            department_id=None if scope.department_id is None else str(scope.department_id),
+            key_id=None if scope.key_id is None else str(scope.key_id),
         )
 
     def _key_changed(self, payload: str) -> None:
