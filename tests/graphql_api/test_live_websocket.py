@@ -236,6 +236,16 @@ def test_a_wrong_key_is_refused_and_the_connection_closed(client: TestClient) ->
     assert (closed.code, closed.reason) == (4403, "Forbidden: unauthenticated")
 
 
+def test_a_message_larger_than_a_requests_body_may_be_is_closed_1009(
+    client: TestClient, world: TenantWorld
+) -> None:
+    with live_socket(client, init=world.key.headers) as socket:
+        query = "subscription { pipelineBoard { cursor } }" + " " * (1024 * 1024)
+        socket.subscribe("1", query)
+        closed = socket.closed()
+    assert (closed.code, closed.reason) == (1009, "Message too big")
+
+
 def test_a_socket_without_the_protocol_is_closed_4406(client: TestClient) -> None:
     with client.websocket_connect("/graphql") as session:
         closed = LiveSocket(session).closed()

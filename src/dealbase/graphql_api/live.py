@@ -36,6 +36,7 @@ from strawberry.types.execution import PreExecutionError
 from dealbase.config import Settings
 from dealbase.edge.live_callers import live_scope, still_admitted
 from dealbase.edge.problems import ProtocolError, malformed_json
+from dealbase.edge.request_edge import MAX_BODY_BYTES
 from dealbase.errors import DomainError, RateLimited, Unavailable
 from dealbase.graphql_api.errors import mapped_error
 from dealbase.graphql_api.subscriptions import LiveContext
@@ -52,6 +53,8 @@ WEBSOCKET_PATH = "/graphql"
 STREAM_PATH = "/graphql/stream"
 PROTOCOL = "graphql-transport-ws"
 SSE_MEDIA_TYPE = "text/event-stream"
+# A WebSocket message may be as large as a GraphQL request's body (RequestEdge's cap).
+MAX_MESSAGE_BYTES = MAX_BODY_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,7 @@ UNAUTHORIZED = Closing(4401, "unauthorized", "Unauthorized")
 INTERNAL_ERROR = Closing(1011, "internal_error", "Internal error")
 REVOKED = Closing(4403, "revoked", "Forbidden: the key no longer admits this connection")
 BAD_REQUEST = Closing(4400, "bad_request", "Bad request")
+TOO_BIG = Closing(1009, "too_big", "Message too big")
 SUBPROTOCOL = Closing(4406, "subprotocol", "Subprotocol not acceptable")
 
 _ENDINGS = {Ending.SHUTDOWN: SHUTDOWN, Ending.SLOW_CONSUMER: SLOW_CONSUMER}
@@ -420,6 +424,9 @@ class _WebSocketConnection(_Connection):
 
     async def _received(self, message: Mapping[str, Any]) -> None:
         text = message.get("text")
+        if len(text if text is not None else message.get("bytes") or b"") > MAX_MESSAGE_BYTES:
+            self.close(TOO_BIG)
+            return
         try:
             parsed = orjson.loads(text if text is not None else message.get("bytes") or b"")
         except orjson.JSONDecodeError:
@@ -582,8 +589,12 @@ async def graphql_websocket(websocket: WebSocket) -> None:
                 message = await websocket.receive()
                 if message["type"] == "websocket.disconnect":
                     return
+                raw = message.get("text") or message.get("bytes") or b""
+                if len(raw) > MAX_MESSAGE_BYTES:
+                    await websocket.close(TOO_BIG.code, TOO_BIG.reason)
+                    return
                 try:
-                    init = orjson.loads(message.get("text") or message.get("bytes") or b"")
+                    init = orjson.loads(raw)
                 except orjson.JSONDecodeError:
                     init = None
                 if not isinstance(init, dict) or init.get("type") != "ping":
