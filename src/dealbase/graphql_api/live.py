@@ -39,6 +39,7 @@ from dealbase.edge.problems import ProtocolError, malformed_json
 from dealbase.edge.request_edge import MAX_BODY_BYTES
 from dealbase.errors import DomainError, RateLimited, Unavailable
 from dealbase.graphql_api.errors import mapped_error
+from dealbase.graphql_api.live_execution import sharing_results
 from dealbase.graphql_api.subscriptions import LiveContext
 from dealbase.platform.live.hub import Ending, Hub, Limits
 from dealbase.platform.live.signals import Signals
@@ -193,6 +194,8 @@ class LiveService:
         reports: LiveReports | None = None,
     ) -> None:
         self.database = database
+        # Each change's results executed once for the subscribers that share a document.
+        schema.execution_context_class = sharing_results(schema.execution_context_class)
         self.schema = schema
         self.limits = limits
         self.reports = reports or LiveReports()

@@ -9,6 +9,7 @@ context refuses itself, naming the transports.
 from __future__ import annotations
 
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -200,12 +201,42 @@ class Subscription:
         return _boards(hub, subscriber, department_of(scope))
 
 
+# The last changes and boards made, by their event or board: the subscribers of a department
+# get the same object for the same change (``live_execution`` executes each document once per
+# object). Each entry keeps its source, to tell it from another that took the same id.
+_MADE = 1024
+_changes_made: OrderedDict[uuid.UUID, tuple[Event, Change]] = OrderedDict()
+_boards_made: OrderedDict[int, tuple[BoardUpdate, PipelineBoardUpdate]] = OrderedDict()
+
+
+def change_of(event: Event) -> Change:
+    made = _changes_made.get(event.id)
+    if made is not None and made[0] is event:
+        return made[1]
+    change = Change.of(event)
+    _changes_made[event.id] = (event, change)
+    if len(_changes_made) > _MADE:
+        _changes_made.popitem(last=False)
+    return change
+
+
+def board_of(department_id: uuid.UUID, board: BoardUpdate) -> PipelineBoardUpdate:
+    made = _boards_made.get(id(board))
+    if made is not None and made[0] is board:
+        return made[1]
+    update = PipelineBoardUpdate.of(department_id, board)
+    _boards_made[id(board)] = (board, update)
+    if len(_boards_made) > _MADE:
+        _boards_made.popitem(last=False)
+    return update
+
+
 async def _changes(hub: Hub, subscriber: Subscriber) -> AsyncGenerator[Change, None]:
     try:
         while True:
             item = await subscriber.next()
             if isinstance(item, Event):
-                yield Change.of(item)
+                yield change_of(item)
     except Ended:
         # The hub ended it (a slow consumer, the server stopping): the transport closes the
         # connection with the reason, which is not an error of this operation.
@@ -221,7 +252,7 @@ async def _boards(
         while True:
             item = await subscriber.next()
             if isinstance(item, BoardUpdate):
-                yield PipelineBoardUpdate.of(department_id, item)
+                yield board_of(department_id, item)
     except Ended:
         return
     finally:
