@@ -512,7 +512,7 @@ class _WebSocketConnection(_Connection):
         finally:
             with anyio.CancelScope(shield=True):
                 await results.aclose()
-                await context.close()
+                await context.finish()
             self._finished(operation_id)
 
     async def _stream(
@@ -729,7 +729,7 @@ async def _stream(
                 await outgoing.put(_sse("complete", None))
         finally:
             await results.aclose()
-            await context.close()
+            await context.finish()
             await outgoing.put(None)
 
     running = asyncio.get_running_loop().create_task(run())

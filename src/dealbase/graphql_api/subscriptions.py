@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Any, cast
+from typing import TypeVar, cast
 
 import strawberry
 from strawberry.scalars import JSON
@@ -35,6 +35,10 @@ from dealbase.platform.live.hub import (
     resource_of,
 )
 from dealbase.platform.validation import department_of
+from dealbase.tenancy.database import UnitOfWork
+from dealbase.tenancy.scope import Scope
+
+T = TypeVar("T")
 
 LIVE_TRANSPORTS = (
     "Subscriptions are served over WebSocket (graphql-transport-ws) at /graphql and over"
@@ -49,6 +53,20 @@ class LiveContext(GraphQLContext):
     hub: Hub | None = None
     # Told when the hub ends one of the connection's subscriptions (the transport closes).
     on_ended: Callable[[Ending], None] = lambda why: None
+    # Set once its operation has ended. An execution shared with other subscribers
+    # (``live_execution``) may still be running on this context: it then reads in units of work
+    # of its own, not in a read transaction that nobody would end.
+    finished: bool = False
+
+    async def run(self, work: Callable[[UnitOfWork], T], scope: Scope | None = None) -> T:
+        if self.finished:
+            return await self.database.run(scope or self.scope, work)
+        return await super().run(work, scope)
+
+    async def finish(self) -> None:
+        """Ends the read transaction for good (the operation has ended)."""
+        self.finished = True
+        await self.close()
 
 
 def _live(info: GraphQLInfo) -> tuple[LiveContext, Hub]:
@@ -147,7 +165,7 @@ class PipelineBoardUpdate:
         )
 
 
-async def _scope_of(context: LiveContext, department_id: uuid.UUID | None) -> Any:
+async def _scope_of(context: LiveContext, department_id: uuid.UUID | None) -> Scope:
     scope = await context.scope_in(department_id)
     department_of(scope)
     # The department check's read transaction ends here: a subscription holds no connection
