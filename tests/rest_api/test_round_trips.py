@@ -17,7 +17,6 @@ from httpx import Response
 from tests.rest_api.test_events import API
 from tests.support import TenantWorld
 
-
 # Connections of the server's own that no request waits for: the live subscriptions' LISTEN
 # connection and the one that announces the commits of this process to the others.
 OFF_THE_REQUEST = frozenset({"dealbase-live-listener", "dealbase-live-announcer"})
