@@ -219,9 +219,12 @@ def test_a_tenant_wide_key_names_the_department_and_a_department_key_only_its_ow
     assert _codes(foreign) == _codes(unknown) == ["not_found"]
 
 
-def test_a_ping_before_the_introduction_is_answered(client: TestClient, world: TenantWorld) -> None:
+def test_pings_and_pongs_before_the_introduction_are_allowed(
+    client: TestClient, world: TenantWorld
+) -> None:
     with client.websocket_connect("/graphql", subprotocols=[PROTOCOL]) as session:
         socket = LiveSocket(session)
+        socket.send({"type": "pong"})
         socket.send({"type": "ping"})
         pong = socket.receive()
         acknowledged = socket.init(world.key.headers)

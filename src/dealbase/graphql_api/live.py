@@ -600,10 +600,12 @@ async def graphql_websocket(websocket: WebSocket) -> None:
                     init = orjson.loads(raw)
                 except orjson.JSONDecodeError:
                     init = None
-                if not isinstance(init, dict) or init.get("type") != "ping":
+                kind = init.get("type") if isinstance(init, dict) else None
+                if kind not in ("ping", "pong"):
                     break
-                # The protocol allows pings at any time, before the introduction too.
-                await websocket.send_text('{"type":"pong"}')
+                # The protocol allows pings and pongs at any time, before the introduction too.
+                if kind == "ping":
+                    await websocket.send_text('{"type":"pong"}')
     except TimeoutError:
         await websocket.close(INIT_TIMEOUT.code, INIT_TIMEOUT.reason)
         return
