@@ -9,10 +9,10 @@ own values.
 The layers below report through callbacks of ``Metrics``, so none of them imports
 prometheus_client.
 
-Requests and units of work are counted in plain numbers of the process and written to
-prometheus_client's values once a second (``keep_up``), and before the process answers a
-scrape: a value of the multiprocess files costs a lock, a check of the process id and a write
-into the file, and a request made six of them (bench/README.md). A scrape may so miss up to a second of another
+Requests, units of work and key lookups are counted in plain numbers of the process and
+written to prometheus_client's values once a second (``keep_up``), and before the process
+answers a scrape: a value of the multiprocess files costs a lock, a check of the process id and
+a write into the file, and a request made six of them (bench/README.md). A scrape may so miss up to a second of another
 worker's requests, which the next scrape has.
 """
 
@@ -141,6 +141,8 @@ class Metrics:
         self._unwritten: dict[tuple[str, str, int], list[float]] = {}
         # Units of work started since then on a connection warm for their tenant, and cold.
         self._unwritten_warm = self._unwritten_cold = 0
+        # Key lookups since then that the key cache answered, and that it did not.
+        self._unwritten_hits = self._unwritten_misses = 0
 
     def request_answered(self, route: str, method: str, status: int, seconds: float) -> None:
         figures = self._unwritten.get((route, method, status))
@@ -152,7 +154,14 @@ class Metrics:
         figures[2 + bisect_left(_DURATION_BOUNDS, seconds)] += 1
 
     def write_counted(self) -> None:
-        """Writes the requests and units of work counted since the last time to their series."""
+        """Writes the requests, units of work and key lookups counted since the last time to
+        their series."""
+        if self._unwritten_hits:
+            self._child(self._key_lookups, "hit").inc(self._unwritten_hits)
+            self._unwritten_hits = 0
+        if self._unwritten_misses:
+            self._child(self._key_lookups, "miss").inc(self._unwritten_misses)
+            self._unwritten_misses = 0
         if self._unwritten_warm:
             self._child(self._units_of_work, "warm").inc(self._unwritten_warm)
             self._unwritten_warm = 0
@@ -193,7 +202,10 @@ class Metrics:
         self._rate_limiter_faults.inc()
 
     def key_looked_up(self, cached: bool) -> None:
-        self._child(self._key_lookups, "hit" if cached else "miss").inc()
+        if cached:
+            self._unwritten_hits += 1
+        else:
+            self._unwritten_misses += 1
 
     def graphql_operation(self, name: str | None, kind: str, error_codes: Sequence[str]) -> None:
         self._child(self._graphql_operations, self._operation_label(name), kind).inc()
