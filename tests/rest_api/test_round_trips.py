@@ -17,16 +17,11 @@ from httpx import Response
 from tests.rest_api.test_events import API
 from tests.support import TenantWorld
 
-# Connections of the server's own that no request waits for: the live subscriptions' LISTEN
-# connection and the one that announces the commits of this process to the others.
-OFF_THE_REQUEST = frozenset({"dealbase-live-listener", "dealbase-live-announcer"})
-
 
 @contextmanager
 def counted_round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """How many times psycopg waited on the server's socket meanwhile for the requests (one
-    element, read after): a wait whose work needed no I/O (a COMMIT of no transaction) is not
-    a round trip, nor is one of the server's own connections (``OFF_THE_REQUEST``)."""
+    """How many times psycopg waited on the server's socket meanwhile (one element, read
+    after): a wait whose work needed no I/O (a COMMIT of no transaction) is not a round trip."""
     count = [0]
     wait = psycopg.AsyncConnection.wait
 
@@ -46,8 +41,6 @@ def counted_round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     async def counting_wait(
         self: psycopg.AsyncConnection[Any], work: Generator[Any, Any, Any], *args: Any
     ) -> Any:
-        if self.info.parameter_status("application_name") in OFF_THE_REQUEST:
-            return await wait(self, work, *args)
         return await wait(self, observed(work), *args)
 
     with monkeypatch.context() as patched:
