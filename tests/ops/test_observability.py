@@ -30,3 +30,36 @@ def test_an_event_with_values_orjson_refuses_is_still_one_json_line(render: Any)
     assert "\n" not in plain + odd
     assert json.loads(plain) == {"event": "plain", "count": 3, "who": "Ada"}
     assert json.loads(odd) == {"event": "odd", "huge": 2**70, "by_number": {"1": "one"}}
+
+
+class _Writes:
+    """A stream that records each write it is given."""
+
+    def __init__(self) -> None:
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_each_line_is_written_whole_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line written in two parts (the line, then its end) lets a line another thread writes
+    meanwhile land between them: two JSON objects on one line."""
+    stream = _Writes()
+    monkeypatch.setattr("sys.stderr", stream)
+    handlers = logging.getLogger().handlers
+    configure_logging("json", "info")
+    try:
+        structlog.get_logger("dealbase.test").info("request", status=201)
+        logging.getLogger("uvicorn.error").info("started")
+    finally:
+        structlog.reset_defaults()
+        logging.getLogger().handlers = handlers
+
+    assert len(stream.writes) == 2
+    assert all(write.endswith("\n") and write.count("\n") == 1 for write in stream.writes)
+    assert [json.loads(write)["event"] for write in stream.writes] == ["request", "started"]

@@ -43,7 +43,10 @@ def configure_logging(log_format: str, level: str) -> None:
     structlog.configure(
         processors=[*shared, structlog.processors.format_exc_info, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(threshold),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # One write a line (PrintLogger makes two, the line and its end of line): a line the
+        # standard library's handler writes meanwhile, from another thread (the LISTEN
+        # connections' threads, uvicorn's), cannot land between them.
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
     handler = logging.StreamHandler(sys.stderr)
