@@ -15,8 +15,10 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from dealbase.graphql_api.schema import DashboardSchema
+from dealbase.tenancy.database import Database
 from tests.graphql_api.support import GRAPHQL
-from tests.graphql_api.test_compiled_reads import Shop, operations, shop
+from tests.graphql_api.test_compiled_reads import API, Shop, operations, shop
+from tests.support import build_tenant
 
 __all__ = ["shop"]
 
@@ -160,3 +162,26 @@ def test_a_kept_document_in_a_body_strawberry_refuses_is_refused_as_before(
     assert as_text.status_code == 400
     assert as_text.headers["content-type"] == "application/problem+json"
     assert strawberry_runs.count == runs_before
+
+
+def test_an_integer_past_64_bits_is_written_as_strawberry_writes_it(
+    resolvers_only: TestClient, database: Database, strawberry_runs: StrawberryRuns
+) -> None:
+    """orjson refuses an integer past 64 bits (here a step's total volume, summed by a
+    resolver): Strawberry's router writes it, so the request goes there, counted once."""
+    world = build_tenant(database)
+    headers = world.key.headers
+    for _ in range(5):
+        created = resolvers_only.post(
+            f"{API}/deals", json={"name": "Big", "volume": 2**62}, headers=headers
+        )
+        assert created.status_code == 201, created.text
+    body = {"query": "{ pipeline { steps { totalVolume } } }"}
+    first = resolvers_only.post(GRAPHQL, json=body, headers=headers)
+    runs_before = strawberry_runs.count
+    again = resolvers_only.post(GRAPHQL, json=body, headers=headers)
+
+    assert again.content == first.content
+    steps = again.json()["data"]["pipeline"]["steps"]
+    assert sum(step["totalVolume"] for step in steps) == 5 * 2**62
+    assert strawberry_runs.count == runs_before + 1

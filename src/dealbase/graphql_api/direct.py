@@ -110,13 +110,19 @@ class DirectQueries:
             result = await result
         if not isinstance(result, ExecutionResult) or result.errors:
             return None
+        try:
+            answer = orjson.dumps(
+                {
+                    "data": result.data,
+                    "extensions": {"cost": {"estimated": estimate, "budget": self._budget}},
+                }
+            )
+        except TypeError:
+            # An integer past 64 bits (a resolver's sum), which orjson refuses: Strawberry's
+            # router writes those (graphql_api.api).
+            return None
         self._observed(executor, name)
-        return orjson.dumps(
-            {
-                "data": result.data,
-                "extensions": {"cost": {"estimated": estimate, "budget": self._budget}},
-            }
-        )
+        return answer
 
     def _observed(self, executor: CompilingExecutionContext, name: str | None) -> None:
         """What Strawberry's run reports of an operation: its root fields' paths (when the
