@@ -1,9 +1,11 @@
-"""``GET /docs`` and ``GET /assets/...``, and the GraphiQL page: every script, stylesheet and
-image they load is served by the service itself from the files the package ships, so the pages
-work without internet access and no public CDN sees who opens them."""
+"""``GET /docs`` and ``GET /assets/...``, the GraphiQL page, and the pipeline board at
+``GET /board``: every script, stylesheet and image they load is served by the service itself
+from the files the package ships, so the pages work without internet access and no public CDN
+sees who opens them."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -32,6 +34,25 @@ CONTENT_TYPES = {
 }
 # In the GraphiQL template, "{{ package file }}": that file's path under /assets/.
 _ASSET_MARKER = re.compile(r"\{\{ (\S+) (\S+) \}\}")
+
+BOARD_PATH = "/board"
+BOARD_DIRECTORY = _HERE / "board"
+# The board's own files, which its page names as "{{ file }}".
+BOARD_FILES = ("board.js", "board.css")
+_BOARD_MARKER = re.compile(r"\{\{ (\S+) \}\}")
+# The page runs only its own script and style, talks only to this service, and is framed by
+# no one: a key pasted into it can be read by nothing else the page could load.
+BOARD_PAGE_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self';"
+        " img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    # The page names its files by their content: asked again each time, it names the new ones
+    # after an upgrade.
+    "Cache-Control": "no-cache",
+}
 
 
 class _Package(TypedDict):
@@ -95,10 +116,34 @@ def docs_page(assets: WebAssets, openapi_url: str, title: str) -> bytes:
     return bytes(page.body)
 
 
+@dataclass(frozen=True)
+class BoardPage:
+    """The board's HTML, and its files by the name it loads them under (``board.<digest>.js``):
+    a name changes with the content, so a browser may keep a file for good."""
+
+    html: str
+    files: dict[str, Asset]
+
+
+def board_page(directory: Path = BOARD_DIRECTORY) -> BoardPage:
+    files: dict[str, Asset] = {}
+    urls: dict[str, str] = {}
+    for name in BOARD_FILES:
+        file = directory / name
+        digest = hashlib.sha256(file.read_bytes()).hexdigest()[:16]
+        served = f"{file.stem}.{digest}{file.suffix}"
+        files[served] = Asset(file, CONTENT_TYPES[file.suffix])
+        urls[name] = f"{BOARD_PATH}/{served}"
+    template = (directory / "board.html").read_text(encoding="utf-8")
+    return BoardPage(_BOARD_MARKER.sub(lambda marker: urls[marker[1]], template), files)
+
+
 def install_web_pages(app: FastAPI, assets: WebAssets) -> None:
-    """``GET /assets/{path}`` and ``GET /docs`` (the app is built with ``docs_url=None``)."""
+    """``GET /assets/{path}``, ``GET /docs`` (the app is built with ``docs_url=None``) and
+    ``GET /board`` with its files."""
     assert app.openapi_url is not None
     docs = docs_page(assets, app.openapi_url, f"{app.title} - Swagger UI")
+    board = board_page()
 
     @app.get(f"{ASSETS_PATH}/{{path:path}}", include_in_schema=False)
     async def web_asset(path: str) -> FileResponse:
@@ -114,3 +159,18 @@ def install_web_pages(app: FastAPI, assets: WebAssets) -> None:
     @app.get(DOCS_PATH, include_in_schema=False)
     async def swagger_ui() -> HTMLResponse:
         return HTMLResponse(docs)
+
+    @app.get(BOARD_PATH, include_in_schema=False)
+    async def pipeline_board() -> HTMLResponse:
+        return HTMLResponse(board.html, headers=BOARD_PAGE_HEADERS)
+
+    @app.get(f"{BOARD_PATH}/{{name}}", include_in_schema=False)
+    async def pipeline_board_file(name: str) -> FileResponse:
+        file = board.files.get(name)
+        if file is None:
+            raise HTTPException(404)
+        return FileResponse(
+            file.file,
+            media_type=file.content_type,
+            headers={"Cache-Control": CACHE_CONTROL, "X-Content-Type-Options": "nosniff"},
+        )

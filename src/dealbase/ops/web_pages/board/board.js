@@ -1,0 +1,548 @@
+// @ts-check
+/**
+ * The pipeline board: one department's steps as columns and its deals as cards, kept live by
+ * the `pipelineBoard` subscription over graphql-sse (a `fetch` stream: unlike a WebSocket or
+ * EventSource, it sends the key in a header, never in a URL). Dragging a card to another column
+ * calls `moveDeal`. Text from the server is only ever set as `textContent`.
+ */
+
+const STORED_KEY = "dealbase.board.key";
+const STORED_DEPARTMENT = "dealbase.board.department";
+// The subscription's estimated cost grows with the cards per step; 20 keeps it well inside the
+// default budget (DEALBASE_GRAPHQL_MAX_COST). A column says how many more it holds.
+const CARDS_PER_STEP = 20;
+const DEAL_TYPE = "application/x-dealbase-deal";
+const RETRY_FIRST_MS = 1000;
+const RETRY_MAX_MS = 10000;
+
+const DEPARTMENTS = "query Departments { departments { id name } }";
+const BOARD = `subscription Board($departmentId: UUID!) {
+  pipelineBoard(departmentId: $departmentId) {
+    cursor
+    steps {
+      step { id name kind }
+      dealCount
+      totalVolume
+      deals(first: ${CARDS_PER_STEP}) {
+        id name volume employeeName
+        customers { firstName lastName company }
+      }
+    }
+  }
+}`;
+const MOVE = `mutation Move($id: UUID!, $stepId: UUID!) {
+  moveDeal(id: $id, stepId: $stepId) { id stepId }
+}`;
+
+/** @typedef {{ key: string, department: string | null }} Credentials */
+/** @typedef {{ id: string, name: string }} Department */
+/** @typedef {{ firstName: string | null, lastName: string, company: string | null }} Customer */
+/**
+ * @typedef {{ id: string, name: string, volume: number | null, employeeName: string | null,
+ *   customers: Customer[] }} Deal
+ */
+/**
+ * @typedef {{ step: { id: string, name: string, kind: string }, dealCount: number,
+ *   totalVolume: number, deals: Deal[] }} Column
+ */
+/** @typedef {{ message: string, extensions?: { code?: string } }} GraphQLError */
+
+/** A refusal that trying again will not change (a wrong key, an unknown department). */
+class Refused extends Error {}
+
+/** The server stopped the stream for a reason after which a client comes back. */
+class Retry extends Error {}
+
+/**
+ * @template {HTMLElement} T
+ * @param {string} id
+ * @param {new () => T} type
+ * @returns {T}
+ */
+function byId(id, type) {
+  const found = document.getElementById(id);
+  if (!(found instanceof type)) throw new Error(`#${id} is missing from the page`);
+  return found;
+}
+
+const ui = {
+  signIn: byId("sign-in", HTMLFormElement),
+  key: byId("key", HTMLInputElement),
+  department: byId("department", HTMLInputElement),
+  pick: byId("pick-department", HTMLFormElement),
+  departments: byId("departments", HTMLSelectElement),
+  departmentName: byId("department-name", HTMLElement),
+  status: byId("status", HTMLElement),
+  forget: byId("forget", HTMLButtonElement),
+  message: byId("message", HTMLElement),
+  board: byId("board", HTMLElement),
+};
+
+const volumes = new Intl.NumberFormat(undefined, { maximumFractionDigits: 0 });
+
+/**
+ * An element with its text (never parsed as HTML) and children.
+ * @param {string} tag
+ * @param {{ className?: string, text?: string }} [options]
+ * @param {Node[]} [children]
+ */
+function element(tag, options = {}, children = []) {
+  const made = document.createElement(tag);
+  if (options.className) made.className = options.className;
+  if (options.text !== undefined) made.textContent = options.text;
+  made.append(...children);
+  return made;
+}
+
+/** @param {string | null} text */
+function showMessage(text) {
+  ui.message.textContent = text ?? "";
+  ui.message.hidden = text === null;
+}
+
+/** @param {string} text @param {"live" | "waiting" | "stopped"} state */
+function showStatus(text, state) {
+  ui.status.textContent = text;
+  ui.status.className = state;
+}
+
+/** @returns {Credentials | null} */
+function storedCredentials() {
+  const key = sessionStorage.getItem(STORED_KEY);
+  return key ? { key, department: sessionStorage.getItem(STORED_DEPARTMENT) } : null;
+}
+
+/** @param {Credentials} credentials */
+function store(credentials) {
+  sessionStorage.setItem(STORED_KEY, credentials.key);
+  if (credentials.department) sessionStorage.setItem(STORED_DEPARTMENT, credentials.department);
+  else sessionStorage.removeItem(STORED_DEPARTMENT);
+}
+
+/** @param {Credentials} credentials @returns {Record<string, string>} */
+function headersOf(credentials) {
+  /** @type {Record<string, string>} */
+  const headers = { "X-Api-Key": credentials.key, "Content-Type": "application/json" };
+  if (credentials.department) headers["X-Department-Id"] = credentials.department;
+  return headers;
+}
+
+/**
+ * What to tell the user about a refused request (an RFC 9457 problem).
+ * @param {Response} response
+ */
+async function problemOf(response) {
+  /** @type {{ code?: string, detail?: string, title?: string }} */
+  let problem = {};
+  try {
+    problem = await response.json();
+  } catch {
+    // Not a problem document (a proxy's page): the status says enough.
+  }
+  if (response.status === 401) {
+    return (
+      "This key was not accepted. Check that it was pasted whole and is still active;" +
+      " a department key also needs its department's id."
+    );
+  }
+  const why = problem.detail || problem.title || response.statusText;
+  return `${why} (HTTP ${response.status}${problem.code ? `, ${problem.code}` : ""})`;
+}
+
+/** @param {GraphQLError} error */
+function errorText(error) {
+  const code = error.extensions?.code;
+  return code ? `${error.message} (${code})` : error.message;
+}
+
+/**
+ * @param {Credentials} credentials
+ * @param {string} query
+ * @param {Record<string, unknown>} [variables]
+ * @returns {Promise<any>}
+ */
+async function graphql(credentials, query, variables = {}) {
+  const response = await fetch("/graphql", {
+    method: "POST",
+    headers: { ...headersOf(credentials), Accept: "application/json" },
+    body: JSON.stringify({ query, variables }),
+    cache: "no-store",
+    credentials: "omit",
+  });
+  if (!response.ok) throw new Refused(await problemOf(response));
+  const body = await response.json();
+  if (body.errors?.length) throw new Refused(errorText(body.errors[0]));
+  return body.data;
+}
+
+/**
+ * Runs one graphql-sse subscription until the server completes it ("complete") or the stream
+ * ends without that ("ended": a client reconnects); throws Refused or Retry for an error result.
+ * @param {Credentials} credentials
+ * @param {string} query
+ * @param {Record<string, unknown>} variables
+ * @param {AbortSignal} signal
+ * @param {(data: any) => void} onData
+ * @returns {Promise<"complete" | "ended">}
+ */
+async function subscribe(credentials, query, variables, signal, onData) {
+  const response = await fetch("/graphql/stream", {
+    method: "POST",
+    headers: { ...headersOf(credentials), Accept: "text/event-stream" },
+    body: JSON.stringify({ query, variables }),
+    cache: "no-store",
+    credentials: "omit",
+    signal,
+  });
+  if (!response.ok) {
+    const problem = await problemOf(response);
+    // Too many connections, rate limits, a server not ready: passing states.
+    throw response.status === 429 || response.status >= 500 ? new Retry(problem) : new Refused(problem);
+  }
+  if (!response.body) throw new Retry("The server sent no stream.");
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffered = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return "ended";
+    buffered = (buffered + value).replaceAll("\r\n", "\n");
+    let end;
+    while ((end = buffered.indexOf("\n\n")) >= 0) {
+      const { event, data } = parseEvent(buffered.slice(0, end));
+      buffered = buffered.slice(end + 2);
+      if (event === "complete") return "complete";
+      if (event !== "next" || data === null) continue; // a keep-alive comment
+      /** @type {{ data?: any, errors?: GraphQLError[] }} */
+      const result = JSON.parse(data);
+      if (result.errors?.length) throw failureOf(result.errors[0]);
+      onData(result.data);
+    }
+  }
+}
+
+/** @param {string} block one event of a text/event-stream */
+function parseEvent(block) {
+  let event = "message";
+  /** @type {string | null} */
+  let data = null;
+  for (const line of block.split("\n")) {
+    if (line.startsWith("event:")) event = line.slice(6).trim();
+    else if (line.startsWith("data:")) data = (data === null ? "" : data + "\n") + line.slice(5).trimStart();
+  }
+  return { event, data };
+}
+
+/** @param {GraphQLError} error */
+function failureOf(error) {
+  switch (error.extensions?.code) {
+    case "shutdown":
+    case "slow_consumer":
+      return new Retry(error.message);
+    case "revoked":
+      return new Refused("This key was revoked or reset, or its tenant suspended: paste a current key.");
+    default:
+      return new Refused(errorText(error));
+  }
+}
+
+/** @param {number} ms */
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The board being shown: its credentials, its department, and the stream that feeds it. */
+class Session {
+  /** @param {Credentials} credentials @param {Department} department */
+  constructor(credentials, department) {
+    this.credentials = credentials;
+    this.department = department;
+    this.stopped = false;
+    this.controller = new AbortController();
+    /** The board as the server last sent it. @type {Column[]} */
+    this.columns = [];
+  }
+
+  stop() {
+    this.stopped = true;
+    this.controller.abort();
+  }
+
+  /** Follows the board until stopped or refused, reconnecting after any other end. */
+  async follow() {
+    let wait = RETRY_FIRST_MS;
+    while (!this.stopped) {
+      this.controller = new AbortController();
+      showStatus("Connecting…", "waiting");
+      try {
+        const ended = await subscribe(
+          this.credentials,
+          BOARD,
+          { departmentId: this.department.id },
+          this.controller.signal,
+          (data) => {
+            wait = RETRY_FIRST_MS;
+            showStatus("Live", "live");
+            this.columns = data.pipelineBoard.steps;
+            render(this, this.columns);
+          },
+        );
+        if (ended === "complete") {
+          showStatus("Closed by the server", "stopped");
+          return;
+        }
+      } catch (error) {
+        if (this.stopped) return;
+        if (error instanceof Refused) {
+          showStatus("Stopped", "stopped");
+          showMessage(error.message);
+          return;
+        }
+      } finally {
+        this.controller.abort();
+      }
+      if (this.stopped) return;
+      // The network, a server restart, a slow-consumer close: the board comes back whole on the
+      // next subscription, so nothing needs resuming.
+      showStatus("Reconnecting…", "waiting");
+      await sleep(wait);
+      wait = Math.min(wait * 2, RETRY_MAX_MS);
+    }
+  }
+
+  /**
+   * Shows the card in its new column at once, then asks the server to move it; the
+   * subscription brings the board as the server has it.
+   * @param {string} dealId
+   * @param {string} stepId
+   */
+  async move(dealId, stepId) {
+    const moved = movedLocally(this.columns, dealId, stepId);
+    if (moved === null) return;
+    render(this, moved);
+    try {
+      await graphql(this.credentials, MOVE, { id: dealId, stepId });
+      showMessage(null);
+    } catch (error) {
+      showMessage(`The deal was not moved: ${error instanceof Error ? error.message : error}`);
+      if (!this.stopped) render(this, this.columns);
+    }
+  }
+}
+
+/**
+ * The columns with the deal moved to the step, or null when it is there already.
+ * @param {Column[]} columns
+ * @param {string} dealId
+ * @param {string} stepId
+ * @returns {Column[] | null}
+ */
+function movedLocally(columns, dealId, stepId) {
+  const from = columns.find((column) => column.deals.some((deal) => deal.id === dealId));
+  const to = columns.find((column) => column.step.id === stepId);
+  if (!from || !to || from === to) return null;
+  const deal = /** @type {Deal} */ (from.deals.find((each) => each.id === dealId));
+  const volume = deal.volume ?? 0;
+  return columns.map((column) => {
+    if (column === from) {
+      return {
+        ...column,
+        dealCount: column.dealCount - 1,
+        totalVolume: column.totalVolume - volume,
+        deals: column.deals.filter((each) => each !== deal),
+      };
+    }
+    if (column === to) {
+      return {
+        ...column,
+        dealCount: column.dealCount + 1,
+        totalVolume: column.totalVolume + volume,
+        deals: [...column.deals, deal],
+      };
+    }
+    return column;
+  });
+}
+
+/** @param {number} count */
+const dealsText = (count) => `${count} ${count === 1 ? "deal" : "deals"}`;
+
+/** @param {Customer} customer */
+function customerText(customer) {
+  const name = [customer.firstName, customer.lastName].filter(Boolean).join(" ");
+  return customer.company ? `${name} (${customer.company})` : name;
+}
+
+/** @param {Deal} deal */
+function card(deal) {
+  const made = element("li", { className: "card" }, [
+    element("h3", { text: deal.name }),
+    element("p", {
+      className: "volume",
+      text: deal.volume === null ? "No volume" : volumes.format(deal.volume),
+    }),
+    element("p", {
+      className: deal.employeeName ? "employee" : "employee unassigned",
+      text: deal.employeeName ?? "Unassigned",
+    }),
+    element(
+      "ul",
+      { className: "customers" },
+      deal.customers.map((customer) => element("li", { text: customerText(customer) })),
+    ),
+  ]);
+  made.draggable = true;
+  made.dataset.dealId = deal.id;
+  made.addEventListener("dragstart", (event) => {
+    event.dataTransfer?.setData(DEAL_TYPE, deal.id);
+    if (event.dataTransfer) event.dataTransfer.effectAllowed = "move";
+    made.classList.add("dragging");
+  });
+  made.addEventListener("dragend", () => made.classList.remove("dragging"));
+  return made;
+}
+
+/** @param {Session} session @param {Column} column */
+function columnOf(session, column) {
+  const cards = element("ol", { className: "cards" }, column.deals.map(card));
+  const hidden = column.dealCount - column.deals.length;
+  if (hidden > 0) cards.append(element("li", { className: "more", text: `and ${hidden} more` }));
+  const made = element("section", { className: `column ${column.step.kind.toLowerCase()}` }, [
+    element("header", {}, [
+      element("h2", { text: column.step.name }),
+      element("p", {
+        className: "summary",
+        text: `${dealsText(column.dealCount)} · ${volumes.format(column.totalVolume)}`,
+      }),
+    ]),
+    cards,
+  ]);
+  made.setAttribute("aria-label", column.step.name);
+  made.dataset.stepId = column.step.id;
+  made.addEventListener("dragover", (event) => {
+    if (!event.dataTransfer?.types.includes(DEAL_TYPE)) return;
+    event.preventDefault(); // allows the drop
+    event.dataTransfer.dropEffect = "move";
+    made.classList.add("target");
+  });
+  made.addEventListener("dragleave", (event) => {
+    if (!(event.relatedTarget instanceof Node && made.contains(event.relatedTarget))) {
+      made.classList.remove("target");
+    }
+  });
+  made.addEventListener("drop", (event) => {
+    event.preventDefault();
+    made.classList.remove("target");
+    const dealId = event.dataTransfer?.getData(DEAL_TYPE);
+    if (dealId) void session.move(dealId, column.step.id);
+  });
+  return made;
+}
+
+/** @param {Session} session @param {Column[]} columns */
+function render(session, columns) {
+  if (session !== current) return; // a stream the user has left since
+  ui.board.replaceChildren(...columns.map((column) => columnOf(session, column)));
+}
+
+/** @type {Session | null} */
+let current = null;
+
+function leave() {
+  current?.stop();
+  current = null;
+  ui.board.replaceChildren();
+  ui.board.hidden = true;
+  ui.pick.hidden = true;
+  ui.forget.hidden = true;
+  ui.departmentName.textContent = "";
+  showStatus("", "stopped");
+}
+
+/** @param {string | null} why */
+function signInAgain(why) {
+  leave();
+  sessionStorage.removeItem(STORED_KEY);
+  sessionStorage.removeItem(STORED_DEPARTMENT);
+  ui.signIn.hidden = false;
+  showMessage(why);
+  ui.key.focus();
+}
+
+/** @param {Credentials} credentials @param {Department} department */
+function showBoard(credentials, department) {
+  leave();
+  store({ ...credentials, department: department.id });
+  ui.signIn.hidden = true;
+  ui.board.hidden = false;
+  ui.forget.hidden = false;
+  ui.departmentName.textContent = department.name;
+  showMessage(null);
+  current = new Session({ ...credentials, department: department.id }, department);
+  void current.follow();
+}
+
+/**
+ * Checks the key, then shows its department's board, or asks which department (a tenant-wide
+ * key sees them all).
+ * @param {Credentials} credentials
+ */
+async function open(credentials) {
+  showMessage(null);
+  showStatus("Checking the key…", "waiting");
+  /** @type {Department[]} */
+  let departments;
+  try {
+    departments = (await graphql(credentials, DEPARTMENTS)).departments;
+  } catch (error) {
+    const why = error instanceof Refused ? error.message : "The server could not be reached.";
+    signInAgain(why);
+    return;
+  }
+  store(credentials);
+  const named = departments.find((department) => department.id === credentials.department);
+  if (named) {
+    showBoard(credentials, named);
+  } else if (departments.length === 1 && !credentials.department) {
+    showBoard(credentials, departments[0]);
+  } else if (departments.length === 0) {
+    signInAgain("This key's tenant has no department yet: there is no board to show.");
+  } else {
+    leave();
+    ui.signIn.hidden = true;
+    ui.forget.hidden = false;
+    ui.departments.replaceChildren(
+      ...departments.map((department) => {
+        const option = element("option", { text: department.name });
+        option.setAttribute("value", department.id);
+        return option;
+      }),
+    );
+    ui.pick.hidden = false;
+    showMessage(
+      credentials.department
+        ? "This key sees no department with that id. Choose one of its departments."
+        : "This key is tenant-wide: choose the department whose board to show.",
+    );
+    ui.departments.focus();
+  }
+}
+
+ui.signIn.addEventListener("submit", (event) => {
+  event.preventDefault();
+  const credentials = { key: ui.key.value.trim(), department: ui.department.value.trim() || null };
+  // The key lives in session storage from here on, not in the form.
+  ui.key.value = "";
+  void open(credentials);
+});
+
+ui.pick.addEventListener("submit", (event) => {
+  event.preventDefault();
+  const stored = storedCredentials();
+  const option = ui.departments.selectedOptions[0];
+  if (!stored || !option) return;
+  showBoard(stored, { id: option.value, name: option.textContent ?? "" });
+});
+
+ui.forget.addEventListener("click", () => signInAgain(null));
+
+const stored = storedCredentials();
+if (stored) void open(stored);
+else ui.signIn.hidden = false;

@@ -1,0 +1,324 @@
+"""The pipeline board at /board: a page of the service's own files, sent with headers that keep
+a pasted key to it, and, in Debian's chromium, the department's board kept live by the
+subscription, moved by dragging, and refusing a wrong key with a clear message."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from dealbase.config import Settings
+from dealbase.ops import admin
+from dealbase.ops.web_pages.pages import BOARD_DIRECTORY
+from dealbase.tenancy.database import Database
+from tests.ops.board_browser import (
+    LOCALE,
+    SEEDED,
+    SeedDeal,
+    chromium,
+    create_deal,
+    launched_browser,
+    rest_client,
+    seed,
+    served,
+    sign_in,
+    steps_of,
+    wait_until_live,
+)
+from tests.support import TenantWorld, build_tenant
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, ConsoleMessage, Locator, Page
+
+WAIT_MS = 15_000
+# What a browser fetches from the page: its own script and stylesheet.
+_LOADED = re.compile(r'(?:src|href)="(/[^"]*)"')
+
+
+def _directives(header: str) -> dict[str, str]:
+    return {
+        name: value.strip()
+        for name, _, value in (part.strip().partition(" ") for part in header.split(";"))
+    }
+
+
+def test_the_board_page_allows_only_its_own_scripts_styles_and_connections(
+    client: TestClient,
+) -> None:
+    response = client.get("/board")
+
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "text/html; charset=utf-8"
+    policy = _directives(response.headers["content-security-policy"])
+    assert policy["default-src"] == "'none'"
+    for directive in ("script-src", "style-src", "connect-src"):
+        assert policy[directive] == "'self'", directive
+    assert policy["frame-ancestors"] == "'none'"
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert response.headers["referrer-policy"] == "no-referrer"
+
+
+def test_the_board_loads_its_files_from_the_service_named_by_their_content(
+    client: TestClient,
+) -> None:
+    urls = _LOADED.findall(client.get("/board").text)
+    served_files = [url for url in urls if url.startswith("/board/")]
+
+    assert {Path(url).suffix for url in served_files} == {".js", ".css"}
+    assert not re.findall(r"\w+://", client.get("/board").text)
+    for url in served_files:
+        response = client.get(url)
+        assert response.status_code == 200, url
+        stem, _, rest = Path(url).name.partition(".")
+        shipped = BOARD_DIRECTORY / f"{stem}{Path(rest).suffix}"
+        assert response.content == shipped.read_bytes()
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert "immutable" in response.headers["cache-control"]
+    assert client.get("/board/board.js").status_code == 404
+    assert client.get("/board/board.html").status_code == 404
+
+
+def test_the_board_script_never_parses_text_as_html() -> None:
+    script = (BOARD_DIRECTORY / "board.js").read_text()
+
+    for parsing in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
+        assert parsing not in script, parsing
+
+
+# In a browser.
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with launched_browser(chromium()) as launched:
+        yield launched
+
+
+@pytest.fixture(scope="module")
+def board_url(settings: Settings) -> Iterator[str]:
+    with served(settings) as base_url:
+        yield base_url
+
+
+@pytest.fixture
+def open_page(browser: Browser) -> Iterator[Callable[[], Page]]:
+    """A new tab, each in a browser context of its own (its own session storage), closed after
+    the test."""
+    contexts = []
+
+    def open_one() -> Page:
+        context = browser.new_context(locale=LOCALE)
+        context.set_default_timeout(WAIT_MS)
+        contexts.append(context)
+        return context.new_page()
+
+    yield open_one
+    for context in contexts:
+        context.close()
+
+
+def _shown(page: Page) -> dict[str, tuple[str, list[str]]]:
+    """Each column's summary and its cards' text, by step, as the page shows them (read at once:
+    a call to the browser a card would take seconds)."""
+    shown: list[tuple[str, str, list[str]]] = page.evaluate(
+        """() => [...document.querySelectorAll("#board [aria-label]")].map((column) => [
+            column.getAttribute("aria-label"),
+            column.querySelector(".summary").innerText,
+            [...column.querySelectorAll(".card")].map((card) => card.innerText),
+        ])"""
+    )
+    return {step: (summary, cards) for step, summary, cards in shown}
+
+
+def _column(page: Page, step: str) -> Locator:
+    return page.get_by_role("region", name=step, exact=True)
+
+
+def _card(page: Page, step: str, deal: str) -> Locator:
+    return (
+        _column(page, step)
+        .locator(".card")
+        .filter(has=page.get_by_role("heading", name=deal, exact=True))
+    )
+
+
+def test_the_board_shows_each_step_with_its_seeded_deals_count_volume_employee_and_customers(
+    board_url: str, database: Database, world: TenantWorld, open_page: Callable[[], Page]
+) -> None:
+    markup = SeedDeal('<img src=x onerror="document.title=1"> & co', 7, "Lead", None, ())
+    seed(board_url, database, world, (*SEEDED, markup))
+    page = open_page()
+    problems: list[str] = []
+
+    def note_console(message: ConsoleMessage) -> None:
+        # A refused script or style (the page's own policy) is an error here too.
+        if message.type == "error":
+            problems.append(message.text)
+
+    page.on("console", note_console)
+    page.on("pageerror", lambda error: problems.append(str(error)))
+
+    sign_in(page, board_url, world.key.api_key, world.department.id)
+    wait_until_live(page)
+
+    with rest_client(board_url, world.key) as rest:
+        steps = steps_of(rest)
+    shown = _shown(page)
+    assert list(shown) == list(steps)
+    for step, (summary, cards) in shown.items():
+        deals = [deal for deal in (*SEEDED, markup) if deal.step == step]
+        volume = sum(deal.volume or 0 for deal in deals)
+        noun = "deal" if len(deals) == 1 else "deals"
+        assert summary == f"{len(deals)} {noun} · {volume:,}", step
+        assert len(cards) == len(deals), step
+        for deal, card in zip(deals, cards, strict=True):
+            lines = [line for line in card.splitlines() if line]
+            assert lines[0] == deal.name
+            assert lines[1] == (f"{deal.volume:,}" if deal.volume is not None else "No volume")
+            assert lines[2] == (deal.employee or "Unassigned")
+            for customer in deal.customers:
+                assert customer["last_name"] in card
+    # The name is shown as text, not run as markup.
+    assert page.locator("#board img").count() == 0
+    assert page.title() == "dealbase pipeline board"
+    assert problems == []
+
+
+def test_the_key_stays_in_the_tabs_session_storage_only(
+    board_url: str, world: TenantWorld, open_page: Callable[[], Page]
+) -> None:
+    page = open_page()
+    sign_in(page, board_url, world.key.api_key, world.department.id)
+    wait_until_live(page)
+
+    stored = page.evaluate("() => Object.values(sessionStorage)")
+    assert world.key.api_key in stored
+    assert page.evaluate("() => localStorage.length") == 0
+    assert page.context.cookies() == []
+    assert world.key.api_key not in page.url
+    assert page.get_by_label("API key").input_value() == ""
+    # A reload of the tab keeps it; another tab of the same browser never had it.
+    page.reload()
+    wait_until_live(page)
+    other = page.context.new_page()
+    other.goto(f"{board_url}/board")
+    other.get_by_label("API key").wait_for()
+    assert other.evaluate("() => sessionStorage.length") == 0
+
+
+@pytest.mark.serial
+def test_a_deal_created_through_rest_appears_on_the_board_within_a_second(
+    board_url: str, world: TenantWorld, open_page: Callable[[], Page]
+) -> None:
+    page = open_page()
+    sign_in(page, board_url, world.key.api_key, world.department.id)
+    wait_until_live(page)
+    name = f"Created elsewhere {secrets.token_hex(3)}"
+    with rest_client(board_url, world.key) as rest:
+        steps = steps_of(rest)
+
+        started = time.monotonic()
+        create_deal(rest, SeedDeal(name, 4_200, "Lead", None, ()), steps)
+        _card(page, "Lead", name).wait_for(timeout=WAIT_MS)
+        elapsed = time.monotonic() - started
+
+    assert elapsed < 1.0, elapsed
+    assert _column(page, "Lead").locator(".summary").inner_text() == "1 deal · 4,200"
+
+
+def _rest_step(rest: httpx.Client, deal_id: str, expected: str) -> str:
+    """The deal's step_id once it is ``expected`` (or the last seen, after a while)."""
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while True:
+        response = rest.get(f"/deals/{deal_id}")
+        assert response.status_code == 200, response.text
+        step_id: str = response.json()["step_id"]
+        if step_id == expected or time.monotonic() > deadline:
+            return step_id
+        time.sleep(0.05)
+
+
+def test_a_card_dragged_to_another_step_is_there_for_rest_and_in_a_second_browser(
+    board_url: str, database: Database, world: TenantWorld, open_page: Callable[[], Page]
+) -> None:
+    deals = seed(board_url, database, world)
+    moving = next(deal for deal in SEEDED if deal.step == "Lead")
+    target = "Negotiation"
+    mover, watcher = open_page(), open_page()
+    for page in (mover, watcher):
+        sign_in(page, board_url, world.key.api_key, world.department.id)
+        wait_until_live(page)
+
+    _card(mover, "Lead", moving.name).drag_to(_column(mover, target))
+
+    with rest_client(board_url, world.key) as rest:
+        steps = steps_of(rest)
+        assert _rest_step(rest, deals[moving.name]["id"], steps[target]) == steps[target]
+    _card(watcher, target, moving.name).wait_for()
+    _card(watcher, "Lead", moving.name).wait_for(state="detached")
+    assert _card(mover, target, moving.name).count() == 1
+    landed = [deal for deal in SEEDED if deal.step == target] + [moving]
+    assert _column(watcher, target).locator(".summary").inner_text() == (
+        f"{len(landed)} deals · {sum(deal.volume or 0 for deal in landed):,}"
+    )
+
+
+def _alert(page: Page) -> str:
+    alert = page.get_by_role("alert")
+    alert.wait_for()
+    text: str = alert.inner_text()
+    return text
+
+
+def test_a_wrong_key_gets_a_clear_message_and_is_not_kept(
+    board_url: str, make_tenant: Callable[..., TenantWorld], open_page: Callable[[], Page]
+) -> None:
+    world = make_tenant(departments=2)
+    never_issued = f"dbk_{secrets.token_hex(16)}_{secrets.token_urlsafe(32)}"
+    cases: list[tuple[str, uuid.UUID | None, str]] = [
+        (never_issued, world.department.id, "This key was not accepted"),
+        # A department key without its department, or naming another.
+        (world.key.api_key, None, "a department key also needs its department's id"),
+        (world.key.api_key, world.departments[1].id, "does not give access to the department"),
+    ]
+    page = open_page()
+
+    for api_key, department, expected in cases:
+        sign_in(page, board_url, api_key, department)
+
+        assert expected in _alert(page), (api_key, department)
+        assert page.get_by_label("API key").is_visible()
+        assert page.locator("#board").is_hidden()
+        assert page.evaluate("() => sessionStorage.length") == 0
+
+
+def test_a_tenant_wide_key_chooses_the_department_whose_board_it_shows(
+    board_url: str, database: Database, open_page: Callable[[], Page]
+) -> None:
+    world = build_tenant(database, departments=2)
+    second = TenantWorld(world.tenant, world.departments[1:], world.keys[1:])
+    seed(board_url, database, second, SEEDED[:2])
+    tenant_key = admin.issue_key(database, world.tenant.id, None, "dashboard").api_key
+    page = open_page()
+
+    sign_in(page, board_url, tenant_key, None)
+
+    assert "tenant-wide" in _alert(page)
+    picker = page.get_by_label("Department", exact=True)
+    names = picker.locator("option").all_inner_texts()
+    assert sorted(names) == sorted(department.name for department in world.departments)
+    picker.select_option(label=second.department.name)
+    page.get_by_role("button", name="Show its board").click()
+    wait_until_live(page)
+    for deal in SEEDED[:2]:
+        _card(page, deal.step, deal.name).wait_for()
+    assert page.locator("#department-name").inner_text() == second.department.name
