@@ -259,7 +259,7 @@ def _write_screenshot(target: Path) -> None:
         settings = Settings(database_url=url, data_dir=Path(data_dir), log_level="warning")
         with served(settings) as base_url, launched_browser(chromium()) as browser:
             seed(base_url, database, world)
-            page = browser.new_page(viewport={"width": 1560, "height": 640}, locale=LOCALE)
+            page = browser.new_page(viewport={"width": 1560, "height": 400}, locale=LOCALE)
             sign_in(page, base_url, world.key.api_key, world.department.id)
             wait_until_live(page)
             page.screenshot(path=str(target), full_page=True)

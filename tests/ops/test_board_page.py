@@ -15,8 +15,11 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from graphql import parse, validate
 
 from dealbase.config import Settings
+from dealbase.graphql_api.guards import estimate_cost
+from dealbase.graphql_api.schema import build_schema
 from dealbase.ops import admin
 from dealbase.ops.web_pages.pages import BOARD_DIRECTORY
 from dealbase.tenancy.database import Database
@@ -92,6 +95,20 @@ def test_the_board_script_never_parses_text_as_html() -> None:
 
     for parsing in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
         assert parsing not in script, parsing
+
+
+def test_the_board_subscription_fits_the_default_cost_budget(settings: Settings) -> None:
+    """Else every board would be refused before its first result (query_too_costly)."""
+    script = (BOARD_DIRECTORY / "board.js").read_text()
+    per_step = re.search(r"const CARDS_PER_STEP = (\d+);", script)
+    board = re.search(r"const BOARD = `(.*?)`;", script, re.DOTALL)
+    assert per_step is not None and board is not None
+    query = board[1].replace("${CARDS_PER_STEP}", per_step[1])
+    schema = build_schema(settings)
+
+    assert validate(schema._schema, parse(query)) == []
+    estimate = estimate_cost(schema._schema, parse(query), {"departmentId": str(uuid.uuid4())})
+    assert estimate <= Settings.model_fields["graphql_max_cost"].default
 
 
 # In a browser.
