@@ -39,10 +39,6 @@ if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
 
 API = "/api/v1/integration"
-INSTALL = (
-    "the board's browser tests need Debian's chromium (apt-get install chromium) and the"
-    " playwright package (pip install -e '.[dev]')"
-)
 # Whatever language the machine speaks, volumes are written as the tests expect (1,250,000).
 LOCALE = "en-US"
 
@@ -50,15 +46,19 @@ LOCALE = "en-US"
 def chromium() -> str:
     """The system chromium's path. Missing, it or playwright skips the test with what to
     install, except under CI=true, where it fails: CI must run these tests."""
+    missing = []
     path = shutil.which("chromium")
+    if path is None:
+        missing.append("Debian's chromium (apt-get install chromium)")
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        path = None
-    if path is None:
+        missing.append("the playwright package (pip install -e '.[dev]')")
+    if path is None or missing:
+        message = f"the board's browser tests need {' and '.join(missing)}"
         if IN_CI:
-            pytest.fail(f"CI=true, but {INSTALL}", pytrace=False)
-        pytest.skip(INSTALL)
+            pytest.fail(f"CI=true, but {message}", pytrace=False)
+        pytest.skip(message)
     return path
 
 

@@ -210,6 +210,29 @@ def test_the_board_shows_each_step_with_its_seeded_deals_count_volume_employee_a
     assert problems == []
 
 
+def test_a_step_with_more_deals_than_cards_says_how_many_more_it_holds(
+    board_url: str, world: TenantWorld, open_page: Callable[[], Page]
+) -> None:
+    with rest_client(board_url, world.key) as rest:
+        steps = steps_of(rest)
+        deals = [SeedDeal(f"Deal {n:02}", n, "Lead", None, ()) for n in range(1, 23)]
+        for deal in deals:
+            create_deal(rest, deal, steps)
+    page = open_page()
+
+    sign_in(page, board_url, world.key.api_key, world.department.id)
+    wait_until_live(page)
+
+    summary, cards = _shown(page)["Lead"]
+    assert summary == f"{len(deals)} deals · {sum(deal.volume or 0 for deal in deals):,}"
+    shown = len(cards)
+    assert 0 < shown < len(deals)
+    # The oldest first.
+    assert [card.splitlines()[0] for card in cards] == [deal.name for deal in deals[:shown]]
+    more = _column(page, "Lead").locator(".more").inner_text()
+    assert more == f"and {len(deals) - shown} more"
+
+
 def test_the_key_stays_in_the_tabs_session_storage_only(
     board_url: str, world: TenantWorld, open_page: Callable[[], Page]
 ) -> None:

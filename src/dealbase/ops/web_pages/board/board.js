@@ -197,7 +197,8 @@ async function subscribe(credentials, query, variables, signal, onData) {
   if (!response.ok) {
     const problem = await problemOf(response);
     // Too many connections, rate limits, a server not ready: passing states.
-    throw response.status === 429 || response.status >= 500 ? new Retry(problem) : new Refused(problem);
+    const passing = response.status === 429 || response.status >= 500;
+    throw passing ? new Retry(problem) : new Refused(problem);
   }
   if (!response.body) throw new Retry("The server sent no stream.");
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
@@ -227,7 +228,10 @@ function parseEvent(block) {
   let data = null;
   for (const line of block.split("\n")) {
     if (line.startsWith("event:")) event = line.slice(6).trim();
-    else if (line.startsWith("data:")) data = (data === null ? "" : data + "\n") + line.slice(5).trimStart();
+    else if (line.startsWith("data:")) {
+      // The field's value is what follows "data:" and at most one space.
+      data = (data === null ? "" : `${data}\n`) + line.slice(5).replace(/^ /, "");
+    }
   }
   return { event, data };
 }
@@ -239,7 +243,9 @@ function failureOf(error) {
     case "slow_consumer":
       return new Retry(error.message);
     case "revoked":
-      return new Refused("This key was revoked or reset, or its tenant suspended: paste a current key.");
+      return new Refused(
+        "This key was revoked or reset, or its tenant suspended: paste a current key.",
+      );
     default:
       return new Refused(errorText(error));
   }
