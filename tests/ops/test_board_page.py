@@ -312,6 +312,28 @@ def test_a_card_dragged_to_another_step_is_there_for_rest_and_in_a_second_browse
     )
 
 
+def test_a_focused_card_moves_a_step_with_the_arrow_keys(
+    board_url: str, world: TenantWorld, open_page: Callable[[], Page]
+) -> None:
+    with rest_client(board_url, world.key) as rest:
+        steps = steps_of(rest)
+        first, second = list(steps)[:2]
+        deal = create_deal(rest, SeedDeal("Moved by keys", 100, first, None, ()), steps)
+        page = open_page()
+        sign_in(page, board_url, world.key.api_key, world.department.id)
+        wait_until_live(page)
+
+        _card(page, first, deal["name"]).focus()
+        page.keyboard.press("ArrowRight")
+
+        assert _rest_step(rest, deal["id"], steps[second]) == steps[second]
+        _card(page, second, deal["name"]).wait_for()
+        # Still focused, where it went: the next key moves it on.
+        assert page.evaluate("() => document.activeElement.dataset.dealId") == deal["id"]
+        page.keyboard.press("ArrowLeft")
+        assert _rest_step(rest, deal["id"], steps[first]) == steps[first]
+
+
 def _alert(page: Page) -> str:
     alert = page.get_by_role("alert")
     alert.wait_for()

@@ -74,6 +74,7 @@ const ui = {
   departmentName: byId("department-name", HTMLElement),
   status: byId("status", HTMLElement),
   forget: byId("forget", HTMLButtonElement),
+  hint: byId("hint", HTMLElement),
   message: byId("message", HTMLElement),
   board: byId("board", HTMLElement),
 };
@@ -376,8 +377,13 @@ function customerText(customer) {
   return customer.company ? `${name} (${customer.company})` : name;
 }
 
-/** @param {Deal} deal */
-function card(deal) {
+/**
+ * @param {Session} session
+ * @param {Deal} deal
+ * @param {Column | undefined} previous the step before the card's, if any
+ * @param {Column | undefined} next the step after it, if any
+ */
+function card(session, deal, previous, next) {
   const made = element("li", { className: "card" }, [
     element("h3", { text: deal.name }),
     element("p", {
@@ -402,12 +408,26 @@ function card(deal) {
     made.classList.add("dragging");
   });
   made.addEventListener("dragend", () => made.classList.remove("dragging"));
+  // Dragging needs a pointer: a focused card moves a step with the arrow keys too.
+  made.tabIndex = 0;
+  made.setAttribute("aria-keyshortcuts", "ArrowLeft ArrowRight");
+  made.addEventListener("keydown", (event) => {
+    const to = { ArrowLeft: previous, ArrowRight: next }[event.key];
+    if (!to) return;
+    event.preventDefault();
+    void session.move(deal.id, to.step.id);
+  });
   return made;
 }
 
-/** @param {Session} session @param {Column} column */
-function columnOf(session, column) {
-  const cards = element("ol", { className: "cards" }, column.deals.map(card));
+/** @param {Session} session @param {Column[]} columns @param {number} index */
+function columnOf(session, columns, index) {
+  const column = columns[index];
+  const cards = element(
+    "ol",
+    { className: "cards" },
+    column.deals.map((deal) => card(session, deal, columns[index - 1], columns[index + 1])),
+  );
   const hidden = column.dealCount - column.deals.length;
   if (hidden > 0) cards.append(element("li", { className: "more", text: `and ${hidden} more` }));
   const made = element("section", { className: `column ${column.step.kind.toLowerCase()}` }, [
@@ -445,7 +465,14 @@ function columnOf(session, column) {
 /** @param {Session} session @param {Column[]} columns */
 function render(session, columns) {
   if (session !== current) return; // a stream the user has left since
-  ui.board.replaceChildren(...columns.map((column) => columnOf(session, column)));
+  const focused = document.activeElement;
+  const dealId = focused instanceof HTMLElement ? focused.dataset.dealId : undefined;
+  ui.board.replaceChildren(...columns.map((_, index) => columnOf(session, columns, index)));
+  // The focused card keeps the focus, wherever the new board has it.
+  if (dealId) {
+    const again = ui.board.querySelector(`[data-deal-id="${CSS.escape(dealId)}"]`);
+    if (again instanceof HTMLElement) again.focus();
+  }
 }
 
 /** @type {Session | null} */
@@ -456,6 +483,7 @@ function leave() {
   current = null;
   ui.board.replaceChildren();
   ui.board.hidden = true;
+  ui.hint.hidden = true;
   ui.pick.hidden = true;
   ui.forget.hidden = true;
   ui.departmentName.textContent = "";
@@ -478,6 +506,7 @@ function showBoard(credentials, department) {
   store({ ...credentials, department: department.id });
   ui.signIn.hidden = true;
   ui.board.hidden = false;
+  ui.hint.hidden = false;
   ui.forget.hidden = false;
   ui.departmentName.textContent = department.name;
   showMessage(null);
