@@ -16,7 +16,10 @@ worker`, beside plain httpx; BENCH_SCENARIOS=webhooks runs it alone) on a scratc
 its own, prints its tables after the targets, and writes its figures into the results file; a
 delivery that lost events fails the run. Then bench/sync.py (a nightly sync of customers upserted
 in batches by external id, beside the same sync one customer a request; BENCH_SCENARIOS=sync runs
-it alone), likewise; an answer or a count that is not what was synced fails the run.
+it alone), likewise; an answer or a count that is not what was synced fails the run. Then
+bench/live.py (1,000 GraphQL subscriptions on one department while writes arrive at 50 a second:
+the delay from each commit to each subscriber, the server's CPU per event delivered;
+BENCH_SCENARIOS=live runs it alone), likewise; an event lost or received twice fails the run.
 
 profile: the same setup for dealbase alone, one scenario under load while py-spy records the
 server's worker processes; writes a speedscope file and a text summary to bench/results/.
@@ -51,12 +54,14 @@ from harness.report import Outcome, outcome_record, table, targets, targets_text
 from harness.scenarios import (
     DEALBASE_SCENARIOS,
     DEPARTMENTS,
+    LIVE,
     OWN_TABLES,
     SYNC,
     WEBHOOKS,
     Scenario,
     UnknownScenario,
     select,
+    wants_live,
     wants_sync,
     wants_webhooks,
 )
@@ -238,6 +243,7 @@ def bench(settings: BenchSettings) -> int:
     selected = select(settings.scenarios)
     with_webhooks = wants_webhooks(settings.scenarios)
     with_sync = wants_sync(settings.scenarios)
+    with_live = wants_live(settings.scenarios)
     servers = {scenario.server for scenario in selected}
     tools = Toolset(
         wrk=ensure_wrk() if selected else None,
@@ -267,6 +273,8 @@ def bench(settings: BenchSettings) -> int:
     delivery_failure: str | None = None
     synced: Any = None  # sync.Report
     sync_failure: str | None = None
+    live: Any = None  # live.Report
+    live_failure: str | None = None
     try:
         document["versions"].update(server_versions(settings.database_server, settings.redis_url))
         if selected:
@@ -292,6 +300,9 @@ def bench(settings: BenchSettings) -> int:
         if with_sync:
             synced, sync_failure = _sync(settings, stamp)
             document[SYNC] = synced.as_dict() if synced is not None else {"failure": sync_failure}
+        if with_live:
+            live, live_failure = _live(settings, stamp)
+            document[LIVE] = live.as_dict() if live is not None else {"failure": live_failure}
     finally:
         document["machine"]["load_average_after"] = load_average()
         document["scenarios"] = [outcome_record(o, outcomes) for o in outcomes.values()]
@@ -308,6 +319,9 @@ def bench(settings: BenchSettings) -> int:
     if synced is not None:
         print()
         print(sync_tables(synced))
+    if live is not None:
+        print()
+        print(live_tables(live))
     print(f"\nResults: {results_path.relative_to(ROOT)}")
     failed = [name for name, outcome in outcomes.items() if not outcome.ok]
     if failed:
@@ -325,6 +339,10 @@ def bench(settings: BenchSettings) -> int:
         problems = [sync_failure] if sync_failure else synced.failures
         print("\nbench: FAILED: sync:\n  " + "\n  ".join(problems), file=sys.stderr)
         failed_own = True
+    if live_failure or (live is not None and not live.ok):
+        problems = [live_failure] if live_failure else live.failures
+        print("\nbench: FAILED: live:\n  " + "\n  ".join(problems), file=sys.stderr)
+        failed_own = True
     return 1 if failed or failed_own else 0
 
 
@@ -340,6 +358,31 @@ def sync_tables(report: Any) -> str:
 
     text: str = sync.tables(report)
     return text
+
+
+def live_tables(report: Any) -> str:
+    import live
+
+    text: str = live.tables(report)
+    return text
+
+
+def _live(settings: BenchSettings, stamp: str) -> tuple[Any, str | None]:
+    """bench/live.py's measurements, on a scratch database of their own; the report, or why
+    there is none."""
+    import live
+
+    say(
+        f"live: {settings.live_subscribers:,} subscribers on one department,"
+        f" {settings.live_rate} writes/s for {settings.seconds} s (bench/live.py)"
+    )
+    try:
+        return live.measure(live.Options(settings, RESULTS / f"{stamp}-logs", stamp)), None
+    except (ServiceFailed, ProfileFailed) as exc:
+        return None, str(exc)
+    except Exception:
+        traceback.print_exc()
+        return None, "an unexpected error (above)"
 
 
 def _sync(settings: BenchSettings, stamp: str) -> tuple[Any, str | None]:

@@ -194,11 +194,12 @@ SCENARIOS: tuple[Scenario, ...] = (
 )
 
 BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}
-# Not wrk scenarios: bench/webhooks.py and bench/sync.py, run after them, each with a table of
-# its own.
+# Not wrk scenarios: bench/webhooks.py, bench/sync.py and bench/live.py, run after them, each
+# with a table of its own.
 WEBHOOKS = "webhooks"
 SYNC = "sync"
-OWN_TABLES = (WEBHOOKS, SYNC)
+LIVE = "live"
+OWN_TABLES = (WEBHOOKS, SYNC, LIVE)
 DEALBASE_SCENARIOS = tuple(s.name for s in SCENARIOS if s.server == "dealbase")
 
 
@@ -266,7 +267,7 @@ class UnknownScenario(Exception):
 
 def select(names: tuple[str, ...]) -> list[Scenario]:
     """The scenarios named (all when none), with the ones their ratios need, in run order;
-    none when only `webhooks` or `sync` is named."""
+    none when only `webhooks`, `sync` or `live` is named."""
     if not names:
         return list(SCENARIOS)
     unknown = [name for name in names if name not in BY_NAME and name not in OWN_TABLES]
@@ -295,3 +296,9 @@ def wants_sync(names: tuple[str, ...]) -> bool:
     """Whether the run measures the bulk sync (bench/sync.py): always, unless scenarios are
     named and `sync` is not one of them."""
     return not names or SYNC in names
+
+
+def wants_live(names: tuple[str, ...]) -> bool:
+    """Whether the run measures live subscriptions under writes (bench/live.py): always, unless
+    scenarios are named and `live` is not one of them."""
+    return not names or LIVE in names

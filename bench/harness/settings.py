@@ -55,6 +55,11 @@ class BenchSettings:
     sync_single_customers: int = 10_000
     sync_batch: int = 1000
     sync_clients: int = 4
+    # bench/live.py: `changes` subscriptions on one department, writes a second meanwhile (for
+    # `seconds`), and whether the subscribers offer permessage-deflate (as browsers do).
+    live_subscribers: int = 1000
+    live_rate: int = 50
+    live_deflate: bool = False
 
     @classmethod
     def from_environment(cls) -> BenchSettings:
@@ -80,6 +85,9 @@ class BenchSettings:
             sync_single_customers=_int("BENCH_SYNC_SINGLE_CUSTOMERS", 10_000, 10, 1_000_000),
             sync_batch=_int("BENCH_SYNC_BATCH", 1000, 1, 10_000),
             sync_clients=_int("BENCH_SYNC_CLIENTS", 4, 1, 64),
+            live_subscribers=_int("BENCH_LIVE_SUBSCRIBERS", 1000, 1, 10_000),
+            live_rate=_int("BENCH_LIVE_RATE", 50, 1, 1000),
+            live_deflate=os.environ.get("BENCH_LIVE_DEFLATE", "0") == "1",
         )
 
     @property
