@@ -6,6 +6,7 @@ pings, a slow consumer, a key revoked or a tenant suspended, the server stopping
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
@@ -114,6 +115,36 @@ def test_a_department_key_in_connection_init_receives_its_changes_as_they_commit
     assert (updated["kind"], updated["changedFields"]) == ("UPDATED", ["first_name"])
     assert updated["previous"] == {"first_name": None}
     assert updated["record"]["first_name"] == "Augusta"
+
+
+def test_a_change_sent_by_the_websocket_itself_is_what_strawberry_sends_over_the_stream(
+    client: TestClient, world: TenantWorld
+) -> None:
+    """The WebSocket renders a ``changes`` result itself (its execution and encoding shared by
+    the subscribers of the document); the stream's results still come through Strawberry:
+    both carry the same payload for the same change, the extensions' cost included."""
+    headers = world.key.headers
+    response = client.get(f"{API}/events", headers=headers)
+    assert response.status_code == 200, response.text
+    start = response.json()["next_cursor"]
+    create_customer(client, headers, "Ada")
+    variables = {"after": start}
+    with live_socket(client, init=headers) as first, live_socket(client, init=headers) as second:
+        first.subscribe("1", CHANGES, variables)
+        second.subscribe("other", CHANGES, variables)
+        sent, shared = first.receive(), second.receive()
+    with client.stream(
+        "POST",
+        "/graphql/stream",
+        json={"query": CHANGES, "variables": variables},
+        headers={"Accept": "text/event-stream", **headers},
+    ) as streamed:
+        assert streamed.status_code == 200
+        data = next(line for line in streamed.iter_lines() if line.startswith("data: "))
+    assert (sent["id"], sent["type"], shared["id"]) == ("1", "next", "other")
+    assert sent["payload"] == shared["payload"] == json.loads(data.removeprefix("data: "))
+    assert sent["payload"]["data"]["changes"]["record"]["last_name"] == "Ada"
+    assert sent["payload"]["extensions"]["cost"]["estimated"] >= 1
 
 
 def test_the_key_may_come_in_the_upgrade_requests_headers(

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +27,7 @@ import orjson
 import strawberry
 import structlog
 from fastapi import FastAPI, Request
-from graphql import GraphQLError
+from graphql import GraphQLError, execute_subscription_event
 from starlette.requests import HTTPConnection
 from starlette.responses import StreamingResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -38,10 +39,12 @@ from dealbase.edge.live_callers import live_scope, still_admitted
 from dealbase.edge.problems import ProtocolError, malformed_json
 from dealbase.edge.request_edge import MAX_BODY_BYTES
 from dealbase.errors import DomainError, RateLimited, Unavailable
+from dealbase.graphql_api.documents import DocumentCache
 from dealbase.graphql_api.errors import mapped_error
 from dealbase.graphql_api.live_execution import sharing_results
-from dealbase.graphql_api.subscriptions import LiveContext
-from dealbase.platform.live.hub import Ending, Hub, Limits
+from dealbase.graphql_api.subscriptions import LiveContext, change_of
+from dealbase.platform.events.models import Event
+from dealbase.platform.live.hub import Ended, Ending, Hub, Limits, Subscriber
 from dealbase.platform.live.signals import Signals
 from dealbase.tenancy.api_keys import TENANT_NOTICE_PREFIX
 from dealbase.tenancy.authentication import Authenticator
@@ -323,6 +326,37 @@ def _formatted(result: ExecutionResult, request_id: str) -> dict[str, Any]:
     return shown
 
 
+# Each shared result's data as JSON, encoded once for every subscriber that sends it (by the
+# result, which ``live_execution`` hands to each of them).
+_ENCODED = 1024
+_encoded: OrderedDict[int, tuple[Any, str]] = OrderedDict()
+
+
+def _data_json(result: Any) -> str:
+    found = _encoded.get(id(result))
+    if found is not None and found[0] is result:
+        return found[1]
+    text = orjson.dumps(result.data).decode()
+    _encoded[id(result)] = (result, text)
+    if len(_encoded) > _ENCODED:
+        _encoded.popitem(last=False)
+    return text
+
+
+def _extensions_of(schema: strawberry.Schema, request: _Operation) -> str | None:
+    """What Strawberry puts in each result's ``extensions`` for this operation, as JSON: the
+    cost its document guard estimated (``documents.DocumentGuard.get_results``), found in the
+    schema's documents, where the guard has just left the document; None when it is not there
+    (a cache of no documents), and the results then come through Strawberry."""
+    documents: DocumentCache | None = getattr(schema, "documents", None)
+    checked = documents.get(request.query) if documents is not None else None
+    if documents is None or checked is None:
+        return None
+    estimate = checked.cost.estimate(request.variables)
+    cost = {"cost": {"estimated": estimate, "budget": documents.guards.max_cost}}
+    return orjson.dumps(cost).decode()
+
+
 def _header(payload: Mapping[str, Any], name: str) -> str | None:
     """A credential of connection_init's payload, its name in any case."""
     for key, value in payload.items():
@@ -349,8 +383,11 @@ class _WebSocketConnection(_Connection):
         self.idle_since: float | None = time.monotonic()
 
     async def send(self, message: dict[str, Any]) -> None:
+        await self.send_text(orjson.dumps(message).decode())
+
+    async def send_text(self, text: str) -> None:
         async with self._sending:
-            await self.websocket.send_text(orjson.dumps(message).decode())
+            await self.websocket.send_text(text)
 
     def _send_soon(self, message: dict[str, Any]) -> None:
         """Sends ``message`` beside the connection's loop, which must not wait for a client
@@ -496,14 +533,24 @@ class _WebSocketConnection(_Connection):
             )
             self._finished(operation_id)
             return
+        handed: asyncio.Future[tuple[Subscriber, str]] = asyncio.get_running_loop().create_future()
+        context.direct = lambda subscriber: self._take(handed, request, context, subscriber)
         results = await self.service.schema.subscribe(
             request.query,
             variable_values=request.variables,
             context_value=context,
             operation_name=request.operation_name,
         )
+        # Strawberry's stream: it checks the document, runs the subscription's field, and
+        # yields each result; or, when this connection took the subscriber (a ``changes``
+        # field), it only waits for the subscription's end while ``_direct`` sends the events.
+        first: asyncio.Future[Any] = asyncio.ensure_future(anext(results))
         try:
-            await self._stream(operation_id, results, context)
+            await asyncio.wait({first, handed}, return_when=asyncio.FIRST_COMPLETED)
+            if handed.done():
+                subscriber, extensions = handed.result()
+                await self._direct(operation_id, subscriber, context, extensions)
+            await self._stream(operation_id, results, context, first)
         except (WebSocketDisconnect, OSError):
             pass
         except Exception:
@@ -511,29 +558,98 @@ class _WebSocketConnection(_Connection):
             self.close(INTERNAL_ERROR)
         finally:
             with anyio.CancelScope(shield=True):
+                if not first.done():
+                    first.cancel()
+                await asyncio.gather(first, return_exceptions=True)
                 await results.aclose()
                 await context.finish()
             self._finished(operation_id)
 
-    async def _stream(
-        self, operation_id: str, results: AsyncGenerator[Any, None], context: LiveContext
+    def _take(
+        self,
+        handed: asyncio.Future[tuple[Subscriber, str]],
+        request: _Operation,
+        context: LiveContext,
+        subscriber: Subscriber,
+    ) -> bool:
+        """Takes a ``changes`` subscriber whose events this connection can render itself: its
+        executor is known, and so is what Strawberry would put in each result's extensions."""
+        extensions = _extensions_of(self.service.schema, request)
+        if handed.done() or context.executor is None or extensions is None:
+            return False
+        handed.set_result((subscriber, extensions))
+        return True
+
+    async def _direct(
+        self, operation_id: str, subscriber: Subscriber, context: LiveContext, extensions: str
     ) -> None:
-        """The operation's results as ``next`` messages, then ``complete`` (unless the
-        connection is closing: its close says why)."""
-        async for result in results:
-            if isinstance(result, PreExecutionError):
-                errors = _errors(result.errors, context.request_id)
-                await self.send({"id": operation_id, "type": "error", "payload": errors})
+        """The subscriber's events as ``next`` messages, each result executed once for every
+        subscriber of the same document (``live_execution``) and encoded once too: what is
+        left per subscriber is its message's frame. Returns when the hub ends the subscription.
+        """
+        executor = context.executor
+        head = '{"id":' + orjson.dumps(operation_id).decode() + ',"type":"next","payload":'
+        tail = ',"extensions":' + extensions + "}}"
+        while True:
+            try:
+                item = await subscriber.next()
+            except Ended:
                 return
-            payload = _formatted(result, context.request_id)
+            if not isinstance(item, Event):
+                continue
+            executed: Any = execute_subscription_event(
+                executor.build_per_event_executor(change_of(item))
+            )
+            result: Any = await executed if executor.is_awaitable(executed) else executed
+            if result.errors:
+                shown = _formatted(result, context.request_id)
+                shown["extensions"] = orjson.loads(extensions)
+                text = orjson.dumps({"id": operation_id, "type": "next", "payload": shown}).decode()
+            else:
+                text = head + '{"data":' + _data_json(result) + tail
             self.service.reports.sent(self.transport)
-            await self.send({"id": operation_id, "type": "next", "payload": payload})
-            # Each result reads afresh: no loader's answer outlives it, no transaction
-            # stays open while the subscription waits.
-            context.loaders.clear()
-            await context.close()
+            await self.send_text(text)
+            if context.loaders:
+                context.loaders.clear()
+            if context.reading:
+                await context.close()
+
+    async def _stream(
+        self,
+        operation_id: str,
+        results: AsyncGenerator[Any, None],
+        context: LiveContext,
+        first: asyncio.Future[Any],
+    ) -> None:
+        """The operation's results (the first already asked for) as ``next`` messages, then
+        ``complete`` (unless the connection is closing: its close says why)."""
+        try:
+            result = await first
+        except StopAsyncIteration:
+            pass
+        else:
+            if not await self._result(operation_id, result, context):
+                return
+            async for result in results:
+                if not await self._result(operation_id, result, context):
+                    return
         if self.closing is None:
             await self.send({"id": operation_id, "type": "complete"})
+
+    async def _result(self, operation_id: str, result: Any, context: LiveContext) -> bool:
+        """Sends one result; False after an error that ends the operation."""
+        if isinstance(result, PreExecutionError):
+            errors = _errors(result.errors, context.request_id)
+            await self.send({"id": operation_id, "type": "error", "payload": errors})
+            return False
+        payload = _formatted(result, context.request_id)
+        self.service.reports.sent(self.transport)
+        await self.send({"id": operation_id, "type": "next", "payload": payload})
+        # Each result reads afresh: no loader's answer outlives it, no transaction
+        # stays open while the subscription waits.
+        context.loaders.clear()
+        await context.close()
+        return True
 
     def _finished(self, operation_id: str) -> None:
         if self.operations.get(operation_id) is asyncio.current_task():

@@ -98,17 +98,52 @@ def _read_below_root(
     return frozenset(names)
 
 
+class _Shared:
+    """A per-event executor whose result another subscriber's execution made: graphql-core
+    asks it only for ``execute_operation``, and a copy of the subscription's executor (what
+    graphql-core builds per event, 25 us) would be made for nothing."""
+
+    __slots__ = ("result",)
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+
+    def execute_operation(self, serially: bool | None = None) -> Any:
+        return _each_its_own(self.result)
+
+
 def sharing_results(base: type[Executor[Any]]) -> type[Executor[Any]]:
-    """``base`` with the results of subscription events shared between subscribers."""
+    """``base`` with the results of subscription events shared between subscribers. Each
+    subscription's executor is also left on its context, when the context has an
+    ``executor`` attribute: a transport that sends a subscription's events itself
+    (``graphql_api.live``) renders each with it."""
 
     class SharingResults(base):  # type: ignore[valid-type, misc]
         _shared: OrderedDict[tuple[int, tuple[tuple[str, str], ...], int], _Entry] = OrderedDict()
         _reads: dict[int, tuple[OperationDefinitionNode, frozenset[str]]] = {}
         _event_key: tuple[int, tuple[tuple[str, str], ...], int] | None = None
+        # The subscription's (operation, the values of the variables read below its root
+        # field): the same for each of its events, found once.
+        _subscription_key: tuple[int, tuple[tuple[str, str], ...]] | None = None
+
+        @classmethod
+        def build(cls, *args: Any, **kwargs: Any) -> Any:
+            built = super().build(*args, **kwargs)
+            if isinstance(built, Executor) and hasattr(built.context_value, "executor"):
+                built.context_value.executor = built
+            return built
 
         def build_per_event_executor(self, payload: Any) -> Any:
+            known = self._subscription_key
+            if known is None:
+                known = self._subscription_key = (id(self.operation), self._read_values())
+            key = (*known, id(payload))
+            entry = self._shared.get(key)
+            if entry is not None and entry.operation is self.operation and entry.root is payload:
+                self._shared.move_to_end(key)
+                return _Shared(entry.result)
             executor = super().build_per_event_executor(payload)
-            executor._event_key = (id(self.operation), self._read_values(), id(payload))
+            executor._event_key = key
             return executor
 
         def _read_values(self) -> tuple[tuple[str, str], ...]:

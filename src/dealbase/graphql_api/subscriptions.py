@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import strawberry
 from strawberry.scalars import JSON
@@ -53,6 +53,12 @@ class LiveContext(GraphQLContext):
     hub: Hub | None = None
     # Told when the hub ends one of the connection's subscriptions (the transport closes).
     on_ended: Callable[[Ending], None] = lambda why: None
+    # Set by a transport that sends a ``changes`` subscription's events itself, rendering each
+    # with ``executor`` (``live``): offered the subscriber, it says whether it takes it. Taken,
+    # the events bypass Strawberry's stream, which then only waits for the subscription's end.
+    direct: Callable[[Subscriber], bool] | None = None
+    # The subscription's executor, left here by ``live_execution.sharing_results``.
+    executor: Any = None
     # Set once its operation has ended. An execution shared with other subscribers
     # (``live_execution``) may still be running on this context: it then reads in units of work
     # of its own, not in a read transaction that nobody would end.
@@ -67,6 +73,11 @@ class LiveContext(GraphQLContext):
         """Ends the read transaction for good (the operation has ended)."""
         self.finished = True
         await self.close()
+
+    @property
+    def reading(self) -> bool:
+        """Whether a read transaction is open (``close`` would end it)."""
+        return self._reading is not None
 
 
 def _live(info: GraphQLInfo) -> tuple[LiveContext, Hub]:
@@ -200,6 +211,8 @@ class Subscription:
             else frozenset(Resource(resource.value) for resource in resources)
         )
         subscriber = await hub.subscribe(scope, after, wanted, on_ended=context.on_ended)
+        if context.direct is not None and context.direct(subscriber):
+            return _held(hub, subscriber)
         return _changes(hub, subscriber)
 
     @strawberry.subscription(
@@ -261,6 +274,17 @@ async def _changes(hub: Hub, subscriber: Subscriber) -> AsyncGenerator[Change, N
         return
     finally:
         hub.unsubscribe(subscriber)
+
+
+async def _held(hub: Hub, subscriber: Subscriber) -> AsyncGenerator[Change, None]:
+    """The stream of a subscription whose transport sends its events itself: it yields nothing,
+    and ends when the hub ends the subscription (the transport, told, closes with the reason)."""
+    try:
+        await subscriber.wait_ended()
+    finally:
+        hub.unsubscribe(subscriber)
+    return
+    yield  # an async generator, as Strawberry requires of a subscription
 
 
 async def _boards(

@@ -106,6 +106,7 @@ class Subscriber:
         # Only the newest board matters: a newer one replaces one not yet taken.
         self._board: BoardUpdate | None = None
         self._ready = asyncio.Event()
+        self._over = asyncio.Event()
 
     async def next(self) -> Event | BoardUpdate:
         """The next event or board; raises ``Ended`` once the hub has ended the subscription."""
@@ -166,10 +167,17 @@ class Subscriber:
         self._board = board
         self._ready.set()
 
+    async def wait_ended(self) -> Ending:
+        """Until the hub ends the subscription; why it did."""
+        await self._over.wait()
+        assert self.ended is not None
+        return self.ended
+
     def end(self, why: Ending) -> None:
         if self.ended is None:
             self.ended = why
             self._ready.set()
+            self._over.set()
             self._hub.unsubscribe(self)
             self._on_ended(why)
 
