@@ -41,11 +41,14 @@ BOARD_DIRECTORY = _HERE / "board"
 BOARD_FILES = ("board.js", "board.css")
 _BOARD_MARKER = re.compile(r"\{\{ (\S+) \}\}")
 # The page runs only its own script and style, talks only to this service, and is framed by
-# no one: a key pasted into it can be read by nothing else the page could load.
+# no one: a key pasted into it can be read by nothing else the page could load. Trusted Types
+# make the browser refuse any string written as HTML (innerHTML and the like), should the
+# script ever try.
 BOARD_PAGE_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self';"
-        " img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+        " img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none';"
+        " require-trusted-types-for 'script'; trusted-types 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",

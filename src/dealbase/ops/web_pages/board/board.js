@@ -46,6 +46,7 @@ const MOVE = `mutation Move($id: UUID!, $stepId: UUID!) {
  *   totalVolume: number, deals: Deal[] }} Column
  */
 /** @typedef {{ message: string, extensions?: { code?: string } }} GraphQLError */
+/** @typedef {{ dealId: string, stepId: string }} Move */
 
 /** A refusal that trying again will not change (a wrong key, an unknown department). */
 class Refused extends Error {}
@@ -264,7 +265,13 @@ class Session {
     this.stopped = false;
     this.controller = new AbortController();
     /** The board as the server last sent it. @type {Column[]} */
-    this.columns = [];
+    this.sent = [];
+    /** The moves made here that the server has not answered yet. @type {Move[]} */
+    this.pending = [];
+    /** The board as shown: the server's with the pending moves made on it. */
+    this.shown = this.sent;
+    /** The moves sent, one after another: sent at once, they could arrive out of order. */
+    this.sending = Promise.resolve();
   }
 
   stop() {
@@ -287,8 +294,8 @@ class Session {
           (data) => {
             wait = RETRY_FIRST_MS;
             showStatus("Live", "live");
-            this.columns = data.pipelineBoard.steps;
-            render(this, this.columns);
+            this.sent = data.pipelineBoard.steps;
+            this.show();
           },
         );
         if (ended === "complete") {
@@ -314,6 +321,16 @@ class Session {
     }
   }
 
+  /** Shows the server's board with the pending moves made on it: a board the server sent
+   * before it ran them does not put their cards back. */
+  show() {
+    this.shown = this.pending.reduce(
+      (columns, move) => movedLocally(columns, move.dealId, move.stepId) ?? columns,
+      this.sent,
+    );
+    render(this, this.shown);
+  }
+
   /**
    * Shows the card in its new column at once, then asks the server to move it; the
    * subscription brings the board as the server has it.
@@ -321,15 +338,21 @@ class Session {
    * @param {string} stepId
    */
   async move(dealId, stepId) {
-    const moved = movedLocally(this.columns, dealId, stepId);
-    if (moved === null) return;
-    render(this, moved);
+    // From the board as shown: a card moved twice in a row moves from where it was shown.
+    if (movedLocally(this.shown, dealId, stepId) === null) return;
+    const move = { dealId, stepId };
+    this.pending.push(move);
+    this.show();
+    const sent = this.sending.then(() => graphql(this.credentials, MOVE, { id: dealId, stepId }));
+    this.sending = sent.catch(() => undefined);
     try {
-      await graphql(this.credentials, MOVE, { id: dealId, stepId });
+      await sent;
       showMessage(null);
+      this.pending = this.pending.filter((each) => each !== move);
     } catch (error) {
       showMessage(`The deal was not moved: ${error instanceof Error ? error.message : error}`);
-      if (!this.stopped) render(this, this.columns);
+      this.pending = this.pending.filter((each) => each !== move);
+      this.show();
     }
   }
 }
