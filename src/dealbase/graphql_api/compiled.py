@@ -18,8 +18,9 @@ both paths answer alike by construction.
 
 A compiled tree is kept per root field of a document (the document cache keeps its parsed
 text, so the same node comes back) and per value of the variables its ``@skip`` and
-``@include`` read. No name or value of the request reaches SQL text: keys (aliases) and values
-are bound (``platform.reads.repository``).
+``@include`` read. No name or value of the request reaches SQL text: aliases and values are
+bound (``platform.reads.repository``); a key that is one of the schema's own names may be written
+as a column label (``SchemaKey``), the text then being the schema's.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ from dealbase.platform.reads.models import (
     PageRead,
     Related,
     RelatedList,
+    SchemaKey,
     TotalCount,
 )
 from dealbase.platform.reads.service import OneReader, PageReader
@@ -248,7 +250,7 @@ class _Walk:
             raise NotCompiled(f"{len(selected_fields)} fields of one {type_.name}")
         fields: list[tuple[str, Entry]] = []
         for key, selected in selected_fields.items():
-            fields.append((key, self.entry(type_, kind, selected)))
+            fields.append((_schema_key(type_, key), self.entry(type_, kind, selected)))
         return tuple(fields)
 
     def entry(self, type_: GraphQLObjectType, kind: str, nodes: list[FieldNode]) -> Entry:
@@ -320,15 +322,23 @@ class _Walk:
         for key, selected in self.collect(type_, _selections(nodes)).items():
             name = selected[0].name.value
             if name == "cursor":
-                parts.append((key, Cursor()))
+                parts.append((_schema_key(type_, key), Cursor()))
             elif name == "node":
                 node_type, _ = _named(type_.fields["node"].type)
-                parts.append((key, Node(self.object_fields(node_type, selected))))
+                parts.append(
+                    (_schema_key(type_, key), Node(self.object_fields(node_type, selected)))
+                )
             elif name == "__typename":
-                parts.append((key, Constant(type_.name)))
+                parts.append((_schema_key(type_, key), Constant(type_.name)))
             else:
                 raise NotCompiled(name)
         return tuple(parts)
+
+
+def _schema_key(type_: GraphQLObjectType, key: str) -> str:
+    """``key`` marked a ``SchemaKey`` when it is one of ``type_``'s own names: only then may the
+    statement write it as SQL text."""
+    return SchemaKey(key) if key in type_.fields or key == "__typename" else key
 
 
 def _selections(nodes: list[FieldNode]) -> list[SelectionSetNode]:

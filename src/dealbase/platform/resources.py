@@ -103,7 +103,7 @@ def customer_json_sql(row: FromClause) -> ColumnElement[Any]:
 def customer_json_text_sql(row: FromClause) -> ColumnElement[str]:
     """``customer_json_sql`` as JSON text with its names in ``customer_json``'s order (``json``
     keeps them as built, ``jsonb`` sorts them), for an answer PostgreSQL writes whole."""
-    return cast(_row_json(row, _named(row, _CUSTOMER_NAMES)), Text)
+    return cast(row_json(row, _named(row, _CUSTOMER_NAMES)), Text)
 
 
 def customer_json_object_sql(row: FromClause) -> ColumnElement[Any]:
@@ -135,7 +135,7 @@ def _named(row: FromClause, names: tuple[str, ...]) -> list[tuple[str, ColumnEle
     ]
 
 
-def _row_json(row: FromClause, named: list[tuple[str, ColumnElement[Any]]]) -> ColumnElement[Any]:
+def row_json(row: FromClause, named: list[tuple[str, ColumnElement[Any]]]) -> ColumnElement[Any]:
     """The object of ``named``'s names and values, in their order, as ``json``: ``row_to_json``
     of a row of one column per name (the names are the read model's own identifiers), computed
     from ``row``. It costs PostgreSQL about two thirds of what ``json_build_object`` of the
@@ -177,7 +177,7 @@ def deal_json_text_sql(row: FromClause) -> ColumnElement[str]:
     # Each link's customer by its key: a deal has a few.
     links, customer = deal_customers.alias(), customers.alias()
     item = (
-        select(_row_json(customer, _named(customer, _CUSTOMER_NAMES)))
+        select(row_json(customer, _named(customer, _CUSTOMER_NAMES)))
         .where(customer.c.id == links.c.customer_id)
         .scalar_subquery()
     )
@@ -191,7 +191,7 @@ def deal_json_text_sql(row: FromClause) -> ColumnElement[str]:
             .scalar_subquery(),
         )
     )
-    return cast(_row_json(row, named), Text)
+    return cast(row_json(row, named), Text)
 
 
 def new_deal_json_sql(row: FromClause, customers_json: ColumnElement[Any]) -> ColumnElement[Any]:
@@ -222,7 +222,7 @@ def activity_json(activity: Activity) -> JsonObject:
 def activity_json_text_sql(row: FromClause) -> ColumnElement[str]:
     """``activity_json`` of an activities row as JSON text made by PostgreSQL, names in its
     order. ``tests/platform/test_resources.py`` holds the two equal."""
-    return cast(_row_json(row, _named(row, _ACTIVITY_NAMES)), Text)
+    return cast(row_json(row, _named(row, _ACTIVITY_NAMES)), Text)
 
 
 # A step and a department as the REST API shows them (``rest_api.schemas.StepOut``,
