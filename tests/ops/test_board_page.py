@@ -66,6 +66,8 @@ def test_the_board_page_allows_only_its_own_scripts_styles_and_connections(
     for directive in ("script-src", "style-src", "connect-src"):
         assert policy[directive] == "'self'", directive
     assert policy["frame-ancestors"] == "'none'"
+    # The browser itself refuses a string written as HTML.
+    assert policy["require-trusted-types-for"] == "'script'"
     assert response.headers["x-content-type-options"] == "nosniff"
     assert response.headers["referrer-policy"] == "no-referrer"
 
@@ -204,10 +206,12 @@ def test_the_board_shows_each_step_with_its_seeded_deals_count_volume_employee_a
             assert lines[2] == (deal.employee or "Unassigned")
             for customer in deal.customers:
                 assert customer["last_name"] in card
-    # The name is shown as text, not run as markup.
+    # The name is shown as text, not run as markup; and markup written as a string is refused.
     assert page.locator("#board img").count() == 0
     assert page.title() == "dealbase pipeline board"
     assert problems == []
+    with pytest.raises(Exception, match="TrustedHTML"):
+        page.evaluate("() => { document.getElementById('board').innerHTML = '<b>x</b>'; }")
 
 
 def test_a_step_with_more_deals_than_cards_says_how_many_more_it_holds(
