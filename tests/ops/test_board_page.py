@@ -1,6 +1,7 @@
 """The pipeline board at /board: a page of the service's own files, sent with headers that keep
 a pasted key to it, and, in Debian's chromium, the department's board kept live by the
-subscription, moved by dragging, and refusing a wrong key with a clear message."""
+subscription, moved by dragging or the arrow keys, and refusing a wrong key with a clear
+message."""
 
 from __future__ import annotations
 
@@ -99,17 +100,28 @@ def test_the_board_script_never_parses_text_as_html() -> None:
         assert parsing not in script, parsing
 
 
-def test_the_board_subscription_fits_the_default_cost_budget(settings: Settings) -> None:
-    """Else every board would be refused before its first result (query_too_costly)."""
+def _documents() -> dict[str, str]:
+    """The GraphQL documents board.js sends, by the name of their constant."""
     script = (BOARD_DIRECTORY / "board.js").read_text()
     per_step = re.search(r"const CARDS_PER_STEP = (\d+);", script)
-    board = re.search(r"const BOARD = `(.*?)`;", script, re.DOTALL)
-    assert per_step is not None and board is not None
-    query = board[1].replace("${CARDS_PER_STEP}", per_step[1])
-    schema = build_schema(settings)
+    assert per_step is not None
+    documents = re.findall(
+        r'const ([A-Z]+) = [`"]((?:query|mutation|subscription).*?)[`"];', script, re.DOTALL
+    )
+    return {name: text.replace("${CARDS_PER_STEP}", per_step[1]) for name, text in documents}
 
-    assert validate(schema._schema, parse(query)) == []
-    estimate = estimate_cost(schema._schema, parse(query), {"departmentId": str(uuid.uuid4())})
+
+def test_the_board_documents_are_valid_and_its_subscription_fits_the_default_cost_budget(
+    settings: Settings,
+) -> None:
+    """Else the page would be refused before its first board (invalid_query, query_too_costly)."""
+    documents = _documents()
+    schema = build_schema(settings)._schema
+
+    assert set(documents) == {"DEPARTMENTS", "BOARD", "MOVE"}
+    for name, text in documents.items():
+        assert validate(schema, parse(text)) == [], name
+    estimate = estimate_cost(schema, parse(documents["BOARD"]), {"departmentId": str(uuid.uuid4())})
     assert estimate <= Settings.model_fields["graphql_max_cost"].default
 
 
