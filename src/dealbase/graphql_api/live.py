@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -326,23 +325,6 @@ def _formatted(result: ExecutionResult, request_id: str) -> dict[str, Any]:
     return shown
 
 
-# Each shared result's data as JSON, encoded once for every subscriber that sends it (by the
-# result, which ``live_execution`` hands to each of them).
-_ENCODED = 1024
-_encoded: OrderedDict[int, tuple[Any, str]] = OrderedDict()
-
-
-def _data_json(result: Any) -> str:
-    found = _encoded.get(id(result))
-    if found is not None and found[0] is result:
-        return found[1]
-    text = orjson.dumps(result.data).decode()
-    _encoded[id(result)] = (result, text)
-    if len(_encoded) > _ENCODED:
-        _encoded.popitem(last=False)
-    return text
-
-
 def _extensions_of(schema: strawberry.Schema, request: _Operation) -> str | None:
     """What Strawberry puts in each result's ``extensions`` for this operation, as JSON: the
     cost its document guard estimated (``documents.DocumentGuard.get_results``), found in the
@@ -588,7 +570,7 @@ class _WebSocketConnection(_Connection):
         left per subscriber is its message's frame. Returns when the hub ends the subscription.
         """
         executor = context.executor
-        head = '{"id":' + orjson.dumps(operation_id).decode() + ',"type":"next","payload":'
+        head = '{"id":' + orjson.dumps(operation_id).decode() + ',"type":"next","payload":{"data":'
         tail = ',"extensions":' + extensions + "}}"
         while True:
             try:
@@ -597,16 +579,23 @@ class _WebSocketConnection(_Connection):
                 return
             if not isinstance(item, Event):
                 continue
-            executed: Any = execute_subscription_event(
-                executor.build_per_event_executor(change_of(item))
-            )
-            result: Any = await executed if executor.is_awaitable(executed) else executed
-            if result.errors:
+            change = change_of(item)
+            data = executor.encoded(change)
+            if data is None:
+                executed: Any = execute_subscription_event(
+                    executor.build_per_event_executor(change)
+                )
+                result: Any = await executed if executor.is_awaitable(executed) else executed
+                if not result.errors:
+                    data = orjson.dumps(result.data).decode()
+                    executor.keep(change, data)
+            if data is not None:
+                text = head + data + tail
+            else:
+                # Errors carry this operation's request id: its own message, not a shared one.
                 shown = _formatted(result, context.request_id)
                 shown["extensions"] = orjson.loads(extensions)
                 text = orjson.dumps({"id": operation_id, "type": "next", "payload": shown}).decode()
-            else:
-                text = head + '{"data":' + _data_json(result) + tail
             self.service.reports.sent(self.transport)
             await self.send_text(text)
             if context.loaders:

@@ -39,13 +39,15 @@ SHARED_RESULTS = 2048
 
 
 class _Entry:
-    __slots__ = ("operation", "result", "root")
+    __slots__ = ("encoded", "operation", "result", "root")
 
     def __init__(self, operation: OperationDefinitionNode, root: object, result: Any) -> None:
         # Kept to tell an entry from another whose objects took the same ids.
         self.operation = operation
         self.root = root
         self.result = result
+        # The result's data as JSON, once a transport that sends it itself has encoded it.
+        self.encoded: str | None = None
 
 
 def _variables_in_value(value: ValueNode) -> Iterator[str]:
@@ -134,17 +136,40 @@ def sharing_results(base: type[Executor[Any]]) -> type[Executor[Any]]:
             return built
 
         def build_per_event_executor(self, payload: Any) -> Any:
-            known = self._subscription_key
-            if known is None:
-                known = self._subscription_key = (id(self.operation), self._read_values())
-            key = (*known, id(payload))
-            entry = self._shared.get(key)
-            if entry is not None and entry.operation is self.operation and entry.root is payload:
+            key = self._key_of(payload)
+            entry = self._entry(key, payload)
+            if entry is not None:
                 self._shared.move_to_end(key)
                 return _Shared(entry.result)
             executor = super().build_per_event_executor(payload)
             executor._event_key = key
             return executor
+
+        def encoded(self, payload: Any) -> str | None:
+            """The data of the event's result as JSON, if a subscriber has left it (``keep``):
+            the transport that sends it then neither executes nor encodes it again."""
+            entry = self._entry(self._key_of(payload), payload)
+            return None if entry is None else entry.encoded
+
+        def keep(self, payload: Any, encoded: str) -> None:
+            """Leaves the data of the event's result, as JSON, for the other subscribers."""
+            entry = self._entry(self._key_of(payload), payload)
+            if entry is not None:
+                entry.encoded = encoded
+
+        def _key_of(self, payload: Any) -> tuple[int, tuple[tuple[str, str], ...], int]:
+            known = self._subscription_key
+            if known is None:
+                known = self._subscription_key = (id(self.operation), self._read_values())
+            return (*known, id(payload))
+
+        def _entry(
+            self, key: tuple[int, tuple[tuple[str, str], ...], int], payload: Any
+        ) -> _Entry | None:
+            entry = self._shared.get(key)
+            if entry is not None and entry.operation is self.operation and entry.root is payload:
+                return entry
+            return None
 
         def _read_values(self) -> tuple[tuple[str, str], ...]:
             operation = self.operation

@@ -54,7 +54,12 @@ class Resource(Enum):
 
 
 def resource_of(event: Event) -> Resource:
-    return Resource(event.type.partition(".")[0])
+    # Asked for each event and each subscriber: a dict's lookup rather than the Enum's call.
+    found = _RESOURCES.get(event.type.partition(".")[0])
+    return found if found is not None else Resource(event.type.partition(".")[0])
+
+
+_RESOURCES = {resource.value: resource for resource in Resource}
 
 
 class Ending(Enum):
