@@ -580,6 +580,8 @@ class Phase:
     last_subscriber_from_sent: dict[str, float] = field(default_factory=dict)
     closes: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    # The subscribers' connections each server worker accepted (the kernel chooses).
+    per_worker: list[int] = field(default_factory=list)
     profile: str | None = None
     failure: str | None = None
 
@@ -729,6 +731,12 @@ def tables(report: Report) -> str:
             f" {_num(per_event.get('subscribers'), 1) if per_event else '—'} |"
             f" {phase.delivered:,} of {phase.expected:,} | {phase.lost:,} | {phase.duplicated:,} |"
         )
+    for phase in report.phases:
+        if phase.per_worker:
+            lines.append(
+                f"\n{phase.name}: the subscribers' connections by server worker:"
+                f" {' + '.join(f'{count:,}' for count in phase.per_worker)}"
+            )
     live = report.live()
     baseline = next((phase for phase in report.phases if not phase.subscribers), None)
     if live and live.from_sent:
@@ -789,6 +797,23 @@ def _cpu_of(pid: int) -> float | None:
         return None
     fields = stat.rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def _connections_per_worker(server: Service) -> list[int]:
+    """Established connections to the server's port, by worker process."""
+    import psutil
+
+    counts = []
+    for worker in psutil.Process(server.pid).children(recursive=True):
+        try:
+            connections = worker.net_connections(kind="tcp")
+        except psutil.Error:
+            continue
+        on_port = [c for c in connections if c.laddr and c.laddr.port == server.port]
+        # The workers share the listening socket; other children (a resource tracker) do not.
+        if any(connection.status == psutil.CONN_LISTEN for connection in on_port):
+            counts.append(sum(1 for c in on_port if c.status == psutil.CONN_ESTABLISHED))
+    return sorted(counts, reverse=True)
 
 
 class Bench:
@@ -908,7 +933,11 @@ class Bench:
                 f" errors: {status['errors'][:3]}"
             )
             return phase
-        say(f"{n} connected; warm-up writes until each subscriber has received one")
+        phase.per_worker = _connections_per_worker(self.server)
+        say(
+            f"{n} connected ({' + '.join(map(str, phase.per_worker))} by worker);"
+            " warm-up writes until each subscriber has received one"
+        )
         deadline = time.monotonic() + WARMUP_SECONDS
         index = 0
         while subscribers.status()["least_received"] == 0:
