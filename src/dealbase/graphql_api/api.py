@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
 from cross_web import HTTPException
-from fastapi import FastAPI, Request, Response
-from fastapi.responses import HTMLResponse
+from fastapi import BackgroundTasks, FastAPI, Request, Response
+from fastapi.responses import HTMLResponse, PlainTextResponse
+from fastapi.routing import APIRoute
+from starlette.types import Receive, Scope, Send
 from strawberry.fastapi import GraphQLRouter
 from strawberry.http import GraphQLHTTPResponse
 from strawberry.types import ExecutionResult
@@ -56,6 +59,9 @@ def _answers_graphql_response(request: Request) -> bool:
 class _Router(GraphQLRouter[object, None]):
     """Strawberry's router, refusing unreadable requests as the REST API does, with the IDE
     page it is given (Strawberry's own loads its files from public CDNs)."""
+
+    # Set by Strawberry's handlers (and ``_post_without_fastapis_handler``) for each request.
+    temporal_response: Response
 
     def __init__(self, *args: Any, ide_page: str, direct: DirectQueries, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -153,3 +159,49 @@ def install_graphql_api(
         include_in_schema=False,
     )
     app.include_router(router)
+    _post_without_fastapis_handler(app, router)
+
+
+def _post_without_fastapis_handler(app: FastAPI, router: _Router) -> None:
+    """``POST /graphql`` answered by the router without FastAPI's request handler, as the
+    integration API's routes are (``edge.callers.AdmittedRoute``): its dependency solver, exit
+    stacks and sub-response were about a tenth of a dashboard read's Python calls, for two
+    dependencies known in advance (the context, no root value). A request that may stream its
+    answer (``multipart/mixed``: subscriptions, incremental delivery) keeps FastAPI's handler,
+    whose context lives as long as the stream."""
+    route = next(
+        each
+        for each in app.router.routes
+        if isinstance(each, APIRoute) and each.path == GRAPHQL_PATH and each.methods == {"POST"}
+    )
+    streaming = route.app
+    open_context = asynccontextmanager(context_for)
+
+    async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive, send)
+        if "multipart/mixed" in request.headers.get("accept", ""):
+            await streaming(scope, receive, send)
+            return
+        async with open_context(request) as context:
+            # What FastAPI and Strawberry's context getter hand the handler: a sub-response
+            # whose headers and status code Strawberry merges into its response, and
+            # background tasks, run once the response is sent.
+            sub_response = Response()
+            del sub_response.headers["content-length"]
+            sub_response.status_code = None  # type: ignore[assignment]
+            tasks = BackgroundTasks()
+            context.request, context.response, context.background_tasks = (
+                request,
+                sub_response,
+                tasks,
+            )
+            router.temporal_response = sub_response
+            try:
+                response = await router.run(request=request, context=context, root_value=None)
+            except HTTPException as exc:  # as Strawberry's handler answers it
+                response = PlainTextResponse(exc.reason, status_code=exc.status_code)
+        if tasks.tasks and response.background is None:
+            response.background = tasks
+        await response(scope, receive, send)
+
+    route.app = answer
