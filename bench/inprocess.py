@@ -12,6 +12,7 @@ Redis rate limits), with no client in the process.
     PYTHONPATH=/tmp/old/src .venv/bin/python bench/inprocess.py dealbase   # another commit's src
     .venv/bin/python bench/inprocess.py dealbase --calls   # calls a request makes, by package
     .venv/bin/python bench/inprocess.py dealbase --graphql dashboard   # bench/queries/<name>
+    .venv/bin/python bench/inprocess.py baseline --get "/api/v1/integration/customers?limit=50"
 
 Alternate two commits' rounds (a `git worktree` of the other and `PYTHONPATH`), several times:
 one pair of rounds says little.
@@ -49,15 +50,17 @@ CONCURRENCY = 8
 
 
 async def _post(app: Any, path: str, body: bytes, headers: list[tuple[bytes, bytes]]) -> int:
+    """A POST of ``body``; a GET when ``body`` is empty (``path`` may carry its query)."""
+    path, _, query = path.partition("?")
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
-        "method": "POST",
+        "method": "POST" if body else "GET",
         "scheme": "http",
         "path": path,
         "raw_path": path.encode(),
-        "query_string": b"",
+        "query_string": query.encode(),
         "root_path": "",
         "headers": headers,
         "client": ("127.0.0.1", 50000),
@@ -80,6 +83,14 @@ async def _post(app: Any, path: str, body: bytes, headers: list[tuple[bytes, byt
 
     await app(scope, receive, send)
     return status
+
+
+def _sized(headers: list[tuple[bytes, bytes]], body: bytes) -> list[tuple[bytes, bytes]]:
+    """``headers`` with the content length of ``body``."""
+    return [
+        (name, str(len(body)).encode() if name == b"content-length" else value)
+        for name, value in headers
+    ]
 
 
 async def _calls(app: Any, path: str, body: bytes, headers: Any, n: int) -> str:
@@ -117,12 +128,19 @@ async def _measure(
     async with app.router.lifespan_context(app):
         if path == "/graphql":  # something to read: 60 deals of 3 customers
             deal = json.dumps(DEAL).encode()
-            sized = [
-                (k, str(len(deal)).encode() if k == b"content-length" else v) for k, v in headers
-            ]
             for _ in range(60):
-                assert await _post(app, "/api/v1/integration/deals", deal, sized) == 201
-        expected = 200 if path == "/graphql" else 201
+                assert (
+                    await _post(app, "/api/v1/integration/deals", deal, _sized(headers, deal))
+                    == 201
+                )
+        elif not body:  # 60 customers to read (the baseline has no deals)
+            customer = json.dumps(CUSTOMER).encode()
+            for _ in range(60):
+                created = await _post(
+                    app, "/api/v1/integration/customers", customer, _sized(headers, customer)
+                )
+                assert created == 201
+        expected = 200 if path == "/graphql" or not body else 201
         for _ in range(50):  # warm: the key cached, statements prepared, pools full
             status = await _post(app, path, body, headers)
             assert status == expected, f"{path} answered {status}"
@@ -145,6 +163,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("server", choices=("dealbase", "baseline"))
     parser.add_argument("--path", default="/api/v1/integration/customers")
+    parser.add_argument("--get", metavar="PATH", help="GET PATH (with its query) instead")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=800, help="per round")
     parser.add_argument(
@@ -159,6 +178,8 @@ def main() -> None:
     )
     redis_url = os.environ.get("DEALBASE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/5")
     body = json.dumps(DEAL if arguments.path.endswith("/deals") else CUSTOMER).encode()
+    if arguments.get:
+        arguments.path, body = arguments.get, b""
     if arguments.graphql:
         arguments.path = "/graphql"
         query = (QUERIES / f"{arguments.graphql}.graphql").read_text()
@@ -213,11 +234,14 @@ def main() -> None:
         finally:
             sys.stdout, sys.stderr = streams
             log.close()
+    method = "POST" if body else "GET"
     if isinstance(rounds, str):
-        print(f"{arguments.server} POST {arguments.path}: {rounds}")
+        print(f"{arguments.server} {method} {arguments.path}: {rounds}")
         return
     figures = " ".join(f"{value:,.0f}" for value in rounds)
-    print(f"{arguments.server} POST {arguments.path}: µs of CPU per request, by round: {figures}")
+    print(
+        f"{arguments.server} {method} {arguments.path}: µs of CPU per request, by round: {figures}"
+    )
 
 
 if __name__ == "__main__":
