@@ -582,6 +582,9 @@ class Phase:
     errors: list[str] = field(default_factory=list)
     # The subscribers' connections each server worker accepted (the kernel chooses).
     per_worker: list[int] = field(default_factory=list)
+    # Per write, in the order sent: seconds from the first send, and its first and last
+    # subscriber's delay from its send in ms (where a stall of the server shows).
+    timeline: list[tuple[float, float, float]] = field(default_factory=list)
     profile: str | None = None
     failure: str | None = None
 
@@ -624,6 +627,7 @@ def _deliveries(phase: Phase, writes: Writes, dump: dict[str, Any], subscribers:
     from_sent: list[float] = []
     from_answer: list[float] = []
     last: dict[int, float] = {}
+    first: dict[int, float] = {}
     for who, what, when in zip(dump["who"], dump["what"], dump["when"], strict=True):
         if not measured[what]:
             continue
@@ -637,6 +641,8 @@ def _deliveries(phase: Phase, writes: Writes, dump: dict[str, Any], subscribers:
         from_answer.append((when - writes.answered[record]) * 1000)
         if delay > last.get(what, float("-inf")):
             last[what] = delay
+        if delay < first.get(what, float("inf")):
+            first[what] = delay
     phase.expected = writes.count * subscribers
     phase.delivered = len(counts)
     phase.duplicated = sum(n - 1 for n in counts.values())
@@ -651,6 +657,16 @@ def _deliveries(phase: Phase, writes: Writes, dump: dict[str, Any], subscribers:
     phase.from_sent = _spread(from_sent)
     phase.from_answer = _spread(from_answer)
     phase.last_subscriber_from_sent = _spread(list(last.values()))
+    start = min(writes.sent.values(), default=0.0)
+    index_of = {record: index for index, record in enumerate(ids)}
+    phase.timeline = [
+        (
+            round(sent - start, 3),
+            round(first.get(index_of.get(record, -1), -1.0), 1),
+            round(last.get(index_of.get(record, -1), -1.0), 1),
+        )
+        for record, sent in sorted(writes.sent.items(), key=lambda item: item[1])
+    ]
     problems = []
     if phase.lost:
         problems.append(
