@@ -743,7 +743,8 @@ def _columns(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> tuple[st
     result = cursor.pgresult
     if result is None or not result.nfields:
         return ()
-    return tuple(result.fname(index).decode() for index in range(result.nfields))  # type: ignore[union-attr]
+    # A list comprehension, not a generator: one call, not one resumption a column.
+    return tuple([result.fname(index).decode() for index in range(result.nfields)])  # type: ignore[union-attr]
 
 
 def _fetch(
