@@ -88,7 +88,7 @@ def create_app(
         database,
         build_schema(settings, metrics.graphql_operation),
         LiveLimits.of(settings),
-        LiveMetrics(metrics.registry).reports(),
+        LiveMetrics(metrics).reports(),
     )
 
     @asynccontextmanager

@@ -143,6 +143,8 @@ class Metrics:
         self._unwritten_warm = self._unwritten_cold = 0
         # Key lookups since then that the key cache answered, and that it did not.
         self._unwritten_hits = self._unwritten_misses = 0
+        # What other parts count the same way, each written by its own writer with these.
+        self._other_writers: list[Callable[[], None]] = []
 
     def request_answered(self, route: str, method: str, status: int, seconds: float) -> None:
         figures = self._unwritten.get((route, method, status))
@@ -153,9 +155,16 @@ class Metrics:
         # The first bucket whose bound is at least ``seconds``, as Histogram.observe picks it.
         figures[2 + bisect_left(_DURATION_BOUNDS, seconds)] += 1
 
+    def write_also(self, writer: Callable[[], None]) -> None:
+        """Calls ``writer`` whenever the values counted here are written: it writes what its
+        part counted meanwhile."""
+        self._other_writers.append(writer)
+
     def write_counted(self) -> None:
         """Writes the requests, units of work and key lookups counted since the last time to
-        their series."""
+        their series, and has the other writers write theirs."""
+        for writer in self._other_writers:
+            writer()
         if self._unwritten_hits:
             self._child(self._key_lookups, "hit").inc(self._unwritten_hits)
             self._unwritten_hits = 0

@@ -21,7 +21,10 @@ answers what it refuses, or cannot parse, with a problem (``application/problem+
 would, instead of uvicorn's plain text.
 
 uvicorn writes a response's head and its body apart, two system calls and two TCP segments for
-every answer; ``TurnWriter`` sends what one turn of the event loop writes in one.
+every answer; ``TurnWriter`` sends what one turn of the event loop writes in one. Its WebSocket
+protocol writes each message (frame) apart too: ``WebSocketProtocol`` sends the frames one turn
+writes to a connection together (``FrameWriter``), so a live subscriber that fell behind gets the
+events waiting for it in one system call rather than one each (bench/README.md, "live.py").
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import orjson
 import structlog
 from uvicorn import Config, Server
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from uvicorn.supervisors.multiprocess import Multiprocess
 
 from dealbase.edge.problems import PROBLEM_MEDIA_TYPE, problem_document
@@ -127,6 +131,58 @@ class TurnWriter:
     def close(self) -> None:
         self.flush()
         self._transport.close()
+
+
+class FrameWriter:
+    """A WebSocket connection's writes made in one turn of the event loop, sent in one system
+    call at the end of the turn: the frames of every event a subscriber's task sends in one go
+    (it takes all the events waiting for it before it yields), and those of its connection's
+    other subscriptions. Flow control is the transport's: a turn's frames reach its buffer
+    together, and the protocol pauses its sends as it would for one."""
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not self._held:
+            self._loop.call_soon(self.flush)
+        self._held.append(data)
+
+    def flush(self) -> None:
+        held = self._held
+        if held:
+            self._held = []
+            # Frames held past the connection's loss go nowhere.
+            if not self._transport.is_closing():
+                self._transport.writelines(held)
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def pause_reading(self) -> None:
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._transport.resume_reading()
+
+
+class WebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's WebSocket protocol (websockets' sans-I/O one) writing through a ``FrameWriter``
+    once the connection is made."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        # The protocol writes only through ``write``, ``is_closing``, ``close`` and the two
+        # reading switches.
+        self.transport = cast(asyncio.Transport, FrameWriter(self.transport, self.loop))
 
 
 class _HeadRefused(Exception):
@@ -316,10 +372,11 @@ class ClosingSupervisor(Multiprocess):
 def run(config: Config, head_limits: HeadLimits) -> None:
     """Serves ``config`` as ``uvicorn.run`` does: in this process, or in ``config.workers``
     worker processes under ``ClosingSupervisor``, with ``HttpProtocol`` bound by
-    ``head_limits``."""
+    ``head_limits`` and ``WebSocketProtocol``."""
     # A partial, not a class made here: worker processes receive the config pickled, and a
     # partial of an importable class pickles with its arguments.
     config.http = cast(Any, partial(HttpProtocol, head_limits=head_limits))
+    config.ws = cast(Any, WebSocketProtocol)
     if config.workers > 1:
         ClosingSupervisor(config, sockets=[config.bind_socket()]).run()
     else:
