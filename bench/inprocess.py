@@ -13,6 +13,7 @@ Redis rate limits), with no client in the process.
     .venv/bin/python bench/inprocess.py dealbase --calls   # calls a request makes, by package
     .venv/bin/python bench/inprocess.py dealbase --graphql dashboard   # bench/queries/<name>
     .venv/bin/python bench/inprocess.py baseline --get "/api/v1/integration/customers?limit=50"
+    .venv/bin/python bench/inprocess.py dealbase --get "/api/v1/integration/customers/{id}"
 
 Alternate two commits' rounds (a `git worktree` of the other and `PYTHONPATH`), several times:
 one pair of rounds says little.
@@ -49,8 +50,15 @@ DEAL = {"name": "Engine", "volume": 1000, "customers": [{"last_name": n} for n i
 CONCURRENCY = 8
 
 
-async def _post(app: Any, path: str, body: bytes, headers: list[tuple[bytes, bytes]]) -> int:
-    """A POST of ``body``; a GET when ``body`` is empty (``path`` may carry its query)."""
+async def _post(
+    app: Any,
+    path: str,
+    body: bytes,
+    headers: list[tuple[bytes, bytes]],
+    answer: list[bytes] | None = None,
+) -> int:
+    """A POST of ``body``; a GET when ``body`` is empty (``path`` may carry its query). The
+    response's body goes into ``answer`` when one is given."""
     path, _, query = path.partition("?")
     scope = {
         "type": "http",
@@ -80,6 +88,8 @@ async def _post(app: Any, path: str, body: bytes, headers: list[tuple[bytes, byt
         nonlocal status
         if message["type"] == "http.response.start":
             status = message["status"]
+        elif answer is not None:
+            answer.append(message.get("body", b""))
 
     await app(scope, receive, send)
     return status
@@ -136,10 +146,17 @@ async def _measure(
         elif not body:  # 60 customers to read (the baseline has no deals)
             customer = json.dumps(CUSTOMER).encode()
             for _ in range(60):
+                answer: list[bytes] = []
                 created = await _post(
-                    app, "/api/v1/integration/customers", customer, _sized(headers, customer)
+                    app,
+                    "/api/v1/integration/customers",
+                    customer,
+                    _sized(headers, customer),
+                    answer,
                 )
                 assert created == 201
+            # ``{id}`` in the path: the last customer made.
+            path = path.replace("{id}", json.loads(b"".join(answer))["id"])
         expected = 200 if path == "/graphql" or not body else 201
         for _ in range(50):  # warm: the key cached, statements prepared, pools full
             status = await _post(app, path, body, headers)
