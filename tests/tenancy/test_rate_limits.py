@@ -10,6 +10,8 @@ connection's tests run on asyncio's event loop and on uvloop's (the one the serv
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import threading
 import time
 import uuid
@@ -540,6 +542,43 @@ def test_redis_restarted_between_two_checks_fails_neither(
     assert before.allowed
     assert after.allowed
     assert _bucket(after, "key").remaining == 4  # a fresh bucket on the empty server
+
+
+def test_the_checks_asked_for_in_one_turn_leave_in_one_write(
+    redis_url: str, runner: asyncio.Runner
+) -> None:
+    """Twenty requests admitted in one turn of the event loop: their commands reach Redis in one
+    segment, and each still gets its own reply."""
+    limiter = RedisLimiter(redis_url, timeout_seconds=1.0, prefix=f"t:{uuid.uuid4().hex}")
+    key, tenant, rate = uuid.uuid4(), uuid.uuid4(), Rate(0.01, 100)
+
+    async def twenty_at_once() -> tuple[int, list[Verdict]]:
+        await limiter.check(key, rate, tenant, GENEROUS)  # connected, the script loaded
+        connection = limiter._connection
+        assert connection is not None and connection._transport is not None
+        sock = connection._transport.get_extra_info("socket")
+        before = _data_segments_sent(sock)
+        verdicts = await asyncio.gather(
+            *(limiter.check(key, rate, tenant, GENEROUS) for _ in range(20))
+        )
+        return _data_segments_sent(sock) - before, verdicts
+
+    try:
+        segments, verdicts = runner.run(twenty_at_once())
+    finally:
+        runner.run(limiter.close())
+
+    assert segments == 1
+    assert all(verdict.allowed for verdict in verdicts)
+    remaining = sorted(_bucket(verdict, "key").remaining for verdict in verdicts)
+    assert remaining == list(range(79, 99))
+
+
+def _data_segments_sent(sock: socket.socket) -> int:
+    # struct tcp_info (linux/tcp.h): tcpi_data_segs_out, the segments sent that carried data.
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    count: int = struct.unpack_from("I", info, 156)[0]
+    return count
 
 
 def test_redis_down_answers_unavailable_at_once_then_serves_when_back(

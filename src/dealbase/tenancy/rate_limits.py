@@ -332,8 +332,10 @@ class _ConnectionLost(ConnectionError):
 class _Connection(asyncio.Protocol):
     """One connection to Redis carrying any number of requests at once (pipelining): each is
     written when asked and Redis answers in order, so a reply belongs to the oldest request
-    still waiting. One socket and one write per check, no pool to check out from, replies read
-    as they arrive (no stream reader), and one timer for all requests rather than one each.
+    still waiting. One socket, no pool to check out from, replies read as they arrive (no
+    stream reader), and one timer for all requests rather than one each. The commands asked for
+    in one turn of the event loop (the requests a turn admitted) are written together at its
+    end: one system call for the server and one read for Redis, however many they are.
 
     A request not answered within its timeout fails with TimeoutError. Its reply may still come
     and is then dropped in turn, so no later request ever reads it. The connection also stops
@@ -348,6 +350,7 @@ class _Connection(asyncio.Protocol):
         # (the request's future, its deadline on the loop's clock), oldest first.
         self._waiting: deque[tuple[asyncio.Future[bytes], float]] = deque()
         self._unread = b""  # the start of a reply not yet whole
+        self._unsent: list[bytes] = []  # commands of this turn, written at its end
         # One timer for the whole queue, not one per request: it is due at or before the
         # earliest deadline still waiting, and is moved on only when it fires.
         self._timer: asyncio.TimerHandle | None = None
@@ -364,10 +367,19 @@ class _Connection(asyncio.Protocol):
         # Deadlines are in the order of the queue: a connection's requests share one timeout.
         deadline = self.loop.time() + timeout
         self._waiting.append((future, deadline))
-        transport.write(command)
+        if not self._unsent:
+            self.loop.call_soon(self._send)
+        self._unsent.append(command)
         if self._timer is None:
             self._timer = self.loop.call_at(deadline, self._expire)
         return future
+
+    def _send(self) -> None:
+        unsent, self._unsent = self._unsent, []
+        transport = self._transport
+        # Lost meanwhile: connection_lost has failed their requests.
+        if transport is not None and not transport.is_closing():
+            transport.writelines(unsent)
 
     def close(self) -> None:
         self.usable = False
