@@ -539,6 +539,10 @@ def test_a_query_of_one_compiled_page_is_one_round_trip(
     assert trips[0] == 1
 
 
+# What a compiled read sets for its statement's transaction, and back (``reads.service``).
+SETTINGS = ("SET LOCAL plan_cache_mode", "SET LOCAL enable_seqscan", "SET LOCAL jit")
+
+
 def test_a_compiled_read_runs_with_its_generic_plan_and_leaves_the_transaction_as_it_was(
     client: TestClient, shop: Shop
 ) -> None:
@@ -556,16 +560,21 @@ def test_a_compiled_read_runs_with_its_generic_plan_and_leaves_the_transaction_a
 
     assert answered["data"]["customer"] == {"id": shop.customer_ids[0]}
     settings = [
-        (index, statement) for index, statement in enumerate(sent) if "plan_cache_mode" in statement
+        (index, statement) for index, statement in enumerate(sent) if statement.startswith(SETTINGS)
     ]
-    # Each root field's statement has the generic plan, and PostgreSQL's choice is back after
-    # it: the request read on after the first, and its transaction could have after the second.
+    # Each root field's statement has the generic plan, made without sequential scans and run
+    # without JIT, and the settings are back after it: the request read on after the first, and
+    # its transaction could have after the second.
     assert [statement for _, statement in settings] == [
         "SET LOCAL plan_cache_mode = force_generic_plan",
-        "SET LOCAL plan_cache_mode = auto",
+        "SET LOCAL enable_seqscan = off",
+        "SET LOCAL jit = off",
+        "SET LOCAL plan_cache_mode TO DEFAULT",
+        "SET LOCAL enable_seqscan TO DEFAULT",
+        "SET LOCAL jit TO DEFAULT",
     ] * 2, sent
     for index, statement in settings:
-        if statement.endswith("force_generic_plan"):
+        if statement.endswith("jit = off"):
             # The compiled statement: it builds the answer's JSON.
             assert "row_to_json" in sent[index + 1] or "json_build_object" in sent[index + 1]
 

@@ -35,21 +35,45 @@ _SHAPES_KEPT = 64
 # one made for the values. A page's does (its size, ``row_limit`` and ``page_limit``, is a
 # value: the generic plan guesses a third of a list's rows where the values say 50), so it was
 # planned again on every run: 0.5 of the 1.7 ms a customers page with deals and activities cost
-# PostgreSQL. Its plan is the same whatever the values (the nested lists go by their parent's
-# index, by construction), so the read asks for the generic plan: in the statement's own round
-# trip, for its transaction (``SET LOCAL``), and back to PostgreSQL's choice after it when the
-# transaction goes on.
-_GENERIC_PLAN = built_once(text("SET LOCAL plan_cache_mode = force_generic_plan"))
-_CHOSEN_PLAN = built_once(text("SET LOCAL plan_cache_mode = auto"))
+# PostgreSQL. So the read asks for the generic plan: in the statement's own round trip, for its
+# transaction (``SET LOCAL``), and back to PostgreSQL's choice after it when the transaction
+# goes on.
+#
+# The generic plan cannot know which department it reads either: it guesses that a department
+# holds rows / departments of a table, and where one department is large (a tenant's other
+# department holding 12,000 deals beside this one's 60) it scans the whole table for the
+# department's count (``totalCount``) and reads its steps and employees by scans too, where the
+# department's index reaches its own: the dashboard's statement cost 1,775 µs of PostgreSQL's
+# CPU against 1,050 with the indexes (bench/README.md). Every list a read builds is reached by
+# an index that begins with its department (or its parent's id), so the plan is made without
+# sequential scans (``enable_seqscan`` off for the transaction: a table without such an index
+# is still scanned).
+#
+# And without JIT compilation: the generic plan's guesses (a tenth of a table's rows for a page,
+# each row's nested lists in turn) put its estimated cost past ``jit_above_cost`` once a tenant
+# has some 90,000 customers, and PostgreSQL then compiled the page's expressions at every
+# execution, 300 ms a page of 50 customers whose reading takes 1.3 ms.
+_GENERIC_PLAN = (
+    built_once(text("SET LOCAL plan_cache_mode = force_generic_plan")),
+    built_once(text("SET LOCAL enable_seqscan = off")),
+    built_once(text("SET LOCAL jit = off")),
+)
+_CHOSEN_PLAN = (
+    built_once(text("SET LOCAL plan_cache_mode TO DEFAULT")),
+    built_once(text("SET LOCAL enable_seqscan TO DEFAULT")),
+    built_once(text("SET LOCAL jit TO DEFAULT")),
+)
 
 
 def _generic(uow: UnitOfWork, statement: Select[Any], values: Mapping[str, Any]) -> Any:
     """``statement``'s one row, run with its generic plan (``_GENERIC_PLAN``)."""
     connection = uow.connection
-    connection.defer(_GENERIC_PLAN, {})
+    for setting in _GENERIC_PLAN:
+        connection.defer(setting, {})
     found = connection.execute(statement, values).scalar_one_or_none()
     if not connection.committed:
-        connection.defer(_CHOSEN_PLAN, {})
+        for setting in _CHOSEN_PLAN:
+            connection.defer(setting, {})
     return found
 
 
