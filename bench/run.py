@@ -140,9 +140,10 @@ class Run:
 
     def wrk_load(self, scenario: Scenario, base_url: str) -> WrkLoad:
         assert scenario.script is not None
+        api_key, department_id = self.tenant.department_keys[scenario.department].split(" ")
         environment = {
-            "BENCH_API_KEY": self.tenant.api_key,
-            "BENCH_DEPARTMENT_ID": self.tenant.department_id,
+            "BENCH_API_KEY": api_key,
+            "BENCH_DEPARTMENT_ID": department_id,
             "BENCH_PREFIX": REST_PREFIX,
             "BENCH_IDS_FILE": str(
                 self.activity_ids_file if scenario.collection == "activities" else self.ids_file
