@@ -332,6 +332,41 @@ def test_a_worker_killed_mid_delivery_leaves_the_event_to_another(
     assert receiver.arrived == 2 and len(set(receiver.ids())) == 1
 
 
+def test_attempts_whose_recording_meets_a_transient_fault_are_recorded_when_it_passes(
+    worker_database: Database,
+    worker_database_url: str,
+    tenant: TenantWorld,
+    receiver: Receiver,
+    workers: Workers,
+    clock: Clock,
+) -> None:
+    """As while a tenant moves between Citus nodes: the database refuses the attempt's record
+    for a moment after the receiver answered. Forgotten, the delivery would be sent again once
+    its lease lapsed."""
+    endpoint = add_endpoint(worker_database, tenant, receiver.url)
+    add_customer(worker_database, tenant, "Lovelace")
+    receiver.hold(0.3)
+    worker = workers()
+
+    async def refused_while_recording() -> None:
+        visit = asyncio.create_task(worker.run_once())
+        while receiver.arrived == 0:
+            await asyncio.sleep(0.01)
+        with writes_raise(
+            worker_database_url, tenant.tenant.schema, "webhook_deliveries", "57P03", "UPDATE"
+        ):
+            await asyncio.sleep(1.0)  # the answer comes after 0.3 s, its record is refused
+        await visit
+        clock.advance(worker.limits.claim_lease + timedelta(seconds=1))
+        await worker.run_until_idle()
+
+    workers.run(refused_while_recording())
+
+    (delivery,) = log_of(worker_database, tenant, endpoint.id)
+    assert delivery.state == "delivered"
+    assert receiver.arrived == 1
+
+
 def test_two_workers_deliver_each_event_once(
     worker_database: Database, receiver: Receiver, workers: Workers
 ) -> None:

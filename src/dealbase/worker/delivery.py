@@ -19,7 +19,7 @@ from functools import partial
 import structlog
 from prometheus_client import Counter, Histogram
 
-from dealbase.errors import DomainError
+from dealbase.errors import DomainError, Unavailable
 from dealbase.platform.events import service as events
 from dealbase.platform.webhooks import deliveries
 from dealbase.platform.webhooks.delivery_models import Outgoing, Sent
@@ -35,6 +35,11 @@ from dealbase.worker.sending import Sender
 log = structlog.get_logger("dealbase.worker")
 
 Clock = Callable[[], datetime]
+
+# Attempts whose recording met a transient fault are recorded again after this pause, doubled
+# each time up to the maximum, while their leases hold.
+RECORD_RETRY_FIRST_PAUSE_SECONDS = 0.1
+RECORD_RETRY_MAX_PAUSE_SECONDS = 1.0
 
 ATTEMPTS = Counter(
     "dealbase_webhook_attempts",
@@ -184,10 +189,34 @@ class DeliveryWorker:
         deadline = time.monotonic() + self.limits.visit_budget.total_seconds()
         sent: list[Sent] = []
         first = True
+        leases_lapse = 0.0
         try:
             while True:
                 out_of_time = time.monotonic() > deadline
-                step = await self.database.run(
+                leased_at = time.monotonic()
+                step = await self._step(scope, sent, first, out_of_time, leases_lapse)
+                first = False
+                if not step.leased:
+                    break
+                leases_lapse = leased_at + self.limits.delivery_lease.total_seconds()
+                sent = await self._send_all(step.leased)
+        except Exception:
+            VISIT_FAILURES.inc()
+            log.exception("webhook_visit_failed", schema=schema)
+            return
+        await asyncio.to_thread(self._end_visit, schema, step.next_due)
+
+    async def _step(
+        self, scope: Scope, sent: list[Sent], scan: bool, out_of_time: bool, leases_lapse: float
+    ) -> deliveries.Step:
+        """Records the attempts ``sent`` and leases the next deliveries. A transient fault with
+        attempts to record is tried again until their leases lapse (``leases_lapse``, on the
+        monotonic clock): given up, the attempts would be forgotten and their deliveries sent
+        again by the next visit, as happened while a tenant moved between Citus nodes."""
+        pause = RECORD_RETRY_FIRST_PAUSE_SECONDS
+        while True:
+            try:
+                return await self.database.run(
                     scope,
                     partial(
                         deliveries.step,
@@ -196,18 +225,20 @@ class DeliveryWorker:
                         jitter=self.jitter,
                         lease_for=self.limits.delivery_lease,
                         limit=0 if out_of_time else self.limits.deliveries_per_step,
-                        scan=first,
+                        scan=scan,
                     ),
                 )
-                first = False
-                if not step.leased:
-                    break
-                sent = await self._send_all(step.leased)
-        except Exception:
-            VISIT_FAILURES.inc()
-            log.exception("webhook_visit_failed", schema=schema)
-            return
-        await asyncio.to_thread(self._end_visit, schema, step.next_due)
+            except Unavailable as fault:
+                if not sent or time.monotonic() + pause >= leases_lapse:
+                    raise
+                log.warning(
+                    "webhook_attempts_not_recorded_yet",
+                    schema=scope.schema,
+                    attempts=len(sent),
+                    error=str(fault),
+                )
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, RECORD_RETRY_MAX_PAUSE_SECONDS)
 
     def _end_visit(self, schema: str, next_due: datetime | None) -> None:
         with self.database.control() as connection:
