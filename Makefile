@@ -42,7 +42,7 @@ typecheck: install
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
 PYTEST_PARALLEL = $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial"
 PYTEST_SERIAL = $(BIN)/pytest -m serial
-BOUNCED_TESTS = tests/rest_api tests/graphql_api tests/tenancy/test_isolation_fuzz.py
+BOUNCED_TESTS = tests/rest_api tests/graphql_api tests/tenancy/database/test_isolation_fuzz.py
 
 pytest: export PYTHONDONTWRITEBYTECODE =
 pytest: install

@@ -94,11 +94,11 @@ from harness.tools import ensure_pgbench, ensure_wrk, git_state, load_average, m
 
 from dealbase.config import parse_rate
 from dealbase.ops import admin
-from dealbase.tenancy.database import Database
-from dealbase.tenancy.placement import Node, tenant_node
+from dealbase.tenancy.database.connections import Database
+from dealbase.tenancy.registry.placement import Node, tenant_node
+from dealbase.tenancy.registry.spare_schemas import prepare_spare_schema
+from dealbase.tenancy.registry.tenants import create_tenant
 from dealbase.tenancy.scope import Rate
-from dealbase.tenancy.spare_schemas import prepare_spare_schema
-from dealbase.tenancy.tenants import create_tenant
 
 DEFAULT_CITUS = "postgresql://postgres@127.0.0.1:9700/dealbase"
 SINGLE, CLUSTER = "single", "cluster"

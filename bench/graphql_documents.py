@@ -158,8 +158,8 @@ def _seeded_apps(server: str) -> Iterator[tuple[dict[str, Any], dict[str, str]]]
     from dealbase.app import create_app
     from dealbase.migrations.runner import upgrade_control
     from dealbase.ops import admin
-    from dealbase.tenancy.database import Database
-    from dealbase.tenancy.tenants import create_tenant
+    from dealbase.tenancy.database.connections import Database
+    from dealbase.tenancy.registry.tenants import create_tenant
 
     name = f"dealbase_bench_graphql_{secrets.token_hex(4)}"
     with psycopg.connect(server, autocommit=True) as connection:

@@ -45,7 +45,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.utils import HIREDIS_AVAILABLE
 
-from dealbase.tenancy.rate_limits import (
+from dealbase.tenancy.rate_limits.limiter import (
     _SCRIPT,  # the reference runs RedisLimiter's own script
     Bucket,
     InProcessLimiter,

@@ -33,10 +33,10 @@ from dealbase.migrations.runner import upgrade_control
 from dealbase.ops import admin
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
-from dealbase.tenancy import database as database_module
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database import connections as database_module
+from dealbase.tenancy.database.connections import Database
+from dealbase.tenancy.registry.tenants import create_tenant
 from dealbase.tenancy.scope import Scope
-from dealbase.tenancy.tenants import create_tenant
 
 DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 Opening = Callable[[str], str]

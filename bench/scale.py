@@ -68,10 +68,10 @@ from harness.tools import ensure_wrk, git_state, load_average, machine
 from dealbase.config import parse_rate
 from dealbase.migrations import runner
 from dealbase.ops import admin
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
+from dealbase.tenancy.registry.spare_schemas import prepare_spare_schema
+from dealbase.tenancy.registry.tenants import create_tenant
 from dealbase.tenancy.scope import Rate
-from dealbase.tenancy.spare_schemas import prepare_spare_schema
-from dealbase.tenancy.tenants import create_tenant
 
 ADDED_REVISION = "t9001"
 ADDED_MIGRATION = '''"""The bench's own: a nullable column and an index on customers (bench/scale.py)."""

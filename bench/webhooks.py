@@ -78,9 +78,9 @@ from dealbase.platform.resources import customer_json
 from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks import signing
 from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields
-from dealbase.tenancy.database import Database, application_name
+from dealbase.tenancy.database.connections import Database, application_name
+from dealbase.tenancy.registry.tenants import create_tenant
 from dealbase.tenancy.scope import Scope
-from dealbase.tenancy.tenants import create_tenant
 from dealbase.worker.limits import WorkerLimits
 from dealbase.worker.sending import USER_AGENT
 

@@ -19,7 +19,7 @@ from contract_tests.support import SESSION_APP
 from dealbase.app import create_app
 from dealbase.config import Settings
 from dealbase.ops import admin
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.conftest import database, database_url, postgres_server, settings
 from tests.support import Credentials, TenantWorld, build_tenant
 

@@ -22,7 +22,7 @@ from dealbase.app import create_app
 from dealbase.config import Settings
 from dealbase.ops import admin
 from dealbase.platform import tables
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.support import TenantWorld, build_tenant
 
 INTEGRATION = "/api/v1/integration"

@@ -24,7 +24,7 @@ from dealbase.platform.tables import (
     deals,
     idempotency_records,
 )
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.depth import DEPTH
 from tests.support import Credentials, TenantWorld
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dealbase.ops import admin
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.support import (
     SERVER_START_TIMEOUT_S,
     Credentials,

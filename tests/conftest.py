@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 from dealbase.app import create_app
 from dealbase.config import Settings
 from dealbase.migrations.runner import upgrade_control
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.support import (
     THROUGH_PGBOUNCER,
     TenantWorld,

@@ -27,10 +27,10 @@ from structlog.testing import capture_logs
 
 from dealbase.ops import admin
 from dealbase.platform.pipeline.models import Department
-from dealbase.tenancy.control_tables import CONTROL_SCHEMA
-from dealbase.tenancy.database import Database
-from dealbase.tenancy.roles import TENANT_OWNER_ROLE, TENANTS_GROUP_ROLE
-from dealbase.tenancy.tenants import Tenant, create_tenant
+from dealbase.tenancy.database.connections import Database
+from dealbase.tenancy.database.control_tables import CONTROL_SCHEMA
+from dealbase.tenancy.database.roles import TENANT_OWNER_ROLE, TENANTS_GROUP_ROLE
+from dealbase.tenancy.registry.tenants import Tenant, create_tenant
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 

@@ -34,12 +34,12 @@ from dealbase.ops.serving import SERVER_STOPPING
 from dealbase.ops.web_pages.pages import graphiql_page, install_web_pages, shipped_assets
 from dealbase.platform.webhooks.addresses import AddressPolicy
 from dealbase.rest_api.api import install_rest_api
-from dealbase.tenancy.admission import Admission, LimiterFaults
-from dealbase.tenancy.authentication import Authenticator, KeyCache, KeyChangeListener
-from dealbase.tenancy.database import Database, DatabaseLimits
-from dealbase.tenancy.failure_allowance import FailureAllowance
-from dealbase.tenancy.key_usage import KeyUseRecorder
-from dealbase.tenancy.rate_limits import InProcessLimiter, RedisLimiter
+from dealbase.tenancy.callers.authentication import Authenticator, KeyCache, KeyChangeListener
+from dealbase.tenancy.callers.key_usage import KeyUseRecorder
+from dealbase.tenancy.database.connections import Database, DatabaseLimits
+from dealbase.tenancy.rate_limits.admission import Admission, LimiterFaults
+from dealbase.tenancy.rate_limits.failure_allowance import FailureAllowance
+from dealbase.tenancy.rate_limits.limiter import InProcessLimiter, RedisLimiter
 from dealbase.tenancy.scope import Rate
 
 DESCRIPTION = """\

@@ -314,7 +314,7 @@ class Settings(BaseSettings):
             raise ValueError("must be a redis://, rediss:// or unix:// URL")
         # Checked here, with the limiter's own parser, so a URL it cannot use stops the service
         # with the setting's name rather than a traceback from each worker.
-        from dealbase.tenancy.rate_limits import check_redis_url
+        from dealbase.tenancy.rate_limits.limiter import check_redis_url
 
         check_redis_url(value)
         return value

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from dealbase.app import create_app
 from dealbase.config import Settings
 from dealbase.migrations.runner import upgrade_control
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.ops.conftest import CliRun, RunCli, invoke_cli
 from tests.support import IN_CI, TenantWorld, build_tenant
 

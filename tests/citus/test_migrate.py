@@ -16,8 +16,8 @@ from dealbase.migrations.runner import (
     head_revision,
     upgrade_tenant,
 )
-from dealbase.tenancy.control_tables import CONTROL_SCHEMA, tenants
-from dealbase.tenancy.database import Database, sqlalchemy_url
+from dealbase.tenancy.database.connections import Database, sqlalchemy_url
+from dealbase.tenancy.database.control_tables import CONTROL_SCHEMA, tenants
 from dealbase.tenancy.scope import schema_for_tenant
 from tests.ops.conftest import RunCli
 

@@ -19,9 +19,9 @@ import httpx
 import psycopg
 import pytest
 
-from dealbase.tenancy.database import Database
-from dealbase.tenancy.placement import Node, tenant_node
-from dealbase.tenancy.tenants import create_tenant
+from dealbase.tenancy.database.connections import Database
+from dealbase.tenancy.registry.placement import Node, tenant_node
+from dealbase.tenancy.registry.tenants import create_tenant
 from tests.ops.conftest import RunCli
 from tests.support import (
     SERVER_START_TIMEOUT_S,

@@ -17,8 +17,8 @@ from fastapi.testclient import TestClient
 
 from dealbase.migrations.runner import head_revision
 from dealbase.ops.export import client_tool
-from dealbase.tenancy.database import Database
-from dealbase.tenancy.spare_schemas import prepare_spare_schema
+from dealbase.tenancy.database.connections import Database
+from dealbase.tenancy.registry.spare_schemas import prepare_spare_schema
 from tests.ops.conftest import RunCli
 
 API = "/api/v1/integration"

@@ -31,7 +31,7 @@ from dealbase.app import create_app
 from dealbase.config import Settings
 from dealbase.graphql_api.schema import build_schema
 from dealbase.ops.admin import create_employee
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.graphql_api.support import GRAPHQL, tenant_wide_headers
 from tests.rest_api.test_round_trips import counted_round_trips
 from tests.support import TenantWorld, build_tenant

@@ -15,7 +15,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from dealbase.graphql_api.schema import DashboardSchema
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.graphql_api.support import GRAPHQL
 from tests.graphql_api.test_compiled_reads import API, Shop, operations, shop
 from tests.support import build_tenant

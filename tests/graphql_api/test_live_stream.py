@@ -21,7 +21,7 @@ from dealbase.app import create_app
 from dealbase.config import Settings
 from dealbase.graphql_api.live import LiveService
 from dealbase.ops import admin
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.graphql_api.live_support import API, BOARD, CHANGES, create_customer
 from tests.support import TenantWorld
 

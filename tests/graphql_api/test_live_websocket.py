@@ -27,7 +27,7 @@ from dealbase.graphql_api import live
 from dealbase.graphql_api.live import LiveService
 from dealbase.ops import admin
 from dealbase.platform.live.hub import Ending
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.graphql_api.live_support import (
     API,
     BOARD,

@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 
 from dealbase.ops.admin import create_employee, issue_key
 from dealbase.platform.tables import activities, customers, deal_customers, deals
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.graphql_api import support
 from tests.support import Credentials, TenantWorld
 

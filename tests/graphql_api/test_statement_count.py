@@ -23,7 +23,7 @@ from dealbase.platform.deals.models import DealCreate, DealPatch
 from dealbase.platform.validation import validated
 from dealbase.platform.webhooks import deliveries
 from dealbase.platform.webhooks.delivery_models import Response
-from dealbase.tenancy.database import Database, UnitOfWork
+from dealbase.tenancy.database.connections import Database, UnitOfWork
 from dealbase.tenancy.scope import Scope
 from tests.delivery_support import lease, record_all
 from tests.graphql_api.support import data_of

@@ -7,7 +7,7 @@ import asyncio
 
 from dealbase.graphql_api.subscriptions import LiveContext
 from dealbase.platform.pipeline import service as pipeline
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.scope import Scope
 from tests.support import TenantWorld
 

@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dealbase.ops import admin
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.graphql_api.support import codes_of, data_of, gql, tenant_wide_headers
 from tests.support import TenantWorld
 

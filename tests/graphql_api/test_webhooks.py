@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from strawberry.utils.str_converters import to_camel_case
 
 from dealbase.platform.webhooks.delivery_models import Response
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.delivery_support import lease, record, scan
 from tests.graphql_api.support import codes_of, data_of, gql, tenant_wide_headers
 from tests.support import Credentials, TenantWorld

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from dealbase.migrations.runner import upgrade_control
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.support import scratch_database
 
 

@@ -18,7 +18,7 @@ from dealbase.platform.customers.models import CustomerFields, CustomerPatch
 from dealbase.platform.webhooks import deliveries
 from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from dealbase.worker.spares import SpareSchemaKeeper
 from tests.ops.conftest import invoke_cli
 from tests.support import TenantWorld, scratch_database

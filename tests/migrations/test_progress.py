@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dealbase.tenancy.database import Database
-from dealbase.tenancy.tenants import create_tenant
+from dealbase.tenancy.database.connections import Database
+from dealbase.tenancy.registry.tenants import create_tenant
 
 DEALBASE = Path(sys.executable).parent / "dealbase"
 

@@ -12,7 +12,7 @@ from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.events import service as events
 from dealbase.platform.events.models import EventFilter
 from dealbase.platform.validation import validated
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.scope import Scope
 
 

@@ -32,7 +32,7 @@ from dealbase.app import create_app
 from dealbase.config import Settings
 from dealbase.ops import admin
 from dealbase.ops.serving import HeadLimits, HttpProtocol
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.support import IN_CI, Credentials, TenantWorld, free_port
 
 if TYPE_CHECKING:
@@ -239,7 +239,7 @@ def wait_until_live(page: Page) -> None:
 
 def _write_screenshot(target: Path) -> None:
     from dealbase.migrations.runner import upgrade_control
-    from dealbase.tenancy.tenants import create_tenant
+    from dealbase.tenancy.registry.tenants import create_tenant
     from tests.conftest import EMBEDDED_POSTGRES_DIR
     from tests.support import scratch_database, server_url
 

@@ -23,7 +23,7 @@ from dealbase.graphql_api.guards import estimate_cost
 from dealbase.graphql_api.schema import build_schema
 from dealbase.ops import admin
 from dealbase.ops.web_pages.pages import BOARD_DIRECTORY
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.ops.board_browser import (
     LOCALE,
     SEEDED,

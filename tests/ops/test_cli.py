@@ -16,9 +16,9 @@ from sqlalchemy import func, select, update
 
 from dealbase.config import load_settings
 from dealbase.ops import admin, serving
-from dealbase.tenancy.api_keys import parse_api_key, record_uses
-from dealbase.tenancy.control_tables import api_keys
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.callers.api_keys import parse_api_key, record_uses
+from dealbase.tenancy.database.connections import Database
+from dealbase.tenancy.database.control_tables import api_keys
 from dealbase.tenancy.scope import schema_for_tenant
 from tests.ops.conftest import CliRun, RunCli, invoke_cli
 from tests.support import TenantWorld, scratch_database, writes_raise

@@ -34,7 +34,7 @@ from sqlalchemy import text
 
 from dealbase.migrations.runner import upgrade_control
 from dealbase.ops.metrics import KEEP_UP_SECONDS
-from dealbase.tenancy.database import Database, application_name
+from dealbase.tenancy.database.connections import Database, application_name
 from tests.support import (
     DEALBASE,
     SERVER_START_TIMEOUT_S,

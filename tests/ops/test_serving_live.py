@@ -21,7 +21,7 @@ from websockets.sync.client import ClientConnection, connect
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.validation import validated
-from dealbase.tenancy.database import libpq_url
+from dealbase.tenancy.database.connections import libpq_url
 from dealbase.tenancy.scope import Scope
 from tests.support import (
     SERVER_START_TIMEOUT_S,

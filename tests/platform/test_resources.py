@@ -27,7 +27,7 @@ from dealbase.platform.resources import activity_json, customer_json, deal_json
 from dealbase.platform.tables import events
 from dealbase.platform.validation import validated
 from dealbase.rest_api.schemas import DepartmentOut, StepList
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.support import TenantWorld
 
 EVERY_FIELD: dict[str, Any] = {

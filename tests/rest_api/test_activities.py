@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dealbase.ops.admin import create_employee
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.support import Credentials, TenantWorld, build_tenant
 
 API = "/api/v1/integration"

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from dealbase.edge.request_edge import MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES
 from dealbase.platform.batches.models import MAX_OPERATIONS
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.rest_api.test_events import all_events
 from tests.support import TenantWorld
 

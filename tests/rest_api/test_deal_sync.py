@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dealbase.ops import admin
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.rest_api.test_events import all_events
 from tests.support import TenantWorld
 

@@ -21,7 +21,7 @@ from dealbase.ops.admin import create_employee
 from dealbase.platform.event_types import EVENT_TYPES
 from dealbase.platform.webhooks.delivery_models import TEST_EVENT_TYPE
 from dealbase.rest_api.openapi import carries_changes
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.support import TenantWorld
 
 API = "/api/v1/integration"

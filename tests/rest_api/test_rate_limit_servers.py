@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.redis_support import RedisServer, redis_server
 from tests.rest_api.rate_limit_support import (
     CUSTOMERS,

@@ -17,7 +17,7 @@ from dealbase.app import create_app
 from dealbase.config import Settings
 from dealbase.platform.event_types import EVENT_TYPES
 from dealbase.platform.tables import webhook_endpoints
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.support import Credentials, TenantWorld
 
 API = "/api/v1/integration"

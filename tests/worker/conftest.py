@@ -21,7 +21,7 @@ from dealbase.migrations.runner import upgrade_control
 from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.addresses import AddressPolicy
 from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields, WithSecret
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from dealbase.worker.delivery import DeliveryWorker
 from dealbase.worker.limits import WorkerLimits
 from dealbase.worker.sending import Sender

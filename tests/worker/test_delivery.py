@@ -28,10 +28,10 @@ from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.addresses import AddressPolicy
 from dealbase.platform.webhooks.delivery_models import Delivery
 from dealbase.platform.webhooks.models import Checked, WebhookEndpointPatch
-from dealbase.tenancy.control_tables import CONTROL_SCHEMA
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
+from dealbase.tenancy.database.control_tables import CONTROL_SCHEMA
+from dealbase.tenancy.database.statements import TenantConnection
 from dealbase.tenancy.scope import Scope
-from dealbase.tenancy.statements import TenantConnection
 from dealbase.worker import delivery as worker_delivery
 from dealbase.worker.delivery import DeliveryWorker
 from dealbase.worker.limits import WorkerLimits

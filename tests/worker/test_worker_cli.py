@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy import text
 
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from dealbase.worker.limits import WorkerLimits
 from tests.support import DEALBASE, TenantWorld, free_port
 from tests.worker.conftest import Clock, Receiver, Workers, add_endpoint

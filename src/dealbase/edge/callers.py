@@ -31,10 +31,10 @@ from starlette.types import Scope as ASGIScope
 
 from dealbase.edge.request_edge import CALLER_STATE
 from dealbase.errors import Unauthenticated
-from dealbase.tenancy.admission import VERDICT_STATE, Admission
-from dealbase.tenancy.authentication import Authenticator
-from dealbase.tenancy.failure_allowance import FailureAllowance, client_address
-from dealbase.tenancy.rate_limits import Verdict
+from dealbase.tenancy.callers.authentication import Authenticator
+from dealbase.tenancy.rate_limits.admission import VERDICT_STATE, Admission
+from dealbase.tenancy.rate_limits.failure_allowance import FailureAllowance, client_address
+from dealbase.tenancy.rate_limits.limiter import Verdict
 from dealbase.tenancy.scope import Scope
 
 # An Authenticator's method: (X-Api-Key, X-Department-Id) to a Scope, or Unauthenticated.

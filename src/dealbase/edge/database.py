@@ -6,7 +6,7 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from dealbase.platform.webhooks.addresses import AddressPolicy
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 
 
 def database_of(request: Request) -> Database:

@@ -13,7 +13,7 @@ from dealbase.edge.database import database_of
 from dealbase.edge.requests import idempotency_key
 from dealbase.platform.idempotency import service as idempotency
 from dealbase.platform.idempotency.models import StoredResponse
-from dealbase.tenancy.database import AfterCommit, UnitOfWork
+from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
 from dealbase.tenancy.scope import Scope
 
 

@@ -14,16 +14,16 @@ from anyio import to_thread
 from starlette.requests import HTTPConnection
 
 from dealbase.errors import Unauthenticated
-from dealbase.tenancy.admission import Admission
-from dealbase.tenancy.api_keys import (
+from dealbase.tenancy.callers.api_keys import (
     AUTHENTICATION_FAILED,
     load_credentials,
     parse_api_key,
     scope_for_request,
 )
-from dealbase.tenancy.authentication import Authenticator
-from dealbase.tenancy.database import Database
-from dealbase.tenancy.failure_allowance import FailureAllowance, client_address
+from dealbase.tenancy.callers.authentication import Authenticator
+from dealbase.tenancy.database.connections import Database
+from dealbase.tenancy.rate_limits.admission import Admission
+from dealbase.tenancy.rate_limits.failure_allowance import FailureAllowance, client_address
 from dealbase.tenancy.scope import Scope
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from dealbase.tenancy.rate_limits import Verdict
+from dealbase.tenancy.rate_limits.limiter import Verdict
 
 
 def rate_limit_headers(verdict: Verdict) -> list[tuple[bytes, bytes]]:

@@ -21,8 +21,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dealbase.edge.problems import problem
 from dealbase.edge.rate_limit_headers import rate_limit_headers
-from dealbase.tenancy.admission import VERDICT_STATE
-from dealbase.tenancy.rate_limits import Verdict
+from dealbase.tenancy.rate_limits.admission import VERDICT_STATE
+from dealbase.tenancy.rate_limits.limiter import Verdict
 
 _CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # The route of a request no route matched: one label for every unknown path.

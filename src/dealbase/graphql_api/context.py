@@ -18,8 +18,8 @@ from dealbase.errors import Unauthenticated
 from dealbase.platform.pipeline import service as pipeline
 from dealbase.platform.validation import department_of
 from dealbase.platform.webhooks.addresses import AddressPolicy
-from dealbase.tenancy.api_keys import AUTHENTICATION_FAILED
-from dealbase.tenancy.database import Database, UnitOfWork, run_on_event_loop
+from dealbase.tenancy.callers.api_keys import AUTHENTICATION_FAILED
+from dealbase.tenancy.database.connections import Database, UnitOfWork, run_on_event_loop
 from dealbase.tenancy.scope import Scope
 
 T = TypeVar("T")

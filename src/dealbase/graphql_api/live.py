@@ -46,9 +46,9 @@ from dealbase.graphql_api.subscriptions import LiveContext, change_of
 from dealbase.platform.events.models import Event
 from dealbase.platform.live.hub import Ended, Ending, Hub, Limits, Subscriber
 from dealbase.platform.live.signals import Signals
-from dealbase.tenancy.api_keys import TENANT_NOTICE_PREFIX
-from dealbase.tenancy.authentication import Authenticator
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.callers.api_keys import TENANT_NOTICE_PREFIX
+from dealbase.tenancy.callers.authentication import Authenticator
+from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.scope import Scope
 
 log = structlog.get_logger(__name__)

@@ -19,7 +19,7 @@ from dealbase.platform.deals import service as deals
 from dealbase.platform.deals.models import Deal
 from dealbase.platform.pipeline import service as pipeline
 from dealbase.platform.pipeline.models import Employee, Step
-from dealbase.tenancy.database import UnitOfWork
+from dealbase.tenancy.database.connections import UnitOfWork
 
 V = TypeVar("V")
 

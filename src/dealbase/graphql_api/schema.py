@@ -100,7 +100,7 @@ from dealbase.platform.validation import validated
 from dealbase.platform.webhooks import deliveries
 from dealbase.platform.webhooks import service as webhooks
 from dealbase.platform.webhooks.models import WebhookEndpointFields, WebhookEndpointPatch
-from dealbase.tenancy.database import UnitOfWork
+from dealbase.tenancy.database.connections import UnitOfWork
 
 Item = TypeVar("Item")
 Node = TypeVar("Node")

@@ -35,7 +35,7 @@ from dealbase.platform.live.hub import (
     resource_of,
 )
 from dealbase.platform.validation import department_of
-from dealbase.tenancy.database import UnitOfWork
+from dealbase.tenancy.database.connections import UnitOfWork
 from dealbase.tenancy.scope import Scope
 
 T = TypeVar("T")

@@ -38,9 +38,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.pool import QueuePool
 
-from dealbase.tenancy.control_tables import CONTROL_SCHEMA, spare_schemas, tenants
-from dealbase.tenancy.database import sqlalchemy_url
-from dealbase.tenancy.roles import (
+from dealbase.tenancy.database.connections import sqlalchemy_url
+from dealbase.tenancy.database.control_tables import CONTROL_SCHEMA, spare_schemas, tenants
+from dealbase.tenancy.database.roles import (
     MIGRATION_TABLE,
     TENANT_OWNER_ROLE,
     ensure_roles,

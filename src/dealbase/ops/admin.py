@@ -14,12 +14,13 @@ from dealbase.migrations.runner import drop_tenant_role
 from dealbase.platform.pipeline import service as pipeline
 from dealbase.platform.pipeline.models import Department, DepartmentCreate, Employee, EmployeeCreate
 from dealbase.platform.validation import validated
-from dealbase.tenancy import api_keys, lifecycle
-from dealbase.tenancy.api_keys import AuditRecord, IssuedKey, KeyInfo
-from dealbase.tenancy.database import Database
-from dealbase.tenancy.lifecycle import DeletedTenant
+from dealbase.tenancy.callers import api_keys
+from dealbase.tenancy.callers.api_keys import AuditRecord, IssuedKey, KeyInfo
+from dealbase.tenancy.database.connections import Database
+from dealbase.tenancy.registry import lifecycle
+from dealbase.tenancy.registry.lifecycle import DeletedTenant
+from dealbase.tenancy.registry.tenants import Tenant, create_tenant, find_tenant_by_name, get_tenant
 from dealbase.tenancy.scope import Rate
-from dealbase.tenancy.tenants import Tenant, create_tenant, find_tenant_by_name, get_tenant
 
 DEMO_TENANT = "demo"
 DEMO_DEPARTMENT = "Sales"

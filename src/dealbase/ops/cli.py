@@ -43,12 +43,12 @@ from dealbase.ops.metrics_files import prepare_metrics_dir
 from dealbase.ops.observability import configure_logging
 from dealbase.platform.resources import format_timestamp
 from dealbase.platform.webhooks.addresses import AddressPolicy
-from dealbase.tenancy.api_keys import MAX_KEY_LIFETIME, AuditRecord, KeyInfo
-from dealbase.tenancy.database import Database, DatabaseLimits, is_transient
-from dealbase.tenancy.placement import Node, TransferMode, move_tenant, rebalance
-from dealbase.tenancy.roles import inheriting_login_role
+from dealbase.tenancy.callers.api_keys import MAX_KEY_LIFETIME, AuditRecord, KeyInfo
+from dealbase.tenancy.database.connections import Database, DatabaseLimits, is_transient
+from dealbase.tenancy.database.roles import inheriting_login_role
+from dealbase.tenancy.registry.placement import Node, TransferMode, move_tenant, rebalance
+from dealbase.tenancy.registry.tenants import Tenant, create_tenant, list_tenants
 from dealbase.tenancy.scope import Rate
-from dealbase.tenancy.tenants import Tenant, create_tenant, list_tenants
 from dealbase.worker.limits import WorkerLimits
 
 

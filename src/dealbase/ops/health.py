@@ -12,8 +12,8 @@ from starlette.responses import Response
 
 from dealbase.edge.problems import problem
 from dealbase.errors import Unavailable
-from dealbase.tenancy.database import RETRY_AFTER_SECONDS, Database
-from dealbase.tenancy.rate_limits import RateLimiterUnavailable, RedisLimiter
+from dealbase.tenancy.database.connections import RETRY_AFTER_SECONDS, Database
+from dealbase.tenancy.rate_limits.limiter import RateLimiterUnavailable, RedisLimiter
 
 
 def install_health(app: FastAPI, database: Database, redis: RedisLimiter | None) -> None:

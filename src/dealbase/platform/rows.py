@@ -29,7 +29,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from dealbase.errors import ExternalIdTaken, NotFound, PreconditionFailed
 from dealbase.platform.versioning import Expected
-from dealbase.tenancy.statements import Record, TenantConnection
+from dealbase.tenancy.database.statements import Record, TenantConnection
 
 # The prefix of the previous values' columns in what update_versioned's statement returns.
 _BEFORE = "before_"

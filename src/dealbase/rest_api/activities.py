@@ -46,7 +46,7 @@ from dealbase.rest_api.schemas import (
     ActivityList,
     ActivityOut,
 )
-from dealbase.tenancy.database import UnitOfWork
+from dealbase.tenancy.database.connections import UnitOfWork
 
 router = APIRouter(prefix="/activities", tags=["activities"], route_class=AdmittedRoute)
 

@@ -52,7 +52,7 @@ from dealbase.rest_api.schemas import (
     CustomerList,
     CustomerOut,
 )
-from dealbase.tenancy.database import AfterCommit, UnitOfWork
+from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
 
 router = APIRouter(prefix="/customers", tags=["customers"], route_class=AdmittedRoute)
 

@@ -49,7 +49,7 @@ from dealbase.rest_api.responses import (
     resource_response,
 )
 from dealbase.rest_api.schemas import DealBatch, DealBatchResults, DealList, DealOut
-from dealbase.tenancy.database import AfterCommit, UnitOfWork
+from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
 
 router = APIRouter(prefix="/deals", tags=["deals"], route_class=AdmittedRoute)
 

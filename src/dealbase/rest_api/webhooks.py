@@ -28,7 +28,7 @@ from dealbase.rest_api.schemas import (
     WebhookEndpointOut,
     WebhookEndpointWithSecretOut,
 )
-from dealbase.tenancy.database import UnitOfWork
+from dealbase.tenancy.database.connections import UnitOfWork
 
 router = APIRouter(prefix="/webhooks", tags=["webhooks"], route_class=AdmittedRoute)
 

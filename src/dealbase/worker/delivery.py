@@ -24,11 +24,11 @@ from dealbase.platform.events import service as events
 from dealbase.platform.webhooks import deliveries
 from dealbase.platform.webhooks.delivery_models import Outgoing, Sent
 from dealbase.platform.webhooks.retries import Jitter, random_jitter
-from dealbase.tenancy import wakeups
-from dealbase.tenancy.database import Database, UnitOfWork
+from dealbase.tenancy.coordination import wakeups
+from dealbase.tenancy.coordination.worker_tasks import claim_task
+from dealbase.tenancy.database.connections import Database, UnitOfWork
+from dealbase.tenancy.registry.tenants import Tenant, list_tenants
 from dealbase.tenancy.scope import Scope
-from dealbase.tenancy.tenants import Tenant, list_tenants
-from dealbase.tenancy.worker_tasks import claim_task
 from dealbase.worker.limits import WorkerLimits
 from dealbase.worker.sending import Sender
 

@@ -9,8 +9,8 @@ from datetime import timedelta
 import structlog
 
 from dealbase.errors import DomainError
-from dealbase.tenancy.database import Database
-from dealbase.tenancy.spare_schemas import prepare_spare_schema
+from dealbase.tenancy.database.connections import Database
+from dealbase.tenancy.registry.spare_schemas import prepare_spare_schema
 
 log = structlog.get_logger("dealbase.worker")
 

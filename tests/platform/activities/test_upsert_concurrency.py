@@ -14,7 +14,7 @@ from dealbase.platform.activities.models import ActivityFields
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.tables import activities
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.scope import Scope
 from tests.support import TenantWorld, wait_until_a_transaction_waits_for_a_lock
 

@@ -12,7 +12,7 @@ from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.tables import customers as customers_table
 from dealbase.platform.validation import validated
-from dealbase.tenancy.database import Database, UnitOfWork
+from dealbase.tenancy.database.connections import Database, UnitOfWork
 from tests.support import TenantWorld
 
 

@@ -12,7 +12,7 @@ from dealbase.platform.batches.models import Batch, Operation
 from dealbase.platform.customers import service
 from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.tables import customers
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.support import TenantWorld, wait_until_a_transaction_waits_for_a_lock
 
 

@@ -22,7 +22,7 @@ from dealbase.platform.tables import customers as customers_table
 from dealbase.platform.tables import deal_customers, events, steps
 from dealbase.platform.tables import deals as deals_table
 from dealbase.platform.validation import validated
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.platform.test_resources import EVERY_FIELD
 from tests.support import TenantWorld, wait_until_a_transaction_waits_for_a_lock
 

@@ -11,7 +11,7 @@ from sqlalchemy import select
 from dealbase.platform.deals import service
 from dealbase.platform.deals.models import DealUpsert
 from dealbase.platform.tables import deals
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from tests.support import TenantWorld, wait_until_a_transaction_waits_for_a_lock
 
 

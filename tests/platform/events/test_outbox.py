@@ -20,8 +20,8 @@ from dealbase.platform.tables import events as events_table
 from dealbase.platform.validation import validated
 from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields
-from dealbase.tenancy.control_tables import webhook_wakeups
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
+from dealbase.tenancy.database.control_tables import webhook_wakeups
 from dealbase.tenancy.scope import Scope
 from tests.support import TenantWorld
 

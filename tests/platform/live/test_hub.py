@@ -16,7 +16,7 @@ from dealbase.platform.events import service as events
 from dealbase.platform.events.models import Event, EventFilter
 from dealbase.platform.live.hub import BoardUpdate, Ended, Ending, Hub, Limits, Resource
 from dealbase.platform.validation import validated
-from dealbase.tenancy.database import Database
+from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.scope import Scope
 from tests.support import TenantWorld
 

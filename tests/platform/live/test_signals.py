@@ -14,8 +14,8 @@ from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.events import repository as events_repository
 from dealbase.platform.live.signals import Signals
 from dealbase.platform.validation import validated
-from dealbase.tenancy.api_keys import KEY_CHANGES_CHANNEL
-from dealbase.tenancy.database import Database, libpq_url
+from dealbase.tenancy.callers.api_keys import KEY_CHANGES_CHANNEL
+from dealbase.tenancy.database.connections import Database, libpq_url
 from dealbase.tenancy.scope import Scope
 from tests.support import TenantWorld
 

@@ -15,7 +15,7 @@ from dealbase.platform.pagination import PageRequest
 from dealbase.platform.resources import activity_json_text_sql
 from dealbase.platform.rows import in_bound_department, owned_by
 from dealbase.platform.tables import activities
-from dealbase.tenancy.statements import Record, TenantConnection, built_once
+from dealbase.tenancy.database.statements import Record, TenantConnection, built_once
 
 _COLUMNS = tuple(column.name for column in activities.c)  # named once: see customers
 

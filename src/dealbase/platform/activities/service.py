@@ -22,7 +22,7 @@ from dealbase.platform.rows import delete_versioned, first_per_parent, update_ve
 from dealbase.platform.tables import activities
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
-from dealbase.tenancy.database import UnitOfWork
+from dealbase.tenancy.database.connections import UnitOfWork
 
 
 def _check_references(

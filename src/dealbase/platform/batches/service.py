@@ -16,7 +16,7 @@ from dealbase.errors import BatchRejected, DomainError, Invalid, Unavailable
 from dealbase.platform.batches.models import Batch, Fields, Record, Result, Write
 from dealbase.platform.events import service as events
 from dealbase.platform.validation import validated
-from dealbase.tenancy.database import UnitOfWork
+from dealbase.tenancy.database.connections import UnitOfWork
 
 # Applies writes (all valid) and answers a result for each, by index.
 Apply = Callable[[UnitOfWork, Sequence[Write[Fields]]], dict[int, Result[Record]]]

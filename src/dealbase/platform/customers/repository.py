@@ -29,7 +29,13 @@ from dealbase.platform.pagination import PageRequest
 from dealbase.platform.resources import customer_json_sql, customer_json_text_sql
 from dealbase.platform.rows import in_bound_department, owned_by, unnested, unnested_values
 from dealbase.platform.tables import customers, deal_customers
-from dealbase.tenancy.statements import Deferred, Record, Rows, TenantConnection, built_once
+from dealbase.tenancy.database.statements import (
+    Deferred,
+    Record,
+    Rows,
+    TenantConnection,
+    built_once,
+)
 
 # Named once: iterating a Table's columns is slow, and a page of deals maps 150 customer rows.
 _COLUMNS = tuple(column.name for column in customers.c)

@@ -21,8 +21,8 @@ from dealbase.platform.rows import delete_versioned, update_versioned
 from dealbase.platform.tables import customers
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
-from dealbase.tenancy.database import AfterCommit, UnitOfWork
-from dealbase.tenancy.statements import Deferred
+from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
+from dealbase.tenancy.database.statements import Deferred
 
 T = TypeVar("T")
 

@@ -50,7 +50,7 @@ from dealbase.platform.rows import (
     owned_by,
 )
 from dealbase.platform.tables import customers, deal_customers, deals, employees, steps
-from dealbase.tenancy.statements import (
+from dealbase.tenancy.database.statements import (
     Deferred,
     ErrorMeaning,
     Record,

@@ -35,8 +35,8 @@ from dealbase.platform.event_types import EventType
 from dealbase.platform.events.models import Event, EventFilter, NewEvent
 from dealbase.platform.resources import event_json_text_sql
 from dealbase.platform.tables import event_positions, event_sequence, events, webhook_endpoints
-from dealbase.tenancy.statements import Record, TenantConnection, built_once
-from dealbase.tenancy.wakeups import WAKEUP
+from dealbase.tenancy.coordination.wakeups import WAKEUP
+from dealbase.tenancy.database.statements import Record, TenantConnection, built_once
 
 
 def _record_statement() -> Select[Any]:

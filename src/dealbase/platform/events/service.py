@@ -32,7 +32,7 @@ from dealbase.platform.events.models import (
 from dealbase.platform.pagination import page_size
 from dealbase.platform.resources import JsonObject, json_value
 from dealbase.platform.validation import department_of
-from dealbase.tenancy.database import UnitOfWork
+from dealbase.tenancy.database.connections import UnitOfWork
 
 RETENTION = timedelta(days=RETENTION_DAYS)
 R = TypeVar("R")

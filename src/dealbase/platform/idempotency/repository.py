@@ -6,7 +6,7 @@ from sqlalchemy import ColumnElement, delete, func, insert, select
 
 from dealbase.platform.idempotency.models import REPLAY_WINDOW, StoredResponse
 from dealbase.platform.tables import idempotency_records
-from dealbase.tenancy.statements import TenantConnection
+from dealbase.tenancy.database.statements import TenantConnection
 
 
 def try_lock(connection: TenantConnection, schema: str, api_key_id: uuid.UUID, key: str) -> bool:

@@ -8,7 +8,7 @@ from dealbase.platform.idempotency.models import (
     IdempotencyKeyReused,
     StoredResponse,
 )
-from dealbase.tenancy.database import UnitOfWork
+from dealbase.tenancy.database.connections import UnitOfWork
 
 FIELD = "Idempotency-Key"
 

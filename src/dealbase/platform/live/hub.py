@@ -35,7 +35,7 @@ from dealbase.platform.pipeline import service as pipeline
 from dealbase.platform.pipeline.models import StepTotals
 from dealbase.platform.tables import event_positions
 from dealbase.platform.validation import department_of
-from dealbase.tenancy.database import Database, UnitOfWork
+from dealbase.tenancy.database.connections import Database, UnitOfWork
 from dealbase.tenancy.scope import Scope
 
 log = structlog.get_logger(__name__)

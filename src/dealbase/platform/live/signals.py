@@ -34,8 +34,8 @@ import structlog
 from anyio import to_thread
 
 from dealbase.platform.events import repository as events_repository
-from dealbase.tenancy.api_keys import KEY_CHANGES_CHANNEL
-from dealbase.tenancy.database import libpq_url
+from dealbase.tenancy.callers.api_keys import KEY_CHANGES_CHANNEL
+from dealbase.tenancy.database.connections import libpq_url
 
 log = structlog.get_logger(__name__)
 

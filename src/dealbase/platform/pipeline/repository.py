@@ -31,7 +31,7 @@ from dealbase.platform.pipeline.models import (
 from dealbase.platform.resources import department_json_text_sql, steps_json_text_sql
 from dealbase.platform.rows import in_department
 from dealbase.platform.tables import deals, departments, employees, steps
-from dealbase.tenancy.statements import Record, TenantConnection, built_once
+from dealbase.tenancy.database.statements import Record, TenantConnection, built_once
 
 
 def to_step(row: Record) -> Step:

@@ -23,7 +23,7 @@ from dealbase.platform.pipeline.models import (
 from dealbase.platform.rows import by_ids
 from dealbase.platform.tables import employees, steps
 from dealbase.platform.validation import department_of
-from dealbase.tenancy.database import UnitOfWork
+from dealbase.tenancy.database.connections import UnitOfWork
 
 
 def create_department(uow: UnitOfWork, fields: DepartmentCreate) -> Department:

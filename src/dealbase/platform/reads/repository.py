@@ -71,7 +71,7 @@ from dealbase.platform.tables import (
     employees,
     steps,
 )
-from dealbase.tenancy.statements import built_once
+from dealbase.tenancy.database.statements import built_once
 
 Row = FromClause
 # The entries one object may have: json_build_object takes at most 100 arguments, two an entry.

@@ -23,8 +23,8 @@ from dealbase.platform.reads.repository import (
     one_statement,
     page_statement,
 )
-from dealbase.tenancy.database import UnitOfWork
-from dealbase.tenancy.statements import built_once
+from dealbase.tenancy.database.connections import UnitOfWork
+from dealbase.tenancy.database.statements import built_once
 
 # Shapes a page reader keeps statements for (filters given, paging on, order); past that the
 # least recently built goes.

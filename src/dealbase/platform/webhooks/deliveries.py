@@ -31,8 +31,8 @@ from dealbase.platform.webhooks.delivery_models import (
 )
 from dealbase.platform.webhooks.models import WebhookEndpointFilter
 from dealbase.platform.webhooks.retries import GIVE_UP_AFTER, Jitter, wait_after
-from dealbase.tenancy.database import UnitOfWork
-from dealbase.tenancy.wakeups import WakeWorker
+from dealbase.tenancy.coordination.wakeups import WakeWorker
+from dealbase.tenancy.database.connections import UnitOfWork
 
 _NO_FILTERS = WebhookEndpointFilter()
 

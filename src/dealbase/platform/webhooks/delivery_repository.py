@@ -40,7 +40,7 @@ from dealbase.platform.tables import (
     webhook_endpoints,
 )
 from dealbase.platform.webhooks.delivery_models import Attempt, Delivery, Outgoing
-from dealbase.tenancy.statements import Record, TenantConnection, built_once
+from dealbase.tenancy.database.statements import Record, TenantConnection, built_once
 
 _deliveries = webhook_deliveries
 _endpoints = webhook_endpoints

@@ -11,7 +11,7 @@ from dealbase.platform.pagination import PageRequest
 from dealbase.platform.rows import in_department, insert_reading, lookup, owned_by
 from dealbase.platform.tables import event_positions, webhook_endpoints
 from dealbase.platform.webhooks.models import WebhookEndpoint
-from dealbase.tenancy.statements import Record, TenantConnection
+from dealbase.tenancy.database.statements import Record, TenantConnection
 
 # How long the secret a rotation replaced still signs, so receivers can switch without a gap.
 ROTATION_OVERLAP = timedelta(hours=24)

@@ -23,8 +23,8 @@ from dealbase.platform.webhooks.models import (
     WebhookEndpointFilter,
     WithSecret,
 )
-from dealbase.tenancy.database import UnitOfWork
-from dealbase.tenancy.wakeups import WakeWorker
+from dealbase.tenancy.coordination.wakeups import WakeWorker
+from dealbase.tenancy.database.connections import UnitOfWork
 
 Model = TypeVar("Model", bound=BaseModel)
 

@@ -1,0 +1,80 @@
+"""Each key's ``last_used_at``, kept off the request's path.
+
+Authentication only notes in memory when a key was last accepted. A background task writes the
+noted uses in one batched statement every ``flush_interval_seconds`` (a minute by default), so a
+key busy on every request costs one write a minute per server process, never one per request.
+A flush that fails (the database is down) keeps its uses for the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from datetime import UTC, datetime
+
+import structlog
+from anyio import to_thread
+
+from dealbase.tenancy.callers.api_keys import record_uses
+from dealbase.tenancy.database.connections import Database
+
+log = structlog.get_logger(__name__)
+
+FLUSH_INTERVAL_SECONDS = 60.0
+
+
+class KeyUseRecorder:
+    """One per server process: ``note`` on the request's path, ``flush`` off it."""
+
+    def __init__(
+        self, database: Database, flush_interval_seconds: float = FLUSH_INTERVAL_SECONDS
+    ) -> None:
+        self._database = database
+        self.flush_interval_seconds = flush_interval_seconds
+        # Key id to its last use. Held only to set or swap an entry: requests never wait long.
+        self._last_uses: dict[uuid.UUID, datetime] = {}
+        self._lock = threading.Lock()
+        # One flush at a time: the last one, at shutdown, waits for one still running (whose
+        # uses it may have to put back) instead of racing it.
+        self._flushing = threading.Lock()
+
+    def note(self, key_id: uuid.UUID) -> None:
+        """Called for every accepted request: a dictionary write, no I/O."""
+        now = datetime.now(UTC)
+        with self._lock:
+            self._last_uses[key_id] = now
+
+    def flush(self) -> bool:
+        """Writes the uses noted since the last flush; False (and logged) when the database
+        refused, the uses then kept for the next flush. Blocks: call it off the event loop."""
+        with self._flushing:
+            with self._lock:
+                last_uses, self._last_uses = self._last_uses, {}
+            if not last_uses:
+                return True
+            try:
+                with self._database.control() as connection:
+                    record_uses(connection, last_uses)
+            except Exception as exc:
+                # Whatever went wrong, a background write must not end the task that makes it,
+                # and the uses are not lost: they wait for the next flush.
+                with self._lock:
+                    for key_id, used_at in last_uses.items():
+                        later = self._last_uses.get(key_id)
+                        if later is None or later < used_at:
+                            self._last_uses[key_id] = used_at
+                log.warning(
+                    "key_uses_not_recorded",
+                    keys=len(last_uses),
+                    error=(str(exc).strip().splitlines() or [repr(exc)])[0],
+                    retry_in_s=self.flush_interval_seconds,
+                )
+                return False
+            return True
+
+    async def flush_periodically(self) -> None:
+        """Runs until cancelled; the caller flushes once more after (``flush``)."""
+        while True:
+            await asyncio.sleep(self.flush_interval_seconds)
+            await to_thread.run_sync(self.flush)
