@@ -12,17 +12,20 @@ from pydantic import BaseModel, ValidationError
 
 from dealbase.edge.problems import ProtocolError, malformed_json
 from dealbase.errors import invalid_from_pydantic
+from dealbase.platform.idempotency.models import MAX_KEY_LENGTH
 from dealbase.platform.versioning import Expected
 
 # The conditional headers are declared as route parameters (the OpenAPI document shows them;
 # ``AdmittedRoute`` reads them, validated by these fields when sent), not as dependencies: a
 # dependency costs every request that names it about 0.05 ms of CPU in FastAPI's resolver
 # (docs/architecture.md).
+CONDITION_MAX_LENGTH = 1024
+
 IfMatch = Annotated[
     str | None,
     Header(
         alias="If-Match",
-        max_length=1024,
+        max_length=CONDITION_MAX_LENGTH,
         description="Apply only if the resource's ETag is one of these (or `*`); else 412.",
     ),
 ]
@@ -31,14 +34,16 @@ IfNoneMatch = Annotated[
     str | None,
     Header(
         alias="If-None-Match",
-        max_length=1024,
+        max_length=CONDITION_MAX_LENGTH,
         description="`*`: create only, 412 when the record exists; ETags: 412 when the record"
         " is at one of them.",
     ),
 ]
 
-# 1 to 255 printable ASCII characters, optionally as a structured-field string ("...").
-IDEMPOTENCY_KEY_PATTERN = r'^[\x20-\x7e]{1,255}$|^"[\x20-\x7e]{1,255}"$'
+# 1 to MAX_KEY_LENGTH printable ASCII characters, optionally as a structured-field string ("...").
+IDEMPOTENCY_KEY_PATTERN = (
+    rf'^[\x20-\x7e]{{1,{MAX_KEY_LENGTH}}}$|^"[\x20-\x7e]{{1,{MAX_KEY_LENGTH}}}"$'
+)
 
 IdempotencyKey = Annotated[
     str | None,

@@ -68,6 +68,9 @@ PlainText = Annotated[str, AfterValidator(_no_nul)]
 
 SHORT_TEXT = 255
 LONG_TEXT = 10_000
+# RFC 5321's bound on a path: 64 characters of local part, @, 255 of domain.
+EMAIL_MAX_LENGTH = 320
+EXTERNAL_ID_MAX_LENGTH = 255
 
 ShortText = Annotated[str, _text(SHORT_TEXT), AfterValidator(_no_nul)]
 RequiredShortText = Annotated[
@@ -81,7 +84,10 @@ LongText = Annotated[str, _text(LONG_TEXT), AfterValidator(_no_nul)]
 UrlText = Annotated[str, _text(2048), AfterValidator(_no_nul)]
 PhoneText = Annotated[str, _text(64), AfterValidator(_no_nul)]
 EmailText = Annotated[
-    str, _text(320, _EMAIL_PATTERN), AfterValidator(_no_nul), AfterValidator(_email_shape)
+    str,
+    _text(EMAIL_MAX_LENGTH, _EMAIL_PATTERN),
+    AfterValidator(_no_nul),
+    AfterValidator(_email_shape),
 ]
 
 
@@ -124,16 +130,22 @@ Moment = Annotated[
 # (RFC 3986 unreserved and sub-delimiters, ':' and '@'), so that
 # /customers/by-external-id/{external_id} needs no escaping. Not starting with ".", so that it
 # is never the path step "." or "..".
-EXTERNAL_ID_PATTERN = r"^[A-Za-z0-9_~:@!$&'()*+,;=-][A-Za-z0-9._~:@!$&'()*+,;=-]{0,254}$"
+EXTERNAL_ID_PATTERN = (
+    r"^[A-Za-z0-9_~:@!$&'()*+,;=-][A-Za-z0-9._~:@!$&'()*+,;=-]"
+    f"{{0,{EXTERNAL_ID_MAX_LENGTH - 1}}}$"
+)
 _EXTERNAL_ID = re.compile(EXTERNAL_ID_PATTERN)
+_EXTERNAL_ID_RULE = (
+    f"must be 1 to {EXTERNAL_ID_MAX_LENGTH} letters, digits or - . _ ~ : @ ! $ & ' ( ) * + , ; =,"
+    " not starting with ."
+)
 
 
 def _external_id_shape(value: str) -> str:
     if not _EXTERNAL_ID.match(value):
         raise PydanticCustomError(
             "invalid_format",
-            "must be 1 to 255 letters, digits or - . _ ~ : @ ! $ & ' ( ) * + , ; =,"
-            " not starting with .",
+            _EXTERNAL_ID_RULE,
         )
     return value
 
@@ -144,8 +156,7 @@ def valid_external_id(value: str, field: str = "external_id") -> str:
         raise Invalid.of(
             field,
             "invalid_format",
-            "must be 1 to 255 letters, digits or - . _ ~ : @ ! $ & ' ( ) * + , ; =,"
-            " not starting with .",
+            _EXTERNAL_ID_RULE,
         )
     return value
 
@@ -153,7 +164,7 @@ def valid_external_id(value: str, field: str = "external_id") -> str:
 ExternalId = Annotated[
     str,
     Field(
-        max_length=SHORT_TEXT,
+        max_length=EXTERNAL_ID_MAX_LENGTH,
         json_schema_extra={"pattern": EXTERNAL_ID_PATTERN},
         description="The client's own id for the record, unique in the department"
         " among records of its kind; case-sensitive.",

@@ -25,7 +25,7 @@ from dealbase.platform.customers.models import (
     CustomerPatch,
 )
 from dealbase.platform.resources import customer_json
-from dealbase.platform.validation import SHORT_TEXT, validated
+from dealbase.platform.validation import EMAIL_MAX_LENGTH, SHORT_TEXT, validated
 from dealbase.rest_api.openapi import (
     CREATED_HEADERS,
     EXTERNAL_ID_FILTER,
@@ -120,7 +120,7 @@ async def list_customers(
     limit: int | None = LIST_LIMIT,
     cursor: str | None = LIST_CURSOR,
     email: str | None = Query(
-        None, max_length=320, description="Exact email address, in any letter case."
+        None, max_length=EMAIL_MAX_LENGTH, description="Exact email address, in any letter case."
     ),
     q: str | None = Query(
         None,

@@ -16,7 +16,7 @@ from pydantic.json_schema import JsonSchemaMode
 from dealbase.edge.problems import PROBLEM_MEDIA_TYPE
 from dealbase.platform.event_types import EVENT_TYPES
 from dealbase.platform.pagination import CURSOR_PATTERN, MAX_PAGE_SIZE
-from dealbase.platform.validation import EXTERNAL_ID_PATTERN
+from dealbase.platform.validation import EXTERNAL_ID_MAX_LENGTH, EXTERNAL_ID_PATTERN
 from dealbase.platform.webhooks.delivery_models import TEST_EVENT_TYPE
 from dealbase.rest_api.schemas import ActivityOut, CustomerOut, DealOut, Problem
 
@@ -50,14 +50,14 @@ LIST_CURSOR = Query(
 EXTERNAL_ID_FILTER = Query(
     None,
     description="Only the record with this external id (exact, case-sensitive).",
-    json_schema_extra={"pattern": EXTERNAL_ID_PATTERN, "maxLength": 255},
+    json_schema_extra={"pattern": EXTERNAL_ID_PATTERN, "maxLength": EXTERNAL_ID_MAX_LENGTH},
 )
 
 # An upsert's path: the pattern is declared for clients, and judged by the platform, which
 # answers a bad one with 422 naming external_id rather than the 404 of a path that cannot be.
 EXTERNAL_ID_PATH = Path(
     description="The client's own id for the record (docs/api.md, External ids).",
-    json_schema_extra={"pattern": EXTERNAL_ID_PATTERN, "maxLength": 255},
+    json_schema_extra={"pattern": EXTERNAL_ID_PATTERN, "maxLength": EXTERNAL_ID_MAX_LENGTH},
 )
 
 # A string parsed by the platform's rules (RFC 3339 with an offset), not FastAPI's lax datetime.

@@ -32,7 +32,7 @@ from dealbase.platform.resources import (
     DEAL_HIDDEN,
     format_timestamp,
 )
-from dealbase.platform.validation import EXTERNAL_ID_PATTERN
+from dealbase.platform.validation import EXTERNAL_ID_MAX_LENGTH, EXTERNAL_ID_PATTERN
 from dealbase.platform.webhooks.delivery_models import Attempt, Delivery
 from dealbase.platform.webhooks.models import WebhookEndpoint
 
@@ -441,7 +441,7 @@ def _batch_models(
         "external_id": (
             str,
             Field(
-                max_length=255,
+                max_length=EXTERNAL_ID_MAX_LENGTH,
                 description="The record to create or update.",
                 json_schema_extra={"pattern": EXTERNAL_ID_PATTERN},
             ),

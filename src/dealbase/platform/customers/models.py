@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
 from dealbase.platform.validation import (
+    EMAIL_MAX_LENGTH,
     SHORT_TEXT,
     EmailText,
     ExternalId,
@@ -109,6 +110,6 @@ class CustomerFilter(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     external_id: ExternalId | None = None
-    email: Annotated[PlainText, Field(max_length=320)] | None = None
+    email: Annotated[PlainText, Field(max_length=EMAIL_MAX_LENGTH)] | None = None
     q: Annotated[PlainText, Field(min_length=1, max_length=SHORT_TEXT)] | None = None
     updated_since: Moment | None = None
