@@ -6,18 +6,14 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
-from dealbase.edge.callers import AdmittedRoute, caller_of, charge_batch
+from dealbase.edge.callers import AdmittedRoute, caller_of
 from dealbase.edge.database import database_of
 from dealbase.edge.idempotency import run_once
 from dealbase.edge.requests import (
     IdempotencyKey,
-    IfMatch,
-    IfNoneMatch,
-    expected_version,
     json_body,
     parse_body,
 )
-from dealbase.platform.batches.models import Batch
 from dealbase.platform.deals import service
 from dealbase.platform.deals.models import (
     CustomerLink,
@@ -31,7 +27,6 @@ from dealbase.platform.validation import validated
 from dealbase.rest_api.openapi import (
     CREATED_HEADERS,
     EXTERNAL_ID_FILTER,
-    EXTERNAL_ID_PATH,
     LIST_CURSOR,
     LIST_LIMIT,
     READ_HEADERS,
@@ -39,12 +34,10 @@ from dealbase.rest_api.openapi import (
     json_request_body,
     problem_responses,
 )
+from dealbase.rest_api.records import SyncedRecordRoutes, add_item_routes, add_sync_routes
 from dealbase.rest_api.responses import (
-    batch_response,
-    created,
     created_from_json_text,
     json_text_page,
-    json_text_response,
     no_content,
     resource_response,
 )
@@ -131,81 +124,81 @@ async def list_deals(
     return json_text_page(page)
 
 
-@router.get(
-    "/{deal_id}",
-    summary="Read a deal",
-    description="The deal with its customers, in the order they were linked; its version in"
-    " the `ETag`.",
-    response_model=None,
-    responses={
-        200: {
-            "model": DealOut,
-            "description": "The deal with its customers.",
-            "headers": READ_HEADERS,
+DEAL_UPSERT_EXAMPLE: dict[str, Any] = {
+    "name": "Analytical engine, 2 units",
+    "volume": 250000,
+    "deal_origin": "shop",
+    "note": "Wants delivery before spring.",
+}
+
+
+BATCH_EXAMPLE: dict[str, Any] = {
+    "operations": [
+        {"op": "upsert", "external_id": "shop-order-5001", "data": DEAL_UPSERT_EXAMPLE},
+        {
+            "op": "create",
+            "data": {
+                "name": "Difference engine",
+                "external_id": "shop-order-5002",
+                "customers": [{"last_name": "Babbage"}],
+            },
         },
-        **problem_responses(401, 403, 404),
-    },
-)
-async def get_deal(
-    request: Request,
-    deal_id: uuid.UUID,
-) -> Response:
-    scope = caller_of(request)
-    version, text = await database_of(request).read(
-        scope, lambda uow: service.get_as_json(uow, deal_id)
-    )
-    return json_text_response(version, text)
+    ]
+}
 
 
-@router.patch(
-    "/{deal_id}",
-    summary="Update, move or assign a deal",
-    description=(
+DEAL_ROUTES = SyncedRecordRoutes(
+    noun="deal",
+    article="a",
+    plural="deals",
+    service=service,
+    as_json=deal_json,
+    out=DealOut,
+    upsert_body=DealUpsert,
+    patch_body=DealPatch,
+    batch_body=DealBatch,
+    batch_results=DealBatchResults,
+    read_description=(
+        "The deal with its customers, in the order they were linked; its version in the `ETag`."
+    ),
+    read_answer="The deal with its customers.",
+    patch_summary="Update, move or assign a deal",
+    patch_description=(
         "Changes `name`, `volume`, `deal_origin`, `note`; `step_id` moves the deal to another step"
         " of its department; `employee_id` assigns it to an employee of its department, and `null`"
         " unassigns it. A step or employee of another department is a 422 naming the field."
     ),
-    response_model=None,
-    responses={
-        200: {"model": DealOut, "description": "The updated deal.", "headers": READ_HEADERS},
-        **problem_responses(400, 401, 403, 404, 409, 412, 413, 415, 422),
-    },
-    openapi_extra=json_request_body(
-        DealPatch, {"volume": 300000, "step_id": "01a2008a-5794-7000-99be-dd0cfa5754b5"}
+    patch_example={"volume": 300000, "step_id": "01a2008a-5794-7000-99be-dd0cfa5754b5"},
+    delete_description="Deletes the deal; its customers stay, and its activities no longer name it.",
+    upsert_description=(
+        "Creates the deal with this external id (201), or changes the fields the body gives of"
+        " the one that has it (200); absent fields stay as they are. The body is what creating"
+        " takes (`name` required), so the same request serves both, but without `customers`:"
+        " upsert the customers first and link them with `POST /deals/{deal_id}/customers`. A"
+        " new deal starts in `step_id` if given, else in the department's first step, and is"
+        " assigned to `employee_id` if given; on an existing deal they move and assign it as"
+        " `PATCH` does, with the same events (`step_id` may be omitted, never null). A step or"
+        " employee of another department is a 422 naming the field. A change that changes"
+        " nothing writes nothing: no new version, no event. Two clients upserting the same new"
+        " external id at once make one deal. `If-Match`: only if the deal exists at that ETag;"
+        " `If-None-Match: *`: only if it does not exist (or, with ETags, only if it is not at"
+        " one of them)."
     ),
+    upsert_example=DEAL_UPSERT_EXAMPLE,
+    batch_description=(
+        "Up to 1,000 operations, each a `create` (`data` as `POST /deals` takes it, customers"
+        " included) or an `upsert` by external id (`data` as `PUT"
+        " /deals/by-external-id/{external_id}` takes it), applied one after another in one"
+        " transaction. By default each operation stands alone: one that fails is reported in"
+        " its result and the others are written. With `atomic=true` the batch is all or"
+        " nothing: any failure writes nothing and answers 422 `batch_rejected` listing the"
+        " invalid operations, or else the first that failed. A batch of n operations counts as"
+        " ceil(n / 100) requests against the rate limits."
+    ),
+    batch_example=BATCH_EXAMPLE,
 )
-async def update_deal(
-    request: Request,
-    deal_id: uuid.UUID,
-    if_match: IfMatch = None,
-) -> Response:
-    scope = caller_of(request)
-    body = await json_body(request)
-    patch = parse_body(DealPatch, body)
-    deal = await database_of(request).run(
-        scope, lambda uow: service.update(uow, deal_id, patch, expected_version(if_match))
-    )
-    return resource_response(deal_json, deal)
 
-
-@router.delete(
-    "/{deal_id}",
-    status_code=204,
-    summary="Delete a deal",
-    description="Deletes the deal; its customers stay, and its activities no longer name it.",
-    response_model=None,
-    responses={204: {"description": "Deleted."}, **problem_responses(401, 403, 404, 412)},
-)
-async def delete_deal(
-    request: Request,
-    deal_id: uuid.UUID,
-    if_match: IfMatch = None,
-) -> Response:
-    scope = caller_of(request)
-    await database_of(request).run(
-        scope, lambda uow: service.delete(uow, deal_id, expected_version(if_match))
-    )
-    return no_content()
+add_item_routes(router, DEAL_ROUTES)
 
 
 @router.post(
@@ -263,116 +256,4 @@ async def unlink_customer(
     return no_content()
 
 
-DEAL_UPSERT_EXAMPLE: dict[str, Any] = {
-    "name": "Analytical engine, 2 units",
-    "volume": 250000,
-    "deal_origin": "shop",
-    "note": "Wants delivery before spring.",
-}
-
-
-@router.put(
-    "/by-external-id/{external_id}",
-    summary="Create or update a deal by external id",
-    description=(
-        "Creates the deal with this external id (201), or changes the fields the body gives of"
-        " the one that has it (200); absent fields stay as they are. The body is what creating"
-        " takes (`name` required), so the same request serves both, but without `customers`:"
-        " upsert the customers first and link them with `POST /deals/{deal_id}/customers`. A"
-        " new deal starts in `step_id` if given, else in the department's first step, and is"
-        " assigned to `employee_id` if given; on an existing deal they move and assign it as"
-        " `PATCH` does, with the same events (`step_id` may be omitted, never null). A step or"
-        " employee of another department is a 422 naming the field. A change that changes"
-        " nothing writes nothing: no new version, no event. Two clients upserting the same new"
-        " external id at once make one deal. `If-Match`: only if the deal exists at that ETag;"
-        " `If-None-Match: *`: only if it does not exist (or, with ETags, only if it is not at"
-        " one of them)."
-    ),
-    response_model=None,
-    responses={
-        200: {
-            "model": DealOut,
-            "description": "The deal existed: as it now is.",
-            "headers": READ_HEADERS,
-        },
-        201: {"model": DealOut, "description": "The created deal.", "headers": CREATED_HEADERS},
-        **problem_responses(400, 401, 403, 409, 412, 413, 415, 422),
-    },
-    openapi_extra=json_request_body(DealUpsert, DEAL_UPSERT_EXAMPLE),
-)
-async def upsert_deal(
-    request: Request,
-    external_id: str = EXTERNAL_ID_PATH,
-    if_match: IfMatch = None,
-    if_none_match: IfNoneMatch = None,
-) -> Response:
-    scope = caller_of(request)
-    body = await json_body(request)
-    fields = parse_body(DealUpsert, body)
-    result = await database_of(request).run(
-        scope,
-        lambda uow: service.upsert(
-            uow,
-            external_id,
-            fields,
-            expected=expected_version(if_match),
-            unless=expected_version(if_none_match),
-        ),
-    )
-    deal = result.record
-    assert deal is not None, "a successful upsert has its deal"
-    if result.outcome == "created":
-        return created(deal_json, deal, f"/deals/{deal.id}")
-    return resource_response(deal_json, deal)
-
-
-BATCH_EXAMPLE: dict[str, Any] = {
-    "operations": [
-        {"op": "upsert", "external_id": "shop-order-5001", "data": DEAL_UPSERT_EXAMPLE},
-        {
-            "op": "create",
-            "data": {
-                "name": "Difference engine",
-                "external_id": "shop-order-5002",
-                "customers": [{"last_name": "Babbage"}],
-            },
-        },
-    ]
-}
-
-
-@router.post(
-    "/batch",
-    summary="Create and upsert deals in one request",
-    description=(
-        "Up to 1,000 operations, each a `create` (`data` as `POST /deals` takes it, customers"
-        " included) or an `upsert` by external id (`data` as `PUT"
-        " /deals/by-external-id/{external_id}` takes it), applied one after another in one"
-        " transaction. By default each operation stands alone: one that fails is reported in"
-        " its result and the others are written. With `atomic=true` the batch is all or"
-        " nothing: any failure writes nothing and answers 422 `batch_rejected` listing the"
-        " invalid operations, or else the first that failed. A batch of n operations counts as"
-        " ceil(n / 100) requests against the rate limits."
-    ),
-    response_model=None,
-    responses={
-        200: {"model": DealBatchResults, "description": "One result per operation, in order."},
-        **problem_responses(400, 401, 403, 409, 413, 415, 422),
-    },
-    openapi_extra=json_request_body(DealBatch, BATCH_EXAMPLE),
-)
-async def batch_deals(
-    request: Request,
-    atomic: bool = Query(False, description="All or nothing: any failure writes nothing."),
-    idempotency_key: IdempotencyKey = None,
-) -> Response:
-    scope = caller_of(request)
-    body = await json_body(request)
-    batch = parse_body(Batch, body)
-    await charge_batch(request, scope, len(batch.operations))
-
-    def perform(uow: UnitOfWork) -> Response:
-        results = service.batch(uow, batch, atomic=atomic)
-        return batch_response(request, deal_json, results)
-
-    return await run_once(request, scope, idempotency_key, batch, perform)
+add_sync_routes(router, DEAL_ROUTES)

@@ -1,0 +1,326 @@
+"""The routes every synced record has (customers, deals, activities), made from one description
+of the record: read, update and delete by id (``add_item_routes``), and upsert by external id
+and the batch (``add_sync_routes``). Each route is written once here; a record's router adds
+its create and its list, whose filters and fast paths are its own, and any route of its own
+(a deal's customers) between the two calls, where its place in the OpenAPI document is.
+
+A route's path parameter keeps the record's name (``customer_id``, ``deal_id``...), as clients
+and the OpenAPI document know it: the endpoint is given the signature FastAPI reads.
+"""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel
+from starlette.responses import Response
+
+from dealbase.edge.callers import caller_of, charge_batch
+from dealbase.edge.database import database_of
+from dealbase.edge.idempotency import run_once
+from dealbase.edge.requests import (
+    IdempotencyKey,
+    IfMatch,
+    IfNoneMatch,
+    expected_version,
+    json_body,
+    parse_body,
+)
+from dealbase.platform.batches.models import Batch, Result
+from dealbase.platform.resources import JsonObject
+from dealbase.platform.versioning import Expected
+from dealbase.rest_api.openapi import (
+    CREATED_HEADERS,
+    EXTERNAL_ID_PATH,
+    READ_HEADERS,
+    json_request_body,
+    problem_responses,
+)
+from dealbase.rest_api.responses import (
+    Versioned,
+    batch_response,
+    created,
+    json_text_response,
+    no_content,
+    resource_response,
+)
+from dealbase.tenancy.database.connections import UnitOfWork
+
+
+class Identified(Versioned, Protocol):
+    @property
+    def id(self) -> uuid.UUID: ...
+
+
+Record = TypeVar("Record", bound=Identified)
+Fields = TypeVar("Fields", bound=BaseModel)
+RecordT = TypeVar("RecordT", bound=Identified)
+FieldsT = TypeVar("FieldsT", bound=BaseModel, contravariant=True)
+
+
+class RecordService(Protocol[RecordT, FieldsT]):
+    """What a record's service module offers these routes (its id's name is its own)."""
+
+    def get_as_json(self, uow: UnitOfWork, record_id: uuid.UUID, /) -> tuple[int, str]: ...
+
+    def update(
+        self,
+        uow: UnitOfWork,
+        record_id: uuid.UUID,
+        patch: BaseModel,
+        expected: Expected | None = None,
+        /,
+    ) -> RecordT: ...
+
+    def delete(
+        self, uow: UnitOfWork, record_id: uuid.UUID, expected: Expected | None = None, /
+    ) -> None: ...
+
+    def upsert(
+        self,
+        uow: UnitOfWork,
+        external_id: str,
+        fields: FieldsT,
+        /,
+        *,
+        expected: Expected | None = None,
+        unless: Expected | None = None,
+    ) -> Result[RecordT]: ...
+
+    def batch(
+        self, uow: UnitOfWork, operations: Batch, /, *, atomic: bool
+    ) -> list[Result[RecordT]]: ...
+
+
+@dataclass(frozen=True)
+class SyncedRecordRoutes(Generic[Record, Fields]):
+    """A synced record as its routes show it: its names, its service, its JSON, its wire models,
+    and the words and examples of each route, which say what is particular to it."""
+
+    noun: str  # "customer"
+    article: str  # "a" or "an"
+    plural: str  # "customers", also the path
+    service: RecordService[Record, Fields]
+    as_json: Callable[[Record], JsonObject]
+    out: type[BaseModel]
+    upsert_body: type[Fields]
+    patch_body: type[BaseModel]
+    batch_body: type[BaseModel]
+    batch_results: type[BaseModel]
+    patch_description: str
+    patch_example: dict[str, Any]
+    delete_description: str
+    upsert_description: str
+    upsert_example: dict[str, Any]
+    batch_description: str
+    batch_example: dict[str, Any]
+    read_description: str = ""
+    read_answer: str = ""
+    patch_summary: str = ""
+
+    @property
+    def id_name(self) -> str:
+        return f"{self.noun}_id"
+
+    def location(self, record_id: uuid.UUID) -> str:
+        return f"/{self.plural}/{record_id}"
+
+
+def _endpoint(
+    name: str, handle: Callable[..., Awaitable[Response]], parameters: list[inspect.Parameter]
+) -> Callable[..., Awaitable[Response]]:
+    """``handle`` under ``name`` with the signature FastAPI (and the OpenAPI document) read."""
+
+    async def endpoint(**values: Any) -> Response:
+        return await handle(**values)
+
+    endpoint.__name__ = endpoint.__qualname__ = name
+    endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        parameters, return_annotation=Response
+    )
+    return endpoint
+
+
+_KEYWORD = inspect.Parameter.POSITIONAL_OR_KEYWORD
+_REQUEST = inspect.Parameter("request", _KEYWORD, annotation=Request)
+
+
+def _optional(name: str, annotation: Any, default: Any = None) -> inspect.Parameter:
+    return inspect.Parameter(name, _KEYWORD, annotation=annotation, default=default)
+
+
+def add_item_routes(router: APIRouter, record: SyncedRecordRoutes[Record, Fields]) -> None:
+    """``GET``, ``PATCH`` and ``DELETE /{plural}/{<noun>_id}``."""
+    service, noun, a = record.service, record.noun, record.article
+    record_id = inspect.Parameter(record.id_name, _KEYWORD, annotation=uuid.UUID)
+
+    async def read(request: Request, **path: uuid.UUID) -> Response:
+        scope = caller_of(request)
+        wanted = path[record.id_name]
+        version, text = await database_of(request).read(
+            scope, lambda uow: service.get_as_json(uow, wanted)
+        )
+        return json_text_response(version, text)
+
+    router.get(
+        f"/{{{record.id_name}}}",
+        summary=f"Read {a} {noun}",
+        description=record.read_description or f"The {noun}, its version in the `ETag`.",
+        response_model=None,
+        responses={
+            200: {
+                "model": record.out,
+                "description": record.read_answer or f"The {noun}.",
+                "headers": READ_HEADERS,
+            },
+            **problem_responses(401, 403, 404),
+        },
+    )(_endpoint(f"get_{noun}", read, [_REQUEST, record_id]))
+
+    async def update(request: Request, if_match: str | None, **path: uuid.UUID) -> Response:
+        scope = caller_of(request)
+        wanted = path[record.id_name]
+        body = await json_body(request)
+        patch = parse_body(record.patch_body, body)
+        changed = await database_of(request).run(
+            scope, lambda uow: service.update(uow, wanted, patch, expected_version(if_match))
+        )
+        return resource_response(record.as_json, changed)
+
+    router.patch(
+        f"/{{{record.id_name}}}",
+        summary=record.patch_summary or f"Update {a} {noun}",
+        description=record.patch_description,
+        response_model=None,
+        responses={
+            200: {
+                "model": record.out,
+                "description": f"The updated {noun}.",
+                "headers": READ_HEADERS,
+            },
+            **problem_responses(400, 401, 403, 404, 409, 412, 413, 415, 422),
+        },
+        openapi_extra=json_request_body(record.patch_body, record.patch_example),
+    )(_endpoint(f"update_{noun}", update, [_REQUEST, record_id, _optional("if_match", IfMatch)]))
+
+    async def delete(request: Request, if_match: str | None, **path: uuid.UUID) -> Response:
+        scope = caller_of(request)
+        wanted = path[record.id_name]
+        await database_of(request).run(
+            scope, lambda uow: service.delete(uow, wanted, expected_version(if_match))
+        )
+        return no_content()
+
+    router.delete(
+        f"/{{{record.id_name}}}",
+        status_code=204,
+        summary=f"Delete {a} {noun}",
+        description=record.delete_description,
+        response_model=None,
+        responses={204: {"description": "Deleted."}, **problem_responses(401, 403, 404, 412)},
+    )(_endpoint(f"delete_{noun}", delete, [_REQUEST, record_id, _optional("if_match", IfMatch)]))
+
+
+def add_sync_routes(router: APIRouter, record: SyncedRecordRoutes[Record, Fields]) -> None:
+    """``PUT /{plural}/by-external-id/{external_id}`` and ``POST /{plural}/batch``."""
+    service, noun, a = record.service, record.noun, record.article
+
+    async def upsert(
+        request: Request, external_id: str, if_match: str | None, if_none_match: str | None
+    ) -> Response:
+        scope = caller_of(request)
+        body = await json_body(request)
+        fields = parse_body(record.upsert_body, body)
+        result = await database_of(request).run(
+            scope,
+            lambda uow: service.upsert(
+                uow,
+                external_id,
+                fields,
+                expected=expected_version(if_match),
+                unless=expected_version(if_none_match),
+            ),
+        )
+        written = result.record
+        assert written is not None, "a successful upsert has its record"
+        if result.outcome == "created":
+            return created(record.as_json, written, record.location(written.id))
+        return resource_response(record.as_json, written)
+
+    router.put(
+        "/by-external-id/{external_id}",
+        summary=f"Create or update {a} {noun} by external id",
+        description=record.upsert_description,
+        response_model=None,
+        responses={
+            200: {
+                "model": record.out,
+                "description": f"The {noun} existed: as it now is.",
+                "headers": READ_HEADERS,
+            },
+            201: {
+                "model": record.out,
+                "description": f"The created {noun}.",
+                "headers": CREATED_HEADERS,
+            },
+            **problem_responses(400, 401, 403, 409, 412, 413, 415, 422),
+        },
+        openapi_extra=json_request_body(record.upsert_body, record.upsert_example),
+    )(
+        _endpoint(
+            f"upsert_{noun}",
+            upsert,
+            [
+                _REQUEST,
+                _optional("external_id", str, EXTERNAL_ID_PATH),
+                _optional("if_match", IfMatch),
+                _optional("if_none_match", IfNoneMatch),
+            ],
+        )
+    )
+
+    async def batch(request: Request, atomic: bool, idempotency_key: str | None) -> Response:
+        scope = caller_of(request)
+        body = await json_body(request)
+        operations = parse_body(Batch, body)
+        await charge_batch(request, scope, len(operations.operations))
+
+        def perform(uow: UnitOfWork) -> Response:
+            results = service.batch(uow, operations, atomic=atomic)
+            return batch_response(request, record.as_json, results)
+
+        return await run_once(request, scope, idempotency_key, operations, perform)
+
+    router.post(
+        "/batch",
+        summary=f"Create and upsert {record.plural} in one request",
+        description=record.batch_description,
+        response_model=None,
+        responses={
+            200: {
+                "model": record.batch_results,
+                "description": "One result per operation, in order.",
+            },
+            **problem_responses(400, 401, 403, 409, 413, 415, 422),
+        },
+        openapi_extra=json_request_body(record.batch_body, record.batch_example),
+    )(
+        _endpoint(
+            f"batch_{record.plural}",
+            batch,
+            [
+                _REQUEST,
+                _optional(
+                    "atomic",
+                    bool,
+                    Query(False, description="All or nothing: any failure writes nothing."),
+                ),
+                _optional("idempotency_key", IdempotencyKey),
+            ],
+        )
+    )
