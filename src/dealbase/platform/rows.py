@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -31,7 +32,7 @@ from dealbase.errors import ExternalIdTaken, NotFound, PreconditionFailed
 from dealbase.platform.versioning import Expected
 from dealbase.tenancy.database.statements import Record, TenantConnection
 
-# The prefix of the previous values' columns in what update_versioned's statement returns.
+# The prefix of the previous values' columns in what OwnedRows.update's statement returns.
 _BEFORE = "before_"
 
 
@@ -122,125 +123,135 @@ def external_id_unique(noun: str) -> Iterator[None]:
         raise ExternalIdTaken(f"Another {noun} of the department has this external_id.") from None
 
 
-def update_versioned(
-    connection: TenantConnection,
-    table: Table,
-    department_id: uuid.UUID | None,
-    row_id: uuid.UUID,
-    changes: Mapping[str, object],
-    expected: Expected | None,
-    noun: str,
-) -> tuple[Record, Record]:
-    """Applies ``changes`` as a new version of the row (``updated_at`` now), only if the row is
-    the caller's and at a version ``expected`` admits; else NotFound or PreconditionFailed.
+@dataclass(frozen=True)
+class OwnedRows:
+    """The rows of one department-owned, versioned table (customers, deals, activities, webhook
+    endpoints...), read and written as every such record is: the generic part of a record's
+    repository, which holds one (``repository.rows``) and is the only caller of it. A row
+    another department owns answers exactly as one that does not exist."""
 
-    Returns the row before and after, from the one statement: the row is locked and read by a
-    subquery of the UPDATE (what its events tell as ``previous``)."""
-    before = (
-        select(*table.c).where(owned_by(table, department_id, row_id)).with_for_update()
-    ).subquery("before")
-    with external_id_unique(noun):
-        found = (
-            connection.execute(
-                update(table)
-                .where(table.c.id == before.c.id, _at_expected_version(table, expected))
-                .values(**changes, updated_at=func.now(), version=table.c.version + 1)
-                .returning(
-                    *table.c, *(column.label(f"{_BEFORE}{column.name}") for column in before.c)
+    table: Table
+    noun: str  # "customer": what errors call the row
+
+    def update(
+        self,
+        connection: TenantConnection,
+        department_id: uuid.UUID | None,
+        row_id: uuid.UUID,
+        changes: Mapping[str, object],
+        expected: Expected | None = None,
+    ) -> tuple[Record, Record]:
+        """Applies ``changes`` as a new version of the row (``updated_at`` now), only if the
+        row is the caller's and at a version ``expected`` admits; else NotFound or
+        PreconditionFailed.
+
+        Returns the row before and after, from the one statement: the row is locked and read
+        by a subquery of the UPDATE (what its events tell as ``previous``)."""
+        table = self.table
+        before = (
+            select(*table.c).where(owned_by(table, department_id, row_id)).with_for_update()
+        ).subquery("before")
+        with external_id_unique(self.noun):
+            found = (
+                connection.execute(
+                    update(table)
+                    .where(table.c.id == before.c.id, _at_expected_version(table, expected))
+                    .values(**changes, updated_at=func.now(), version=table.c.version + 1)
+                    .returning(
+                        *table.c,
+                        *(column.label(f"{_BEFORE}{column.name}") for column in before.c),
+                    )
                 )
+                .mappings()
+                .first()
+            )
+        if found is None:
+            raise self._missed(connection, department_id, row_id)
+        names = [column.name for column in table.c]
+        return {name: found[f"{_BEFORE}{name}"] for name in names}, {
+            name: found[name] for name in names
+        }
+
+    def delete(
+        self,
+        connection: TenantConnection,
+        department_id: uuid.UUID | None,
+        row_id: uuid.UUID,
+        expected: Expected | None = None,
+    ) -> Record:
+        """Deletes the row on the same terms as ``update`` changes it; returns it as it was."""
+        table = self.table
+        deleted = (
+            connection.execute(
+                delete(table)
+                .where(
+                    owned_by(table, department_id, row_id), _at_expected_version(table, expected)
+                )
+                .returning(*table.c)
             )
             .mappings()
             .first()
         )
-    if found is None:
-        raise _missed(connection, table, department_id, row_id, noun)
-    names = [column.name for column in table.c]
-    return {name: found[f"{_BEFORE}{name}"] for name in names}, {
-        name: found[name] for name in names
-    }
+        if deleted is None:
+            raise self._missed(connection, department_id, row_id)
+        return deleted
 
-
-def delete_versioned(
-    connection: TenantConnection,
-    table: Table,
-    department_id: uuid.UUID | None,
-    row_id: uuid.UUID,
-    expected: Expected | None,
-    noun: str,
-) -> Record:
-    """Deletes the row on the same terms as ``update_versioned`` changes it; returns it as it
-    was."""
-    deleted = (
-        connection.execute(
-            delete(table)
-            .where(owned_by(table, department_id, row_id), _at_expected_version(table, expected))
-            .returning(*table.c)
+    def _missed(
+        self, connection: TenantConnection, department_id: uuid.UUID | None, row_id: uuid.UUID
+    ) -> NotFound | PreconditionFailed:
+        """Why a guarded UPDATE or DELETE touched no row: the row is not there, or it has moved
+        on."""
+        exists = connection.execute(
+            select(self.table.c.version).where(owned_by(self.table, department_id, row_id))
+        ).first()
+        if exists is None:
+            return NotFound(f"No {self.noun} has the id {row_id}.")
+        return PreconditionFailed(
+            f"The {self.noun} has changed since the version named in If-Match; read it again."
         )
-        .mappings()
-        .first()
-    )
-    if deleted is None:
-        raise _missed(connection, table, department_id, row_id, noun)
-    return deleted
 
+    def by_ids(
+        self,
+        connection: TenantConnection,
+        department_id: uuid.UUID | None,
+        row_ids: Sequence[uuid.UUID],
+    ) -> dict[uuid.UUID, Record]:
+        """Many rows by id in one statement (what DataLoaders batch); unknown ids are left out."""
+        if not row_ids:
+            return {}
+        table = self.table
+        rows = connection.execute(
+            select(table).where(table.c.id.in_(row_ids), in_department(table, department_id))
+        ).mappings()
+        return {row["id"]: row for row in rows}
 
-def _missed(
-    connection: TenantConnection,
-    table: Table,
-    department_id: uuid.UUID | None,
-    row_id: uuid.UUID,
-    noun: str,
-) -> NotFound | PreconditionFailed:
-    """Why a guarded UPDATE or DELETE touched no row: the row is not there, or it has moved on."""
-    exists = connection.execute(
-        select(table.c.version).where(owned_by(table, department_id, row_id))
-    ).first()
-    if exists is None:
-        return NotFound(f"No {noun} has the id {row_id}.")
-    return PreconditionFailed(
-        f"The {noun} has changed since the version named in If-Match; read it again."
-    )
-
-
-def by_ids(
-    connection: TenantConnection,
-    table: Table,
-    department_id: uuid.UUID | None,
-    row_ids: Sequence[uuid.UUID],
-) -> dict[uuid.UUID, Record]:
-    """Many rows by id in one statement (what DataLoaders batch); unknown ids are left out."""
-    if not row_ids:
-        return {}
-    rows = connection.execute(
-        select(table).where(table.c.id.in_(row_ids), in_department(table, department_id))
-    ).mappings()
-    return {row["id"]: row for row in rows}
-
-
-def first_per_parent(
-    connection: TenantConnection,
-    table: Table,
-    parent: Column[uuid.UUID],
-    parent_ids: Sequence[uuid.UUID],
-    department_id: uuid.UUID | None,
-    per_parent: int,
-) -> dict[uuid.UUID, list[Record]]:
-    """The first ``per_parent`` rows (oldest first) of each parent, in one statement."""
-    found: dict[uuid.UUID, list[Record]] = {parent_id: [] for parent_id in parent_ids}
-    if not parent_ids:
+    def first_per_parent(
+        self,
+        connection: TenantConnection,
+        parent: Column[uuid.UUID],
+        parent_ids: Sequence[uuid.UUID],
+        department_id: uuid.UUID | None,
+        per_parent: int,
+    ) -> dict[uuid.UUID, list[Record]]:
+        """The first ``per_parent`` rows (oldest first) of each parent, in one statement."""
+        found: dict[uuid.UUID, list[Record]] = {parent_id: [] for parent_id in parent_ids}
+        if not parent_ids:
+            return found
+        table = self.table
+        ranked = (
+            select(
+                table,
+                parent.label("parent_id"),
+                func.row_number().over(partition_by=parent, order_by=table.c.id).label("rank"),
+            )
+            .where(parent.in_(parent_ids), in_department(table, department_id))
+            .subquery()
+        )
+        rows = connection.execute(
+            select(ranked)
+            .where(ranked.c.rank <= per_parent)
+            .order_by(ranked.c.parent_id, ranked.c.id)
+        ).mappings()
+        for row in rows:
+            found[row["parent_id"]].append(row)
         return found
-    ranked = (
-        select(
-            table,
-            parent.label("parent_id"),
-            func.row_number().over(partition_by=parent, order_by=table.c.id).label("rank"),
-        )
-        .where(parent.in_(parent_ids), in_department(table, department_id))
-        .subquery()
-    )
-    rows = connection.execute(
-        select(ranked).where(ranked.c.rank <= per_parent).order_by(ranked.c.parent_id, ranked.c.id)
-    ).mappings()
-    for row in rows:
-        found[row["parent_id"]].append(row)
-    return found

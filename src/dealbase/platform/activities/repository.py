@@ -13,9 +13,12 @@ from dealbase.platform.activities.models import Activity, ActivityFilter
 from dealbase.platform.listing import BY_ID, ListFilters, Rule, Shape, equal
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.resources import activity_json_text_sql
-from dealbase.platform.rows import in_bound_department, owned_by
+from dealbase.platform.rows import OwnedRows, in_bound_department, owned_by
 from dealbase.platform.tables import activities
 from dealbase.tenancy.database.statements import Record, TenantConnection, built_once
+
+# Its rows as every department-owned, versioned record's are read and written.
+rows = OwnedRows(activities, "activity")
 
 _COLUMNS = tuple(column.name for column in activities.c)  # named once: see customers
 

@@ -17,8 +17,6 @@ from dealbase.platform.events import service as events
 from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.pipeline import repository as pipeline_repository
 from dealbase.platform.resources import activity_json
-from dealbase.platform.rows import by_ids as by_row_ids
-from dealbase.platform.rows import delete_versioned, first_per_parent, update_versioned
 from dealbase.platform.tables import activities
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
@@ -132,8 +130,8 @@ def _change(
     # must be of the activity's own department (a tenant-wide caller may reach any).
     department_id = get(uow, activity_id).department_id
     _check_references(uow, department_id, changes)
-    before, after = update_versioned(
-        uow.connection, activities, department_id, activity_id, changes, expected, "activity"
+    before, after = repository.rows.update(
+        uow.connection, department_id, activity_id, changes, expected
     )
     activity = repository.to_activity(after)
     changed, previous = events.changes(before, after, changes)
@@ -145,15 +143,13 @@ def _change(
 
 
 def delete(uow: UnitOfWork, activity_id: uuid.UUID, expected: Expected | None = None) -> None:
-    row = delete_versioned(
-        uow.connection, activities, uow.scope.department_id, activity_id, expected, "activity"
-    )
+    row = repository.rows.delete(uow.connection, uow.scope.department_id, activity_id, expected)
     activity = repository.to_activity(row)
     events.record(uow, "activity.deleted", activity.department_id, activity_json(activity))
 
 
 def by_ids(uow: UnitOfWork, activity_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Activity]:
-    rows = by_row_ids(uow.connection, activities, uow.scope.department_id, activity_ids)
+    rows = repository.rows.by_ids(uow.connection, uow.scope.department_id, activity_ids)
     return {row_id: repository.to_activity(row) for row_id, row in rows.items()}
 
 
@@ -162,9 +158,8 @@ def first_of(
 ) -> dict[uuid.UUID, list[Activity]]:
     """The first activities of each deal (``parent="deal_id"``) or customer (``"customer_id"``),
     in one statement for all of them."""
-    found = first_per_parent(
+    found = repository.rows.first_per_parent(
         uow.connection,
-        activities,
         activities.c[parent],
         parent_ids,
         uow.scope.department_id,

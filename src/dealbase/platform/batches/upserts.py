@@ -1,5 +1,7 @@
-"""One upsert by external id, for the resources written one record at a time (deals,
-activities; customers are upserted in bulk, ``customers.service.apply_writes``).
+"""The rules of a create or an upsert by external id (``judge``), for every synced record, and
+one upsert applied by them (``upsert_one``) for the records written one at a time (deals,
+activities; customers are written in bulk, ``customers.service.apply_writes``, which judges
+each write by the same rules).
 
 The record is locked and read by its external id (``SELECT ... FOR UPDATE``). When there is
 none, it is inserted with ``ON CONFLICT (department_id, external_id) DO NOTHING``: a writer that
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from enum import Enum
 from typing import Protocol, TypeVar
 
 from dealbase.errors import DomainError, ExternalIdTaken, PreconditionFailed
@@ -31,6 +34,34 @@ class Versioned(Protocol):
 Current = TypeVar("Current", bound=Versioned)
 
 
+class Judged(Enum):
+    INSERT = "insert"
+    CHANGE = "change"
+
+
+def judge(noun: str, write: Write[Fields], current: Versioned | None) -> Judged | DomainError:
+    """What the rules of a create or an upsert make of ``write``, given the record of the
+    department that has its external id (``current``), or none: insert it, change ``current``,
+    or the error the write fails with. The one place these rules are written, for the bulk
+    writes (``customers.service.apply_writes``) and for ``upsert_one``.
+
+    A create fails when the external id is taken; an upsert changes the record that has it.
+    ``write.expected`` (If-Match) needs the record to exist at one of those versions;
+    ``write.unless`` (If-None-Match) needs it not to exist at one of those (``*``: not to
+    exist)."""
+    if current is None:
+        if write.expected is not None:
+            return precondition_failed(noun, write, "does not exist, and If-Match needs it to")
+        return Judged.INSERT
+    if not write.upsert:
+        return taken(noun, write)
+    if write.unless is not None and write.unless.admits(current.version):
+        return precondition_failed(noun, write, "exists at a version If-None-Match names")
+    if write.expected is not None and not write.expected.admits(current.version):
+        return precondition_failed(noun, write, "is not at a version If-Match names; read it again")
+    return Judged.CHANGE
+
+
 def upsert_one(
     write: Write[Fields],
     noun: str,
@@ -39,45 +70,52 @@ def upsert_one(
     insert: Callable[[Fields], Current | None],
     change: Callable[[Current, dict[str, object]], Current],
 ) -> Result[Current]:
-    """Applies an upsert ``write``, raising its error (a DomainError) when it fails.
+    """Applies an upsert ``write`` as ``judge`` rules, raising its error (a DomainError) when
+    it fails.
 
     ``lock`` locks and reads the record with an external id, or None; ``insert`` creates it from
     the write's fields, or answers None when another record has the external id meanwhile;
     ``change`` writes the changed fields of a record that exists (by the resource's update,
     with its events), given in the order of the fields' model. A write that changes no value
-    writes nothing: ``unchanged``.
-
-    ``write.expected`` (If-Match) needs the record to exist at one of those versions;
-    ``write.unless`` (If-None-Match) needs it not to exist at one of those (``*``: not to
-    exist)."""
+    writes nothing: ``unchanged``."""
     external_id = write.external_id
     assert external_id is not None, "an upsert names its record's external id"
     current = lock(external_id)
-    if current is None:
-        if write.expected is not None:
-            raise precondition_failed(noun, write, "does not exist, and If-Match needs it to")
+    judged = judge(noun, write, current)
+    if judged is Judged.INSERT:
         created = insert(write.fields)
         if created is not None:
             return Result("created", created)
         # Another transaction inserted the external id after our read, and has committed.
         current = lock(external_id)
         if current is None:
-            # Inserted and deleted again by others between our two statements: rare, and a
-            # retry of the operation settles it.
-            raise ExternalIdTaken(
-                f"Another {noun} of the department took the external id {external_id!r} at"
-                " the same time; retry."
-            )
-    if write.unless is not None and write.unless.admits(current.version):
-        raise precondition_failed(noun, write, "exists at a version If-None-Match names")
-    if write.expected is not None and not write.expected.admits(current.version):
-        raise precondition_failed(noun, write, "is not at a version If-Match names; read it again")
+            raise raced_away(noun, write)
+        judged = judge(noun, write, current)
+    if isinstance(judged, DomainError):
+        raise judged
+    assert current is not None, "a change has the record it changes"
     changed = changed_fields(write, current)
     if not changed:
         return Result("unchanged", current)
     # In the model's order, as a PATCH names them (its events list them so).
     in_order = {name: changed[name] for name in type(write.fields).model_fields if name in changed}
     return Result("updated", change(current, in_order))
+
+
+def taken(noun: str, write: Write[Fields]) -> DomainError:
+    """A create's external id that another record of the department has."""
+    return ExternalIdTaken(
+        f"Another {noun} of the department has the external id {write.external_id!r}."
+    )
+
+
+def raced_away(noun: str, write: Write[Fields]) -> DomainError:
+    """An external id inserted and deleted again by others between an upsert's insert, which
+    found it taken, and its second read: rare, and a retry of the operation settles it."""
+    return ExternalIdTaken(
+        f"Another {noun} of the department took the external id {write.external_id!r} at"
+        " the same time; retry."
+    )
 
 
 def precondition_failed(noun: str, write: Write[Fields], why: str) -> DomainError:

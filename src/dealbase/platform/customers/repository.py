@@ -27,7 +27,13 @@ from dealbase.platform.events.repository import recorded_with
 from dealbase.platform.listing import ListFilters, Rule, Shape, equal
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.resources import customer_json_sql, customer_json_text_sql
-from dealbase.platform.rows import in_bound_department, owned_by, unnested, unnested_values
+from dealbase.platform.rows import (
+    OwnedRows,
+    in_bound_department,
+    owned_by,
+    unnested,
+    unnested_values,
+)
 from dealbase.platform.tables import customers, deal_customers
 from dealbase.tenancy.database.statements import (
     Deferred,
@@ -36,6 +42,9 @@ from dealbase.tenancy.database.statements import (
     TenantConnection,
     built_once,
 )
+
+# Its rows as every department-owned, versioned record's are read and written.
+rows = OwnedRows(customers, "customer")
 
 # Named once: iterating a Table's columns is slow, and a page of deals maps 150 customer rows.
 _COLUMNS = tuple(column.name for column in customers.c)

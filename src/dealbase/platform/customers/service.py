@@ -6,19 +6,18 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from dealbase.errors import DomainError, ExternalIdTaken, NotFound, PreconditionFailed
+from dealbase.errors import DomainError, NotFound
 from dealbase.ids import new_id
 from dealbase.platform.batches import service as batches
+from dealbase.platform.batches import upserts
 from dealbase.platform.batches.models import Batch, Result, Write, upserted_fields
+from dealbase.platform.batches.upserts import Judged
 from dealbase.platform.customers import repository
 from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
 from dealbase.platform.deals import repository as deals_repository
 from dealbase.platform.events import service as events
 from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.resources import JsonObject, customer_json, json_value
-from dealbase.platform.rows import by_ids as by_row_ids
-from dealbase.platform.rows import delete_versioned, update_versioned
-from dealbase.platform.tables import customers
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
 from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
@@ -126,14 +125,8 @@ def update(
     is an event (``customer.updated``).
     """
     changes = patch.model_dump(exclude_unset=True)
-    before, after = update_versioned(
-        uow.connection,
-        customers,
-        uow.scope.department_id,
-        customer_id,
-        changes,
-        expected,
-        "customer",
+    before, after = repository.rows.update(
+        uow.connection, uow.scope.department_id, customer_id, changes, expected
     )
     customer = repository.to_customer(after, uow.scope.tenant_id)
     changed, previous = events.changes(before, after, changes)
@@ -153,16 +146,14 @@ def delete(uow: UnitOfWork, customer_id: uuid.UUID, expected: Expected | None = 
     """Deletes the customer, its links to deals (a change of those deals) and its activities."""
     # While the links still exist; a refused delete rolls this back with it.
     deals_repository.touch_deals_of_customer(uow.connection, customer_id)
-    row = delete_versioned(
-        uow.connection, customers, uow.scope.department_id, customer_id, expected, "customer"
-    )
+    row = repository.rows.delete(uow.connection, uow.scope.department_id, customer_id, expected)
     customer = repository.to_customer(row, uow.scope.tenant_id)
     events.record(uow, "customer.deleted", customer.department_id, customer_json(customer))
 
 
 def by_ids(uow: UnitOfWork, customer_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Customer]:
     """Many customers the caller may see, by id, in one statement; unknown ids are left out."""
-    rows = by_row_ids(uow.connection, customers, uow.scope.department_id, customer_ids)
+    rows = repository.rows.by_ids(uow.connection, uow.scope.department_id, customer_ids)
     return {
         row_id: repository.to_customer(row, uow.scope.tenant_id) for row_id, row in rows.items()
     }
@@ -219,32 +210,22 @@ def apply_writes(
     results: dict[int, Result[Customer]] = {}
     changes: list[tuple[Write[CustomerFields], Customer]] = []
 
-    def judge(write: Write[CustomerFields], current: Customer | None) -> bool:
+    def judged(write: Write[CustomerFields], current: Customer | None) -> bool:
         """True when ``write`` is to be inserted; else its result or its change is noted."""
-        if current is None:
-            if write.expected is not None:
-                why = "does not exist, and If-Match needs it to"
-                results[write.index] = Result.failed(_precondition_failed(write, why))
-                return False
-            return True
-        if not write.upsert:
-            results[write.index] = Result.failed(_taken(write))
-        elif write.unless is not None and write.unless.admits(current.version):
-            why = "exists at a version If-None-Match names"
-            results[write.index] = Result.failed(_precondition_failed(write, why))
-        elif write.expected is not None and not write.expected.admits(current.version):
-            why = "is not at a version If-Match names; read it again"
-            results[write.index] = Result.failed(_precondition_failed(write, why))
-        else:
+        verdict = upserts.judge("customer", write, current)
+        if isinstance(verdict, DomainError):
+            results[write.index] = Result.failed(verdict)
+        elif verdict is Judged.CHANGE:
+            assert current is not None, "a change has the record it changes"
             changes.append((write, current))
-        return False
+        return verdict is Judged.INSERT
 
     keyed = [write.external_id for write in writes if write.external_id is not None]
     current = repository.lock_by_external_ids(connection, scope.tenant_id, department_id, keyed)
     new = [
         (new_id(), write)
         for write in writes
-        if judge(write, current.get(write.external_id) if write.external_id else None)
+        if judged(write, current.get(write.external_id) if write.external_id else None)
     ]
     # In external id order: two batches inserting the same new ids wait for each other in the
     # same order, never each for the other.
@@ -260,19 +241,17 @@ def apply_writes(
         elif write.upsert:
             raced.append(write)
         else:
-            results[write.index] = Result.failed(_taken(write))
+            results[write.index] = Result.failed(upserts.taken("customer", write))
     if raced:
         now_there = repository.lock_by_external_ids(
             connection, scope.tenant_id, department_id, [w.external_id or "" for w in raced]
         )
         for write in raced:
             found = now_there.get(write.external_id or "")
-            # Inserted and deleted again by others between our two statements: rare, and a
-            # retry of the operation settles it.
             if found is None:
-                results[write.index] = Result.failed(_taken(write))
+                results[write.index] = Result.failed(upserts.raced_away("customer", write))
             else:
-                judge(write, found)
+                judged(write, found)
 
     rows: list[dict[str, object]] = []
     changed_by_id: dict[uuid.UUID, tuple[Write[CustomerFields], Customer, dict[str, object]]] = {}
@@ -307,13 +286,3 @@ def apply_writes(
                 previous,
             )
     return results
-
-
-def _taken(write: Write[CustomerFields]) -> DomainError:
-    return ExternalIdTaken(
-        f"Another customer of the department has the external id {write.external_id!r}."
-    )
-
-
-def _precondition_failed(write: Write[CustomerFields], why: str) -> DomainError:
-    return PreconditionFailed(f"The customer with the external id {write.external_id!r} {why}.")

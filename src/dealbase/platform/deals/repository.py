@@ -43,6 +43,7 @@ from dealbase.platform.resources import (
     new_deal_json_sql,
 )
 from dealbase.platform.rows import (
+    OwnedRows,
     in_bound_department,
     in_department,
     insert_reading,
@@ -57,6 +58,9 @@ from dealbase.tenancy.database.statements import (
     TenantConnection,
     built_once,
 )
+
+# Its rows as every department-owned, versioned record's are read and written.
+rows = OwnedRows(deals, "deal")
 
 
 @functools.lru_cache(maxsize=64)

@@ -27,8 +27,6 @@ from dealbase.platform.events import service as events
 from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.pipeline import repository as pipeline_repository
 from dealbase.platform.resources import deal_json
-from dealbase.platform.rows import delete_versioned, update_versioned
-from dealbase.platform.tables import deals
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
 from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
@@ -232,9 +230,7 @@ def _change(
         # must be of the deal's own department (a tenant-wide caller may reach any).
         department_id = _deal_row(uow, deal_id)["department_id"]
         _check_references(connection, department_id, changes)
-    before, after = update_versioned(
-        connection, deals, department_id, deal_id, changes, expected, "deal"
-    )
+    before, after = repository.rows.update(connection, department_id, deal_id, changes, expected)
     deal = get(uow, deal_id)
     _record_changes(uow, deal, before, after, changes)
     return deal
@@ -271,7 +267,7 @@ def delete(uow: UnitOfWork, deal_id: uuid.UUID, expected: Expected | None = None
     deal = get(uow, deal_id)
     # Before the foreign key's SET NULL would do it silently; a refused delete rolls this back.
     activities_repository.detach_from_deal(uow.connection, deal_id)
-    delete_versioned(uow.connection, deals, uow.scope.department_id, deal_id, expected, "deal")
+    repository.rows.delete(uow.connection, uow.scope.department_id, deal_id, expected)
     events.record(uow, "deal.deleted", deal.department_id, deal_json(deal))
 
 
@@ -299,7 +295,7 @@ def unlink_customer(uow: UnitOfWork, deal_id: uuid.UUID, customer_id: uuid.UUID)
 def _customers_changed(uow: UnitOfWork, before: Deal) -> Deal:
     """A new version of the deal, whose customers changed, and its deal.updated event (with the
     customers as they were)."""
-    update_versioned(uow.connection, deals, before.department_id, before.id, {}, None, "deal")
+    repository.rows.update(uow.connection, before.department_id, before.id, {})
     after = get(uow, before.id)
     previous = {"customers": deal_json(before)["customers"]}
     events.record(

@@ -29,9 +29,13 @@ from dealbase.platform.pipeline.models import (
     StepTotals,
 )
 from dealbase.platform.resources import department_json_text_sql, steps_json_text_sql
-from dealbase.platform.rows import in_department
+from dealbase.platform.rows import OwnedRows, in_department
 from dealbase.platform.tables import deals, departments, employees, steps
 from dealbase.tenancy.database.statements import Record, TenantConnection, built_once
+
+# Their rows as every department-owned record's are read.
+step_rows = OwnedRows(steps, "step")
+employee_rows = OwnedRows(employees, "employee")
 
 
 def to_step(row: Record) -> Step:

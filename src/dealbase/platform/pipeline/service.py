@@ -20,8 +20,6 @@ from dealbase.platform.pipeline.models import (
     StepTotals,
     SummaryRange,
 )
-from dealbase.platform.rows import by_ids
-from dealbase.platform.tables import employees, steps
 from dealbase.platform.validation import department_of
 from dealbase.tenancy.database.connections import UnitOfWork
 
@@ -116,14 +114,14 @@ def summary(uow: UnitOfWork, period: SummaryRange) -> PipelineSummary:
 
 
 def steps_by_ids(uow: UnitOfWork, step_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Step]:
-    rows = by_ids(uow.connection, steps, uow.scope.department_id, step_ids)
+    rows = repository.step_rows.by_ids(uow.connection, uow.scope.department_id, step_ids)
     return {row_id: repository.to_step(row) for row_id, row in rows.items()}
 
 
 def employees_by_ids(
     uow: UnitOfWork, employee_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, Employee]:
-    rows = by_ids(uow.connection, employees, uow.scope.department_id, employee_ids)
+    rows = repository.employee_rows.by_ids(uow.connection, uow.scope.department_id, employee_ids)
     return {row_id: repository.to_employee(row) for row_id, row in rows.items()}
 
 

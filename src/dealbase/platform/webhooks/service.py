@@ -10,8 +10,6 @@ from pydantic import BaseModel
 from dealbase.errors import NotFound
 from dealbase.platform.events import service as events
 from dealbase.platform.pagination import Page, page_request
-from dealbase.platform.rows import delete_versioned, update_versioned
-from dealbase.platform.tables import webhook_endpoints
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
 from dealbase.platform.webhooks import repository
@@ -92,27 +90,18 @@ def update(
         # Three days of failures count again from the next failure.
         changes["failing_since"] = None
         uow.finisher(WakeWorker)
-    _, row = update_versioned(
+    _, row = repository.rows.update(
         uow.connection,
-        webhook_endpoints,
         uow.scope.department_id,
         endpoint_id,
         repository.columns_of(changes),
         expected,
-        "webhook endpoint",
     )
     return repository.to_endpoint(row)
 
 
 def delete(uow: UnitOfWork, endpoint_id: uuid.UUID, expected: Expected | None = None) -> None:
-    delete_versioned(
-        uow.connection,
-        webhook_endpoints,
-        uow.scope.department_id,
-        endpoint_id,
-        expected,
-        "webhook endpoint",
-    )
+    repository.rows.delete(uow.connection, uow.scope.department_id, endpoint_id, expected)
 
 
 def rotate_secret(
@@ -120,13 +109,7 @@ def rotate_secret(
 ) -> WithSecret:
     """A new secret; the one it replaces keeps signing for ``repository.ROTATION_OVERLAP``."""
     secret = new_secret()
-    _, row = update_versioned(
-        uow.connection,
-        webhook_endpoints,
-        uow.scope.department_id,
-        endpoint_id,
-        repository.rotation(secret),
-        expected,
-        "webhook endpoint",
+    _, row = repository.rows.update(
+        uow.connection, uow.scope.department_id, endpoint_id, repository.rotation(secret), expected
     )
     return WithSecret.of(repository.to_endpoint(row), secret)
