@@ -134,16 +134,13 @@ class SyncedRecordRoutes(Generic[Record, Fields]):
 def _endpoint(
     name: str, handle: Callable[..., Awaitable[Response]], parameters: list[inspect.Parameter]
 ) -> Callable[..., Awaitable[Response]]:
-    """``handle`` under ``name`` with the signature FastAPI (and the OpenAPI document) read."""
-
-    async def endpoint(**values: Any) -> Response:
-        return await handle(**values)
-
-    endpoint.__name__ = endpoint.__qualname__ = name
-    endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    """``handle`` named ``name``, with the signature FastAPI (and the OpenAPI document) read:
+    FastAPI calls it with those parameters by name."""
+    handle.__name__ = handle.__qualname__ = name
+    handle.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         parameters, return_annotation=Response
     )
-    return endpoint
+    return handle
 
 
 _KEYWORD = inspect.Parameter.POSITIONAL_OR_KEYWORD
