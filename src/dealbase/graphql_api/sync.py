@@ -4,7 +4,7 @@ operation that failed, in the shape the rest of the schema gives errors (``graph
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import Any, TypeVar
 
@@ -83,6 +83,10 @@ class BatchSummary:
         )
 
 
+Item = TypeVar("Item")
+Model = TypeVar("Model")
+
+
 def _record(result: Result[Any]) -> Any:
     assert result.record is not None, "a successful upsert has its record"
     return result.record
@@ -95,6 +99,23 @@ def _item(index: int, result: Result[Any]) -> dict[str, Any]:
         "outcome": OperationOutcome(result.outcome),
         "error": None if result.error is None else OperationError.of(result.error),
     }
+
+
+def _items(
+    item: Callable[..., Item],
+    field: str,
+    shown: Callable[[Model], Any],
+    results: Sequence[Result[Model]],
+) -> list[Item]:
+    """A batch's items, each with its record under ``field`` as ``shown`` makes it (null when
+    its operation failed)."""
+    return [
+        item(
+            **_item(index, result),
+            **{field: None if result.record is None else shown(result.record)},
+        )
+        for index, result in enumerate(results)
+    ]
 
 
 _INDEX = "The operation's place in operations, from 0."
@@ -130,13 +151,7 @@ class CustomerBatchResult:
     @classmethod
     def of(cls, results: Sequence[Result[CustomerModel]]) -> CustomerBatchResult:
         return cls(
-            results=[
-                CustomerBatchItem(
-                    **_item(index, result),
-                    customer=None if result.record is None else Customer.of(result.record),
-                )
-                for index, result in enumerate(results)
-            ],
+            results=_items(CustomerBatchItem, "customer", Customer.of, results),
             summary=BatchSummary.of(results),
         )
 
@@ -169,13 +184,7 @@ class DealBatchResult:
     @classmethod
     def of(cls, results: Sequence[Result[DealModel]]) -> DealBatchResult:
         return cls(
-            results=[
-                DealBatchItem(
-                    **_item(index, result),
-                    deal=None if result.record is None else Deal.of(result.record),
-                )
-                for index, result in enumerate(results)
-            ],
+            results=_items(DealBatchItem, "deal", Deal.of, results),
             summary=BatchSummary.of(results),
         )
 
@@ -208,13 +217,7 @@ class ActivityBatchResult:
     @classmethod
     def of(cls, results: Sequence[Result[ActivityModel]]) -> ActivityBatchResult:
         return cls(
-            results=[
-                ActivityBatchItem(
-                    **_item(index, result),
-                    activity=None if result.record is None else Activity.of(result.record),
-                )
-                for index, result in enumerate(results)
-            ],
+            results=_items(ActivityBatchItem, "activity", Activity.of, results),
             summary=BatchSummary.of(results),
         )
 
