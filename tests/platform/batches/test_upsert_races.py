@@ -1,0 +1,134 @@
+"""Upserts of one new external id by transactions running at once, for every synced record: one
+record, and every writer succeeds (the later ones update what the first created), by the rules
+of ``batches/upserts.py`` whether the record is written in bulk (customers) or one at a time
+(deals, activities)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from sqlalchemy import Column, Table, select
+
+from dealbase.platform.activities import service as activities_service
+from dealbase.platform.activities.models import ActivityFields
+from dealbase.platform.customers import service as customers_service
+from dealbase.platform.customers.models import CustomerFields
+from dealbase.platform.deals import service as deals_service
+from dealbase.platform.deals.models import DealUpsert
+from dealbase.platform.tables import activities, customers, deals
+from dealbase.tenancy.database.connections import Database, UnitOfWork
+from dealbase.tenancy.scope import Scope
+from tests.support import TenantWorld, wait_until_a_transaction_waits_for_a_lock
+
+
+@dataclass(frozen=True)
+class Synced:
+    """A synced record as these races write it: ``upsert(uow, external_id, label, parent)``,
+    the label kept in ``label_column``; ``parent`` is what the record needs to exist first."""
+
+    table: Table
+    label_column: Column[Any]
+    upsert: Callable[[UnitOfWork, str, str, uuid.UUID | None], str]
+    needs_a_customer: bool = False
+
+
+def _a_customer(uow: UnitOfWork, external_id: str, label: str, _: uuid.UUID | None) -> str:
+    return customers_service.upsert(uow, external_id, CustomerFields(last_name=label)).outcome
+
+
+def _a_deal(uow: UnitOfWork, external_id: str, label: str, _: uuid.UUID | None) -> str:
+    return deals_service.upsert(uow, external_id, DealUpsert(name=label)).outcome
+
+
+def _an_activity(uow: UnitOfWork, external_id: str, label: str, customer: uuid.UUID | None) -> str:
+    assert customer is not None
+    fields = ActivityFields(type="call", subject=label, customer_id=customer)
+    return activities_service.upsert(uow, external_id, fields).outcome
+
+
+RECORDS = {
+    "customer": Synced(customers, customers.c.last_name, _a_customer),
+    "deal": Synced(deals, deals.c.name, _a_deal),
+    "activity": Synced(activities, activities.c.subject, _an_activity, needs_a_customer=True),
+}
+
+
+@pytest.fixture(params=sorted(RECORDS))
+def record(request: pytest.FixtureRequest) -> Synced:
+    return RECORDS[request.param]
+
+
+def _parent(database: Database, scope: Scope, record: Synced) -> uuid.UUID | None:
+    if not record.needs_a_customer:
+        return None
+    with database.unit_of_work(scope) as uow:
+        return customers_service.create(uow, CustomerFields(last_name="Lovelace")).id
+
+
+def _written(
+    database: Database, world: TenantWorld, record: Synced, external_id: str
+) -> list[tuple[str, int]]:
+    with database.unit_of_work(world.tenant.scope) as uow:
+        rows = uow.connection.execute(
+            select(record.label_column, record.table.c.version).where(
+                record.table.c.external_id == external_id
+            )
+        )
+        return [(row[0], row[1]) for row in rows]
+
+
+def test_an_upsert_that_meets_an_uncommitted_insert_waits_and_updates(
+    database: Database, world: TenantWorld, record: Synced
+) -> None:
+    scope = world.tenant.scope.in_department(world.department.id)
+    parent = _parent(database, scope, record)
+    first_inserted = threading.Event()
+
+    def first() -> str:
+        with database.unit_of_work(scope) as uow:
+            outcome = record.upsert(uow, "sync-1", "First", parent)
+            first_inserted.set()
+            # Held open until the second, having found no record, waits in its own insert.
+            wait_until_a_transaction_waits_for_a_lock(database)
+            return outcome
+
+    def second() -> str:
+        assert first_inserted.wait(10)
+        with database.unit_of_work(scope) as uow:
+            return record.upsert(uow, "sync-1", "Second", parent)
+
+    with ThreadPoolExecutor(2) as pool:
+        firsts, seconds = pool.submit(first), pool.submit(second)
+        assert firsts.result(timeout=30) == "created"
+        outcome = seconds.result(timeout=30)
+
+    # It waited for the first's commit in its insert (the first commits only once it waits).
+    assert outcome == "updated"
+    assert _written(database, world, record, "sync-1") == [("Second", 2)]
+
+
+def test_many_upserts_of_one_new_external_id_at_once_make_one_record(
+    database: Database, world: TenantWorld, record: Synced
+) -> None:
+    scope = world.tenant.scope.in_department(world.department.id)
+    parent = _parent(database, scope, record)
+    writers = 3
+    start = threading.Barrier(writers)
+
+    def upsert(writer: int) -> str:
+        with database.unit_of_work(scope) as uow:
+            start.wait(10)
+            return record.upsert(uow, "sync-2", f"W{writer}", parent)
+
+    with ThreadPoolExecutor(writers) as pool:
+        outcomes = sorted(pool.map(upsert, range(writers), timeout=60))
+
+    assert outcomes.count("created") == 1
+    assert set(outcomes) <= {"created", "updated"}
+    assert len(_written(database, world, record, "sync-2")) == 1
