@@ -3,7 +3,8 @@
 `make bench` measures throughput beside a peer, and its ratios move by ±30 % between runs on a
 shared machine; a change worth 5 % of a request's CPU does not show there. This calls the ASGI
 app directly on its own event loop, with its lifespan (pools, Redis limiter, key cache), 8
-requests at a time, and reports the process's CPU time per request for each round: the same
+requests at a time, and reports the CPU time per request for each round of the process, of
+the PostgreSQL backends serving its scratch database and of Redis (`harness/cpu.py`): the same
 routes and settings as `make bench` (JSON access lines at info, written to a file; metrics on;
 Redis rate limits), with no client in the process.
 
@@ -36,6 +37,7 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness.cpu import CpuUse
 from harness.paths import BASELINES, QUERIES
 from harness.stack import GENEROUS_BURST, GENEROUS_RATE, provision, scratch_database
 
@@ -133,8 +135,17 @@ async def _calls(app: Any, path: str, body: bytes, headers: Any, n: int) -> str:
 
 
 async def _measure(
-    app: Any, path: str, body: bytes, headers: Any, rounds: int, n: int, calls: bool
-) -> list[float] | str:
+    app: Any,
+    database: str,
+    path: str,
+    body: bytes,
+    headers: Any,
+    rounds: int,
+    n: int,
+    calls: bool,
+) -> list[tuple[float, float, float]] | str:
+    """The calls of 100 requests (``calls``), or each round's CPU a request of this process,
+    of PostgreSQL's backends serving ``database`` and of Redis."""
     async with app.router.lifespan_context(app):
         if path == "/graphql":  # something to read: 60 deals of 3 customers
             deal = json.dumps(DEAL).encode()
@@ -171,8 +182,12 @@ async def _measure(
                 for _ in range(n // CONCURRENCY):
                     await _post(app, path, body, headers)
 
-            await asyncio.gather(*(client() for _ in range(CONCURRENCY)))
-            per_request.append((time.process_time() - started) / n * 1e6)
+            with CpuUse(None, database) as used:
+                await asyncio.gather(*(client() for _ in range(CONCURRENCY)))
+            parties = used.per_request(n)
+            per_request.append(
+                ((time.process_time() - started) / n * 1e6, parties["postgres"], parties["redis"])
+            )
         return per_request
 
 
@@ -240,6 +255,7 @@ def main() -> None:
             rounds = uvloop.run(
                 _measure(
                     app,
+                    database,
                     arguments.path,
                     body,
                     headers,
@@ -255,9 +271,12 @@ def main() -> None:
     if isinstance(rounds, str):
         print(f"{arguments.server} {method} {arguments.path}: {rounds}")
         return
-    figures = " ".join(f"{value:,.0f}" for value in rounds)
+    figures = ", ".join(
+        f"{server:,.0f} + {postgres:,.0f} + {redis:,.0f}" for server, postgres, redis in rounds
+    )
     print(
-        f"{arguments.server} {method} {arguments.path}: µs of CPU per request, by round: {figures}"
+        f"{arguments.server} {method} {arguments.path}: µs of CPU per request (the process"
+        f" + PostgreSQL + Redis), by round: {figures}"
     )
 
 

@@ -129,3 +129,46 @@ def test_t0007_keeps_the_positions_of_events_from_before_and_numbers_new_ones_af
             _drop(connection, schema)
 
     assert feed == [(1, "Before 1"), (2, "Before 2"), (3, "After")]
+
+
+def test_t0008_keeps_the_data_and_previous_of_events_from_before_as_json(
+    database: Database,
+) -> None:
+    tenant_id = uuid.uuid4()
+    schema = f"t_{tenant_id.hex}"
+    department_id = uuid.UUID("00000000-0000-7000-8000-000000000004")
+    with database.control() as connection:
+        upgrade_tenant(connection, schema, "t0007")
+        connection.execute(
+            text(
+                f"""
+                INSERT INTO "{schema}".departments VALUES
+                    ('{department_id}', 'Sales', now(), now());
+                INSERT INTO "{schema}".events (id, department_id, sequence, type, data,
+                                               changed_fields, previous, created_at)
+                VALUES (gen_random_uuid(), '{department_id}', 1, 'customer.updated',
+                        '{{"last_name": "Lovelace", "notes": "ünïcode \\" quoted"}}'::jsonb,
+                        ARRAY['last_name'], '{{"last_name": "Byron"}}'::jsonb, now());
+                """
+            )
+        )
+        upgrade_tenant(connection, schema)
+        types = connection.execute(
+            text(
+                "SELECT column_name, data_type FROM information_schema.columns"
+                " WHERE table_schema = :schema AND table_name = 'events'"
+                " AND column_name IN ('data', 'previous') ORDER BY 1"
+            ),
+            {"schema": schema},
+        ).all()
+    try:
+        with database.unit_of_work(Scope(tenant_id, schema, department_id)) as uow:
+            page = events.feed(uow, EventFilter(), 10, None)
+    finally:
+        with database.control() as connection:
+            _drop(connection, schema)
+
+    assert [tuple(row) for row in types] == [("data", "json"), ("previous", "json")]
+    assert [(event.data, event.previous) for event in page.items] == [
+        ({"last_name": "Lovelace", "notes": 'ünïcode " quoted'}, {"last_name": "Byron"})
+    ]

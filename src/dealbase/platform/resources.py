@@ -94,25 +94,16 @@ def customer_json(customer: Customer) -> JsonObject:
 def customer_json_sql(row: FromClause) -> ColumnElement[Any]:
     """``customer_json`` built by PostgreSQL from a customers row (``row``, a table or a CTE
     returning the table's columns; the tenant's id, which no row holds, is the parameter
-    ``tenant_id``), for an event written by the statement that writes the row. The same names,
-    in the same forms: ids as text, a date as YYYY-MM-DD, a timestamp in UTC with six
+    ``tenant_id``), as a ``json`` value with its names in ``customer_json``'s order: a write's
+    answer and its event's data, or an element of JSON that holds it (a new deal's). The same
+    names, in the same forms: ids as text, a date as YYYY-MM-DD, a timestamp in UTC with six
     fractional digits and ``Z``. ``tests/platform/test_resources.py`` holds the two equal."""
-    return func.jsonb_build_object(*_customer_pairs(row))
+    return row_json(row, _named(row, _CUSTOMER_NAMES))
 
 
 def customer_json_text_sql(row: FromClause) -> ColumnElement[str]:
-    """``customer_json_sql`` as JSON text with its names in ``customer_json``'s order (``json``
-    keeps them as built, ``jsonb`` sorts them), for an answer PostgreSQL writes whole."""
-    return cast(row_json(row, _named(row, _CUSTOMER_NAMES)), Text)
-
-
-def customer_json_object_sql(row: FromClause) -> ColumnElement[Any]:
-    """``customer_json_text_sql`` as a ``json`` value, for JSON that holds it (a new deal's)."""
-    return func.json_build_object(*_customer_pairs(row))
-
-
-def _customer_pairs(row: FromClause) -> list[Any]:
-    return _pairs(row, _CUSTOMER_NAMES)
+    """``customer_json_sql`` as JSON text, for an answer PostgreSQL writes whole."""
+    return cast(customer_json_sql(row), Text)
 
 
 def _pairs(row: FromClause, names: tuple[str, ...]) -> list[Any]:
@@ -197,7 +188,7 @@ def deal_json_text_sql(row: FromClause) -> ColumnElement[str]:
 def new_deal_json_sql(row: FromClause, customers_json: ColumnElement[Any]) -> ColumnElement[Any]:
     """``deal_json`` of a deal that its own statement inserts, as a ``json`` value with names in
     its order: ``row`` returns the deal's columns (a CTE of the insert), ``customers_json`` is
-    its customers' JSON array (``customer_json_object_sql`` of each, in link order). A new deal
+    its customers' JSON array (``customer_json_sql`` of each, in link order). A new deal
     is unassigned: no employee, so no employee's name. ``tests/platform/test_resources.py``
     holds it equal to ``deal_json``."""
     pairs: list[Any] = []

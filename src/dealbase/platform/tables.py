@@ -22,7 +22,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, JSONB, TIMESTAMP, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, JSON, JSONB, TIMESTAMP, UUID
 
 from dealbase.tenancy.scope import TENANT_SCHEMA_PLACEHOLDER
 
@@ -205,9 +205,10 @@ events = Table(
     # The order in which transactions recorded their events: one ``event_sequence`` number each.
     Column("sequence", BigInteger),
     Column("type", Text, nullable=False),
-    Column("data", JSONB, nullable=False),
+    # ``json``: kept as its writer made it (migration t0008).
+    Column("data", JSON, nullable=False),
     Column("changed_fields", ARRAY(Text)),
-    Column("previous", JSONB),
+    Column("previous", JSON),
     Column("created_at", TIMESTAMP(timezone=True), nullable=False),
     UniqueConstraint("department_id", "position"),
 )

@@ -13,6 +13,7 @@ from sqlalchemy import (
     Text,
     any_,
     bindparam,
+    cast,
     func,
     or_,
     select,
@@ -95,10 +96,16 @@ def _insert_recorded_statement() -> Select[Any]:
         .returning(*customers.c)
         .cte("inserted")
     )
-    _, wakes = recorded_with(inserted, "customer.created", customer_json_sql(inserted))
+    # The customer's JSON built once: its event's data and the answer.
+    shown = select(inserted, customer_json_sql(inserted).label("shown")).cte("shown")
+    _, wakes = recorded_with(shown, "customer.created", shown.c.shown)
     # The customer's columns, its JSON text, then whether the worker is to be woken (read
     # last).
-    return select(inserted, customer_json_text_sql(inserted).label("shown"), wakes.label("wakes"))
+    return select(
+        *(shown.c[column.name] for column in customers.c),
+        cast(shown.c.shown, Text).label("shown"),
+        wakes.label("wakes"),
+    )
 
 
 # A new customer and its customer.created event, in one statement.

@@ -28,7 +28,7 @@ from sqlalchemy import (
     union_all,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID, aggregate_order_by
+from sqlalchemy.dialects.postgresql import ARRAY, JSON, UUID, aggregate_order_by
 
 from dealbase.ids import new_id
 from dealbase.platform.customers.models import Customer
@@ -38,7 +38,7 @@ from dealbase.platform.events.repository import recorded_rows
 from dealbase.platform.listing import KeysetOrder, ListFilters, Rule, Shape, equal
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.resources import (
-    customer_json_object_sql,
+    customer_json_sql,
     deal_json_text_sql,
     new_deal_json_sql,
 )
@@ -169,7 +169,7 @@ def _create_statement(as_json: bool) -> Select[Any]:
         .cte("new_deal")
     )
     given_rows = (
-        func.jsonb_to_recordset(cast(bindparam("customers", type_=Text), JSONB))
+        func.json_to_recordset(cast(bindparam("customers", type_=Text), JSON))
         .table_valued(
             *(column(name, customers.c[name].type) for name in _NEW_CUSTOMER_COLUMNS),
             column("position", Integer),
@@ -211,7 +211,7 @@ def _create_statement(as_json: bool) -> Select[Any]:
             new_customers,
             given.c.position,
             given.c.event_id,
-            customer_json_object_sql(new_customers).label("shown"),
+            customer_json_sql(new_customers).label("shown"),
         )
         .join_from(new_customers, given, given.c.id == new_customers.c.id)
         .cte("shown_customers")
@@ -226,14 +226,14 @@ def _create_statement(as_json: bool) -> Select[Any]:
         "shown_deal"
     )
     no_fields = cast(null(), ARRAY(Text)).label("changed_fields")
-    no_previous = cast(null(), JSONB).label("previous")
+    no_previous = cast(null(), JSON).label("previous")
     _, wakes = recorded_rows(
         union_all(
             select(
                 shown_customers.c.event_id.label("id"),
                 shown_customers.c.department_id,
                 literal("customer.created", Text).label("type"),
-                cast(shown_customers.c.shown, JSONB).label("data"),
+                shown_customers.c.shown.label("data"),
                 no_fields,
                 no_previous,
             ),
@@ -241,7 +241,7 @@ def _create_statement(as_json: bool) -> Select[Any]:
                 bindparam("event_id", type_=UUID(as_uuid=True)).label("id"),
                 shown_deal.c.department_id,
                 literal("deal.created", Text).label("type"),
-                cast(shown_deal.c.shown, JSONB).label("data"),
+                shown_deal.c.shown.label("data"),
                 no_fields,
                 no_previous,
             ),

@@ -25,7 +25,7 @@ from sqlalchemy import (
     true,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSON, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.dml import ReturningInsert
 from sqlalchemy.sql.elements import ColumnElement
@@ -41,17 +41,17 @@ from dealbase.tenancy.database.statements import Record, TenantConnection, built
 
 def _record_statement() -> Select[Any]:
     recorded = (
-        # One JSON text (made by orjson, written into the script by ``literals``), not a JSONB
+        # One JSON text (made by orjson, written into the script by ``literals``), not a JSON
         # parameter: SQLAlchemy's JSON serializer and psycopg's quoting of it cost more than
         # the rest of the statement.
-        func.jsonb_to_recordset(cast(bindparam("events", type_=Text), JSONB))
+        func.json_to_recordset(cast(bindparam("events", type_=Text), JSON))
         .table_valued(
             column("id", UUID(as_uuid=True)),
             column("department_id", UUID(as_uuid=True)),
             column("type", Text),
-            column("data", JSONB),
+            column("data", JSON),
             column("changed_fields", ARRAY(Text)),
-            column("previous", JSONB),
+            column("previous", JSON),
         )
         .render_derived(name="recorded", with_types=True)
     )
@@ -83,7 +83,7 @@ def recorded_with(
             literal(event_type, Text).label("type"),
             data.label("data"),
             cast(null(), ARRAY(Text)).label("changed_fields"),
-            cast(null(), JSONB).label("previous"),
+            cast(null(), JSON).label("previous"),
         ).select_from(rows)
     )
     return inserted, _wakes(inserted)
