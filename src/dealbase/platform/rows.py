@@ -205,10 +205,14 @@ class OwnedRows:
             select(self.table.c.version).where(owned_by(self.table, department_id, row_id))
         ).first()
         if exists is None:
-            return NotFound(f"No {self.noun} has the id {row_id}.")
+            return self.not_found(row_id)
         return PreconditionFailed(
             f"The {self.noun} has changed since the version named in If-Match; read it again."
         )
+
+    def not_found(self, row_id: uuid.UUID) -> NotFound:
+        """What a row the caller does not own, or that does not exist, answers."""
+        return NotFound(f"No {self.noun} has the id {row_id}.")
 
     def by_ids(
         self,

@@ -1,16 +1,16 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from dealbase.errors import ExternalIdTaken, Invalid, NotFound
+from dealbase.errors import ExternalIdTaken
+from dealbase.platform import records
 from dealbase.platform.activities import repository
 from dealbase.platform.activities.models import Activity, ActivityFields, ActivityFilter
 from dealbase.platform.batches import service as batches
 from dealbase.platform.batches.models import Batch, Result, Write, upserted_fields
-from dealbase.platform.batches.upserts import upsert_one
 from dealbase.platform.customers import repository as customers_repository
 from dealbase.platform.deals import repository as deals_repository
 from dealbase.platform.events import service as events
@@ -22,30 +22,25 @@ from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
 from dealbase.tenancy.database.connections import UnitOfWork
 
-
-def _check_references(
-    uow: UnitOfWork, department_id: uuid.UUID, values: Mapping[str, object]
-) -> None:
-    """The customer, deal and employee an activity names must be of its department."""
-    connection, tenant_id = uow.connection, uow.scope.tenant_id
-    missing = []
-    customer_id = values.get("customer_id")
-    if isinstance(customer_id, uuid.UUID) and (
-        customers_repository.get_customer(connection, tenant_id, department_id, customer_id) is None
-    ):
-        missing.append("customer_id")
-    deal_id = values.get("deal_id")
-    if isinstance(deal_id, uuid.UUID) and (
-        deals_repository.get_deal_row(connection, department_id, deal_id) is None
-    ):
-        missing.append("deal_id")
-    employee_id = values.get("employee_id")
-    if isinstance(employee_id, uuid.UUID) and not pipeline_repository.employee_in_department(
-        connection, department_id, employee_id
-    ):
-        missing.append("employee_id")
-    if missing:
-        raise Invalid.unknown_references(missing, "the activity's department")
+RECORD: records.SyncedRecord[Activity] = records.SyncedRecord(
+    rows=repository.rows,
+    to_model=lambda uow, row: repository.to_activity(row),
+    as_json=activity_json,
+    references={
+        "customer_id": lambda uow, department_id, customer_id: (
+            customers_repository.get_customer(
+                uow.connection, uow.scope.tenant_id, department_id, customer_id
+            )
+            is not None
+        ),
+        "deal_id": lambda uow, department_id, deal_id: (
+            deals_repository.get_deal_row(uow.connection, department_id, deal_id) is not None
+        ),
+        "employee_id": lambda uow, department_id, employee_id: (
+            pipeline_repository.employee_in_department(uow.connection, department_id, employee_id)
+        ),
+    },
+)
 
 
 def create(uow: UnitOfWork, fields: ActivityFields) -> Activity:
@@ -64,7 +59,7 @@ def _insert(uow: UnitOfWork, department_id: uuid.UUID, fields: ActivityFields) -
     """The new activity (activity.created); None when another activity of the department has
     its external id."""
     values = fields.model_dump()
-    _check_references(uow, department_id, values)
+    RECORD.check_references(uow, department_id, values)
     activity = repository.insert_activity(uow.connection, department_id, values)
     if activity is not None:
         events.record(uow, "activity.created", department_id, activity_json(activity))
@@ -74,7 +69,7 @@ def _insert(uow: UnitOfWork, department_id: uuid.UUID, fields: ActivityFields) -
 def get(uow: UnitOfWork, activity_id: uuid.UUID) -> Activity:
     activity = repository.get_activity(uow.connection, uow.scope.department_id, activity_id)
     if activity is None:
-        raise NotFound(f"No activity has the id {activity_id}.")
+        raise repository.rows.not_found(activity_id)
     return activity
 
 
@@ -83,7 +78,7 @@ def get_as_json(uow: UnitOfWork, activity_id: uuid.UUID) -> tuple[int, str]:
     make, made by PostgreSQL."""
     found = repository.get_activity_as_json(uow.connection, uow.scope.department_id, activity_id)
     if found is None:
-        raise NotFound(f"No activity has the id {activity_id}.")
+        raise repository.rows.not_found(activity_id)
     return found
 
 
@@ -115,42 +110,15 @@ def count(uow: UnitOfWork, filters: ActivityFilter) -> int:
 def update(
     uow: UnitOfWork, activity_id: uuid.UUID, patch: BaseModel, expected: Expected | None = None
 ) -> Activity:
-    return _change(uow, activity_id, patch.model_dump(exclude_unset=True), expected)
-
-
-def _change(
-    uow: UnitOfWork,
-    activity_id: uuid.UUID,
-    changes: dict[str, object],
-    expected: Expected | None,
-) -> Activity:
-    """The update of PATCH and of an upsert that finds its activity: ``changes`` as a new
-    version, and its event."""
-    # Read first: an unknown activity is a 404 before the ids it names are judged, and those
-    # must be of the activity's own department (a tenant-wide caller may reach any).
-    department_id = get(uow, activity_id).department_id
-    _check_references(uow, department_id, changes)
-    before, after = repository.rows.update(
-        uow.connection, department_id, activity_id, changes, expected
-    )
-    activity = repository.to_activity(after)
-    changed, previous = events.changes(before, after, changes)
-    if changed:
-        events.record(
-            uow, "activity.updated", department_id, activity_json(activity), changed, previous
-        )
-    return activity
+    return records.update(RECORD, uow, activity_id, patch.model_dump(exclude_unset=True), expected)
 
 
 def delete(uow: UnitOfWork, activity_id: uuid.UUID, expected: Expected | None = None) -> None:
-    row = repository.rows.delete(uow.connection, uow.scope.department_id, activity_id, expected)
-    activity = repository.to_activity(row)
-    events.record(uow, "activity.deleted", activity.department_id, activity_json(activity))
+    records.delete(RECORD, uow, activity_id, expected)
 
 
 def by_ids(uow: UnitOfWork, activity_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Activity]:
-    rows = repository.rows.by_ids(uow.connection, uow.scope.department_id, activity_ids)
-    return {row_id: repository.to_activity(row) for row_id, row in rows.items()}
+    return records.by_ids(RECORD, uow, activity_ids)
 
 
 def first_of(
@@ -208,13 +176,12 @@ def _apply_one(uow: UnitOfWork, write: Write[ActivityFields]) -> Result[Activity
 
 
 def _upsert(uow: UnitOfWork, write: Write[ActivityFields]) -> Result[Activity]:
-    department_id = department_of(uow.scope)
-    return upsert_one(
+    return records.upsert(
+        RECORD,
+        uow,
         write,
-        "activity",
-        lock=lambda external_id: repository.lock_by_external_id(
+        lock=lambda department_id, external_id: repository.lock_by_external_id(
             uow.connection, department_id, external_id
         ),
-        insert=lambda fields: _insert(uow, department_id, fields),
-        change=lambda activity, changes: _change(uow, activity.id, changes, None),
+        insert=lambda department_id, fields: _insert(uow, department_id, fields),
     )

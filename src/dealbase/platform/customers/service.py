@@ -6,8 +6,9 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from dealbase.errors import DomainError, NotFound
+from dealbase.errors import DomainError
 from dealbase.ids import new_id
+from dealbase.platform import records
 from dealbase.platform.batches import service as batches
 from dealbase.platform.batches import upserts
 from dealbase.platform.batches.models import Batch, Result, Write, upserted_fields
@@ -24,6 +25,17 @@ from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
 from dealbase.tenancy.database.statements import Deferred
 
 T = TypeVar("T")
+
+
+RECORD: records.SyncedRecord[Customer] = records.SyncedRecord(
+    rows=repository.rows,
+    to_model=lambda uow, row: repository.to_customer(row, uow.scope.tenant_id),
+    as_json=customer_json,
+    # While its links still exist: the deals it is linked to change with it.
+    before_delete=lambda uow, customer_id: deals_repository.touch_deals_of_customer(
+        uow.connection, customer_id
+    ),
+)
 
 
 def create(uow: UnitOfWork, fields: CustomerFields) -> Customer:
@@ -71,7 +83,7 @@ def get(uow: UnitOfWork, customer_id: uuid.UUID) -> Customer:
         uow.connection, scope.tenant_id, scope.department_id, customer_id
     )
     if customer is None:
-        raise NotFound(f"No customer has the id {customer_id}.")
+        raise repository.rows.not_found(customer_id)
     return customer
 
 
@@ -83,7 +95,7 @@ def get_as_json(uow: UnitOfWork, customer_id: uuid.UUID) -> tuple[int, str]:
         uow.connection, scope.tenant_id, scope.department_id, customer_id
     )
     if found is None:
-        raise NotFound(f"No customer has the id {customer_id}.")
+        raise repository.rows.not_found(customer_id)
     return found
 
 
@@ -124,39 +136,17 @@ def update(
     Every accepted PATCH, even an empty one, is a new version; only one that changes a value
     is an event (``customer.updated``).
     """
-    changes = patch.model_dump(exclude_unset=True)
-    before, after = repository.rows.update(
-        uow.connection, uow.scope.department_id, customer_id, changes, expected
-    )
-    customer = repository.to_customer(after, uow.scope.tenant_id)
-    changed, previous = events.changes(before, after, changes)
-    if changed:
-        events.record(
-            uow,
-            "customer.updated",
-            customer.department_id,
-            customer_json(customer),
-            changed,
-            previous,
-        )
-    return customer
+    return records.update(RECORD, uow, customer_id, patch.model_dump(exclude_unset=True), expected)
 
 
 def delete(uow: UnitOfWork, customer_id: uuid.UUID, expected: Expected | None = None) -> None:
     """Deletes the customer, its links to deals (a change of those deals) and its activities."""
-    # While the links still exist; a refused delete rolls this back with it.
-    deals_repository.touch_deals_of_customer(uow.connection, customer_id)
-    row = repository.rows.delete(uow.connection, uow.scope.department_id, customer_id, expected)
-    customer = repository.to_customer(row, uow.scope.tenant_id)
-    events.record(uow, "customer.deleted", customer.department_id, customer_json(customer))
+    records.delete(RECORD, uow, customer_id, expected)
 
 
 def by_ids(uow: UnitOfWork, customer_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Customer]:
     """Many customers the caller may see, by id, in one statement; unknown ids are left out."""
-    rows = repository.rows.by_ids(uow.connection, uow.scope.department_id, customer_ids)
-    return {
-        row_id: repository.to_customer(row, uow.scope.tenant_id) for row_id, row in rows.items()
-    }
+    return records.by_ids(RECORD, uow, customer_ids)
 
 
 def upsert(

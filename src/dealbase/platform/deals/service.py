@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import cast
 
@@ -9,10 +9,10 @@ import psycopg
 from pydantic import BaseModel
 
 from dealbase.errors import Conflict, ExternalIdTaken, Invalid, NotFound
+from dealbase.platform import records
 from dealbase.platform.activities import repository as activities_repository
 from dealbase.platform.batches import service as batches
 from dealbase.platform.batches.models import Batch, Result, Write, upserted_fields
-from dealbase.platform.batches.upserts import upsert_one
 from dealbase.platform.customers import repository as customers_repository
 from dealbase.platform.deals import repository
 from dealbase.platform.deals.models import (
@@ -22,7 +22,6 @@ from dealbase.platform.deals.models import (
     DealFilter,
     DealUpsert,
 )
-from dealbase.platform.event_types import EventType
 from dealbase.platform.events import service as events
 from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.pipeline import repository as pipeline_repository
@@ -30,7 +29,7 @@ from dealbase.platform.resources import deal_json
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
 from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
-from dealbase.tenancy.database.statements import Deferred, Record, TenantConnection
+from dealbase.tenancy.database.statements import Deferred, Record
 
 
 @contextmanager
@@ -107,19 +106,9 @@ def _create_failure(error: psycopg.Error, external_id: str | None) -> Exception 
     return None
 
 
-def _deal_row(uow: UnitOfWork, deal_id: uuid.UUID) -> Record:
-    return _found(
-        repository.get_deal_row(uow.connection, uow.scope.department_id, deal_id), deal_id
-    )
-
-
-def _not_found(deal_id: uuid.UUID) -> NotFound:
-    return NotFound(f"No deal has the id {deal_id}.")
-
-
 def _found(row: Record | None, deal_id: uuid.UUID) -> Record:
     if row is None:
-        raise _not_found(deal_id)
+        raise repository.rows.not_found(deal_id)
     return row
 
 
@@ -175,7 +164,7 @@ def get_as_json(uow: UnitOfWork, deal_id: uuid.UUID) -> tuple[int, str]:
         uow.connection, scope.tenant_id, scope.department_id, deal_id
     )
     if found is None:
-        raise _not_found(deal_id)
+        raise repository.rows.not_found(deal_id)
     return found
 
 
@@ -192,83 +181,35 @@ def update(
 ) -> Deal:
     """Changes fields, moves the deal (``step_id``) or assigns it (``employee_id``), within its
     department only; a step or employee of any other department is an invalid field."""
-    return _change(uow, deal_id, patch.model_dump(exclude_unset=True), expected)
+    return records.update(RECORD, uow, deal_id, patch.model_dump(exclude_unset=True), expected)
 
 
-# The fields that name a row of the deal's department.
-_REFERENCES = frozenset({"step_id", "employee_id"})
-
-
-def _check_references(
-    connection: TenantConnection, department_id: uuid.UUID, values: Mapping[str, object]
-) -> None:
-    """The step and the employee a deal names must be of its department."""
-    unknown = []
-    step_id = values.get("step_id")
-    if isinstance(step_id, uuid.UUID) and not pipeline_repository.step_in_department(
-        connection, department_id, step_id
-    ):
-        unknown.append("step_id")
-    employee_id = values.get("employee_id")
-    if isinstance(employee_id, uuid.UUID) and not pipeline_repository.employee_in_department(
-        connection, department_id, employee_id
-    ):
-        unknown.append("employee_id")
-    if unknown:
-        raise Invalid.unknown_references(unknown, "the deal's department")
-
-
-def _change(
-    uow: UnitOfWork, deal_id: uuid.UUID, changes: dict[str, object], expected: Expected | None
-) -> Deal:
-    """The update of PATCH and of an upsert that finds its deal: ``changes`` as a new version,
-    and their events."""
-    connection = uow.connection
-    department_id = uow.scope.department_id
-    if department_id is None or _REFERENCES & changes.keys():
-        # Read first: an unknown deal is a 404 before the ids it names are judged, and those
-        # must be of the deal's own department (a tenant-wide caller may reach any).
-        department_id = _deal_row(uow, deal_id)["department_id"]
-        _check_references(connection, department_id, changes)
-    before, after = repository.rows.update(connection, department_id, deal_id, changes, expected)
-    deal = get(uow, deal_id)
-    _record_changes(uow, deal, before, after, changes)
-    return deal
-
-
-# The changes that are an event of their own besides deal.updated.
-_FIELD_EVENTS: tuple[tuple[str, EventType], ...] = (
-    ("step_id", "deal.step_changed"),
-    ("employee_id", "deal.assigned"),
+RECORD: records.SyncedRecord[Deal] = records.SyncedRecord(
+    rows=repository.rows,
+    # Read again, with its customers and its employee's name.
+    to_model=lambda uow, row: get(uow, row["id"]),
+    as_json=deal_json,
+    references={
+        "step_id": lambda uow, department_id, step_id: pipeline_repository.step_in_department(
+            uow.connection, department_id, step_id
+        ),
+        "employee_id": lambda uow, department_id, employee_id: (
+            pipeline_repository.employee_in_department(uow.connection, department_id, employee_id)
+        ),
+    },
+    field_events=(("step_id", "deal.step_changed"), ("employee_id", "deal.assigned")),
+    # Before the foreign key's SET NULL would do it silently; a refused delete rolls this back.
+    before_delete=lambda uow, deal_id: activities_repository.detach_from_deal(
+        uow.connection, deal_id
+    ),
+    # As it was, for its event: with its customers and its employee's name.
+    deleted_as=get,
 )
-
-
-def _record_changes(
-    uow: UnitOfWork, deal: Deal, before: Record, after: Record, fields: Collection[str]
-) -> None:
-    """deal.updated for any changed value (with every changed field), and beside it
-    deal.step_changed when it moved and deal.assigned when its employee changed (each with
-    that one field and its value before); a PATCH that changes no value is no event."""
-    changed, previous = events.changes(before, after, fields)
-    if not changed:
-        return
-    data = deal_json(deal)
-    events.record(uow, "deal.updated", deal.department_id, data, changed, previous)
-    for field, event_type in _FIELD_EVENTS:
-        if field in changed:
-            events.record(
-                uow, event_type, deal.department_id, data, (field,), {field: previous[field]}
-            )
 
 
 def delete(uow: UnitOfWork, deal_id: uuid.UUID, expected: Expected | None = None) -> None:
     """Deletes the deal and its links; its customers stay, its activities lose the deal."""
-    # As it was, for its event: with its customers and its employee's name.
-    deal = get(uow, deal_id)
-    # Before the foreign key's SET NULL would do it silently; a refused delete rolls this back.
-    activities_repository.detach_from_deal(uow.connection, deal_id)
-    repository.rows.delete(uow.connection, uow.scope.department_id, deal_id, expected)
-    events.record(uow, "deal.deleted", deal.department_id, deal_json(deal))
+    records.delete(RECORD, uow, deal_id, expected)
 
 
 def link_customer(uow: UnitOfWork, deal_id: uuid.UUID, link: CustomerLink) -> Deal:
@@ -390,13 +331,12 @@ def _apply_one(uow: UnitOfWork, write: Write[DealCreate | DealUpsert]) -> Result
 
 
 def _upsert(uow: UnitOfWork, write: Write[DealUpsert]) -> Result[Deal]:
-    department_id = department_of(uow.scope)
-    return upsert_one(
+    return records.upsert(
+        RECORD,
+        uow,
         write,
-        "deal",
-        lock=lambda external_id: _locked(uow, department_id, external_id),
-        insert=lambda fields: _insert_upserted(uow, department_id, fields),
-        change=lambda deal, changes: _change(uow, deal.id, changes, None),
+        lock=lambda department_id, external_id: _locked(uow, department_id, external_id),
+        insert=lambda department_id, fields: _insert_upserted(uow, department_id, fields),
     )
 
 
@@ -414,7 +354,7 @@ def _insert_upserted(uow: UnitOfWork, department_id: uuid.UUID, fields: DealUpse
     """The upserted deal, new (deal.created); None when another transaction has just inserted
     its external id."""
     connection = uow.connection
-    _check_references(connection, department_id, fields.model_dump())
+    RECORD.check_references(uow, department_id, fields.model_dump())
     with _steps_to_start_in():
         row = repository.insert_deal(
             connection, department_id, fields.step_id, fields.model_dump(exclude={"step_id"})
