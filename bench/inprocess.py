@@ -15,6 +15,7 @@ Redis rate limits), with no client in the process.
     .venv/bin/python bench/inprocess.py dealbase --graphql dashboard   # bench/queries/<name>
     .venv/bin/python bench/inprocess.py baseline --get "/api/v1/integration/customers?limit=50"
     .venv/bin/python bench/inprocess.py dealbase --get "/api/v1/integration/customers/{id}"
+    .venv/bin/python bench/inprocess.py dealbase --without access-lines --without metrics
 
 Alternate two commits' rounds (a `git worktree` of the other and `PYTHONPATH`), several times:
 one pair of rounds says little.
@@ -50,6 +51,30 @@ CUSTOMER = {
 }
 DEAL = {"name": "Engine", "volume": 1000, "customers": [{"last_name": n} for n in "ABC"]}
 CONCURRENCY = 8
+
+
+def _without_access_lines() -> None:
+    os.environ["DEALBASE_LOG_LEVEL"] = "warning"
+
+
+def _without_redis() -> None:
+    """The rate limits kept in the process instead (``InProcessLimiter``): Redis's share."""
+    del os.environ["DEALBASE_REDIS_URL"]
+
+
+def _without_metrics() -> None:
+    from dealbase.ops.metrics import Metrics
+
+    Metrics.request_answered = lambda *_: None  # type: ignore[method-assign]
+    Metrics.unit_of_work_started = lambda *_: None  # type: ignore[method-assign]
+
+
+# Parts of every request a run may leave out (``--without``), to measure each one's share.
+WITHOUT = {
+    "access-lines": _without_access_lines,
+    "redis": _without_redis,
+    "metrics": _without_metrics,
+}
 
 
 async def _post(
@@ -204,6 +229,13 @@ def main() -> None:
     parser.add_argument(
         "--graphql", metavar="NAME", help="POST bench/queries/NAME.graphql ($first 50) instead"
     )
+    parser.add_argument(
+        "--without",
+        action="append",
+        default=[],
+        choices=sorted(WITHOUT),
+        help="measure without this part of every request (again for several): its share",
+    )
     arguments = parser.parse_args()
     server = os.environ.get(
         "DEALBASE_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -231,6 +263,8 @@ def main() -> None:
                 "BASELINE_DATABASE_URL": database,
             }
         )
+        for part in arguments.without:
+            WITHOUT[part]()
         # The access lines are written, as in `make bench`, but to nowhere; the figures to stdout.
         log = open(os.devnull, "w")  # noqa: SIM115 (open for the whole run)
         streams = sys.stdout, sys.stderr
@@ -268,14 +302,15 @@ def main() -> None:
             sys.stdout, sys.stderr = streams
             log.close()
     method = "POST" if body else "GET"
+    measured = " without ".join([arguments.server, *arguments.without])
     if isinstance(rounds, str):
-        print(f"{arguments.server} {method} {arguments.path}: {rounds}")
+        print(f"{measured} {method} {arguments.path}: {rounds}")
         return
     figures = ", ".join(
         f"{server:,.0f} + {postgres:,.0f} + {redis:,.0f}" for server, postgres, redis in rounds
     )
     print(
-        f"{arguments.server} {method} {arguments.path}: µs of CPU per request (the process"
+        f"{measured} {method} {arguments.path}: µs of CPU per request (the process"
         f" + PostgreSQL + Redis), by round: {figures}"
     )
 
