@@ -347,38 +347,6 @@ def test_an_activity_batch_reports_each_operation_and_an_atomic_one_writes_nothi
 
 # --- scoping -------------------------------------------------------------------------------
 
-CUSTOMER_ID = "00000000-0000-4000-8000-000000000000"
-
-
-@pytest.mark.parametrize(
-    ("document", "variables"),
-    [
-        (UPSERT_DEAL, {"externalId": "wide", "input": {"name": "W"}}),
-        (BATCH_DEALS, {"operations": [deal_upsert("wide")]}),
-        (
-            UPSERT_ACTIVITY,
-            {"externalId": "wide", "input": {"type": "CALL", "customerId": CUSTOMER_ID}},
-        ),
-        (
-            BATCH_ACTIVITIES,
-            {"operations": [{"op": "CREATE", "data": {"type": "CALL", "customerId": CUSTOMER_ID}}]},
-        ),
-    ],
-    ids=["upsertDeal", "batchDeals", "upsertActivity", "batchActivities"],
-)
-def test_a_tenant_wide_key_must_name_a_department(
-    client: TestClient,
-    database: Database,
-    world: TenantWorld,
-    document: str,
-    variables: dict[str, Any],
-) -> None:
-    error = only_error(gql(client, document, variables, tenant_wide_headers(database, world)))
-
-    assert error["extensions"]["code"] == "validation_failed"
-    assert field_errors(error["extensions"]["errors"]) == [("departmentId", "missing")]
-    assert listed(client, world, "deals") == []
-
 
 def test_a_tenant_wide_key_syncs_deals_and_activities_in_the_department_it_names(
     client: TestClient, database: Database, make_tenant: Any

@@ -364,30 +364,6 @@ def test_a_batch_counts_one_request_per_hundred_operations(
 # --- scoping -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("document", "variables"),
-    [
-        (UPSERT_CUSTOMER, {"externalId": "wide", "input": {"lastName": "W"}}),
-        (BATCH_CUSTOMERS, {"operations": [upsert("wide")]}),
-        # The department is asked for first, whatever else the batch holds.
-        (BATCH_CUSTOMERS, {"operations": [create(email="bad")], "atomic": True}),
-    ],
-    ids=["upsertCustomer", "batchCustomers", "batchCustomers-invalid"],
-)
-def test_a_tenant_wide_key_must_name_a_department(
-    client: TestClient,
-    database: Database,
-    world: TenantWorld,
-    document: str,
-    variables: dict[str, Any],
-) -> None:
-    error = only_error(gql(client, document, variables, tenant_wide_headers(database, world)))
-
-    assert error["extensions"]["code"] == "validation_failed"
-    assert field_errors(error) == [("departmentId", "missing")]
-    assert external_ids(client, world) == []
-
-
 def test_a_tenant_wide_key_writes_in_the_department_it_names(
     client: TestClient, database: Database, make_tenant: Any
 ) -> None:

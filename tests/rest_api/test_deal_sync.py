@@ -234,54 +234,6 @@ def test_step_id_may_be_omitted_but_not_null(client: TestClient, world: TenantWo
     assert deals_of(client, world) == [existing]
 
 
-def test_the_body_may_repeat_the_paths_external_id_but_not_contradict_it(
-    client: TestClient, world: TenantWorld
-) -> None:
-    same = put(client, world, "order-1", {"name": "D", "external_id": "order-1"})
-    other = put(client, world, "order-2", {"name": "D", "external_id": "order-3"})
-
-    assert same.status_code == 201
-    assert other.status_code == 422
-    assert [(e["field"], e["code"]) for e in other.json()["errors"]] == [
-        ("external_id", "mismatch")
-    ]
-
-
-def test_if_match_needs_the_deal_at_that_version(client: TestClient, world: TenantWorld) -> None:
-    put(client, world, "order-1", {"name": "A"})
-
-    stale = put(client, world, "order-1", {"name": "B"}, **{"If-Match": '"7"'})
-    missing = put(client, world, "order-2", {"name": "B"}, **{"If-Match": "*"})
-    current = put(client, world, "order-1", {"name": "B"}, **{"If-Match": '"1"'})
-
-    assert (stale.status_code, missing.status_code, current.status_code) == (412, 412, 200)
-    assert stale.json()["code"] == missing.json()["code"] == "precondition_failed"
-    assert current.json()["name"] == "B"
-    assert [deal["external_id"] for deal in deals_of(client, world)] == ["order-1"]
-
-
-def test_if_none_match_star_only_creates(client: TestClient, world: TenantWorld) -> None:
-    created = put(client, world, "order-1", {"name": "A"}, **{"If-None-Match": "*"})
-    again = put(client, world, "order-1", {"name": "B"}, **{"If-None-Match": "*"})
-
-    assert (created.status_code, again.status_code) == (201, 412)
-    assert again.json()["code"] == "precondition_failed"
-    assert [deal["name"] for deal in deals_of(client, world)] == ["A"]
-
-
-def test_if_none_match_with_etags_refuses_only_at_those_versions(
-    client: TestClient, world: TenantWorld
-) -> None:
-    put(client, world, "order-1", {"name": "A"})
-
-    at_it = put(client, world, "order-1", {"name": "B"}, **{"If-None-Match": '"1"'})
-    elsewhere = put(client, world, "order-1", {"name": "B"}, **{"If-None-Match": '"5", "6"'})
-    new = put(client, world, "order-2", {"name": "C"}, **{"If-None-Match": '"1"'})
-
-    assert (at_it.status_code, elsewhere.status_code, new.status_code) == (412, 200, 201)
-    assert elsewhere.json()["name"] == "B"
-
-
 def test_creating_with_a_taken_external_id_is_a_conflict_and_writes_nothing(
     client: TestClient, world: TenantWorld
 ) -> None:
@@ -425,37 +377,6 @@ def test_an_atomic_batch_without_failures_writes_everything(
 
     assert response.status_code == 200, response.text
     assert response.json()["summary"] == {"created": 3, "updated": 0, "unchanged": 0, "failed": 0}
-
-
-def test_an_external_id_names_a_deal_of_one_department_of_one_tenant(
-    client: TestClient, make_tenant: Callable[..., TenantWorld]
-) -> None:
-    tenant = make_tenant(departments=2)
-    other_tenant = make_tenant()
-    first, second = tenant.keys
-    keys = (
-        (first.headers, "First"),
-        (second.headers, "Second"),
-        (other_tenant.key.headers, "Other"),
-    )
-    path = f"{DEALS}/by-external-id/order-1"
-    made = client.put(path, json={"name": "First"}, headers=first.headers).json()
-
-    # The other department's key cannot reach it: If-Match finds no deal there.
-    hidden = client.put(path, json={"name": "Taken?"}, headers={**second.headers, "If-Match": "*"})
-    assert hidden.status_code == 412
-    for headers, name in keys[1:]:
-        response = client.put(path, json={"name": name}, headers=headers)
-        assert response.status_code == 201, name
-        assert response.json()["id"] != made["id"]
-    operation = {"op": "upsert", "external_id": "order-1", "data": {"name": "Second", "volume": 5}}
-    batch = client.post(BATCH, json={"operations": [operation]}, headers=second.headers).json()
-    assert batch["results"][0]["outcome"] == "updated"
-
-    for headers, name in keys:
-        found = client.get(DEALS, params={"external_id": "order-1"}, headers=headers).json()
-        assert [deal["name"] for deal in found["data"]] == [name]
-    assert client.get(f"{DEALS}/{made['id']}", headers=first.headers).json()["volume"] is None
 
 
 def test_the_batch_document_gives_each_operation_its_own_body(client: TestClient) -> None:
