@@ -22,6 +22,7 @@ from dealbase.edge.cors import (
     CORS_RESPONSE_HEADERS,
 )
 from dealbase.edge.request_edge import RequestEdge
+from dealbase.edge.route_index import RouteIndex
 from dealbase.graphql_api.api import install_graphql_api
 from dealbase.graphql_api.live import LiveLimits, LiveService, install_live
 from dealbase.graphql_api.schema import build_schema
@@ -159,8 +160,9 @@ def create_app(
     )
     if settings.metrics_port is None:
         install_metrics(app, metrics)
-    # Routes are matched in order, one after another: /graphql, a single path that dashboards
-    # call all day, goes before the twenty REST routes instead of after them.
+    # The router tries its routes in order: /graphql, a single path that dashboards call all
+    # day, goes before the REST routes; RouteIndex (below) finds a path without parameters
+    # at once.
     web_assets = shipped_assets()
     # Before /graphql's HTTP routes: the WebSocket at the same path is this one.
     install_live(app, live)
@@ -187,4 +189,5 @@ def create_app(
             max_age=CORS_MAX_AGE_SECONDS,
         )
     app.add_middleware(RequestEdge, observe=metrics.request_answered)
+    RouteIndex(app.router).install()
     return app

@@ -1,0 +1,95 @@
+"""RouteIndex: a request to a path without parameters reaches the route the router's scan would
+give it, found by method and path; everything else is the router's own answer."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import pytest
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.gzip import GZipMiddleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route, Router
+from starlette.testclient import TestClient
+from starlette.types import Receive, Scope, Send
+
+from dealbase.edge.route_index import RouteIndex
+
+
+def _answers(name: str) -> Callable[[Request], Awaitable[PlainTextResponse]]:
+    async def endpoint(request: Request) -> PlainTextResponse:
+        route = request.scope["route"]
+        return PlainTextResponse(f"{name} {route.path} {dict(request.path_params)}")
+
+    return endpoint
+
+
+def _indexed(routes: list[Route]) -> tuple[Starlette, RouteIndex]:
+    app = Starlette(routes=routes)
+    index = RouteIndex(app.router)
+    index.install()
+    return app, index
+
+
+def test_a_path_without_parameters_reaches_its_route_by_method() -> None:
+    app, _ = _indexed(
+        [
+            Route("/items", _answers("list"), methods=["GET"]),
+            Route("/items", _answers("create"), methods=["POST"]),
+        ]
+    )
+    client = TestClient(app)
+
+    async def no_scan(scope: Scope, receive: Receive, send: Send) -> None:
+        raise AssertionError("the router's scan ran")
+
+    app.router.app = no_scan  # type: ignore[method-assign]
+
+    assert client.get("/items").text == "list /items {}"
+    assert client.post("/items").text == "create /items {}"
+
+
+def test_an_earlier_route_with_parameters_keeps_a_path_it_matches() -> None:
+    # The router's scan gives GET /items/new to the earlier /items/{item}: so must the index.
+    app, _ = _indexed(
+        [
+            Route("/items/{item}", _answers("one"), methods=["GET"]),
+            Route("/items/new", _answers("new"), methods=["GET", "POST"]),
+        ]
+    )
+    client = TestClient(app)
+
+    assert client.get("/items/new").text == "one /items/{item} {'item': 'new'}"
+    assert client.post("/items/new").text == "new /items/new {}"
+
+
+def test_a_method_the_path_does_not_serve_is_the_routers_405_and_an_unknown_path_its_404() -> None:
+    app, _ = _indexed([Route("/items", _answers("list"), methods=["GET"])])
+    client = TestClient(app)
+
+    refused = client.delete("/items")
+
+    assert refused.status_code == 405
+    assert set(refused.headers["allow"].split(", ")) == {"GET", "HEAD"}
+    assert client.get("/nowhere").status_code == 404
+
+
+def test_routes_changed_after_the_first_request_are_indexed_again() -> None:
+    app, _ = _indexed([Route("/items/new", _answers("new"), methods=["GET"])])
+    client = TestClient(app)
+    assert client.get("/items/new").text == "new /items/new {}"
+
+    app.router.routes.insert(0, Route("/items/{item}", _answers("one"), methods=["GET"]))
+    app.router.routes.append(Route("/later", _answers("later"), methods=["GET"]))
+
+    assert client.get("/items/new").text == "one /items/{item} {'item': 'new'}"
+    assert client.get("/later").text == "later /later {}"
+
+
+def test_a_router_with_middleware_of_its_own_is_refused() -> None:
+    router = Router(routes=[], middleware=[Middleware(GZipMiddleware)])
+
+    with pytest.raises(ValueError, match="middleware"):
+        RouteIndex(router)
