@@ -10,7 +10,7 @@ from dealbase.platform import records
 from dealbase.platform.activities import repository
 from dealbase.platform.activities.models import Activity, ActivityFields, ActivityFilter
 from dealbase.platform.batches import service as batches
-from dealbase.platform.batches.models import Batch, Result, Write, upserted_fields
+from dealbase.platform.batches.models import Batch, Result, Write, single_upsert
 from dealbase.platform.customers import repository as customers_repository
 from dealbase.platform.deals import repository as deals_repository
 from dealbase.platform.events import service as events
@@ -149,10 +149,7 @@ def upsert(
     that changes nothing writes nothing (no version, no event): ``unchanged``. ``expected``
     (If-Match) needs the activity to exist at one of its versions; ``unless`` (If-None-Match)
     needs it not to exist at one of its versions (``*``: not to exist)."""
-    given = frozenset(fields.model_fields_set - {"external_id"})
-    write = Write(
-        0, True, external_id, upserted_fields(fields, external_id), given, expected, unless
-    )
+    write = single_upsert(external_id, fields, expected, unless)
     return _upsert(uow, write)
 
 

@@ -77,6 +77,18 @@ def upserted_fields(fields: Fields, external_id: str) -> Fields:
     return fields.model_copy(update={"external_id": external_id})
 
 
+def single_upsert(
+    external_id: str, fields: Fields, expected: Expected | None, unless: Expected | None
+) -> Write[Fields]:
+    """A single upsert (PUT by external id, a GraphQL upsert) as a write: the fields its body
+    gave, the external id its path names (``upserted_fields``), its If-Match and
+    If-None-Match."""
+    given = frozenset(fields.model_fields_set - {"external_id"})
+    return Write(
+        0, True, external_id, upserted_fields(fields, external_id), given, expected, unless
+    )
+
+
 Outcome = Literal["created", "updated", "unchanged", "failed"]
 
 

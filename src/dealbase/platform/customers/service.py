@@ -11,7 +11,7 @@ from dealbase.ids import new_id
 from dealbase.platform import records
 from dealbase.platform.batches import service as batches
 from dealbase.platform.batches import upserts
-from dealbase.platform.batches.models import Batch, Result, Write, upserted_fields
+from dealbase.platform.batches.models import Batch, Result, Write, single_upsert
 from dealbase.platform.batches.upserts import Judged
 from dealbase.platform.customers import repository
 from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
@@ -161,16 +161,7 @@ def upsert(
     the one that has it. A change that changes nothing writes nothing (no version, no event).
     ``expected`` (If-Match) needs the customer to exist at one of its versions; ``unless``
     (If-None-Match) needs it not to exist at one of its versions (``*``: not to exist)."""
-    given = frozenset(fields.model_fields_set - {"external_id"})
-    write = Write(
-        0,
-        True,
-        external_id,
-        upserted_fields(fields, external_id),
-        given,
-        expected,
-        unless,
-    )
+    write = single_upsert(external_id, fields, expected, unless)
     result = apply_writes(uow, [write])[0]
     if result.error is not None:
         raise result.error

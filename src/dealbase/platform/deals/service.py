@@ -12,7 +12,7 @@ from dealbase.errors import Conflict, ExternalIdTaken, Invalid, NotFound
 from dealbase.platform import records
 from dealbase.platform.activities import repository as activities_repository
 from dealbase.platform.batches import service as batches
-from dealbase.platform.batches.models import Batch, Result, Write, upserted_fields
+from dealbase.platform.batches.models import Batch, Result, Write, single_upsert
 from dealbase.platform.customers import repository as customers_repository
 from dealbase.platform.deals import repository
 from dealbase.platform.deals.models import (
@@ -300,10 +300,7 @@ def upsert(
     nothing (no version, no event): ``unchanged``. ``expected`` (If-Match) needs the deal to
     exist at one of its versions; ``unless`` (If-None-Match) needs it not to exist at one of
     its versions (``*``: not to exist)."""
-    given = frozenset(fields.model_fields_set - {"external_id"})
-    write = Write(
-        0, True, external_id, upserted_fields(fields, external_id), given, expected, unless
-    )
+    write = single_upsert(external_id, fields, expected, unless)
     return _upsert(uow, write)
 
 
