@@ -157,7 +157,9 @@ def delete(
 def by_ids(
     record: SyncedRecord[Model], uow: UnitOfWork, record_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, Model]:
-    """Many records the caller may see, by id, in one statement; unknown ids are left out."""
+    """Many records the caller may see, by id, in one statement; unknown ids are left out.
+    A record whose ``to_model`` reads again (a deal) reads once more per record: deals batch
+    that read in their own ``by_ids``."""
     rows = record.rows.by_ids(uow.connection, uow.scope.department_id, record_ids)
     return {row_id: record.to_model(uow, row) for row_id, row in rows.items()}
 
