@@ -338,25 +338,25 @@ class _Builder:
             )
         limit = None if entry.limit is None else bindparam(entry.limit, type_=Integer)
         if found.through_links:
-            # A customer's deals: its links (few) in deal order, each deal by its key.
+            # A customer's deals: its links (few) in deal order, each joined to its deal by the
+            # deal's key, which the department's check and the JSON then read once.
             deal = self.alias("deal")
-            linked = select(links.c.deal_id.label("id")).where(links.c.customer_id == parent.c.id)
+            linked = (
+                select(*deal.c)
+                .join_from(links, deal, deal.c.id == links.c.deal_id)
+                .where(links.c.customer_id == parent.c.id)
+            )
             if found.in_department:
-                department = select(deal.c.department_id).where(deal.c.id == links.c.deal_id)
-                linked = linked.where(_caller_department_is(department.scalar_subquery()))
+                linked = linked.where(_caller_department_is(deal.c.department_id))
             chosen = (
                 linked.order_by(links.c.deal_id)
                 .limit(limit)
                 .correlate(parent)
                 .subquery(f"r{next(self.aliases)}")
             )
-            child = self.alias("deal")
-            item = (
-                select(self.object("deal", child, entry.fields))
-                .where(child.c.id == chosen.c.id)
-                .scalar_subquery()
+            items = func.json_agg(
+                aggregate_order_by(self.object("deal", chosen, entry.fields), chosen.c.id)
             )
-            items = func.json_agg(aggregate_order_by(item, chosen.c.id))
             return select(func.coalesce(items, _EMPTY_LIST)).scalar_subquery()
         # The rows that name the parent, found by the parent's index (OFFSET 0 keeps the
         # planner from walking the department's index in order instead), then the first.
