@@ -45,7 +45,7 @@ def _activity(uow: UnitOfWork) -> uuid.UUID:
 
 
 # Each record's descriptor, and how to make one of it in a unit of work.
-MADE: dict[str, tuple[records.SyncedRecord[Any], Callable[[UnitOfWork], uuid.UUID]]] = {
+MADE: dict[str, tuple[records.SyncedRecord[Any, Any], Callable[[UnitOfWork], uuid.UUID]]] = {
     "customer": (customers.RECORD, _customer),
     "deal": (deals.RECORD, _deal),
     "activity": (activities.RECORD, _activity),

@@ -1,15 +1,15 @@
 """A synced record described once (``SyncedRecord``), and the writes every synced record makes the
 same way, written once over that description: the change of PATCH and of an upsert that finds its
-record (``update``), the delete (``delete``), many by id (``by_ids``) and the upsert of one
-(``upsert``).
+record (``update``), the delete (``delete``), many by id (``by_ids``), and the creates and upserts
+of a batch or of one PUT (``apply_writes``: the one engine of every record's upserts).
 
 Customers, deals and activities live the same life: owned by a department, versioned, an optional
 external id, each write recorded as an event. What is particular to one is in its descriptor: its
 rows (``rows.OwnedRows``, its table), its read model made from a row, its JSON, the fields that
 name other rows of its department and how they are checked, the events a change of one field is
-besides ``<noun>.updated``, and its side effects around a delete. Its own writes (a deal's moves
-and links, a customer's bulk upserts, each record's create with its event in one statement) stay
-in its service.
+besides ``<noun>.updated``, its side effects around a delete, and how its creates and upserts
+reach its table (``OneByOne`` or ``InBulk``). Its own writes (a deal's moves and links, each
+record's create with its event in one statement) stay in its service.
 """
 
 from __future__ import annotations
@@ -17,14 +17,18 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
-from dealbase.errors import Invalid
-from dealbase.platform.batches.models import Fields, Result, Write
-from dealbase.platform.batches.upserts import upsert_one
+from dealbase.errors import DomainError, Invalid, Unavailable
+from dealbase.ids import new_id
+from dealbase.platform.batches import service as batches
+from dealbase.platform.batches import upserts
+from dealbase.platform.batches.models import Batch, Fields, Result, Write
+from dealbase.platform.batches.service import changed_fields, savepoint
+from dealbase.platform.batches.upserts import Judged
 from dealbase.platform.event_types import EventType
 from dealbase.platform.events import service as events
-from dealbase.platform.resources import JsonObject
+from dealbase.platform.resources import JsonObject, json_value
 from dealbase.platform.rows import OwnedRows
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
@@ -54,7 +58,34 @@ def _no_side_effects(uow: UnitOfWork, record_id: uuid.UUID) -> None:
 
 
 @dataclass(frozen=True)
-class SyncedRecord(Generic[Model]):
+class OneByOne(Generic[Model, Fields]):
+    """A record whose creates are written one at a time (``insert``: its reference checks, its
+    own side effects and its ``<noun>.created`` event), and whose changes are ``update``'s."""
+
+    # The new record in the department; None when another has its external id meanwhile.
+    insert: Callable[[UnitOfWork, uuid.UUID, Fields], Model | None]
+
+
+# A record as it was and the fields a write changes, given in its fields' model's order.
+Changed = tuple[Model, Mapping[str, object]]
+
+
+@dataclass(frozen=True)
+class InBulk(Generic[Model, Fields]):
+    """A record whose creates and changes are each one statement for a whole batch: no
+    reference to check, no side effect; their events are recorded by ``apply_writes``."""
+
+    # The new records in the department, by the ids given; an external id another record has
+    # (meanwhile) is left out.
+    insert: Callable[
+        [UnitOfWork, uuid.UUID, Sequence[tuple[uuid.UUID, Fields]]], Mapping[uuid.UUID, Model]
+    ]
+    # Each record's changed fields written as its new version: by id, the records now.
+    update: Callable[[UnitOfWork, Sequence[Changed[Model]]], Mapping[uuid.UUID, Model]]
+
+
+@dataclass(frozen=True)
+class SyncedRecord(Generic[Model, Fields]):
     """What is particular to one synced record; the writes below read nothing else of it."""
 
     rows: OwnedRows  # its table's rows, and its noun ("activity": errors, event types)
@@ -62,6 +93,11 @@ class SyncedRecord(Generic[Model]):
     to_model: Callable[[UnitOfWork, Record], Model]
     # As its events (and REST) show it: ``resources.<noun>_json``.
     as_json: Callable[[Model], JsonObject]
+    # The department's records with these external ids, locked until the transaction ends (in
+    # id order: two batches lock shared rows in the same order), by external id.
+    lock: Callable[[UnitOfWork, uuid.UUID, Sequence[str]], Mapping[str, Model]]
+    # How its creates and upserts reach its table (``apply_writes``).
+    writes: OneByOne[Model, Fields] | InBulk[Model, Fields]
     # Each field that names another row of its department, with its check.
     references: Mapping[str, InDepartment] = field(default_factory=dict)
     # Events a change of one field is besides ``<noun>.updated`` (with that field alone).
@@ -74,6 +110,8 @@ class SyncedRecord(Generic[Model]):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "noun", self.rows.noun)
+        if isinstance(self.writes, InBulk) and self.references:
+            raise TypeError(f"{self.noun}: InBulk writes check no references; use OneByOne")
 
     def event(self, happened: str) -> EventType:
         return cast(EventType, f"{self.noun}.{happened}")
@@ -94,7 +132,7 @@ class SyncedRecord(Generic[Model]):
 
 
 def update(
-    record: SyncedRecord[Model],
+    record: SyncedRecord[Model, Any],
     uow: UnitOfWork,
     record_id: uuid.UUID,
     changes: dict[str, object],
@@ -119,18 +157,29 @@ def update(
     model = record.to_model(uow, after)
     changed, previous = events.changes(before, after, changes)
     if changed:
-        data = record.as_json(model)
-        events.record(uow, record.event("updated"), model.department_id, data, changed, previous)
-        for name, event_type in record.field_events:
-            if name in changed:
-                events.record(
-                    uow, event_type, model.department_id, data, (name,), {name: previous[name]}
-                )
+        _record_change(record, uow, model, changed, previous)
     return model
 
 
+def _record_change(
+    record: SyncedRecord[Model, Any],
+    uow: UnitOfWork,
+    model: Model,
+    changed: tuple[str, ...],
+    previous: JsonObject,
+) -> None:
+    """The events of a change of ``changed`` (their values before: ``previous``)."""
+    data = record.as_json(model)
+    events.record(uow, record.event("updated"), model.department_id, data, changed, previous)
+    for name, event_type in record.field_events:
+        if name in changed:
+            events.record(
+                uow, event_type, model.department_id, data, (name,), {name: previous[name]}
+            )
+
+
 def delete(
-    record: SyncedRecord[Model],
+    record: SyncedRecord[Model, Any],
     uow: UnitOfWork,
     record_id: uuid.UUID,
     expected: Expected | None = None,
@@ -155,7 +204,7 @@ def delete(
 
 
 def by_ids(
-    record: SyncedRecord[Model], uow: UnitOfWork, record_ids: Sequence[uuid.UUID]
+    record: SyncedRecord[Model, Any], uow: UnitOfWork, record_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, Model]:
     """Many records the caller may see, by id, in one statement; unknown ids are left out.
     A record whose ``to_model`` reads again (a deal) reads once more per record: deals batch
@@ -165,21 +214,197 @@ def by_ids(
 
 
 def upsert(
-    record: SyncedRecord[Model],
-    uow: UnitOfWork,
-    write: Write[Fields],
-    *,
-    lock: Callable[[uuid.UUID, str], Model | None],
-    insert: Callable[[uuid.UUID, Fields], Model | None],
+    record: SyncedRecord[Model, Fields], uow: UnitOfWork, write: Write[Fields]
 ) -> Result[Model]:
-    """An upsert of one record by ``upsert_one``'s rules in the caller's department: ``lock``
-    locks and reads the department's record with an external id, ``insert`` creates it (None
-    when the external id is taken meanwhile), and a found record changes by ``update``."""
-    department_id = department_of(uow.scope)
-    return upsert_one(
-        write,
-        record.noun,
-        lock=lambda external_id: lock(department_id, external_id),
-        insert=lambda fields: insert(department_id, fields),
-        change=lambda current, changes: update(record, uow, current.id, changes),
+    """A single upsert (PUT by external id, a GraphQL upsert), or its error raised."""
+    result = apply_writes(record, uow, [write], isolated=False)[write.index]
+    if result.error is not None:
+        raise result.error
+    return result
+
+
+def batch(
+    record: SyncedRecord[Model, Fields],
+    uow: UnitOfWork,
+    operations: Batch,
+    *,
+    create: type[Fields],
+    upsert: type[Fields] | None = None,
+    atomic: bool,
+) -> list[Result[Model]]:
+    """Up to a thousand creates and upserts (``batches.run``): their data judged by ``create``
+    and ``upsert`` (``create``'s unless given), then applied by ``apply_writes``, each
+    operation alone unless the batch is ``atomic``."""
+    return batches.run(
+        uow,
+        operations,
+        lambda uow, writes: apply_writes(record, uow, writes, isolated=not atomic),
+        create=create,
+        upsert=create if upsert is None else upsert,
+        atomic=atomic,
     )
+
+
+def apply_writes(
+    record: SyncedRecord[Model, Fields],
+    uow: UnitOfWork,
+    writes: Sequence[Write[Fields]],
+    *,
+    isolated: bool,
+) -> dict[int, Result[Model]]:
+    """Applies creates and upserts in the caller's department by the rules of
+    ``upserts.judge``, each write's result by its index: a batch's writes, or a single upsert's
+    one. The records the writes name are locked and read in one statement; then, as the record
+    is written (``record.writes``), all the new ones inserted and all the changed ones written
+    in one statement each (``InBulk``, events recorded in the order of the writes), or each
+    write applied in turn (``OneByOne``).
+
+    One at a time, a write that fails (a reference of another department...) is rolled back
+    to its savepoint when ``isolated`` (a batch per operation: the others are written);
+    otherwise the first failure ends the writes, its result the last one answered (the caller
+    raises it, or rejects the batch, and the unit of work rolls back).
+
+    Two writers upserting the same new external id at once: the second one's insert waits for
+    the first's transaction and then inserts nothing (ON CONFLICT DO NOTHING); it reads the
+    record again, locked, and applies its write as a change."""
+    department_id = department_of(uow.scope)
+    keyed = [write.external_id for write in writes if write.external_id is not None]
+    current = record.lock(uow, department_id, keyed)
+    if isinstance(record.writes, InBulk):
+        return _in_bulk(record, record.writes, uow, department_id, writes, current)
+    results: dict[int, Result[Model]] = {}
+    for write in writes:
+        found = current.get(write.external_id) if write.external_id is not None else None
+        result = _one(record, record.writes, uow, department_id, write, found, isolated)
+        results[write.index] = result
+        if result.error is not None and not isolated:
+            break
+    return results
+
+
+def _one(
+    record: SyncedRecord[Model, Fields],
+    writes: OneByOne[Model, Fields],
+    uow: UnitOfWork,
+    department_id: uuid.UUID,
+    write: Write[Fields],
+    current: Model | None,
+    isolated: bool,
+) -> Result[Model]:
+    """One write applied, in a savepoint of its own when ``isolated``; its error as its result."""
+    try:
+        if not isolated:
+            return _write_one(record, writes, uow, department_id, write, current)
+        with savepoint(uow):
+            return _write_one(record, writes, uow, department_id, write, current)
+    except Unavailable:
+        raise
+    except DomainError as exc:
+        return Result.failed(exc)
+
+
+def _write_one(
+    record: SyncedRecord[Model, Fields],
+    writes: OneByOne[Model, Fields],
+    uow: UnitOfWork,
+    department_id: uuid.UUID,
+    write: Write[Fields],
+    current: Model | None,
+) -> Result[Model]:
+    verdict = upserts.judge(record.noun, write, current)
+    if verdict is Judged.INSERT:
+        created = writes.insert(uow, department_id, write.fields)
+        if created is not None:
+            return Result("created", created)
+        if not write.upsert or write.external_id is None:
+            raise upserts.taken(record.noun, write)
+        # Another transaction inserted the external id after our read, and has committed.
+        current = record.lock(uow, department_id, [write.external_id]).get(write.external_id)
+        if current is None:
+            raise upserts.raced_away(record.noun, write)
+        verdict = upserts.judge(record.noun, write, current)
+    if isinstance(verdict, DomainError):
+        raise verdict
+    assert current is not None, "a change has the record it changes"
+    changed = changed_fields(write, current)
+    if not changed:
+        return Result("unchanged", current)
+    return Result("updated", update(record, uow, current.id, changed))
+
+
+def _in_bulk(
+    record: SyncedRecord[Model, Fields],
+    writes_in_bulk: InBulk[Model, Fields],
+    uow: UnitOfWork,
+    department_id: uuid.UUID,
+    writes: Sequence[Write[Fields]],
+    current: Mapping[str, Model],
+) -> dict[int, Result[Model]]:
+    results: dict[int, Result[Model]] = {}
+    changes: list[tuple[Write[Fields], Model]] = []
+
+    def inserts(write: Write[Fields], found: Model | None) -> bool:
+        """True when ``write`` is to be inserted; else its result or its change is noted."""
+        verdict = upserts.judge(record.noun, write, found)
+        if isinstance(verdict, DomainError):
+            results[write.index] = Result.failed(verdict)
+        elif verdict is Judged.CHANGE:
+            assert found is not None, "a change has the record it changes"
+            changes.append((write, found))
+        return verdict is Judged.INSERT
+
+    new = [
+        (new_id(), write)
+        for write in writes
+        if inserts(write, current.get(write.external_id) if write.external_id else None)
+    ]
+    # In external id order: two batches inserting the same new ids wait for each other in the
+    # same order, never each for the other.
+    new.sort(key=lambda pair: pair[1].external_id or "")
+    inserted = writes_in_bulk.insert(
+        uow, department_id, [(id_, write.fields) for id_, write in new]
+    )
+    raced: list[Write[Fields]] = []
+    for record_id, write in new:
+        created = inserted.get(record_id)
+        if created is not None:
+            results[write.index] = Result("created", created)
+        elif write.upsert:
+            raced.append(write)
+        else:
+            results[write.index] = Result.failed(upserts.taken(record.noun, write))
+    if raced:
+        now_there = record.lock(uow, department_id, [write.external_id or "" for write in raced])
+        for write in raced:
+            found = now_there.get(write.external_id or "")
+            if found is None:
+                results[write.index] = Result.failed(upserts.raced_away(record.noun, write))
+            else:
+                inserts(write, found)
+
+    changed_by_id: dict[uuid.UUID, tuple[Write[Fields], Model, dict[str, object]]] = {}
+    for write, before in changes:
+        changed = changed_fields(write, before)
+        if changed:
+            changed_by_id[before.id] = (write, before, changed)
+        else:
+            results[write.index] = Result("unchanged", before)
+    updated = writes_in_bulk.update(
+        uow, [(before, changed) for _, before, changed in changed_by_id.values()]
+    )
+    for record_id, model in updated.items():
+        results[changed_by_id[record_id][0].index] = Result("updated", model)
+
+    for write in sorted(writes, key=lambda write: write.index):
+        result = results[write.index]
+        if result.record is None:
+            continue
+        if result.outcome == "created":
+            events.record(
+                uow, record.event("created"), department_id, record.as_json(result.record)
+            )
+        elif result.outcome == "updated":
+            _, before, changed = changed_by_id[result.record.id]
+            previous: JsonObject = {name: json_value(getattr(before, name)) for name in changed}
+            _record_change(record, uow, result.record, tuple(changed), previous)
+    return results

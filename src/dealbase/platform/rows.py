@@ -16,6 +16,8 @@ from sqlalchemy import (
     Select,
     Table,
     TableValuedAlias,
+    Text,
+    any_,
     bindparam,
     cast,
     column,
@@ -228,6 +230,32 @@ class OwnedRows:
             select(table).where(table.c.id.in_(row_ids), in_department(table, department_id))
         ).mappings()
         return {row["id"]: row for row in rows}
+
+    def lock_by_external_ids(
+        self,
+        connection: TenantConnection,
+        department_id: uuid.UUID,
+        external_ids: Sequence[str],
+        query: Select[Any] | None = None,
+    ) -> dict[str, Record]:
+        """The department's rows with these external ids, by external id, in one statement,
+        locked until the transaction ends (in id order, so that two batches lock shared rows in
+        the same order). ``query``: what is read of each (the table's columns unless given; it
+        reads from the table)."""
+        if not external_ids:
+            return {}
+        table = self.table
+        rows = connection.execute(
+            (select(table) if query is None else query)
+            .where(
+                table.c.department_id == department_id,
+                table.c.external_id
+                == any_(bindparam("external_ids", list(external_ids), type_=ARRAY(Text))),
+            )
+            .order_by(table.c.id)
+            .with_for_update(of=table)
+        ).mappings()
+        return {row["external_id"]: row for row in rows}
 
     def first_per_parent(
         self,

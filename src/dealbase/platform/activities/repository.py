@@ -54,25 +54,6 @@ def insert_activity(
     return None if row is None else to_activity(row)
 
 
-def lock_by_external_id(
-    connection: TenantConnection, department_id: uuid.UUID, external_id: str
-) -> Activity | None:
-    """The department's activity with this external id, locked until the transaction ends."""
-    row = (
-        connection.execute(
-            select(activities)
-            .where(
-                activities.c.department_id == department_id,
-                activities.c.external_id == external_id,
-            )
-            .with_for_update()
-        )
-        .mappings()
-        .first()
-    )
-    return None if row is None else to_activity(row)
-
-
 def get_activity(
     connection: TenantConnection, department_id: uuid.UUID | None, activity_id: uuid.UUID
 ) -> Activity | None:

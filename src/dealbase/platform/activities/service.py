@@ -9,8 +9,7 @@ from dealbase.errors import ExternalIdTaken
 from dealbase.platform import records
 from dealbase.platform.activities import repository
 from dealbase.platform.activities.models import Activity, ActivityFields, ActivityFilter
-from dealbase.platform.batches import service as batches
-from dealbase.platform.batches.models import Batch, Result, Write, single_upsert
+from dealbase.platform.batches.models import Batch, Result, single_upsert
 from dealbase.platform.customers import repository as customers_repository
 from dealbase.platform.deals import repository as deals_repository
 from dealbase.platform.events import service as events
@@ -22,10 +21,19 @@ from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
 from dealbase.tenancy.database.connections import UnitOfWork
 
-RECORD: records.SyncedRecord[Activity] = records.SyncedRecord(
+RECORD: records.SyncedRecord[Activity, ActivityFields] = records.SyncedRecord(
     rows=repository.rows,
     to_model=lambda uow, row: repository.to_activity(row),
     as_json=activity_json,
+    lock=lambda uow, department_id, external_ids: {
+        external_id: repository.to_activity(row)
+        for external_id, row in repository.rows.lock_by_external_ids(
+            uow.connection, department_id, external_ids
+        ).items()
+    },
+    writes=records.OneByOne(
+        insert=lambda uow, department_id, fields: _insert(uow, department_id, fields)
+    ),
     references={
         "customer_id": lambda uow, department_id, customer_id: (
             customers_repository.get_customer(
@@ -149,36 +157,10 @@ def upsert(
     that changes nothing writes nothing (no version, no event): ``unchanged``. ``expected``
     (If-Match) needs the activity to exist at one of its versions; ``unless`` (If-None-Match)
     needs it not to exist at one of its versions (``*``: not to exist)."""
-    write = single_upsert(external_id, fields, expected, unless)
-    return _upsert(uow, write)
+    return records.upsert(RECORD, uow, single_upsert(external_id, fields, expected, unless))
 
 
 def batch(uow: UnitOfWork, operations: Batch, *, atomic: bool) -> list[Result[Activity]]:
     """Creates and upserts up to a thousand activities, one operation after another, each in a
     savepoint of its own unless the batch is atomic (then the first failure rejects it all)."""
-    return batches.run(
-        uow,
-        operations,
-        batches.one_by_one(_apply_one, atomic=atomic),
-        create=ActivityFields,
-        upsert=ActivityFields,
-        atomic=atomic,
-    )
-
-
-def _apply_one(uow: UnitOfWork, write: Write[ActivityFields]) -> Result[Activity]:
-    if write.upsert:
-        return _upsert(uow, write)
-    return Result("created", create(uow, write.fields))
-
-
-def _upsert(uow: UnitOfWork, write: Write[ActivityFields]) -> Result[Activity]:
-    return records.upsert(
-        RECORD,
-        uow,
-        write,
-        lock=lambda department_id, external_id: repository.lock_by_external_id(
-            uow.connection, department_id, external_id
-        ),
-        insert=lambda department_id, fields: _insert(uow, department_id, fields),
-    )
+    return records.batch(RECORD, uow, operations, create=ActivityFields, atomic=atomic)

@@ -1,4 +1,5 @@
-"""Running a batch: each operation's data judged alone, then applied by the resource's service.
+"""Running a batch: each operation's data judged alone, then applied by the resource's service
+(``records.apply_writes``).
 
 A batch is per operation by default: an operation that fails leaves the others written, and its
 result says why. ``atomic`` makes it all or nothing: any failure rolls every operation back and
@@ -12,15 +13,15 @@ from contextlib import contextmanager
 
 from sqlalchemy import text
 
-from dealbase.errors import BatchRejected, DomainError, Invalid, Unavailable
+from dealbase.errors import BatchRejected, DomainError, Invalid
 from dealbase.platform.batches.models import Batch, Fields, Record, Result, Write
 from dealbase.platform.events import service as events
 from dealbase.platform.validation import validated
 from dealbase.tenancy.database.connections import UnitOfWork
 
-# Applies writes (all valid) and answers a result for each, by index.
+# Applies writes (all valid) and answers a result for each, by index: every write's, or, when
+# one fails and the batch is atomic, those up to that one (``records.apply_writes``).
 Apply = Callable[[UnitOfWork, Sequence[Write[Fields]]], dict[int, Result[Record]]]
-ApplyOne = Callable[[UnitOfWork, Write[Fields]], Result[Record]]
 
 
 def writes_of(
@@ -85,7 +86,10 @@ def run(
     writes, results = writes_of(batch, create, upsert)
     if atomic and results:
         raise _rejected(results)
-    results.update(apply(uow, writes))
+    for index, result in apply(uow, writes).items():
+        results[index] = (
+            result if result.error is None else Result.failed(_within(index, result.error))
+        )
     if atomic and any(result.error is not None for result in results.values()):
         raise _rejected(results)
     return [results[index] for index in range(len(batch.operations))]
@@ -100,40 +104,9 @@ def _rejected(results: dict[int, Result[Record]]) -> BatchRejected:
     )
 
 
-def one_by_one(apply_one: ApplyOne[Fields, Record], *, atomic: bool) -> Apply[Fields, Record]:
-    """``apply_one`` for each write in turn, each in a savepoint of its own unless the batch is
-    atomic (whose first failure ends it). For resources whose writes are not made in bulk.
-
-    A field error of an operation (a step of another department...) names its field within the
-    operation's data, as the errors of its data's model do."""
-
-    def apply(uow: UnitOfWork, writes: Sequence[Write[Fields]]) -> dict[int, Result[Record]]:
-        results: dict[int, Result[Record]] = {}
-        for write in writes:
-            if atomic:
-                try:
-                    results[write.index] = apply_one(uow, write)
-                except Unavailable:
-                    raise
-                except DomainError as exc:
-                    raise BatchRejected(
-                        "An operation of the batch failed, so none was applied.",
-                        [(write.index, _within(write.index, exc))],
-                    ) from None
-                continue
-            try:
-                with savepoint(uow):
-                    results[write.index] = apply_one(uow, write)
-            except Unavailable:
-                raise
-            except DomainError as exc:
-                results[write.index] = Result.failed(_within(write.index, exc))
-        return results
-
-    return apply
-
-
 def _within(index: int, error: DomainError) -> DomainError:
+    """A field error of an operation (a step of another department...) names its field within
+    the operation's data, as the errors of its data's model do."""
     return error.within(f"operations[{index}].data") if isinstance(error, Invalid) else error
 
 

@@ -1,7 +1,5 @@
 """The rules of a create or an upsert by external id (``judge``), for every synced record, and
-one upsert applied by them (``upsert_one``) for the records written one at a time (deals,
-activities; customers are written in bulk, ``customers.service.apply_writes``, which judges
-each write by the same rules).
+the errors they answer; ``records.apply_writes`` applies them.
 
 The record is locked and read by its external id (``SELECT ... FOR UPDATE``). When there is
 none, it is inserted with ``ON CONFLICT (department_id, external_id) DO NOTHING``: a writer that
@@ -14,13 +12,11 @@ once leave one record, and both succeed: ``created`` and ``updated`` (or ``uncha
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from enum import Enum
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from dealbase.errors import DomainError, ExternalIdTaken, PreconditionFailed
-from dealbase.platform.batches.models import Fields, Result, Write
-from dealbase.platform.batches.service import changed_fields
+from dealbase.platform.batches.models import Fields, Write
 
 
 class Versioned(Protocol):
@@ -29,9 +25,6 @@ class Versioned(Protocol):
 
     @property
     def version(self) -> int: ...
-
-
-Current = TypeVar("Current", bound=Versioned)
 
 
 class Judged(Enum):
@@ -43,7 +36,7 @@ def judge(noun: str, write: Write[Fields], current: Versioned | None) -> Judged 
     """What the rules of a create or an upsert make of ``write``, given the record of the
     department that has its external id (``current``), or none: insert it, change ``current``,
     or the error the write fails with. The one place these rules are written, for the bulk
-    writes (``customers.service.apply_writes``) and for ``upsert_one``.
+    writes and for the ones written one at a time (``records.apply_writes``).
 
     A create fails when the external id is taken; an upsert changes the record that has it.
     ``write.expected`` (If-Match) needs the record to exist at one of those versions;
@@ -60,46 +53,6 @@ def judge(noun: str, write: Write[Fields], current: Versioned | None) -> Judged 
     if write.expected is not None and not write.expected.admits(current.version):
         return precondition_failed(noun, write, "is not at a version If-Match names; read it again")
     return Judged.CHANGE
-
-
-def upsert_one(
-    write: Write[Fields],
-    noun: str,
-    *,
-    lock: Callable[[str], Current | None],
-    insert: Callable[[Fields], Current | None],
-    change: Callable[[Current, dict[str, object]], Current],
-) -> Result[Current]:
-    """Applies an upsert ``write`` as ``judge`` rules, raising its error (a DomainError) when
-    it fails.
-
-    ``lock`` locks and reads the record with an external id, or None; ``insert`` creates it from
-    the write's fields, or answers None when another record has the external id meanwhile;
-    ``change`` writes the changed fields of a record that exists (by the resource's update,
-    with its events), given in the order of the fields' model. A write that changes no value
-    writes nothing: ``unchanged``."""
-    external_id = write.external_id
-    assert external_id is not None, "an upsert names its record's external id"
-    current = lock(external_id)
-    judged = judge(noun, write, current)
-    if judged is Judged.INSERT:
-        created = insert(write.fields)
-        if created is not None:
-            return Result("created", created)
-        # Another transaction inserted the external id after our read, and has committed.
-        current = lock(external_id)
-        if current is None:
-            raise raced_away(noun, write)
-        judged = judge(noun, write, current)
-    if isinstance(judged, DomainError):
-        raise judged
-    assert current is not None, "a change has the record it changes"
-    changed = changed_fields(write, current)
-    if not changed:
-        return Result("unchanged", current)
-    # In the model's order, as a PATCH names them (its events list them so).
-    in_order = {name: changed[name] for name in type(write.fields).model_fields if name in changed}
-    return Result("updated", change(current, in_order))
 
 
 def taken(noun: str, write: Write[Fields]) -> DomainError:

@@ -4,14 +4,13 @@ import dataclasses
 import functools
 import operator
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
     Select,
     Text,
-    any_,
     bindparam,
     cast,
     func,
@@ -19,7 +18,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, insert
+from sqlalchemy.dialects.postgresql import insert
 
 from dealbase.errors import ExternalIdTaken
 from dealbase.ids import new_id
@@ -188,30 +187,6 @@ def insert_new(
     return {row["id"]: to_customer(row, tenant_id) for row in rows}
 
 
-def lock_by_external_ids(
-    connection: TenantConnection,
-    tenant_id: uuid.UUID,
-    department_id: uuid.UUID,
-    external_ids: Sequence[str],
-) -> dict[str, Customer]:
-    """The department's customers with these external ids, locked until the transaction ends
-    (in id order, so that two batches lock shared rows in the same order)."""
-    if not external_ids:
-        return {}
-    rows = connection.execute(
-        select(customers)
-        .where(
-            customers.c.department_id == department_id,
-            customers.c.external_id
-            == any_(bindparam("external_ids", list(external_ids), type_=ARRAY(Text))),
-        )
-        .order_by(customers.c.id)
-        .with_for_update()
-    ).mappings()
-    found = (to_customer(row, tenant_id) for row in rows)
-    return {customer.external_id: customer for customer in found if customer.external_id}
-
-
 _UPDATE_MANY = built_once(
     update(customers)
     .where(customers.c.id == _GIVEN.c.id)
@@ -229,12 +204,16 @@ _UPDATE_MANY = built_once(
 def update_many(
     connection: TenantConnection,
     tenant_id: uuid.UUID,
-    rows: Sequence[dict[str, object]],
+    changes: Sequence[tuple[Customer, Mapping[str, object]]],
 ) -> dict[uuid.UUID, Customer]:
-    """Writes each row's client fields (``id`` and every FIELD_COLUMNS value) as a new version,
-    in one statement: by id, the customers as they now are."""
-    if not rows:
+    """Writes each customer with its changed fields as a new version, in one statement: by id,
+    the customers as they now are."""
+    if not changes:
         return {}
+    rows = [
+        {**{name: getattr(before, name) for name in FIELD_COLUMNS}, **changed, "id": before.id}
+        for before, changed in changes
+    ]
     updated = connection.execute(_UPDATE_MANY, unnested_values(_GIVEN_COLUMNS, rows)).mappings()
     return {row["id"]: to_customer(row, tenant_id) for row in updated}
 

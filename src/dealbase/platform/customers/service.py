@@ -6,19 +6,14 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from dealbase.errors import DomainError
-from dealbase.ids import new_id
 from dealbase.platform import records
-from dealbase.platform.batches import service as batches
-from dealbase.platform.batches import upserts
-from dealbase.platform.batches.models import Batch, Result, Write, single_upsert
-from dealbase.platform.batches.upserts import Judged
+from dealbase.platform.batches.models import Batch, Result, single_upsert
 from dealbase.platform.customers import repository
 from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
 from dealbase.platform.deals import repository as deals_repository
 from dealbase.platform.events import service as events
 from dealbase.platform.pagination import Page, page_request
-from dealbase.platform.resources import JsonObject, customer_json, json_value
+from dealbase.platform.resources import customer_json
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
 from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
@@ -27,10 +22,24 @@ from dealbase.tenancy.database.statements import Deferred
 T = TypeVar("T")
 
 
-RECORD: records.SyncedRecord[Customer] = records.SyncedRecord(
+RECORD: records.SyncedRecord[Customer, CustomerFields] = records.SyncedRecord(
     rows=repository.rows,
     to_model=lambda uow, row: repository.to_customer(row, uow.scope.tenant_id),
     as_json=customer_json,
+    lock=lambda uow, department_id, external_ids: {
+        external_id: repository.to_customer(row, uow.scope.tenant_id)
+        for external_id, row in repository.rows.lock_by_external_ids(
+            uow.connection, department_id, external_ids
+        ).items()
+    },
+    writes=records.InBulk(
+        insert=lambda uow, department_id, new: repository.insert_new(
+            uow.connection, uow.scope.tenant_id, department_id, new
+        ),
+        update=lambda uow, changes: repository.update_many(
+            uow.connection, uow.scope.tenant_id, changes
+        ),
+    ),
     # While its links still exist: the deals it is linked to change with it.
     before_delete=lambda uow, customer_id: deals_repository.touch_deals_of_customer(
         uow.connection, customer_id
@@ -161,109 +170,10 @@ def upsert(
     the one that has it. A change that changes nothing writes nothing (no version, no event).
     ``expected`` (If-Match) needs the customer to exist at one of its versions; ``unless``
     (If-None-Match) needs it not to exist at one of its versions (``*``: not to exist)."""
-    write = single_upsert(external_id, fields, expected, unless)
-    result = apply_writes(uow, [write])[0]
-    if result.error is not None:
-        raise result.error
-    return result
+    return records.upsert(RECORD, uow, single_upsert(external_id, fields, expected, unless))
 
 
 def batch(uow: UnitOfWork, operations: Batch, *, atomic: bool) -> list[Result[Customer]]:
     """Creates and upserts up to a thousand customers, in a few statements whatever their
-    number (``apply_writes``)."""
-    return batches.run(
-        uow, operations, apply_writes, create=CustomerFields, upsert=CustomerFields, atomic=atomic
-    )
-
-
-def apply_writes(
-    uow: UnitOfWork, writes: Sequence[Write[CustomerFields]]
-) -> dict[int, Result[Customer]]:
-    """Applies creates and upserts together: the customers they name are locked and read in one
-    statement, the new ones inserted in one, the changed ones written in one. Events are
-    recorded in the order of the writes, as single writes would have made them.
-
-    Two writers upserting the same new external id at once: the second one's insert waits for
-    the first's transaction and then skips the row (ON CONFLICT DO NOTHING), which it reads
-    again, locked, and updates."""
-    scope, connection = uow.scope, uow.connection
-    department_id = department_of(scope)
-    results: dict[int, Result[Customer]] = {}
-    changes: list[tuple[Write[CustomerFields], Customer]] = []
-
-    def judged(write: Write[CustomerFields], current: Customer | None) -> bool:
-        """True when ``write`` is to be inserted; else its result or its change is noted."""
-        verdict = upserts.judge("customer", write, current)
-        if isinstance(verdict, DomainError):
-            results[write.index] = Result.failed(verdict)
-        elif verdict is Judged.CHANGE:
-            assert current is not None, "a change has the record it changes"
-            changes.append((write, current))
-        return verdict is Judged.INSERT
-
-    keyed = [write.external_id for write in writes if write.external_id is not None]
-    current = repository.lock_by_external_ids(connection, scope.tenant_id, department_id, keyed)
-    new = [
-        (new_id(), write)
-        for write in writes
-        if judged(write, current.get(write.external_id) if write.external_id else None)
-    ]
-    # In external id order: two batches inserting the same new ids wait for each other in the
-    # same order, never each for the other.
-    new.sort(key=lambda pair: pair[1].external_id or "")
-    inserted = repository.insert_new(
-        connection, scope.tenant_id, department_id, [(id_, write.fields) for id_, write in new]
-    )
-    raced: list[Write[CustomerFields]] = []
-    for customer_id, write in new:
-        customer = inserted.get(customer_id)
-        if customer is not None:
-            results[write.index] = Result("created", customer)
-        elif write.upsert:
-            raced.append(write)
-        else:
-            results[write.index] = Result.failed(upserts.taken("customer", write))
-    if raced:
-        now_there = repository.lock_by_external_ids(
-            connection, scope.tenant_id, department_id, [w.external_id or "" for w in raced]
-        )
-        for write in raced:
-            found = now_there.get(write.external_id or "")
-            if found is None:
-                results[write.index] = Result.failed(upserts.raced_away("customer", write))
-            else:
-                judged(write, found)
-
-    rows: list[dict[str, object]] = []
-    changed_by_id: dict[uuid.UUID, tuple[Write[CustomerFields], Customer, dict[str, object]]] = {}
-    for write, before in changes:
-        changed = batches.changed_fields(write, before)
-        if not changed:
-            results[write.index] = Result("unchanged", before)
-            continue
-        row: dict[str, object] = {name: getattr(before, name) for name in repository.FIELD_COLUMNS}
-        row.update(changed, id=before.id)
-        rows.append(row)
-        changed_by_id[before.id] = (write, before, changed)
-    for customer_id, customer in repository.update_many(connection, scope.tenant_id, rows).items():
-        write, _, _ = changed_by_id[customer_id]
-        results[write.index] = Result("updated", customer)
-
-    for write in sorted(writes, key=lambda write: write.index):
-        result = results[write.index]
-        if result.record is None:
-            continue
-        if result.outcome == "created":
-            events.record(uow, "customer.created", department_id, customer_json(result.record))
-        elif result.outcome == "updated":
-            _, before, changed = changed_by_id[result.record.id]
-            previous: JsonObject = {name: json_value(getattr(before, name)) for name in changed}
-            events.record(
-                uow,
-                "customer.updated",
-                department_id,
-                customer_json(result.record),
-                tuple(changed),
-                previous,
-            )
-    return results
+    number (``records.apply_writes``: in bulk)."""
+    return records.batch(RECORD, uow, operations, create=CustomerFields, atomic=atomic)

@@ -330,20 +330,12 @@ def created_wakes(inserted: Deferred) -> bool:
     return row is not None and bool(row[-1])
 
 
-def lock_by_external_id(
-    connection: TenantConnection, department_id: uuid.UUID, external_id: str
-) -> Record | None:
-    """The department's deal with this external id (with its employee's name), locked until
-    the transaction ends."""
-    return (
-        connection.execute(
-            _with_employee_name()
-            .where(deals.c.department_id == department_id, deals.c.external_id == external_id)
-            .with_for_update(of=deals)
-        )
-        .mappings()
-        .first()
-    )
+def lock_by_external_ids(
+    connection: TenantConnection, department_id: uuid.UUID, external_ids: Sequence[str]
+) -> dict[str, Record]:
+    """The department's deals with these external ids (with their employees' names), locked
+    until the transaction ends, by external id."""
+    return rows.lock_by_external_ids(connection, department_id, external_ids, _with_employee_name())
 
 
 def link_customer(connection: TenantConnection, deal_id: uuid.UUID, customer_id: uuid.UUID) -> bool:

@@ -3,7 +3,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import cast
 
 import psycopg
 from pydantic import BaseModel
@@ -11,7 +10,6 @@ from pydantic import BaseModel
 from dealbase.errors import Conflict, ExternalIdTaken, Invalid, NotFound
 from dealbase.platform import records
 from dealbase.platform.activities import repository as activities_repository
-from dealbase.platform.batches import service as batches
 from dealbase.platform.batches.models import Batch, Result, Write, single_upsert
 from dealbase.platform.customers import repository as customers_repository
 from dealbase.platform.deals import repository
@@ -184,11 +182,19 @@ def update(
     return records.update(RECORD, uow, deal_id, patch.model_dump(exclude_unset=True), expected)
 
 
-RECORD: records.SyncedRecord[Deal] = records.SyncedRecord(
+RECORD: records.SyncedRecord[Deal, DealCreate | DealUpsert] = records.SyncedRecord(
     rows=repository.rows,
     # Read again, with its customers and its employee's name.
     to_model=lambda uow, row: get(uow, row["id"]),
     as_json=deal_json,
+    lock=lambda uow, department_id, external_ids: _locked(uow, department_id, external_ids),
+    writes=records.OneByOne(
+        insert=lambda uow, department_id, fields: (
+            create(uow, fields)
+            if isinstance(fields, DealCreate)
+            else _insert_upserted(uow, department_id, fields)
+        )
+    ),
     references={
         "step_id": lambda uow, department_id, step_id: pipeline_repository.step_in_department(
             uow.connection, department_id, step_id
@@ -300,8 +306,8 @@ def upsert(
     nothing (no version, no event): ``unchanged``. ``expected`` (If-Match) needs the deal to
     exist at one of its versions; ``unless`` (If-None-Match) needs it not to exist at one of
     its versions (``*``: not to exist)."""
-    write = single_upsert(external_id, fields, expected, unless)
-    return _upsert(uow, write)
+    write: Write[DealCreate | DealUpsert] = single_upsert(external_id, fields, expected, unless)
+    return records.upsert(RECORD, uow, write)
 
 
 def batch(uow: UnitOfWork, operations: Batch, *, atomic: bool) -> list[Result[Deal]]:
@@ -311,40 +317,24 @@ def batch(uow: UnitOfWork, operations: Batch, *, atomic: bool) -> list[Result[De
     # Typed as the union, which mypy would not infer from the two models (it joins them).
     create_model: type[DealCreate | DealUpsert] = DealCreate
     upsert_model: type[DealCreate | DealUpsert] = DealUpsert
-    return batches.run(
-        uow,
-        operations,
-        batches.one_by_one(_apply_one, atomic=atomic),
-        create=create_model,
-        upsert=upsert_model,
-        atomic=atomic,
+    return records.batch(
+        RECORD, uow, operations, create=create_model, upsert=upsert_model, atomic=atomic
     )
 
 
-def _apply_one(uow: UnitOfWork, write: Write[DealCreate | DealUpsert]) -> Result[Deal]:
-    if isinstance(write.fields, DealUpsert):
-        return _upsert(uow, cast("Write[DealUpsert]", write))
-    return Result("created", create(uow, write.fields))
-
-
-def _upsert(uow: UnitOfWork, write: Write[DealUpsert]) -> Result[Deal]:
-    return records.upsert(
-        RECORD,
-        uow,
-        write,
-        lock=lambda department_id, external_id: _locked(uow, department_id, external_id),
-        insert=lambda department_id, fields: _insert_upserted(uow, department_id, fields),
-    )
-
-
-def _locked(uow: UnitOfWork, department_id: uuid.UUID, external_id: str) -> Deal | None:
-    row = repository.lock_by_external_id(uow.connection, department_id, external_id)
-    if row is None:
-        return None
+def _locked(
+    uow: UnitOfWork, department_id: uuid.UUID, external_ids: Sequence[str]
+) -> dict[str, Deal]:
+    rows = repository.lock_by_external_ids(uow.connection, department_id, external_ids)
+    if not rows:
+        return {}
     customers = customers_repository.customers_of_deals(
-        uow.connection, uow.scope.tenant_id, [row["id"]]
+        uow.connection, uow.scope.tenant_id, [row["id"] for row in rows.values()]
     )
-    return repository.to_deal(row, customers[row["id"]])
+    return {
+        external_id: repository.to_deal(row, customers[row["id"]])
+        for external_id, row in rows.items()
+    }
 
 
 def _insert_upserted(uow: UnitOfWork, department_id: uuid.UUID, fields: DealUpsert) -> Deal | None:
