@@ -77,6 +77,22 @@ WITHOUT = {
 }
 
 
+def serving_settings(database: str, redis_url: str) -> dict[str, str]:
+    """The environment of an in-process server: the settings of `make bench`'s (JSON access
+    lines at info, Redis rate limits that never refuse) on ``database``."""
+    return {
+        "DEALBASE_DATABASE_URL": database,
+        "DEALBASE_REDIS_URL": redis_url,
+        "DEALBASE_LOG_FORMAT": "json",
+        "DEALBASE_LOG_LEVEL": "info",
+        "DEALBASE_RATE_LIMIT_KEY": GENEROUS_RATE,
+        "DEALBASE_RATE_LIMIT_KEY_BURST": GENEROUS_BURST,
+        "DEALBASE_RATE_LIMIT_TENANT": GENEROUS_RATE,
+        "DEALBASE_RATE_LIMIT_TENANT_BURST": GENEROUS_BURST,
+        "BASELINE_DATABASE_URL": database,
+    }
+
+
 async def _post(
     app: Any,
     path: str,
@@ -250,19 +266,7 @@ def main() -> None:
         body = json.dumps({"query": query, "variables": {"first": 50}}).encode()
     with scratch_database(server) as database:
         tenant = provision(database)
-        os.environ.update(
-            {
-                "DEALBASE_DATABASE_URL": database,
-                "DEALBASE_REDIS_URL": redis_url,
-                "DEALBASE_LOG_FORMAT": "json",
-                "DEALBASE_LOG_LEVEL": "info",
-                "DEALBASE_RATE_LIMIT_KEY": GENEROUS_RATE,
-                "DEALBASE_RATE_LIMIT_KEY_BURST": GENEROUS_BURST,
-                "DEALBASE_RATE_LIMIT_TENANT": GENEROUS_RATE,
-                "DEALBASE_RATE_LIMIT_TENANT_BURST": GENEROUS_BURST,
-                "BASELINE_DATABASE_URL": database,
-            }
-        )
+        os.environ.update(serving_settings(database, redis_url))
         for part in arguments.without:
             WITHOUT[part]()
         # The access lines are written, as in `make bench`, but to nowhere; the figures to stdout.

@@ -3,7 +3,6 @@ all or nothing, in a fixed number of statements."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -12,7 +11,6 @@ from fastapi.testclient import TestClient
 
 from dealbase.edge.request_edge import MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES
 from dealbase.platform.batches.models import MAX_OPERATIONS
-from dealbase.tenancy.database.connections import Database
 from tests.rest_api.test_events import all_events
 from tests.support import TenantWorld
 
@@ -247,46 +245,3 @@ def test_an_idempotency_key_replays_a_batch_and_tells_its_modes_apart(
     assert other_mode.status_code == 422
     assert other_mode.json()["code"] == "idempotency_key_reused"
     assert len(customers_of(client, world)) == 2
-
-
-class StatementCounter:
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, statement: str) -> None:
-        if not statement.startswith("SELECT") or " FOR UPDATE" in statement:
-            self.count += 1
-
-
-@pytest.fixture
-def tenant_statements(client: TestClient) -> Iterator[StatementCounter]:
-    """Counts the statements units of work send (reads without locks left out: the events
-    finisher's and the idempotency check's are the same for any batch)."""
-    database: Database = client.app.state.database  # type: ignore[attr-defined]
-    counter = StatementCounter()
-    database.statement_listeners.append(counter)
-    try:
-        yield counter
-    finally:
-        database.statement_listeners.remove(counter)
-
-
-def test_a_batch_costs_the_same_statements_whatever_its_size(
-    client: TestClient, world: TenantWorld, tenant_statements: StatementCounter
-) -> None:
-    counts = {}
-    for size in (10, MAX_OPERATIONS - 2):
-        send(client, world, [upsert(f"{size}-{n}") for n in range(size)])
-        changed = [upsert(f"{size}-{n}", city="X" if n % 2 else None) for n in range(size)]
-        tenant_statements.count = 0
-        body = send(client, world, [*changed, create(), upsert(f"{size}-new")]).json()
-        counts[size] = tenant_statements.count
-        assert body["summary"] == {
-            "created": 2,
-            "updated": size // 2,
-            "unchanged": size // 2,
-            "failed": 0,
-        }
-
-    assert counts[10] == counts[MAX_OPERATIONS - 2], counts
-    assert counts[10] <= 6, counts

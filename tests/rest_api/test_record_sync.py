@@ -5,13 +5,15 @@ department of one tenant). What is particular to one record is in its own module
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from dealbase.platform.batches.models import MAX_OPERATIONS
+from dealbase.tenancy.database.connections import Database
 from tests.support import TenantWorld
 
 API = "/api/v1/integration"
@@ -202,3 +204,63 @@ def test_an_external_id_names_a_record_of_one_department_of_one_tenant(
     expected = ["First", "Second again", "Other"]
     for (headers, _), label in zip(callers, expected, strict=True):
         assert record.labels(client, headers, "sync-1") == [label]
+
+
+class StatementCounter:
+    """Counts the statements units of work send, reads without locks left out (the events
+    finisher's, the idempotency check's and the references' are one each, for any batch)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, statement: str) -> None:
+        if not statement.startswith("SELECT") or " FOR UPDATE" in statement:
+            self.count += 1
+
+
+@pytest.fixture
+def tenant_statements(client: TestClient) -> Iterator[StatementCounter]:
+    database: Database = client.app.state.database  # type: ignore[attr-defined]
+    counter = StatementCounter()
+    database.statement_listeners.append(counter)
+    try:
+        yield counter
+    finally:
+        database.statement_listeners.remove(counter)
+
+
+@pytest.mark.parametrize("plural", ["customers", "activities"])
+def test_a_batch_of_a_record_written_in_bulk_costs_the_same_statements_whatever_its_size(
+    client: TestClient, world: TenantWorld, tenant_statements: StatementCounter, plural: str
+) -> None:
+    record = RECORDS[plural]
+    headers = world.key.headers
+    required = record.required(client, headers)
+
+    def send(operations: list[dict[str, Any]]) -> Any:
+        response = client.post(
+            f"{API}/{plural}/batch", json={"operations": operations}, headers=headers
+        )
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def upsert(external_id: str, label: str = "L") -> dict[str, Any]:
+        return {"op": "upsert", "external_id": external_id, "data": record.body(required, label)}
+
+    counts = {}
+    for size in (10, MAX_OPERATIONS - 2):
+        send([upsert(f"{size}-{n}") for n in range(size)])
+        changed = [upsert(f"{size}-{n}", "X" if n % 2 else "L") for n in range(size)]
+        tenant_statements.count = 0
+        create = {"op": "create", "data": record.body(required, "L")}
+        body = send([*changed, create, upsert(f"{size}-new")])
+        counts[size] = tenant_statements.count
+        assert body["summary"] == {
+            "created": 2,
+            "updated": size // 2,
+            "unchanged": size // 2,
+            "failed": 0,
+        }
+
+    assert counts[10] == counts[MAX_OPERATIONS - 2], counts
+    assert counts[10] <= 6, counts

@@ -15,7 +15,7 @@ record's create with its event in one statement) stay in its service.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast
 
@@ -49,8 +49,9 @@ class Owned(Protocol):
 
 Model = TypeVar("Model", bound=Owned)
 
-# Whether the id is of a row of the department (the record's own): a reference's check.
-InDepartment = Callable[[UnitOfWork, uuid.UUID, uuid.UUID], bool]
+# Which of the ids are of rows of the department (the record's own), in one statement: a
+# reference's check.
+InDepartment = Callable[[UnitOfWork, uuid.UUID, Collection[uuid.UUID]], Collection[uuid.UUID]]
 
 
 def _no_side_effects(uow: UnitOfWork, record_id: uuid.UUID) -> None:
@@ -59,29 +60,23 @@ def _no_side_effects(uow: UnitOfWork, record_id: uuid.UUID) -> None:
 
 @dataclass(frozen=True)
 class OneByOne(Generic[Model, Fields]):
-    """A record whose creates are written one at a time (``insert``: its reference checks, its
-    own side effects and its ``<noun>.created`` event), and whose changes are ``update``'s."""
+    """A record whose creates are written one at a time, by its own ``insert`` (a deal's
+    customers, its first step), and its changes by ``update``."""
 
-    # The new record in the department; None when another has its external id meanwhile.
+    # The new record in the department, its references checked, with its side effects and its
+    # ``<noun>.created`` event; None when another has its external id meanwhile.
     insert: Callable[[UnitOfWork, uuid.UUID, Fields], Model | None]
 
 
-# A record as it was and the fields a write changes, given in its fields' model's order.
-Changed = tuple[Model, Mapping[str, object]]
-
-
 @dataclass(frozen=True)
-class InBulk(Generic[Model, Fields]):
-    """A record whose creates and changes are each one statement for a whole batch: no
-    reference to check, no side effect; their events are recorded by ``apply_writes``."""
+class InBulk:
+    """A record whose creates and changes of a whole batch are one statement each (its rows'
+    ``insert_many`` and ``update_many``: its fields' model gives every ``field_columns``
+    value, its read model has each as an attribute), its references checked before, one
+    statement a reference, and its events recorded after, in the order of the writes."""
 
-    # The new records in the department, by the ids given; an external id another record has
-    # (meanwhile) is left out.
-    insert: Callable[
-        [UnitOfWork, uuid.UUID, Sequence[tuple[uuid.UUID, Fields]]], Mapping[uuid.UUID, Model]
-    ]
-    # Each record's changed fields written as its new version: by id, the records now.
-    update: Callable[[UnitOfWork, Sequence[Changed[Model]]], Mapping[uuid.UUID, Model]]
+
+IN_BULK = InBulk()
 
 
 @dataclass(frozen=True)
@@ -97,7 +92,7 @@ class SyncedRecord(Generic[Model, Fields]):
     # id order: two batches lock shared rows in the same order), by external id.
     lock: Callable[[UnitOfWork, uuid.UUID, Sequence[str]], Mapping[str, Model]]
     # How its creates and upserts reach its table (``apply_writes``).
-    writes: OneByOne[Model, Fields] | InBulk[Model, Fields]
+    writes: OneByOne[Model, Fields] | InBulk
     # Each field that names another row of its department, with its check.
     references: Mapping[str, InDepartment] = field(default_factory=dict)
     # Events a change of one field is besides ``<noun>.updated`` (with that field alone).
@@ -110,8 +105,6 @@ class SyncedRecord(Generic[Model, Fields]):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "noun", self.rows.noun)
-        if isinstance(self.writes, InBulk) and self.references:
-            raise TypeError(f"{self.noun}: InBulk writes check no references; use OneByOne")
 
     def event(self, happened: str) -> EventType:
         return cast(EventType, f"{self.noun}.{happened}")
@@ -121,14 +114,27 @@ class SyncedRecord(Generic[Model, Fields]):
     ) -> None:
         """Every id ``values`` give a reference must name a row of the record's department
         (``department_id``): else Invalid, each such field ``not_found``."""
-        unknown = [
-            name
-            for name, in_department in self.references.items()
-            if isinstance(value := values.get(name), uuid.UUID)
-            and not in_department(uow, department_id, value)
-        ]
-        if unknown:
-            raise Invalid.unknown_references(unknown, f"the {self.noun}'s department")
+        error = self.unknown_references(uow, department_id, [values])[0]
+        if error is not None:
+            raise error
+
+    def unknown_references(
+        self, uow: UnitOfWork, department_id: uuid.UUID, many: Sequence[Mapping[str, object]]
+    ) -> list[Invalid | None]:
+        """``check_references`` of each of ``many`` values, one statement a reference field
+        that any of them gives: each one's error, or None."""
+        unknown: list[list[str]] = [[] for _ in many]
+        for name, in_department in self.references.items():
+            named = {value for values in many if isinstance(value := values.get(name), uuid.UUID)}
+            if not named:
+                continue
+            known = in_department(uow, department_id, named)
+            for names, values in zip(unknown, many, strict=True):
+                value = values.get(name)
+                if isinstance(value, uuid.UUID) and value not in known:
+                    names.append(name)
+        where = f"the {self.noun}'s department"
+        return [Invalid.unknown_references(names, where) if names else None for names in unknown]
 
 
 def update(
@@ -271,7 +277,7 @@ def apply_writes(
     keyed = [write.external_id for write in writes if write.external_id is not None]
     current = record.lock(uow, department_id, keyed)
     if isinstance(record.writes, InBulk):
-        return _in_bulk(record, record.writes, uow, department_id, writes, current)
+        return _in_bulk(record, uow, department_id, writes, current)
     results: dict[int, Result[Model]] = {}
     for write in writes:
         found = current.get(write.external_id) if write.external_id is not None else None
@@ -334,7 +340,6 @@ def _write_one(
 
 def _in_bulk(
     record: SyncedRecord[Model, Fields],
-    writes_in_bulk: InBulk[Model, Fields],
     uow: UnitOfWork,
     department_id: uuid.UUID,
     writes: Sequence[Write[Fields]],
@@ -354,18 +359,28 @@ def _in_bulk(
         return verdict is Judged.INSERT
 
     new = [
-        (new_id(), write)
+        (new_id(), write, write.fields.model_dump())
         for write in writes
         if inserts(write, current.get(write.external_id) if write.external_id else None)
     ]
+    if record.references:
+        _fail_unknown_references(
+            record, uow, department_id, [(write, values) for _, write, values in new], results
+        )
+        new = [item for item in new if item[1].index not in results]
     # In external id order: two batches inserting the same new ids wait for each other in the
     # same order, never each for the other.
-    new.sort(key=lambda pair: pair[1].external_id or "")
-    inserted = writes_in_bulk.insert(
-        uow, department_id, [(id_, write.fields) for id_, write in new]
-    )
+    new.sort(key=lambda item: item[1].external_id or "")
+    inserted = {
+        row["id"]: record.to_model(uow, row)
+        for row in record.rows.insert_many(
+            uow.connection,
+            department_id,
+            [{**values, "id": record_id} for record_id, _, values in new],
+        )
+    }
     raced: list[Write[Fields]] = []
-    for record_id, write in new:
+    for record_id, write, _ in new:
         created = inserted.get(record_id)
         if created is not None:
             results[write.index] = Result("created", created)
@@ -382,29 +397,62 @@ def _in_bulk(
             else:
                 inserts(write, found)
 
+    changing = [(write, before, changed_fields(write, before)) for write, before in changes]
+    if record.references:
+        _fail_unknown_references(
+            record,
+            uow,
+            department_id,
+            [(write, changed) for write, _, changed in changing],
+            results,
+        )
     changed_by_id: dict[uuid.UUID, tuple[Write[Fields], Model, dict[str, object]]] = {}
-    for write, before in changes:
-        changed = changed_fields(write, before)
+    for write, before, changed in changing:
+        if write.index in results:
+            continue
         if changed:
             changed_by_id[before.id] = (write, before, changed)
         else:
             results[write.index] = Result("unchanged", before)
-    updated = writes_in_bulk.update(
-        uow, [(before, changed) for _, before, changed in changed_by_id.values()]
+    field_columns = record.rows.field_columns
+    updated = record.rows.update_many(
+        uow.connection,
+        [
+            {
+                **{name: getattr(before, name) for name in field_columns},
+                **changed,
+                "id": before.id,
+            }
+            for _, before, changed in changed_by_id.values()
+        ],
     )
-    for record_id, model in updated.items():
-        results[changed_by_id[record_id][0].index] = Result("updated", model)
+    for row in updated:
+        results[changed_by_id[row["id"]][0].index] = Result("updated", record.to_model(uow, row))
 
     for write in sorted(writes, key=lambda write: write.index):
         result = results[write.index]
         if result.record is None:
             continue
         if result.outcome == "created":
-            events.record(
-                uow, record.event("created"), department_id, record.as_json(result.record)
-            )
+            data = record.as_json(result.record)
+            events.record(uow, record.event("created"), department_id, data)
         elif result.outcome == "updated":
             _, before, changed = changed_by_id[result.record.id]
             previous: JsonObject = {name: json_value(getattr(before, name)) for name in changed}
             _record_change(record, uow, result.record, tuple(changed), previous)
     return results
+
+
+def _fail_unknown_references(
+    record: SyncedRecord[Model, Fields],
+    uow: UnitOfWork,
+    department_id: uuid.UUID,
+    given: Sequence[tuple[Write[Fields], Mapping[str, object]]],
+    results: dict[int, Result[Model]],
+) -> None:
+    """Fails, in ``results``, each write whose values (``given``) name a row its department
+    does not have."""
+    errors = record.unknown_references(uow, department_id, [values for _, values in given])
+    for (write, _), error in zip(given, errors, strict=True):
+        if error is not None:
+            results[write.index] = Result.failed(error)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -29,13 +30,17 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, Insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.sql.dml import ReturningInsert, ReturningUpdate
 
 from dealbase.errors import ExternalIdTaken, NotFound, PreconditionFailed
 from dealbase.platform.versioning import Expected
-from dealbase.tenancy.database.statements import Record, TenantConnection
+from dealbase.tenancy.database.statements import Record, TenantConnection, built_once
 
 # The prefix of the previous values' columns in what OwnedRows.update's statement returns.
 _BEFORE = "before_"
+
+# The columns of a department-owned, versioned row that its server sets, never its client.
+_SERVERS_OWN = frozenset(("id", "department_id", "created_at", "updated_at", "version"))
 
 
 def in_department(table: Table, department_id: uuid.UUID | None) -> ColumnElement[bool]:
@@ -134,6 +139,94 @@ class OwnedRows:
 
     table: Table
     noun: str  # "customer": what errors call the row
+
+    @functools.cached_property
+    def field_columns(self) -> tuple[str, ...]:
+        """What a client sets: every column but the server's own."""
+        return tuple(c.name for c in self.table.c if c.name not in _SERVERS_OWN)
+
+    @functools.cached_property
+    def _given(self) -> tuple[tuple[str, ...], TableValuedAlias]:
+        names = ("id", *self.field_columns)
+        return names, unnested(self.table, names)
+
+    @functools.cached_property
+    def _insert_many(self) -> ReturningInsert[Any]:
+        table = self.table
+        names, given = self._given
+        return built_once(
+            pg_insert(table)
+            .from_select(
+                [*names, "department_id", "created_at", "updated_at"],
+                select(
+                    given,
+                    bindparam("department_id", type_=table.c.department_id.type),
+                    func.now(),
+                    func.now(),
+                ),
+            )
+            .on_conflict_do_nothing(index_elements=[table.c.department_id, table.c.external_id])
+            .returning(*table.c)
+        )
+
+    @functools.cached_property
+    def _update_many(self) -> ReturningUpdate[Any]:
+        table = self.table
+        _, given = self._given
+        return built_once(
+            update(table)
+            .where(table.c.id == given.c.id)
+            .values(
+                {
+                    **{name: given.c[name] for name in self.field_columns},
+                    "updated_at": func.now(),
+                    "version": table.c.version + 1,
+                }
+            )
+            .returning(*table.c)
+        )
+
+    def insert_many(
+        self,
+        connection: TenantConnection,
+        department_id: uuid.UUID,
+        new: Sequence[Mapping[str, object]],
+    ) -> list[Record]:
+        """Inserts many rows into the department (each ``id`` and every ``field_columns``
+        value) in one statement, leaving out each whose external id is taken (by a row committed
+        or inserted just before): the rows inserted."""
+        if not new:
+            return []
+        names, _ = self._given
+        values = {**unnested_values(names, new), "department_id": department_id}
+        return list(connection.execute(self._insert_many, values).mappings())
+
+    def update_many(
+        self, connection: TenantConnection, rows: Sequence[Mapping[str, object]]
+    ) -> list[Record]:
+        """Writes each row's ``field_columns`` values as a new version of the row with its
+        ``id``, in one statement (the rows were locked and judged by their caller): the rows
+        as they now are."""
+        if not rows:
+            return []
+        names, _ = self._given
+        return list(connection.execute(self._update_many, unnested_values(names, rows)).mappings())
+
+    def owned_ids(
+        self,
+        connection: TenantConnection,
+        department_id: uuid.UUID,
+        row_ids: Collection[uuid.UUID],
+    ) -> set[uuid.UUID]:
+        """Which of ``row_ids`` are the department's rows (a reference's check), in one
+        statement."""
+        table = self.table
+        found = connection.execute(
+            select(table.c.id).where(
+                table.c.id.in_(list(row_ids)), in_department(table, department_id)
+            )
+        )
+        return {row_id for (row_id,) in found}
 
     def update(
         self,

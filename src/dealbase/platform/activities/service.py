@@ -31,46 +31,34 @@ RECORD: records.SyncedRecord[Activity, ActivityFields] = records.SyncedRecord(
             uow.connection, department_id, external_ids
         ).items()
     },
-    writes=records.OneByOne(
-        insert=lambda uow, department_id, fields: _insert(uow, department_id, fields)
-    ),
+    writes=records.IN_BULK,
     references={
-        "customer_id": lambda uow, department_id, customer_id: (
-            customers_repository.get_customer(
-                uow.connection, uow.scope.tenant_id, department_id, customer_id
-            )
-            is not None
+        "customer_id": lambda uow, department_id, customer_ids: customers_repository.rows.owned_ids(
+            uow.connection, department_id, customer_ids
         ),
-        "deal_id": lambda uow, department_id, deal_id: (
-            deals_repository.get_deal_row(uow.connection, department_id, deal_id) is not None
+        "deal_id": lambda uow, department_id, deal_ids: deals_repository.rows.owned_ids(
+            uow.connection, department_id, deal_ids
         ),
-        "employee_id": lambda uow, department_id, employee_id: (
-            pipeline_repository.employee_in_department(uow.connection, department_id, employee_id)
+        "employee_id": lambda uow, department_id, employee_ids: (
+            pipeline_repository.employees_in_department(uow.connection, department_id, employee_ids)
         ),
     },
 )
 
 
 def create(uow: UnitOfWork, fields: ActivityFields) -> Activity:
-    """An external id another activity of the department has is ExternalIdTaken."""
+    """The new activity (activity.created). An external id another activity of the department
+    has is ExternalIdTaken."""
     department_id = department_of(uow.scope)
-    activity = _insert(uow, department_id, fields)
+    values = fields.model_dump()
+    RECORD.check_references(uow, department_id, values)
+    activity = repository.insert_activity(uow.connection, department_id, values)
     if activity is None:
         raise ExternalIdTaken(
             f"Another activity of the department has the external id {fields.external_id!r};"
             " to change that activity, upsert it by its external id."
         )
-    return activity
-
-
-def _insert(uow: UnitOfWork, department_id: uuid.UUID, fields: ActivityFields) -> Activity | None:
-    """The new activity (activity.created); None when another activity of the department has
-    its external id."""
-    values = fields.model_dump()
-    RECORD.check_references(uow, department_id, values)
-    activity = repository.insert_activity(uow.connection, department_id, values)
-    if activity is not None:
-        events.record(uow, "activity.created", department_id, activity_json(activity))
+    events.record(uow, "activity.created", department_id, activity_json(activity))
     return activity
 
 

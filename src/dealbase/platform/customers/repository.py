@@ -4,7 +4,7 @@ import dataclasses
 import functools
 import operator
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -16,7 +16,6 @@ from sqlalchemy import (
     func,
     or_,
     select,
-    update,
 )
 from sqlalchemy.dialects.postgresql import insert
 
@@ -31,8 +30,6 @@ from dealbase.platform.rows import (
     OwnedRows,
     in_bound_department,
     owned_by,
-    unnested,
-    unnested_values,
 )
 from dealbase.platform.tables import customers, deal_customers
 from dealbase.tenancy.database.statements import (
@@ -65,14 +62,6 @@ def to_customer(row: Record, tenant_id: uuid.UUID) -> Customer:
     return Customer(*values)
 
 
-# What a client sets: every column but the server's own.
-FIELD_COLUMNS = tuple(
-    name
-    for name in _COLUMNS
-    if name not in ("id", "department_id", "created_at", "updated_at", "version")
-)
-
-
 def external_id_taken() -> ExternalIdTaken:
     return ExternalIdTaken(
         "Another customer of the department has this external_id; to change that customer,"
@@ -88,7 +77,7 @@ def _insert_recorded_statement() -> Select[Any]:
             updated_at=func.now(),
             **{
                 name: bindparam(name, type_=customers.c[name].type)
-                for name in ("id", "department_id", *FIELD_COLUMNS)
+                for name in ("id", "department_id", *rows.field_columns)
             },
         )
         .on_conflict_do_nothing(index_elements=[customers.c.department_id, customers.c.external_id])
@@ -149,73 +138,6 @@ def recorded_wakes(inserted: Deferred) -> bool:
     """Whether the worker is to be woken for the event ``defer_insert_recorded`` recorded."""
     row = inserted.rows().first()
     return row is not None and bool(row[-1])
-
-
-_GIVEN_COLUMNS = ("id", *FIELD_COLUMNS)
-_GIVEN = unnested(customers, _GIVEN_COLUMNS)
-_INSERT_NEW = built_once(
-    insert(customers)
-    .from_select(
-        [*_GIVEN_COLUMNS, "department_id", "created_at", "updated_at"],
-        select(
-            _GIVEN,
-            bindparam("department_id", type_=customers.c.department_id.type),
-            func.now(),
-            func.now(),
-        ),
-    )
-    .on_conflict_do_nothing(index_elements=[customers.c.department_id, customers.c.external_id])
-    .returning(*customers.c)
-)
-
-
-def insert_new(
-    connection: TenantConnection,
-    tenant_id: uuid.UUID,
-    department_id: uuid.UUID,
-    new: Sequence[tuple[uuid.UUID, CustomerFields]],
-) -> dict[uuid.UUID, Customer]:
-    """Inserts many customers with the ids given, in one statement, leaving out each whose
-    external id is taken (by a row committed or inserted just before): by id, those inserted."""
-    if not new:
-        return {}
-    values = [{**fields.model_dump(), "id": customer_id} for customer_id, fields in new]
-    rows = connection.execute(
-        _INSERT_NEW,
-        {**unnested_values(_GIVEN_COLUMNS, values), "department_id": department_id},
-    ).mappings()
-    return {row["id"]: to_customer(row, tenant_id) for row in rows}
-
-
-_UPDATE_MANY = built_once(
-    update(customers)
-    .where(customers.c.id == _GIVEN.c.id)
-    .values(
-        {
-            **{name: _GIVEN.c[name] for name in FIELD_COLUMNS},
-            "updated_at": func.now(),
-            "version": customers.c.version + 1,
-        }
-    )
-    .returning(*customers.c)
-)
-
-
-def update_many(
-    connection: TenantConnection,
-    tenant_id: uuid.UUID,
-    changes: Sequence[tuple[Customer, Mapping[str, object]]],
-) -> dict[uuid.UUID, Customer]:
-    """Writes each customer with its changed fields as a new version, in one statement: by id,
-    the customers as they now are."""
-    if not changes:
-        return {}
-    rows = [
-        {**{name: getattr(before, name) for name in FIELD_COLUMNS}, **changed, "id": before.id}
-        for before, changed in changes
-    ]
-    updated = connection.execute(_UPDATE_MANY, unnested_values(_GIVEN_COLUMNS, rows)).mappings()
-    return {row["id"]: to_customer(row, tenant_id) for row in updated}
 
 
 @functools.lru_cache(maxsize=2)

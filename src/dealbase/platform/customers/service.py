@@ -32,14 +32,7 @@ RECORD: records.SyncedRecord[Customer, CustomerFields] = records.SyncedRecord(
             uow.connection, department_id, external_ids
         ).items()
     },
-    writes=records.InBulk(
-        insert=lambda uow, department_id, new: repository.insert_new(
-            uow.connection, uow.scope.tenant_id, department_id, new
-        ),
-        update=lambda uow, changes: repository.update_many(
-            uow.connection, uow.scope.tenant_id, changes
-        ),
-    ),
+    writes=records.IN_BULK,
     # While its links still exist: the deals it is linked to change with it.
     before_delete=lambda uow, customer_id: deals_repository.touch_deals_of_customer(
         uow.connection, customer_id

@@ -196,11 +196,11 @@ RECORD: records.SyncedRecord[Deal, DealCreate | DealUpsert] = records.SyncedReco
         )
     ),
     references={
-        "step_id": lambda uow, department_id, step_id: pipeline_repository.step_in_department(
-            uow.connection, department_id, step_id
+        "step_id": lambda uow, department_id, step_ids: pipeline_repository.steps_in_department(
+            uow.connection, department_id, step_ids
         ),
-        "employee_id": lambda uow, department_id, employee_id: (
-            pipeline_repository.employee_in_department(uow.connection, department_id, employee_id)
+        "employee_id": lambda uow, department_id, employee_ids: (
+            pipeline_repository.employees_in_department(uow.connection, department_id, employee_ids)
         ),
     },
     field_events=(("step_id", "deal.step_changed"), ("employee_id", "deal.assigned")),
