@@ -19,7 +19,7 @@ from strawberry.types.graphql import OperationType
 from strawberry.types.nodes import SelectedField, Selection
 
 from dealbase.config import Settings
-from dealbase.errors import BatchRejected, Invalid
+from dealbase.errors import Invalid
 from dealbase.graphql_api import loaders
 from dealbase.graphql_api.compiled import (
     CompilingExecutionContext,
@@ -53,17 +53,9 @@ from dealbase.graphql_api.inputs import (
     fields_of,
     listed,
 )
+from dealbase.graphql_api.records import GraphQLRecord, record_mutations
 from dealbase.graphql_api.subscriptions import Subscription
-from dealbase.graphql_api.sync import (
-    ActivityBatchResult,
-    ActivityUpsert,
-    CustomerBatchResult,
-    CustomerUpsert,
-    DealBatchResult,
-    DealUpsert,
-    rejection_named,
-    results_named,
-)
+from dealbase.graphql_api.sync import ACTIVITY_ANSWERS, CUSTOMER_ANSWERS, DEAL_ANSWERS
 from dealbase.graphql_api.types import (
     BIG_INT_SCALAR,
     NESTED_DEFAULT,
@@ -349,124 +341,76 @@ class Query:
         return connection(page, WebhookDelivery.of, count)
 
 
-_UPSERT = (
-    "Creates the {record} with this external id, or changes the fields input gives of the one"
-    " that has it (absent fields stay as they are, null clears). A change that changes nothing"
-    " writes nothing: UNCHANGED, at the same version."
+CUSTOMER_MUTATIONS = record_mutations(
+    GraphQLRecord(
+        noun="customer",
+        plural="customers",
+        service=customers,
+        graphql_type=Customer,
+        answers=CUSTOMER_ANSWERS,
+        create_input=CustomerInput,
+        create_fields=CustomerFields,
+        changes_input=CustomerChanges,
+        patch=CustomerPatch,
+        upsert_input=CustomerInput,
+        upsert_fields=CustomerFields,
+        operation_input=CustomerOperationInput,
+        batch_of=batch_of,
+    )
 )
-_BATCH = (
-    "Up to 1,000 creates and upserts of {records}, in one transaction. Each operation stands"
-    " alone: one that fails has its error in its result, and the others are written. atomic:"
-    " all or nothing, any failure writes nothing and is the error batch_rejected, its"
-    " extensions.failures listing each failed operation. Counts as ceil(n / 100) requests"
-    " against the rate limits."
+DEAL_MUTATIONS = record_mutations(
+    GraphQLRecord(
+        noun="deal",
+        plural="deals",
+        service=deals,
+        graphql_type=Deal,
+        answers=DEAL_ANSWERS,
+        create_input=DealInput,
+        create_fields=DealCreate,
+        changes_input=DealChanges,
+        patch=DealPatch,
+        upsert_input=DealUpsertInput,
+        upsert_fields=DealUpsertModel,
+        operation_input=DealOperationInput,
+        batch_of=deal_batch_of,
+        create_fields_of=deal_fields_of,
+        data_named_by_op=True,
+        batch_description=" Each operation gives its deal in the field its op names: create (a"
+        " DealInput, customers included) or upsert (a DealUpsertInput); its errors name that"
+        " field.",
+    )
+)
+ACTIVITY_MUTATIONS = record_mutations(
+    GraphQLRecord(
+        noun="activity",
+        plural="activities",
+        service=activities,
+        graphql_type=Activity,
+        answers=ACTIVITY_ANSWERS,
+        create_input=ActivityInput,
+        create_fields=ActivityFields,
+        changes_input=ActivityChanges,
+        patch=ActivityPatch,
+        upsert_input=ActivityInput,
+        upsert_fields=ActivityFields,
+        operation_input=ActivityOperationInput,
+        batch_of=batch_of,
+    )
 )
 
 
 @strawberry.type
 class Mutation:
-    @strawberry.mutation
-    async def create_customer(
-        self, info: GraphQLInfo, input: CustomerInput, department_id: uuid.UUID | None = None
-    ) -> Customer:
-        scope = await info.context.scope_in(department_id)
-        fields = validated(CustomerFields, fields_of(input))
-        return Customer.of(
-            await info.context.write(lambda uow: customers.create(uow, fields), scope)
-        )
+    create_customer = CUSTOMER_MUTATIONS.create
+    update_customer = CUSTOMER_MUTATIONS.update
+    delete_customer = CUSTOMER_MUTATIONS.delete
+    upsert_customer = CUSTOMER_MUTATIONS.upsert
+    batch_customers = CUSTOMER_MUTATIONS.batch
 
-    @strawberry.mutation
-    async def update_customer(
-        self, info: GraphQLInfo, id: uuid.UUID, changes: CustomerChanges
-    ) -> Customer:
-        patch = validated(CustomerPatch, fields_of(changes))
-        return Customer.of(await info.context.write(lambda uow: customers.update(uow, id, patch)))
-
-    @strawberry.mutation
-    async def delete_customer(self, info: GraphQLInfo, id: uuid.UUID) -> uuid.UUID:
-        await info.context.write(lambda uow: customers.delete(uow, id))
-        return id
-
-    @strawberry.mutation(description=_UPSERT.format(record="customer"))
-    async def upsert_customer(
-        self,
-        info: GraphQLInfo,
-        external_id: str,
-        input: CustomerInput,
-        department_id: uuid.UUID | None = None,
-    ) -> CustomerUpsert:
-        scope = await info.context.department_scope(department_id)
-        fields = validated(CustomerFields, fields_of(input))
-        result = await info.context.write(
-            lambda uow: customers.upsert(uow, external_id, fields), scope
-        )
-        return CustomerUpsert.of(result)
-
-    @strawberry.mutation(description=_BATCH.format(records="customers"))
-    async def batch_customers(
-        self,
-        info: GraphQLInfo,
-        operations: list[CustomerOperationInput],
-        atomic: bool = False,
-        department_id: uuid.UUID | None = None,
-    ) -> CustomerBatchResult:
-        scope = await info.context.department_scope(department_id)
-        batch = batch_of(operations)
-        await info.context.charge_batch(scope, len(batch.operations))
-        results = await info.context.write(
-            lambda uow: customers.batch(uow, batch, atomic=atomic), scope
-        )
-        return CustomerBatchResult.of(results)
-
-    @strawberry.mutation
-    async def create_deal(
-        self, info: GraphQLInfo, input: DealInput, department_id: uuid.UUID | None = None
-    ) -> Deal:
-        scope = await info.context.scope_in(department_id)
-        fields = validated(DealCreate, deal_fields_of(input))
-        return Deal.of(await info.context.write(lambda uow: deals.create(uow, fields), scope))
-
-    @strawberry.mutation(description=_UPSERT.format(record="deal"))
-    async def upsert_deal(
-        self,
-        info: GraphQLInfo,
-        external_id: str,
-        input: DealUpsertInput,
-        department_id: uuid.UUID | None = None,
-    ) -> DealUpsert:
-        scope = await info.context.department_scope(department_id)
-        fields = validated(DealUpsertModel, fields_of(input))
-        result = await info.context.write(lambda uow: deals.upsert(uow, external_id, fields), scope)
-        return DealUpsert.of(result)
-
-    @strawberry.mutation(
-        description=_BATCH.format(records="deals")
-        + " Each operation gives its deal in the field its op names: create (a DealInput,"
-        " customers included) or upsert (a DealUpsertInput); its errors name that field."
-    )
-    async def batch_deals(
-        self,
-        info: GraphQLInfo,
-        operations: list[DealOperationInput],
-        atomic: bool = False,
-        department_id: uuid.UUID | None = None,
-    ) -> DealBatchResult:
-        scope = await info.context.department_scope(department_id)
-        batch = deal_batch_of(operations)
-        await info.context.charge_batch(scope, len(batch.operations))
-        names = [operation.op.value for operation in operations]
-        try:
-            results = await info.context.write(
-                lambda uow: deals.batch(uow, batch, atomic=atomic), scope
-            )
-        except BatchRejected as rejected:
-            raise rejection_named(rejected, names) from None
-        return DealBatchResult.of(results_named(results, names))
-
-    @strawberry.mutation
-    async def update_deal(self, info: GraphQLInfo, id: uuid.UUID, changes: DealChanges) -> Deal:
-        patch = validated(DealPatch, fields_of(changes))
-        return Deal.of(await info.context.write(lambda uow: deals.update(uow, id, patch)))
+    create_deal = DEAL_MUTATIONS.create
+    upsert_deal = DEAL_MUTATIONS.upsert
+    batch_deals = DEAL_MUTATIONS.batch
+    update_deal = DEAL_MUTATIONS.update
 
     @strawberry.mutation
     async def move_deal(self, info: GraphQLInfo, id: uuid.UUID, step_id: uuid.UUID) -> Deal:
@@ -480,10 +424,7 @@ class Mutation:
         patch = validated(DealPatch, {"employee_id": employee_id})
         return Deal.of(await info.context.write(lambda uow: deals.update(uow, id, patch)))
 
-    @strawberry.mutation
-    async def delete_deal(self, info: GraphQLInfo, id: uuid.UUID) -> uuid.UUID:
-        await info.context.write(lambda uow: deals.delete(uow, id))
-        return id
+    delete_deal = DEAL_MUTATIONS.delete
 
     @strawberry.mutation
     async def link_customer(
@@ -504,58 +445,11 @@ class Mutation:
 
         return Deal.of(await info.context.write(unlink))
 
-    @strawberry.mutation
-    async def create_activity(
-        self, info: GraphQLInfo, input: ActivityInput, department_id: uuid.UUID | None = None
-    ) -> Activity:
-        scope = await info.context.scope_in(department_id)
-        fields = validated(ActivityFields, fields_of(input))
-        return Activity.of(
-            await info.context.write(lambda uow: activities.create(uow, fields), scope)
-        )
-
-    @strawberry.mutation(description=_UPSERT.format(record="activity"))
-    async def upsert_activity(
-        self,
-        info: GraphQLInfo,
-        external_id: str,
-        input: ActivityInput,
-        department_id: uuid.UUID | None = None,
-    ) -> ActivityUpsert:
-        scope = await info.context.department_scope(department_id)
-        fields = validated(ActivityFields, fields_of(input))
-        result = await info.context.write(
-            lambda uow: activities.upsert(uow, external_id, fields), scope
-        )
-        return ActivityUpsert.of(result)
-
-    @strawberry.mutation(description=_BATCH.format(records="activities"))
-    async def batch_activities(
-        self,
-        info: GraphQLInfo,
-        operations: list[ActivityOperationInput],
-        atomic: bool = False,
-        department_id: uuid.UUID | None = None,
-    ) -> ActivityBatchResult:
-        scope = await info.context.department_scope(department_id)
-        batch = batch_of(operations)
-        await info.context.charge_batch(scope, len(batch.operations))
-        results = await info.context.write(
-            lambda uow: activities.batch(uow, batch, atomic=atomic), scope
-        )
-        return ActivityBatchResult.of(results)
-
-    @strawberry.mutation
-    async def update_activity(
-        self, info: GraphQLInfo, id: uuid.UUID, changes: ActivityChanges
-    ) -> Activity:
-        patch = validated(ActivityPatch, fields_of(changes))
-        return Activity.of(await info.context.write(lambda uow: activities.update(uow, id, patch)))
-
-    @strawberry.mutation
-    async def delete_activity(self, info: GraphQLInfo, id: uuid.UUID) -> uuid.UUID:
-        await info.context.write(lambda uow: activities.delete(uow, id))
-        return id
+    create_activity = ACTIVITY_MUTATIONS.create
+    upsert_activity = ACTIVITY_MUTATIONS.upsert
+    batch_activities = ACTIVITY_MUTATIONS.batch
+    update_activity = ACTIVITY_MUTATIONS.update
+    delete_activity = ACTIVITY_MUTATIONS.delete
 
     @strawberry.mutation(description="The answer carries the signing secret, shown this once.")
     async def create_webhook_endpoint(

@@ -5,18 +5,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import strawberry
 
 from dealbase.errors import BatchRejected, DomainError, FieldError, Invalid
 from dealbase.graphql_api.errors import field_errors_of, message_of
 from dealbase.graphql_api.types import Activity, Customer, Deal
-from dealbase.platform.activities.models import Activity as ActivityModel
 from dealbase.platform.batches.models import Result
-from dealbase.platform.customers.models import Customer as CustomerModel
-from dealbase.platform.deals.models import Deal as DealModel
 
 
 @strawberry.enum(description="What an upsert did.")
@@ -83,143 +81,93 @@ class BatchSummary:
         )
 
 
-Item = TypeVar("Item")
 Model = TypeVar("Model")
-
-
-def _record(result: Result[Any]) -> Any:
-    assert result.record is not None, "a successful upsert has its record"
-    return result.record
-
-
-def _item(index: int, result: Result[Any]) -> dict[str, Any]:
-    """An item's fields but its record."""
-    return {
-        "index": index,
-        "outcome": OperationOutcome(result.outcome),
-        "error": None if result.error is None else OperationError.of(result.error),
-    }
-
-
-def _items(
-    item: Callable[..., Item],
-    field: str,
-    shown: Callable[[Model], Any],
-    results: Sequence[Result[Model]],
-) -> list[Item]:
-    """A batch's items, each with its record under ``field`` as ``shown`` makes it (null when
-    its operation failed)."""
-    return [
-        item(
-            **_item(index, result),
-            **{field: None if result.record is None else shown(result.record)},
-        )
-        for index, result in enumerate(results)
-    ]
-
 
 _INDEX = "The operation's place in operations, from 0."
 _ERROR = "Why the operation failed; null when it did not."
 _RESULTS = "One per operation, in the order of operations."
 
 
-@strawberry.type(description="What upsertCustomer did, and the customer as it now is.")
-class CustomerUpsert:
-    customer: Customer
-    outcome: WriteOutcome
+@dataclass(frozen=True)
+class SyncAnswers(Generic[Model]):
+    """What a synced record's upsert and batch answer, as GraphQL types made from its names
+    (``sync_answers``): ``<Name>Upsert`` (the record under its field, and the outcome),
+    ``<Name>BatchItem`` and ``<Name>BatchResult``."""
 
-    @classmethod
-    def of(cls, result: Result[CustomerModel]) -> CustomerUpsert:
-        return cls(customer=Customer.of(_record(result)), outcome=WriteOutcome(result.outcome))
+    field: str  # "customer": the field that holds the record
+    shown: Callable[[Model], Any]  # the record as its GraphQL type
+    upsert_type: type
+    item_type: type
+    batch_type: type
 
-
-@strawberry.type(description="What became of one operation of batchCustomers.")
-class CustomerBatchItem:
-    index: int = strawberry.field(description=_INDEX)
-    outcome: OperationOutcome
-    customer: Customer | None = strawberry.field(
-        description="The customer as it now is; null when the operation failed."
-    )
-    error: OperationError | None = strawberry.field(description=_ERROR)
-
-
-@strawberry.type(description="What batchCustomers did.")
-class CustomerBatchResult:
-    results: list[CustomerBatchItem] = strawberry.field(description=_RESULTS)
-    summary: BatchSummary
-
-    @classmethod
-    def of(cls, results: Sequence[Result[CustomerModel]]) -> CustomerBatchResult:
-        return cls(
-            results=_items(CustomerBatchItem, "customer", Customer.of, results),
-            summary=BatchSummary.of(results),
+    def upsert(self, result: Result[Model]) -> Any:
+        assert result.record is not None, "a successful upsert has its record"
+        return self.upsert_type(
+            **{self.field: self.shown(result.record), "outcome": WriteOutcome(result.outcome)}
         )
 
+    def batch(self, results: Sequence[Result[Model]]) -> Any:
+        items = [
+            self.item_type(
+                index=index,
+                outcome=OperationOutcome(result.outcome),
+                error=None if result.error is None else OperationError.of(result.error),
+                **{self.field: None if result.record is None else self.shown(result.record)},
+            )
+            for index, result in enumerate(results)
+        ]
+        return self.batch_type(results=items, summary=BatchSummary.of(results))
 
-@strawberry.type(description="What upsertDeal did, and the deal as it now is.")
-class DealUpsert:
-    deal: Deal
-    outcome: WriteOutcome
 
-    @classmethod
-    def of(cls, result: Result[DealModel]) -> DealUpsert:
-        return cls(deal=Deal.of(_record(result)), outcome=WriteOutcome(result.outcome))
-
-
-@strawberry.type(description="What became of one operation of batchDeals.")
-class DealBatchItem:
-    index: int = strawberry.field(description=_INDEX)
-    outcome: OperationOutcome
-    deal: Deal | None = strawberry.field(
-        description="The deal as it now is; null when the operation failed."
+def sync_answers(
+    name: str, plural: str, graphql_type: type, shown: Callable[[Model], Any]
+) -> SyncAnswers[Model]:
+    """The answers of the mutations upsert<Name> and batch<Plural>, the record shown as
+    ``graphql_type`` (by ``shown``) under the field named like the type (``customer``)."""
+    field = name[0].lower() + name[1:]
+    upsert = strawberry.type(
+        type(
+            f"{name}Upsert", (), {"__annotations__": {field: graphql_type, "outcome": WriteOutcome}}
+        ),
+        description=f"What upsert{name} did, and the {field} as it now is.",
     )
-    error: OperationError | None = strawberry.field(description=_ERROR)
-
-
-@strawberry.type(description="What batchDeals did.")
-class DealBatchResult:
-    results: list[DealBatchItem] = strawberry.field(description=_RESULTS)
-    summary: BatchSummary
-
-    @classmethod
-    def of(cls, results: Sequence[Result[DealModel]]) -> DealBatchResult:
-        return cls(
-            results=_items(DealBatchItem, "deal", Deal.of, results),
-            summary=BatchSummary.of(results),
-        )
-
-
-@strawberry.type(description="What upsertActivity did, and the activity as it now is.")
-class ActivityUpsert:
-    activity: Activity
-    outcome: WriteOutcome
-
-    @classmethod
-    def of(cls, result: Result[ActivityModel]) -> ActivityUpsert:
-        return cls(activity=Activity.of(_record(result)), outcome=WriteOutcome(result.outcome))
-
-
-@strawberry.type(description="What became of one operation of batchActivities.")
-class ActivityBatchItem:
-    index: int = strawberry.field(description=_INDEX)
-    outcome: OperationOutcome
-    activity: Activity | None = strawberry.field(
-        description="The activity as it now is; null when the operation failed."
+    item = strawberry.type(
+        type(
+            f"{name}BatchItem",
+            (),
+            {
+                "__annotations__": {
+                    "index": int,
+                    "outcome": OperationOutcome,
+                    field: graphql_type | None,
+                    "error": OperationError | None,
+                },
+                "index": strawberry.field(description=_INDEX),
+                field: strawberry.field(
+                    description=f"The {field} as it now is; null when the operation failed."
+                ),
+                "error": strawberry.field(description=_ERROR),
+            },
+        ),
+        description=f"What became of one operation of batch{plural}.",
     )
-    error: OperationError | None = strawberry.field(description=_ERROR)
+    batch = strawberry.type(
+        type(
+            f"{name}BatchResult",
+            (),
+            {
+                "__annotations__": {"results": list[item], "summary": BatchSummary},  # type: ignore[valid-type]
+                "results": strawberry.field(description=_RESULTS),
+            },
+        ),
+        description=f"What batch{plural} did.",
+    )
+    return SyncAnswers(field, shown, upsert, item, batch)
 
 
-@strawberry.type(description="What batchActivities did.")
-class ActivityBatchResult:
-    results: list[ActivityBatchItem] = strawberry.field(description=_RESULTS)
-    summary: BatchSummary
-
-    @classmethod
-    def of(cls, results: Sequence[Result[ActivityModel]]) -> ActivityBatchResult:
-        return cls(
-            results=_items(ActivityBatchItem, "activity", Activity.of, results),
-            summary=BatchSummary.of(results),
-        )
+CUSTOMER_ANSWERS = sync_answers("Customer", "Customers", Customer, Customer.of)
+DEAL_ANSWERS = sync_answers("Deal", "Deals", Deal, Deal.of)
+ACTIVITY_ANSWERS = sync_answers("Activity", "Activities", Activity, Activity.of)
 
 
 # A batch whose operations carry their data in a field named after their op (batchDeals:

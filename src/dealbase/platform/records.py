@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast
 
@@ -281,32 +282,17 @@ def apply_writes(
     results: dict[int, Result[Model]] = {}
     for write in writes:
         found = current.get(write.external_id) if write.external_id is not None else None
-        result = _one(record, record.writes, uow, department_id, write, found, isolated)
+        try:
+            with savepoint(uow) if isolated else nullcontext():
+                result = _write_one(record, record.writes, uow, department_id, write, found)
+        except Unavailable:
+            raise
+        except DomainError as exc:
+            result = Result.failed(exc)
         results[write.index] = result
         if result.error is not None and not isolated:
             break
     return results
-
-
-def _one(
-    record: SyncedRecord[Model, Fields],
-    writes: OneByOne[Model, Fields],
-    uow: UnitOfWork,
-    department_id: uuid.UUID,
-    write: Write[Fields],
-    current: Model | None,
-    isolated: bool,
-) -> Result[Model]:
-    """One write applied, in a savepoint of its own when ``isolated``; its error as its result."""
-    try:
-        if not isolated:
-            return _write_one(record, writes, uow, department_id, write, current)
-        with savepoint(uow):
-            return _write_one(record, writes, uow, department_id, write, current)
-    except Unavailable:
-        raise
-    except DomainError as exc:
-        return Result.failed(exc)
 
 
 def _write_one(

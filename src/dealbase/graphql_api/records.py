@@ -1,0 +1,161 @@
+"""The mutations every synced record has (customers, deals, activities), made from one
+description of the record: create<Name>, update<Name>, delete<Name>, upsert<Name> and
+batch<Plural> (``record_mutations``). Each is written once here; the schema's Mutation takes
+them in the order its SDL shows, beside a record's own mutations (a deal's moves and links).
+
+Strawberry reads a resolver's arguments and answer from its annotations: a resolver made here
+is given them as the record's types (its inputs, its GraphQL type, its answers).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import strawberry
+from pydantic import BaseModel
+
+from dealbase.errors import BatchRejected
+from dealbase.graphql_api.inputs import fields_of
+from dealbase.graphql_api.sync import SyncAnswers, rejection_named, results_named
+from dealbase.graphql_api.types import GraphQLInfo
+from dealbase.platform.batches.models import Batch
+from dealbase.platform.validation import validated
+
+_UPSERT = (
+    "Creates the {record} with this external id, or changes the fields input gives of the one"
+    " that has it (absent fields stay as they are, null clears). A change that changes nothing"
+    " writes nothing: UNCHANGED, at the same version."
+)
+_BATCH = (
+    "Up to 1,000 creates and upserts of {records}, in one transaction. Each operation stands"
+    " alone: one that fails has its error in its result, and the others are written. atomic:"
+    " all or nothing, any failure writes nothing and is the error batch_rejected, its"
+    " extensions.failures listing each failed operation. Counts as ceil(n / 100) requests"
+    " against the rate limits."
+)
+
+
+@dataclass(frozen=True)
+class GraphQLRecord:
+    """A synced record as its mutations take and answer it."""
+
+    noun: str  # "customer": descriptions
+    plural: str  # "customers"
+    service: Any  # its service module: create, update, delete, upsert, batch
+    graphql_type: type  # Customer: what create and update answer (by its ``of``)
+    answers: SyncAnswers[Any]  # what upsert and batch answer
+    create_input: type  # CustomerInput
+    create_fields: type[BaseModel]  # CustomerFields: what the create input is validated as
+    changes_input: type  # CustomerChanges
+    patch: type[BaseModel]  # CustomerPatch
+    upsert_input: type  # CustomerInput
+    upsert_fields: type[BaseModel]  # CustomerFields
+    operation_input: type  # CustomerOperationInput
+    batch_of: Callable[[Sequence[Any]], Batch]  # the operations as the platform's Batch
+    # The create input's fields as the platform names them (a deal's customers converted).
+    create_fields_of: Callable[[Any], dict[str, Any]] = fields_of
+    # Operations give their data in the field their op names (batchDeals: create, upsert),
+    # which their errors then name, in place of data.
+    data_named_by_op: bool = False
+    batch_description: str = ""  # said after the batch's own description
+
+
+@dataclass(frozen=True)
+class RecordMutations:
+    """A record's mutation fields, for the schema's Mutation type."""
+
+    create: Any
+    update: Any
+    delete: Any
+    upsert: Any
+    batch: Any
+
+
+def record_mutations(record: GraphQLRecord) -> RecordMutations:
+    service = record.service
+    shown = record.graphql_type.of  # type: ignore[attr-defined]
+
+    async def create(info: GraphQLInfo, input: Any, department_id: uuid.UUID | None = None) -> Any:
+        scope = await info.context.scope_in(department_id)
+        fields = validated(record.create_fields, record.create_fields_of(input))
+        return shown(await info.context.write(lambda uow: service.create(uow, fields), scope))
+
+    async def update(info: GraphQLInfo, id: uuid.UUID, changes: Any) -> Any:
+        patch = validated(record.patch, fields_of(changes))
+        return shown(await info.context.write(lambda uow: service.update(uow, id, patch)))
+
+    async def delete(info: GraphQLInfo, id: uuid.UUID) -> uuid.UUID:
+        await info.context.write(lambda uow: service.delete(uow, id))
+        return id
+
+    async def upsert(
+        info: GraphQLInfo, external_id: str, input: Any, department_id: uuid.UUID | None = None
+    ) -> Any:
+        scope = await info.context.department_scope(department_id)
+        fields = validated(record.upsert_fields, fields_of(input))
+        result = await info.context.write(
+            lambda uow: service.upsert(uow, external_id, fields), scope
+        )
+        return record.answers.upsert(result)
+
+    async def batch(
+        info: GraphQLInfo,
+        operations: list[Any],
+        atomic: bool = False,
+        department_id: uuid.UUID | None = None,
+    ) -> Any:
+        scope = await info.context.department_scope(department_id)
+        platform_batch = record.batch_of(operations)
+        await info.context.charge_batch(scope, len(platform_batch.operations))
+        names = [
+            operation.op.value if record.data_named_by_op else "data" for operation in operations
+        ]
+        try:
+            results = await info.context.write(
+                lambda uow: service.batch(uow, platform_batch, atomic=atomic), scope
+            )
+        except BatchRejected as rejected:
+            raise rejection_named(rejected, names) from None
+        return record.answers.batch(results_named(results, names))
+
+    department = uuid.UUID | None
+    create.__annotations__ = {
+        "info": GraphQLInfo,
+        "input": record.create_input,
+        "department_id": department,
+        "return": record.graphql_type,
+    }
+    update.__annotations__ = {
+        "info": GraphQLInfo,
+        "id": uuid.UUID,
+        "changes": record.changes_input,
+        "return": record.graphql_type,
+    }
+    delete.__annotations__ = {"info": GraphQLInfo, "id": uuid.UUID, "return": uuid.UUID}
+    upsert.__annotations__ = {
+        "info": GraphQLInfo,
+        "external_id": str,
+        "input": record.upsert_input,
+        "department_id": department,
+        "return": record.answers.upsert_type,
+    }
+    batch.__annotations__ = {
+        "info": GraphQLInfo,
+        "operations": list[record.operation_input],  # type: ignore[name-defined]
+        "atomic": bool,
+        "department_id": department,
+        "return": record.answers.batch_type,
+    }
+    return RecordMutations(
+        create=strawberry.mutation(resolver=create),
+        update=strawberry.mutation(resolver=update),
+        delete=strawberry.mutation(resolver=delete),
+        upsert=strawberry.mutation(resolver=upsert, description=_UPSERT.format(record=record.noun)),
+        batch=strawberry.mutation(
+            resolver=batch,
+            description=_BATCH.format(records=record.plural) + record.batch_description,
+        ),
+    )
