@@ -105,7 +105,7 @@ def batch_deals(
     return gql(client, BATCH_DEALS, {"operations": operations, **variables}, headers)
 
 
-def test_a_deal_upsert_creates_then_updates_then_leaves_unchanged(
+def test_a_deal_upsert_starts_in_the_first_step_then_moves_and_assigns_it(
     client: TestClient, database: Database, world: TenantWorld
 ) -> None:
     headers = world.key.headers
@@ -270,32 +270,6 @@ def new_customer(client: TestClient, world: TenantWorld) -> str:
     response = client.post(f"{API}/customers", json={"last_name": "C"}, headers=world.key.headers)
     customer_id: str = response.json()["id"]
     return customer_id
-
-
-def test_an_activity_upsert_creates_then_updates_then_leaves_unchanged(
-    client: TestClient, world: TenantWorld
-) -> None:
-    customer_id = new_customer(client, world)
-
-    def upsert(**fields: Any) -> dict[str, Any]:
-        variables = {
-            "externalId": "task-1",
-            "input": {"type": "CALL", "customerId": customer_id, **fields},
-        }
-        data = data_of(client, UPSERT_ACTIVITY, variables, world.key.headers)
-        found: dict[str, Any] = data["upsertActivity"]
-        return found
-
-    created = upsert(subject="Call back")
-    updated = upsert(type="MEETING")
-    unchanged = upsert(type="MEETING", subject="Call back")
-
-    assert created["outcome"] == "CREATED"
-    assert (created["activity"]["externalId"], created["activity"]["version"]) == ("task-1", 1)
-    assert updated["outcome"] == "UPDATED"
-    assert (updated["activity"]["type"], updated["activity"]["subject"]) == ("MEETING", "Call back")
-    assert unchanged["outcome"] == "UNCHANGED"
-    assert unchanged["activity"] == updated["activity"]
 
 
 def test_an_activity_batch_reports_each_operation_and_an_atomic_one_writes_nothing(

@@ -84,30 +84,6 @@ def field_errors(error: dict[str, Any]) -> list[tuple[str, str]]:
 # --- upserts -------------------------------------------------------------------------------
 
 
-def test_an_upsert_creates_then_updates_then_leaves_unchanged(
-    client: TestClient, world: TenantWorld
-) -> None:
-    headers = world.key.headers
-
-    created = upsert_customer(client, headers, "crm-1", firstName="Ada", city="London")
-    updated = upsert_customer(client, headers, "crm-1", city="Paris")
-    unchanged = upsert_customer(client, headers, "crm-1", city="Paris")
-
-    assert created["outcome"] == "CREATED"
-    assert created["customer"]["externalId"] == "crm-1"
-    assert created["customer"]["departmentId"] == str(world.department.id)
-    assert (created["customer"]["city"], created["customer"]["version"]) == ("London", 1)
-    assert updated["outcome"] == "UPDATED"
-    assert updated["customer"]["id"] == created["customer"]["id"]
-    # Absent fields stay as they are.
-    assert updated["customer"]["firstName"] == "Ada"
-    assert (updated["customer"]["city"], updated["customer"]["version"]) == ("Paris", 2)
-    assert unchanged["outcome"] == "UNCHANGED"
-    assert unchanged["customer"] == updated["customer"]
-    rest = client.get(f"{API}/customers/{created['customer']['id']}", headers=headers)
-    assert (rest.json()["city"], rest.headers["etag"]) == ("Paris", '"2"')
-
-
 def test_an_upsert_null_clears_a_field(client: TestClient, world: TenantWorld) -> None:
     upsert_customer(client, world.key.headers, "crm-1", city="London")
 

@@ -9,6 +9,7 @@ import pytest
 
 from tests.redis_support import shared_redis_url
 from tests.rest_api.rate_limit_support import Limiter
+from tests.rest_api.records_support import RECORDS, SyncedApi
 from tests.support import FakeClock
 
 
@@ -28,3 +29,9 @@ def limiter(request: pytest.FixtureRequest) -> Limiter:
         return Limiter(None, FakeClock())
     url: str = request.getfixturevalue("redis_url")
     return Limiter(url, time.monotonic)
+
+
+@pytest.fixture(params=sorted(RECORDS))
+def record(request: pytest.FixtureRequest) -> SyncedApi:
+    """Each synced record in turn (customers, deals, activities)."""
+    return RECORDS[request.param]

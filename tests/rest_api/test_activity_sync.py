@@ -141,7 +141,7 @@ def test_an_upsert_checks_the_references_as_create_and_update_do(
     assert [activity["external_id"] for activity in activities_of(client, world)] == ["existing"]
 
 
-def test_by_default_a_failed_operation_leaves_the_others_written(
+def test_a_batch_fails_alone_an_activity_of_an_unknown_deal_or_type(
     client: TestClient, world: TenantWorld, customer_id: str
 ) -> None:
     def data(**fields: Any) -> dict[str, Any]:
@@ -188,7 +188,7 @@ def test_by_default_a_failed_operation_leaves_the_others_written(
     ]
 
 
-def test_an_atomic_batch_with_a_failure_writes_nothing_and_names_the_failure(
+def test_an_atomic_batch_names_an_activitys_unknown_customer_and_writes_nothing(
     client: TestClient, world: TenantWorld, customer_id: str
 ) -> None:
     operations = [

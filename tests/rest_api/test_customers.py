@@ -22,17 +22,6 @@ def create(client: TestClient, world: TenantWorld, body: dict[str, Any]) -> Any:
     return client.post(CUSTOMERS, json=body, headers=world.key.headers)
 
 
-def test_create_returns_201_with_location_of_the_new_customer(
-    client: TestClient, world: TenantWorld
-) -> None:
-    response = create(client, world, {"last_name": "Lovelace"})
-
-    assert response.status_code == 201
-    body = response.json()
-    assert response.headers["location"] == f"{CUSTOMERS}/{body['id']}"
-    assert client.get(response.headers["location"], headers=world.key.headers).json() == body
-
-
 def test_every_unsupplied_optional_field_is_null(client: TestClient, world: TenantWorld) -> None:
     body = create(client, world, {"last_name": "Lovelace"}).json()
 

@@ -83,22 +83,3 @@ def test_default_page_size_is_25(client: TestClient, world: TenantWorld) -> None
     page = client.get(f"{API}/customers", headers=world.key.headers).json()
 
     assert len(page["data"]) == 25 and page["next_cursor"] is not None
-
-
-def test_deals_and_activities_page_the_same_way(client: TestClient, world: TenantWorld) -> None:
-    customer = create_customers(client, world, 1, "c")[0]
-    deals = [
-        client.post(f"{API}/deals", json={"name": f"d{i}"}, headers=world.key.headers).json()["id"]
-        for i in range(12)
-    ]
-    activities = [
-        client.post(
-            f"{API}/activities",
-            json={"type": "note", "customer_id": customer},
-            headers=world.key.headers,
-        ).json()["id"]
-        for _ in range(12)
-    ]
-
-    assert walk(client, world, "/deals", limit=5) == deals
-    assert walk(client, world, "/activities", limit=5) == activities

@@ -7,25 +7,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 
-from tests.rest_api.test_record_sync import API, RECORDS, SyncedApi
+from tests.rest_api.records_support import API, SyncedApi
 from tests.support import TenantWorld
-
-
-@pytest.fixture(params=sorted(RECORDS))
-def record(request: pytest.FixtureRequest) -> SyncedApi:
-    return RECORDS[request.param]
-
-
-def _created(client: TestClient, record: SyncedApi, headers: dict[str, str]) -> Any:
-    body = record.body(record.required(client, headers), "Made")
-    response = client.post(f"{API}/{record.plural}", json=body, headers=headers)
-    assert response.status_code == 201, response.text
-    return response
 
 
 def test_an_unknown_or_malformed_id_is_404_to_every_verb(
@@ -48,7 +34,7 @@ def test_a_record_of_another_department_is_404_to_every_verb_and_stays_as_it_was
 ) -> None:
     world = make_tenant(departments=2)
     own, other = world.keys
-    made = _created(client, record, own.headers).json()
+    made = record.create(client, own.headers).json()
     path = f"{API}/{record.plural}/{made['id']}"
 
     assert client.get(path, headers=other.headers).status_code == 404
@@ -61,7 +47,7 @@ def test_a_patch_returns_a_new_etag_that_get_agrees_with(
     client: TestClient, world: TenantWorld, record: SyncedApi
 ) -> None:
     headers = world.key.headers
-    created = _created(client, record, headers)
+    created = record.create(client, headers)
     path = f"{API}/{record.plural}/{created.json()['id']}"
 
     response = client.patch(path, json={record.label: "Second try"}, headers=headers)
@@ -76,7 +62,7 @@ def test_a_delete_is_204_and_afterwards_the_record_is_gone(
     client: TestClient, world: TenantWorld, record: SyncedApi
 ) -> None:
     headers = world.key.headers
-    made = _created(client, record, headers).json()
+    made = record.create(client, headers).json()
     path = f"{API}/{record.plural}/{made['id']}"
 
     response = client.delete(path, headers=headers)

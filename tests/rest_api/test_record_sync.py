@@ -6,7 +6,6 @@ department of one tenant). What is particular to one record is in its own module
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -14,66 +13,14 @@ from fastapi.testclient import TestClient
 
 from dealbase.platform.batches.models import MAX_OPERATIONS
 from dealbase.tenancy.database.connections import Database
+from tests.rest_api.records_support import API, RECORDS, SyncedApi
 from tests.support import TenantWorld
 
-API = "/api/v1/integration"
 
-
-def _a_customer(client: TestClient, headers: dict[str, str]) -> str:
-    response = client.post(f"{API}/customers", json={"last_name": "Lovelace"}, headers=headers)
-    assert response.status_code == 201, response.text
-    customer: str = response.json()["id"]
-    return customer
-
-
-@dataclass(frozen=True)
-class SyncedApi:
-    """A synced record as its routes take it: ``label`` is a text field its tests write and
-    read back; ``required`` gives the rest of a valid body in the department of the headers."""
-
-    plural: str
-    label: str
-    required: Callable[[TestClient, dict[str, str]], dict[str, Any]] = lambda client, headers: {}
-
-    def body(self, required: dict[str, Any], label: str, **fields: Any) -> dict[str, Any]:
-        return {**required, self.label: label, **fields}
-
-    def put(
-        self,
-        client: TestClient,
-        headers: dict[str, str],
-        external_id: str,
-        body: dict[str, Any],
-        **conditions: str,
-    ) -> Any:
-        return client.put(
-            f"{API}/{self.plural}/by-external-id/{external_id}",
-            json=body,
-            headers={**headers, **conditions},
-        )
-
-    def labels(
-        self, client: TestClient, headers: dict[str, str], external_id: str | None = None
-    ) -> list[str]:
-        params = {"limit": 100} if external_id is None else {"external_id": external_id}
-        page = client.get(f"{API}/{self.plural}", params=params, headers=headers).json()
-        return [item[self.label] for item in page["data"]]
-
-
-RECORDS = {
-    "customers": SyncedApi("customers", "last_name"),
-    "deals": SyncedApi("deals", "name"),
-    "activities": SyncedApi(
-        "activities",
-        "subject",
-        lambda client, headers: {"type": "call", "customer_id": _a_customer(client, headers)},
-    ),
-}
-
-
-@pytest.fixture(params=sorted(RECORDS))
-def record(request: pytest.FixtureRequest) -> SyncedApi:
-    return RECORDS[request.param]
+def _events(client: TestClient, headers: dict[str, str]) -> list[tuple[str, str | None]]:
+    """The department's events, each as its type and its record's external id."""
+    page = client.get(f"{API}/events", params={"limit": 100}, headers=headers).json()
+    return [(event["type"], event["data"].get("external_id")) for event in page["data"]]
 
 
 def test_if_match_needs_the_record_at_that_version(
@@ -264,3 +211,140 @@ def test_a_batch_of_a_record_written_in_bulk_costs_the_same_statements_whatever_
 
     assert counts[10] == counts[MAX_OPERATIONS - 2], counts
     assert counts[10] <= 6, counts
+
+
+def test_by_default_a_failed_operation_of_a_batch_leaves_the_others_written(
+    client: TestClient, world: TenantWorld, record: SyncedApi
+) -> None:
+    headers = world.key.headers
+    required = record.required(client, headers)
+
+    def upsert(external_id: str, label: str = "L") -> dict[str, Any]:
+        return {"op": "upsert", "external_id": external_id, "data": record.body(required, label)}
+
+    def create(external_id: str | None = None, label: str = "L") -> dict[str, Any]:
+        data = record.body(required, label)
+        return {
+            "op": "create",
+            "data": data if external_id is None else {**data, "external_id": external_id},
+        }
+
+    record.batch(client, headers, [upsert("taken"), upsert("kept"), upsert("same")])
+    before = _events(client, headers)
+    operations = [
+        upsert("a"),
+        create("taken"),
+        upsert("b", "x" * 256),
+        create(),
+        upsert("kept", "Changed"),
+        upsert("same"),
+    ]
+
+    response = record.batch(client, headers, operations)
+
+    assert response.status_code == 200, response.text
+    body = response.json()
+    results = body["results"]
+    assert [(r["status"], r["outcome"]) for r in results] == [
+        (201, "created"),
+        (409, "failed"),
+        (422, "failed"),
+        (201, "created"),
+        (200, "updated"),
+        (200, "unchanged"),
+    ]
+    assert body["summary"] == {"created": 2, "updated": 1, "unchanged": 1, "failed": 2}
+    assert results[1]["error"]["code"] == "external_id_taken"
+    assert [(e["field"], e["pointer"]) for e in results[2]["error"]["errors"]] == [
+        (f"operations[2].data.{record.label}", f"/operations/2/data/{record.label}")
+    ]
+    assert all(r.get("data") is None for r in results[1:3])
+    assert results[4]["data"][record.label] == "Changed"
+    assert sorted(record.labels(client, headers)) == sorted(["L", "Changed", "L", "L", "L"])
+    assert _events(client, headers)[len(before) :] == [
+        (f"{record.noun}.created", "a"),
+        (f"{record.noun}.created", None),
+        (f"{record.noun}.updated", "kept"),
+    ]
+
+
+def test_an_atomic_batch_with_failures_writes_nothing_and_names_them(
+    client: TestClient, world: TenantWorld, record: SyncedApi
+) -> None:
+    headers = world.key.headers
+    required = record.required(client, headers)
+
+    def upsert(external_id: str) -> dict[str, Any]:
+        return {"op": "upsert", "external_id": external_id, "data": record.body(required, "A")}
+
+    def create(external_id: str, label: str = "T") -> dict[str, Any]:
+        return {
+            "op": "create",
+            "data": {**record.body(required, label), "external_id": external_id},
+        }
+
+    record.batch(client, headers, [upsert("taken"), upsert("also-taken")])
+    before = _events(client, headers)
+
+    conflicting = record.batch(
+        client, headers, [upsert("a"), create("taken"), create("also-taken")], atomic=True
+    )
+    refused = record.batch(
+        client, headers, [upsert("a"), create("b", "x" * 256), upsert("c")], atomic=True
+    )
+
+    assert conflicting.status_code == refused.status_code == 422
+    assert conflicting.json()["code"] == refused.json()["code"] == "batch_rejected"
+    named = [
+        (f["index"], f["error"]["code"], f["error"]["status"])
+        for f in conflicting.json()["failures"]
+    ]
+    taken = [(1, "external_id_taken", 409), (2, "external_id_taken", 409)]
+    assert named == (taken if record.names_every_failure else taken[:1])
+    # Invalid data is found before anything is written.
+    assert [(f["index"], f["error"]["errors"][0]["field"]) for f in refused.json()["failures"]] == [
+        (1, f"operations[1].data.{record.label}")
+    ]
+    assert record.labels(client, headers) == ["A", "A"]
+    assert _events(client, headers) == before
+
+
+def test_an_atomic_batch_without_failures_writes_everything(
+    client: TestClient, world: TenantWorld, record: SyncedApi
+) -> None:
+    headers = world.key.headers
+    required = record.required(client, headers)
+    data = record.body(required, "L")
+    operations = [
+        {"op": "upsert", "external_id": "a", "data": data},
+        {"op": "create", "data": data},
+        {"op": "create", "data": {**data, "external_id": "c"}},
+    ]
+
+    response = record.batch(client, headers, operations, atomic=True)
+
+    assert response.status_code == 200, response.text
+    assert response.json()["summary"] == {"created": 3, "updated": 0, "unchanged": 0, "failed": 0}
+    assert record.labels(client, headers) == ["L", "L", "L"]
+
+
+def test_an_external_id_named_twice_in_a_batch_fails_the_later_operations(
+    client: TestClient, world: TenantWorld, record: SyncedApi
+) -> None:
+    headers = world.key.headers
+    required = record.required(client, headers)
+    operations = [
+        {"op": "upsert", "external_id": "a", "data": record.body(required, "First")},
+        {"op": "upsert", "external_id": "a", "data": record.body(required, "Second")},
+        {"op": "create", "data": {**record.body(required, "Third"), "external_id": "a"}},
+    ]
+
+    results = record.batch(client, headers, operations).json()["results"]
+
+    assert [r["outcome"] for r in results] == ["created", "failed", "failed"]
+    assert [r["error"]["errors"][0]["field"] for r in results[1:]] == [
+        "operations[1].external_id",
+        "operations[2].data.external_id",
+    ]
+    assert {r["error"]["errors"][0]["code"] for r in results[1:]} == {"duplicate_item"}
+    assert record.labels(client, headers) == ["First"]

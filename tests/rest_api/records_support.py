@@ -1,0 +1,90 @@
+"""The synced records (customers, deals, activities) as their REST routes take them, for the
+tests of what every one answers alike; ``record`` (conftest.py) runs a test once for each."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+API = "/api/v1/integration"
+
+
+def _a_customer(client: TestClient, headers: dict[str, str]) -> str:
+    response = client.post(f"{API}/customers", json={"last_name": "Lovelace"}, headers=headers)
+    assert response.status_code == 201, response.text
+    customer: str = response.json()["id"]
+    return customer
+
+
+@dataclass(frozen=True)
+class SyncedApi:
+    """A synced record as its routes take it: ``label`` is a text field its tests write and
+    read back; ``required`` gives the rest of a valid body in the department of the headers."""
+
+    plural: str
+    noun: str  # its event types' prefix
+    label: str
+    required: Callable[[TestClient, dict[str, str]], dict[str, Any]] = lambda client, headers: {}
+    # An atomic batch names every failed operation (written in bulk), or its first (one by one).
+    names_every_failure: bool = True
+
+    def body(self, required: dict[str, Any], label: str, **fields: Any) -> dict[str, Any]:
+        return {**required, self.label: label, **fields}
+
+    def create(self, client: TestClient, headers: dict[str, str], label: str = "Made") -> Any:
+        """A new record (its POST's 201 response), with ``label``."""
+        body = self.body(self.required(client, headers), label)
+        response = client.post(f"{API}/{self.plural}", json=body, headers=headers)
+        assert response.status_code == 201, response.text
+        return response
+
+    def put(
+        self,
+        client: TestClient,
+        headers: dict[str, str],
+        external_id: str,
+        body: dict[str, Any],
+        **conditions: str,
+    ) -> Any:
+        return client.put(
+            f"{API}/{self.plural}/by-external-id/{external_id}",
+            json=body,
+            headers={**headers, **conditions},
+        )
+
+    def batch(
+        self,
+        client: TestClient,
+        headers: dict[str, str],
+        operations: list[dict[str, Any]],
+        *,
+        atomic: bool = False,
+    ) -> Any:
+        return client.post(
+            f"{API}/{self.plural}/batch",
+            params={"atomic": "true"} if atomic else None,
+            json={"operations": operations},
+            headers=headers,
+        )
+
+    def labels(
+        self, client: TestClient, headers: dict[str, str], external_id: str | None = None
+    ) -> list[str]:
+        params = {"limit": 100} if external_id is None else {"external_id": external_id}
+        page = client.get(f"{API}/{self.plural}", params=params, headers=headers).json()
+        return [item[self.label] for item in page["data"]]
+
+
+RECORDS = {
+    "customers": SyncedApi("customers", "customer", "last_name"),
+    "deals": SyncedApi("deals", "deal", "name", names_every_failure=False),
+    "activities": SyncedApi(
+        "activities",
+        "activity",
+        "subject",
+        lambda client, headers: {"type": "call", "customer_id": _a_customer(client, headers)},
+    ),
+}
