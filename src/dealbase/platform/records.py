@@ -72,10 +72,9 @@ class OneByOne(Generic[Model, Fields]):
 @dataclass(frozen=True)
 class InBulk:
     """A record whose creates and changes of a whole batch are one statement each (its rows'
-    ``lock_or_insert``, which also locks and reads the records the batch names, and
-    ``update_many``: its fields' model gives every ``field_columns`` value, its read model has
-    each as an attribute), its references checked before, one statement a reference, and its
-    events recorded after, in the order of the writes."""
+    ``insert_many`` and ``update_many``: its fields' model gives every ``field_columns``
+    value, its read model has each as an attribute), its references checked before, one
+    statement a reference, and its events recorded after, in the order of the writes."""
 
 
 IN_BULK = InBulk()
@@ -262,10 +261,10 @@ def apply_writes(
 ) -> dict[int, Result[Model]]:
     """Applies creates and upserts in the caller's department by the rules of
     ``upserts.judge``, each write's result by its index: a batch's writes, or a single upsert's
-    one. As the record is written (``record.writes``): in bulk (``_in_bulk``: the records the
-    writes name locked and read and the new ones inserted in one statement, the changed ones
-    written in one, events recorded in the order of the writes), or the records locked and read
-    in one statement and each write applied in turn (``OneByOne``).
+    one. The records the writes name are locked and read in one statement; then, as the record
+    is written (``record.writes``), all the new ones inserted and all the changed ones written
+    in one statement each (``InBulk``, events recorded in the order of the writes), or each
+    write applied in turn (``OneByOne``).
 
     One at a time, a write that fails (a reference of another department...) is rolled back
     to its savepoint when ``isolated`` (a batch per operation: the others are written);
@@ -276,10 +275,10 @@ def apply_writes(
     the first's transaction and then inserts nothing (ON CONFLICT DO NOTHING); it reads the
     record again, locked, and applies its write as a change."""
     department_id = department_of(uow.scope)
-    if isinstance(record.writes, InBulk):
-        return _in_bulk(record, uow, department_id, writes)
     keyed = [write.external_id for write in writes if write.external_id is not None]
     current = record.lock(uow, department_id, keyed)
+    if isinstance(record.writes, InBulk):
+        return _in_bulk(record, uow, department_id, writes, current)
     results: dict[int, Result[Model]] = {}
     for write in writes:
         found = current.get(write.external_id) if write.external_id is not None else None
@@ -330,67 +329,73 @@ def _in_bulk(
     uow: UnitOfWork,
     department_id: uuid.UUID,
     writes: Sequence[Write[Fields]],
+    current: Mapping[str, Model],
 ) -> dict[int, Result[Model]]:
-    """``apply_writes`` in bulk: the references every write gives checked first, one statement
-    a reference; then, in one statement, the records the others name locked and read, and the
-    new ones inserted (each whose external id no record has, unless its If-Match needs one);
-    then each write judged, and the changes written in one statement."""
     results: dict[int, Result[Model]] = {}
     changes: list[tuple[Write[Fields], Model]] = []
 
-    def judged(write: Write[Fields], found: Model | None) -> bool:
-        """False when ``write`` was to be inserted and was not (its external id taken
-        meanwhile); else its failure or its change is noted."""
+    def inserts(write: Write[Fields], found: Model | None) -> bool:
+        """True when ``write`` is to be inserted; else its result or its change is noted."""
         verdict = upserts.judge(record.noun, write, found)
         if isinstance(verdict, DomainError):
             results[write.index] = Result.failed(verdict)
         elif verdict is Judged.CHANGE:
             assert found is not None, "a change has the record it changes"
             changes.append((write, found))
-        return verdict is not Judged.INSERT
+        return verdict is Judged.INSERT
 
+    new = [
+        (new_id(), write, write.fields.model_dump())
+        for write in writes
+        if inserts(write, current.get(write.external_id) if write.external_id else None)
+    ]
     if record.references:
-        given = [
-            (write, {name: getattr(write.fields, name) for name in record.references})
-            for write in writes
-        ]
-        _fail_unknown_references(record, uow, department_id, given, results)
+        _fail_unknown_references(
+            record, uow, department_id, [(write, values) for _, write, values in new], results
+        )
+        new = [item for item in new if item[1].index not in results]
     # In external id order: two batches inserting the same new ids wait for each other in the
     # same order, never each for the other.
-    new = sorted(
-        ((new_id(), write) for write in writes if write.index not in results),
-        key=lambda item: item[1].external_id or "",
-    )
-    found_rows, inserted_rows = record.rows.lock_or_insert(
-        uow.connection,
-        department_id,
-        [write.external_id for _, write in new if write.external_id is not None],
-        [
-            {**write.fields.model_dump(), "id": record_id, "may_insert": write.expected is None}
-            for record_id, write in new
-        ],
-    )
-    current = {key: record.to_model(uow, row) for key, row in found_rows.items()}
+    new.sort(key=lambda item: item[1].external_id or "")
+    inserted = {
+        row["id"]: record.to_model(uow, row)
+        for row in record.rows.insert_many(
+            uow.connection,
+            department_id,
+            [{**values, "id": record_id} for record_id, _, values in new],
+        )
+    }
     raced: list[Write[Fields]] = []
-    for record_id, write in new:
-        row = inserted_rows.get(record_id)
-        if row is not None:
-            results[write.index] = Result("created", record.to_model(uow, row))
-        elif not judged(write, current.get(write.external_id or "")):
-            if write.upsert:
-                raced.append(write)
-            else:
-                results[write.index] = Result.failed(upserts.taken(record.noun, write))
+    for record_id, write, _ in new:
+        created = inserted.get(record_id)
+        if created is not None:
+            results[write.index] = Result("created", created)
+        elif write.upsert:
+            raced.append(write)
+        else:
+            results[write.index] = Result.failed(upserts.taken(record.noun, write))
     if raced:
-        # Another transaction inserted their external ids after our read, and has committed.
         now_there = record.lock(uow, department_id, [write.external_id or "" for write in raced])
         for write in raced:
-            if not judged(write, now_there.get(write.external_id or "")):
+            found = now_there.get(write.external_id or "")
+            if found is None:
                 results[write.index] = Result.failed(upserts.raced_away(record.noun, write))
+            else:
+                inserts(write, found)
 
+    changing = [(write, before, changed_fields(write, before)) for write, before in changes]
+    if record.references:
+        _fail_unknown_references(
+            record,
+            uow,
+            department_id,
+            [(write, changed) for write, _, changed in changing],
+            results,
+        )
     changed_by_id: dict[uuid.UUID, tuple[Write[Fields], Model, dict[str, object]]] = {}
-    for write, before in changes:
-        changed = changed_fields(write, before)
+    for write, before, changed in changing:
+        if write.index in results:
+            continue
         if changed:
             changed_by_id[before.id] = (write, before, changed)
         else:

@@ -12,10 +12,8 @@ from typing import Any
 import psycopg
 from sqlalchemy import (
     CTE,
-    Boolean,
     Column,
     ColumnElement,
-    CompoundSelect,
     Select,
     Table,
     TableValuedAlias,
@@ -25,18 +23,14 @@ from sqlalchemy import (
     cast,
     column,
     delete,
-    exists,
-    false,
     func,
     select,
     true,
-    union_all,
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, Insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.sql.dml import ReturningUpdate
-from sqlalchemy.types import TypeEngine
+from sqlalchemy.sql.dml import ReturningInsert, ReturningUpdate
 
 from dealbase.errors import ExternalIdTaken, NotFound, PreconditionFailed
 from dealbase.platform.versioning import Expected
@@ -101,19 +95,17 @@ def insert_reading(table: Table, values: Mapping[str, object], *lookups: CTE) ->
     return statement
 
 
-def unnested(table: Table, names: Sequence[str], **others: TypeEngine[Any]) -> TableValuedAlias:
-    """A relation ``given`` with ``names`` as columns, typed as ``table``'s (and ``others``,
-    typed as given), from one array parameter per column (``given_<name>``, made by
-    ``unnested_values``): a statement built once on it writes any number of rows at once, and
-    is planned once, whatever their number."""
-    types = {**{name: table.c[name].type for name in names}, **others}
+def unnested(table: Table, names: Sequence[str]) -> TableValuedAlias:
+    """A relation ``given`` with ``names`` as columns, typed as ``table``'s, from one array
+    parameter per column (``given_<name>``, made by ``unnested_values``): a statement built
+    once on it writes any number of rows at once, and is planned once, whatever their number."""
     arrays = [
-        cast(bindparam(f"given_{name}", type_=ARRAY(kind)), ARRAY(kind))
-        for name, kind in types.items()
+        cast(bindparam(f"given_{name}", type_=ARRAY(table.c[name].type)), ARRAY(table.c[name].type))
+        for name in names
     ]
     return (
         func.unnest(*arrays)
-        .table_valued(*(column(name, kind) for name, kind in types.items()))
+        .table_valued(*(column(name, table.c[name].type) for name in names))
         .render_derived(name="given")
     )
 
@@ -159,41 +151,22 @@ class OwnedRows:
         return names, unnested(self.table, names)
 
     @functools.cached_property
-    def _lock_or_insert(self) -> CompoundSelect[Any]:
+    def _insert_many(self) -> ReturningInsert[Any]:
         table = self.table
-        names, _ = self._given
-        given = unnested(table, names, may_insert=Boolean())
-        department = bindparam("department_id", type_=table.c.department_id.type)
-        found = (
-            select(table)
-            .where(
-                table.c.department_id == department,
-                table.c.external_id == any_(bindparam("external_ids", type_=ARRAY(Text))),
-            )
-            .order_by(table.c.id)
-            .with_for_update()
-            .cte("found")
-        )
-        inserted = (
+        names, given = self._given
+        return built_once(
             pg_insert(table)
             .from_select(
                 [*names, "department_id", "created_at", "updated_at"],
                 select(
-                    *(given.c[name] for name in names), department, func.now(), func.now()
-                ).where(
-                    given.c.may_insert,
-                    ~exists().where(found.c.external_id == given.c.external_id),
+                    given,
+                    bindparam("department_id", type_=table.c.department_id.type),
+                    func.now(),
+                    func.now(),
                 ),
             )
             .on_conflict_do_nothing(index_elements=[table.c.department_id, table.c.external_id])
             .returning(*table.c)
-            .cte("inserted")
-        )
-        return built_once(
-            union_all(
-                select(false().label("inserted"), *found.c),
-                select(true().label("inserted"), *inserted.c),
-            )
         )
 
     @functools.cached_property
@@ -213,34 +186,20 @@ class OwnedRows:
             .returning(*table.c)
         )
 
-    def lock_or_insert(
+    def insert_many(
         self,
         connection: TenantConnection,
         department_id: uuid.UUID,
-        external_ids: Sequence[str],
         new: Sequence[Mapping[str, object]],
-    ) -> tuple[dict[str, Record], dict[uuid.UUID, Record]]:
-        """In one statement: the department's rows with ``external_ids``, locked until the
-        transaction ends (in id order), by external id; and the rows of ``new`` inserted (each
-        ``id``, every ``field_columns`` value and ``may_insert``), by id: each that may be
-        inserted and whose external id is none of those rows', leaving out one whose external id
-        another transaction has just taken (``ON CONFLICT DO NOTHING``)."""
-        if not new and not external_ids:
-            return {}, {}
+    ) -> list[Record]:
+        """Inserts many rows into the department (each ``id`` and every ``field_columns``
+        value) in one statement, leaving out each whose external id is taken (by a row committed
+        or inserted just before): the rows inserted."""
+        if not new:
+            return []
         names, _ = self._given
-        values = {
-            **unnested_values((*names, "may_insert"), new),
-            "department_id": department_id,
-            "external_ids": list(external_ids),
-        }
-        found: dict[str, Record] = {}
-        inserted: dict[uuid.UUID, Record] = {}
-        for row in connection.execute(self._lock_or_insert, values).mappings():
-            if row["inserted"]:
-                inserted[row["id"]] = row
-            else:
-                found[row["external_id"]] = row
-        return found, inserted
+        values = {**unnested_values(names, new), "department_id": department_id}
+        return list(connection.execute(self._insert_many, values).mappings())
 
     def update_many(
         self, connection: TenantConnection, rows: Sequence[Mapping[str, object]]
