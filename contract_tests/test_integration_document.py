@@ -617,8 +617,10 @@ def test_exceeding_the_rate_limit_is_429_with_retry_after(
     settings: Settings, database: Database, path: str, body: dict[str, Any]
 ) -> None:
     world = build_tenant(database)
+    # One request, then a token every 20 s: the second is refused however slowly a loaded
+    # machine sends it (at 1/s, a second between the two refilled the bucket).
     app = create_app(
-        settings.model_copy(update={"rate_limit_key": "1/s", "rate_limit_key_burst": 1})
+        settings.model_copy(update={"rate_limit_key": "0.05/s", "rate_limit_key_burst": 1})
     )
     with TestClient(app, raise_server_exceptions=False) as limited:
         first = limited.post(path, json=body, headers=world.key.headers)
