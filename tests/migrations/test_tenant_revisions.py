@@ -172,3 +172,27 @@ def test_t0008_keeps_the_data_and_previous_of_events_from_before_as_json(
     assert [(event.data, event.previous) for event in page.items] == [
         ({"last_name": "Lovelace", "notes": 'ünïcode " quoted'}, {"last_name": "Byron"})
     ]
+
+
+def test_t0009_leaves_the_written_tables_department_undeclared_and_keeps_the_other_keys(
+    database: Database,
+) -> None:
+    schema = _scratch_schema()
+    keys = (
+        "SELECT t.relname, pg_get_constraintdef(k.oid) FROM pg_constraint k"
+        " JOIN pg_class t ON t.oid = k.conrelid"
+        " WHERE k.contype = 'f' AND k.connamespace = CAST(:schema AS regnamespace)"
+    )
+    with database.control() as connection:
+        upgrade_tenant(connection, schema, "t0008")
+        before = set(connection.execute(text(keys), {"schema": schema}).all())
+        upgrade_tenant(connection, schema)
+        after = set(connection.execute(text(keys), {"schema": schema}).all())
+        _drop(connection, schema)
+
+    undeclared = {
+        (table, "FOREIGN KEY (department_id) REFERENCES departments(id)")
+        for table in ("customers", "deals", "activities", "events")
+    }
+    assert undeclared <= before
+    assert after == before - undeclared
