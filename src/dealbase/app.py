@@ -41,6 +41,7 @@ from dealbase.tenancy.database.connections import Database, DatabaseLimits
 from dealbase.tenancy.rate_limits.admission import Admission, LimiterFaults
 from dealbase.tenancy.rate_limits.failure_allowance import FailureAllowance
 from dealbase.tenancy.rate_limits.limiter import InProcessLimiter, RedisLimiter
+from dealbase.tenancy.rate_limits.local_admissions import LocalAdmissions
 from dealbase.tenancy.scope import Rate
 
 DESCRIPTION = """\
@@ -78,6 +79,9 @@ def create_app(
         RedisLimiter(settings.redis_url, timeout_seconds=settings.redis_timeout_ms / 1000)
         if settings.redis_url
         else InProcessLimiter(clock)
+    )
+    admitting: LocalAdmissions | InProcessLimiter = (
+        LocalAdmissions(limiter) if isinstance(limiter, RedisLimiter) else limiter
     )
     key_listener = KeyChangeListener(settings.database_listen_url or database_url, key_cache)
     key_uses = KeyUseRecorder(database)
@@ -118,8 +122,8 @@ def create_app(
             # The uses noted since the last flush, before the pools close.
             await to_thread.run_sync(key_uses.flush)
             key_listener.stop()
-            if isinstance(limiter, RedisLimiter):
-                await limiter.close()
+            if isinstance(admitting, LocalAdmissions):
+                await admitting.close()
             await database.close()
             worker_stopped(os.getpid())
 
@@ -152,7 +156,7 @@ def create_app(
         clock=clock,
     )
     app.state.admission = Admission(
-        limiter,
+        admitting,
         key_rate=Rate(parse_rate(settings.rate_limit_key), settings.rate_limit_key_burst),
         tenant_rate=Rate(parse_rate(settings.rate_limit_tenant), settings.rate_limit_tenant_burst),
         faults=limiter_faults,

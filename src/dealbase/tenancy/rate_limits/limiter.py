@@ -2,9 +2,10 @@
 client address: GCRA (the generic cell rate algorithm), exact and cheap — one number of state
 per bucket, the time at which it is full again.
 
-With Redis, every server process shares the buckets: one atomic Lua script per request checks
+With Redis, every server process shares the buckets: one atomic Lua script per check tests
 both limits on Redis's own clock and spends from both only when both admit, sent over a lean
-pipelined connection of the limiter's own (every request pays for it). Without Redis, an
+pipelined connection of the limiter's own (``LocalAdmissions`` decides which requests need a
+check: those of keys near a limit, and one now and then of the others). Without Redis, an
 in-process limiter with the same arithmetic serves one process.
 
 A request costs a number of units, 1 unless said otherwise (a batch costs more, see
@@ -224,7 +225,9 @@ end
 
 
 # KEYS: the key's bucket, the tenant's; ARGV: interval and burst of each, then the cost and the
-# units of it prepaid (as _gcra). A bucket holds "<TAT>:<interval it was set at>", rescaled when
+# units of it prepaid (as _gcra), then the units owed: admitted by the process without asking
+# (``LocalAdmissions``), spent from both buckets first whatever the verdict, past an empty
+# bucket too (as a failure's spend). A bucket holds "<TAT>:<interval it was set at>", rescaled when
 # the rate changed (as _rescaled). Returns one string: the verdict, then per bucket remaining,
 # ms until full and ms to wait, separated by spaces (a single bulk string is the cheapest reply
 # to read, and Lua numbers returned as such would be truncated to integers). Redis's clock makes
@@ -234,6 +237,7 @@ _SCRIPT = (
     + b"""
 local cost = tonumber(ARGV[5])
 local prepaid = tonumber(ARGV[6])
+local owed = tonumber(ARGV[7])
 local buckets = {}
 local allowed = 1
 for i = 1, 2 do
@@ -242,6 +246,9 @@ for i = 1, 2 do
   local whole = math.min(cost, burst)
   local spend = math.max(whole - prepaid, 0)
   local tat = stored_tat(KEYS[i], interval)
+  if owed > 0 then
+    tat = math.max(tat, now) + interval * owed
+  end
   local start = math.max(tat, now)
   local allow_at = start - interval * (burst - spend)
   if now < allow_at then
@@ -260,6 +267,10 @@ for i = 1, 2 do
     table.insert(reply, tostring(b.new_tat - now))
     table.insert(reply, '0')
   else
+    if owed > 0 then
+      redis.call('SET', KEYS[i], tostring(b.tat) .. ':' .. tostring(b.interval),
+        'PX', math.max(1, math.ceil(b.tat - now)))
+    end
     table.insert(reply, '0')
     table.insert(reply, tostring(math.max(b.tat - now, 0)))
     table.insert(reply, tostring(math.max(b.retry_at - now, 0)))
@@ -301,12 +312,12 @@ def _command(*parts: bytes) -> bytes:
 
 
 # A check's command: one of these heads (the command, the script's sha or the script, the number
-# of keys), then the 2 keys and 6 arguments, packed per check. EVAL carries the script itself,
+# of keys), then the 2 keys and 7 arguments, packed per check. EVAL carries the script itself,
 # for a Redis that lacks it (NOSCRIPT: a new or restarted server), and leaves it in Redis's
 # cache for the EVALSHAs after.
 _SCRIPT_SHA = hashlib.sha1(_SCRIPT, usedforsecurity=False).hexdigest().encode()
-_EVALSHA_HEAD = b"*11\r\n" + _bulk(b"EVALSHA") + _bulk(_SCRIPT_SHA) + _bulk(b"2")
-_EVAL_HEAD = b"*11\r\n" + _bulk(b"EVAL") + _bulk(_SCRIPT) + _bulk(b"2")
+_EVALSHA_HEAD = b"*12\r\n" + _bulk(b"EVALSHA") + _bulk(_SCRIPT_SHA) + _bulk(b"2")
+_EVAL_HEAD = b"*12\r\n" + _bulk(b"EVAL") + _bulk(_SCRIPT) + _bulk(b"2")
 # The failure allowance's: the head, then its key and 3 arguments.
 _FAILURE_SHA = hashlib.sha1(_FAILURE_SCRIPT, usedforsecurity=False).hexdigest().encode()
 _FAILURE_HEADS = (
@@ -568,10 +579,13 @@ class RedisLimiter:
         *,
         cost: int = 1,
         prepaid: int = 0,
+        owed: int = 0,
     ) -> Verdict:
+        """``RateLimiter.check``, spending first the ``owed`` units the process admitted
+        itself (``LocalAdmissions``), whatever the verdict."""
         key_interval, key_burst = repr(key_rate.interval_ms), str(key_rate.burst)
         tenant_interval, tenant_burst = repr(tenant_rate.interval_ms), str(tenant_rate.burst)
-        units, paid = str(cost), str(prepaid)
+        units, paid, spent = str(cost), str(prepaid), str(owed)
         # The keys and arguments after EVALSHA <sha> 2, packed in one go.
         arguments = (
             f"{self._key_head}{key_id}\r\n{self._tenant_head}{tenant_id}\r\n"
@@ -579,6 +593,7 @@ class RedisLimiter:
             f"${len(tenant_interval)}\r\n{tenant_interval}\r\n"
             f"${len(tenant_burst)}\r\n{tenant_burst}\r\n"
             f"${len(units)}\r\n{units}\r\n${len(paid)}\r\n{paid}\r\n"
+            f"${len(spent)}\r\n{spent}\r\n"
         ).encode()
         reply = await self._run(_EVALSHA_HEAD, _EVAL_HEAD, arguments)
         allowed, *figures = reply.split(b" ")

@@ -1,0 +1,192 @@
+"""Requests of a key far from its limits, admitted by the server process without asking Redis.
+
+Asking Redis for every request is a round trip, a turn of the event loop and Redis's own work:
+about a tenth of the CPU a `GET /customers/{id}` costs the machine (bench/README.md). A key that
+is far from both of its limits gains nothing from being asked about one request at a time, so
+the process answers it itself, from what Redis last said of the key's and its tenant's buckets,
+and counts what it admitted as owed. The next check it does send for the key carries the owed
+units, which Redis spends first, before that check's own verdict (``RedisLimiter.check``).
+
+A key is admitted here only while both of its buckets had at least ``LOCAL_MIN_REMAINING``
+units left when Redis last answered, and each process admits at most a ``LOCAL_SHARE``-th of
+what was left before asking again: near a limit, and for every key whose burst is smaller,
+every request is checked in Redis, exactly as before. A busy key is asked again every
+``REFRESH_SECONDS`` (one request carries the owed units while the others go on), and once what
+Redis said is ``STALE_SECONDS`` old nothing is admitted here until it answers again. So the
+units are always spent and the long-run rate holds exactly; a burst spread over several
+processes at once can pass a limit by what each admitted on a figure that did not yet hold the
+others' owed units (at most a ``LOCAL_SHARE``-th of what it heard was left): the bucket then
+owes them, and refuses until they are paid back.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from dealbase.tenancy.rate_limits.limiter import (
+    Bucket,
+    RateLimiterUnavailable,
+    RedisLimiter,
+    Verdict,
+)
+from dealbase.tenancy.scope import Rate
+
+log = structlog.get_logger(__name__)
+
+LOCAL_MIN_REMAINING = 100
+LOCAL_SHARE = 4
+REFRESH_SECONDS = 0.02
+STALE_SECONDS = 0.1
+# Keys remembered at most; past it, those owing nothing are forgotten.
+MAX_REMEMBERED = 4096
+
+
+@dataclass(slots=True)
+class _Heard:
+    """One bucket as Redis last described it, and the units this process admitted since and
+    has not yet seen Redis spend."""
+
+    rate: Rate
+    remaining: int
+    until_full_seconds: float
+    at: float
+    owed: int = 0
+
+    def admits(self, rate: Rate) -> bool:
+        return (
+            rate == self.rate
+            and self.remaining >= LOCAL_MIN_REMAINING
+            and self.owed < self.remaining // LOCAL_SHARE
+        )
+
+    def hear(self, bucket: Bucket, now: float, paid: int) -> None:
+        self.rate = bucket.rate
+        self.remaining = bucket.remaining
+        self.until_full_seconds = bucket.reset_seconds
+        self.at = now
+        self.owed = max(self.owed - paid, 0)
+
+    def bucket(self, policy: str, now: float) -> Bucket:
+        until_full = max(self.until_full_seconds - (now - self.at), 0.0)
+        return Bucket(
+            policy,
+            self.rate,
+            max(self.remaining - self.owed, 0),
+            until_full + self.owed * self.rate.interval_ms / 1000,
+            0.0,
+        )
+
+
+@dataclass(slots=True)
+class _Key:
+    heard: _Heard
+    tenant_id: uuid.UUID
+    tenant: _Heard
+    # Checks of the key on their way to Redis, and the owed units they carry.
+    asking: int = 0
+    carried: int = 0
+
+
+class LocalAdmissions:
+    """A ``RateLimiter`` over a ``RedisLimiter``: keys far from their limits are admitted by the
+    process, the rest checked in Redis (the module's docstring says when, and what it costs)."""
+
+    def __init__(
+        self, shared: RedisLimiter, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.shared = shared
+        self._clock = clock
+        self._keys: dict[uuid.UUID, _Key] = {}
+        self._tenants: dict[uuid.UUID, _Heard] = {}
+
+    async def check(
+        self,
+        key_id: uuid.UUID,
+        key_rate: Rate,
+        tenant_id: uuid.UUID,
+        tenant_rate: Rate,
+        *,
+        cost: int = 1,
+        prepaid: int = 0,
+    ) -> Verdict:
+        now = self._clock()
+        key = self._keys.get(key_id)
+        if key is None:
+            return await self._first_check(key_id, key_rate, tenant_id, tenant_rate, cost, prepaid)
+        heard, tenant = key.heard, key.tenant
+        if cost == 1 and prepaid == 0 and heard.admits(key_rate) and tenant.admits(tenant_rate):
+            age = now - min(heard.at, tenant.at)
+            if age < STALE_SECONDS and (age < REFRESH_SECONDS or key.asking):
+                heard.owed += 1
+                tenant.owed += 1
+                return Verdict(True, (heard.bucket("key", now), tenant.bucket("tenant", now)))
+        carry = heard.owed - key.carried
+        key.asking += 1
+        key.carried += carry
+        try:
+            verdict = await self.shared.check(
+                key_id, key_rate, tenant_id, tenant_rate, cost=cost, prepaid=prepaid, owed=carry
+            )
+        finally:
+            key.asking -= 1
+            key.carried -= carry
+        now = self._clock()
+        key_bucket, tenant_bucket = verdict.buckets
+        heard.hear(key_bucket, now, carry)
+        tenant.hear(tenant_bucket, now, carry)
+        return verdict
+
+    async def _first_check(
+        self,
+        key_id: uuid.UUID,
+        key_rate: Rate,
+        tenant_id: uuid.UUID,
+        tenant_rate: Rate,
+        cost: int,
+        prepaid: int,
+    ) -> Verdict:
+        verdict = await self.shared.check(
+            key_id, key_rate, tenant_id, tenant_rate, cost=cost, prepaid=prepaid
+        )
+        now = self._clock()
+        key_bucket, tenant_bucket = verdict.buckets
+        tenant = self._tenants.get(tenant_id)
+        if tenant is None:
+            tenant = self._tenants[tenant_id] = _state(tenant_bucket, now)
+        else:
+            tenant.hear(tenant_bucket, now, 0)
+        if key_id not in self._keys:
+            if len(self._keys) >= MAX_REMEMBERED:
+                self._forget_idle()
+            self._keys[key_id] = _Key(_state(key_bucket, now), tenant_id, tenant)
+        return verdict
+
+    def _forget_idle(self) -> None:
+        self._keys = {k: key for k, key in self._keys.items() if key.heard.owed or key.asking}
+        kept = {key.tenant_id for key in self._keys.values()}
+        self._tenants = {t: tenant for t, tenant in self._tenants.items() if t in kept}
+
+    async def close(self) -> None:
+        """Spends in Redis what this process admitted and Redis has not yet spent, then closes."""
+        for key_id, key in list(self._keys.items()):
+            owed = key.heard.owed - key.carried
+            if owed <= 0:
+                continue
+            try:
+                await self.shared.check(
+                    key_id, key.heard.rate, key.tenant_id, key.tenant.rate, cost=0, owed=owed
+                )
+            except RateLimiterUnavailable as exc:
+                log.warning("rate_limit_owed_units_lost", units=owed, error=str(exc))
+        self._keys.clear()
+        self._tenants.clear()
+        await self.shared.close()
+
+
+def _state(bucket: Bucket, now: float) -> _Heard:
+    return _Heard(bucket.rate, bucket.remaining, bucket.reset_seconds, now)

@@ -1,0 +1,237 @@
+"""LocalAdmissions against a real Redis: which requests a process admits without asking, that
+what it admitted is always spent in Redis, and that near a limit every request is asked.
+
+The process's own clock is a FakeClock the test moves; Redis keeps its own. The rates refill
+nothing measurable during a test (a unit every 1,000 s), so Redis's clock does not matter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dealbase.tenancy.rate_limits.limiter import RedisLimiter, Verdict
+from dealbase.tenancy.rate_limits.local_admissions import (
+    LOCAL_MIN_REMAINING,
+    LOCAL_SHARE,
+    REFRESH_SECONDS,
+    STALE_SECONDS,
+    LocalAdmissions,
+)
+from dealbase.tenancy.scope import Rate
+from tests.redis_support import shared_redis_url
+from tests.support import FakeClock
+
+BIG = Rate(per_second=0.001, burst=1000)
+SMALL = Rate(per_second=0.001, burst=LOCAL_MIN_REMAINING - 1)
+TENANT = uuid.uuid4()
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with shared_redis_url(tmp_path_factory.mktemp("redis")) as url:
+        yield url
+
+
+class CountingLimiter(RedisLimiter):
+    """A RedisLimiter that counts the checks it sends, and the owed units they carry."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sent = 0
+        self.carried = 0
+
+    async def check(self, *args: Any, **kwargs: Any) -> Verdict:
+        self.sent += 1
+        self.carried += kwargs.get("owed", 0)
+        return await super().check(*args, **kwargs)
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"dealbase:test:{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def runner() -> Iterator[asyncio.Runner]:
+    with asyncio.Runner() as loop:
+        yield loop
+
+
+def _limiter(redis_url: str, prefix: str) -> CountingLimiter:
+    return CountingLimiter(redis_url, timeout_seconds=1.0, prefix=prefix)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def shared(redis_url: str, prefix: str) -> CountingLimiter:
+    return _limiter(redis_url, prefix)
+
+
+@pytest.fixture
+def admissions(
+    runner: asyncio.Runner, shared: CountingLimiter, clock: FakeClock
+) -> Iterator[LocalAdmissions]:
+    admitting = LocalAdmissions(shared, clock=clock)
+    yield admitting
+    runner.run(admitting.close())
+
+
+def _spent(runner: asyncio.Runner, redis_url: str, prefix: str, key: uuid.UUID) -> tuple[int, int]:
+    """The units spent from a key's bucket and its tenant's, as Redis has them (a check of
+    nothing that spends nothing)."""
+    probe = RedisLimiter(redis_url, timeout_seconds=1.0, prefix=prefix)
+    try:
+        verdict = runner.run(probe.check(key, BIG, TENANT, BIG, cost=0))
+    finally:
+        runner.run(probe.close())
+    key_bucket, tenant_bucket = verdict.buckets
+    return BIG.burst - key_bucket.remaining, BIG.burst - tenant_bucket.remaining
+
+
+def test_a_key_far_from_its_limits_is_admitted_without_asking_until_the_refresh(
+    runner: asyncio.Runner,
+    redis_url: str,
+    prefix: str,
+    shared: CountingLimiter,
+    admissions: LocalAdmissions,
+    clock: FakeClock,
+) -> None:
+    key = uuid.uuid4()
+    verdicts = [runner.run(admissions.check(key, BIG, TENANT, BIG)) for _ in range(50)]
+    assert all(verdict.allowed for verdict in verdicts)
+    assert shared.sent == 1
+    # The answers count down as Redis's would.
+    assert [v.buckets[0].remaining for v in verdicts[:3]] == [999, 998, 997]
+    assert _spent(runner, redis_url, prefix, key) == (1, 1)
+
+    clock.advance(REFRESH_SECONDS)
+    runner.run(admissions.check(key, BIG, TENANT, BIG))
+    assert (shared.sent, shared.carried) == (2, 49)
+    assert _spent(runner, redis_url, prefix, key) == (51, 51)
+
+
+def test_a_process_admits_a_quarter_of_what_was_left_before_asking_again(
+    runner: asyncio.Runner,
+    shared: CountingLimiter,
+    admissions: LocalAdmissions,
+) -> None:
+    key = uuid.uuid4()
+    for _ in range(1 + 999 // LOCAL_SHARE):
+        runner.run(admissions.check(key, BIG, TENANT, Rate(0.001, 100_000)))
+    assert shared.sent == 1
+    runner.run(admissions.check(key, BIG, TENANT, Rate(0.001, 100_000)))
+    assert (shared.sent, shared.carried) == (2, 999 // LOCAL_SHARE)
+
+
+def test_near_a_limit_every_request_is_asked_and_the_burst_holds_exactly(
+    runner: asyncio.Runner,
+    shared: CountingLimiter,
+    admissions: LocalAdmissions,
+) -> None:
+    key = uuid.uuid4()
+    verdicts = [runner.run(admissions.check(key, SMALL, TENANT, BIG)) for _ in range(120)]
+    assert shared.sent == 120
+    assert sum(verdict.allowed for verdict in verdicts) == SMALL.burst
+
+
+def test_what_redis_said_too_long_ago_admits_nothing(
+    runner: asyncio.Runner,
+    shared: CountingLimiter,
+    admissions: LocalAdmissions,
+    clock: FakeClock,
+) -> None:
+    key = uuid.uuid4()
+    runner.run(admissions.check(key, BIG, TENANT, BIG))
+    clock.advance(STALE_SECONDS)
+    runner.run(admissions.check(key, BIG, TENANT, BIG))
+    runner.run(admissions.check(key, BIG, TENANT, BIG))
+    assert shared.sent == 2  # the second answer is fresh again: the third is admitted here
+
+
+def test_a_changed_rate_is_asked_in_redis(
+    runner: asyncio.Runner,
+    shared: CountingLimiter,
+    admissions: LocalAdmissions,
+) -> None:
+    key = uuid.uuid4()
+    runner.run(admissions.check(key, BIG, TENANT, BIG))
+    lowered = Rate(0.001, 500)
+    verdict = runner.run(admissions.check(key, lowered, TENANT, BIG))
+    assert shared.sent == 2
+    assert verdict.buckets[0].rate == lowered
+
+
+def test_a_batch_is_asked_in_redis_and_carries_what_is_owed(
+    runner: asyncio.Runner,
+    redis_url: str,
+    prefix: str,
+    shared: CountingLimiter,
+    admissions: LocalAdmissions,
+) -> None:
+    key = uuid.uuid4()
+    for _ in range(10):
+        runner.run(admissions.check(key, BIG, TENANT, BIG))
+    runner.run(admissions.check(key, BIG, TENANT, BIG, cost=25, prepaid=1))
+    assert (shared.sent, shared.carried) == (2, 9)
+    assert _spent(runner, redis_url, prefix, key) == (10 + 24, 10 + 24)
+
+
+def test_closing_spends_in_redis_what_was_admitted_here(
+    runner: asyncio.Runner, redis_url: str, prefix: str
+) -> None:
+    admissions = LocalAdmissions(_limiter(redis_url, prefix), clock=FakeClock())
+    keys = [uuid.uuid4() for _ in range(3)]
+    for key in keys:
+        for _ in range(20):
+            runner.run(admissions.check(key, BIG, TENANT, BIG))
+    runner.run(admissions.close())
+    assert [_spent(runner, redis_url, prefix, key)[0] for key in keys] == [20, 20, 20]
+    assert _spent(runner, redis_url, prefix, keys[0])[1] == 60
+
+
+def test_units_owed_are_spent_even_when_the_check_carrying_them_is_refused(
+    runner: asyncio.Runner, redis_url: str, prefix: str
+) -> None:
+    limiter = RedisLimiter(redis_url, timeout_seconds=1.0, prefix=prefix)
+    key = uuid.uuid4()
+    try:
+        runner.run(limiter.check(key, BIG, TENANT, BIG, cost=990))
+        refused = runner.run(limiter.check(key, BIG, TENANT, BIG, cost=20, owed=5))
+    finally:
+        runner.run(limiter.close())
+    assert not refused.allowed
+    assert _spent(runner, redis_url, prefix, key) == (995, 995)
+
+
+def test_two_processes_taking_turns_on_a_key_admit_its_burst_and_spend_every_unit(
+    runner: asyncio.Runner, redis_url: str, prefix: str
+) -> None:
+    """Two processes taking turns, each admitting a quarter of what it last heard was left:
+    between them exactly the burst (the last hundred asked one by one), every unit spent."""
+    clock = FakeClock()
+    processes = [LocalAdmissions(_limiter(redis_url, prefix), clock=clock) for _ in range(2)]
+    key = uuid.uuid4()
+
+    async def requests() -> list[bool]:
+        allowed = []
+        for turn in range(3000):
+            if turn % 7 == 0:
+                clock.advance(REFRESH_SECONDS / 3)
+            verdict = await processes[turn % 2].check(key, BIG, TENANT, BIG)
+            allowed.append(verdict.allowed)
+        return allowed
+
+    allowed = runner.run(requests())
+    for process in processes:
+        runner.run(process.close())
+    assert sum(allowed) == BIG.burst
+    assert _spent(runner, redis_url, prefix, key) == (BIG.burst, BIG.burst)
