@@ -49,7 +49,7 @@ def create_later(uow: UnitOfWork, fields: CustomerFields) -> AfterCommit[Custome
     round trip: a unit of work that commits next writes the customer in one round trip. An
     external id another customer of the department has is ExternalIdTaken when read (nothing
     was written)."""
-    inserted = _insert_recorded(uow, fields)
+    inserted = _insert_recorded(uow, fields, as_json=False)
     tenant_id = uow.scope.tenant_id
     return AfterCommit(lambda: _created(repository.recorded(inserted, tenant_id)))
 
@@ -59,14 +59,14 @@ def create_later_as_json(
 ) -> AfterCommit[tuple[uuid.UUID, int, str]]:
     """``create_later``'s customer as its id, its version and the JSON text
     ``resources.customer_json`` would make, made by PostgreSQL (REST's answer)."""
-    inserted = _insert_recorded(uow, fields)
+    inserted = _insert_recorded(uow, fields, as_json=True)
     return AfterCommit(lambda: _created(repository.recorded_as_json(inserted)))
 
 
-def _insert_recorded(uow: UnitOfWork, fields: CustomerFields) -> Deferred:
+def _insert_recorded(uow: UnitOfWork, fields: CustomerFields, *, as_json: bool) -> Deferred:
     scope = uow.scope
     inserted = repository.defer_insert_recorded(
-        uow.connection, scope.tenant_id, department_of(scope), fields
+        uow.connection, scope.tenant_id, department_of(scope), fields, as_json=as_json
     )
     events.recorded_by_statement(uow, lambda: repository.recorded_wakes(inserted))
     return inserted
