@@ -1,5 +1,6 @@
-"""RouteIndex: a request to a path without parameters reaches the route the router's scan would
-give it, found by method and path; everything else is the router's own answer."""
+"""RouteIndex: a request reaches the route the router's scan would give it, found by method and
+path (a path without parameters) or among the routes of its shape (a path with parameters);
+everything no route matches whole is the router's own answer."""
 
 from __future__ import annotations
 
@@ -33,6 +34,10 @@ def _indexed(routes: list[Route]) -> tuple[Starlette, RouteIndex]:
     return app, index
 
 
+async def _no_scan(scope: Scope, receive: Receive, send: Send) -> None:
+    raise AssertionError("the router's scan ran")
+
+
 def test_a_path_without_parameters_reaches_its_route_by_method() -> None:
     app, _ = _indexed(
         [
@@ -41,14 +46,47 @@ def test_a_path_without_parameters_reaches_its_route_by_method() -> None:
         ]
     )
     client = TestClient(app)
-
-    async def no_scan(scope: Scope, receive: Receive, send: Send) -> None:
-        raise AssertionError("the router's scan ran")
-
-    app.router.app = no_scan  # type: ignore[method-assign]
+    app.router.app = _no_scan  # type: ignore[method-assign]
 
     assert client.get("/items").text == "list /items {}"
     assert client.post("/items").text == "create /items {}"
+
+
+def test_a_path_with_parameters_reaches_its_route_among_those_of_its_shape() -> None:
+    app, _ = _indexed(
+        [
+            Route("/orders/{order}", _answers("order"), methods=["GET"]),
+            Route("/items/{item}/notes", _answers("notes"), methods=["GET"]),
+            Route("/items/{item}", _answers("one"), methods=["GET"]),
+            Route("/items/{item}", _answers("change"), methods=["PATCH"]),
+            Route("/items/{item:int}/{part}", _answers("part"), methods=["GET"]),
+        ]
+    )
+    client = TestClient(app)
+    app.router.app = _no_scan  # type: ignore[method-assign]
+
+    assert client.get("/items/7").text == "one /items/{item} {'item': '7'}"
+    assert client.patch("/items/7").text == "change /items/{item} {'item': '7'}"
+    assert client.get("/items/7/notes").text == "notes /items/{item}/notes {'item': '7'}"
+    assert client.get("/items/7/a").text == "part /items/{item:int}/{part} {'item': 7, 'part': 'a'}"
+
+
+def test_the_first_route_in_the_routers_order_keeps_a_path_several_match() -> None:
+    app, _ = _indexed(
+        [
+            Route("/items/{item}", _answers("item"), methods=["DELETE"]),
+            Route("/{section}/{item}", _answers("any"), methods=["GET"]),
+            Route("/items/{item}", _answers("shadowed"), methods=["GET"]),
+            Route("/files/{rest:path}", _answers("file"), methods=["GET"]),
+            Route("/files/{name}", _answers("name"), methods=["GET"]),
+        ]
+    )
+    client = TestClient(app)
+
+    assert client.get("/items/7").text == "any /{section}/{item} {'section': 'items', 'item': '7'}"
+    assert client.delete("/items/7").text == "item /items/{item} {'item': '7'}"
+    assert client.get("/files/a/b").text == "file /files/{rest:path} {'rest': 'a/b'}"
+    assert client.get("/files/a").text == "any /{section}/{item} {'section': 'files', 'item': 'a'}"
 
 
 def test_an_earlier_route_with_parameters_keeps_a_path_it_matches() -> None:
@@ -66,14 +104,20 @@ def test_an_earlier_route_with_parameters_keeps_a_path_it_matches() -> None:
 
 
 def test_a_method_the_path_does_not_serve_is_the_routers_405_and_an_unknown_path_its_404() -> None:
-    app, _ = _indexed([Route("/items", _answers("list"), methods=["GET"])])
+    app, _ = _indexed(
+        [
+            Route("/items", _answers("list"), methods=["GET"]),
+            Route("/items/{item}", _answers("one"), methods=["GET"]),
+        ]
+    )
     client = TestClient(app)
 
-    refused = client.delete("/items")
-
-    assert refused.status_code == 405
-    assert set(refused.headers["allow"].split(", ")) == {"GET", "HEAD"}
+    for path in ("/items", "/items/7"):
+        refused = client.delete(path)
+        assert refused.status_code == 405
+        assert set(refused.headers["allow"].split(", ")) == {"GET", "HEAD"}
     assert client.get("/nowhere").status_code == 404
+    assert client.get("/items/7/more").status_code == 404
 
 
 def test_routes_changed_after_the_first_request_are_indexed_again() -> None:
