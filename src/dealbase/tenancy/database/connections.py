@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import threading
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Protocol, TypeVar, cast
 
 import psycopg
 import sqlalchemy.exc
+from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import make_url
@@ -211,6 +213,18 @@ class AfterCommit(Generic[T]):
     read: Callable[[], T]
 
 
+# A connection's states with a transaction open (a failed one's included).
+_IN_TRANSACTION = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
+
+
+async def _rolled_back(connection: psycopg.AsyncConnection[Any]) -> None:
+    """Ends the transaction a failed unit of work left open, as the pool's ``connection()``
+    did (a connection given back in one is rolled back by the pool, with a warning)."""
+    if connection.pgconn.transaction_status in _IN_TRANSACTION:
+        with contextlib.suppress(psycopg.Error):
+            await connection.rollback()
+
+
 def _finished(work: Callable[[UnitOfWork], T | AfterCommit[T]], uow: UnitOfWork) -> T:
     """``work`` and the COMMIT in one greenlet."""
     result = work(uow)
@@ -277,22 +291,14 @@ class TenantAffinePool(AsyncConnectionPool):
         super().__init__(*args, **kwargs)
         self._tenants = tenants
 
-    @asynccontextmanager
-    async def connection_for(self, schema: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """``connection()``, preferring an idle connection warm for ``schema``."""
-        # Reset once the connection is chosen, in the context that set it: the caller may
-        # end its use in another (a GraphQL request's read transaction, opened by a resolver
-        # in a task of its own, ends with the request).
+    async def getconn_for(self, schema: str) -> psycopg.AsyncConnection[Any]:
+        """``getconn()``, preferring an idle connection warm for ``schema``; ``putconn`` gives
+        it back."""
         wanted = _TENANT_WANTED.set(schema)
-        chosen = False
         try:
-            async with self.connection() as connection:
-                _TENANT_WANTED.reset(wanted)
-                chosen = True
-                yield connection
+            return await self.getconn()
         finally:
-            if not chosen:
-                _TENANT_WANTED.reset(wanted)
+            _TENANT_WANTED.reset(wanted)
 
     async def _get_ready_connection(
         self, timeout: float | None
@@ -445,8 +451,8 @@ class Database:
         connection: psycopg.AsyncConnection[Any] | None = None
         with database_faults():
             try:
-                preferred = scope.schema if self._tenant_affinity else None
-                async with await self._connection(preferred) as connection:
+                connection = await self._take(scope.schema if self._tenant_affinity else None)
+                try:
                     if self._tenant_affinity and self.on_connection_warmth is not None:
                         self.on_connection_warmth(
                             self._connection_tenants.knows(connection, scope.schema)
@@ -465,6 +471,11 @@ class Database:
                     if not statements.committed:
                         # Platform code: its statements await on the event loop from a greenlet.
                         await run_on_event_loop(UnitOfWork.finish, uow)
+                except BaseException:
+                    await _rolled_back(connection)
+                    raise
+                finally:
+                    await self._give_back(connection)
             except psycopg.OperationalError:
                 lost = connection is not None and connection.broken
                 if lost and self._async_pool_loop is asyncio.get_running_loop():
@@ -474,14 +485,22 @@ class Database:
                     self._check_pool_soon()
                 raise
 
-    async def _connection(
-        self, schema: str | None = None
-    ) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]:
+    async def _take(self, schema: str | None = None) -> psycopg.AsyncConnection[Any]:
+        """A connection of the asynchronous pool (warm for ``schema`` when one is idle), or on
+        any loop but the pool's one of its own; ``_give_back`` returns or closes it. Not a
+        context manager: the two around a unit of work cost 10 µs of a request's 15 spent
+        taking and returning its connection (bench/README.md)."""
         if asyncio.get_running_loop() is self._async_pool_loop:
             if schema is None:
-                return self.async_pool.connection()
-            return self.async_pool.connection_for(schema)
+                return await self.async_pool.getconn()
+            return await self.async_pool.getconn_for(schema)
         return await psycopg.AsyncConnection.connect(self._conninfo, **self._connection_settings)
+
+    async def _give_back(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        if asyncio.get_running_loop() is self._async_pool_loop:
+            await self.async_pool.putconn(connection)
+        else:
+            await connection.close()
 
     def _check_pool_soon(self) -> None:
         if self._pool_check is None or self._pool_check.done():
@@ -499,8 +518,11 @@ class Database:
         with database_faults():
             try:
                 async with asyncio.timeout(self.limits.acquire_timeout_seconds):
-                    async with await self._connection() as connection:
+                    connection = await self._take()
+                    try:
                         await connection.execute("SELECT 1")
+                    finally:
+                        await self._give_back(connection)
             except TimeoutError as exc:
                 raise PoolTimeout("PostgreSQL did not answer in time") from exc
 
