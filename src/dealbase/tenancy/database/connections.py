@@ -487,9 +487,9 @@ class Database:
 
     async def _take(self, schema: str | None = None) -> psycopg.AsyncConnection[Any]:
         """A connection of the asynchronous pool (warm for ``schema`` when one is idle), or on
-        any loop but the pool's one of its own; ``_give_back`` returns or closes it. Not a
-        context manager: the two around a unit of work cost 10 µs of a request's 15 spent
-        taking and returning its connection (bench/README.md)."""
+        any loop but the pool's one of its own; ``_give_back`` returns or closes it. Not through
+        the pool's ``connection()``: its context managers made taking and giving back a
+        connection cost 15 µs instead of 5 to 10 (bench/README.md)."""
         if asyncio.get_running_loop() is self._async_pool_loop:
             if schema is None:
                 return await self.async_pool.getconn()
