@@ -20,9 +20,9 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import make_url
-from sqlalchemy.util import greenlet_spawn
 
 from dealbase.errors import DatabaseTimeout, DatabaseUnavailable
+from dealbase.tenancy.database.greenlets import run_in_greenlet
 from dealbase.tenancy.database.roles import switch_to_tenant
 from dealbase.tenancy.database.statements import (
     ServerPrepared,
@@ -199,8 +199,8 @@ class UnitOfWork:
 async def run_on_event_loop(work: Callable[..., T], *arguments: Any) -> T:
     """``work(*arguments)``, synchronous platform code, run so that the awaits of an
     asynchronous unit of work go to the event loop: no thread hop, a greenlet switch per round
-    trip instead."""
-    return await greenlet_spawn(work, *arguments)
+    trip instead (``greenlets``)."""
+    return await run_in_greenlet(work, *arguments)
 
 
 @dataclass(frozen=True, slots=True)
