@@ -307,13 +307,16 @@ def bench(settings: BenchSettings) -> int:
     finally:
         document["machine"]["load_average_after"] = load_average()
         document["scenarios"] = [outcome_record(o, outcomes) for o in outcomes.values()]
-        document["targets"] = targets(outcomes)
+        document["targets"] = [] if settings.without else targets(outcomes)
         write_results(results_path, document)
     if outcomes:
         print()
         print(table(outcomes, settings.seconds))
         print()
-        print(targets_text(document["targets"]))
+        if settings.without:
+            print(f"Targets: none measured, the run left out {', '.join(settings.without)}.")
+        else:
+            print(targets_text(document["targets"]))
     if delivery is not None:
         print()
         print(webhook_tables(delivery))

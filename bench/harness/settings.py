@@ -8,6 +8,10 @@ from typing import Any
 
 DEFAULT_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/13"
+# Parts of every dealbase request a run may leave out (BENCH_WITHOUT), to measure each one's
+# share under load: Redis (the rate limits kept in each process) and the access lines (log
+# level warning). A run that leaves any out measures no target.
+LEAVE_OUT = ("redis", "access-lines")
 
 
 class SettingsError(Exception):
@@ -60,10 +64,15 @@ class BenchSettings:
     live_subscribers: int = 1000
     live_rate: int = 50
     live_deflate: bool = False
+    without: tuple[str, ...] = ()
 
     @classmethod
     def from_environment(cls) -> BenchSettings:
         scenarios = os.environ.get("BENCH_SCENARIOS", "").replace(",", " ").split()
+        without = tuple(os.environ.get("BENCH_WITHOUT", "").replace(",", " ").split())
+        unknown = sorted(set(without) - set(LEAVE_OUT))
+        if unknown:
+            raise SettingsError(f"BENCH_WITHOUT takes {', '.join(LEAVE_OUT)}, not {unknown}")
         return cls(
             database_server=os.environ.get("DEALBASE_BENCH_DATABASE_URL") or DEFAULT_SERVER,
             redis_url=os.environ.get("DEALBASE_BENCH_REDIS_URL") or DEFAULT_REDIS,
@@ -88,6 +97,7 @@ class BenchSettings:
             live_subscribers=_int("BENCH_LIVE_SUBSCRIBERS", 1000, 1, 10_000),
             live_rate=_int("BENCH_LIVE_RATE", 50, 1, 1000),
             live_deflate=os.environ.get("BENCH_LIVE_DEFLATE", "0") == "1",
+            without=without,
         )
 
     @property
@@ -102,4 +112,5 @@ class BenchSettings:
     def as_dict(self) -> dict[str, Any]:
         values = asdict(self)
         values["scenarios"] = list(self.scenarios)
+        values["without"] = list(self.without)
         return values

@@ -186,13 +186,14 @@ def provision(
 
 
 def dealbase_environment(database: str, settings: BenchSettings, port: int) -> dict[str, str]:
-    """Every production feature on: keys, tenant routing, Redis rate limits, JSON logs at info."""
+    """Every production feature on: keys, tenant routing, Redis rate limits, JSON logs at info;
+    less what ``settings.without`` leaves out."""
     return {
         **clean_environment(),
         "DEALBASE_DATABASE_URL": database,
-        "DEALBASE_REDIS_URL": settings.redis_url,
+        **({} if "redis" in settings.without else {"DEALBASE_REDIS_URL": settings.redis_url}),
         "DEALBASE_LOG_FORMAT": "json",
-        "DEALBASE_LOG_LEVEL": "info",
+        "DEALBASE_LOG_LEVEL": "warning" if "access-lines" in settings.without else "info",
         "DEALBASE_HOST": "127.0.0.1",
         "DEALBASE_PORT": str(port),
         "DEALBASE_DB_POOL_SIZE": str(settings.pool_size),
