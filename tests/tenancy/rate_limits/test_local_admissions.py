@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from dealbase.tenancy.rate_limits import local_admissions
 from dealbase.tenancy.rate_limits.limiter import RedisLimiter, Verdict
 from dealbase.tenancy.rate_limits.local_admissions import (
     LOCAL_MIN_REMAINING,
@@ -235,3 +236,23 @@ def test_two_processes_taking_turns_on_a_key_admit_its_burst_and_spend_every_uni
         runner.run(process.close())
     assert sum(allowed) == BIG.burst
     assert _spent(runner, redis_url, prefix, key) == (BIG.burst, BIG.burst)
+
+
+def test_keys_forgotten_past_the_bound_leave_one_record_of_their_tenant(
+    runner: asyncio.Runner,
+    shared: CountingLimiter,
+    admissions: LocalAdmissions,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past MAX_REMEMBERED keys, those owing nothing are forgotten; a tenant's keys still share
+    one record of it, so what its keys admit here is held to one quarter of its budget."""
+    monkeypatch.setattr(local_admissions, "MAX_REMEMBERED", 2)
+    tenant_rate = Rate(per_second=0.001, burst=400)
+    keys = [uuid.uuid4() for _ in range(4)]
+    for key in keys:
+        runner.run(admissions.check(key, BIG, TENANT, tenant_rate))
+    assert shared.sent == 4
+    for turn in range(150):
+        runner.run(admissions.check(keys[2 + turn % 2], BIG, TENANT, tenant_rate))
+    # About 396 left when last heard: a quarter, 99, admitted here before the next check.
+    assert shared.sent > 4

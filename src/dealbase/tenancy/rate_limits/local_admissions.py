@@ -155,14 +155,15 @@ class LocalAdmissions:
         )
         now = self._clock()
         key_bucket, tenant_bucket = verdict.buckets
+        if key_id not in self._keys and len(self._keys) >= MAX_REMEMBERED:
+            # Before the tenant is looked up: its keys share one record of it.
+            self._forget_idle()
         tenant = self._tenants.get(tenant_id)
         if tenant is None:
             tenant = self._tenants[tenant_id] = _state(tenant_bucket, now)
         else:
             tenant.hear(tenant_bucket, now, 0)
         if key_id not in self._keys:
-            if len(self._keys) >= MAX_REMEMBERED:
-                self._forget_idle()
             self._keys[key_id] = _Key(_state(key_bucket, now), tenant_id, tenant)
         return verdict
 
