@@ -50,7 +50,15 @@ from harness.lock_waits import LockWaits
 from harness.paths import QUERIES, RESULTS, ROOT
 from harness.processes import Service, ServiceFailed
 from harness.profiling import ProfileFailed, start_recording, stop_recording, summarize
-from harness.report import Outcome, outcome_record, table, targets, targets_text, write_results
+from harness.report import (
+    Outcome,
+    Round,
+    scenario_records,
+    table,
+    targets,
+    targets_text,
+    write_results,
+)
 from harness.scenarios import (
     DEALBASE_SCENARIOS,
     DEPARTMENTS,
@@ -263,12 +271,13 @@ def bench(settings: BenchSettings) -> int:
         "versions": versions(tools),
         "settings": settings.as_dict(),
     }
-    outcomes: dict[str, Outcome] = {}
+    rounds: list[Round] = []
     if selected:
+        in_rounds = f", in {settings.rounds} rounds" if settings.rounds > 1 else ""
         say(
             f"{len(selected)} scenarios, {settings.seconds} s each after a"
             f" {settings.warmup_seconds} s warm-up, wrk -t{settings.threads}"
-            f" -c{settings.connections}"
+            f" -c{settings.connections}{in_rounds}"
         )
     delivery: Any = None  # webhooks.Report
     delivery_failure: str | None = None
@@ -286,7 +295,11 @@ def bench(settings: BenchSettings) -> int:
                 document["dealbase_environment"] = {
                     k: v for k, v in run.dealbase_settings.items() if k != "DEALBASE_DATABASE_URL"
                 }
-                _run_scenarios(run, tools, selected, outcomes, document)
+                for number in range(1, settings.rounds + 1):
+                    if settings.rounds > 1:
+                        say(f"round {number} of {settings.rounds}")
+                    rounds.append({})
+                    _run_scenarios(run, tools, selected, rounds[-1], document)
                 stack.close()
                 lines = run.dealbase_log.read_text(errors="replace").count("\n")
                 document["dealbase_log"] = {
@@ -306,17 +319,17 @@ def bench(settings: BenchSettings) -> int:
             document[LIVE] = live.as_dict() if live is not None else {"failure": live_failure}
     finally:
         document["machine"]["load_average_after"] = load_average()
-        document["scenarios"] = [outcome_record(o, outcomes) for o in outcomes.values()]
-        document["targets"] = [] if settings.without else targets(outcomes)
+        document["scenarios"] = scenario_records(rounds)
+        document["targets"] = [] if settings.without else targets(rounds)
         write_results(results_path, document)
-    if outcomes:
+    if rounds:
         print()
-        print(table(outcomes, settings.seconds))
+        print(table(rounds, settings.seconds))
         print()
         if settings.without:
             print(f"Targets: none measured, the run left out {', '.join(settings.without)}.")
         else:
-            print(targets_text(document["targets"]))
+            print(targets_text(document["targets"], len(rounds)))
     if delivery is not None:
         print()
         print(webhook_tables(delivery))
@@ -327,7 +340,9 @@ def bench(settings: BenchSettings) -> int:
         print()
         print(live_tables(live))
     print(f"\nResults: {results_path.relative_to(ROOT)}")
-    failed = [name for name, outcome in outcomes.items() if not outcome.ok]
+    failed = sorted(
+        {name for outcomes in rounds for name, outcome in outcomes.items() if not outcome.ok}
+    )
     if failed:
         print(
             f"\nbench: FAILED: {', '.join(failed)}: errors, or no request completed, so no"

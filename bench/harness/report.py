@@ -1,8 +1,18 @@
-"""The table a run prints, the targets, and the results file."""
+"""The table a run prints, the targets, and the results file.
+
+A run measures its scenarios in one or more rounds (``BENCH_ROUNDS``), each round every
+selected scenario in order, so that each dealbase scenario and its peer are measured side by
+side once a round. A ratio is taken within a round, between the two measured side by side; the
+figure the table and the targets give is the median over the rounds (of each ratio, each
+p99/p50, each share of lock waits), and the table's other figures are those of each
+scenario's median round by requests a second.
+"""
 
 from __future__ import annotations
 
 import json
+import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +42,11 @@ class Outcome:
         return m.p99_ms / m.p50_ms if self.ok and m and m.p50_ms > 0 else None
 
 
-def ratio(outcomes: dict[str, Outcome], name: str, other: str) -> float | None:
+# Every scenario's outcome in one round.
+Round = dict[str, Outcome]
+
+
+def ratio(outcomes: Round, name: str, other: str) -> float | None:
     mine, theirs = outcomes.get(name), outcomes.get(other)
     if not (mine and theirs and mine.ok and theirs.ok):
         return None
@@ -43,11 +57,59 @@ def ratio(outcomes: dict[str, Outcome], name: str, other: str) -> float | None:
     return mine.measurement.requests_per_second / theirs.measurement.requests_per_second
 
 
+def _median(values: Sequence[float | None]) -> float | None:
+    """The median of the values measured (a scenario failed in a round has none there)."""
+    measured = [value for value in values if value is not None]
+    return statistics.median(measured) if measured else None
+
+
+def median_ratio(rounds: Sequence[Round], name: str, other: str) -> float | None:
+    return _median([ratio(outcomes, name, other) for outcomes in rounds])
+
+
+def ratios(rounds: Sequence[Round], name: str, other: str) -> list[float | None]:
+    """The ratio in each round."""
+    return [ratio(outcomes, name, other) for outcomes in rounds]
+
+
+def representative(rounds: Sequence[Round]) -> Round:
+    """Each scenario's outcome the table shows: a failed one if it failed in any round (the run
+    fails), else its median round by requests a second (the lower of the middle two)."""
+    shown: Round = {}
+    for name in rounds[0] if rounds else {}:
+        outcomes = [outcomes[name] for outcomes in rounds if name in outcomes]
+        failed = [outcome for outcome in outcomes if not outcome.ok]
+        if failed:
+            shown[name] = failed[0]
+            continue
+        by_rate = sorted(outcomes, key=_requests_per_second)
+        shown[name] = by_rate[(len(by_rate) - 1) // 2]
+    return shown
+
+
+def _requests_per_second(outcome: Outcome) -> float:
+    assert outcome.measurement
+    return outcome.measurement.requests_per_second
+
+
+def _per_scenario(
+    rounds: Sequence[Round], figure: Callable[[Outcome], float | None]
+) -> dict[str, float]:
+    """``figure``'s median over the rounds, for each scenario that has it in any round."""
+    medians: dict[str, float] = {}
+    for name in rounds[0] if rounds else {}:
+        value = _median([figure(outcomes[name]) for outcomes in rounds if name in outcomes])
+        if value is not None:
+            medians[name] = value
+    return medians
+
+
 def _number(value: float | None, digits: int = 2) -> str:
     return "—" if value is None else f"{value:,.{digits}f}"
 
 
-def table(outcomes: dict[str, Outcome], seconds: int | None = None) -> str:
+def table(rounds: Sequence[Round], seconds: int | None = None) -> str:
+    outcomes = representative(rounds)
     header = (
         "| scenario | what | req/s | p50 ms | p99 ms | p99/p50 | errors | lock waits"
         " | CPU µs a request: server, PostgreSQL, Redis | ratio | to |\n"
@@ -66,7 +128,7 @@ def table(outcomes: dict[str, Outcome], seconds: int | None = None) -> str:
         else:
             errors = m.errors if m else "—"
             figures = f"FAILED | — | — | — | {errors} | — | —"
-        ratio_text = _number(ratio(outcomes, scenario.name, compare)) if compare else "—"
+        ratio_text = _ratio_text(rounds, scenario.name, compare) if compare else "—"
         rows.append(
             f"| {scenario.name} | {scenario.what} | {figures} | {ratio_text} | {compare or ''} |"
         )
@@ -82,6 +144,14 @@ def table(outcomes: dict[str, Outcome], seconds: int | None = None) -> str:
                 f" requests: {', '.join(longer)}."
             )
     return "\n".join(rows)
+
+
+def _ratio_text(rounds: Sequence[Round], name: str, other: str) -> str:
+    """The median ratio; with several rounds, each round's after it."""
+    text = _number(median_ratio(rounds, name, other))
+    if len(rounds) > 1:
+        text += f" ({', '.join(_number(each) for each in ratios(rounds, name, other))})"
+    return text
 
 
 def _cpu(outcome: Outcome) -> str:
@@ -100,22 +170,23 @@ def _lock_waits(outcome: Outcome) -> str:
     return f"{waits['share'] * 100:.0f} %"
 
 
-def targets(outcomes: dict[str, Outcome]) -> list[dict[str, Any]]:
+def targets(rounds: Sequence[Round]) -> list[dict[str, Any]]:
+    """Each target's verdict on its figure's median over the rounds (each round's in
+    ``rounds``)."""
     checks: list[dict[str, Any]] = []
     for target in TARGETS:
-        value = ratio(outcomes, target.scenario, target.other)
+        value = median_ratio(rounds, target.scenario, target.other)
         checks.append(
             {
                 "target": target.label,
                 "value": value,
+                "rounds": ratios(rounds, target.scenario, target.other),
                 "met": None if value is None else value >= target.ratio,
             }
         )
-    tails = {
-        name: outcome.tail
-        for name, outcome in outcomes.items()
-        if outcome.scenario.server != "pgbench" and outcome.tail is not None
-    }
+    tails = _per_scenario(
+        rounds, lambda outcome: outcome.tail if outcome.scenario.server != "pgbench" else None
+    )
     over = {name: tail for name, tail in tails.items() if tail > MAX_TAIL}
     worst = max(tails.items(), key=lambda item: item[1]) if tails else None
     checks.append(
@@ -127,11 +198,10 @@ def targets(outcomes: dict[str, Outcome]) -> list[dict[str, Any]]:
             "met": None if worst is None else not over,
         }
     )
-    shares = {
-        name: outcome.extra["lock_waits"]["share"]
-        for name, outcome in outcomes.items()
-        if outcome.ok and outcome.extra.get("lock_waits", {}).get("share") is not None
-    }
+    shares = _per_scenario(
+        rounds,
+        lambda outcome: outcome.extra.get("lock_waits", {}).get("share") if outcome.ok else None,
+    )
     waiting = {name: share for name, share in shares.items() if share >= MAX_LOCK_WAITS}
     most = max(shares.items(), key=lambda item: item[1]) if shares else None
     checks.append(
@@ -146,8 +216,9 @@ def targets(outcomes: dict[str, Outcome]) -> list[dict[str, Any]]:
     return checks
 
 
-def targets_text(checks: list[dict[str, Any]]) -> str:
-    lines = ["Targets (ratios of req/s measured in this run):"]
+def targets_text(checks: list[dict[str, Any]], rounds: int = 1) -> str:
+    measured = "in this run" if rounds == 1 else f"in this run, medians of {rounds} rounds"
+    lines = [f"Targets (ratios of req/s measured {measured}):"]
     for check in checks:
         verdict = {True: "met", False: "MISSED", None: "not measured"}[check["met"]]
         value = _number(check["value"])
@@ -160,7 +231,23 @@ def targets_text(checks: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def outcome_record(outcome: Outcome, outcomes: dict[str, Outcome]) -> dict[str, Any]:
+def scenario_records(rounds: Sequence[Round]) -> list[dict[str, Any]]:
+    """Each scenario's figures for the results file: those of its round the table shows, the
+    median ratio, and with several rounds every round's record under ``rounds``."""
+    records = []
+    for name, outcome in representative(rounds).items():
+        record = outcome_record(outcome, rounds[0])
+        compare = outcome.scenario.compare_to
+        record["ratio"] = median_ratio(rounds, name, compare) if compare else None
+        if len(rounds) > 1:
+            record["rounds"] = [
+                outcome_record(outcomes[name], outcomes) for outcomes in rounds if name in outcomes
+            ]
+        records.append(record)
+    return records
+
+
+def outcome_record(outcome: Outcome, outcomes: Round) -> dict[str, Any]:
     scenario = outcome.scenario
     record: dict[str, Any] = {
         "name": scenario.name,
