@@ -439,6 +439,8 @@ def test_a_key_that_expires_while_connected_is_closed_at_its_next_ping(
     assert closed.code == 4403
 
 
+# A bound of one second on a change reaching a running server.
+@pytest.mark.serial
 def test_suspending_the_tenant_closes_its_connections_within_a_second(
     client: TestClient, database: Database
 ) -> None:
