@@ -63,13 +63,13 @@ def _median(values: Sequence[float | None]) -> float | None:
     return statistics.median(measured) if measured else None
 
 
-def median_ratio(rounds: Sequence[Round], name: str, other: str) -> float | None:
-    return _median([ratio(outcomes, name, other) for outcomes in rounds])
-
-
 def ratios(rounds: Sequence[Round], name: str, other: str) -> list[float | None]:
     """The ratio in each round."""
     return [ratio(outcomes, name, other) for outcomes in rounds]
+
+
+def median_ratio(rounds: Sequence[Round], name: str, other: str) -> float | None:
+    return _median(ratios(rounds, name, other))
 
 
 def representative(rounds: Sequence[Round]) -> Round:
