@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 
 from sqlalchemy import Connection, text
@@ -196,3 +197,39 @@ def test_t0009_leaves_the_written_tables_department_undeclared_and_keeps_the_oth
     }
     assert undeclared <= before
     assert after == before - undeclared
+
+
+def test_t0010_keeps_in_each_customer_made_before_it_the_json_the_api_shows(
+    database: Database,
+) -> None:
+    schema = _scratch_schema()
+    customer_id, department_id = uuid.uuid4(), uuid.uuid4()
+    with database.control() as connection:
+        upgrade_tenant(connection, schema, "t0009")
+        connection.execute(
+            text(
+                f'INSERT INTO "{schema}".customers'
+                " (id, department_id, last_name, first_name, note, birthday, external_id,"
+                "  created_at, updated_at)"
+                " VALUES (:id, :department, 'Lovelace \"Ada\"', 'Ünïcødé', NULL, '1815-12-10',"
+                "  'crm-1', '2026-11-27 10:00:00+00', '2026-11-27 11:30:00.25+01')"
+            ),
+            {"id": customer_id, "department": department_id},
+        )
+        upgrade_tenant(connection, schema)
+        kept = connection.execute(
+            text(f'SELECT api_json::text FROM "{schema}".customers')
+        ).scalar_one()
+        _drop(connection, schema)
+
+    shown = json.loads(kept)
+    assert list(shown)[:3] == ["id", "external_id", "tenant_id"]
+    assert shown["id"] == str(customer_id)
+    assert shown["tenant_id"] == str(uuid.UUID(schema.removeprefix("t_")))
+    assert shown["last_name"] == 'Lovelace "Ada"'
+    assert shown["first_name"] == "Ünïcødé"
+    assert shown["note"] is None and shown["email"] is None
+    assert shown["birthday"] == "1815-12-10"
+    assert shown["created_at"] == "2026-11-27T10:00:00.000000Z"
+    assert shown["updated_at"] == "2026-11-27T10:30:00.250000Z"
+    assert "department_id" not in shown and "version" not in shown

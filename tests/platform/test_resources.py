@@ -16,6 +16,7 @@ from sqlalchemy import select
 from dealbase.ops.admin import create_employee
 from dealbase.platform.activities import service as activities
 from dealbase.platform.activities.models import ActivityFields, ActivityFilter
+from dealbase.platform.batches.models import Batch
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields, CustomerFilter, CustomerPatch
 from dealbase.platform.deals import service as deals
@@ -175,6 +176,65 @@ def test_one_customer_made_by_postgresql_is_the_customer_as_the_api_shows_it_at_
     assert version == created.version
     assert json.loads(text) == shown
     assert list(json.loads(text)) == list(shown)
+
+
+def test_every_write_of_a_customer_leaves_its_row_keeping_the_json_the_api_shows(
+    database: Database, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    """The JSON a customer's row keeps (migration t0010) follows every route that writes one:
+    a change, a clearing, an upsert of one that exists and of a new one, a batch, a deal's
+    new customers."""
+    world = make_tenant()
+    scope = world.tenant.scope.in_department(world.department.id)
+    with database.unit_of_work(scope) as uow:
+        changed = customers.create(uow, CustomerFields.model_validate_json(json.dumps(EVERY_FIELD)))
+        customers.update(
+            uow,
+            changed.id,
+            validated(CustomerPatch, {"first_name": "Changed ✓", "note": None, "city": "Paris"}),
+        )
+        customers.upsert(uow, "crm-1", validated(CustomerFields, {"last_name": "Upserted 'x'"}))
+        customers.upsert(uow, "crm-new", validated(CustomerFields, {"last_name": "New"}))
+        customers.batch(
+            uow,
+            validated(
+                Batch,
+                {
+                    "operations": [
+                        {
+                            "op": "upsert",
+                            "external_id": "crm-new",
+                            "data": {"last_name": "New", "title": "Dr"},
+                        },
+                        {
+                            "op": "create",
+                            "data": {"last_name": "Batched", "birthday": "2000-02-29"},
+                        },
+                    ]
+                },
+            ),
+            atomic=True,
+        )
+        deals.create(
+            uow, validated(DealCreate, {"name": "Engine", "customers": [{"last_name": "Dealt"}]})
+        )
+    every = CustomerFilter()
+    with database.unit_of_work(scope) as uow:
+        kept = [
+            json.loads(text) for text in customers.list_page_as_json(uow, every, 100, None).items
+        ]
+        shown = [customer_json(model) for model in customers.list_page(uow, every, 100, None).items]
+
+    assert [each["last_name"] for each in kept] == [
+        "Upserted 'x'",
+        "New",
+        "Batched",
+        "Dealt",
+    ]
+    assert kept[0]["first_name"] == "Changed ✓" and kept[0]["note"] is None
+    assert kept[1]["title"] == "Dr"
+    assert kept == shown
+    assert [list(each) for each in kept] == [list(each) for each in shown]
 
 
 def test_a_create_made_by_postgresql_is_the_customer_as_the_api_shows_it(

@@ -30,6 +30,7 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.dialects.postgresql import UUID, aggregate_order_by
+from sqlalchemy.sql.selectable import NamedFromClause
 
 from dealbase.platform.activities.models import Activity
 from dealbase.platform.customers.models import Customer
@@ -101,9 +102,12 @@ def customer_json_sql(row: FromClause) -> ColumnElement[Any]:
     return row_json(row, _named(row, _CUSTOMER_NAMES))
 
 
-def customer_json_text_sql(row: FromClause) -> ColumnElement[str]:
-    """``customer_json_sql`` as JSON text, for an answer PostgreSQL writes whole."""
-    return cast(customer_json_sql(row), Text)
+def customer_json_kept_sql(row: NamedFromClause) -> ColumnElement[str]:
+    """``customer_json`` of a customers row (``row``: the table or an alias of it) as JSON text,
+    read from the row: PostgreSQL keeps it there, in the column ``api_json`` it computes at
+    every write (migration t0010), so a read sends it without building it.
+    ``tests/platform/test_resources.py`` holds it equal to ``customer_json``."""
+    return cast(literal_column(f"{row.name}.api_json"), Text)
 
 
 def _pairs(row: FromClause, names: tuple[str, ...]) -> list[Any]:
@@ -149,7 +153,7 @@ def _json_sql(column: ColumnElement[Any]) -> ColumnElement[Any]:
 
 def deal_json_text_sql(row: FromClause) -> ColumnElement[str]:
     """``deal_json`` of a deals row as JSON text made by PostgreSQL, names in its order: the
-    employee's name and the customers (in link order; each ``customer_json_text_sql``'s
+    employee's name and the customers (in link order; each ``customer_json_sql``'s
     object, the tenant's id the parameter ``tenant_id``) read by the same statement.
     ``tests/platform/test_resources.py`` holds the two equal."""
     named: list[tuple[str, ColumnElement[Any]]] = []

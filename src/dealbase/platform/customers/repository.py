@@ -25,7 +25,7 @@ from dealbase.platform.customers.models import Customer, CustomerFields, Custome
 from dealbase.platform.events.repository import recorded_with
 from dealbase.platform.listing import ListFilters, Rule, Shape, equal
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.resources import customer_json_sql, customer_json_text_sql
+from dealbase.platform.resources import customer_json_kept_sql, customer_json_sql
 from dealbase.platform.rows import (
     OwnedRows,
     in_bound_department,
@@ -150,7 +150,7 @@ def recorded_wakes(inserted: Deferred) -> bool:
 @functools.lru_cache(maxsize=2)
 def _one_as_json(one_department: bool) -> Select[Any]:
     return built_once(
-        select(customers.c.version, customer_json_text_sql(customers)).where(
+        select(customers.c.version, customer_json_kept_sql(customers)).where(
             customers.c.id == bindparam("customer_id", type_=customers.c.id.type),
             in_bound_department(customers, one_department),
         )
@@ -158,13 +158,10 @@ def _one_as_json(one_department: bool) -> Select[Any]:
 
 
 def get_customer_as_json(
-    connection: TenantConnection,
-    tenant_id: uuid.UUID,
-    department_id: uuid.UUID | None,
-    customer_id: uuid.UUID,
+    connection: TenantConnection, department_id: uuid.UUID | None, customer_id: uuid.UUID
 ) -> tuple[int, str] | None:
-    """``get_customer``'s customer as its version and its JSON text made by PostgreSQL."""
-    values: dict[str, Any] = {"customer_id": customer_id, "tenant_id": str(tenant_id)}
+    """``get_customer``'s customer as its version and the JSON text its row keeps."""
+    values: dict[str, Any] = {"customer_id": customer_id}
     if department_id is not None:
         values["department_id"] = department_id
     row = connection.execute(_one_as_json(department_id is not None), values).first()
@@ -226,7 +223,7 @@ def _page_query(shape: Shape, after: bool, as_json: bool) -> Select[Any]:
     """Up to ``limit`` customers of a list in id order, after the id ``after`` when paging on:
     the rows, or each one's id and JSON text."""
     columns: tuple[Any, ...] = (
-        (customers.c.id, customer_json_text_sql(customers)) if as_json else tuple(customers.c)
+        (customers.c.id, customer_json_kept_sql(customers)) if as_json else tuple(customers.c)
     )
     query = select(*columns).where(*CUSTOMER_FILTERS.conditions(shape))
     if after:
@@ -241,15 +238,12 @@ def _page(
     page: PageRequest,
     *,
     as_json: bool,
-    tenant_id: uuid.UUID,
 ) -> Rows:
     shape, values = CUSTOMER_FILTERS.shape_and_values(department_id, filters)
     query = _page_query(shape, page.after is not None, as_json)
     values["limit"] = page.limit + 1
     if page.after is not None:
         values["after"] = page.after
-    if as_json:
-        values["tenant_id"] = str(tenant_id)
     return connection.execute(query, values)
 
 
@@ -261,20 +255,19 @@ def list_customers(
     page: PageRequest,
 ) -> list[Customer]:
     """Up to ``page.limit + 1`` customers in id order (the extra one tells there is more)."""
-    rows = _page(connection, department_id, filters, page, as_json=False, tenant_id=tenant_id)
+    rows = _page(connection, department_id, filters, page, as_json=False)
     return [to_customer(row, tenant_id) for row in rows.mappings()]
 
 
 def list_customers_as_json(
     connection: TenantConnection,
-    tenant_id: uuid.UUID,
     department_id: uuid.UUID | None,
     filters: CustomerFilter,
     page: PageRequest,
 ) -> list[tuple[uuid.UUID, str]]:
-    """``list_customers``, each customer as its JSON text made by PostgreSQL (its id beside it,
-    for the cursor)."""
-    rows = _page(connection, department_id, filters, page, as_json=True, tenant_id=tenant_id)
+    """``list_customers``, each customer as the JSON text its row keeps (its id beside it, for
+    the cursor)."""
+    rows = _page(connection, department_id, filters, page, as_json=True)
     return [(customer_id, text) for customer_id, text in rows]
 
 

@@ -91,11 +91,9 @@ def get(uow: UnitOfWork, customer_id: uuid.UUID) -> Customer:
 
 def get_as_json(uow: UnitOfWork, customer_id: uuid.UUID) -> tuple[int, str]:
     """``get``'s customer as its version and the JSON text ``resources.customer_json`` would
-    make, made by PostgreSQL."""
+    make, as PostgreSQL keeps it in the customer's row."""
     scope = uow.scope
-    found = repository.get_customer_as_json(
-        uow.connection, scope.tenant_id, scope.department_id, customer_id
-    )
+    found = repository.get_customer_as_json(uow.connection, scope.department_id, customer_id)
     if found is None:
         raise repository.rows.not_found(customer_id)
     return found
@@ -116,12 +114,11 @@ def list_page_as_json(
     uow: UnitOfWork, filters: CustomerFilter, limit: int | None, cursor: str | None
 ) -> Page[str]:
     """``list_page`` with each customer as the JSON text ``resources.customer_json`` would
-    make, made by PostgreSQL (a page of REST's list, written without a read model)."""
+    make, as PostgreSQL keeps it in the customer's row (a page of REST's list, written without
+    a read model)."""
     page = page_request(limit, cursor, filters)
     scope = uow.scope
-    rows = repository.list_customers_as_json(
-        uow.connection, scope.tenant_id, scope.department_id, filters, page
-    )
+    rows = repository.list_customers_as_json(uow.connection, scope.department_id, filters, page)
     found = page.page_of(rows, lambda row: row[0], filters)
     return Page([text for _, text in found.items], found.next_cursor, found.cursors)
 
