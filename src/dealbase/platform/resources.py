@@ -92,14 +92,8 @@ def customer_json(customer: Customer) -> JsonObject:
     return _customer_shape(customer)
 
 
-def customer_json_sql(row: FromClause) -> ColumnElement[Any]:
-    """``customer_json`` built by PostgreSQL from a customers row (``row``, a table or a CTE
-    returning the table's columns; the tenant's id, which no row holds, is the parameter
-    ``tenant_id``), as a ``json`` value with its names in ``customer_json``'s order: a write's
-    answer and its event's data, or an element of JSON that holds it (a new deal's). The same
-    names, in the same forms: ids as text, a date as YYYY-MM-DD, a timestamp in UTC with six
-    fractional digits and ``Z``. ``tests/platform/test_resources.py`` holds the two equal."""
-    return row_json(row, _named(row, _CUSTOMER_NAMES))
+# The column in which a customer's row keeps ``customer_json`` of it (migration t0010).
+CUSTOMER_JSON_COLUMN = "api_json"
 
 
 def customer_json_kept_sql(row: NamedFromClause) -> ColumnElement[str]:
@@ -107,7 +101,7 @@ def customer_json_kept_sql(row: NamedFromClause) -> ColumnElement[str]:
     read from the row: PostgreSQL keeps it there, in the column ``api_json`` it computes at
     every write (migration t0010), so a read sends it without building it.
     ``tests/platform/test_resources.py`` holds it equal to ``customer_json``."""
-    return cast(literal_column(f"{row.name}.api_json"), Text)
+    return cast(literal_column(f"{row.name}.{CUSTOMER_JSON_COLUMN}"), Text)
 
 
 def _pairs(row: FromClause, names: tuple[str, ...]) -> list[Any]:
@@ -153,7 +147,7 @@ def _json_sql(column: ColumnElement[Any]) -> ColumnElement[Any]:
 
 def deal_json_text_sql(row: FromClause) -> ColumnElement[str]:
     """``deal_json`` of a deals row as JSON text made by PostgreSQL, names in its order: the
-    employee's name and the customers (in link order; each ``customer_json_sql``'s
+    employee's name and the customers (in link order; each ``customer_json``'s
     object, the tenant's id the parameter ``tenant_id``) read by the same statement.
     ``tests/platform/test_resources.py`` holds the two equal."""
     named: list[tuple[str, ColumnElement[Any]]] = []
@@ -192,7 +186,7 @@ def deal_json_text_sql(row: FromClause) -> ColumnElement[str]:
 def new_deal_json_sql(row: FromClause, customers_json: ColumnElement[Any]) -> ColumnElement[Any]:
     """``deal_json`` of a deal that its own statement inserts, as a ``json`` value with names in
     its order: ``row`` returns the deal's columns (a CTE of the insert), ``customers_json`` is
-    its customers' JSON array (``customer_json_sql`` of each, in link order). A new deal
+    its customers' JSON array (each customer's kept JSON, in link order). A new deal
     is unassigned: no employee, so no employee's name. ``tests/platform/test_resources.py``
     holds it equal to ``deal_json``."""
     pairs: list[Any] = []

@@ -14,6 +14,7 @@ from sqlalchemy import (
     bindparam,
     cast,
     func,
+    literal_column,
     or_,
     select,
 )
@@ -25,7 +26,7 @@ from dealbase.platform.customers.models import Customer, CustomerFields, Custome
 from dealbase.platform.events.repository import recorded_with
 from dealbase.platform.listing import ListFilters, Rule, Shape, equal
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.resources import customer_json_kept_sql, customer_json_sql
+from dealbase.platform.resources import CUSTOMER_JSON_COLUMN, customer_json_kept_sql
 from dealbase.platform.rows import (
     OwnedRows,
     in_bound_department,
@@ -69,6 +70,11 @@ def external_id_taken() -> ExternalIdTaken:
     )
 
 
+# The JSON a customer's row keeps (not a column of ``tables.customers``: PostgreSQL computes it,
+# and nothing reads it as a field of the read model).
+_API_JSON: ColumnElement[Any] = literal_column(CUSTOMER_JSON_COLUMN)
+
+
 def _insert_recorded_statement(as_json: bool) -> Select[Any]:
     inserted = (
         insert(customers)
@@ -81,18 +87,18 @@ def _insert_recorded_statement(as_json: bool) -> Select[Any]:
             },
         )
         .on_conflict_do_nothing(index_elements=[customers.c.department_id, customers.c.external_id])
-        .returning(*customers.c)
+        # With the JSON PostgreSQL computed for the row (``api_json``, migration t0010): its
+        # event's data and the answer, not built a second time.
+        .returning(*customers.c, _API_JSON)
         .cte("inserted")
     )
-    # The customer's JSON built once: its event's data and the answer.
-    shown = select(inserted, customer_json_sql(inserted).label("shown")).cte("shown")
-    _, wakes = recorded_with(shown, "customer.created", shown.c.shown)
+    _, wakes = recorded_with(inserted, "customer.created", inserted.c.api_json)
     # The customer's columns (only those an answer as JSON needs besides it), its JSON text,
     # then whether the worker is to be woken (read last).
     columns = (customers.c.id, customers.c.version) if as_json else customers.c
     return select(
-        *(shown.c[column.name] for column in columns),
-        cast(shown.c.shown, Text).label("shown"),
+        *(inserted.c[column.name] for column in columns),
+        cast(inserted.c.api_json, Text).label("shown"),
         wakes.label("wakes"),
     )
 
@@ -106,7 +112,6 @@ _INSERT_RECORDED = {
 
 def defer_insert_recorded(
     connection: TenantConnection,
-    tenant_id: uuid.UUID,
     department_id: uuid.UUID,
     fields: CustomerFields,
     *,
@@ -123,7 +128,6 @@ def defer_insert_recorded(
             "id": new_id(),
             "department_id": department_id,
             "event_id": new_id(),
-            "tenant_id": str(tenant_id),
         },
     )
 

@@ -66,7 +66,7 @@ def create_later_as_json(
 def _insert_recorded(uow: UnitOfWork, fields: CustomerFields, *, as_json: bool) -> Deferred:
     scope = uow.scope
     inserted = repository.defer_insert_recorded(
-        uow.connection, scope.tenant_id, department_of(scope), fields, as_json=as_json
+        uow.connection, department_of(scope), fields, as_json=as_json
     )
     events.recorded_by_statement(uow, lambda: repository.recorded_wakes(inserted))
     return inserted

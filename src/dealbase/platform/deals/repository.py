@@ -38,7 +38,7 @@ from dealbase.platform.events.repository import recorded_rows
 from dealbase.platform.listing import KeysetOrder, ListFilters, Rule, Shape, equal
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.resources import (
-    customer_json_sql,
+    CUSTOMER_JSON_COLUMN,
     deal_json_text_sql,
     new_deal_json_sql,
 )
@@ -190,7 +190,8 @@ def _create_statement(as_json: bool) -> Select[Any]:
                 func.now(),
             ).select_from(given.join(new_deal, true())),
         )
-        .returning(*customers.c)
+        # With each one's JSON, which PostgreSQL computed for its row (migration t0010).
+        .returning(*customers.c, literal_column(CUSTOMER_JSON_COLUMN))
         .cte("new_customers")
     )
     # Read from the inserted customers and deal, not from the request: Citus runs each of a
@@ -211,7 +212,7 @@ def _create_statement(as_json: bool) -> Select[Any]:
             new_customers,
             given.c.position,
             given.c.event_id,
-            customer_json_sql(new_customers).label("shown"),
+            new_customers.c[CUSTOMER_JSON_COLUMN].label("shown"),
         )
         .join_from(new_customers, given, given.c.id == new_customers.c.id)
         .cte("shown_customers")

@@ -13,8 +13,7 @@ read from the session's settings or from other rows). PL/pgSQL, whose plan a ses
 SQL function there is planned at each call (a create cost 409 µs of PostgreSQL against 185). Its
 JSON is ``resources.customer_json``'s, name for name and in that order, the tenant's id written
 in from the schema's name (a tenant schema's name is its tenant's id);
-``tests/platform/test_resources.py`` holds the column, ``customer_json_sql`` and
-``customer_json`` equal. A later change of the customer's JSON is a migration that replaces the
+``tests/platform/test_resources.py`` holds the column and ``customer_json`` equal. A later change of the customer's JSON is a migration that replaces the
 function and recomputes the column.
 
 Revision ID: t0010
