@@ -12,6 +12,7 @@ Redis rate limits), with no client in the process.
     .venv/bin/python bench/inprocess.py baseline
     PYTHONPATH=/tmp/old/src .venv/bin/python bench/inprocess.py dealbase   # another commit's src
     .venv/bin/python bench/inprocess.py dealbase --calls   # calls a request makes, by package
+    .venv/bin/python bench/inprocess.py dealbase --calls function   # by function
     .venv/bin/python bench/inprocess.py dealbase --graphql dashboard   # bench/queries/<name>
     .venv/bin/python bench/inprocess.py baseline --get "/api/v1/integration/customers?limit=50"
     .venv/bin/python bench/inprocess.py dealbase --get "/api/v1/integration/customers/{id}"
@@ -146,16 +147,19 @@ def _sized(headers: list[tuple[bytes, bytes]], body: bytes) -> list[tuple[bytes,
     ]
 
 
-async def _calls(app: Any, path: str, body: bytes, headers: Any, n: int) -> str:
+async def _calls(app: Any, path: str, body: bytes, headers: Any, n: int, by_function: bool) -> str:
     """Python and C calls a request makes (coroutine resumptions counted as calls), by
-    package: where the CPU goes without a sampler's noise."""
+    package or by function: where the CPU goes without a sampler's noise."""
     calls: Counter[str] = Counter()
 
     def count(frame: FrameType, event: str, arg: Any) -> None:
         if event == "call":
             where = frame.f_code.co_filename.split("site-packages/")[-1].split("/src/")[-1]
             # A path still absolute: the standard library's.
-            calls["python " + (where.split("/")[0] or "standard library")] += 1
+            if by_function:
+                calls[f"python {where}:{frame.f_code.co_name}"] += 1
+            else:
+                calls["python " + (where.split("/")[0] or "standard library")] += 1
         elif event == "c_call":
             calls["C"] += 1
 
@@ -183,12 +187,13 @@ async def _measure(
     headers: Any,
     rounds: int,
     n: int,
-    calls: bool,
+    calls: str | None,
 ) -> list[tuple[float, float, float]] | str:
     """The calls of 100 requests (``calls``), or each round's CPU a request of this process,
     of PostgreSQL's backends serving ``database`` and of Redis."""
     async with app.router.lifespan_context(app):
-        if path == "/graphql":  # something to read: 60 deals of 3 customers
+        if path == "/graphql" or (not body and "/deals" in path):
+            # something to read: 60 deals of 3 customers
             deal = json.dumps(DEAL).encode()
             for _ in range(60):
                 assert (
@@ -214,7 +219,7 @@ async def _measure(
             status = await _post(app, path, body, headers)
             assert status == expected, f"{path} answered {status}"
         if calls:
-            return await _calls(app, path, body, headers, 100)
+            return await _calls(app, path, body, headers, 100, calls == "function")
         per_request = []
         for _ in range(rounds):
             started = time.process_time()
@@ -240,7 +245,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=800, help="per round")
     parser.add_argument(
-        "--calls", action="store_true", help="count the calls of 100 requests instead"
+        "--calls",
+        nargs="?",
+        const="package",
+        choices=("package", "function"),
+        help="count the calls of 100 requests instead, by package (the default) or function",
     )
     parser.add_argument(
         "--graphql", metavar="NAME", help="POST bench/queries/NAME.graphql ($first 50) instead"

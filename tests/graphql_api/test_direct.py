@@ -4,6 +4,7 @@ goes through Strawberry, counted once."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -14,6 +15,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
+from dealbase.graphql_api.compiled import CompilingExecutionContext
 from dealbase.graphql_api.schema import DashboardSchema
 from dealbase.tenancy.database.connections import Database
 from tests.graphql_api.support import GRAPHQL
@@ -79,6 +81,84 @@ def test_a_kept_document_is_answered_as_strawberry_answers_it(
     assert again.content == first.content, document
     answered_directly = first.status_code == 200 and "errors" not in first.json()
     assert strawberry_runs.count - runs_before == (0 if answered_directly else 1), document
+
+
+@given(data=st.data())
+@hypothesis_settings(
+    deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+def test_a_planned_body_answers_each_caller_as_the_same_request_parsed_anew(
+    data: st.DataObject, client: TestClient, shop: Shop
+) -> None:
+    """A body answered whole by compiled reads keeps its plan (its reads with its arguments);
+    the same bytes from another caller run that plan for that caller, and answer what the
+    same request in other bytes, parsed and executed anew, answers that caller."""
+    document, variables = data.draw(operations(shop))
+    callers = [shop.world.keys[0].headers, shop.world.keys[1].headers, shop.tenant_wide]
+    planning, asking = data.draw(st.permutations(callers))[:2]
+    body = orjson.dumps({"query": document, "variables": variables})
+    spaced = json.dumps({"query": document, "variables": variables}, indent=1).encode()
+    as_json = {"Content-Type": "application/json"}
+
+    client.post(GRAPHQL, content=body, headers={**planning, **as_json})
+    client.post(GRAPHQL, content=spaced, headers={**asking, **as_json})  # the document kept
+    planned = client.post(GRAPHQL, content=body, headers={**asking, **as_json})
+    parsed = client.post(GRAPHQL, content=spaced, headers={**asking, **as_json})
+
+    assert (planned.status_code, planned.headers["content-type"]) == (
+        parsed.status_code,
+        parsed.headers["content-type"],
+    )
+    assert planned.content == parsed.content, document
+
+
+def test_a_planned_body_is_answered_without_parsing_or_executing_it_again(
+    client: TestClient,
+    shop: Shop,
+    strawberry_runs: StrawberryRuns,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    body = {"query": PAGE, "variables": {"first": 3}, "operationName": "Page"}
+    headers = shop.world.keys[0].headers
+    first = client.post(GRAPHQL, json=body, headers=headers)  # the document kept
+    assert client.post(GRAPHQL, json=body, headers=headers).content == first.content  # planned
+    builds = []
+    build = CompilingExecutionContext.build
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        builds.append(args)
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(CompilingExecutionContext, "build", counted)
+    monkeypatch.setattr(orjson, "loads", lambda *_: pytest.fail("the body parsed again"))
+    runs_before = strawberry_runs.count
+
+    again = client.post(GRAPHQL, json=body, headers=headers)
+
+    assert again.content == first.content
+    assert (builds, strawberry_runs.count) == ([], runs_before)
+
+
+def test_a_planned_body_naming_a_department_the_caller_cannot_see_is_refused_as_before(
+    client: TestClient, shop: Shop, strawberry_runs: StrawberryRuns
+) -> None:
+    own, other = shop.world.keys[0].headers, shop.world.keys[1].headers
+    department = str(shop.world.departments[0].id)
+    body = {
+        "query": "query($d: UUID) { customers(filter: {departmentId: $d}) "
+        "{ totalCount edges { node { lastName } } } }",
+        "variables": {"d": department},
+    }
+    for _ in range(3):  # the document kept, the body planned, the plan run
+        seen = client.post(GRAPHQL, json=body, headers=own)
+        assert seen.json()["data"]["customers"]["totalCount"] > 0, seen.text
+    runs_before = strawberry_runs.count
+
+    refused = client.post(GRAPHQL, json=body, headers=other)
+
+    assert refused.json()["data"] is None
+    assert [error["extensions"]["code"] for error in refused.json()["errors"]] == ["not_found"]
+    assert strawberry_runs.count == runs_before + 1
 
 
 def test_a_direct_answer_is_counted_once_as_an_operation_and_by_root_field(

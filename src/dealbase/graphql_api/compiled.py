@@ -62,7 +62,7 @@ from strawberry.types.field import StrawberryField
 from dealbase.errors import Invalid, NotFound
 from dealbase.graphql_api.context import GraphQLContext
 from dealbase.graphql_api.execution import PlainLeavesExecutionContext
-from dealbase.graphql_api.inputs import listed
+from dealbase.graphql_api.inputs import filter_fields
 from dealbase.platform.activities.models import ActivityFilter
 from dealbase.platform.customers.models import CustomerFilter
 from dealbase.platform.deals.models import DealFilter
@@ -444,19 +444,12 @@ class ReadCompiler:
             return None
         return CompiledField(name, field, nodes[0], reader, tuple(walk.lengths))
 
-    async def run(
-        self,
-        compiled: CompiledField,
-        context: GraphQLContext,
-        variables: VariableValues,
-        last: bool = False,
-    ) -> str | None:
-        """The root field's JSON text, or None where the resolvers must answer instead (a
-        request the platform refuses, a row the caller cannot see). ``last``: no other read
-        follows in the request, so a page's statement carries the read transaction's COMMIT
-        (``PageReader.run``)."""
+    def prepare(self, compiled: CompiledField, variables: VariableValues) -> PreparedRead | None:
+        """The root field's read with this request's arguments, or None where the resolvers
+        must answer instead (arguments the platform refuses: a page size out of range, a
+        filter or a period it does not take)."""
         try:
-            given = {
+            given: dict[str, Any] = {
                 length.name: page_size(
                     get_argument_values(length.field, length.node, variables)["first"]
                 )
@@ -465,9 +458,8 @@ class ReadCompiler:
             arguments = self._convert(
                 compiled.field, get_argument_values(compiled.field, compiled.node, variables)
             )
-            reader = compiled.reader
-            if isinstance(reader, OneReader) and compiled.field_name == "pipelineSummary":
-                scope = await context.scope_in(arguments.get("department_id"))
+            name = compiled.field_name
+            if name == "pipelineSummary":
                 period = pipeline.checked_period(
                     validated(
                         SummaryRange,
@@ -478,39 +470,78 @@ class ReadCompiler:
                     )
                 )
                 # The period's ends as the resolvers show them (DateTime: isoformat).
-                bounds = {
+                given |= {
                     "summary_from": period.created_from,
                     "summary_to": period.created_to,
                     "summary_from_text": period.created_from.isoformat(),
                     "summary_to_text": period.created_to.isoformat(),
                 }
-                return await context.run(
-                    lambda uow: reader.run(uow, None, {**given, **bounds}), scope
-                )
-            if isinstance(reader, OneReader) and compiled.field_name == "pipeline":
-                # The board of the department the key names, or the one departmentId names.
-                scope = await context.scope_in(arguments.get("department_id"))
-                department = department_of(scope)
-                return await context.run(lambda uow: reader.run(uow, department, given), scope)
-            if isinstance(reader, OneReader):
-                row_id: uuid.UUID = arguments["id"]
-                return await context.run(lambda uow: reader.run(uow, row_id, given))
+                return PreparedRead(compiled.reader, given, arguments.get("department_id"))
+            if name == "pipeline":
+                return PreparedRead(compiled.reader, given, arguments.get("department_id"))
+            if isinstance(compiled.reader, OneReader):
+                return PreparedRead(compiled.reader, given, row_id=arguments["id"])
             order = arguments.get("order_by")
-            scope, filters = await listed(
-                context,
-                _LISTS[compiled.field_name],
-                arguments.get("filter"),
-                {} if order is None else {"order_by": order.value},
+            department_id, fields = filter_fields(arguments.get("filter"))
+            filters = validated(
+                _LISTS[name], {**fields, **({} if order is None else {"order_by": order.value})}
             )
-            caller_department = context.scope.department_id
-            first, after = arguments["first"], arguments["after"]
+            return PreparedRead(
+                compiled.reader,
+                given,
+                department_id,
+                filters=filters,
+                first=arguments["first"],
+                after=arguments["after"],
+            )
+        except Invalid:
+            return None
 
-            return await context.run(
-                lambda uow: reader.run(
-                    uow, filters, first, after, given, caller_department, last=last
-                ),
-                scope,
-            )
+
+@dataclass(frozen=True, slots=True)
+class PreparedRead:
+    """A compiled root field with a request's arguments applied: what of its read depends on
+    the arguments alone, which the same request body always gives, so it can be kept and run
+    again for any caller (``run``)."""
+
+    reader: PageReader | OneReader
+    # The nested lists' lengths (and a summary's period), by the names the tree gives them.
+    given: dict[str, Any]
+    # The department the arguments name (a list's filter, the board's or summary's
+    # ``departmentId``), judged against each caller.
+    department_id: uuid.UUID | None = None
+    row_id: uuid.UUID | None = None
+    filters: BaseModel | None = None
+    first: int | None = None
+    after: str | None = None
+
+    async def run(self, context: GraphQLContext, last: bool = False) -> str | None:
+        """The root field's JSON text for the caller of ``context``, or None where the resolvers
+        must answer instead (a department or row the caller cannot see, a bad cursor).
+        ``last``: no other read follows in the request, so a page's statement carries the read
+        transaction's COMMIT (``PageReader.run``)."""
+        reader, given = self.reader, self.given
+        try:
+            if isinstance(reader, PageReader):
+                scope = await context.scope_in(self.department_id)
+                filters, first, after = self.filters, self.first, self.after
+                assert filters is not None
+                caller_department = context.scope.department_id
+                return await context.run(
+                    lambda uow: reader.run(
+                        uow, filters, first, after, given, caller_department, last=last
+                    ),
+                    scope,
+                )
+            resource = reader.read.resource
+            if resource not in ("pipeline", "summary"):
+                row_id = self.row_id
+                return await context.run(lambda uow: reader.run(uow, row_id, given))
+            # The board or the summary of the department the key names, or of the one
+            # departmentId names: the board's row is its department, a summary has none.
+            scope = await context.scope_in(self.department_id)
+            row = department_of(scope) if resource == "pipeline" else None
+            return await context.run(lambda uow: reader.run(uow, row, given), scope)
         except (Invalid, NotFound):
             return None
 
@@ -562,6 +593,8 @@ class CompilingExecutionContext(PlainLeavesExecutionContext):
     observes_root_fields = True
     # Each root field's path once the query ran: compiled, or through the resolvers.
     root_field_paths: Mapping[str, str] | None = None
+    # The read of each root field that was compiled and answered, by its response key.
+    prepared_reads: Mapping[str, PreparedRead] | None = None
 
     def execute_root_grouped_field_set(
         self,
@@ -599,13 +632,17 @@ class CompilingExecutionContext(PlainLeavesExecutionContext):
         position_context: Any,
     ) -> dict[str, Any]:
         answered: dict[str, Any] = {}
+        prepared_reads: dict[str, PreparedRead] = {}
         for key, field in compiled.items():
             try:
-                text = await compiler.run(
-                    field,
-                    self.context_value,
-                    self.variable_values,
-                    last=len(compiled) == 1 and len(grouped_field_set) == 1,
+                prepared = compiler.prepare(field, self.variable_values)
+                text = (
+                    None
+                    if prepared is None
+                    else await prepared.run(
+                        self.context_value,
+                        last=len(compiled) == 1 and len(grouped_field_set) == 1,
+                    )
                 )
             except Exception as error:
                 # Reported as graphql-core reports a resolver's error: located at the field,
@@ -616,6 +653,9 @@ class CompilingExecutionContext(PlainLeavesExecutionContext):
                 continue
             if text is not None:
                 answered[key] = orjson.Fragment(text)
+                assert prepared is not None
+                prepared_reads[key] = prepared
+        self.prepared_reads = prepared_reads
         paths = {
             details[0].node.name.value: COMPILED if key in answered else RESOLVERS
             for key, details in grouped_field_set.items()

@@ -42,6 +42,13 @@ def fields_of(value: object) -> dict[str, Any]:
     return found
 
 
+def filter_fields(filter_input: object | None) -> tuple[uuid.UUID | None, dict[str, Any]]:
+    """A list's filter input: the department it names, if any, and its other fields as the
+    platform names them."""
+    given = fields_of(filter_input) if filter_input is not None else {}
+    return given.pop("department_id", None), given
+
+
 async def listed(
     context: GraphQLContext,
     model: type[Filters],
@@ -51,8 +58,8 @@ async def listed(
     """A list's filter input narrowed to its department (when it names one) and, with ``extra``
     (an order), validated as the platform's filter model: the same for the resolvers and the
     compiled reads."""
-    given = fields_of(filter_input) if filter_input is not None else {}
-    scope = await context.scope_in(given.pop("department_id", None))
+    department_id, given = filter_fields(filter_input)
+    scope = await context.scope_in(department_id)
     return scope, validated(model, {**given, **extra})
 
 
