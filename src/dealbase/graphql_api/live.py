@@ -52,6 +52,8 @@ from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.scope import Scope
 
 log = structlog.get_logger(__name__)
+# How long a stream whose client went away waits for its operation to end.
+_OPERATION_END_SECONDS = 5.0
 
 WEBSOCKET_PATH = "/graphql"
 STREAM_PATH = "/graphql/stream"
@@ -910,7 +912,12 @@ async def _stream(
         finally:
             await results.aclose()
             await context.finish()
-            await outgoing.put(None)
+            # The end, for the stream to read after what is queued; not once the stream
+            # cancelled this (its client gone): nothing reads then, and a full queue would hold
+            # the put, and the stream waiting for this task, for ever.
+            task = asyncio.current_task()
+            if task is None or not task.cancelling():
+                await outgoing.put(None)
 
     running = asyncio.get_running_loop().create_task(run())
     closed: asyncio.Future[Any] = asyncio.ensure_future(connection.closed.wait())
@@ -948,9 +955,16 @@ async def _stream(
         closed.cancel()
         running.cancel()
         # Cancelled (the client went away), the operation still leaves the hub and gives its
-        # connection back.
-        with anyio.CancelScope(shield=True):
+        # connection back; the response waits for that, but not for ever (an operation that
+        # did not end once cancelled is logged, and the stream ends all the same).
+        with anyio.move_on_after(_OPERATION_END_SECONDS, shield=True) as waited:
             await asyncio.gather(running, return_exceptions=True)
+        if waited.cancelled_caught:
+            log.warning(
+                "live_operation_did_not_end",
+                request_id=context.request_id,
+                seconds=_OPERATION_END_SECONDS,
+            )
 
 
 def install_live(app: FastAPI, service: LiveService) -> None:
