@@ -5,8 +5,10 @@ or the server stopping, and the same per-key limit of connections as WebSockets.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Iterator
+import threading
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +21,7 @@ from fastapi.testclient import TestClient
 
 from dealbase.app import create_app
 from dealbase.config import Settings
+from dealbase.graphql_api import live
 from dealbase.graphql_api.live import LiveService
 from dealbase.ops import admin
 from dealbase.tenancy.database.connections import Database
@@ -248,3 +251,42 @@ def test_streams_count_against_the_keys_limit_of_connections(
         refused = tight.post(STREAM, json={"query": BOARD}, headers={**SSE, **headers})
     assert refused.status_code == 429
     assert refused.json()["code"] == "too_many_connections"
+
+
+def test_a_stream_whose_operation_ignores_its_cancellation_still_ends_when_its_client_leaves(
+    settings: Settings, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operation of a stream whose client went away is cancelled, and the response waits for
+    it to end, but not for ever: one that holds on past its cancellation (as one did under load)
+    is logged and the response ends all the same."""
+    monkeypatch.setattr(live, "_OPERATION_END_SECONDS", 0.2)
+
+    def read_one_event_and_leave() -> None:
+        with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+            schema = _app(client).state.live.schema
+            subscribe = schema.subscribe
+
+            async def stubborn(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+                results = await subscribe(*args, **kwargs)
+
+                async def first_then_holding_on() -> AsyncIterator[Any]:
+                    async for result in results:
+                        yield result
+                        break
+                    try:
+                        await asyncio.Event().wait()
+                    except asyncio.CancelledError:
+                        await asyncio.Event().wait()  # cancelled once more, it ends
+
+                return first_then_holding_on()
+
+            monkeypatch.setattr(schema, "subscribe", stubborn)
+            with stream(client, world.key.headers, BOARD) as events:
+                events.next_event()
+
+    # In a daemon thread, app and client: were the response to wait for ever, the test fails
+    # rather than hangs.
+    reader = threading.Thread(target=read_one_event_and_leave, daemon=True)
+    reader.start()
+    reader.join(timeout=30)
+    assert not reader.is_alive(), "the stream did not end once its client left"
