@@ -595,10 +595,24 @@ def test_a_worker_whose_claims_meet_a_permanent_error_logs_it_and_delivers_once_
     add_customer(worker_database, tenant, "Lovelace")
     worker = workers(limits=WorkerLimits(poll_interval=timedelta(milliseconds=20)))
 
-    async def run_for_a_while() -> None:
+    def failures() -> list[dict[str, Any]]:
+        return [entry for entry in logs if entry["event"] == "webhook_worker_claim_failed"]
+
+    async def run_until_it_failed_twice() -> None:
+        # Until the second failure, not for a fixed time: on a busy machine a few hundred
+        # milliseconds may hold only one attempt. Bounded, so a loop that died fails below.
         stop = asyncio.Event()
-        asyncio.get_running_loop().call_later(0.3, stop.set)
+        loop = asyncio.get_running_loop()
+
+        async def watch() -> None:
+            deadline = loop.time() + 10
+            while len(failures()) < 2 and loop.time() < deadline:
+                await asyncio.sleep(0.02)
+            stop.set()
+
+        watching = asyncio.ensure_future(watch())
         await worker.run(stop)
+        await watching
 
     with (
         writes_raise(
@@ -606,11 +620,10 @@ def test_a_worker_whose_claims_meet_a_permanent_error_logs_it_and_delivers_once_
         ) as message,
         logs_of(monkeypatch, worker_delivery) as logs,
     ):
-        workers.run(run_for_a_while())
+        workers.run(run_until_it_failed_twice())
 
-    failures = [entry for entry in logs if entry["event"] == "webhook_worker_claim_failed"]
-    assert len(failures) >= 2  # tried again after each wait, the loop alive
-    assert message in failures[0]["error"]
+    assert len(failures()) >= 2  # tried again after each wait, the loop alive
+    assert message in failures()[0]["error"]
     assert receiver.requests == []
     deliver(workers, worker)
     assert len(receiver.requests) == 1
