@@ -17,6 +17,16 @@ Redis rate limits), with no client in the process.
     .venv/bin/python bench/inprocess.py baseline --get "/api/v1/integration/customers?limit=50"
     .venv/bin/python bench/inprocess.py dealbase --get "/api/v1/integration/customers/{id}"
     .venv/bin/python bench/inprocess.py dealbase --without access-lines --without metrics
+    .venv/bin/python bench/inprocess.py dealbase --instructions   # counted by callgrind
+
+`--instructions` counts the instructions the process executes for a number of requests under
+valgrind's callgrind instead of timing rounds: the same count whatever else the machine does
+(runs of the same code differ by about 1 %), so a change of 2 % shows, where the CPU
+rounds of a shared machine move by 30 %. Under valgrind a request takes about fifty times as
+long, so the clock of the local rate-limit admissions is slowed as much (`--slowdown`): they ask
+Redis as often per request as at full speed. The server's instructions a request, measured
+this way through uvicorn, were 1.55 times the baseline's where `make bench` read 1.56 times its
+CPU (bench/README.md): the count stands for the server's CPU.
 
 Alternate two commits' rounds (a `git worktree` of the other and `PYTHONPATH`), several times:
 one pair of rounds says little.
@@ -28,7 +38,11 @@ import argparse
 import asyncio
 import json
 import os
+import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -52,6 +66,8 @@ CUSTOMER = {
 }
 DEAL = {"name": "Engine", "volume": 1000, "customers": [{"last_name": n} for n in "ABC"]}
 CONCURRENCY = 8
+REQUESTS = 800  # a round's
+INSTRUMENTED_REQUESTS = 160  # under callgrind (--instructions)
 
 
 def _without_access_lines() -> None:
@@ -220,6 +236,9 @@ async def _measure(
             assert status == expected, f"{path} answered {status}"
         if calls:
             return await _calls(app, path, body, headers, 100, calls == "function")
+        if os.environ.get(_UNDER_CALLGRIND):
+            await _instrumented(app, path, body, headers, n)
+            return []
         per_request = []
         for _ in range(rounds):
             started = time.process_time()
@@ -237,13 +256,82 @@ async def _measure(
         return per_request
 
 
+# Set in the process that callgrind runs (``--instructions``): its requests to count.
+_UNDER_CALLGRIND = "INPROCESS_UNDER_CALLGRIND"
+_COLLECTED = re.compile(r"Collected : (\d+)")
+
+
+async def _instrumented(app: Any, path: str, body: bytes, headers: Any, n: int) -> None:
+    """``n`` requests, ``CONCURRENCY`` at a time, with callgrind's instrumentation on."""
+
+    async def client() -> None:
+        for _ in range(n // CONCURRENCY):
+            await _post(app, path, body, headers)
+
+    instrument = ["callgrind_control", "--instr=on", str(os.getpid())]
+    subprocess.run(instrument, check=True, capture_output=True)
+    await asyncio.gather(*(client() for _ in range(CONCURRENCY)))
+    instrument[1] = "--instr=off"
+    subprocess.run(instrument, check=True, capture_output=True)
+
+
+def _slowed_admissions(slowdown: float) -> None:
+    """The local rate-limit admissions' clock slowed ``slowdown`` times, as valgrind slows the
+    requests: they ask Redis as often per request as at full speed."""
+    from dealbase.tenancy.rate_limits import local_admissions
+
+    made = local_admissions.LocalAdmissions.__init__
+    start = time.monotonic()
+
+    def slowed() -> float:
+        return start + (time.monotonic() - start) / slowdown
+
+    def init(self: Any, shared: Any, *, clock: Any = None) -> None:
+        made(self, shared, clock=slowed)
+
+    local_admissions.LocalAdmissions.__init__ = init  # type: ignore[method-assign]
+
+
+def _count_instructions(arguments: argparse.Namespace) -> None:
+    """Runs this script under callgrind for ``--requests`` requests; prints the instructions a
+    request."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
+    argv = [arg for arg in sys.argv[1:] if arg != "--instructions"]
+    with tempfile.TemporaryDirectory() as kept:
+        ran = subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--instr-atstart=no",
+                f"--callgrind-out-file={kept}/callgrind.out",
+                sys.executable,
+                __file__,
+                *argv,
+            ],
+            env={**os.environ, _UNDER_CALLGRIND: "1", "PYTHONHASHSEED": "0"},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    collected = _COLLECTED.search(ran.stderr)
+    if ran.returncode != 0 or collected is None:
+        raise SystemExit(f"callgrind run failed ({ran.returncode}):\n{ran.stderr[-3000:]}")
+    method = "GET" if arguments.get else "POST"
+    measured = " without ".join([arguments.server, *arguments.without])
+    print(
+        f"{measured} {method} {arguments.path}: {int(collected.group(1)) / arguments.requests:,.0f}"
+        f" instructions a request (callgrind, {arguments.requests} requests)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("server", choices=("dealbase", "baseline"))
     parser.add_argument("--path", default="/api/v1/integration/customers")
     parser.add_argument("--get", metavar="PATH", help="GET PATH (with its query) instead")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--requests", type=int, default=800, help="per round")
+    parser.add_argument("--requests", type=int, default=REQUESTS, help="per round")
     parser.add_argument(
         "--calls",
         nargs="?",
@@ -261,7 +349,25 @@ def main() -> None:
         choices=sorted(WITHOUT),
         help="measure without this part of every request (again for several): its share",
     )
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count the instructions of --requests requests under callgrind instead (the"
+        " module's docstring); --requests defaults to 160 then",
+    )
+    parser.add_argument(
+        "--slowdown",
+        type=float,
+        default=50.0,
+        help="with --instructions: how much slower the rate limits' clock runs",
+    )
     arguments = parser.parse_args()
+    if arguments.instructions:
+        if arguments.requests == REQUESTS:
+            sys.argv += ["--requests", str(INSTRUMENTED_REQUESTS)]
+            arguments.requests = INSTRUMENTED_REQUESTS
+        _count_instructions(arguments)
+        return
     server = os.environ.get(
         "DEALBASE_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
     )
@@ -278,6 +384,8 @@ def main() -> None:
         os.environ.update(serving_settings(database, redis_url))
         for part in arguments.without:
             WITHOUT[part]()
+        if os.environ.get(_UNDER_CALLGRIND):
+            _slowed_admissions(arguments.slowdown)
         # The access lines are written, as in `make bench`, but to nowhere; the figures to stdout.
         log = open(os.devnull, "w")  # noqa: SIM115 (open for the whole run)
         streams = sys.stdout, sys.stderr
