@@ -58,8 +58,10 @@ class _Heard:
     owed: int = 0
 
     def admits(self, rate: Rate) -> bool:
+        # The same Rate object request after request (the key's cached one, or the settings'):
+        # compared by identity first, without the dataclass's __eq__.
         return (
-            rate == self.rate
+            (rate is self.rate or rate == self.rate)
             and self.remaining >= LOCAL_MIN_REMAINING
             and self.owed < self.remaining // LOCAL_SHARE
         )
