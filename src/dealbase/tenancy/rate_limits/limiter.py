@@ -40,9 +40,10 @@ from dealbase.tenancy.scope import Rate
 log = structlog.get_logger(__name__)
 
 
-# Not frozen, nor Verdict: a frozen dataclass sets each field through ``object.__setattr__``,
-# and every request a process admits itself makes two buckets and a verdict (15K of the 43K
-# instructions of ``LocalAdmissions.check``, bench/README.md). Nothing changes them once made.
+# Bucket and Verdict are not frozen: a frozen dataclass sets each field through
+# ``object.__setattr__``, and every request a process admits itself makes two buckets and a
+# verdict (15K of the 43K instructions of ``LocalAdmissions.check``, bench/README.md). Nothing
+# changes them once made.
 @dataclass(slots=True)
 class Bucket:
     """One limit's answer: ``remaining`` units (a request is one) could be spent now, the bucket is
