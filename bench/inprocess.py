@@ -26,7 +26,8 @@ rounds of a shared machine move by 30 %. Under valgrind a request takes about fi
 long, so the clock of the local rate-limit admissions is slowed as much (`--slowdown`): they ask
 Redis as often per request as at full speed. The server's instructions a request, measured
 this way through uvicorn, were 1.55 times the baseline's where `make bench` read 1.56 times its
-CPU (bench/README.md): the count stands for the server's CPU.
+CPU (bench/README.md): the count stands for the server's CPU. Compare counts of the same
+`--requests` (what a run does once, a refresh of the rate limits, spreads over them).
 
 Alternate two commits' rounds (a `git worktree` of the other and `PYTHONPATH`), several times:
 one pair of rounds says little.
@@ -297,7 +298,9 @@ def _count_instructions(arguments: argparse.Namespace) -> None:
     request."""
     if shutil.which("valgrind") is None:
         raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
+    # The last --requests given is the one argparse keeps.
     argv = [arg for arg in sys.argv[1:] if arg != "--instructions"]
+    argv += ["--requests", str(arguments.requests)]
     with tempfile.TemporaryDirectory() as kept:
         ran = subprocess.run(
             [
@@ -331,7 +334,11 @@ def main() -> None:
     parser.add_argument("--path", default="/api/v1/integration/customers")
     parser.add_argument("--get", metavar="PATH", help="GET PATH (with its query) instead")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--requests", type=int, default=REQUESTS, help="per round")
+    parser.add_argument(
+        "--requests",
+        type=int,
+        help=f"per round ({REQUESTS}), or counted with --instructions ({INSTRUMENTED_REQUESTS})",
+    )
     parser.add_argument(
         "--calls",
         nargs="?",
@@ -353,7 +360,7 @@ def main() -> None:
         "--instructions",
         action="store_true",
         help="count the instructions of --requests requests under callgrind instead (the"
-        " module's docstring); --requests defaults to 160 then",
+        " module's docstring)",
     )
     parser.add_argument(
         "--slowdown",
@@ -362,10 +369,9 @@ def main() -> None:
         help="with --instructions: how much slower the rate limits' clock runs",
     )
     arguments = parser.parse_args()
+    if arguments.requests is None:
+        arguments.requests = INSTRUMENTED_REQUESTS if arguments.instructions else REQUESTS
     if arguments.instructions:
-        if arguments.requests == REQUESTS:
-            sys.argv += ["--requests", str(INSTRUMENTED_REQUESTS)]
-            arguments.requests = INSTRUMENTED_REQUESTS
         _count_instructions(arguments)
         return
     server = os.environ.get(
