@@ -30,7 +30,7 @@ from dealbase.ops.embedded_postgres import embedded_database_url
 from dealbase.ops.health import install_health
 from dealbase.ops.live_metrics import LiveMetrics
 from dealbase.ops.metrics import Metrics, install_metrics, worker_stopped
-from dealbase.ops.observability import configure_logging
+from dealbase.ops.observability import configure_logging, log_request
 from dealbase.ops.serving import SERVER_STOPPING
 from dealbase.ops.web_pages.pages import graphiql_page, install_web_pages, shipped_assets
 from dealbase.platform.webhooks.addresses import AddressPolicy
@@ -192,6 +192,6 @@ def create_app(
             expose_headers=CORS_RESPONSE_HEADERS,
             max_age=CORS_MAX_AGE_SECONDS,
         )
-    app.add_middleware(RequestEdge, observe=metrics.request_answered)
+    app.add_middleware(RequestEdge, observe=metrics.request_answered, log=log_request)
     RouteIndex(app.router).install()
     return app

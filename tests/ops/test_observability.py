@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import structlog
 
-from dealbase.ops.observability import configure_logging
+from dealbase.ops import observability
+from dealbase.ops.observability import configure_logging, log_request
 
 
 @pytest.fixture
-def render() -> Iterator[Any]:
+def render(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """The renderer JSON logs are configured with (the last of structlog's processors)."""
+    monkeypatch.setattr(observability, "_json_lines", observability._json_lines)
     handlers = logging.getLogger().handlers
     configure_logging("json", "info")
     yield structlog.get_config()["processors"][-1]
@@ -51,6 +55,7 @@ def test_each_line_is_written_whole_in_one_write(monkeypatch: pytest.MonkeyPatch
     meanwhile land between them: two JSON objects on one line."""
     stream = _Writes()
     monkeypatch.setattr("sys.stderr", stream)
+    monkeypatch.setattr(observability, "_json_lines", observability._json_lines)
     handlers = logging.getLogger().handlers
     configure_logging("json", "info")
     try:
@@ -64,3 +69,60 @@ def test_each_line_is_written_whole_in_one_write(monkeypatch: pytest.MonkeyPatch
     assert len(stream.writes) == 2
     assert all(write.endswith("\n") and write.count("\n") == 1 for write in stream.writes)
     assert [json.loads(write)["event"] for write in stream.writes] == ["request", "started"]
+
+
+@pytest.fixture
+def json_lines(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Writes]:
+    """JSON logs at ``info`` written to a stream that records each write."""
+    stream = _Writes()
+    monkeypatch.setattr("sys.stderr", stream)
+    # configure_logging sets where access lines go: back as it was when the test ends.
+    monkeypatch.setattr(observability, "_json_lines", observability._json_lines)
+    handlers = logging.getLogger().handlers
+    configure_logging("json", "info")
+    yield stream
+    structlog.reset_defaults()
+    structlog.contextvars.clear_contextvars()
+    logging.getLogger().handlers = handlers
+
+
+def test_an_access_line_is_the_line_structlog_writes_for_the_same_event(
+    json_lines: _Writes,
+) -> None:
+    fields = {"method": "POST", "route": "/customers", "status": 201, "duration_ms": 1.5}
+    structlog.contextvars.bind_contextvars(request_id="r-1", graphql_root_fields={"deals": "x"})
+
+    log_request(dict(fields))
+    structlog.get_logger("dealbase.access").info("request", **fields)
+
+    direct, through_structlog = (json.loads(line) for line in json_lines.writes)
+    assert direct.pop("timestamp") <= through_structlog.pop("timestamp")
+    assert direct == through_structlog
+    assert direct["request_id"] == "r-1"
+    assert direct["level"] == "info"
+
+
+def test_an_access_line_stamps_the_time_in_utc_to_the_microsecond(json_lines: _Writes) -> None:
+    before = datetime.now(UTC)
+    log_request({"status": 200})
+    after = datetime.now(UTC)
+
+    [line] = json_lines.writes
+    stamped = json.loads(line)["timestamp"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00", stamped)
+    assert before <= datetime.fromisoformat(stamped) <= after
+
+
+def test_no_access_line_is_written_above_info(monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = _Writes()
+    monkeypatch.setattr("sys.stderr", stream)
+    monkeypatch.setattr(observability, "_json_lines", observability._json_lines)
+    handlers = logging.getLogger().handlers
+    configure_logging("json", "warning")
+    try:
+        log_request({"status": 200})
+    finally:
+        structlog.reset_defaults()
+        logging.getLogger().handlers = handlers
+
+    assert stream.writes == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 _SCHEMA_NAME = re.compile(r"^t_[0-9a-f]{32}$")
 # The schema every tenant table is declared in; each unit of work maps it onto the caller's.
@@ -45,6 +45,9 @@ class Rate:
         return self.burst / self.per_second
 
 
+_LOGGED_IDS = ("tenant_id", "department_id", "key_id")
+
+
 @dataclass(frozen=True, slots=True)
 class Scope:
     """Every service call takes one; every query is filtered by it.
@@ -58,9 +61,25 @@ class Scope:
     department_id: uuid.UUID | None = None
     key_id: uuid.UUID | None = None
     key_rate: Rate | None = None  # the key's own rate limit, when it has one
+    _logged_ids: dict[str, str | None] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         checked_schema_name(self.schema)
+
+    def logged_ids(self) -> dict[str, str | None]:
+        """``tenant_id``, ``department_id`` and ``key_id`` as a log line names them, written once
+        for the Scope (a key's Scope serves all its requests; a UUID's text costs about 7,000
+        instructions)."""
+        if self._logged_ids is None:
+            ids = (self.tenant_id, self.department_id, self.key_id)
+            written = dict(
+                zip(_LOGGED_IDS, (str(id_) if id_ else None for id_ in ids), strict=True)
+            )
+            object.__setattr__(self, "_logged_ids", written)
+            return written
+        return self._logged_ids
 
     @classmethod
     def for_tenant(cls, tenant_id: uuid.UUID) -> Scope:
