@@ -10,9 +10,9 @@ were read once per concern. Here they are read once, and the answer goes through
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -120,7 +120,9 @@ class RequestEdge:
             if method == "HEAD":
                 # HEAD wherever GET is served: the GET runs, and only its head is sent.
                 scope["method"] = "GET"
-        request_id = request_id or uuid.uuid4().hex
+        # 32 random hex digits: ``uuid.uuid4().hex``'s, without its UUID (15,000 instructions
+        # against 1,400).
+        request_id = request_id or os.urandom(16).hex()
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
         structlog.contextvars.clear_contextvars()
