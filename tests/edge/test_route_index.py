@@ -16,7 +16,7 @@ from starlette.routing import Route, Router
 from starlette.testclient import TestClient
 from starlette.types import Receive, Scope, Send
 
-from dealbase.edge.route_index import RouteIndex
+from dealbase.edge.route_index import CALLED_DIRECTLY, RouteIndex
 
 
 def _answers(name: str) -> Callable[[Request], Awaitable[PlainTextResponse]]:
@@ -137,3 +137,44 @@ def test_a_router_with_middleware_of_its_own_is_refused() -> None:
 
     with pytest.raises(ValueError, match="middleware"):
         RouteIndex(router)
+
+
+def _called_directly(route: Route) -> Route:
+    setattr(route, CALLED_DIRECTLY, True)
+    return route
+
+
+def test_direct_gives_a_route_called_directly_with_the_scope_the_router_gives_it() -> None:
+    create = _called_directly(Route("/items", _answers("create"), methods=["POST"]))
+    _, index = _indexed([Route("/items", _answers("list"), methods=["GET"]), create])
+    scope: Scope = {"type": "http", "method": "POST", "path": "/items", "root_path": ""}
+
+    assert index.direct(scope) is create
+    assert scope["route"] is create
+    assert scope["endpoint"] is create.endpoint
+    assert scope["path_params"] == {}
+
+
+def test_direct_gives_a_route_with_parameters_the_first_in_the_routers_order() -> None:
+    one = _called_directly(Route("/items/{item}", _answers("one"), methods=["GET"]))
+    _, index = _indexed([one, _called_directly(Route("/items/new", _answers("new")))])
+    scope: Scope = {"type": "http", "method": "GET", "path": "/items/new", "root_path": ""}
+
+    assert index.direct(scope) is one
+    assert scope["route"] is one
+    assert scope["path_params"] == {"item": "new"}
+
+
+def test_direct_gives_nothing_for_a_route_not_called_directly_nor_for_an_unmatched_path() -> None:
+    _, index = _indexed(
+        [
+            Route("/items", _answers("list"), methods=["GET"]),
+            Route("/items/{item}", _answers("one"), methods=["GET"]),
+            _called_directly(Route("/items/{item}/more", _answers("more"), methods=["GET"])),
+        ]
+    )
+
+    for method, path in (("GET", "/items"), ("GET", "/items/7"), ("POST", "/items/7/more")):
+        scope: Scope = {"type": "http", "method": method, "path": path, "root_path": ""}
+        assert index.direct(scope) is None, path
+        assert "route" not in scope, path

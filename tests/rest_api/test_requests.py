@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from starlette.types import Message
+from starlette.types import Message, Scope
 
 from dealbase.edge.request_edge import MAX_BODY_BYTES
 from tests.support import TenantWorld
@@ -259,3 +260,54 @@ def test_head_is_answered_wherever_get_is_with_the_same_head_and_no_body(
         assert (head.status_code, head.content) == (got.status_code, b""), path
         for name in ("content-type", "content-length", "etag"):
             assert head.headers.get(name) == got.headers.get(name), (path, name)
+
+
+def _asgi_post(app: Any, path: str, headers: dict[str, str], body: bytes) -> tuple[Scope, int]:
+    """The scope the app was called with, and the status it answered."""
+    sent: list[Message] = []
+    scope: Scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            *[(name.lower().encode(), value.encode()) for name, value in headers.items()],
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ],
+        "client": ("127.0.0.1", 1),
+        "server": ("testserver", 80),
+    }
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    return scope, sent[0]["status"]
+
+
+def test_a_create_is_called_from_the_edge_and_its_errors_are_still_problems(
+    client: TestClient, world: TenantWorld
+) -> None:
+    """A route called directly skips the exception layer, FastAPI's exit stack and the router;
+    its errors are answered by the same handlers."""
+    created, status = _asgi_post(client.app, CUSTOMERS, world.key.headers, b'{"last_name": "A"}')
+    refused, refused_status = _asgi_post(client.app, CUSTOMERS, world.key.headers, b'{"x": 1}')
+    batch = b'{"operations": [{"op": "create", "data": {"last_name": "B"}}]}'
+    batched, batch_status = _asgi_post(client.app, f"{CUSTOMERS}/batch", world.key.headers, batch)
+
+    assert (status, refused_status) == (201, 422)
+    assert "fastapi_middleware_astack" not in created
+    assert "fastapi_middleware_astack" not in refused
+    assert created["route"].path == refused["route"].path == CUSTOMERS
+    # A route FastAPI's request handler serves (a body parameter) goes through every layer.
+    assert batch_status == 200
+    assert "fastapi_middleware_astack" in batched

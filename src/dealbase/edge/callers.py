@@ -25,11 +25,13 @@ from fastapi.dependencies.utils import get_validation_alias, request_params_to_a
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, Json
+from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as ASGIScope
 
 from dealbase.edge.request_edge import CALLER_STATE
+from dealbase.edge.route_index import CALLED_DIRECTLY
 from dealbase.errors import Unauthenticated
 from dealbase.tenancy.callers.authentication import Authenticator
 from dealbase.tenancy.rate_limits.admission import VERDICT_STATE, Admission
@@ -66,6 +68,7 @@ class AdmittedRoute(APIRoute):
         super().__init__(*args, **kwargs)
         if _takes_only_the_request(self._served_dependant()):
             self.app = _answering(self.get_route_handler())
+            setattr(self, CALLED_DIRECTLY, True)
 
     def _served_dependant(self) -> Dependant:
         """The dependant the route's handler serves: without its path parameters and optional
@@ -141,13 +144,37 @@ def _called_with_the_request(
 
 
 def _answering(handle: Callable[[Request], Awaitable[Response]]) -> ASGIApp:
-    """The route's ASGI app: the request's answer from ``handle``, sent."""
+    """The route's ASGI app: the request's answer from ``handle``, sent; an error ``handle``
+    raises is answered by the app's handler of its kind (the exception layer's, which it put in
+    the scope), as Starlette's own routes do, or raised when it has none."""
 
     async def app(scope: ASGIScope, receive: Receive, send: Send) -> None:
-        response = await handle(Request(scope, receive, send))
+        request = Request(scope, receive, send)
+        try:
+            response = await handle(request)
+        except Exception as error:
+            response = await _handled(request, error)
         await response(scope, receive, send)
 
     return app
+
+
+async def _handled(request: Request, error: Exception) -> Response:
+    """The answer of the app's handler of ``error`` (a status's own for an HTTPException, else
+    the nearest of its classes'), or ``error`` raised again."""
+    by_class, by_status = request.scope.get("starlette.exception_handlers", ({}, {}))
+    handler = by_status.get(error.status_code) if isinstance(error, HTTPException) else None
+    for kind in type(error).__mro__:
+        if handler is not None:
+            break
+        handler = by_class.get(kind)
+    if handler is None:
+        raise error
+    answer = handler(request, error)
+    response: Response = await answer if inspect.isawaitable(answer) else answer
+    # A raised error kept for reuse would keep each request's frames alive.
+    error.__traceback__ = None
+    return response
 
 
 def _reading_parameters(declared: Dependant) -> Callable[..., Awaitable[Any]]:

@@ -24,6 +24,10 @@ from starlette.types import Receive, Scope, Send
 
 # A route and its place in the router's order.
 Placed = tuple[int, BaseRoute]
+# Set on a route whose ASGI app maps its own errors through the app's exception handlers (as a
+# Starlette ``request_response`` endpoint does) and reads nothing the layers between the request
+# edge and the router put in the scope but those handlers: ``RouteIndex.direct`` gives it.
+CALLED_DIRECTLY = "called_directly"
 # Parameters that match within one segment of a path (not ``path``, nor one registered later).
 _ONE_SEGMENT = (StringConvertor, IntegerConvertor, FloatConvertor, UUIDConvertor)
 
@@ -65,6 +69,33 @@ class RouteIndex:
                     await candidate.handle(scope, receive, send)
                     return
         await self.router.app(scope, receive, send)
+
+    def direct(self, scope: Scope) -> BaseRoute | None:
+        """The route an HTTP request reaches when that route is ``CALLED_DIRECTLY``, with the
+        scope as the router gives it; else None, and the scope untouched."""
+        if len(self.router.routes) != self._indexed:
+            self._build()
+        path = get_route_path(scope)
+        route = self._index.get((scope["method"], path))
+        if route is not None:
+            if not getattr(route, CALLED_DIRECTLY, False):
+                return None
+            # What Route.matches gives a path without parameters, without its expression.
+            scope.setdefault("router", self.router)
+            scope["route"] = route
+            scope["endpoint"] = route.endpoint  # type: ignore[attr-defined]
+            scope["path_params"] = {**scope.get("path_params", {})}
+            return route
+        for candidate in self._candidates(path):
+            match, child_scope = candidate.matches(scope)
+            if match is Match.FULL:
+                if not getattr(candidate, CALLED_DIRECTLY, False):
+                    return None
+                scope.setdefault("router", self.router)
+                scope["route"] = candidate
+                scope.update(child_scope)
+                return candidate
+        return None
 
     def _candidates(self, path: str) -> list[BaseRoute]:
         """The routes that may match ``path`` whole, in the router's order."""
