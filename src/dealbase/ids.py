@@ -11,6 +11,12 @@ _lock = threading.Lock()
 _last_millis = 0
 _last_counter = 0
 
+_MILLIS = (1 << 48) - 1
+_RANDOM_TAIL = (1 << 62) - 1
+_VERSION_AND_VARIANT = 0x7 << 76 | 0b10 << 62
+_UUID = uuid.UUID
+_SAFETY_UNKNOWN = uuid.SafeUUID.unknown
+
 
 def new_id() -> uuid.UUID:
     """A UUIDv7 that is monotonic within this process, even within one millisecond."""
@@ -27,10 +33,12 @@ def new_id() -> uuid.UUID:
             _last_counter = 0
         _last_millis = millis
         counter = _last_counter
-    random_tail = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
-    value = (millis & ((1 << 48) - 1)) << 80
-    value |= 0x7 << 76
-    value |= counter << 64
-    value |= 0b10 << 62
-    value |= random_tail
-    return uuid.UUID(int=value)
+    random_tail = int.from_bytes(os.urandom(8), "big") & _RANDOM_TAIL
+    value = (millis & _MILLIS) << 80 | _VERSION_AND_VARIANT | counter << 64 | random_tail
+    # What ``UUID(int=value)`` makes, without its checks of a value built valid here: the
+    # two fields its __init__ sets (7,300 instructions against 3,300; Python 3.14's
+    # ``UUID._from_int`` does the same).
+    made = object.__new__(_UUID)
+    object.__setattr__(made, "int", value)
+    object.__setattr__(made, "is_safe", _SAFETY_UNKNOWN)
+    return made
