@@ -13,6 +13,7 @@ from sqlalchemy import Insert, Select, bindparam, func, insert, literal, select,
 from dealbase.ids import new_id
 from dealbase.platform.tables import customers, departments
 from dealbase.tenancy.database.connections import PREPARE_AFTER, Database, UnitOfWork
+from dealbase.tenancy.database.roles import tenant_role
 from dealbase.tenancy.database.statements import (
     Fetched,
     ServerPrepared,
@@ -430,3 +431,30 @@ def test_a_statement_that_commits_with_it_is_the_unit_of_works_last(
         assert _customer_count(database, world.tenant.scope) == 1
         with pytest.raises(RuntimeError, match="no statement may follow"):
             uow.connection.execute(select(func.count()).select_from(customers))
+
+
+def test_a_unit_of_work_in_one_round_trip_is_an_implicit_transaction_as_the_tenants_role(
+    database: Database, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No BEGIN and COMMIT when the whole transaction is one round trip: its statements still
+    run as the tenant's role and commit or fail together."""
+    statement, values = _insert_customer("Lovelace", world.department.id)
+    sent = _scripts_sent(monkeypatch)
+    with database.unit_of_work(world.tenant.scope) as uow:
+        uow.connection.defer(statement, values)
+        role = uow.connection.defer(select(func.current_user()), {})
+
+    [script] = sent
+    assert script.startswith("SET LOCAL ROLE") and not script.endswith("COMMIT")
+    assert role.rows().scalar_one() == tenant_role(world.tenant.schema)
+    assert _customer_count(database, world.tenant.scope) == 1
+
+    # Two statements in one round trip, the second refused: neither is written.
+    def both_in_one_round_trip() -> None:
+        with database.unit_of_work(world.tenant.scope) as uow:
+            uow.connection.defer(*_insert_customer("Hopper", world.department.id))
+            uow.connection.defer(statement, values)  # the first customer's id again
+
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        both_in_one_round_trip()
+    assert _customer_count(database, world.tenant.scope) == 1
