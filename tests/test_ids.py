@@ -6,7 +6,9 @@ import copy
 import time
 import uuid
 
-from dealbase.ids import new_id
+import pytest
+
+from dealbase.ids import new_id, new_ids
 
 
 def test_a_new_id_is_a_version_7_uuid_of_the_current_millisecond() -> None:
@@ -36,3 +38,19 @@ def test_new_ids_increase_within_the_process() -> None:
 
     assert made == sorted(made)
     assert len(set(made)) == len(made)
+
+
+def test_ids_made_together_increase_and_follow_those_made_before() -> None:
+    before = new_id()
+    together = new_ids(4_000)
+    after = new_id()
+
+    assert [before, *together, after] == sorted({before, *together, after})
+    assert all(made.version == 7 for made in together)
+
+
+def test_ids_made_together_are_one_to_a_millisecond_s_worth() -> None:
+    with pytest.raises(ValueError, match="4096"):
+        new_ids(4_097)
+    with pytest.raises(ValueError, match="1 to"):
+        new_ids(0)

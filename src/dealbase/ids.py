@@ -11,6 +11,7 @@ _lock = threading.Lock()
 _last_millis = 0
 _last_counter = 0
 
+_COUNTERS = 1 << 12  # a millisecond's ids
 _MILLIS = (1 << 48) - 1
 _RANDOM_TAIL = (1 << 62) - 1
 _VERSION_AND_VARIANT = 0x7 << 76 | 0b10 << 62
@@ -20,25 +21,34 @@ _SAFETY_UNKNOWN = uuid.SafeUUID.unknown
 
 def new_id() -> uuid.UUID:
     """A UUIDv7 that is monotonic within this process, even within one millisecond."""
+    return new_ids(1)[0]
+
+
+def new_ids(count: int) -> list[uuid.UUID]:
+    """``count`` (up to 4,096) new ids, in increasing order: one reading of the clock and of
+    random bytes for them all (8 ids cost 100,000 instructions one by one, 45,000 at once)."""
     global _last_millis, _last_counter
+    if not 0 < count <= _COUNTERS:
+        raise ValueError(f"1 to {_COUNTERS} ids at a time, not {count}")
     with _lock:
         millis = time.time_ns() // 1_000_000
         if millis <= _last_millis:
-            millis = _last_millis
-            _last_counter += 1
-            if _last_counter >= 1 << 12:  # 12-bit counter exhausted: borrow the next millisecond
-                millis += 1
-                _last_counter = 0
+            millis, counter = _last_millis, _last_counter + 1
         else:
-            _last_counter = 0
-        _last_millis = millis
-        counter = _last_counter
-    random_tail = int.from_bytes(os.urandom(8), "big") & _RANDOM_TAIL
-    value = (millis & _MILLIS) << 80 | _VERSION_AND_VARIANT | counter << 64 | random_tail
-    # What ``UUID(int=value)`` makes, without its checks of a value built valid here: the
-    # two fields its __init__ sets (7,300 instructions against 3,300; Python 3.14's
-    # ``UUID._from_int`` does the same).
-    made = object.__new__(_UUID)
-    object.__setattr__(made, "int", value)
-    object.__setattr__(made, "is_safe", _SAFETY_UNKNOWN)
+            counter = 0
+        if counter + count > _COUNTERS:  # the 12-bit counter exhausted: borrow the next millisecond
+            millis, counter = millis + 1, 0
+        _last_millis, _last_counter = millis, counter + count - 1
+    random = os.urandom(8 * count)
+    stamp = (millis & _MILLIS) << 80 | _VERSION_AND_VARIANT
+    made = []
+    for index in range(count):
+        tail = int.from_bytes(random[8 * index : 8 * index + 8], "big") & _RANDOM_TAIL
+        # What ``UUID(int=...)`` makes, without its checks of a value built valid here: the two
+        # fields its __init__ sets (7,300 instructions against 3,300; Python 3.14's
+        # ``UUID._from_int`` does the same).
+        one = object.__new__(_UUID)
+        object.__setattr__(one, "int", stamp | (counter + index) << 64 | tail)
+        object.__setattr__(one, "is_safe", _SAFETY_UNKNOWN)
+        made.append(one)
     return made

@@ -21,7 +21,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert
 
 from dealbase.errors import ExternalIdTaken
-from dealbase.ids import new_id
+from dealbase.ids import new_ids
 from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
 from dealbase.platform.events.repository import recorded_with
 from dealbase.platform.listing import ListFilters, Rule, Shape, equal
@@ -121,13 +121,14 @@ def defer_insert_recorded(
     PostgreSQL from the row), in one statement sent with the unit of work's next round trip:
     with the COMMIT, when nothing else runs. ``recorded`` reads it, or ``recorded_as_json``
     when ``as_json``."""
+    customer_id, event_id = new_ids(2)
     return connection.defer(
         _INSERT_RECORDED[as_json],
         {
             **fields.model_dump(),
-            "id": new_id(),
+            "id": customer_id,
             "department_id": department_id,
-            "event_id": new_id(),
+            "event_id": event_id,
         },
     )
 

@@ -30,7 +30,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSON, UUID, aggregate_order_by
 
-from dealbase.ids import new_id
+from dealbase.ids import new_id, new_ids
 from dealbase.platform.customers.models import Customer
 from dealbase.platform.customers.repository import to_customer
 from dealbase.platform.deals.models import Deal, DealCreate, DealFilter
@@ -283,20 +283,25 @@ def defer_create(
 ) -> Deferred:
     """``_create_statement``, sent with the unit of work's next round trip; ``meaning`` says
     what its failure means (``create_failure``)."""
+    count = len(fields.customers)
+    # In increasing order: the customers' ids, the deal's, then the events' (their ids order
+    # them within the transaction: the customers', then the deal's).
+    ids = new_ids(2 * count + 2)
     given = [
-        {**customer.model_dump(exclude_none=True), "id": new_id(), "position": position}
-        for position, customer in enumerate(fields.customers, start=1)
+        {
+            **customer.model_dump(exclude_none=True),
+            "id": ids[index],
+            "position": index + 1,
+            "event_id": ids[count + 1 + index],
+        }
+        for index, customer in enumerate(fields.customers)
     ]
-    deal_id = new_id()
-    # The events' ids order them within the transaction: the customers', then the deal's.
-    for customer in given:
-        customer["event_id"] = new_id()
     values: dict[str, object] = {name: getattr(fields, name) for name in _NEW_DEAL_FIELDS}
     values.update(
-        id=deal_id,
+        id=ids[count],
         department_id=department_id,
         customers=orjson.dumps(given).decode(),
-        event_id=new_id(),
+        event_id=ids[-1],
         tenant_id=str(tenant_id),
     )
     return connection.defer(_create_statement(as_json), values, meaning=meaning)
