@@ -164,10 +164,8 @@ async def _handled(request: Request, error: Exception) -> Response:
     the nearest of its classes'), or ``error`` raised again."""
     by_class, by_status = request.scope.get("starlette.exception_handlers", ({}, {}))
     handler = by_status.get(error.status_code) if isinstance(error, HTTPException) else None
-    for kind in type(error).__mro__:
-        if handler is not None:
-            break
-        handler = by_class.get(kind)
+    if handler is None:
+        handler = next((by_class[kind] for kind in type(error).__mro__ if kind in by_class), None)
     if handler is None:
         raise error
     answer = handler(request, error)

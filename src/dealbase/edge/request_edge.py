@@ -233,8 +233,9 @@ class _Routes:
     """The routes behind the edge, when only Starlette's exception layer, FastAPI's exit stack
     and a router with a ``RouteIndex`` stand between them: a route ``CALLED_DIRECTLY`` is called
     from here, given the exception handlers the exception layer would have put in its scope.
-    The three layers cost a create about 30,000 instructions (bench/README.md) for nothing such a
-    route uses: it maps its errors itself, and needs no exit stack (it closes no file)."""
+    Called this way a create went from 1,153K to 1,060K instructions (bench/README.md), for
+    nothing such a route uses of the layers: it maps its errors itself, and needs no exit stack
+    (it closes no file)."""
 
     def __init__(self, index: RouteIndex, handlers: tuple[Any, Any]) -> None:
         self.index = index

@@ -36,16 +36,18 @@ class _UtcClock:
     instructions, this about 4,000)."""
 
     def __init__(self) -> None:
-        self._second = -1
-        self._written = ""
+        # The second and its text, in one attribute: threads other than the event loop's log
+        # too, and each reads the pair it finds whole.
+        self._second: tuple[int, str] = (-1, "")
 
     def now(self) -> str:
         now = time.time()
         second = int(now)
-        if second != self._second:
-            self._written = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-            self._second = second
-        return f"{self._written}.{int((now - second) * 1_000_000):06d}+00:00"
+        known, written = self._second
+        if second != known:
+            written = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second = (second, written)
+        return f"{written}.{int((now - second) * 1_000_000):06d}+00:00"
 
     def __call__(self, _: Any, __: str, event_dict: MutableMapping[str, Any]) -> Any:
         event_dict["timestamp"] = self.now()
