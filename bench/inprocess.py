@@ -20,9 +20,10 @@ Redis rate limits), with no client in the process.
     .venv/bin/python bench/inprocess.py dealbase --instructions   # counted by callgrind
 
 `--instructions` counts the instructions the process executes for a number of requests under
-valgrind's callgrind instead of timing rounds: the same count whatever else the machine does
-(runs of the same code differ by about 1 %), so a change of 2 % shows, where the CPU
-rounds of a shared machine move by 30 %. Under valgrind a request takes about fifty times as
+valgrind's callgrind instead of timing rounds: nearly the same count whatever else the machine
+does (runs of the same code differ by about 1 % alone, 2 % when two counts run at once, as the
+admissions' refresh follows the clock), so a change of 3 % shows, where the CPU rounds of a
+shared machine move by 30 %. Under valgrind a request takes about fifty times as
 long, so the clock of the local rate-limit admissions is slowed as much (`--slowdown`): they ask
 Redis as often per request as at full speed. The server's instructions a request, measured
 this way through uvicorn, were 1.55 times the baseline's where `make bench` read 1.56 times its
