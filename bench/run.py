@@ -97,6 +97,7 @@ from harness.tools import (
     machine,
     versions,
 )
+from harness.wal import WalWritten
 from psycopg import sql
 
 
@@ -187,7 +188,7 @@ def measure(
     """A warm-up, then the measured run; any error fails the scenario. With ``database``, the
     measured run's lock waits there are sampled (harness/lock_waits.py), and the CPU it cost
     the server (``server_pid`` and its children), that database's backends, Redis and the load
-    tool (harness/cpu.py)."""
+    tool (harness/cpu.py), and the WAL it wrote (harness/wal.py)."""
     outcome = Outcome(scenario, load_average_before=load_average())
     seconds = settings.seconds
     try:
@@ -211,9 +212,14 @@ def measure(
         if database is None:
             outcome.measurement = run(seconds)
         else:
-            with LockWaits(database) as waits, CpuUse(server_pid, database) as cpu:
+            with (
+                LockWaits(database) as waits,
+                CpuUse(server_pid, database) as cpu,
+                WalWritten(database) as wal,
+            ):
                 outcome.measurement = run(seconds)
             outcome.extra["cpu_us_per_request"] = cpu.per_request(outcome.measurement.requests)
+            outcome.extra["wal_per_request"] = wal.per_request(outcome.measurement.requests)
             outcome.extra["lock_waits"] = {
                 "share": waits.share,
                 "backend_samples": waits.active,

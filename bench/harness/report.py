@@ -112,8 +112,9 @@ def table(rounds: Sequence[Round], seconds: int | None = None) -> str:
     outcomes = representative(rounds)
     header = (
         "| scenario | what | req/s | p50 ms | p99 ms | p99/p50 | errors | lock waits"
-        " | CPU µs a request: server, PostgreSQL, Redis | ratio | to |\n"
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+        " | CPU µs a request: server, PostgreSQL, Redis | WAL a request: records, bytes"
+        " | ratio | to |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     )
     rows = [header]
     for outcome in outcomes.values():
@@ -123,11 +124,11 @@ def table(rounds: Sequence[Round], seconds: int | None = None) -> str:
             figures = (
                 f"{m.requests_per_second:,.0f} | {m.p50_ms:.1f} | {m.p99_ms:.1f} | "
                 f"{_number(outcome.tail, 1)} | {m.errors} | {_lock_waits(outcome)}"
-                f" | {_cpu(outcome)}"
+                f" | {_cpu(outcome)} | {_wal(outcome)}"
             )
         else:
             errors = m.errors if m else "—"
-            figures = f"FAILED | — | — | — | {errors} | — | —"
+            figures = f"FAILED | — | — | — | {errors} | — | — | —"
         ratio_text = _ratio_text(rounds, scenario.name, compare) if compare else "—"
         rows.append(
             f"| {scenario.name} | {scenario.what} | {figures} | {ratio_text} | {compare or ''} |"
@@ -160,6 +161,14 @@ def _cpu(outcome: Outcome) -> str:
     if not used:
         return "—"
     return ", ".join(f"{used[party]:,.0f}" for party in ("server", "postgres", "redis"))
+
+
+def _wal(outcome: Outcome) -> str:
+    """The WAL records and bytes a request made (harness/wal.py)."""
+    written = outcome.extra.get("wal_per_request")
+    if not written:
+        return "—"
+    return f"{written['records']:,.1f}, {written['bytes']:,.0f}"
 
 
 def _lock_waits(outcome: Outcome) -> str:

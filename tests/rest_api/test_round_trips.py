@@ -14,8 +14,11 @@ import pytest
 from fastapi.testclient import TestClient
 from httpx import Response
 
+from dealbase.config import Settings
+from dealbase.tenancy.database.connections import PREPARE_AFTER
 from tests.rest_api.test_events import API
 from tests.support import TenantWorld
+from tests.tenancy.database.test_statements import pipelines_sent
 
 
 @contextmanager
@@ -79,6 +82,46 @@ def test_a_customer_create_is_one_round_trip(
 
     # BEGIN, the role switch, the INSERT with its event, and COMMIT.
     assert trips == 1
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/customers", {"last_name": "Lovelace", "birthday": "1990-12-10"}),
+        ("/deals", {"name": "Engine", "volume": 5, "customers": [{"last_name": "A"}] * 3}),
+    ],
+    ids=["customer", "deal"],
+)
+def test_a_create_prepared_on_its_connection_is_one_pipelined_round_trip(
+    client: TestClient,
+    settings: Settings,
+    world: TenantWorld,
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+    body: dict[str, Any],
+) -> None:
+    """Once its statement is prepared on the connection (the tenant's warm one, which its
+    creates keep landing on), a create goes as a pipeline of the extended protocol: still one
+    round trip, the same answer. Behind pgbouncer nothing is prepared, and the script goes."""
+    for _ in range(PREPARE_AFTER):
+        assert _send(client, world, "POST", path, body).status_code == 201
+    pipelines = pipelines_sent(monkeypatch)
+
+    with counted_round_trips(monkeypatch) as trips:
+        created = _send(client, world, "POST", path, body)
+
+    assert created.status_code == 201, created.text
+    assert trips == [1]
+    prepared = settings.db_prepared_statements and not settings.db_pgbouncer
+    assert pipelines == ([1] if prepared else [])
+    shown = created.json()
+    assert {name: shown[name] for name in body if name != "customers"} == {
+        name: value for name, value in body.items() if name != "customers"
+    }
+    if "customers" in body:
+        assert [customer["last_name"] for customer in shown["customers"]] == ["A"] * 3
+    fetched = client.get(f"{API}{path}/{shown['id']}", headers=world.key.headers)
+    assert fetched.json() == shown
 
 
 def test_a_customer_create_with_an_idempotency_key_is_four_round_trips(

@@ -1,5 +1,6 @@
 """Values written into a script's SQL text read back from PostgreSQL as exactly what was given;
-a text with a NUL is refused, and a kind the writer does not know is left to psycopg."""
+a text with a NUL is refused, and a kind the writer does not know is left to psycopg. A value
+bound as a text parameter reaches a prepared statement as its literal in ``EXECUTE`` does."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dealbase.tenancy.database.literals import inline, literal
+from dealbase.tenancy.database.literals import execute_call, inline, literal, parameters
 
 
 @pytest.fixture(scope="module")
@@ -152,3 +153,69 @@ def test_a_kind_the_writer_does_not_know_is_left_to_psycopg(
     escape = psycopg.pq.Escaping(connection.pgconn).escape_literal
     assert literal(value, escape) is None
     assert inline("SELECT %(v)s", {"v": value}, escape) is None
+
+
+_BOUND_KINDS = [
+    ("O'Brien \\ Ünïcødé", ["text", "varchar"]),
+    ('{"name": "O\'Brien", "n": [1, 2.5]}', ["json", "jsonb", "text"]),
+    (True, ["boolean", "text"]),
+    (-42, ["bigint", "integer", "numeric", "text"]),
+    (uuid.UUID("0190f0e2-6a3e-7c4d-8b1a-2f3e4d5c6b7a"), ["uuid", "text"]),
+    (date(2026, 11, 25), ["date", "timestamptz", "text"]),
+    (["a", None, 'q"uote', "back\\slash"], ["text[]", "text"]),
+    # An array is one untyped text either way, its elements read by its type's input alike.
+    ([datetime(2026, 11, 25, 22, 5, 1, tzinfo=timezone(timedelta(hours=-5)))], ["timestamptz[]"]),
+    ([uuid.UUID("0190f0e2-6a3e-7c4d-8b1a-2f3e4d5c6b7a"), None], ["uuid[]"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("value", "parameter_type"),
+    [(value, kind) for value, kinds in _BOUND_KINDS for kind in kinds],
+    ids=repr,
+)
+def test_a_value_bound_as_a_parameter_reaches_a_prepared_statement_as_its_literal_does(
+    connection: psycopg.Connection[tuple[object, ...]], value: object, parameter_type: str
+) -> None:
+    """Bound (a pipeline) or written into ``EXECUTE`` (a script), the statement gets the same."""
+    pgconn = connection.pgconn
+    name = f"bound_{uuid.uuid4().hex}"
+    sql = "SELECT %(v)s AS v"
+    connection.execute(f"PREPARE {name}({parameter_type}) AS SELECT $1::text")
+    try:
+        bound = parameters(sql, {"v": value})
+        assert bound is not None
+        given = [each for each in bound if each is not None]  # no NULL here
+        assert len(given) == len(bound)
+        by_parameter = pgconn.exec_prepared(name.encode(), given)
+        call = execute_call(name, sql, {"v": value}, psycopg.pq.Escaping(pgconn).escape_literal)
+        assert call is not None
+        by_literal = pgconn.exec_(call.encode())
+    finally:
+        connection.execute(f"DEALLOCATE {name}")
+
+    assert by_parameter.error_message == by_literal.error_message == b""
+    assert by_parameter.get_value(0, 0) == by_literal.get_value(0, 0)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        datetime(2026, 11, 25, 22, 5, 1, tzinfo=UTC),
+        b"bytes",
+        psycopg.Binary(b"bytes"),
+        Decimal("1E+2"),
+        1.5,
+    ],
+    ids=repr,
+)
+def test_a_timestamp_bytes_or_a_decimal_are_not_bound_as_parameters(value: object) -> None:
+    """Their literals' types convert them (a time zone to the parameter's, ``numeric::text``'s
+    own form), which their text as a parameter would not: the statement goes as a script. So
+    does a kind no literal is written for."""
+    assert parameters("SELECT %(v)s, %(w)s", {"v": "kept", "w": value}) is None
+
+
+def test_a_text_with_a_nul_is_refused_as_a_parameter_too() -> None:
+    with pytest.raises(psycopg.DataError):
+        parameters("SELECT %(v)s", {"v": "before\x00after"})

@@ -5,10 +5,23 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import Insert, Select, bindparam, func, insert, literal, select, table, text
+from sqlalchemy import (
+    DateTime,
+    Insert,
+    Select,
+    bindparam,
+    func,
+    insert,
+    literal,
+    select,
+    table,
+    text,
+)
 
 from dealbase.ids import new_id
 from dealbase.platform.tables import customers, departments
@@ -277,6 +290,117 @@ def _prepared_on_server(uow: UnitOfWork) -> list[str]:
     assert isinstance(connection, psycopg.Connection), "a unit of work of the synchronous pool"
     cursor = connection.execute("SELECT statement FROM pg_prepared_statements")
     return [statement for (statement,) in cursor.fetchall()]
+
+
+def pipelines_sent(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The pipelines units of work send from now on (``TenantConnection._pipelined``): how many
+    statements each ran besides the role switch."""
+    sent: list[int] = []
+    pipelined = TenantConnection._pipelined
+
+    def counting(self: TenantConnection, calls: list[Any]) -> list[Fetched] | None:
+        ran = pipelined(self, calls)
+        if ran is not None:
+            sent.append(len(ran))
+        return ran
+
+    monkeypatch.setattr(TenantConnection, "_pipelined", counting)
+    return sent
+
+
+def _prepared_after_one_run(database_url: str) -> Database:
+    """A database of one connection, whose statements are prepared at their first run."""
+    own = Database(database_url, pool_size=1, max_overflow=0)
+    own.server_prepared = ServerPrepared(after=1)
+    return own
+
+
+def test_a_unit_of_work_of_prepared_statements_is_one_pipeline_as_the_tenants_role(
+    database: Database,
+    database_url: str,
+    make_tenant: Callable[..., TenantWorld],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    world = make_tenant()
+    own = _prepared_after_one_run(database_url)
+    statement, values = _insert_customer("Lovelace", world.department.id)
+    inserting = statement.returning(customers.c.last_name)
+    whoami = select(func.current_user())
+    try:
+        with own.unit_of_work(world.tenant.scope) as uow:  # both prepared on the connection
+            uow.connection.execute(inserting, values)
+            uow.connection.execute(whoami)
+        scripts, pipelines = _scripts_sent(monkeypatch), pipelines_sent(monkeypatch)
+        with own.unit_of_work(world.tenant.scope) as uow:
+            inserted = uow.connection.defer(
+                inserting, _insert_customer("Hopper", world.department.id)[1]
+            )
+            role = uow.connection.defer(whoami, {})
+        with own.pool.connection() as connection:  # the one connection, as the pool has it
+            after = connection.execute("SELECT current_user").fetchone()
+            pipeline_status = connection.pgconn.pipeline_status
+    finally:
+        own.dispose()
+
+    assert scripts == [] and pipelines == [2]
+    assert inserted.rows().all() == [("Hopper",)]
+    assert role.rows().scalar_one() == tenant_role(world.tenant.schema)
+    assert _customer_count(database, world.tenant.scope) == 2
+    # The role was the transaction's only, and the connection left pipeline mode.
+    assert after is not None and after[0] != tenant_role(world.tenant.schema)
+    assert pipeline_status == psycopg.pq.PipelineStatus.OFF
+
+
+def test_a_pipeline_with_a_failing_statement_writes_nothing_and_leaves_the_connection_usable(
+    database: Database,
+    database_url: str,
+    make_tenant: Callable[..., TenantWorld],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    world = make_tenant()
+    own = _prepared_after_one_run(database_url)
+    statement, values = _insert_customer("Lovelace", world.department.id)
+    try:
+        with own.unit_of_work(world.tenant.scope) as uow:
+            uow.connection.execute(statement, values)
+        pipelines = pipelines_sent(monkeypatch)
+
+        def both_in_one_pipeline() -> None:
+            with own.unit_of_work(world.tenant.scope) as uow:
+                uow.connection.defer(*_insert_customer("Hopper", world.department.id))
+                uow.connection.defer(statement, values)  # the first customer's id again
+
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            both_in_one_pipeline()
+        with own.unit_of_work(world.tenant.scope) as uow:
+            uow.connection.defer(*_insert_customer("Kept", world.department.id))
+    finally:
+        own.dispose()
+
+    assert pipelines == [1]  # the failed one raised before counting; the last one ran
+    assert _customer_count(database, world.tenant.scope) == 2
+
+
+def test_a_value_written_only_as_a_literal_sends_the_unit_of_work_as_a_script(
+    database_url: str, make_tenant: Callable[..., TenantWorld], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A timestamp goes as a literal (its time zone converted as the literal's type says), so
+    the statement that takes one goes as ``EXECUTE`` in a script."""
+    world = make_tenant()
+    own = _prepared_after_one_run(database_url)
+    stamped = select(bindparam("at", type_=DateTime(timezone=True)))
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    try:
+        with own.unit_of_work(world.tenant.scope) as uow:
+            uow.connection.execute(stamped, {"at": at})
+        scripts, pipelines = _scripts_sent(monkeypatch), pipelines_sent(monkeypatch)
+        with own.unit_of_work(world.tenant.scope) as uow:
+            read = uow.connection.defer(stamped, {"at": at})
+    finally:
+        own.dispose()
+
+    assert pipelines == [] and len(scripts) == 1 and "EXECUTE dealbase_" in scripts[0]
+    assert read.rows().scalar_one() == at
 
 
 def test_a_statement_run_often_on_a_connection_is_prepared_there_then_run_by_name(

@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 
 from dealbase.errors import DatabaseTimeout, DatabaseUnavailable
 from dealbase.tenancy.database.greenlets import run_in_greenlet
-from dealbase.tenancy.database.roles import switch_to_tenant
+from dealbase.tenancy.database.roles import switch_to_tenant, tenant_role
 from dealbase.tenancy.database.statements import (
     ServerPrepared,
     StatementCache,
@@ -429,6 +429,7 @@ class Database:
                 self.statements,
                 self.statement_listeners,
                 begin=switch_to_tenant(scope.schema),
+                role=tenant_role(scope.schema),
                 prepared=self.server_prepared,
             )
             uow = UnitOfWork(statements, scope)
@@ -464,6 +465,7 @@ class Database:
                         self.statements,
                         self.statement_listeners,
                         begin=switch_to_tenant(scope.schema),
+                        role=tenant_role(scope.schema),
                         prepared=self.server_prepared,
                     )
                     uow = UnitOfWork(statements, scope)

@@ -10,6 +10,11 @@ the statements of a write route hold only a few kinds of value, which this write
 from its own canonical form, and a list as an array literal (its elements in double quotes,
 then the whole quoted by libpq). A value of another kind answers None, and the caller falls back to
 ``mogrify``.
+
+A statement prepared on the connection can also take its values apart, in text format, through
+the extended protocol (``parameters``): each value written as the text its type's input function
+reads, the same text the ``EXECUTE`` argument's literal gives it, so either way runs the statement
+alike.
 """
 
 from __future__ import annotations
@@ -154,3 +159,47 @@ def execute_call(name: str, sql: str, values: Mapping[str, Any], escape: Escape)
             return None
         written.append(value)
     return f"EXECUTE {name}({', '.join(written)})" if written else f"EXECUTE {name}"
+
+
+def _parameter(value: object) -> bytes | None:
+    """``value`` (not None) as a text-format parameter, or None for a kind written only as a
+    literal: a timestamp (a literal's time zone is converted to a parameter's type, a text
+    parameter's is read as written), bytes, a decimal (``numeric::text`` may not write it as
+    ``str`` does)."""
+    kind = type(value)
+    if kind is str:
+        text: str = value  # type: ignore[assignment]
+        if "\x00" in text:
+            raise psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
+        return text.encode()
+    if kind is bool:
+        return b"true" if value else b"false"
+    if kind is int:
+        return str(value).encode()
+    if kind is uuid.UUID:
+        # Hyphenated, as ``uuid::text`` writes it: what a literal's ``::uuid`` gives a text
+        # parameter.
+        return str(value).encode()
+    if kind is date:
+        day: date = value  # type: ignore[assignment]
+        return day.isoformat().encode()
+    if kind is list:
+        elements = _array_elements(value)  # type: ignore[arg-type]
+        return None if elements is None else elements.encode()
+    return None
+
+
+def parameters(sql: str, values: Mapping[str, Any]) -> list[bytes | None] | None:
+    """The values of ``sql`` prepared (``prepared``), in its parameters' order, as text-format
+    parameters; None when one of them is of a kind written only as a literal."""
+    written: list[bytes | None] = []
+    for argument in prepared(sql)[1]:
+        given = values[argument]
+        if given is None:
+            written.append(None)
+            continue
+        value = _parameter(given)
+        if value is None:
+            return None
+        written.append(value)
+    return written

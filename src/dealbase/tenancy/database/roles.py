@@ -73,6 +73,13 @@ def switch_to_tenant(schema: str) -> tuple[str, str]:
     return "BEGIN", f'SET LOCAL ROLE "{tenant_role(schema)}"'
 
 
+# The same switch as one statement taking the role (``tenant_role``) as its parameter, for a
+# unit of work sent as a pipeline of prepared statements (``TenantConnection._pipelined``):
+# ``SET ROLE`` is the ``role`` setting, so ``set_config`` of it local to the transaction checks
+# the login role's membership and ends with the transaction as ``SET LOCAL ROLE`` does.
+SWITCH_TO_ROLE = b"SELECT set_config('role', $1, true)"
+
+
 def ensure_shared_roles(connection: Connection, *, login: bool = False) -> list[str]:
     """Creates ``dealbase_owner`` and ``dealbase_tenants`` if missing, lets the login role
     switch to the owner, and lets the owner log in exactly when ``login`` (a Citus cluster: its

@@ -26,10 +26,13 @@ from typing import Any, TypeVar
 
 import psycopg
 import structlog
+from psycopg.abc import PQGen
 from psycopg.adapt import Transformer
 from psycopg.generators import execute as execute_generator
+from psycopg.generators import fetch, fetch_many
+from psycopg.generators import send as send_generator
 from psycopg.pq import ExecStatus
-from psycopg.pq.abc import PGresult
+from psycopg.pq.abc import PGconn, PGresult
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import MultipleResultsFound, NoResultFound
 from sqlalchemy.sql import ClauseElement
@@ -37,7 +40,8 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.util import await_
 
 from dealbase.tenancy.database.control_tables import CONTROL_SCHEMA
-from dealbase.tenancy.database.literals import execute_call, inline, prepared
+from dealbase.tenancy.database.literals import execute_call, inline, parameters, prepared
+from dealbase.tenancy.database.roles import SWITCH_TO_ROLE
 from dealbase.tenancy.scope import TENANT_SCHEMA_PLACEHOLDER
 
 log = structlog.get_logger(__name__)
@@ -46,6 +50,7 @@ _TUPLES_OK = ExecStatus.TUPLES_OK
 _COMMAND_OK = ExecStatus.COMMAND_OK
 _EMPTY_QUERY = ExecStatus.EMPTY_QUERY
 _FATAL_ERROR = ExecStatus.FATAL_ERROR
+_PIPELINE_SYNC = ExecStatus.PIPELINE_SYNC
 
 # One row as a mapping of column name to value.
 Record = dict[str, Any]
@@ -273,6 +278,11 @@ _SYNTAX_OR_ACCESS_RULE = "42"
 class _OnConnection:
     prepared: OrderedDict[str, str]  # SQL text to its name, the least recently run first
     runs: dict[str, int]  # runs of each SQL text not prepared yet
+    switches_role: bool = False  # ``SWITCH_TO_ROLE`` prepared as ``_ROLE_SWITCH_NAME``
+
+
+# The name ``SWITCH_TO_ROLE`` is prepared under, once per connection.
+_ROLE_SWITCH_NAME = b"dealbase_role"
 
 
 class ServerPrepared:
@@ -356,6 +366,15 @@ class ServerPrepared:
                     self._refused.clear()
                 self._refused.add(sql)
 
+    def switches_role(self, connection: object) -> bool:
+        """Whether ``connection`` has ``SWITCH_TO_ROLE`` prepared."""
+        with self._lock:
+            return self._on(connection).switches_role
+
+    def role_switch_prepared(self, connection: object) -> None:
+        with self._lock:
+            self._on(connection).switches_role = True
+
     def count(self, connection: object) -> int:
         """How many statements ``connection`` has prepared."""
         with self._lock:
@@ -434,22 +453,33 @@ def _one(rows: list[T]) -> T:
     return rows[0]
 
 
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """A statement to send with its values: as the text of a script (``EXECUTE`` of it, when
+    prepared on the connection as ``name``, else the statement with its values written in), or
+    bound to its parameters in a pipeline (``TenantConnection._pipelined``)."""
+
+    sql: str
+    values: Mapping[str, Any]
+    name: str | None
+
+
 class Deferred:
     """A statement that travels with the unit of work's next round trip: the next statement
     that runs, or the COMMIT. ``rows()`` reads its rows once it has gone, and sends it (with
     whatever else waits) if it has not."""
 
-    __slots__ = ("_entry", "_owner", "_rows", "meaning", "number", "sql")
+    __slots__ = ("_entry", "_owner", "_rows", "call", "meaning", "number")
 
     def __init__(
         self,
-        sql: str,
+        call: _Call,
         entry: _Compiled,
         owner: TenantConnection,
         number: int,
         meaning: ErrorMeaning | None = None,
     ) -> None:
-        self.sql = sql
+        self.call = call
         self.number = number  # its place among the unit of work's deferred statements
         self.meaning = meaning
         self._entry = entry
@@ -475,7 +505,9 @@ class TenantConnection:
     the next one, or with the ``COMMIT``. Those go as one simple-protocol script, their values
     written into the text (``literals.inline``, else psycopg's ``mogrify``), or as ``EXECUTE``
     of the statement prepared on the connection (``ServerPrepared``), as does any other
-    statement once prepared; until then, one keeps its parameters apart.
+    statement once prepared; until then, one keeps its parameters apart. A unit of work that is
+    one round trip of prepared statements goes as a pipeline of the extended protocol instead
+    (``_pipelined``), when it knows the tenant's ``role``.
     """
 
     __slots__ = (
@@ -488,6 +520,7 @@ class TenantConnection:
         "_deferred_total",
         "_listeners",
         "_prepared",
+        "_role",
         "_schema",
         "_statements",
     )
@@ -501,9 +534,12 @@ class TenantConnection:
         *,
         begin: Sequence[str] | None = None,
         prepared: ServerPrepared | None = None,
+        role: str | None = None,
     ) -> None:
         self._connection = connection
         self._prepared = prepared
+        # The role ``begin`` switches to, for a pipeline's ``SWITCH_TO_ROLE``.
+        self._role = role
         self._schema = schema
         self._statements = statements
         self._listeners = listeners
@@ -546,11 +582,11 @@ class TenantConnection:
         if self._committed:
             raise RuntimeError("the unit of work has committed: no statement may follow")
         if self._commit_with_next and len(values) == 1:
-            (columns, rows), _ = self._send([self._scripted(sql, values[0]), "COMMIT"])
+            (columns, rows), _ = self._send([self._call(sql, values[0]), "COMMIT"])
             self._committed = True
             return _rows_of(columns, rows, entry)
         if len(values) == 1 and (not self._begun or self._deferred):
-            *_, (columns, rows) = self._send([self._scripted(sql, values[0])])
+            *_, (columns, rows) = self._send([self._call(sql, values[0])])
             return _rows_of(columns, rows, entry)
         calls = self._prepared_calls(sql, values)
         if calls is not None:
@@ -580,9 +616,7 @@ class TenantConnection:
         raises that instead, from wherever it was sent (``rows()``, the next statement, the
         COMMIT)."""
         sql, values, entry = self._render(statement, parameters)
-        deferred = Deferred(
-            self._scripted(sql, values[0]), entry, self, self._deferred_total, meaning
-        )
+        deferred = Deferred(self._call(sql, values[0]), entry, self, self._deferred_total, meaning)
         self._deferred_total += 1
         self._deferred.append(deferred)
         return deferred
@@ -617,7 +651,7 @@ class TenantConnection:
             self._send(["COMMIT"])
         self._committed = True
 
-    def _send(self, statements: list[str]) -> list[Fetched]:
+    def _send(self, statements: Sequence[_Call | str]) -> list[Fetched]:
         """One round trip: the ``BEGIN`` if the transaction has not begun, the deferred
         statements, then ``statements``; the results of ``statements``.
 
@@ -625,17 +659,22 @@ class TenantConnection:
         its end) goes without its ``BEGIN`` and ``COMMIT``: PostgreSQL runs the statements of one
         simple-protocol query as one transaction of their own (an implicit transaction block,
         where ``SET LOCAL`` holds to its end too), and spares two statements' parse and
-        execution (about 4 µs of PostgreSQL's CPU a create, bench/README.md)."""
+        execution (about 4 µs of PostgreSQL's CPU a create, bench/README.md); so does a
+        pipeline up to its Sync (``_pipelined``)."""
         opening = [] if self._begun else self._opening()
         deferred, self._deferred = self._deferred, []
         whole = bool(opening) and opening[0] == "BEGIN" and statements[-1:] == ["COMMIT"]
         self._begun = True
-        script = [*opening, *(each.sql for each in deferred), *statements]
+        calls = [*(each.call for each in deferred), *statements]
         try:
             if whole:
-                results = [_NO_ROWS, *self._script(script[1:-1]), _NO_ROWS]
+                inner = calls[:-1]
+                ran = self._pipelined(inner)
+                if ran is None:
+                    ran = self._script([*opening[1:], *map(self._text, inner)])[len(opening) - 1 :]
+                results = [*[_NO_ROWS] * len(opening), *ran, _NO_ROWS]
             else:
-                results = self._script(script)
+                results = self._script([*opening, *map(self._text, calls)])
         except psycopg.Error as failed:
             for each in deferred:
                 meant = None if each.meaning is None else each.meaning(failed)
@@ -674,17 +713,25 @@ class TenantConnection:
         assert self._begin is not None
         return list(self._begin)
 
-    def _scripted(self, sql: str, values: Mapping[str, Any]) -> str:
-        """The statement as a script writes it: ``EXECUTE`` of it prepared on this connection
-        (``ServerPrepared``), else its text with the values written in."""
-        calls = self._prepared_calls(sql, [values])
-        return calls[0] if calls is not None else self._inline(sql, values)
+    def _call(self, sql: str, values: Mapping[str, Any]) -> _Call:
+        """``sql`` with ``values``, as a round trip sends it (``_text``, ``_pipelined``)."""
+        return _Call(sql, values, self._prepared_name(sql))
 
-    def _prepared_calls(self, sql: str, values: Sequence[Mapping[str, Any]]) -> list[str] | None:
-        """``EXECUTE`` of ``sql`` prepared on this connection, one per set of ``values``;
-        prepared first when it is due (the deferred statements go before, in their own round
-        trip, to keep their order). None when it is not prepared, or a value is of a kind
-        ``literals.literal`` does not write."""
+    def _text(self, call: _Call | str) -> str:
+        """The call as a script writes it: ``EXECUTE`` of it prepared on this connection
+        (``ServerPrepared``), else its text with the values written in."""
+        if isinstance(call, str):
+            return call
+        if call.name is not None:
+            written = execute_call(call.name, call.sql, call.values, self._escape())
+            if written is not None:
+                return written
+        return self._inline(call.sql, call.values)
+
+    def _prepared_name(self, sql: str) -> str | None:
+        """The name of ``sql`` prepared on this connection; prepared first when it is due (the
+        deferred statements go before, in their own round trip, to keep their order). None
+        when it is not prepared."""
         prepared_on = self._prepared
         if prepared_on is None:
             return None
@@ -692,6 +739,13 @@ class TenantConnection:
         if name is None and due:
             self.send_deferred()
             name = self._prepare(prepared_on, sql)
+        return name
+
+    def _prepared_calls(self, sql: str, values: Sequence[Mapping[str, Any]]) -> list[str] | None:
+        """``EXECUTE`` of ``sql`` prepared on this connection, one per set of ``values``
+        (``_prepared_name``). None when it is not prepared, or a value is of a kind
+        ``literals.literal`` does not write."""
+        name = self._prepared_name(sql)
         if name is None:
             return None
         escape = self._escape()
@@ -727,6 +781,58 @@ class TenantConnection:
         prepared_on.prepared(connection, sql, name, deallocated)
         return name
 
+    def _pipelined(self, calls: list[_Call | str]) -> list[Fetched] | None:
+        """The whole unit of work, ``calls``, as one pipeline of the extended protocol: the role
+        switch (``roles.SWITCH_TO_ROLE``, prepared with the connection's first) and each call
+        bound to its values and executed, then a Sync, which ends the implicit transaction
+        they ran in (committed, or rolled back when one failed); their results. None when a
+        call is not prepared on the connection or has a value that travels only as a literal
+        (``literals.parameters``): the script goes instead.
+
+        Nothing is parsed: a create's ``EXECUTE`` in a script had PostgreSQL parse its
+        arguments and evaluate them as expressions (bench/README.md).
+        """
+        prepared_on, role = self._prepared, self._role
+        if prepared_on is None or role is None:
+            return None
+        bound: list[tuple[bytes, list[bytes | None]]] = []
+        for call in calls:
+            if isinstance(call, str) or call.name is None:
+                return None
+            values = parameters(call.sql, call.values)
+            if values is None:
+                return None
+            bound.append((call.name.encode(), values))
+        connection = self._connection
+        pgconn = connection.pgconn
+        switch_prepared = prepared_on.switches_role(connection)
+        pgconn.enter_pipeline_mode()
+        try:
+            if not switch_prepared:
+                pgconn.send_prepare(_ROLE_SWITCH_NAME, SWITCH_TO_ROLE)
+            pgconn.send_query_prepared(_ROLE_SWITCH_NAME, [role.encode()])
+            for name, values in bound:
+                pgconn.send_query_prepared(name, values)
+            pgconn.pipeline_sync()
+            wanted = len(bound) + (1 if switch_prepared else 2)
+            if isinstance(connection, psycopg.AsyncConnection):
+                results = await_(connection.wait(_pipeline_results(pgconn, wanted)))
+            else:
+                results = connection.wait(_pipeline_results(pgconn, wanted))
+        finally:
+            # It stays in pipeline mode only when its results were not all read (the
+            # connection broke, or the request was cancelled): its pool discards it then.
+            with contextlib.suppress(psycopg.OperationalError):
+                pgconn.exit_pipeline_mode()
+        if not switch_prepared:
+            if results[0].status == _FATAL_ERROR:
+                # Nothing ran (the rest of the pipeline was skipped): the script goes instead.
+                log.warning("role_switch_not_prepared", error=results[0].get_error_message())
+                return None
+            prepared_on.role_switch_prepared(connection)
+            results = results[1:]
+        return _fetched(connection, results)[1:]
+
     def _escape(self) -> Callable[[bytes], bytes]:
         return psycopg.pq.Escaping(self._connection.pgconn).escape_literal
 
@@ -748,6 +854,19 @@ class TenantConnection:
         else:
             results = connection.wait(execute_generator(connection.pgconn))
         return _fetched(connection, results)
+
+
+def _pipeline_results(pgconn: PGconn, count: int) -> PQGen[list[PGresult]]:
+    """Sends a pipeline of ``count`` queries and its Sync, and reads their results: each
+    query's (an error, and after it each later query's ``PIPELINE_ABORTED``), then the Sync's."""
+    yield from send_generator(pgconn)
+    results: list[PGresult] = []
+    for _ in range(count):
+        results.extend((yield from fetch_many(pgconn)))
+    synced = yield from fetch(pgconn)
+    if synced is None or synced.status != _PIPELINE_SYNC:
+        raise psycopg.InternalError("a pipeline's results did not end with its Sync")
+    return results
 
 
 def _rows_of(columns: tuple[str, ...], rows: list[tuple[Any, ...]], entry: _Compiled) -> Rows:
