@@ -219,3 +219,15 @@ def test_a_timestamp_bytes_or_a_decimal_are_not_bound_as_parameters(value: objec
 def test_a_text_with_a_nul_is_refused_as_a_parameter_too() -> None:
     with pytest.raises(psycopg.DataError):
         parameters("SELECT %(v)s", {"v": "before\x00after"})
+
+
+def test_a_uuid_goes_as_its_hex_digits_where_the_statement_casts_it_to_uuid_else_hyphenated() -> (
+    None
+):
+    """Hyphenated, it is what ``uuid::text`` gives a text parameter; cast to ``UUID`` by the
+    statement, its 32 hex digits read the same."""
+    value = uuid.UUID("0190f0e2-6a3e-7c4d-8b1a-2f3e4d5c6b7a")
+    assert parameters("SELECT %(v)s::UUID, %(w)s, %(v)s", {"v": value, "w": value}) == [
+        value.hex.encode(),
+        str(value).encode(),
+    ]

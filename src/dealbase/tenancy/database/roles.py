@@ -65,12 +65,17 @@ def tenant_role(schema: str) -> str:
 
 
 def switch_to_tenant(schema: str) -> tuple[str, str]:
-    """The statements that open a unit of work's transaction as the tenant's role.
+    """The statements that open a unit of work's transaction as the tenant's role."""
+    return switch_to(tenant_role(schema))
+
+
+def switch_to(role: str) -> tuple[str, str]:
+    """The statements that open a unit of work's transaction as ``role`` (``tenant_role``).
 
     ``SET LOCAL`` ends with the transaction, commit or rollback, so the pooled connection (or a
     pgbouncer server connection) goes back to its next user as the login role.
     """
-    return "BEGIN", f'SET LOCAL ROLE "{tenant_role(schema)}"'
+    return "BEGIN", f'SET LOCAL ROLE "{role}"'
 
 
 # The same switch as one statement taking the role (``tenant_role``) as its parameter, for a

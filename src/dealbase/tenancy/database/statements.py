@@ -278,7 +278,6 @@ _SYNTAX_OR_ACCESS_RULE = "42"
 class _OnConnection:
     prepared: OrderedDict[str, str]  # SQL text to its name, the least recently run first
     runs: dict[str, int]  # runs of each SQL text not prepared yet
-    switches_role: bool = False  # ``SWITCH_TO_ROLE`` prepared as ``_ROLE_SWITCH_NAME``
 
 
 # The name ``SWITCH_TO_ROLE`` is prepared under, once per connection.
@@ -311,6 +310,8 @@ class ServerPrepared:
         )
         # Statements PostgreSQL would not prepare, whatever the connection.
         self._refused: set[str] = set()
+        # The connections with ``SWITCH_TO_ROLE`` prepared as ``_ROLE_SWITCH_NAME``.
+        self._switching: weakref.WeakSet[object] = weakref.WeakSet()
         self._lock = threading.Lock()
 
     def _on(self, connection: object) -> _OnConnection:
@@ -368,12 +369,11 @@ class ServerPrepared:
 
     def switches_role(self, connection: object) -> bool:
         """Whether ``connection`` has ``SWITCH_TO_ROLE`` prepared."""
-        with self._lock:
-            return self._on(connection).switches_role
+        return connection in self._switching
 
     def role_switch_prepared(self, connection: object) -> None:
         with self._lock:
-            self._on(connection).switches_role = True
+            self._switching.add(connection)
 
     def count(self, connection: object) -> int:
         """How many statements ``connection`` has prepared."""
@@ -819,11 +819,13 @@ class TenantConnection:
                 results = await_(connection.wait(_pipeline_results(pgconn, wanted)))
             else:
                 results = connection.wait(_pipeline_results(pgconn, wanted))
-        finally:
+        except BaseException:
             # It stays in pipeline mode only when its results were not all read (the
             # connection broke, or the request was cancelled): its pool discards it then.
             with contextlib.suppress(psycopg.OperationalError):
                 pgconn.exit_pipeline_mode()
+            raise
+        pgconn.exit_pipeline_mode()
         if not switch_prepared:
             if results[0].status == _FATAL_ERROR:
                 # Nothing ran (the rest of the pipeline was skipped): the script goes instead.
@@ -831,7 +833,11 @@ class TenantConnection:
                 return None
             prepared_on.role_switch_prepared(connection)
             results = results[1:]
-        return _fetched(connection, results)[1:]
+        # The role switch's own row is not read: only whether it failed.
+        switched, *ran = results
+        if switched.status == _FATAL_ERROR:
+            _fetched(connection, [switched])
+        return _fetched(connection, ran)
 
     def _escape(self) -> Callable[[bytes], bytes]:
         return psycopg.pq.Escaping(self._connection.pgconn).escape_literal
