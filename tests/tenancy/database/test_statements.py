@@ -381,6 +381,31 @@ def test_a_pipeline_with_a_failing_statement_writes_nothing_and_leaves_the_conne
     assert _customer_count(database, world.tenant.scope) == 2
 
 
+def test_a_connection_with_the_role_switchs_name_taken_sends_one_script_then_pipelines(
+    database: Database,
+    database_url: str,
+    make_tenant: Callable[..., TenantWorld],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    world = make_tenant()
+    own = _prepared_after_one_run(database_url)
+    statement, values = _insert_customer("Lovelace", world.department.id)
+    try:
+        with own.pool.connection() as connection:
+            connection.execute("PREPARE dealbase_role AS SELECT set_config('role', $1, true)")
+        with own.unit_of_work(world.tenant.scope) as uow:
+            uow.connection.execute(statement, values)
+        scripts, pipelines = _scripts_sent(monkeypatch), pipelines_sent(monkeypatch)
+        for last_name in ("Hopper", "Liskov"):
+            with own.unit_of_work(world.tenant.scope) as uow:
+                uow.connection.defer(*_insert_customer(last_name, world.department.id))
+    finally:
+        own.dispose()
+
+    assert len(scripts) == 1 and pipelines == [1]
+    assert _customer_count(database, world.tenant.scope) == 3
+
+
 def test_a_value_written_only_as_a_literal_sends_the_unit_of_work_as_a_script(
     database_url: str, make_tenant: Callable[..., TenantWorld], monkeypatch: pytest.MonkeyPatch
 ) -> None:

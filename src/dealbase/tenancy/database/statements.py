@@ -31,7 +31,7 @@ from psycopg.adapt import Transformer
 from psycopg.generators import execute as execute_generator
 from psycopg.generators import fetch, fetch_many
 from psycopg.generators import send as send_generator
-from psycopg.pq import ExecStatus
+from psycopg.pq import DiagnosticField, ExecStatus
 from psycopg.pq.abc import PGconn, PGresult
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import MultipleResultsFound, NoResultFound
@@ -282,6 +282,7 @@ class _OnConnection:
 
 # The name ``SWITCH_TO_ROLE`` is prepared under, once per connection.
 _ROLE_SWITCH_NAME = b"dealbase_role"
+_DUPLICATE_PREPARED = b"42P05"
 
 
 class ServerPrepared:
@@ -827,12 +828,15 @@ class TenantConnection:
             raise
         pgconn.exit_pipeline_mode()
         if not switch_prepared:
-            if results[0].status == _FATAL_ERROR:
+            parsed, *results = results
+            if parsed.status == _FATAL_ERROR:
                 # Nothing ran (the rest of the pipeline was skipped): the script goes instead.
-                log.warning("role_switch_not_prepared", error=results[0].get_error_message())
+                # A session that has the name already (nothing here prepares it twice) has it.
+                if parsed.error_field(DiagnosticField.SQLSTATE) == _DUPLICATE_PREPARED:
+                    prepared_on.role_switch_prepared(connection)
+                log.warning("role_switch_not_prepared", error=parsed.get_error_message())
                 return None
             prepared_on.role_switch_prepared(connection)
-            results = results[1:]
         # The role switch's own row is not read: only whether it failed.
         switched, *ran = results
         if switched.status == _FATAL_ERROR:
