@@ -289,8 +289,8 @@ class TenantAffinePool(AsyncConnectionPool):
 
     When a connection is idle and nothing else is under way in the pool (its lock free, nobody
     waiting, no check or reset callback), ``getconn_for`` takes it and ``putconn`` gives it back
-    without ``getconn``'s and ``putconn``'s coroutines, as they would do it: about 50,000
-    instructions a unit of work against 5,000 (bench/README.md). Any other case goes their way.
+    without ``getconn``'s and ``putconn``'s coroutines, as they would do it: 10,000 instructions
+    a unit of work against 48,700 (bench/README.md). Any other case goes their way.
     """
 
     def __init__(self, *args: Any, tenants: ConnectionTenants, **kwargs: Any) -> None:
