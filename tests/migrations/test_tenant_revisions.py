@@ -6,6 +6,7 @@ import json
 import uuid
 
 from sqlalchemy import Connection, text
+from sqlalchemy.exc import IntegrityError
 
 from dealbase.migrations.runner import upgrade_tenant
 from dealbase.platform.customers import service as customers
@@ -233,3 +234,58 @@ def test_t0010_keeps_in_each_customer_made_before_it_the_json_the_api_shows(
     assert shown["created_at"] == "2026-11-27T10:00:00.000000Z"
     assert shown["updated_at"] == "2026-11-27T10:30:00.250000Z"
     assert "department_id" not in shown and "version" not in shown
+
+
+def test_t0011_computes_each_customers_json_as_before_and_keeps_event_positions_unique(
+    database: Database,
+) -> None:
+    schema = _scratch_schema()
+    customer_id, department_id = uuid.uuid4(), uuid.uuid4()
+    add_event = (
+        f'INSERT INTO "{schema}".events (id, department_id, position, type, data, created_at)'
+        " VALUES (gen_random_uuid(), :department, :position, 'customer.created', '{}', now())"
+    )
+    with database.control() as connection:
+        upgrade_tenant(connection, schema, "t0010")
+        connection.execute(
+            text(
+                f'INSERT INTO "{schema}".customers'
+                " (id, department_id, last_name, first_name, note, birthday, external_id,"
+                "  created_at, updated_at)"
+                " VALUES (:id, :department, 'Lovelace \"Ada\"', 'Ünïcødé', E'a\\nb',"
+                "  '1815-12-10', 'crm-1', '2026-11-27 10:00:00+00', '2026-11-27 11:30:00.25+01')"
+            ),
+            {"id": customer_id, "department": department_id},
+        )
+        for position in (1, 2, None):
+            connection.execute(text(add_event), {"department": department_id, "position": position})
+        before = connection.execute(
+            text(f'SELECT api_json::text FROM "{schema}".customers')
+        ).scalar_one()
+        upgrade_tenant(connection, schema)
+        # Written again, the column is computed by the new function.
+        connection.execute(text(f'UPDATE "{schema}".customers SET note = note'))
+        after = connection.execute(
+            text(f'SELECT api_json::text FROM "{schema}".customers')
+        ).scalar_one()
+        connection.execute(text(add_event), {"department": department_id, "position": None})
+        duplicate = connection.begin_nested()
+        try:
+            connection.execute(text(add_event), {"department": department_id, "position": 2})
+            refused = False
+        except IntegrityError:
+            refused = True
+        duplicate.rollback()
+        positions = (
+            connection.execute(
+                text(f'SELECT position FROM "{schema}".events ORDER BY position NULLS LAST')
+            )
+            .scalars()
+            .all()
+        )
+        _drop(connection, schema)
+
+    assert '"note":"a\\nb"' in after
+    assert after == before
+    assert refused
+    assert positions == [1, 2, None, None]

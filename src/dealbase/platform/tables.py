@@ -15,12 +15,14 @@ from sqlalchemy import (
     Date,
     ForeignKey,
     ForeignKeyConstraint,
+    Index,
     Integer,
     MetaData,
     Sequence,
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, JSON, JSONB, TIMESTAMP, UUID
 
@@ -214,7 +216,14 @@ events = Table(
     Column("changed_fields", ARRAY(Text)),
     Column("previous", JSON),
     Column("created_at", TIMESTAMP(timezone=True), nullable=False),
-    UniqueConstraint("department_id", "position"),
+    # Numbered events only: an event goes in without a position (migration t0011).
+    Index(
+        "events_position",
+        "department_id",
+        "position",
+        unique=True,
+        postgresql_where=text("position IS NOT NULL"),
+    ),
 )
 
 webhook_endpoints = Table(
