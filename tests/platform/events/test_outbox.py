@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -13,6 +14,8 @@ from sqlalchemy import delete, func, select, text, update
 
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
+from dealbase.platform.deals import service as deals
+from dealbase.platform.deals.models import DealCreate
 from dealbase.platform.events import repository as outbox
 from dealbase.platform.events import service as events
 from dealbase.platform.events.models import Event, EventFilter
@@ -20,7 +23,7 @@ from dealbase.platform.tables import events as events_table
 from dealbase.platform.validation import validated
 from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields
-from dealbase.tenancy.database.connections import Database
+from dealbase.tenancy.database.connections import Database, UnitOfWork
 from dealbase.tenancy.database.control_tables import webhook_wakeups
 from dealbase.tenancy.scope import Scope
 from tests.support import TenantWorld
@@ -268,3 +271,53 @@ def test_a_customer_create_wakes_the_worker_only_where_an_enabled_endpoint_liste
             )
         }
     assert woken == {listened.tenant.schema}
+
+
+def _create_customer(uow: UnitOfWork) -> None:
+    customers.create(uow, _customer("Woken?"))
+
+
+def _create_deal(uow: UnitOfWork) -> None:
+    deals.create(uow, DealCreate(name="Woken?", customers=[_customer("Dealt")]))
+
+
+@pytest.mark.parametrize("create", [_create_customer, _create_deal], ids=["customer", "deal"])
+def test_a_create_wakes_the_worker_only_for_an_enabled_endpoint_of_its_own_department(
+    database: Database,
+    make_tenant: Callable[..., TenantWorld],
+    create: Callable[[UnitOfWork], None],
+) -> None:
+    world = make_tenant(departments=3)
+    listened, quiet, disabled = world.departments
+    with database.unit_of_work(world.tenant.scope.in_department(listened.id)) as uow:
+        endpoints.create(
+            uow, Checked(WebhookEndpointFields(url="https://8.8.8.8/hooks", events=["*"]))
+        )
+    with database.unit_of_work(world.tenant.scope.in_department(disabled.id)) as uow:
+        endpoints.create(
+            uow,
+            Checked(
+                WebhookEndpointFields(url="https://8.8.8.8/hooks", events=["*"], enabled=False)
+            ),
+        )
+
+    def woken_after_a_create_in(department_id: uuid.UUID) -> bool:
+        with database.control() as connection:
+            connection.execute(
+                delete(webhook_wakeups).where(webhook_wakeups.c.schema_name == world.tenant.schema)
+            )
+        with database.unit_of_work(world.tenant.scope.in_department(department_id)) as uow:
+            create(uow)
+        with database.control() as connection:
+            return (
+                connection.execute(
+                    select(webhook_wakeups.c.schema_name).where(
+                        webhook_wakeups.c.schema_name == world.tenant.schema
+                    )
+                ).first()
+                is not None
+            )
+
+    assert not woken_after_a_create_in(quiet.id)
+    assert not woken_after_a_create_in(disabled.id)
+    assert woken_after_a_create_in(listened.id)

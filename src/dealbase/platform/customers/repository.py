@@ -92,15 +92,21 @@ def _insert_recorded_statement(as_json: bool) -> Select[Any]:
         .returning(*customers.c, _API_JSON)
         .cte("inserted")
     )
-    _, wakes = recorded_with(inserted, "customer.created", inserted.c.api_json)
+    recorded, wakes = recorded_with(
+        inserted,
+        "customer.created",
+        inserted.c.api_json,
+        bindparam("department_id", type_=customers.c.department_id.type),
+    )
     # The customer's columns (only those an answer as JSON needs besides it), its JSON text,
-    # then whether the worker is to be woken (read last).
+    # then whether the worker is to be woken (read last). No row when the external id was
+    # taken: nothing was recorded, and nobody is woken.
     columns = (customers.c.id, customers.c.version) if as_json else customers.c
     return select(
         *(inserted.c[column.name] for column in columns),
         cast(inserted.c.api_json, Text).label("shown"),
         wakes.label("wakes"),
-    )
+    ).add_cte(recorded)
 
 
 # A new customer and its customer.created event, in one statement: read back as a Customer, or

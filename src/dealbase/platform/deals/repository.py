@@ -228,7 +228,7 @@ def _create_statement(as_json: bool) -> Select[Any]:
     )
     no_fields = cast(null(), ARRAY(Text)).label("changed_fields")
     no_previous = cast(null(), JSON).label("previous")
-    _, wakes = recorded_rows(
+    recorded, wakes = recorded_rows(
         union_all(
             select(
                 shown_customers.c.event_id.label("id"),
@@ -246,7 +246,8 @@ def _create_statement(as_json: bool) -> Select[Any]:
                 no_fields,
                 no_previous,
             ),
-        )
+        ),
+        department_id,
     )
     statement: Select[Any]
     if as_json:
@@ -269,7 +270,7 @@ def _create_statement(as_json: bool) -> Select[Any]:
             .select_from(shown_deal.outerjoin(shown_customers, true()))
             .order_by(shown_customers.c.position)
         )
-    return built_once(statement.add_cte(new_links))
+    return built_once(statement.add_cte(new_links, recorded))
 
 
 def defer_create(

@@ -63,19 +63,20 @@ def _record_statement() -> Select[Any]:
             recorded.c.data,
             recorded.c.changed_fields,
             recorded.c.previous,
-        )
+        ),
+        returning=True,
     )
     return select(_wakes(inserted))
 
 
 def recorded_with(
-    rows: CTE, event_type: EventType, data: ColumnElement[Any]
+    rows: CTE, event_type: EventType, data: ColumnElement[Any], department: ColumnElement[Any]
 ) -> tuple[CTE, ColumnElement[bool]]:
     """An event of ``event_type`` for each row of ``rows`` (a CTE that inserted them, with their
-    ``department_id``), its data ``data`` (made by PostgreSQL from the row) and its id the
-    parameter ``event_id`` (one row at most): for a write that records its event in the same
-    statement. Returns the events' CTE, to add to that statement, and whether the worker is to
-    be woken (``Outbox.wake_if``)."""
+    ``department_id``, ``department``), its data ``data`` (made by PostgreSQL from the row) and
+    its id the parameter ``event_id`` (one row at most): for a write that records its event in
+    the same statement. Returns the events' CTE, to add to that statement (``add_cte``: nothing
+    reads it), and whether the worker is to be woken (``Outbox.wake_if``)."""
     inserted = _inserted_events(
         select(
             bindparam("event_id", type_=UUID(as_uuid=True)).label("id"),
@@ -84,29 +85,31 @@ def recorded_with(
             data.label("data"),
             cast(null(), ARRAY(Text)).label("changed_fields"),
             cast(null(), JSON).label("previous"),
-        ).select_from(rows)
+        ).select_from(rows),
+        returning=False,
     )
-    return inserted, _wakes(inserted)
+    return inserted, _wakes_in(department)
 
 
-def recorded_rows(recorded: Select[Any] | CompoundSelect[Any]) -> tuple[CTE, ColumnElement[bool]]:
+def recorded_rows(
+    recorded: Select[Any] | CompoundSelect[Any], department: ColumnElement[Any]
+) -> tuple[CTE, ColumnElement[bool]]:
     """The events ``recorded`` selects (columns named id, department_id, type, data,
-    changed_fields, previous; their data made by PostgreSQL), inserted by a CTE of the statement
-    that writes what they record: for a write of several rows and kinds (a new deal and its
-    customers). Returns the CTE, to add to that statement, and whether the worker is to be woken
-    (``Outbox.wake_if``)."""
-    inserted = _inserted_events(recorded)
-    return inserted, _wakes(inserted)
+    changed_fields, previous; their data made by PostgreSQL; all of ``department``), inserted by
+    a CTE of the statement that writes what they record: for a write of several rows and kinds
+    (a new deal and its customers). Returns the CTE, to add to that statement (``add_cte``:
+    nothing reads it), and whether the worker is to be woken (``Outbox.wake_if``)."""
+    return _inserted_events(recorded, returning=False), _wakes_in(department)
 
 
 _SEQUENCE_SETTING: ColumnElement[str] = literal_column("'dealbase.event_sequence'")
 
 
-def _inserted_events(recorded: Select[Any] | CompoundSelect[Any]) -> CTE:
+def _inserted_events(recorded: Select[Any] | CompoundSelect[Any], *, returning: bool) -> CTE:
     """``recorded``'s events (columns named id, department_id, type, data, changed_fields,
-    previous) inserted
-    without a position: they are numbered once committed (``number_committed``), in the order
-    of their transactions' ``sequence`` (an uncorrelated subquery), then ids."""
+    previous) inserted without a position: they are numbered once committed
+    (``number_committed``), in the order of their transactions' ``sequence`` (an uncorrelated
+    subquery), then ids. ``returning``: with each one's ``department_id``, for ``_wakes``."""
     # Taken by the transaction's first statement that records events and kept for the others
     # (a transaction-local setting): a transaction's events keep one number, and stay together.
     taken = func.current_setting(_SEQUENCE_SETTING, true())
@@ -120,41 +123,48 @@ def _inserted_events(recorded: Select[Any] | CompoundSelect[Any]) -> CTE:
         )
     ).scalar_subquery()
     given = recorded.subquery("recorded_events").c
-    return (
-        pg_insert(events)
-        .from_select(
-            [
-                "id",
-                "sequence",
-                "department_id",
-                "type",
-                "data",
-                "changed_fields",
-                "previous",
-                "created_at",
-            ],
-            select(
-                given.id,
-                transaction,
-                given.department_id,
-                given.type,
-                given.data,
-                given.changed_fields,
-                given.previous,
-                func.now(),
-            ),
-        )
-        .returning(events.c.department_id)
-        .cte("inserted_events")
+    inserted = pg_insert(events).from_select(
+        [
+            "id",
+            "sequence",
+            "department_id",
+            "type",
+            "data",
+            "changed_fields",
+            "previous",
+            "created_at",
+        ],
+        select(
+            given.id,
+            transaction,
+            given.department_id,
+            given.type,
+            given.data,
+            given.changed_fields,
+            given.previous,
+            func.now(),
+        ),
     )
+    if returning:
+        return inserted.returning(events.c.department_id).cte("inserted_events")
+    return inserted.cte("inserted_events")
 
 
 def _wakes(inserted: CTE) -> ColumnElement[bool]:
-    """Whether a webhook endpoint will want the events ``inserted`` recorded: then the worker
-    is woken."""
+    """Whether a webhook endpoint will want the events ``inserted`` recorded (in whichever
+    departments): then the worker is woken."""
     return exists().where(
         webhook_endpoints.c.enabled,
         webhook_endpoints.c.department_id.in_(select(inserted.c.department_id)),
+    )
+
+
+def _wakes_in(department: ColumnElement[Any]) -> ColumnElement[bool]:
+    """Whether a webhook endpoint will want events recorded in ``department``: for a statement
+    whose events are all of one department, read without the events it inserts (a deal's
+    statement 63,000 instructions of PostgreSQL fewer, a customer's create 33,000)."""
+    return exists().where(
+        webhook_endpoints.c.enabled, webhook_endpoints.c.department_id == department
     )
 
 
