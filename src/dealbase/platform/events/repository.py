@@ -72,10 +72,10 @@ def _record_statement() -> Select[Any]:
 def recorded_with(
     rows: CTE, event_type: EventType, data: ColumnElement[Any], department: ColumnElement[Any]
 ) -> tuple[CTE, ColumnElement[bool]]:
-    """An event of ``event_type`` for each row of ``rows`` (a CTE that inserted them, with their
-    ``department_id``, ``department``), its data ``data`` (made by PostgreSQL from the row) and
-    its id the parameter ``event_id`` (one row at most): for a write that records its event in
-    the same statement. Returns the events' CTE, to add to that statement (``add_cte``: nothing
+    """An event of ``event_type`` for each row of ``rows`` (a CTE that inserted them into
+    ``department``, with their ``department_id``), its data ``data`` (made by PostgreSQL from
+    the row) and its id the parameter ``event_id`` (one row at most): for a write that records
+    its event in the same statement. Returns the events' CTE, to add to that statement (``add_cte``: nothing
     reads it), and whether the worker is to be woken (``Outbox.wake_if``)."""
     inserted = _inserted_events(
         select(
