@@ -158,20 +158,44 @@ def test_a_deal_with_three_new_customers_is_one_round_trip(
     assert trips == 1
 
 
-def test_a_deal_patch_is_three_round_trips(
-    client: TestClient, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("path", "body", "patch"),
+    [
+        ("/customers", {"last_name": "Lovelace"}, {"city": "London"}),
+        ("/deals", {"name": "Engine"}, {"volume": 5}),
+        ("/activities", {"type": "call", "customer_id": None}, {"subject": "Second call"}),
+    ],
+    ids=["customer", "deal", "activity"],
+)
+def test_a_patch_is_one_round_trip_with_its_events(
+    client: TestClient,
+    world: TenantWorld,
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+    body: dict[str, Any],
+    patch: dict[str, Any],
 ) -> None:
-    deal = _send(client, world, "POST", "/deals", {"name": "Engine"}).json()
+    if "customer_id" in body:  # an activity is about a customer
+        customer = _send(client, world, "POST", "/customers", {"last_name": "Called"}).json()
+        body = {**body, "customer_id": customer["id"]}
+    record = _send(client, world, "POST", path, body).json()
 
-    trips = _round_trips(
-        monkeypatch,
-        lambda: _send(client, world, "PATCH", f"/deals/{deal['id']}", {"volume": 5}),
-        200,
-    )
+    with counted_round_trips(monkeypatch) as trips:
+        changed = _send(client, world, "PATCH", f"{path}/{record['id']}", patch)
 
-    # BEGIN, the switch and the UPDATE (the row before and after); the deal with its
-    # employee's name and its customers; the events and COMMIT.
-    assert trips == 3
+    # BEGIN, the switch, one statement changing the record and recording its events, COMMIT.
+    assert changed.status_code == 200, changed.text
+    assert trips == [1]
+    assert changed.json() == {**record, **patch, "updated_at": changed.json()["updated_at"]}
+    assert changed.headers["ETag"] == '"2"'
+    fetched = client.get(f"{API}{path}/{record['id']}", headers=world.key.headers)
+    assert fetched.json() == changed.json()
+    feed = client.get(f"{API}/events", headers=world.key.headers).json()["data"]
+    updated = [event for event in feed if event["type"].endswith(".updated")]
+    assert [(event["changed_fields"], event["previous"]) for event in updated] == [
+        (list(patch), {name: record[name] for name in patch})
+    ]
+    assert updated[0]["data"] == changed.json()
 
 
 @pytest.mark.parametrize(

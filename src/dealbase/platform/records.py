@@ -15,13 +15,16 @@ record's create with its event in one statement) stay in its service.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast
 
+from sqlalchemy import Table
+
 from dealbase.errors import DomainError, Invalid, Unavailable
-from dealbase.ids import new_id
+from dealbase.ids import new_id, new_ids
+from dealbase.platform import record_changes
 from dealbase.platform.batches import service as batches
 from dealbase.platform.batches import upserts
 from dealbase.platform.batches.models import Batch, Fields, Result, Write
@@ -29,12 +32,13 @@ from dealbase.platform.batches.service import changed_fields, savepoint
 from dealbase.platform.batches.upserts import Judged
 from dealbase.platform.event_types import EventType
 from dealbase.platform.events import service as events
+from dealbase.platform.record_changes import ChangedRecord, JsonSql
 from dealbase.platform.resources import JsonObject, json_value
-from dealbase.platform.rows import OwnedRows
+from dealbase.platform.rows import OwnedRows, ids_in_department
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
-from dealbase.tenancy.database.connections import UnitOfWork
-from dealbase.tenancy.database.statements import Record
+from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
+from dealbase.tenancy.database.statements import Deferred, Record
 
 
 class Owned(Protocol):
@@ -49,10 +53,6 @@ class Owned(Protocol):
 
 
 Model = TypeVar("Model", bound=Owned)
-
-# Which of the ids are of rows of the department (the record's own), in one statement: a
-# reference's check.
-InDepartment = Callable[[UnitOfWork, uuid.UUID, Collection[uuid.UUID]], Collection[uuid.UUID]]
 
 
 def _no_side_effects(uow: UnitOfWork, record_id: uuid.UUID) -> None:
@@ -89,23 +89,38 @@ class SyncedRecord(Generic[Model, Fields]):
     to_model: Callable[[UnitOfWork, Record], Model]
     # As its events (and REST) show it: ``resources.<noun>_json``.
     as_json: Callable[[Model], JsonObject]
+    # The same JSON made by PostgreSQL from a row (``resources.<noun>_json_text_sql``...).
+    json_sql: JsonSql
     # The department's records with these external ids, locked until the transaction ends (in
     # id order: two batches lock shared rows in the same order), by external id.
     lock: Callable[[UnitOfWork, uuid.UUID, Sequence[str]], Mapping[str, Model]]
     # How its creates and upserts reach its table (``apply_writes``).
     writes: OneByOne[Model, Fields] | InBulk
-    # Each field that names another row of its department, with its check.
-    references: Mapping[str, InDepartment] = field(default_factory=dict)
+    # Each field that names a row of another table, which must be of the record's department.
+    references: Mapping[str, Table] = field(default_factory=dict)
     # Events a change of one field is besides ``<noun>.updated`` (with that field alone).
     field_events: tuple[tuple[str, EventType], ...] = ()
     # Before its delete, once its ownership is known: what its delete does to other records.
     before_delete: Callable[[UnitOfWork, uuid.UUID], None] = _no_side_effects
     # Read before its delete when its row alone cannot show it as it was (a deal's customers).
     deleted_as: Callable[[UnitOfWork, uuid.UUID], Model] | None = None
+    # Columns besides its table's that ``json_sql`` reads from a row (a customer's kept JSON).
+    json_columns: tuple[str, ...] = ()
     noun: str = field(init=False)
+    # What its change statement (``record_changes``) is made of.
+    changes: ChangedRecord = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "noun", self.rows.noun)
+        changes = ChangedRecord(
+            self.rows.table,
+            self.noun,
+            self.json_sql,
+            self.json_columns,
+            self.references,
+            self.field_events,
+        )
+        object.__setattr__(self, "changes", changes)
 
     def event(self, happened: str) -> EventType:
         return cast(EventType, f"{self.noun}.{happened}")
@@ -125,11 +140,11 @@ class SyncedRecord(Generic[Model, Fields]):
         """``check_references`` of each of ``many`` values, one statement a reference field
         that any of them gives: each one's error, or None."""
         unknown: list[list[str]] = [[] for _ in many]
-        for name, in_department in self.references.items():
+        for name, table in self.references.items():
             named = {value for values in many if isinstance(value := values.get(name), uuid.UUID)}
             if not named:
                 continue
-            known = in_department(uow, department_id, named)
+            known = ids_in_department(uow.connection, table, department_id, named)
             for names, values in zip(unknown, many, strict=True):
                 value = values.get(name)
                 if isinstance(value, uuid.UUID) and value not in known:
@@ -145,27 +160,87 @@ def update(
     changes: dict[str, object],
     expected: Expected | None = None,
 ) -> Model:
+    """``update_later``'s record, its statement sent now."""
+    return record.to_model(uow, update_later(record, uow, record_id, changes, expected).read())
+
+
+def update_as_json(
+    record: SyncedRecord[Model, Any],
+    uow: UnitOfWork,
+    record_id: uuid.UUID,
+    changes: dict[str, object],
+    expected: Expected | None = None,
+) -> AfterCommit[tuple[int, str]]:
+    """``update_later``'s record as its version and its JSON text made by PostgreSQL (REST's
+    answer)."""
+    written = update_later(record, uow, record_id, changes, expected)
+
+    def shown() -> tuple[int, str]:
+        row = written.read()
+        return row["version"], row["shown"]
+
+    return AfterCommit(shown)
+
+
+def update_later(
+    record: SyncedRecord[Model, Any],
+    uow: UnitOfWork,
+    record_id: uuid.UUID,
+    changes: dict[str, object],
+    expected: Expected | None = None,
+) -> AfterCommit[Record]:
     """``changes`` (values of the record's fields, ``None`` clearing one) as a new version of
-    the record, if the caller owns it and it is at a version ``expected`` admits (else NotFound,
-    PreconditionFailed); its events: ``<noun>.updated`` with the fields whose value changed
-    and their values before, and each of ``field_events`` whose field changed. Every accepted
-    change, even an empty one, is a new version; one that changes no value is no event."""
-    connection = uow.connection
-    department_id = uow.scope.department_id
-    if record.references.keys() & changes.keys():
-        # Read first: an unknown record is a 404 before the ids it names are judged, and those
-        # must be of the record's own department (a tenant-wide caller may reach any).
-        found = record.rows.by_ids(connection, department_id, [record_id]).get(record_id)
-        if found is None:
-            raise record.rows.not_found(record_id)
-        department_id = found["department_id"]
-        record.check_references(uow, department_id, changes)
-    before, after = record.rows.update(connection, department_id, record_id, changes, expected)
-    model = record.to_model(uow, after)
-    changed, previous = events.changes(before, after, changes)
-    if changed:
-        _record_change(record, uow, model, changed, previous)
-    return model
+    the record, if the caller owns it (else NotFound), the ids its references name are of the
+    record's department (else Invalid, each such field ``not_found``) and it is at a version
+    ``expected`` admits (else PreconditionFailed); its events: ``<noun>.updated`` with the
+    fields whose value changed and their values before, and each of ``field_events`` whose
+    field changed. Every accepted change, even an empty one, is a new version; one that changes
+    no value is no event.
+
+    One statement (``record_changes``) sent with the unit of work's next round trip: with the
+    COMMIT, when nothing else runs. Its row is read once it has gone: the record's columns, its
+    JSON text (``shown``), the fields that changed."""
+    scope = uow.scope
+    versions = None if expected is None else expected.versions
+    shape = record_changes.Shape(
+        tuple(changes), scope.department_id is not None, versions is not None
+    )
+    event_names = record_changes.event_ids(record.changes, shape)
+    values = record_changes.parameters(
+        shape,
+        record_id,
+        scope.department_id,
+        changes,
+        versions,
+        event_names,
+        new_ids(len(event_names)),
+        scope.tenant_id,
+    )
+    written = uow.connection.defer(
+        record_changes.statement(record.changes, shape),
+        values,
+        meaning=record.rows.external_id_meaning,
+    )
+    events.recorded_by_statement(uow, lambda: _wakes(written))
+    return AfterCommit(lambda: _written(record, written, record_id))
+
+
+def _written(record: SyncedRecord[Model, Any], written: Deferred, record_id: uuid.UUID) -> Record:
+    """The row ``update_later``'s statement wrote, or why it wrote none."""
+    row = written.rows().mappings().first()
+    if row is None:
+        raise record.rows.not_found(record_id)
+    if row["id"] is None:
+        unknown = [name for name in record.references if row.get(f"known_{name}") is False]
+        if unknown:
+            raise Invalid.unknown_references(unknown, f"the {record.noun}'s department")
+        raise record.rows.changed_since_expected()
+    return row
+
+
+def _wakes(written: Deferred) -> bool:
+    row = written.rows().mappings().first()
+    return row is not None and bool(row["changed_fields"]) and bool(row["wakes"])
 
 
 def _record_change(

@@ -117,17 +117,38 @@ def unnested_values(
     return {f"given_{name}": [row[name] for row in rows] for name in names}
 
 
+def ids_in_department(
+    connection: TenantConnection, table: Table, department_id: uuid.UUID, ids: Collection[uuid.UUID]
+) -> set[uuid.UUID]:
+    """Which of ``ids`` name rows of ``table`` in the department (a reference's check), in one
+    statement."""
+    found = connection.execute(
+        select(table.c.id).where(table.c.id.in_(list(ids)), table.c.department_id == department_id)
+    )
+    return {row_id for (row_id,) in found}
+
+
+def external_id_taken(noun: str, error: psycopg.Error) -> ExternalIdTaken | None:
+    """What a write's database error means when it gave a row an external id its department
+    already uses: 409 ExternalIdTaken, not a database error; else None."""
+    if not isinstance(error, psycopg.errors.UniqueViolation):
+        return None
+    if not (error.diag.constraint_name or "").endswith("_external_id_key"):
+        return None
+    return ExternalIdTaken(f"Another {noun} of the department has this external_id.")
+
+
 @contextmanager
 def external_id_unique(noun: str) -> Iterator[None]:
-    """A write that would give a row an external id its department already uses: 409
-    ExternalIdTaken, not a database error. The transaction is then unusable, as after any
-    failed statement; the unit of work rolls it back (or a batch, to its savepoint)."""
+    """``external_id_taken`` of a statement run inside. The transaction is then unusable, as
+    after any failed statement; the unit of work rolls it back (or a batch, to its savepoint)."""
     try:
         yield
     except psycopg.errors.UniqueViolation as exc:
-        if not (exc.diag.constraint_name or "").endswith("_external_id_key"):
+        taken = external_id_taken(noun, exc)
+        if taken is None:
             raise
-        raise ExternalIdTaken(f"Another {noun} of the department has this external_id.") from None
+        raise taken from None
 
 
 @dataclass(frozen=True)
@@ -212,22 +233,6 @@ class OwnedRows:
         names, _ = self._given
         return list(connection.execute(self._update_many, unnested_values(names, rows)).mappings())
 
-    def owned_ids(
-        self,
-        connection: TenantConnection,
-        department_id: uuid.UUID,
-        row_ids: Collection[uuid.UUID],
-    ) -> set[uuid.UUID]:
-        """Which of ``row_ids`` are the department's rows (a reference's check), in one
-        statement."""
-        table = self.table
-        found = connection.execute(
-            select(table.c.id).where(
-                table.c.id.in_(list(row_ids)), in_department(table, department_id)
-            )
-        )
-        return {row_id for (row_id,) in found}
-
     def update(
         self,
         connection: TenantConnection,
@@ -301,9 +306,17 @@ class OwnedRows:
         ).first()
         if exists is None:
             return self.not_found(row_id)
+        return self.changed_since_expected()
+
+    def changed_since_expected(self) -> PreconditionFailed:
+        """What a change or delete of a row no longer at a version If-Match names answers."""
         return PreconditionFailed(
             f"The {self.noun} has changed since the version named in If-Match; read it again."
         )
+
+    def external_id_meaning(self, error: psycopg.Error) -> ExternalIdTaken | None:
+        """``external_id_taken`` of this noun: a deferred write's ``meaning``."""
+        return external_id_taken(self.noun, error)
 
     def not_found(self, row_id: uuid.UUID) -> NotFound:
         """What a row the caller does not own, or that does not exist, answers."""

@@ -49,7 +49,7 @@ from dealbase.rest_api.responses import (
     no_content,
     resource_response,
 )
-from dealbase.tenancy.database.connections import UnitOfWork
+from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
 
 
 class Identified(Versioned, Protocol):
@@ -68,14 +68,14 @@ class RecordService(Protocol[RecordT, FieldsT]):
 
     def get_as_json(self, uow: UnitOfWork, record_id: uuid.UUID, /) -> tuple[int, str]: ...
 
-    def update(
+    def update_as_json(
         self,
         uow: UnitOfWork,
         record_id: uuid.UUID,
         patch: BaseModel,
         expected: Expected | None = None,
         /,
-    ) -> RecordT: ...
+    ) -> AfterCommit[tuple[int, str]]: ...
 
     def delete(
         self, uow: UnitOfWork, record_id: uuid.UUID, expected: Expected | None = None, /
@@ -184,10 +184,12 @@ def add_item_routes(router: APIRouter, record: SyncedRecordRoutes[Record, Fields
         wanted = path[record.id_name]
         body = await json_body(request)
         patch = parse_body(record.patch_body, body)
-        changed = await database_of(request).run(
-            scope, lambda uow: service.update(uow, wanted, patch, expected_version(if_match))
-        )
-        return resource_response(record.as_json, changed)
+
+        def perform(uow: UnitOfWork) -> AfterCommit[Response]:
+            changed = service.update_as_json(uow, wanted, patch, expected_version(if_match))
+            return AfterCommit(lambda: json_text_response(*changed.read()))
+
+        return await database_of(request).run(scope, perform)
 
     router.patch(
         f"/{{{record.id_name}}}",

@@ -10,21 +10,19 @@ from dealbase.platform import records
 from dealbase.platform.activities import repository
 from dealbase.platform.activities.models import Activity, ActivityFields, ActivityFilter
 from dealbase.platform.batches.models import Batch, Result, single_upsert
-from dealbase.platform.customers import repository as customers_repository
-from dealbase.platform.deals import repository as deals_repository
 from dealbase.platform.events import service as events
 from dealbase.platform.pagination import Page, page_request
-from dealbase.platform.pipeline import repository as pipeline_repository
-from dealbase.platform.resources import activity_json
-from dealbase.platform.tables import activities
+from dealbase.platform.resources import activity_json, activity_json_text_sql
+from dealbase.platform.tables import activities, customers, deals, employees
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
-from dealbase.tenancy.database.connections import UnitOfWork
+from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
 
 RECORD: records.SyncedRecord[Activity, ActivityFields] = records.SyncedRecord(
     rows=repository.rows,
     to_model=lambda uow, row: repository.to_activity(row),
     as_json=activity_json,
+    json_sql=activity_json_text_sql,
     lock=lambda uow, department_id, external_ids: {
         external_id: repository.to_activity(row)
         for external_id, row in repository.rows.lock_by_external_ids(
@@ -32,17 +30,7 @@ RECORD: records.SyncedRecord[Activity, ActivityFields] = records.SyncedRecord(
         ).items()
     },
     writes=records.IN_BULK,
-    references={
-        "customer_id": lambda uow, department_id, customer_ids: customers_repository.rows.owned_ids(
-            uow.connection, department_id, customer_ids
-        ),
-        "deal_id": lambda uow, department_id, deal_ids: deals_repository.rows.owned_ids(
-            uow.connection, department_id, deal_ids
-        ),
-        "employee_id": lambda uow, department_id, employee_ids: (
-            pipeline_repository.employees_in_department(uow.connection, department_id, employee_ids)
-        ),
-    },
+    references={"customer_id": customers, "deal_id": deals, "employee_id": employees},
 )
 
 
@@ -107,6 +95,16 @@ def update(
     uow: UnitOfWork, activity_id: uuid.UUID, patch: BaseModel, expected: Expected | None = None
 ) -> Activity:
     return records.update(RECORD, uow, activity_id, patch.model_dump(exclude_unset=True), expected)
+
+
+def update_as_json(
+    uow: UnitOfWork, activity_id: uuid.UUID, patch: BaseModel, expected: Expected | None = None
+) -> AfterCommit[tuple[int, str]]:
+    """``update``'s activity as its version and its JSON text made by PostgreSQL, from one
+    statement sent with the unit of work's next round trip (REST's answer)."""
+    return records.update_as_json(
+        RECORD, uow, activity_id, patch.model_dump(exclude_unset=True), expected
+    )
 
 
 def delete(uow: UnitOfWork, activity_id: uuid.UUID, expected: Expected | None = None) -> None:

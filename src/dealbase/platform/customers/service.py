@@ -13,7 +13,11 @@ from dealbase.platform.customers.models import Customer, CustomerFields, Custome
 from dealbase.platform.deals import repository as deals_repository
 from dealbase.platform.events import service as events
 from dealbase.platform.pagination import Page, page_request
-from dealbase.platform.resources import customer_json
+from dealbase.platform.resources import (
+    CUSTOMER_JSON_COLUMN,
+    customer_json,
+    customer_json_kept_sql,
+)
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
 from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
@@ -26,6 +30,8 @@ RECORD: records.SyncedRecord[Customer, CustomerFields] = records.SyncedRecord(
     rows=repository.rows,
     to_model=lambda uow, row: repository.to_customer(row, uow.scope.tenant_id),
     as_json=customer_json,
+    json_sql=customer_json_kept_sql,
+    json_columns=(CUSTOMER_JSON_COLUMN,),
     lock=lambda uow, department_id, external_ids: {
         external_id: repository.to_customer(row, uow.scope.tenant_id)
         for external_id, row in repository.rows.lock_by_external_ids(
@@ -136,6 +142,16 @@ def update(
     is an event (``customer.updated``).
     """
     return records.update(RECORD, uow, customer_id, patch.model_dump(exclude_unset=True), expected)
+
+
+def update_as_json(
+    uow: UnitOfWork, customer_id: uuid.UUID, patch: BaseModel, expected: Expected | None = None
+) -> AfterCommit[tuple[int, str]]:
+    """``update``'s customer as its version and its JSON text made by PostgreSQL, from one
+    statement sent with the unit of work's next round trip (REST's answer)."""
+    return records.update_as_json(
+        RECORD, uow, customer_id, patch.model_dump(exclude_unset=True), expected
+    )
 
 
 def delete(uow: UnitOfWork, customer_id: uuid.UUID, expected: Expected | None = None) -> None:

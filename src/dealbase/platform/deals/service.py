@@ -22,8 +22,8 @@ from dealbase.platform.deals.models import (
 )
 from dealbase.platform.events import service as events
 from dealbase.platform.pagination import Page, page_request
-from dealbase.platform.pipeline import repository as pipeline_repository
-from dealbase.platform.resources import deal_json
+from dealbase.platform.resources import deal_json, deal_json_text_sql
+from dealbase.platform.tables import employees, steps
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
 from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
@@ -182,11 +182,22 @@ def update(
     return records.update(RECORD, uow, deal_id, patch.model_dump(exclude_unset=True), expected)
 
 
+def update_as_json(
+    uow: UnitOfWork, deal_id: uuid.UUID, patch: BaseModel, expected: Expected | None = None
+) -> AfterCommit[tuple[int, str]]:
+    """``update``'s deal as its version and its JSON text made by PostgreSQL, from one
+    statement sent with the unit of work's next round trip (REST's answer)."""
+    return records.update_as_json(
+        RECORD, uow, deal_id, patch.model_dump(exclude_unset=True), expected
+    )
+
+
 RECORD: records.SyncedRecord[Deal, DealCreate | DealUpsert] = records.SyncedRecord(
     rows=repository.rows,
     # Read again, with its customers and its employee's name.
     to_model=lambda uow, row: get(uow, row["id"]),
     as_json=deal_json,
+    json_sql=deal_json_text_sql,
     lock=lambda uow, department_id, external_ids: _locked(uow, department_id, external_ids),
     writes=records.OneByOne(
         insert=lambda uow, department_id, fields: (
@@ -195,14 +206,7 @@ RECORD: records.SyncedRecord[Deal, DealCreate | DealUpsert] = records.SyncedReco
             else _insert_upserted(uow, department_id, fields)
         )
     ),
-    references={
-        "step_id": lambda uow, department_id, step_ids: pipeline_repository.steps_in_department(
-            uow.connection, department_id, step_ids
-        ),
-        "employee_id": lambda uow, department_id, employee_ids: (
-            pipeline_repository.employees_in_department(uow.connection, department_id, employee_ids)
-        ),
-    },
+    references={"step_id": steps, "employee_id": employees},
     field_events=(("step_id", "deal.step_changed"), ("employee_id", "deal.assigned")),
     # Before the foreign key's SET NULL would do it silently; a refused delete rolls this back.
     before_delete=lambda uow, deal_id: activities_repository.detach_from_deal(

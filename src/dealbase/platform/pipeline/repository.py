@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -9,7 +9,6 @@ from sqlalchemy import (
     ColumnElement,
     FromClause,
     Select,
-    Table,
     bindparam,
     func,
     insert,
@@ -182,29 +181,6 @@ def first_employee(connection: TenantConnection, department_id: uuid.UUID) -> Em
         .first()
     )
     return None if row is None else to_employee(row)
-
-
-def steps_in_department(
-    connection: TenantConnection, department_id: uuid.UUID, step_ids: Collection[uuid.UUID]
-) -> set[uuid.UUID]:
-    """Which of ``step_ids`` are the department's steps."""
-    return _in_department(connection, steps, department_id, step_ids)
-
-
-def employees_in_department(
-    connection: TenantConnection, department_id: uuid.UUID, employee_ids: Collection[uuid.UUID]
-) -> set[uuid.UUID]:
-    """Which of ``employee_ids`` are the department's employees."""
-    return _in_department(connection, employees, department_id, employee_ids)
-
-
-def _in_department(
-    connection: TenantConnection, table: Table, department_id: uuid.UUID, ids: Collection[uuid.UUID]
-) -> set[uuid.UUID]:
-    found = connection.execute(
-        select(table.c.id).where(table.c.id.in_(list(ids)), table.c.department_id == department_id)
-    )
-    return {row_id for (row_id,) in found}
 
 
 def list_employees(
