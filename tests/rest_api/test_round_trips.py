@@ -198,39 +198,57 @@ def test_a_patch_is_one_round_trip_with_its_events(
     assert updated[0]["data"] == changed.json()
 
 
-@pytest.mark.parametrize(
-    ("path", "body", "status"),
-    [
-        ("/customers/by-external-id/shop-1", {"last_name": "Upserted"}, 201),
-        (
-            "/customers/batch",
-            {
-                "operations": [
-                    {"op": "upsert", "external_id": f"b-{n}", "data": {"last_name": "B"}}
-                    for n in range(3)
-                ]
-            },
-            200,
-        ),
-    ],
-    ids=["upsert", "batch"],
-)
-def test_an_upsert_and_a_batch_are_three_round_trips(
-    client: TestClient,
-    world: TenantWorld,
-    monkeypatch: pytest.MonkeyPatch,
-    path: str,
-    body: dict[str, Any],
-    status: int,
+@pytest.mark.parametrize("resource", ["customers", "activities"])
+def test_an_upsert_that_creates_and_one_that_changes_are_one_round_trip_each(
+    client: TestClient, world: TenantWorld, monkeypatch: pytest.MonkeyPatch, resource: str
 ) -> None:
-    _send(client, world, "POST", "/customers", {"last_name": "Warm"})
-    method = "PUT" if "batch" not in path else "POST"
+    customer = _send(client, world, "POST", "/customers", {"last_name": "Called"}).json()
+    data = {"type": "call", "customer_id": customer["id"]} if resource == "activities" else {}
+    path = f"/{resource}/by-external-id/shop-1"
+    name = "subject" if resource == "activities" else "last_name"
 
-    trips = _round_trips(monkeypatch, lambda: _send(client, world, method, path, body), status)
+    with counted_round_trips(monkeypatch) as creating:
+        created = _send(client, world, "PUT", path, {**data, name: "First"})
+    with counted_round_trips(monkeypatch) as changing:
+        changed = _send(client, world, "PUT", path, {**data, name: "Second"})
 
-    # BEGIN, the switch and the lookup of the external ids (locked); the writes; the events
-    # and COMMIT.
-    assert trips == 3
+    # BEGIN, the switch, one statement locking and judging the external id and writing the
+    # record with its event, and COMMIT.
+    assert (created.status_code, changed.status_code) == (201, 200), changed.text
+    assert (creating, changing) == ([1], [1])
+    assert changed.json() == {
+        **created.json(),
+        name: "Second",
+        "updated_at": changed.json()["updated_at"],
+    }
+    assert changed.headers["ETag"] == '"2"'
+    feed = client.get(f"{API}/events", headers=world.key.headers).json()["data"]
+    mine = [event for event in feed if event["data"]["id"] == created.json()["id"]]
+    assert [(event["type"], event.get("previous")) for event in mine] == [
+        (f"{resource.rstrip('s').replace('tie', 'ty')}.created", None),
+        (f"{resource.rstrip('s').replace('tie', 'ty')}.updated", {name: "First"}),
+    ]
+
+
+def test_a_batch_of_creates_changes_and_failures_is_one_round_trip(
+    client: TestClient, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _send(client, world, "PUT", "/customers/by-external-id/b-0", {"last_name": "Before"})
+    _send(client, world, "PUT", "/customers/by-external-id/b-taken", {"last_name": "Before"})
+    operations = [
+        {"op": "upsert", "external_id": f"b-{n}", "data": {"last_name": "B"}} for n in range(3)
+    ]
+    operations.append({"op": "create", "data": {"last_name": "Taken", "external_id": "b-taken"}})
+
+    with counted_round_trips(monkeypatch) as trips:
+        answered = _send(client, world, "POST", "/customers/batch", {"operations": operations})
+
+    # BEGIN, the switch, one statement for the whole batch with its events, and COMMIT.
+    assert answered.status_code == 200, answered.text
+    assert trips == [1]
+    results = answered.json()["results"]
+    assert [result["outcome"] for result in results] == ["updated", "created", "created", "failed"]
+    assert results[3]["error"]["code"] == "external_id_taken"
 
 
 @pytest.mark.parametrize("path", ["/customers/{id}", "/customers?limit=50", "/deals?limit=50"])

@@ -19,7 +19,12 @@ from dealbase.platform.pipeline import service as pipeline
 from dealbase.platform.validation import department_of
 from dealbase.platform.webhooks.addresses import AddressPolicy
 from dealbase.tenancy.callers.api_keys import AUTHENTICATION_FAILED
-from dealbase.tenancy.database.connections import Database, UnitOfWork, run_on_event_loop
+from dealbase.tenancy.database.connections import (
+    AfterCommit,
+    Database,
+    UnitOfWork,
+    run_on_event_loop,
+)
 from dealbase.tenancy.scope import Scope
 
 T = TypeVar("T")
@@ -63,7 +68,9 @@ class GraphQLContext(BaseContext):
                 )
             return await run_on_event_loop(work, self._reading.narrowed_to(narrowed))
 
-    async def write(self, work: Callable[[UnitOfWork], T], scope: Scope | None = None) -> T:
+    async def write(
+        self, work: Callable[[UnitOfWork], T | AfterCommit[T]], scope: Scope | None = None
+    ) -> T:
         """``work`` in a transaction of its own, committed before it returns: each mutation of
         a document stands or fails alone, as GraphQL runs them one after another."""
         # The read transaction ends first, so a request never holds two pooled connections.

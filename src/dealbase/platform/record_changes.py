@@ -188,6 +188,20 @@ def _statement(record: ChangedRecord, shape: Shape) -> Select[Any]:
     )
 
 
+def previous_values(
+    shown_before: ColumnElement[Any], changed_fields: ColumnElement[Any]
+) -> ColumnElement[Any]:
+    """The ``previous`` of a ``<noun>.updated`` event: each of ``changed_fields`` with its value
+    in the record's JSON text before (``shown_before``), in their order."""
+    name = func.unnest(changed_fields).table_valued("name").render_derived(name="field")
+    before = cast(shown_before, JSON)
+    return (
+        select(func.json_object_agg(name.c.name, before.op("->")(name.c.name)))
+        .select_from(name)
+        .scalar_subquery()
+    )
+
+
 def _member(json: ColumnElement[Any], name: str) -> ColumnElement[Any]:
     """``json -> '<name>'`` (the names are the read model's own identifiers, written as they
     are: no parameter per name)."""
@@ -220,12 +234,7 @@ def _events(
     that field alone."""
     before = cast(changed.c.shown_before, JSON)
     data = cast(changed.c.shown, JSON)
-    name = func.unnest(changed.c.changed_fields).table_valued("name").render_derived(name="field")
-    previous = (
-        select(func.json_object_agg(name.c.name, before.op("->")(name.c.name)))
-        .select_from(name)
-        .scalar_subquery()
-    )
+    previous = previous_values(changed.c.shown_before, changed.c.changed_fields)
     updated = select(
         bindparam("event_updated", type_=UUID(as_uuid=True)).label("id"),
         changed.c.department_id,

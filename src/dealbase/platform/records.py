@@ -20,24 +20,26 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast
 
-from sqlalchemy import Table
+import psycopg
+from pydantic import BaseModel
+from sqlalchemy import ColumnElement, Table
 
-from dealbase.errors import DomainError, Invalid, Unavailable
-from dealbase.ids import new_id, new_ids
+from dealbase.errors import DomainError, ExternalIdTaken, Invalid, Unavailable
+from dealbase.ids import new_ids
 from dealbase.platform import record_changes
+from dealbase.platform.batches import bulk_writes, upserts
 from dealbase.platform.batches import service as batches
-from dealbase.platform.batches import upserts
-from dealbase.platform.batches.models import Batch, Fields, Result, Write
-from dealbase.platform.batches.service import changed_fields, savepoint
-from dealbase.platform.batches.upserts import Judged
+from dealbase.platform.batches.models import Batch, Fields, Outcome, Result, Write
+from dealbase.platform.batches.service import savepoint
+from dealbase.platform.batches.upserts import Judging
 from dealbase.platform.event_types import EventType
 from dealbase.platform.events import service as events
 from dealbase.platform.record_changes import ChangedRecord, JsonSql
-from dealbase.platform.resources import JsonObject, json_value
-from dealbase.platform.rows import OwnedRows, ids_in_department
+from dealbase.platform.resources import JsonObject
+from dealbase.platform.rows import OwnedRows, external_id_taken, ids_in_department
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
-from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
+from dealbase.tenancy.database.connections import AfterCommit, RunAgain, UnitOfWork
 from dealbase.tenancy.database.statements import Deferred, Record
 
 
@@ -67,14 +69,17 @@ class OneByOne(Generic[Model, Fields]):
     # The new record in the department, its references checked, with its side effects and its
     # ``<noun>.created`` event; None when another has its external id meanwhile.
     insert: Callable[[UnitOfWork, uuid.UUID, Fields], Model | None]
+    # Rows of its table (with its ``read_columns``) as read models, in one go (a deal's
+    # customers read in one statement for all).
+    models: Callable[[UnitOfWork, Sequence[Record]], list[Model]]
 
 
 @dataclass(frozen=True)
 class InBulk:
-    """A record whose creates and changes of a whole batch are one statement each (its rows'
-    ``insert_many`` and ``update_many``: its fields' model gives every ``field_columns``
-    value, its read model has each as an attribute), its references checked before, one
-    statement a reference, and its events recorded after, in the order of the writes."""
+    """A record whose creates and upserts of a whole batch, and their events, are one statement
+    (``batches.bulk_writes``), sent with the COMMIT: its fields' model gives every
+    ``field_columns`` value, a row of its table is its read model, and it has no
+    ``field_events``."""
 
 
 IN_BULK = InBulk()
@@ -91,9 +96,9 @@ class SyncedRecord(Generic[Model, Fields]):
     as_json: Callable[[Model], JsonObject]
     # The same JSON made by PostgreSQL from a row (``resources.<noun>_json_text_sql``...).
     json_sql: JsonSql
-    # The department's records with these external ids, locked until the transaction ends (in
-    # id order: two batches lock shared rows in the same order), by external id.
-    lock: Callable[[UnitOfWork, uuid.UUID, Sequence[str]], Mapping[str, Model]]
+    # The model an upsert's data passes: its fields' order is the order a change's events
+    # name them in.
+    upsert_model: type[BaseModel]
     # How its creates and upserts reach its table (``apply_writes``).
     writes: OneByOne[Model, Fields] | InBulk
     # Each field that names a row of another table, which must be of the record's department.
@@ -106,21 +111,30 @@ class SyncedRecord(Generic[Model, Fields]):
     deleted_as: Callable[[UnitOfWork, uuid.UUID], Model] | None = None
     # Columns besides its table's that ``json_sql`` reads from a row (a customer's kept JSON).
     json_columns: tuple[str, ...] = ()
+    # Columns besides its table's that ``to_model`` reads from a row (a deal's employee's name).
+    read_columns: tuple[ColumnElement[Any], ...] = ()
     noun: str = field(init=False)
     # What its change statement (``record_changes``) is made of.
     changes: ChangedRecord = field(init=False)
+    # What its creates and upserts are judged against (``batches.upserts``).
+    judging: Judging = field(init=False)
 
     def __post_init__(self) -> None:
+        table = self.rows.table
         object.__setattr__(self, "noun", self.rows.noun)
         changes = ChangedRecord(
-            self.rows.table,
-            self.noun,
-            self.json_sql,
-            self.json_columns,
-            self.references,
-            self.field_events,
+            table, self.noun, self.json_sql, self.json_columns, self.references, self.field_events
         )
         object.__setattr__(self, "changes", changes)
+        fields = tuple(
+            name
+            for name in self.upsert_model.model_fields
+            if name in table.c and name != "external_id"
+        )
+        judging = Judging(table, fields, self.references, self.read_columns)
+        object.__setattr__(self, "judging", judging)
+        if isinstance(self.writes, InBulk) and self.field_events:
+            raise ValueError("a record written in bulk records no field events")
 
     def event(self, happened: str) -> EventType:
         return cast(EventType, f"{self.noun}.{happened}")
@@ -129,28 +143,16 @@ class SyncedRecord(Generic[Model, Fields]):
         self, uow: UnitOfWork, department_id: uuid.UUID, values: Mapping[str, object]
     ) -> None:
         """Every id ``values`` give a reference must name a row of the record's department
-        (``department_id``): else Invalid, each such field ``not_found``."""
-        error = self.unknown_references(uow, department_id, [values])[0]
-        if error is not None:
-            raise error
-
-    def unknown_references(
-        self, uow: UnitOfWork, department_id: uuid.UUID, many: Sequence[Mapping[str, object]]
-    ) -> list[Invalid | None]:
-        """``check_references`` of each of ``many`` values, one statement a reference field
-        that any of them gives: each one's error, or None."""
-        unknown: list[list[str]] = [[] for _ in many]
-        for name, table in self.references.items():
-            named = {value for values in many if isinstance(value := values.get(name), uuid.UUID)}
-            if not named:
-                continue
-            known = ids_in_department(uow.connection, table, department_id, named)
-            for names, values in zip(unknown, many, strict=True):
-                value = values.get(name)
-                if isinstance(value, uuid.UUID) and value not in known:
-                    names.append(name)
-        where = f"the {self.noun}'s department"
-        return [Invalid.unknown_references(names, where) if names else None for names in unknown]
+        (``department_id``): else Invalid, each such field ``not_found``; one statement a
+        reference given."""
+        unknown = [
+            name
+            for name, table in self.references.items()
+            if isinstance(value := values.get(name), uuid.UUID)
+            and not ids_in_department(uow.connection, table, department_id, [value])
+        ]
+        if unknown:
+            raise Invalid.unknown_references(unknown, f"the {self.noun}'s department")
 
 
 def update(
@@ -243,23 +245,6 @@ def _wakes(written: Deferred) -> bool:
     return row is not None and bool(row["changed_fields"]) and bool(row["wakes"])
 
 
-def _record_change(
-    record: SyncedRecord[Model, Any],
-    uow: UnitOfWork,
-    model: Model,
-    changed: tuple[str, ...],
-    previous: JsonObject,
-) -> None:
-    """The events of a change of ``changed`` (their values before: ``previous``)."""
-    data = record.as_json(model)
-    events.record(uow, record.event("updated"), model.department_id, data, changed, previous)
-    for name, event_type in record.field_events:
-        if name in changed:
-            events.record(
-                uow, event_type, model.department_id, data, (name,), {name: previous[name]}
-            )
-
-
 def delete(
     record: SyncedRecord[Model, Any],
     uow: UnitOfWork,
@@ -297,12 +282,22 @@ def by_ids(
 
 def upsert(
     record: SyncedRecord[Model, Fields], uow: UnitOfWork, write: Write[Fields]
-) -> Result[Model]:
-    """A single upsert (PUT by external id, a GraphQL upsert), or its error raised."""
-    result = apply_writes(record, uow, [write], isolated=False)[write.index]
-    if result.error is not None:
-        raise result.error
-    return result
+) -> AfterCommit[Result[Model]]:
+    """A single upsert (PUT by external id, a GraphQL upsert): its result once read, or its
+    error raised (a record written one at a time raises it now, and the unit of work rolls
+    back)."""
+    applied = apply_writes(record, uow, [write], isolated=False)
+
+    def result(results: Mapping[int, Result[Model]]) -> Result[Model]:
+        found = results[write.index]
+        if found.error is not None:
+            raise found.error
+        return found
+
+    if isinstance(applied, AfterCommit):
+        return AfterCommit(lambda: result(applied.read()))
+    done = result(applied)
+    return AfterCommit(lambda: done)
 
 
 def batch(
@@ -313,7 +308,7 @@ def batch(
     create: type[Fields],
     upsert: type[Fields] | None = None,
     atomic: bool,
-) -> list[Result[Model]]:
+) -> AfterCommit[list[Result[Model]]]:
     """Up to a thousand creates and upserts (``batches.run``): their data judged by ``create``
     and ``upsert`` (``create``'s unless given), then applied by ``apply_writes``, each
     operation alone unless the batch is ``atomic``."""
@@ -333,33 +328,33 @@ def apply_writes(
     writes: Sequence[Write[Fields]],
     *,
     isolated: bool,
-) -> dict[int, Result[Model]]:
+) -> dict[int, Result[Model]] | AfterCommit[dict[int, Result[Model]]]:
     """Applies creates and upserts in the caller's department by the rules of
-    ``upserts.judge``, each write's result by its index: a batch's writes, or a single upsert's
-    one. The records the writes name are locked and read in one statement; then, as the record
-    is written (``record.writes``), all the new ones inserted and all the changed ones written
-    in one statement each (``InBulk``, events recorded in the order of the writes), or each
-    write applied in turn (``OneByOne``).
+    ``batches.upserts`` (judged by PostgreSQL, the records they name locked and read by the
+    same statement), each write's result by its index: a batch's writes, or a single upsert's
+    one.
 
-    One at a time, a write that fails (a reference of another department...) is rolled back
-    to its savepoint when ``isolated`` (a batch per operation: the others are written);
-    otherwise the first failure ends the writes, its result the last one answered (the caller
-    raises it, or rejects the batch, and the unit of work rolls back).
+    ``InBulk``: one statement judges and writes them all, with their events
+    (``batches.bulk_writes``), sent with the unit of work's next round trip (with the COMMIT,
+    when nothing else runs); the results once it has gone. A failed write is not written; when
+    not ``isolated`` (an atomic batch), none is if one fails.
 
-    Two writers upserting the same new external id at once: the second one's insert waits for
-    the first's transaction and then inserts nothing (ON CONFLICT DO NOTHING); it reads the
-    record again, locked, and applies its write as a change."""
-    department_id = department_of(uow.scope)
-    keyed = [write.external_id for write in writes if write.external_id is not None]
-    current = record.lock(uow, department_id, keyed)
+    ``OneByOne``: one statement judges them, then each is applied in turn (by the record's
+    ``insert``, or ``update``), now. A write that fails is rolled back to its savepoint when
+    ``isolated`` (a batch per operation: the others are written); otherwise the first failure
+    ends the writes, its result the last one answered (the caller raises it, or rejects the
+    batch, and the unit of work rolls back)."""
     if isinstance(record.writes, InBulk):
-        return _in_bulk(record, uow, department_id, writes, current)
+        return _in_bulk(record, uow, writes, atomic=not isolated)
+    department_id = department_of(uow.scope)
+    judged = _judged(record, record.writes, uow, department_id, writes)
     results: dict[int, Result[Model]] = {}
     for write in writes:
-        found = current.get(write.external_id) if write.external_id is not None else None
         try:
             with savepoint(uow) if isolated else nullcontext():
-                result = _write_one(record, record.writes, uow, department_id, write, found)
+                result = _write_one(
+                    record, record.writes, uow, department_id, write, judged[write.index]
+                )
         except Unavailable:
             raise
         except DomainError as exc:
@@ -370,150 +365,122 @@ def apply_writes(
     return results
 
 
+# A judged write: its ``judged`` row, and the record it names as its read model, if any.
+_Judged = tuple[Record, Model | None]
+
+
+def _judged(
+    record: SyncedRecord[Model, Fields],
+    writes: OneByOne[Model, Fields],
+    uow: UnitOfWork,
+    department_id: uuid.UUID,
+    many: Sequence[Write[Fields]],
+) -> dict[int, _Judged[Model]]:
+    """Each write's verdict (``upserts.judged``), by index, with the record it names, locked."""
+    rows = uow.connection.execute(
+        upserts.judged_statement(record.judging),
+        {
+            "writes": upserts.writes_json(record.judging, many, new_ids(2 * len(many))),
+            upserts.DEPARTMENT: department_id,
+        },
+    ).mappings()
+    judged = list(rows)
+    found = writes.models(uow, [row for row in judged if row["id"] is not None])
+    models = {model.id: model for model in found}
+    return {row["ordinal"]: (row, models.get(row["id"])) for row in judged}
+
+
 def _write_one(
     record: SyncedRecord[Model, Fields],
     writes: OneByOne[Model, Fields],
     uow: UnitOfWork,
     department_id: uuid.UUID,
     write: Write[Fields],
-    current: Model | None,
+    judged: _Judged[Model],
 ) -> Result[Model]:
-    verdict = upserts.judge(record.noun, write, current)
-    if verdict is Judged.INSERT:
+    row, current = judged
+    error = upserts.error_of(record.noun, write, row["verdict"], row, record.judging)
+    if error is not None:
+        raise error
+    if row["verdict"] == upserts.INSERT:
         created = writes.insert(uow, department_id, write.fields)
         if created is not None:
             return Result("created", created)
         if not write.upsert or write.external_id is None:
             raise upserts.taken(record.noun, write)
         # Another transaction inserted the external id after our read, and has committed.
-        current = record.lock(uow, department_id, [write.external_id]).get(write.external_id)
-        if current is None:
+        row, current = _judged(record, writes, uow, department_id, [write])[write.index]
+        if row["verdict"] == upserts.INSERT:
             raise upserts.raced_away(record.noun, write)
-        verdict = upserts.judge(record.noun, write, current)
-    if isinstance(verdict, DomainError):
-        raise verdict
+        error = upserts.error_of(record.noun, write, row["verdict"], row, record.judging)
+        if error is not None:
+            raise error
     assert current is not None, "a change has the record it changes"
-    changed = changed_fields(write, current)
-    if not changed:
+    if row["verdict"] == upserts.UNCHANGED:
         return Result("unchanged", current)
+    changed = upserts.changed_values(write, row["changed_fields"])
     return Result("updated", update(record, uow, current.id, changed))
 
 
 def _in_bulk(
     record: SyncedRecord[Model, Fields],
     uow: UnitOfWork,
-    department_id: uuid.UUID,
     writes: Sequence[Write[Fields]],
-    current: Mapping[str, Model],
-) -> dict[int, Result[Model]]:
-    results: dict[int, Result[Model]] = {}
-    changes: list[tuple[Write[Fields], Model]] = []
-
-    def inserts(write: Write[Fields], found: Model | None) -> bool:
-        """True when ``write`` is to be inserted; else its result or its change is noted."""
-        verdict = upserts.judge(record.noun, write, found)
-        if isinstance(verdict, DomainError):
-            results[write.index] = Result.failed(verdict)
-        elif verdict is Judged.CHANGE:
-            assert found is not None, "a change has the record it changes"
-            changes.append((write, found))
-        return verdict is Judged.INSERT
-
-    new = [
-        (new_id(), write, write.fields.model_dump())
-        for write in writes
-        if inserts(write, current.get(write.external_id) if write.external_id else None)
-    ]
-    if record.references:
-        _fail_unknown_references(
-            record, uow, department_id, [(write, values) for _, write, values in new], results
-        )
-        new = [item for item in new if item[1].index not in results]
-    # In external id order: two batches inserting the same new ids wait for each other in the
-    # same order, never each for the other.
-    new.sort(key=lambda item: item[1].external_id or "")
-    inserted = {
-        row["id"]: record.to_model(uow, row)
-        for row in record.rows.insert_many(
-            uow.connection,
-            department_id,
-            [{**values, "id": record_id} for record_id, _, values in new],
-        )
-    }
-    raced: list[Write[Fields]] = []
-    for record_id, write, _ in new:
-        created = inserted.get(record_id)
-        if created is not None:
-            results[write.index] = Result("created", created)
-        elif write.upsert:
-            raced.append(write)
-        else:
-            results[write.index] = Result.failed(upserts.taken(record.noun, write))
-    if raced:
-        now_there = record.lock(uow, department_id, [write.external_id or "" for write in raced])
-        for write in raced:
-            found = now_there.get(write.external_id or "")
-            if found is None:
-                results[write.index] = Result.failed(upserts.raced_away(record.noun, write))
-            else:
-                inserts(write, found)
-
-    changing = [(write, before, changed_fields(write, before)) for write, before in changes]
-    if record.references:
-        _fail_unknown_references(
-            record,
-            uow,
-            department_id,
-            [(write, changed) for write, _, changed in changing],
-            results,
-        )
-    changed_by_id: dict[uuid.UUID, tuple[Write[Fields], Model, dict[str, object]]] = {}
-    for write, before, changed in changing:
-        if write.index in results:
-            continue
-        if changed:
-            changed_by_id[before.id] = (write, before, changed)
-        else:
-            results[write.index] = Result("unchanged", before)
-    field_columns = record.rows.field_columns
-    updated = record.rows.update_many(
-        uow.connection,
-        [
-            {
-                **{name: getattr(before, name) for name in field_columns},
-                **changed,
-                "id": before.id,
-            }
-            for _, before, changed in changed_by_id.values()
-        ],
+    *,
+    atomic: bool,
+) -> AfterCommit[dict[int, Result[Model]]]:
+    if not writes:
+        return AfterCommit(dict)
+    statement = bulk_writes.statement(
+        record.judging, record.noun, record.json_sql, record.json_columns, atomic=atomic
     )
-    for row in updated:
-        results[changed_by_id[row["id"]][0].index] = Result("updated", record.to_model(uow, row))
+    values = {
+        "writes": upserts.writes_json(record.judging, writes, new_ids(2 * len(writes))),
+        upserts.DEPARTMENT: department_of(uow.scope),
+    }
+    written = uow.connection.defer(
+        statement, values, meaning=lambda error: _raced(record.noun, error)
+    )
+    events.recorded_by_statement(uow, lambda: _bulk_wakes(written))
+    by_index = {write.index: write for write in writes}
 
-    for write in sorted(writes, key=lambda write: write.index):
-        result = results[write.index]
-        if result.record is None:
-            continue
-        if result.outcome == "created":
-            data = record.as_json(result.record)
-            events.record(uow, record.event("created"), department_id, data)
-        elif result.outcome == "updated":
-            _, before, changed = changed_by_id[result.record.id]
-            previous: JsonObject = {name: json_value(getattr(before, name)) for name in changed}
-            _record_change(record, uow, result.record, tuple(changed), previous)
-    return results
+    def results() -> dict[int, Result[Model]]:
+        answered: dict[int, Result[Model]] = {}
+        for row in written.rows().mappings():
+            write = by_index[row["ordinal"]]
+            verdict = row["verdict"]
+            error = upserts.error_of(record.noun, write, verdict, row, record.judging)
+            if error is not None:
+                answered[write.index] = Result.failed(error)
+            elif row["id"] is not None:  # else another write of an atomic batch failed
+                answered[write.index] = Result(_OUTCOMES[verdict], record.to_model(uow, row))
+        return answered
+
+    return AfterCommit(results)
 
 
-def _fail_unknown_references(
-    record: SyncedRecord[Model, Fields],
-    uow: UnitOfWork,
-    department_id: uuid.UUID,
-    given: Sequence[tuple[Write[Fields], Mapping[str, object]]],
-    results: dict[int, Result[Model]],
-) -> None:
-    """Fails, in ``results``, each write whose values (``given``) name a row its department
-    does not have."""
-    errors = record.unknown_references(uow, department_id, [values for _, values in given])
-    for (write, _), error in zip(given, errors, strict=True):
-        if error is not None:
-            results[write.index] = Result.failed(error)
+_OUTCOMES: dict[str, Outcome] = {
+    upserts.INSERT: "created",
+    upserts.CHANGE: "updated",
+    upserts.UNCHANGED: "unchanged",
+}
+
+
+def _raced(noun: str, error: psycopg.Error) -> RunAgain | None:
+    """A bulk insert that met an external id another transaction inserted after the lookup:
+    the unit of work runs again, and its lookup finds that record."""
+    taken = external_id_taken(noun, error)
+    if taken is None:
+        return None
+    return RunAgain(
+        ExternalIdTaken(
+            f"Other requests took the batch's external ids of {noun}s at the same time; retry."
+        )
+    )
+
+
+def _bulk_wakes(written: Deferred) -> bool:
+    rows = written.rows().mappings().all()
+    return any(
+        row["verdict"] in upserts.WRITTEN and row["id"] is not None for row in rows
+    ) and bool(rows and rows[0]["wakes"])

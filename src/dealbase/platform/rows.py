@@ -16,25 +16,19 @@ from sqlalchemy import (
     ColumnElement,
     Select,
     Table,
-    TableValuedAlias,
-    Text,
-    any_,
     bindparam,
-    cast,
-    column,
     delete,
     func,
     select,
     true,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, Insert
+from sqlalchemy.dialects.postgresql import Insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.sql.dml import ReturningInsert, ReturningUpdate
 
 from dealbase.errors import ExternalIdTaken, NotFound, PreconditionFailed
 from dealbase.platform.versioning import Expected
-from dealbase.tenancy.database.statements import Record, TenantConnection, built_once
+from dealbase.tenancy.database.statements import Record, TenantConnection
 
 # The prefix of the previous values' columns in what OwnedRows.update's statement returns.
 _BEFORE = "before_"
@@ -95,28 +89,6 @@ def insert_reading(table: Table, values: Mapping[str, object], *lookups: CTE) ->
     return statement
 
 
-def unnested(table: Table, names: Sequence[str]) -> TableValuedAlias:
-    """A relation ``given`` with ``names`` as columns, typed as ``table``'s, from one array
-    parameter per column (``given_<name>``, made by ``unnested_values``): a statement built
-    once on it writes any number of rows at once, and is planned once, whatever their number."""
-    arrays = [
-        cast(bindparam(f"given_{name}", type_=ARRAY(table.c[name].type)), ARRAY(table.c[name].type))
-        for name in names
-    ]
-    return (
-        func.unnest(*arrays)
-        .table_valued(*(column(name, table.c[name].type) for name in names))
-        .render_derived(name="given")
-    )
-
-
-def unnested_values(
-    names: Sequence[str], rows: Sequence[Mapping[str, object]]
-) -> dict[str, list[object]]:
-    """The parameters of an ``unnested`` relation: ``rows`` as one list per column."""
-    return {f"given_{name}": [row[name] for row in rows] for name in names}
-
-
 def ids_in_department(
     connection: TenantConnection, table: Table, department_id: uuid.UUID, ids: Collection[uuid.UUID]
 ) -> set[uuid.UUID]:
@@ -165,73 +137,6 @@ class OwnedRows:
     def field_columns(self) -> tuple[str, ...]:
         """What a client sets: every column but the server's own."""
         return tuple(c.name for c in self.table.c if c.name not in _SERVERS_OWN)
-
-    @functools.cached_property
-    def _given(self) -> tuple[tuple[str, ...], TableValuedAlias]:
-        names = ("id", *self.field_columns)
-        return names, unnested(self.table, names)
-
-    @functools.cached_property
-    def _insert_many(self) -> ReturningInsert[Any]:
-        table = self.table
-        names, given = self._given
-        return built_once(
-            pg_insert(table)
-            .from_select(
-                [*names, "department_id", "created_at", "updated_at"],
-                select(
-                    given,
-                    bindparam("department_id", type_=table.c.department_id.type),
-                    func.now(),
-                    func.now(),
-                ),
-            )
-            .on_conflict_do_nothing(index_elements=[table.c.department_id, table.c.external_id])
-            .returning(*table.c)
-        )
-
-    @functools.cached_property
-    def _update_many(self) -> ReturningUpdate[Any]:
-        table = self.table
-        _, given = self._given
-        return built_once(
-            update(table)
-            .where(table.c.id == given.c.id)
-            .values(
-                {
-                    **{name: given.c[name] for name in self.field_columns},
-                    "updated_at": func.now(),
-                    "version": table.c.version + 1,
-                }
-            )
-            .returning(*table.c)
-        )
-
-    def insert_many(
-        self,
-        connection: TenantConnection,
-        department_id: uuid.UUID,
-        new: Sequence[Mapping[str, object]],
-    ) -> list[Record]:
-        """Inserts many rows into the department (each ``id`` and every ``field_columns``
-        value) in one statement, leaving out each whose external id is taken (by a row committed
-        or inserted just before): the rows inserted."""
-        if not new:
-            return []
-        names, _ = self._given
-        values = {**unnested_values(names, new), "department_id": department_id}
-        return list(connection.execute(self._insert_many, values).mappings())
-
-    def update_many(
-        self, connection: TenantConnection, rows: Sequence[Mapping[str, object]]
-    ) -> list[Record]:
-        """Writes each row's ``field_columns`` values as a new version of the row with its
-        ``id``, in one statement (the rows were locked and judged by their caller): the rows
-        as they now are."""
-        if not rows:
-            return []
-        names, _ = self._given
-        return list(connection.execute(self._update_many, unnested_values(names, rows)).mappings())
 
     def update(
         self,
@@ -336,32 +241,6 @@ class OwnedRows:
             select(table).where(table.c.id.in_(row_ids), in_department(table, department_id))
         ).mappings()
         return {row["id"]: row for row in rows}
-
-    def lock_by_external_ids(
-        self,
-        connection: TenantConnection,
-        department_id: uuid.UUID,
-        external_ids: Sequence[str],
-        query: Select[Any] | None = None,
-    ) -> dict[str, Record]:
-        """The department's rows with these external ids, by external id, in one statement,
-        locked until the transaction ends (in id order, so that two batches lock shared rows in
-        the same order). ``query``: what is read of each (the table's columns unless given; it
-        reads from the table)."""
-        if not external_ids:
-            return {}
-        table = self.table
-        rows = connection.execute(
-            (select(table) if query is None else query)
-            .where(
-                table.c.department_id == department_id,
-                table.c.external_id
-                == any_(bindparam("external_ids", list(external_ids), type_=ARRAY(Text))),
-            )
-            .order_by(table.c.id)
-            .with_for_update(of=table)
-        ).mappings()
-        return {row["external_id"]: row for row in rows}
 
     def first_per_parent(
         self,

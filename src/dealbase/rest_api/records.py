@@ -90,11 +90,11 @@ class RecordService(Protocol[RecordT, FieldsT]):
         *,
         expected: Expected | None = None,
         unless: Expected | None = None,
-    ) -> Result[RecordT]: ...
+    ) -> AfterCommit[Result[RecordT]]: ...
 
     def batch(
         self, uow: UnitOfWork, operations: Batch, /, *, atomic: bool
-    ) -> list[Result[RecordT]]: ...
+    ) -> AfterCommit[list[Result[RecordT]]]: ...
 
 
 @dataclass(frozen=True)
@@ -235,21 +235,25 @@ def add_sync_routes(router: APIRouter, record: SyncedRecordRoutes[Record, Fields
         scope = caller_of(request)
         body = await json_body(request)
         fields = parse_body(record.upsert_body, body)
-        result = await database_of(request).run(
-            scope,
-            lambda uow: service.upsert(
+
+        def perform(uow: UnitOfWork) -> AfterCommit[Response]:
+            upserted = service.upsert(
                 uow,
                 external_id,
                 fields,
                 expected=expected_version(if_match),
                 unless=expected_version(if_none_match),
-            ),
-        )
-        written = result.record
-        assert written is not None, "a successful upsert has its record"
-        if result.outcome == "created":
-            return created(record.as_json, written, record.location(written.id))
-        return resource_response(record.as_json, written)
+            )
+            return AfterCommit(lambda: _upserted(upserted.read()))
+
+        def _upserted(result: Result[Record]) -> Response:
+            written = result.record
+            assert written is not None, "a successful upsert has its record"
+            if result.outcome == "created":
+                return created(record.as_json, written, record.location(written.id))
+            return resource_response(record.as_json, written)
+
+        return await database_of(request).run(scope, perform)
 
     router.put(
         "/by-external-id/{external_id}",
@@ -289,9 +293,9 @@ def add_sync_routes(router: APIRouter, record: SyncedRecordRoutes[Record, Fields
         operations = parse_body(Batch, body)
         await charge_batch(request, scope, len(operations.operations))
 
-        def perform(uow: UnitOfWork) -> Response:
+        def perform(uow: UnitOfWork) -> AfterCommit[Response]:
             results = service.batch(uow, operations, atomic=atomic)
-            return batch_response(request, record.as_json, results)
+            return AfterCommit(lambda: batch_response(request, record.as_json, results.read()))
 
         return await run_once(request, scope, idempotency_key, operations, perform)
 

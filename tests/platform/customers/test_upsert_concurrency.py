@@ -9,8 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import func, select
 
-from dealbase.platform.batches.models import Batch, Operation
+from dealbase.platform.batches.models import Batch, Operation, Result
 from dealbase.platform.customers import service
+from dealbase.platform.customers.models import Customer
 from dealbase.platform.tables import customers
 from dealbase.tenancy.database.connections import Database
 from tests.support import TenantWorld
@@ -32,8 +33,11 @@ def test_batches_over_the_same_external_ids_in_opposite_orders_all_succeed(
             ]
         )
         start.wait(5)
-        with database.unit_of_work(scope) as uow:
-            return [result.outcome for result in service.batch(uow, batch, atomic=True)]
+        # A batch whose insert meets another's runs again (``RunAgain``), as Database.run does.
+        results: list[Result[Customer]] = database.run_here(
+            scope, lambda uow: service.batch(uow, batch, atomic=True)
+        )
+        return [result.outcome for result in results]
 
     with ThreadPoolExecutor(4) as pool:
         outcomes = [outcome for run in pool.map(sync, range(4)) for outcome in run]

@@ -23,12 +23,7 @@ RECORD: records.SyncedRecord[Activity, ActivityFields] = records.SyncedRecord(
     to_model=lambda uow, row: repository.to_activity(row),
     as_json=activity_json,
     json_sql=activity_json_text_sql,
-    lock=lambda uow, department_id, external_ids: {
-        external_id: repository.to_activity(row)
-        for external_id, row in repository.rows.lock_by_external_ids(
-            uow.connection, department_id, external_ids
-        ).items()
-    },
+    upsert_model=ActivityFields,
     writes=records.IN_BULK,
     references={"customer_id": customers, "deal_id": deals, "employee_id": employees},
 )
@@ -137,7 +132,7 @@ def upsert(
     *,
     expected: Expected | None = None,
     unless: Expected | None = None,
-) -> Result[Activity]:
+) -> AfterCommit[Result[Activity]]:
     """Creates the activity with ``external_id``, or changes the fields the body gave of the one
     that has it, as ``update`` does (its customer, deal and employee checked alike). A change
     that changes nothing writes nothing (no version, no event): ``unchanged``. ``expected``
@@ -146,7 +141,9 @@ def upsert(
     return records.upsert(RECORD, uow, single_upsert(external_id, fields, expected, unless))
 
 
-def batch(uow: UnitOfWork, operations: Batch, *, atomic: bool) -> list[Result[Activity]]:
+def batch(
+    uow: UnitOfWork, operations: Batch, *, atomic: bool
+) -> AfterCommit[list[Result[Activity]]]:
     """Creates and upserts up to a thousand activities, one operation after another, each in a
     savepoint of its own unless the batch is atomic (then the first failure rejects it all)."""
     return records.batch(RECORD, uow, operations, create=ActivityFields, atomic=atomic)

@@ -17,11 +17,15 @@ from dealbase.errors import BatchRejected, DomainError, Invalid
 from dealbase.platform.batches.models import Batch, Fields, Record, Result, Write
 from dealbase.platform.events import service as events
 from dealbase.platform.validation import validated
-from dealbase.tenancy.database.connections import UnitOfWork
+from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
 
 # Applies writes (all valid) and answers a result for each, by index: every write's, or, when
-# one fails and the batch is atomic, those up to that one (``records.apply_writes``).
-Apply = Callable[[UnitOfWork, Sequence[Write[Fields]]], dict[int, Result[Record]]]
+# one fails and the batch is atomic, those up to that one (``records.apply_writes``); now, or
+# once the statement that writes them has gone (with the COMMIT).
+Apply = Callable[
+    [UnitOfWork, Sequence[Write[Fields]]],
+    dict[int, Result[Record]] | AfterCommit[dict[int, Result[Record]]],
+]
 
 
 def writes_of(
@@ -79,20 +83,30 @@ def run(
     create: type[Fields],
     upsert: type[Fields],
     atomic: bool,
-) -> list[Result[Record]]:
-    """Every operation's result, in the batch's order: ``create`` and ``upsert`` are the models
-    their operations' data must pass (the same for most resources)."""
+) -> AfterCommit[list[Result[Record]]]:
+    """Every operation's result, in the batch's order, once read: ``create`` and ``upsert``
+    are the models their operations' data must pass (the same for most resources). An atomic
+    batch with a failure is rejected (``BatchRejected``): now when its writes were applied now
+    (the unit of work rolls them back), else when read (its statement wrote nothing)."""
     results: dict[int, Result[Record]]
     writes, results = writes_of(batch, create, upsert)
     if atomic and results:
         raise _rejected(results)
-    for index, result in apply(uow, writes).items():
-        results[index] = (
-            result if result.error is None else Result.failed(_within(index, result.error))
-        )
-    if atomic and any(result.error is not None for result in results.values()):
-        raise _rejected(results)
-    return [results[index] for index in range(len(batch.operations))]
+    applied = apply(uow, writes)
+
+    def answered(applied: dict[int, Result[Record]]) -> list[Result[Record]]:
+        for index, result in applied.items():
+            results[index] = (
+                result if result.error is None else Result.failed(_within(index, result.error))
+            )
+        if atomic and any(result.error is not None for result in results.values()):
+            raise _rejected(results)
+        return [results[index] for index in range(len(batch.operations))]
+
+    if isinstance(applied, AfterCommit):
+        return AfterCommit(lambda: answered(applied.read()))
+    done = answered(applied)
+    return AfterCommit(lambda: done)
 
 
 def _rejected(results: dict[int, Result[Record]]) -> BatchRejected:
@@ -126,13 +140,3 @@ def savepoint(uow: UnitOfWork) -> Iterator[None]:
         events.discard_pending_after(uow, marker)
         raise
     uow.connection.execute(text("RELEASE SAVEPOINT batch_operation"))
-
-
-def changed_fields(write: Write[Fields], current: object) -> dict[str, object]:
-    """The fields ``write`` gives whose value differs from ``current``'s: an upsert's changes,
-    in its model's field order (as a PATCH's events name them)."""
-    return {
-        name: value
-        for name in type(write.fields).model_fields
-        if name in write.given and (value := getattr(write.fields, name)) != getattr(current, name)
-    }

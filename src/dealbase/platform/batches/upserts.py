@@ -1,58 +1,260 @@
-"""The rules of a create or an upsert by external id (``judge``), for every synced record, and
-the errors they answer; ``records.apply_writes`` applies them.
+"""The rules of a create or an upsert by external id, for every synced record, written once as
+the SQL that judges a batch of writes (``judged``), and the errors they answer (``error_of``);
+``records.apply_writes`` applies them.
 
-The record is locked and read by its external id (``SELECT ... FOR UPDATE``). When there is
-none, it is inserted with ``ON CONFLICT (department_id, external_id) DO NOTHING``: a writer that
-inserted the same external id first, and has not committed, makes that insert wait, and once it
-commits the insert inserts nothing. The record is then locked and read again, now visible, and
-the write applied to it as an update. So two transactions upserting the same new external id at
-once leave one record, and both succeed: ``created`` and ``updated`` (or ``unchanged``).
+The records the writes name are locked and read by their external ids (``SELECT ... FOR
+UPDATE``, in id order) in the statement that judges them. A record written in bulk is then
+inserted or changed by the same statement; one written one at a time reads the verdicts and
+writes each in turn. An insert whose external id another transaction inserted after the lookup
+(and committed) fails on the unique key: in bulk, the statement fails and the unit of work runs
+again, its lookup now finding the record (``RunAgain``); one at a time, the insert inserts
+nothing (``ON CONFLICT DO NOTHING``) and the write is judged again. So two transactions
+upserting the same new external id at once leave one record, and both succeed: ``created`` and
+``updated`` (or ``unchanged``).
 """
 
 from __future__ import annotations
 
 import uuid
-from enum import Enum
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from dealbase.errors import DomainError, ExternalIdTaken, PreconditionFailed
+import orjson
+from pydantic import BaseModel
+from sqlalchemy import (
+    Boolean,
+    Integer,
+    Select,
+    Table,
+    Text,
+    and_,
+    any_,
+    bindparam,
+    case,
+    cast,
+    column,
+    exists,
+    func,
+    literal_column,
+    null,
+    or_,
+    select,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSON, UUID, array
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.selectable import CTE, TableValuedAlias
+
+from dealbase.errors import DomainError, ExternalIdTaken, Invalid, PreconditionFailed
 from dealbase.platform.batches.models import Fields, Write
+from dealbase.platform.versioning import Expected
+from dealbase.tenancy.database.statements import built_once
+
+# What the rules make of a write (``judged``'s ``verdict``).
+INSERT = "insert"  # no record has its external id
+CHANGE = "change"  # an upsert's record, whose given fields differ
+UNCHANGED = "unchanged"  # an upsert's record, whose given fields are all as they are
+TAKEN = "taken"  # a create's external id, another record's
+MISSING = "missing"  # If-Match, and no record
+UNLESS = "unless"  # If-None-Match names the record's version (or ``*``)
+NOT_EXPECTED = "not_expected"  # If-Match does not name the record's version
+WRITTEN = (INSERT, CHANGE)
+
+# The parameter naming the writes' department: not ``department_id``, which a statement that
+# updates a table with that column would take for one more column to set.
+DEPARTMENT = "writes_department_id"
 
 
-class Versioned(Protocol):
-    @property
-    def id(self) -> uuid.UUID: ...
+@dataclass(frozen=True)
+class Judging:
+    """What a record's writes are judged against: its table, its fields in its model's order
+    (a change's events name them so), and the fields that name rows of other tables, which must
+    be of the department."""
 
-    @property
-    def version(self) -> int: ...
+    table: Table
+    fields: tuple[str, ...]
+    references: Mapping[str, Table]
+    # Columns besides its table's that a row of it is read with (a deal's employee's name).
+    read_columns: tuple[ColumnElement[Any], ...] = ()
 
 
-class Judged(Enum):
-    INSERT = "insert"
-    CHANGE = "change"
+def writes_json(judging: Judging, writes: Sequence[Write[Any]], ids: Sequence[uuid.UUID]) -> str:
+    """The writes as ``judged`` reads them: one JSON text (one parameter whatever their number),
+    each with the new id it would be inserted with (``ids``) and, after it in ``ids``, its event's
+    id. A write's fields are its model's values as JSON shows them, which PostgreSQL reads back
+    as the columns' types."""
+    rows = []
+    for number, write in enumerate(writes):
+        values = write.fields.model_dump(mode="json")
+        rows.append(
+            {
+                # A deal's create has no step nor employee: it is never compared.
+                **{name: values.get(name) for name in judging.fields},
+                "ordinal": write.index,
+                "new_id": str(ids[2 * number]),
+                "event_id": str(ids[2 * number + 1]),
+                "upsert": write.upsert,
+                "external_id": write.external_id,
+                "given_fields": sorted(write.given),
+                "has_expected": write.expected is not None,
+                "expected": _versions(write.expected),
+                "has_unless": write.unless is not None,
+                "unless": _versions(write.unless),
+            }
+        )
+    return orjson.dumps(rows).decode()
 
 
-def judge(noun: str, write: Write[Fields], current: Versioned | None) -> Judged | DomainError:
-    """What the rules of a create or an upsert make of ``write``, given the record of the
-    department that has its external id (``current``), or none: insert it, change ``current``,
-    or the error the write fails with. The one place these rules are written, for the bulk
-    writes and for the ones written one at a time (``records.apply_writes``).
+def _versions(expected: Expected | None) -> list[int] | None:
+    """The versions a condition names; none: any (``*``), or no condition."""
+    if expected is None or expected.versions is None:
+        return None
+    return sorted(expected.versions)
 
-    A create fails when the external id is taken; an upsert changes the record that has it.
-    ``write.expected`` (If-Match) needs the record to exist at one of those versions;
-    ``write.unless`` (If-None-Match) needs it not to exist at one of those (``*``: not to
-    exist)."""
-    if current is None:
-        if write.expected is not None:
-            return precondition_failed(noun, write, "does not exist, and If-Match needs it to")
-        return Judged.INSERT
-    if not write.upsert:
+
+def _given(judging: Judging) -> TableValuedAlias:
+    table = judging.table
+    return (
+        func.json_to_recordset(cast(bindparam("writes", type_=Text), JSON))
+        .table_valued(
+            column("ordinal", Integer),
+            column("new_id", UUID(as_uuid=True)),
+            column("event_id", UUID(as_uuid=True)),
+            column("upsert", Boolean),
+            column("external_id", Text),
+            column("given_fields", ARRAY(Text)),
+            column("has_expected", Boolean),
+            column("expected", ARRAY(Integer)),
+            column("has_unless", Boolean),
+            column("unless", ARRAY(Integer)),
+            *(column(name, table.c[name].type) for name in judging.fields),
+        )
+        .render_derived(name="given", with_types=True)
+    )
+
+
+def judged(judging: Judging, found_columns: Sequence[ColumnElement[Any]] = ()) -> tuple[CTE, CTE]:
+    """The CTEs ``found`` and ``judged`` of a statement over the writes (the parameter ``writes``,
+    made by ``writes_json``) in the department ``DEPARTMENT`` (a parameter).
+
+    ``found``: the department's records the writes name by external id, locked, with their
+    ``read_columns`` and ``found_columns``. ``judged``: each write's columns (``ordinal``,
+    ``new_id``, ``event_id``, its fields), the record it names (``found_id``), the fields it
+    changes (``changed_fields``: given, and different), its ``verdict``, and for each reference
+    whether the id it writes names a row of the department or none (``known_<field>``)."""
+    table = judging.table
+    department_id = bindparam(DEPARTMENT, type_=table.c.department_id.type)
+    given = _given(judging)
+    found = (
+        select(*table.c, *judging.read_columns, *found_columns)
+        .where(
+            table.c.department_id == department_id,
+            table.c.external_id.in_(select(given.c.external_id)),
+        )
+        .order_by(table.c.id)
+        .with_for_update(of=table)
+        .cte("found")
+    )
+    differing = [
+        case(
+            (
+                and_(
+                    literal_column(f"'{name}'") == any_(given.c.given_fields),
+                    given.c[name].is_distinct_from(found.c[name]),
+                ),
+                literal_column(f"'{name}'"),
+            )
+        )
+        for name in judging.fields
+    ]
+    compared = (
+        select(
+            given,
+            found.c.id.label("found_id"),
+            found.c.version.label("found_version"),
+            cast(func.array_remove(array(differing), null()), ARRAY(Text)).label("changed_fields"),
+        )
+        .select_from(given.outerjoin(found, found.c.external_id == given.c.external_id))
+        .cte("compared")
+    )
+    versions = compared.c.found_version
+    verdict = case(
+        (compared.c.found_id.is_(None), case((compared.c.has_expected, MISSING), else_=INSERT)),
+        (~compared.c.upsert, TAKEN),
+        (
+            compared.c.has_unless
+            & or_(compared.c.unless.is_(None), versions == any_(compared.c.unless)),
+            UNLESS,
+        ),
+        (
+            compared.c.has_expected
+            & ~or_(compared.c.expected.is_(None), versions == any_(compared.c.expected)),
+            NOT_EXPECTED,
+        ),
+        (func.cardinality(compared.c.changed_fields) == 0, UNCHANGED),
+        else_=CHANGE,
+    )
+    known = [
+        or_(
+            compared.c[name].is_(None),
+            # A change checks only the references it changes.
+            compared.c.found_id.isnot(None)
+            & ~(literal_column(f"'{name}'") == any_(compared.c.changed_fields)),
+            exists().where(ref.c.id == compared.c[name], ref.c.department_id == department_id),
+        ).label(f"known_{name}")
+        for name, ref in judging.references.items()
+    ]
+    return found, select(compared, verdict.label("verdict"), *known).cte("judged")
+
+
+_JUDGED: dict[str, Select[Any]] = {}
+
+
+def judged_statement(judging: Judging) -> Select[Any]:
+    """Each write's ``ordinal``, ``verdict``, ``changed_fields`` and ``known_<field>`` checks,
+    with the record it names (its columns and ``read_columns``; all null when none), in the
+    order of the writes: ``judged`` alone, for a record written one write at a time. Built
+    once per table."""
+    built = _JUDGED.get(judging.table.name)
+    if built is None:
+        found, verdicts = judged(judging)
+        read = [found.c[column.name] for column in (*judging.table.c, *judging.read_columns)]
+        built = _JUDGED[judging.table.name] = built_once(
+            select(
+                verdicts.c.ordinal,
+                verdicts.c.verdict,
+                verdicts.c.changed_fields,
+                *(verdicts.c[f"known_{name}"] for name in judging.references),
+                *read,
+            )
+            .select_from(verdicts.outerjoin(found, found.c.id == verdicts.c.found_id))
+            .order_by(verdicts.c.ordinal)
+        )
+    return built
+
+
+def references_known(judging: Judging, judged: CTE) -> ColumnElement[bool]:
+    """Whether every id a judged write gives a reference names a row of the department."""
+    checks = [judged.c[f"known_{name}"] for name in judging.references]
+    return and_(*checks) if checks else literal_column("true", Boolean)
+
+
+def error_of(
+    noun: str, write: Write[Fields], verdict: str, row: Mapping[str, Any], judging: Judging
+) -> DomainError | None:
+    """The error a judged write fails with (``row``: its ``judged`` columns), or None."""
+    if verdict == TAKEN:
         return taken(noun, write)
-    if write.unless is not None and write.unless.admits(current.version):
+    if verdict == MISSING:
+        return precondition_failed(noun, write, "does not exist, and If-Match needs it to")
+    if verdict == UNLESS:
         return precondition_failed(noun, write, "exists at a version If-None-Match names")
-    if write.expected is not None and not write.expected.admits(current.version):
+    if verdict == NOT_EXPECTED:
         return precondition_failed(noun, write, "is not at a version If-Match names; read it again")
-    return Judged.CHANGE
+    unknown = [name for name in judging.references if not row[f"known_{name}"]]
+    if unknown:
+        return Invalid.unknown_references(unknown, f"the {noun}'s department")
+    return None
 
 
 def taken(noun: str, write: Write[Fields]) -> DomainError:
@@ -73,3 +275,9 @@ def raced_away(noun: str, write: Write[Fields]) -> DomainError:
 
 def precondition_failed(noun: str, write: Write[Fields], why: str) -> DomainError:
     return PreconditionFailed(f"The {noun} with the external id {write.external_id!r} {why}.")
+
+
+def changed_values(write: Write[Fields], changed_fields: Sequence[str]) -> dict[str, object]:
+    """The values of the fields ``judged`` found changed, from the write's model."""
+    fields: BaseModel = write.fields
+    return {name: getattr(fields, name) for name in changed_fields}

@@ -32,12 +32,7 @@ RECORD: records.SyncedRecord[Customer, CustomerFields] = records.SyncedRecord(
     as_json=customer_json,
     json_sql=customer_json_kept_sql,
     json_columns=(CUSTOMER_JSON_COLUMN,),
-    lock=lambda uow, department_id, external_ids: {
-        external_id: repository.to_customer(row, uow.scope.tenant_id)
-        for external_id, row in repository.rows.lock_by_external_ids(
-            uow.connection, department_id, external_ids
-        ).items()
-    },
+    upsert_model=CustomerFields,
     writes=records.IN_BULK,
     # While its links still exist: the deals it is linked to change with it.
     before_delete=lambda uow, customer_id: deals_repository.touch_deals_of_customer(
@@ -171,7 +166,7 @@ def upsert(
     *,
     expected: Expected | None = None,
     unless: Expected | None = None,
-) -> Result[Customer]:
+) -> AfterCommit[Result[Customer]]:
     """Creates the customer with ``external_id``, or changes the fields the body gave of
     the one that has it. A change that changes nothing writes nothing (no version, no event).
     ``expected`` (If-Match) needs the customer to exist at one of its versions; ``unless``
@@ -179,7 +174,9 @@ def upsert(
     return records.upsert(RECORD, uow, single_upsert(external_id, fields, expected, unless))
 
 
-def batch(uow: UnitOfWork, operations: Batch, *, atomic: bool) -> list[Result[Customer]]:
+def batch(
+    uow: UnitOfWork, operations: Batch, *, atomic: bool
+) -> AfterCommit[list[Result[Customer]]]:
     """Creates and upserts up to a thousand customers, in a few statements whatever their
     number (``records.apply_writes``: in bulk)."""
     return records.batch(RECORD, uow, operations, create=CustomerFields, atomic=atomic)

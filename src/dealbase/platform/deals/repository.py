@@ -337,14 +337,6 @@ def created_wakes(inserted: Deferred) -> bool:
     return row is not None and bool(row[-1])
 
 
-def lock_by_external_ids(
-    connection: TenantConnection, department_id: uuid.UUID, external_ids: Sequence[str]
-) -> dict[str, Record]:
-    """The department's deals with these external ids (with their employees' names), locked
-    until the transaction ends, by external id."""
-    return rows.lock_by_external_ids(connection, department_id, external_ids, _with_employee_name())
-
-
 def link_customer(connection: TenantConnection, deal_id: uuid.UUID, customer_id: uuid.UUID) -> bool:
     """Appends the customer to the deal's customers; False when it was linked already."""
     last_position = lookup(
@@ -375,6 +367,15 @@ def unlink_customer(
         .returning(deal_customers.c.deal_id)
     ).first()
     return removed is not None
+
+
+# A deal's employee's name, read with its row (``records.SyncedRecord.read_columns``).
+EMPLOYEE_NAME = (
+    select(employees.c.name)
+    .where(employees.c.id == deals.c.employee_id)
+    .scalar_subquery()
+    .label("employee_name")
+)
 
 
 def _with_employee_name() -> Select[tuple[object, ...]]:

@@ -198,14 +198,16 @@ RECORD: records.SyncedRecord[Deal, DealCreate | DealUpsert] = records.SyncedReco
     to_model=lambda uow, row: get(uow, row["id"]),
     as_json=deal_json,
     json_sql=deal_json_text_sql,
-    lock=lambda uow, department_id, external_ids: _locked(uow, department_id, external_ids),
+    upsert_model=DealUpsert,
     writes=records.OneByOne(
         insert=lambda uow, department_id, fields: (
             create(uow, fields)
             if isinstance(fields, DealCreate)
             else _insert_upserted(uow, department_id, fields)
-        )
+        ),
+        models=lambda uow, rows: _with_customers(uow, rows),
     ),
+    read_columns=(repository.EMPLOYEE_NAME,),
     references={"step_id": steps, "employee_id": employees},
     field_events=(("step_id", "deal.step_changed"), ("employee_id", "deal.assigned")),
     # Before the foreign key's SET NULL would do it silently; a refused delete rolls this back.
@@ -302,7 +304,7 @@ def upsert(
     *,
     expected: Expected | None = None,
     unless: Expected | None = None,
-) -> Result[Deal]:
+) -> AfterCommit[Result[Deal]]:
     """Creates the deal with ``external_id`` (in ``fields.step_id``, else the department's
     first step; assigned to ``fields.employee_id`` if given), or changes the fields the body gave
     of the one that has it, as ``update`` does (the same events: deal.updated, and
@@ -314,7 +316,7 @@ def upsert(
     return records.upsert(RECORD, uow, write)
 
 
-def batch(uow: UnitOfWork, operations: Batch, *, atomic: bool) -> list[Result[Deal]]:
+def batch(uow: UnitOfWork, operations: Batch, *, atomic: bool) -> AfterCommit[list[Result[Deal]]]:
     """Creates (``DealCreate``, customers included) and upserts (``DealUpsert``) up to a thousand
     deals, one operation after another, each in a savepoint of its own unless the batch is
     atomic (then the first failure rejects it all)."""
@@ -324,21 +326,6 @@ def batch(uow: UnitOfWork, operations: Batch, *, atomic: bool) -> list[Result[De
     return records.batch(
         RECORD, uow, operations, create=create_model, upsert=upsert_model, atomic=atomic
     )
-
-
-def _locked(
-    uow: UnitOfWork, department_id: uuid.UUID, external_ids: Sequence[str]
-) -> dict[str, Deal]:
-    rows = repository.lock_by_external_ids(uow.connection, department_id, external_ids)
-    if not rows:
-        return {}
-    customers = customers_repository.customers_of_deals(
-        uow.connection, uow.scope.tenant_id, [row["id"] for row in rows.values()]
-    )
-    return {
-        external_id: repository.to_deal(row, customers[row["id"]])
-        for external_id, row in rows.items()
-    }
 
 
 def _insert_upserted(uow: UnitOfWork, department_id: uuid.UUID, fields: DealUpsert) -> Deal | None:

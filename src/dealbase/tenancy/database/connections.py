@@ -204,6 +204,21 @@ async def run_on_event_loop(work: Callable[..., T], *arguments: Any) -> T:
     return await run_in_greenlet(work, *arguments)
 
 
+class RunAgain(Exception):
+    """Raised by a unit of work that lost a race its own statement cannot settle (an insert of
+    an external id that another transaction inserted after its lookup, and committed):
+    ``Database.run`` rolls it back and runs its work again, which then finds what the other
+    wrote, at most ``RUNS`` times in all; ``outcome`` is what the last one answers."""
+
+    def __init__(self, outcome: Exception) -> None:
+        super().__init__(str(outcome))
+        self.outcome = outcome
+
+
+# How many times ``Database.run`` runs a unit of work that keeps losing races (``RunAgain``).
+RUNS = 3
+
+
 @dataclass(frozen=True, slots=True)
 class AfterCommit(Generic[T]):
     """What a unit of work's work returns when its result is made from rows that go with the
@@ -577,9 +592,30 @@ class Database:
 
     async def run(self, scope: Scope, work: Callable[[UnitOfWork], T | AfterCommit[T]]) -> T:
         """``work`` in a unit of work of its own, committed if it returns, without a thread;
-        an ``AfterCommit`` it returns is read once committed."""
-        async with self.unit_of_work_on_event_loop(scope) as uow:
-            return await run_on_event_loop(_finished, work, uow)
+        an ``AfterCommit`` it returns is read once committed. A unit of work that lost a race
+        (``RunAgain``) runs again, in a transaction of its own."""
+        runs = 0
+        while True:
+            runs += 1
+            try:
+                async with self.unit_of_work_on_event_loop(scope) as uow:
+                    return await run_on_event_loop(_finished, work, uow)
+            except RunAgain as lost:
+                if runs == RUNS:
+                    raise lost.outcome from lost
+
+    def run_here(self, scope: Scope, work: Callable[[UnitOfWork], T | AfterCommit[T]]) -> T:
+        """``run`` on the calling thread, with the synchronous pool (a script, a test)."""
+        runs = 0
+        while True:
+            runs += 1
+            try:
+                with self.unit_of_work(scope) as uow:
+                    result = work(uow)
+                return result.read() if isinstance(result, AfterCommit) else result
+            except RunAgain as lost:
+                if runs == RUNS:
+                    raise lost.outcome from lost
 
     @contextmanager
     def control(self) -> Iterator[Connection]:
