@@ -344,6 +344,8 @@ def apply_writes(
     ``isolated`` (a batch per operation: the others are written); otherwise the first failure
     ends the writes, its result the last one answered (the caller raises it, or rejects the
     batch, and the unit of work rolls back)."""
+    if not writes:
+        return {}
     if isinstance(record.writes, InBulk):
         return _in_bulk(record, uow, writes, atomic=not isolated)
     department_id = department_of(uow.scope)
@@ -379,10 +381,7 @@ def _judged(
     """Each write's verdict (``upserts.judged``), by index, with the record it names, locked."""
     rows = uow.connection.execute(
         upserts.judged_statement(record.judging),
-        {
-            "writes": upserts.writes_json(record.judging, many, new_ids(2 * len(many))),
-            upserts.DEPARTMENT: department_id,
-        },
+        upserts.parameters(record.judging, many, department_id),
     ).mappings()
     judged = list(rows)
     found = writes.models(uow, [row for row in judged if row["id"] is not None])
@@ -429,15 +428,10 @@ def _in_bulk(
     *,
     atomic: bool,
 ) -> AfterCommit[dict[int, Result[Model]]]:
-    if not writes:
-        return AfterCommit(dict)
     statement = bulk_writes.statement(
         record.judging, record.noun, record.json_sql, record.json_columns, atomic=atomic
     )
-    values = {
-        "writes": upserts.writes_json(record.judging, writes, new_ids(2 * len(writes))),
-        upserts.DEPARTMENT: department_of(uow.scope),
-    }
+    values = upserts.parameters(record.judging, writes, department_of(uow.scope))
     written = uow.connection.defer(
         statement, values, meaning=lambda error: _raced(record.noun, error)
     )

@@ -60,7 +60,7 @@ def statement(
     judging: Judging, noun: str, json_sql: JsonSql, json_columns: tuple[str, ...], *, atomic: bool
 ) -> Select[Any]:
     """The statement of a record's writes (its parameters ``writes``, made by
-    ``upserts.writes_json``, and ``upserts.DEPARTMENT``), built once per record and atomicity."""
+    ``upserts.parameters``), built once per record and atomicity."""
     key = (noun, atomic)
     built = _BUILT.get(key)
     if built is None:
@@ -74,7 +74,9 @@ def _statement(
     judging: Judging, noun: str, json_sql: JsonSql, json_columns: tuple[str, ...], *, atomic: bool
 ) -> Select[Any]:
     table = judging.table
-    found, judged = upserts.judged(judging, [json_sql(table).label("shown_before")])
+    # The JSON before of a changed record is made from its row as found, when it changed
+    # (``previous``): not for every record a batch names, most of which a sync leaves unchanged.
+    found, judged = upserts.judged(judging, [literal_column(name) for name in json_columns])
     writable: list[ColumnElement[bool]] = [upserts.references_known(judging, judged)]
     if atomic:
         each = judged.alias("each_write")
@@ -140,7 +142,7 @@ def _statement(
         literal(f"{noun}.updated", Text).label("type"),
         cast(json_sql(updated), JSON).label("data"),
         updated.c.changed_fields,
-        previous_values(found.c.shown_before, updated.c.changed_fields).label("previous"),
+        previous_values(json_sql(found), updated.c.changed_fields).label("previous"),
     ).select_from(updated.join(found, found.c.id == updated.c.id))
     recorded, wakes = recorded_rows(union_all(created_events, updated_events), department_id)
     written = union_all(

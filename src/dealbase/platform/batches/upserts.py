@@ -46,6 +46,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import CTE, TableValuedAlias
 
 from dealbase.errors import DomainError, ExternalIdTaken, Invalid, PreconditionFailed
+from dealbase.ids import new_ids
 from dealbase.platform.batches.models import Fields, Write
 from dealbase.platform.versioning import Expected
 from dealbase.tenancy.database.statements import built_once
@@ -78,11 +79,14 @@ class Judging:
     read_columns: tuple[ColumnElement[Any], ...] = ()
 
 
-def writes_json(judging: Judging, writes: Sequence[Write[Any]], ids: Sequence[uuid.UUID]) -> str:
-    """The writes as ``judged`` reads them: one JSON text (one parameter whatever their number),
-    each with the new id it would be inserted with (``ids``) and, after it in ``ids``, its event's
-    id. A write's fields are its model's values as JSON shows them, which PostgreSQL reads back
-    as the columns' types."""
+def parameters(
+    judging: Judging, writes: Sequence[Write[Any]], department_id: uuid.UUID
+) -> dict[str, object]:
+    """The values of a statement made with ``judged``: the writes as one JSON text (one
+    parameter whatever their number), each with the new id it would be inserted with and its
+    event's id, and their fields as their model's values as JSON shows them, which PostgreSQL
+    reads back as the columns' types; the external ids they name; their department."""
+    ids = new_ids(2 * len(writes))
     rows = []
     for number, write in enumerate(writes):
         values = write.fields.model_dump(mode="json")
@@ -102,7 +106,11 @@ def writes_json(judging: Judging, writes: Sequence[Write[Any]], ids: Sequence[uu
                 "unless": _versions(write.unless),
             }
         )
-    return orjson.dumps(rows).decode()
+    return {
+        "writes": orjson.dumps(rows).decode(),
+        "external_ids": [write.external_id for write in writes if write.external_id is not None],
+        DEPARTMENT: department_id,
+    }
 
 
 def _versions(expected: Expected | None) -> list[int] | None:
@@ -134,8 +142,7 @@ def _given(judging: Judging) -> TableValuedAlias:
 
 
 def judged(judging: Judging, found_columns: Sequence[ColumnElement[Any]] = ()) -> tuple[CTE, CTE]:
-    """The CTEs ``found`` and ``judged`` of a statement over the writes (the parameter ``writes``,
-    made by ``writes_json``) in the department ``DEPARTMENT`` (a parameter).
+    """The CTEs ``found`` and ``judged`` of a statement over the writes (its ``parameters``).
 
     ``found``: the department's records the writes name by external id, locked, with their
     ``read_columns`` and ``found_columns``. ``judged``: each write's columns (``ordinal``,
@@ -149,7 +156,9 @@ def judged(judging: Judging, found_columns: Sequence[ColumnElement[Any]] = ()) -
         select(*table.c, *judging.read_columns, *found_columns)
         .where(
             table.c.department_id == department_id,
-            table.c.external_id.in_(select(given.c.external_id)),
+            # An array of its own, not the writes' relation: Citus fails to read back what a
+            # locking read joined to a function computed ("invalid input syntax ... PGCOPY").
+            table.c.external_id == any_(bindparam("external_ids", type_=ARRAY(Text))),
         )
         .order_by(table.c.id)
         .with_for_update(of=table)
