@@ -131,7 +131,7 @@ class SyncedRecord(Generic[Model, Fields]):
             for name in self.upsert_model.model_fields
             if name in table.c and name != "external_id"
         )
-        judging = Judging(table, fields, self.references, self.read_columns)
+        judging = Judging(table, fields, self.references, self.read_columns, self.json_columns)
         object.__setattr__(self, "judging", judging)
         if isinstance(self.writes, InBulk) and self.field_events:
             raise ValueError("a record written in bulk records no field events")
@@ -381,7 +381,7 @@ def _judged(
     """Each write's verdict (``upserts.judged``), by index, with the record it names, locked."""
     rows = uow.connection.execute(
         upserts.judged_statement(record.judging),
-        upserts.parameters(record.judging, many, department_id),
+        upserts.parameters(record.judging, many, department_id).values,
     ).mappings()
     judged = list(rows)
     found = writes.models(uow, [row for row in judged if row["id"] is not None])
@@ -428,20 +428,20 @@ def _in_bulk(
     *,
     atomic: bool,
 ) -> AfterCommit[dict[int, Result[Model]]]:
-    statement = bulk_writes.statement(
-        record.judging, record.noun, record.json_sql, record.json_columns, atomic=atomic
-    )
-    values = upserts.parameters(record.judging, writes, department_of(uow.scope))
+    statement = bulk_writes.statement(record.judging, record.noun, record.json_sql, atomic=atomic)
+    judgement = upserts.parameters(record.judging, writes, department_of(uow.scope))
     written = uow.connection.defer(
-        statement, values, meaning=lambda error: _raced(record.noun, error)
+        statement, judgement.values, meaning=lambda error: _raced(record.noun, error)
     )
     events.recorded_by_statement(uow, lambda: _bulk_wakes(written))
     by_index = {write.index: write for write in writes}
+    by_new_id = {record_id: by_index[index] for index, record_id in judgement.new_ids.items()}
 
     def results() -> dict[int, Result[Model]]:
         answered: dict[int, Result[Model]] = {}
         for row in written.rows().mappings():
-            write = by_index[row["ordinal"]]
+            ordinal = row["ordinal"]
+            write = by_new_id[row["id"]] if ordinal is None else by_index[ordinal]
             verdict = row["verdict"]
             error = upserts.error_of(record.noun, write, verdict, row, record.judging)
             if error is not None:
@@ -475,6 +475,4 @@ def _raced(noun: str, error: psycopg.Error) -> RunAgain | None:
 
 def _bulk_wakes(written: Deferred) -> bool:
     rows = written.rows().mappings().all()
-    return any(
-        row["verdict"] in upserts.WRITTEN and row["id"] is not None for row in rows
-    ) and bool(rows and rows[0]["wakes"])
+    return any(row["wrote"] for row in rows) and bool(rows[0]["wakes"])

@@ -16,9 +16,11 @@ Its CTEs after ``judged``:
   (the fields that changed, their values before from its JSON as it was);
 - an atomic batch writes nothing when any write fails.
 
-It answers each write's ``ordinal``, ``verdict``, ``known_<field>`` checks, and the record as
-it now is (inserted, updated, or as found when unchanged; none when it failed or, in an atomic
-batch, when another did), then whether the worker is to be woken.
+It answers a row a write: its ``ordinal``, ``verdict``, ``known_<field>`` checks, the record
+as it now is, whether it wrote, and whether the worker is to be woken. A write that wrote nothing answers as
+judged (the record it named, as found: unchanged, or failed; an atomic batch's writes all so
+when one failed); a new record with a null ordinal (its id, the write's new id, tells its
+write); a changed one as written.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
-    Select,
+    Integer,
     Table,
     Text,
+    and_,
     any_,
     bindparam,
     case,
@@ -43,9 +46,10 @@ from sqlalchemy import (
     union_all,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.selectable import CompoundSelect
 
 from dealbase.platform.batches import upserts
 from dealbase.platform.batches.upserts import CHANGE, DEPARTMENT, INSERT, UNCHANGED, Judging
@@ -53,31 +57,28 @@ from dealbase.platform.events.repository import recorded_rows
 from dealbase.platform.record_changes import JsonSql, previous_values
 from dealbase.tenancy.database.statements import built_once
 
-_BUILT: dict[tuple[str, bool], Select[Any]] = {}
+_BUILT: dict[tuple[str, bool], CompoundSelect[Any]] = {}
 
 
 def statement(
-    judging: Judging, noun: str, json_sql: JsonSql, json_columns: tuple[str, ...], *, atomic: bool
-) -> Select[Any]:
-    """The statement of a record's writes (its parameters ``writes``, made by
-    ``upserts.parameters``), built once per record and atomicity."""
+    judging: Judging, noun: str, json_sql: JsonSql, *, atomic: bool
+) -> CompoundSelect[Any]:
+    """The statement of a record's writes (its ``upserts.parameters``), built once per record
+    and atomicity."""
     key = (noun, atomic)
     built = _BUILT.get(key)
     if built is None:
-        built = _BUILT[key] = built_once(
-            _statement(judging, noun, json_sql, json_columns, atomic=atomic)
-        )
+        built = _BUILT[key] = built_once(_statement(judging, noun, json_sql, atomic=atomic))
     return built
 
 
 def _statement(
-    judging: Judging, noun: str, json_sql: JsonSql, json_columns: tuple[str, ...], *, atomic: bool
-) -> Select[Any]:
+    judging: Judging, noun: str, json_sql: JsonSql, *, atomic: bool
+) -> CompoundSelect[Any]:
     table = judging.table
-    # The JSON before of a changed record is made from its row as found, when it changed
-    # (``previous``): not for every record a batch names, most of which a sync leaves unchanged.
-    found, judged = upserts.judged(judging, [literal_column(name) for name in json_columns])
-    writable: list[ColumnElement[bool]] = [upserts.references_known(judging, judged)]
+    judged = upserts.judged(judging, shown_before=json_sql)
+    known = upserts.references_known(judging, judged)
+    writable: list[ColumnElement[bool]] = [known]
     if atomic:
         each = judged.alias("each_write")
         failed = ~each.c.verdict.in_([INSERT, CHANGE, UNCHANGED]) | ~upserts.references_known(
@@ -86,7 +87,7 @@ def _statement(
         writable.append(~exists().where(failed))
     department_id = bindparam(DEPARTMENT, type_=table.c.department_id.type)
     fields = judging.fields
-    returned = (*table.c, *(literal_column(name) for name in json_columns))
+    returned = (*table.c, *(literal_column(name) for name in judging.json_columns))
     inserted = (
         pg_insert(table)
         .from_select(
@@ -105,9 +106,10 @@ def _statement(
         .returning(*returned)
         .cte("inserted")
     )
+    found_id = judged.c[upserts.found_column("id")]
     updated = (
         update(table)
-        .where(table.c.id == judged.c.found_id, judged.c.verdict == CHANGE, *writable)
+        .where(table.c.id == found_id, judged.c.verdict == CHANGE, *writable)
         .values(
             {
                 **{
@@ -124,46 +126,70 @@ def _statement(
                 "version": table.c.version + 1,
             }
         )
-        .returning(*returned, judged.c.ordinal, judged.c.event_id, judged.c.changed_fields)
+        .returning(
+            *returned,
+            judged.c.ordinal,
+            judged.c.event_id,
+            judged.c.changed_fields,
+            judged.c.shown_before,
+        )
         .cte("updated")
     )
-    new = inserted.join(judged, judged.c.new_id == inserted.c.id)
+    # A created event's id by its record's (the new id of its write): no join of two CTEs.
+    created_event_id = cast(
+        cast(bindparam("event_ids", type_=Text), JSONB).op("->>")(cast(inserted.c.id, Text)),
+        UUID(as_uuid=True),
+    )
     created_events = select(
-        judged.c.event_id.label("id"),
+        created_event_id.label("id"),
         inserted.c.department_id,
         literal(f"{noun}.created", Text).label("type"),
         cast(json_sql(inserted), JSON).label("data"),
         cast(null(), ARRAY(Text)).label("changed_fields"),
         cast(null(), JSON).label("previous"),
-    ).select_from(new)
+    )
     updated_events = select(
         updated.c.event_id.label("id"),
         updated.c.department_id,
         literal(f"{noun}.updated", Text).label("type"),
         cast(json_sql(updated), JSON).label("data"),
         updated.c.changed_fields,
-        previous_values(json_sql(found), updated.c.changed_fields).label("previous"),
-    ).select_from(updated.join(found, found.c.id == updated.c.id))
-    recorded, wakes = recorded_rows(union_all(created_events, updated_events), department_id)
-    written = union_all(
-        select(*_columns(table, inserted), judged.c.ordinal).select_from(new),
-        select(*_columns(table, updated), updated.c.ordinal),
-        select(*_columns(table, found), judged.c.ordinal)
-        .select_from(found.join(judged, judged.c.found_id == found.c.id))
-        .where(judged.c.verdict == UNCHANGED),
-    ).subquery("written")
-    return (
-        select(
-            judged.c.ordinal,
-            judged.c.verdict,
-            *(judged.c[f"known_{name}"] for name in judging.references),
-            *_columns(table, written),
-            wakes.label("wakes"),
-        )
-        .select_from(judged.outerjoin(written, written.c.ordinal == judged.c.ordinal))
-        .order_by(judged.c.ordinal)
-        .add_cte(recorded)
+        previous_values(updated.c.shown_before, updated.c.changed_fields).label("previous"),
     )
+    recorded, wakes = recorded_rows(union_all(created_events, updated_events), department_id)
+    checks = [judged.c[f"known_{name}"] for name in judging.references]
+    # The writes that wrote nothing (failed, unchanged, or of an atomic batch that failed) as
+    # judged, with the record each named; then the new records, which their ids tell apart,
+    # and the changed ones.
+    as_judged = select(
+        judged.c.ordinal,
+        judged.c.verdict,
+        *checks,
+        *(judged.c[upserts.found_column(column.name)].label(column.name) for column in table.c),
+        literal(False).label("wrote"),
+        wakes.label("wakes"),
+    ).where(~and_(judged.c.verdict.in_([INSERT, CHANGE]), *writable))
+    wrote = [literal(True).label(check.name) for check in checks]
+    answered: CompoundSelect[Any] = union_all(
+        as_judged,
+        select(
+            cast(null(), Integer).label("ordinal"),
+            literal(INSERT, Text).label("verdict"),
+            *wrote,
+            *_columns(table, inserted),
+            literal(True).label("wrote"),
+            wakes.label("wakes"),
+        ),
+        select(
+            updated.c.ordinal,
+            literal(CHANGE, Text),
+            *wrote,
+            *_columns(table, updated),
+            literal(True).label("wrote"),
+            wakes.label("wakes"),
+        ),
+    )
+    return answered.add_cte(recorded)
 
 
 def _columns(table: Table, row: Any) -> list[ColumnElement[Any]]:

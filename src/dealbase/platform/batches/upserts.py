@@ -48,6 +48,7 @@ from sqlalchemy.sql.selectable import CTE, TableValuedAlias
 from dealbase.errors import DomainError, ExternalIdTaken, Invalid, PreconditionFailed
 from dealbase.ids import new_ids
 from dealbase.platform.batches.models import Fields, Write
+from dealbase.platform.record_changes import JsonSql
 from dealbase.platform.versioning import Expected
 from dealbase.tenancy.database.statements import built_once
 
@@ -59,7 +60,6 @@ TAKEN = "taken"  # a create's external id, another record's
 MISSING = "missing"  # If-Match, and no record
 UNLESS = "unless"  # If-None-Match names the record's version (or ``*``)
 NOT_EXPECTED = "not_expected"  # If-Match does not name the record's version
-WRITTEN = (INSERT, CHANGE)
 
 # The parameter naming the writes' department: not ``department_id``, which a statement that
 # updates a table with that column would take for one more column to set.
@@ -77,15 +77,28 @@ class Judging:
     references: Mapping[str, Table]
     # Columns besides its table's that a row of it is read with (a deal's employee's name).
     read_columns: tuple[ColumnElement[Any], ...] = ()
+    # Columns besides its table's that its JSON is made from (a customer's kept JSON).
+    json_columns: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A statement's parameters for ``judged`` over some writes, and the id each write would
+    insert its record with, by the write's index (a new record's row tells its write by it)."""
+
+    values: dict[str, object]
+    new_ids: dict[int, uuid.UUID]
 
 
 def parameters(
     judging: Judging, writes: Sequence[Write[Any]], department_id: uuid.UUID
-) -> dict[str, object]:
+) -> Judgement:
     """The values of a statement made with ``judged``: the writes as one JSON text (one
     parameter whatever their number), each with the new id it would be inserted with and its
     event's id, and their fields as their model's values as JSON shows them, which PostgreSQL
-    reads back as the columns' types; the external ids they name; their department."""
+    reads back as the columns' types; each new id's event id (``event_ids``, a JSON object: a
+    created event's id found without joining the writes); the external ids they name; their
+    department."""
     ids = new_ids(2 * len(writes))
     rows = []
     for number, write in enumerate(writes):
@@ -106,11 +119,17 @@ def parameters(
                 "unless": _versions(write.unless),
             }
         )
-    return {
-        "writes": orjson.dumps(rows).decode(),
-        "external_ids": [write.external_id for write in writes if write.external_id is not None],
-        DEPARTMENT: department_id,
-    }
+    return Judgement(
+        {
+            "writes": orjson.dumps(rows).decode(),
+            "event_ids": orjson.dumps({row["new_id"]: row["event_id"] for row in rows}).decode(),
+            "external_ids": [
+                write.external_id for write in writes if write.external_id is not None
+            ],
+            DEPARTMENT: department_id,
+        },
+        {write.index: ids[2 * number] for number, write in enumerate(writes)},
+    )
 
 
 def _versions(expected: Expected | None) -> list[int] | None:
@@ -141,19 +160,29 @@ def _given(judging: Judging) -> TableValuedAlias:
     )
 
 
-def judged(judging: Judging, found_columns: Sequence[ColumnElement[Any]] = ()) -> tuple[CTE, CTE]:
-    """The CTEs ``found`` and ``judged`` of a statement over the writes (its ``parameters``).
+def found_column(name: str) -> str:
+    """The name ``judged`` gives the column ``name`` of the record a write names."""
+    return f"found_{name}"
 
-    ``found``: the department's records the writes name by external id, locked, with their
-    ``read_columns`` and ``found_columns``. ``judged``: each write's columns (``ordinal``,
-    ``new_id``, ``event_id``, its fields), the record it names (``found_id``), the fields it
-    changes (``changed_fields``: given, and different), its ``verdict``, and for each reference
-    whether the id it writes names a row of the department or none (``known_<field>``)."""
+
+def judged(judging: Judging, shown_before: JsonSql | None = None) -> CTE:
+    """The CTE ``judged`` of a statement over the writes (its ``parameters``): each write's
+    columns (``ordinal``, ``new_id``, ``event_id``, its fields), the fields it changes
+    (``changed_fields``: given, and different), its ``verdict``, for each reference whether the
+    id it writes names a row of the department or none (``known_<field>``), and the record it
+    names, locked (its columns and ``read_columns``, each as ``found_column`` names it; null
+    when none), with its JSON as it was when it changes (``shown_before``, made by the given
+    function of a row).
+
+    What comes after reads the record a write names from it, never by joining two CTEs:
+    PostgreSQL cannot tell how many rows a CTE holds, and a nested loop over two of a thousand
+    rows each cost a batch 120 ms."""
     table = judging.table
     department_id = bindparam(DEPARTMENT, type_=table.c.department_id.type)
     given = _given(judging)
+    json_columns: list[ColumnElement[Any]] = [literal_column(name) for name in judging.json_columns]
     found = (
-        select(*table.c, *judging.read_columns, *found_columns)
+        select(*table.c, *judging.read_columns, *(json_columns if shown_before else ()))
         .where(
             table.c.department_id == department_id,
             # An array of its own, not the writes' relation: Citus fails to read back what a
@@ -176,19 +205,29 @@ def judged(judging: Judging, found_columns: Sequence[ColumnElement[Any]] = ()) -
         )
         for name in judging.fields
     ]
+    changed_fields = cast(func.array_remove(array(differing), null()), ARRAY(Text))
+    before = (
+        []
+        if shown_before is None
+        else [
+            case((func.cardinality(changed_fields) > 0, shown_before(found))).label("shown_before")
+        ]
+    )
+    read = [*table.c, *judging.read_columns]
     compared = (
         select(
             given,
-            found.c.id.label("found_id"),
-            found.c.version.label("found_version"),
-            cast(func.array_remove(array(differing), null()), ARRAY(Text)).label("changed_fields"),
+            changed_fields.label("changed_fields"),
+            *(found.c[column.name].label(found_column(column.name)) for column in read),
+            *before,
         )
         .select_from(given.outerjoin(found, found.c.external_id == given.c.external_id))
         .cte("compared")
     )
-    versions = compared.c.found_version
+    found_id = compared.c[found_column("id")]
+    versions = compared.c[found_column("version")]
     verdict = case(
-        (compared.c.found_id.is_(None), case((compared.c.has_expected, MISSING), else_=INSERT)),
+        (found_id.is_(None), case((compared.c.has_expected, MISSING), else_=INSERT)),
         (~compared.c.upsert, TAKEN),
         (
             compared.c.has_unless
@@ -207,13 +246,13 @@ def judged(judging: Judging, found_columns: Sequence[ColumnElement[Any]] = ()) -
         or_(
             compared.c[name].is_(None),
             # A change checks only the references it changes.
-            compared.c.found_id.isnot(None)
+            found_id.isnot(None)
             & ~(literal_column(f"'{name}'") == any_(compared.c.changed_fields)),
             exists().where(ref.c.id == compared.c[name], ref.c.department_id == department_id),
         ).label(f"known_{name}")
         for name, ref in judging.references.items()
     ]
-    return found, select(compared, verdict.label("verdict"), *known).cte("judged")
+    return select(compared, verdict.label("verdict"), *known).cte("judged")
 
 
 _JUDGED: dict[str, Select[Any]] = {}
@@ -221,23 +260,21 @@ _JUDGED: dict[str, Select[Any]] = {}
 
 def judged_statement(judging: Judging) -> Select[Any]:
     """Each write's ``ordinal``, ``verdict``, ``changed_fields`` and ``known_<field>`` checks,
-    with the record it names (its columns and ``read_columns``; all null when none), in the
-    order of the writes: ``judged`` alone, for a record written one write at a time. Built
-    once per table."""
+    with the record it names (its columns and ``read_columns``, by their own names; all null
+    when none), in the order of the writes: ``judged`` alone, for a record written one write at
+    a time. Built once per table."""
     built = _JUDGED.get(judging.table.name)
     if built is None:
-        found, verdicts = judged(judging)
-        read = [found.c[column.name] for column in (*judging.table.c, *judging.read_columns)]
+        verdicts = judged(judging)
+        read = [*judging.table.c, *judging.read_columns]
         built = _JUDGED[judging.table.name] = built_once(
             select(
                 verdicts.c.ordinal,
                 verdicts.c.verdict,
                 verdicts.c.changed_fields,
                 *(verdicts.c[f"known_{name}"] for name in judging.references),
-                *read,
-            )
-            .select_from(verdicts.outerjoin(found, found.c.id == verdicts.c.found_id))
-            .order_by(verdicts.c.ordinal)
+                *(verdicts.c[found_column(column.name)].label(column.name) for column in read),
+            ).order_by(verdicts.c.ordinal)
         )
     return built
 
