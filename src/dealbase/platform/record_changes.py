@@ -5,20 +5,21 @@ change travels with its unit of work's COMMIT, one round trip in all.
 
 The statement, by its CTEs:
 
-- ``before``: the row (of the caller's department, when it has one), locked (``FOR UPDATE``),
+- ``locked``: the row (of the caller's department, when it has one), locked (``FOR UPDATE``),
   with its JSON as it is (``shown_before``) and, for each reference the change gives, whether
   the id names a row of the record's department, or none (``known_<field>``);
-- ``after``: the UPDATE, only if the row is at a version ``expected`` admits and every
+- ``written``: the UPDATE, only if the row is at a version ``expected`` admits and every
   reference is known, returning the row as it now is;
-- ``changed``: the row after with its JSON (``shown``) and the fields whose JSON value differs
-  from before (``changed_fields``, in the order the change gives them);
+- ``shown``, ``changed``: the row after with its JSON (``shown``, made once) and the fields
+  whose JSON value differs from before (``changed_fields``, in the order the change gives
+  them);
 - the events, inserted without being read: ``<noun>.updated`` when a field changed, and each
   field event whose field did.
 
-It answers one row per row found (none: the record is not the caller's): ``before``'s version
-and reference checks, then ``changed``'s columns, all null when the UPDATE wrote nothing (a
-version the caller did not expect, or an unknown reference), and whether the worker is to be
-woken for the events.
+It answers one row when the row was found (none: the record is not the caller's): its
+reference checks, then ``changed``'s columns, all null when the UPDATE wrote nothing (a version
+the caller did not expect, or an unknown reference), and whether the worker is to be woken for
+the events.
 """
 
 from __future__ import annotations
@@ -176,7 +177,6 @@ def _statement(record: ChangedRecord, shape: Shape) -> Select[Any]:
     recorded, wakes = recorded_rows(_events(record, shape, changed), locked.c.department_id)
     return (
         select(
-            locked.c.version.label("found_version"),
             *(locked.c[f"known_{name}"] for name in checked),
             *(changed.c[column.name] for column in table.c),
             changed.c.shown,

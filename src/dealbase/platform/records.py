@@ -446,7 +446,8 @@ def _in_bulk(
             error = upserts.error_of(record.noun, write, verdict, row, record.judging)
             if error is not None:
                 answered[write.index] = Result.failed(error)
-            elif row["id"] is not None:  # else another write of an atomic batch failed
+            elif row["wrote"] or verdict == upserts.UNCHANGED:
+                # (Else another write of an atomic batch failed, and none was written.)
                 answered[write.index] = Result(_OUTCOMES[verdict], record.to_model(uow, row))
         return answered
 
