@@ -135,11 +135,11 @@ def _statement(
         )
         .cte("updated")
     )
-    # A created event's id by its record's (the new id of its write): no join of two CTEs.
-    created_event_id = cast(
-        cast(bindparam("event_ids", type_=Text), JSONB).op("->>")(cast(inserted.c.id, Text)),
-        UUID(as_uuid=True),
-    )
+    # A created event's id by its record's (the new id of its write): no join of two CTEs. The
+    # object read once, by a subquery: as a parameter of a prepared statement, its cast would
+    # be made again for every row (1,000 new records: 229 ms against 33).
+    event_ids = select(cast(bindparam("event_ids", type_=Text), JSONB)).scalar_subquery()
+    created_event_id = cast(event_ids.op("->>")(cast(inserted.c.id, Text)), UUID(as_uuid=True))
     created_events = select(
         created_event_id.label("id"),
         inserted.c.department_id,
