@@ -9,6 +9,7 @@ fixture puts the real app in.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import schemathesis
@@ -103,8 +104,11 @@ SESSION_APP = AppSeat()
 
 
 def load_schema(document: dict[str, Any]) -> schemathesis.BaseSchema:
-    """``document`` as a schemathesis schema whose requests go in-process to the seated app."""
-    schema = schemathesis.openapi.from_dict(document, config=contract_config())
+    """``document`` as a schemathesis schema whose requests go in-process to the seated app.
+    schemathesis gets a copy: its stateful phase adds the links it infers to the document it
+    holds, which a test reading ``document`` after it would see (as the links' own test did,
+    run after it by the same worker)."""
+    schema = schemathesis.openapi.from_dict(copy.deepcopy(document), config=contract_config())
     schema.app = SESSION_APP
     schema.location = OPENAPI_PATH
     return schema
