@@ -209,8 +209,7 @@ def _member(json: ColumnElement[Any], name: str) -> ColumnElement[Any]:
 
 
 def _changed_fields(shown: FromClause, fields: Sequence[str]) -> ColumnElement[Any]:
-    """The names of ``fields`` whose JSON value differs after from before, in their order:
-    the comparison ``events.changes`` makes of two rows, made of the record's JSON."""
+    """The names of ``fields`` whose JSON value differs after from before, in their order."""
     after, before = cast(shown.c.shown, JSONB), cast(shown.c.shown_before, JSONB)
     differing = [
         case(

@@ -15,7 +15,7 @@ import base64
 import binascii
 import hashlib
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TypeVar
 
@@ -30,7 +30,7 @@ from dealbase.platform.events.models import (
     NewEvent,
 )
 from dealbase.platform.pagination import page_size
-from dealbase.platform.resources import JsonObject, json_value
+from dealbase.platform.resources import JsonObject
 from dealbase.platform.validation import department_of
 from dealbase.tenancy.database.connections import UnitOfWork
 
@@ -72,15 +72,6 @@ def discard_pending_after(uow: UnitOfWork, count: int) -> None:
     """Forgets the events recorded after the first ``count``: their writes were rolled back to a
     savepoint."""
     del uow.finisher(repository.Outbox).pending[count:]
-
-
-def changes(
-    before: Mapping[str, object], after: Mapping[str, object], fields: Collection[str]
-) -> tuple[tuple[str, ...], JsonObject]:
-    """Which of ``fields`` an update changed (in ``fields``' order), and their values before,
-    as JSON shows them."""
-    changed = tuple(name for name in fields if before[name] != after[name])
-    return changed, {name: json_value(before[name]) for name in changed}
 
 
 # An unpadded base64url cursor: the position (8 bytes) and a fingerprint of the filter (6).
