@@ -188,7 +188,7 @@ def measure(
     """A warm-up, then the measured run; any error fails the scenario. With ``database``, the
     measured run's lock waits there are sampled (harness/lock_waits.py), and the CPU it cost
     the server (``server_pid`` and its children), that database's backends, Redis and the load
-    tool (harness/cpu.py), and the WAL it wrote (harness/wal.py)."""
+    tool (harness/cpu.py), and the WAL it wrote and the checkpoints meanwhile (harness/wal.py)."""
     outcome = Outcome(scenario, load_average_before=load_average())
     seconds = settings.seconds
     try:
@@ -220,6 +220,7 @@ def measure(
                 outcome.measurement = run(seconds)
             outcome.extra["cpu_us_per_request"] = cpu.per_request(outcome.measurement.requests)
             outcome.extra["wal_per_request"] = wal.per_request(outcome.measurement.requests)
+            outcome.extra["checkpoints"] = wal.checkpoints()
             outcome.extra["lock_waits"] = {
                 "share": waits.share,
                 "backend_samples": waits.active,

@@ -31,6 +31,24 @@ def test_an_app_told_to_freeze_its_startup_objects_freezes_them_once_started(
         assert client.get("/healthz").status_code == 200
 
 
+def test_an_app_told_a_young_threshold_collects_by_it_while_it_runs_and_puts_back_the_one_before(
+    settings: Settings,
+) -> None:
+    before = gc.get_threshold()
+    app = create_app(settings.model_copy(update={"gc_young_threshold": before[0] + 1_234}))
+    with TestClient(app) as client:
+        assert gc.get_threshold() == (before[0] + 1_234, *before[1:])
+        assert client.get("/healthz").status_code == 200
+    assert gc.get_threshold() == before
+
+
+def test_an_app_keeps_the_collectors_thresholds_by_default(settings: Settings) -> None:
+    before = gc.get_threshold()
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/healthz").status_code == 200
+        assert gc.get_threshold() == before
+
+
 @pytest.mark.usefixtures("unfrozen")
 def test_an_app_freezes_nothing_by_default(settings: Settings) -> None:
     with TestClient(create_app(settings)) as client:

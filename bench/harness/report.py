@@ -113,8 +113,8 @@ def table(rounds: Sequence[Round], seconds: int | None = None) -> str:
     header = (
         "| scenario | what | req/s | p50 ms | p99 ms | p99/p50 | errors | lock waits"
         " | CPU µs a request: server, PostgreSQL, Redis | WAL a request: records, bytes"
-        " | ratio | to |\n"
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+        " | checkpoint buffers written | ratio | to |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     )
     rows = [header]
     for outcome in outcomes.values():
@@ -124,11 +124,11 @@ def table(rounds: Sequence[Round], seconds: int | None = None) -> str:
             figures = (
                 f"{m.requests_per_second:,.0f} | {m.p50_ms:.1f} | {m.p99_ms:.1f} | "
                 f"{_number(outcome.tail, 1)} | {m.errors} | {_lock_waits(outcome)}"
-                f" | {_cpu(outcome)} | {_wal(outcome)}"
+                f" | {_cpu(outcome)} | {_wal(outcome)} | {_checkpoint_writes(outcome)}"
             )
         else:
             errors = m.errors if m else "—"
-            figures = f"FAILED | — | — | — | {errors} | — | — | —"
+            figures = f"FAILED | — | — | — | {errors} | — | — | — | —"
         ratio_text = _ratio_text(rounds, scenario.name, compare) if compare else "—"
         rows.append(
             f"| {scenario.name} | {scenario.what} | {figures} | {ratio_text} | {compare or ''} |"
@@ -169,6 +169,17 @@ def _wal(outcome: Outcome) -> str:
     if not written:
         return "—"
     return f"{written['records']:,.1f}, {written['bytes']:,.0f}"
+
+
+def _checkpoint_writes(outcome: Outcome) -> str:
+    """The buffers checkpoints wrote while the load ran, and how many began then (harness/wal.py):
+    a checkpoint's writes and fsyncs compete with the commits' WAL flushes."""
+    checkpoints = outcome.extra.get("checkpoints")
+    if not checkpoints:
+        return "—"
+    began = checkpoints["checkpoints_started"]
+    text = f"{checkpoints['checkpoint_buffers_written']:,}"
+    return f"{text} ({began} began)" if began else text
 
 
 def _lock_waits(outcome: Outcome) -> str:

@@ -1,10 +1,14 @@
 """The write-ahead log a measured load made, per request: its records, full-page images and
-bytes, from ``pg_stat_wal`` before and after the load.
+bytes, from ``pg_stat_wal`` before and after the load; and the checkpointer's work meanwhile,
+from ``pg_stat_bgwriter``.
 
 A commit waits for its WAL to be written and flushed, and every byte of it is copied, checksummed
-and written by a backend: what a write costs PostgreSQL grows with it. ``pg_stat_wal`` counts the
-whole cluster's WAL, so other work on the same cluster meanwhile is counted too (the bench runs
-its loads one at a time).
+and written by a backend: what a write costs PostgreSQL grows with it. A checkpoint writes the
+dirty buffers to disk and fsyncs them while the load runs, and the pages first changed after it
+begin their WAL with a full-page image: its writes compete with the commits' flushes, and
+a load a checkpoint overlaps can have a longer tail than the same load without one. Both views
+count the whole cluster, so other work on the same cluster meanwhile is counted too (the bench
+runs its loads one at a time).
 """
 
 from __future__ import annotations
@@ -13,13 +17,17 @@ from types import TracebackType
 
 import psycopg
 
-_READ = "SELECT wal_records, wal_fpi, wal_bytes FROM pg_stat_wal"
-FIGURES = ("records", "fpi", "bytes")
+_READ = (
+    "SELECT wal_records, wal_fpi, wal_bytes, checkpoints_timed + checkpoints_req,"
+    " buffers_checkpoint FROM pg_stat_wal, pg_stat_bgwriter"
+)
+FIGURES = ("records", "fpi", "bytes", "checkpoints_started", "checkpoint_buffers_written")
+_PER_REQUEST = FIGURES[:3]
 
 
 class WalWritten:
-    """While entered, how much WAL the cluster of ``database`` wrote; ``per_request`` says it a
-    request."""
+    """While entered, how much WAL the cluster of ``database`` wrote and what its checkpointer
+    did; ``per_request`` says the WAL a request, ``checkpoints`` the checkpointer's counts."""
 
     def __init__(self, database: str) -> None:
         self._database = database
@@ -60,4 +68,9 @@ class WalWritten:
     def per_request(self, requests: int) -> dict[str, float]:
         if not requests or not self.written:
             return {}
-        return {name: count / requests for name, count in self.written.items()}
+        return {name: self.written[name] / requests for name in _PER_REQUEST}
+
+    def checkpoints(self) -> dict[str, int]:
+        """Checkpoints begun during the load, and the buffers checkpoints wrote meanwhile
+        (a checkpoint begun before the load and still writing counts there)."""
+        return {name: self.written[name] for name in FIGURES[3:] if name in self.written}

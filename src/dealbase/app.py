@@ -109,6 +109,10 @@ def create_app(
             # stopped, every request in flight waiting. Frozen, they are no longer visited.
             gc.collect()
             gc.freeze()
+        thresholds = gc.get_threshold()
+        if settings.gc_young_threshold is not None:
+            # Put back when the app stops: a process that builds many apps (tests) goes on.
+            gc.set_threshold(settings.gc_young_threshold, *thresholds[1:])
         try:
             # Told by the HTTP server as it starts to stop (ops.serving): streams of
             # subscriptions end at once, telling their clients to reconnect elsewhere; uvicorn
@@ -125,6 +129,7 @@ def create_app(
             if isinstance(admitting, LocalAdmissions):
                 await admitting.close()
             await database.close()
+            gc.set_threshold(*thresholds)
             worker_stopped(os.getpid())
 
     app = FastAPI(

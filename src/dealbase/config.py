@@ -84,6 +84,19 @@ class Settings(BaseSettings):
             " (`dealbase serve` turns it on for its workers)."
         ),
     )
+    gc_young_threshold: int | None = Field(
+        default=None,
+        ge=100,
+        le=1_000_000,
+        description=(
+            "Once the app has started, how many more objects than were freed its process may"
+            " allocate before the garbage collector's youngest generation is collected (Python's"
+            " first threshold, 700 when unset). At 700, the objects of the requests in flight"
+            " were collected about a hundred times a second, moved to the older generations,"
+            " and full collections followed about once a second (`dealbase serve` sets 10,000"
+            " for its workers)."
+        ),
+    )
     worker_start_timeout_seconds: int = Field(
         default=60,
         ge=5,

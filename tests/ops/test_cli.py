@@ -16,6 +16,7 @@ from sqlalchemy import func, select, update
 
 from dealbase.config import load_settings
 from dealbase.ops import admin, serving
+from dealbase.ops.cli import SERVER_GC_YOUNG_THRESHOLD
 from dealbase.tenancy.callers.api_keys import parse_api_key, record_uses
 from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.database.control_tables import api_keys
@@ -683,24 +684,35 @@ def test_serve_bounds_request_heads_by_the_settings(
     assert limits == [serving.HeadLimits(seconds=3, max_bytes=10_000)]
 
 
-@pytest.mark.parametrize(("told", "frozen"), [(None, True), ("false", False)])
-def test_serve_has_its_workers_freeze_their_startup_objects_unless_told_not_to(
-    run_cli: RunCli, monkeypatch: pytest.MonkeyPatch, told: str | None, frozen: bool
+@pytest.mark.parametrize(
+    ("told_freeze", "told_threshold", "frozen", "threshold"),
+    [(None, None, True, SERVER_GC_YOUNG_THRESHOLD), ("false", "2000", False, 2000)],
+)
+def test_serve_has_its_workers_freeze_their_startup_objects_and_collect_young_ones_less_often_unless_told(
+    run_cli: RunCli,
+    monkeypatch: pytest.MonkeyPatch,
+    told_freeze: str | None,
+    told_threshold: str | None,
+    frozen: bool,
+    threshold: int,
 ) -> None:
     """Workers build their app from the environment ``dealbase serve`` hands them."""
-    workers_would_freeze: list[bool] = []
-    monkeypatch.setattr(
-        serving,
-        "run",
-        lambda _config, _limits: workers_would_freeze.append(
-            load_settings().freeze_startup_objects
-        ),
-    )
+    workers_would: list[tuple[bool, int | None]] = []
+
+    def serve(_config: object, _limits: object) -> None:
+        settings = load_settings()
+        workers_would.append((settings.freeze_startup_objects, settings.gc_young_threshold))
+
+    monkeypatch.setattr(serving, "run", serve)
     # Named, so that the runner puts back what the command sets in this process's environment.
     run = run_cli(
         "serve",
-        env={"DEALBASE_FREEZE_STARTUP_OBJECTS": told, "PROMETHEUS_MULTIPROC_DIR": None},
+        env={
+            "DEALBASE_FREEZE_STARTUP_OBJECTS": told_freeze,
+            "DEALBASE_GC_YOUNG_THRESHOLD": told_threshold,
+            "PROMETHEUS_MULTIPROC_DIR": None,
+        },
     )
 
     assert run.exit_code == 0, str(run)
-    assert workers_would_freeze == [frozen]
+    assert workers_would == [(frozen, threshold)]

@@ -761,6 +761,13 @@ def graphql_schema() -> None:
     typer.echo(build_schema(Settings(database_url=None)).as_str())
 
 
+# A worker's youngest generation collected once it holds this many more objects than it freed
+# (Settings.gc_young_threshold): 10,000 is above what the requests in flight hold at once, so
+# under load young collections became rare and full ones stopped following each second
+# (bench/README.md, "Full collections every second").
+SERVER_GC_YOUNG_THRESHOLD = 10_000
+
+
 @cli.command()
 @_fail_cleanly
 def serve(
@@ -779,6 +786,7 @@ def serve(
     os.environ["DEALBASE_DATABASE_URL"] = _database_url(settings)
     # A worker is one app for its whole life: what it holds once started stays (config.py).
     os.environ.setdefault("DEALBASE_FREEZE_STARTUP_OBJECTS", "true")
+    os.environ.setdefault("DEALBASE_GC_YOUNG_THRESHOLD", str(SERVER_GC_YOUNG_THRESHOLD))
     # Before prometheus_client is first imported: it picks its kind of values then.
     metrics_dir = prepare_metrics_dir()
     from dealbase.ops.metrics import multiprocess_registry
