@@ -219,6 +219,9 @@ def measure(
             ):
                 outcome.measurement = run(seconds)
             outcome.extra["cpu_us_per_request"] = cpu.per_request(outcome.measurement.requests)
+            outcome.extra["run_queue_wait_us_per_request"] = cpu.waited_per_request(
+                outcome.measurement.requests
+            )
             outcome.extra["wal_per_request"] = wal.per_request(outcome.measurement.requests)
             outcome.extra["checkpoints"] = wal.checkpoints()
             outcome.extra["lock_waits"] = {

@@ -11,6 +11,12 @@ Read from ``/proc/<pid>/stat`` (utime + stime of every thread of a process, in c
 during the load (a pgbench connection's backend) keeps what it used until its last sample.
 What a load tool used comes from ``getrusage(RUSAGE_CHILDREN)``: wrk and pgbench are children
 of the bench, and are waited for before the load's end.
+
+Beside it, how long each party's processes waited to run while they could (``/proc/<pid>/
+schedstat``'s second figure, in nanoseconds, of each process's main thread: a server worker's
+event loop, a PostgreSQL backend): on two cores shared by the load tool, the server's workers
+and PostgreSQL's backends, a request whose answer is ready can wait for a core, and that wait
+shows in its latency and in no CPU figure.
 """
 
 from __future__ import annotations
@@ -56,6 +62,15 @@ def _processes() -> list[_Process]:
     return found
 
 
+def _run_queue_wait(pid: int) -> int | None:
+    """Nanoseconds the process's main thread has waited on a run queue, or None (ended, or a
+    kernel without schedstats)."""
+    try:
+        return int((_PROC / str(pid) / "schedstat").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _command_line(pid: int) -> str:
     try:
         return (
@@ -77,6 +92,9 @@ class CpuUse:
     Redis is the machine's: other work that uses it meanwhile is counted too."""
 
     def __init__(self, server_pid: int | None, database: str) -> None:
+        self._waits_first: dict[tuple[str, int], int] = {}
+        self._waits_last: dict[tuple[str, int], int] = {}
+        self.waited_seconds: dict[str, float] = {}
         self._server_pid = server_pid
         self._backend_title = f" {conninfo_to_dict(database)['dbname']} "
         self._stop = threading.Event()
@@ -107,12 +125,24 @@ class CpuUse:
             used[party] += (ticks - self._first.get((party, pid), 0)) * _TICK_SECONDS
         used["load"] = self._children_seconds() - self._children_before
         self.seconds = used
+        waited: dict[str, float] = {"server": 0.0, "postgres": 0.0}
+        for (party, pid), nanoseconds in self._waits_last.items():
+            if party in waited:
+                waited[party] += (nanoseconds - self._waits_first.get((party, pid), 0)) / 1e9
+        self.waited_seconds = waited
 
     def per_request(self, requests: int) -> dict[str, float]:
         """Microseconds a request, by party."""
         if not requests or not self.seconds:
             return {}
         return {party: seconds * 1e6 / requests for party, seconds in self.seconds.items()}
+
+    def waited_per_request(self, requests: int) -> dict[str, float]:
+        """Microseconds a request that the server's and PostgreSQL's processes waited for a
+        core."""
+        if not requests or not self.waited_seconds:
+            return {}
+        return {party: seconds * 1e6 / requests for party, seconds in self.waited_seconds.items()}
 
     @staticmethod
     def _children_seconds() -> float:
@@ -142,6 +172,12 @@ class CpuUse:
             if first:
                 self._first[key] = process.ticks
             self._last[key] = max(self._last.get(key, 0), process.ticks)
+            if party in ("server", "postgres"):
+                waited = _run_queue_wait(process.pid)
+                if waited is not None:
+                    if first:
+                        self._waits_first[key] = waited
+                    self._waits_last[key] = max(self._waits_last.get(key, 0), waited)
 
     def _party(self, process: _Process, in_server: set[int]) -> str | None:
         if process.pid in in_server:

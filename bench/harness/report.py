@@ -112,9 +112,10 @@ def table(rounds: Sequence[Round], seconds: int | None = None) -> str:
     outcomes = representative(rounds)
     header = (
         "| scenario | what | req/s | p50 ms | p99 ms | p99/p50 | errors | lock waits"
-        " | CPU µs a request: server, PostgreSQL, Redis | WAL a request: records, bytes"
-        " | checkpoint buffers written | ratio | to |\n"
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+        " | CPU µs a request: server, PostgreSQL, Redis | waiting for a core, µs a request:"
+        " server, PostgreSQL | WAL a request: records, bytes | checkpoint buffers written"
+        " | ratio | to |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     )
     rows = [header]
     for outcome in outcomes.values():
@@ -124,11 +125,12 @@ def table(rounds: Sequence[Round], seconds: int | None = None) -> str:
             figures = (
                 f"{m.requests_per_second:,.0f} | {m.p50_ms:.1f} | {m.p99_ms:.1f} | "
                 f"{_number(outcome.tail, 1)} | {m.errors} | {_lock_waits(outcome)}"
-                f" | {_cpu(outcome)} | {_wal(outcome)} | {_checkpoint_writes(outcome)}"
+                f" | {_cpu(outcome)} | {_run_queue_wait(outcome)} | {_wal(outcome)}"
+                f" | {_checkpoint_writes(outcome)}"
             )
         else:
             errors = m.errors if m else "—"
-            figures = f"FAILED | — | — | — | {errors} | — | — | — | —"
+            figures = f"FAILED | — | — | — | {errors} | — | — | — | — | —"
         ratio_text = _ratio_text(rounds, scenario.name, compare) if compare else "—"
         rows.append(
             f"| {scenario.name} | {scenario.what} | {figures} | {ratio_text} | {compare or ''} |"
@@ -161,6 +163,15 @@ def _cpu(outcome: Outcome) -> str:
     if not used:
         return "—"
     return ", ".join(f"{used[party]:,.0f}" for party in ("server", "postgres", "redis"))
+
+
+def _run_queue_wait(outcome: Outcome) -> str:
+    """How long the server's and PostgreSQL's processes waited for a core, a request
+    (harness/cpu.py)."""
+    waited = outcome.extra.get("run_queue_wait_us_per_request")
+    if not waited:
+        return "—"
+    return ", ".join(f"{waited[party]:,.0f}" for party in ("server", "postgres"))
 
 
 def _wal(outcome: Outcome) -> str:
