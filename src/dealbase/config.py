@@ -91,10 +91,8 @@ class Settings(BaseSettings):
         description=(
             "Once the app has started, how many more objects than were freed its process may"
             " allocate before the garbage collector's youngest generation is collected (Python's"
-            " first threshold, 700 when unset). At 700, the objects of the requests in flight"
-            " were collected about a hundred times a second, moved to the older generations,"
-            " and full collections followed about once a second (`dealbase serve` sets 10,000"
-            " for its workers)."
+            " first threshold, 700 when unset; `dealbase serve` sets 10,000 for its workers:"
+            " docs/operations.md says why)."
         ),
     )
     worker_start_timeout_seconds: int = Field(

@@ -761,10 +761,8 @@ def graphql_schema() -> None:
     typer.echo(build_schema(Settings(database_url=None)).as_str())
 
 
-# A worker's youngest generation collected once it holds this many more objects than it freed
-# (Settings.gc_young_threshold): 10,000 is above what the requests in flight hold at once, so
-# under load young collections became rare and full ones stopped following each second
-# (bench/README.md, "Full collections every second").
+# Above what a worker's requests in flight hold at once (Settings.gc_young_threshold; measured in
+# bench/README.md, "Full collections every second").
 SERVER_GC_YOUNG_THRESHOLD = 10_000
 
 
