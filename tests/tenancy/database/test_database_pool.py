@@ -1,16 +1,30 @@
 """The event loop's pool hands an idle connection out and takes it back without psycopg_pool's
 coroutines when nothing else is under way in it, and keeps its counts as they would; any other
-case (a client waiting, a connection in a transaction or past its life) goes their way."""
+case (a client waiting, a connection in a transaction or past its life) goes their way. When
+every connection is out, callers queue first come first served, and a connection given back goes
+to the one queued longest on the loop's next turn."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections.abc import Callable
+from typing import Any
 
+import psycopg
+import pytest
 from psycopg.pq import TransactionStatus
+from psycopg_pool import PoolClosed
 from sqlalchemy import func, select
 
-from dealbase.tenancy.database.connections import Database, UnitOfWork
+from dealbase.errors import DatabaseUnavailable
+from dealbase.tenancy.database.connections import (
+    Database,
+    DatabaseLimits,
+    TenantAffinePool,
+    UnitOfWork,
+)
 from dealbase.tenancy.scope import Scope
 from tests.support import TenantWorld
 
@@ -113,3 +127,161 @@ def test_a_connection_given_back_while_another_unit_of_work_waits_goes_to_it(
     _, waiters = asyncio.run(both())
 
     assert waiters == 1
+
+
+def test_callers_queued_for_a_pool_at_its_size_get_connections_in_the_order_they_came(
+    database_url: str, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    scope = make_tenant().tenant.scope
+
+    async def served() -> tuple[list[int], tuple[int, int, int]]:
+        database = Database(database_url, pool_size=2, max_overflow=0)
+        await database.open()
+        pool = database.async_pool
+        try:
+            held = [await pool.getconn_for(scope.schema) for _ in range(2)]
+            order: list[int] = []
+
+            async def caller(number: int) -> None:
+                connection = await pool.getconn_for(scope.schema)
+                order.append(number)
+                await asyncio.sleep(0.01)  # each holds it a while: the rest stay queued
+                await pool.putconn(connection)
+
+            callers = []
+            for number in range(6):
+                callers.append(asyncio.create_task(caller(number)))
+                await asyncio.sleep(0.01)  # queued in this order
+            for connection in held:
+                await pool.putconn(connection)
+            async with asyncio.timeout(5):
+                await asyncio.gather(*callers)
+            usage = database.pool_usage()
+        finally:
+            await database.close()
+        return order, usage
+
+    order, usage = asyncio.run(served())
+
+    assert order == [0, 1, 2, 3, 4, 5]
+    assert usage == (0, 2, 0)
+
+
+def test_a_connection_given_back_reaches_the_caller_queued_for_it_on_the_loops_next_turn(
+    database_url: str, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    # Through psycopg_pool's own queue the caller ran three turns later, and each turn of a
+    # busy worker's loop answers every request in flight a step (bench/README.md).
+    scope = make_tenant().tenant.scope
+
+    async def turns() -> tuple[bool, bool, int]:
+        database = Database(database_url, pool_size=1, max_overflow=0)
+        await database.open()
+        pool = database.async_pool
+        try:
+            held, queued = await _one_held_one_queued(pool, scope.schema)
+            await pool.putconn(held)
+            served_at_once = queued.done()
+            await asyncio.sleep(0)
+            served_next_turn = queued.done()
+            connection = await queued
+            pid = connection.info.backend_pid
+            await pool.putconn(connection)
+        finally:
+            await database.close()
+        return served_at_once, served_next_turn, pid
+
+    served_at_once, served_next_turn, pid = asyncio.run(turns())
+
+    assert (served_at_once, served_next_turn) == (False, True)
+    assert pid > 0
+
+
+def test_a_caller_queued_past_the_pools_timeout_is_refused_and_no_connection_is_lost(
+    database_url: str, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    scope = make_tenant().tenant.scope
+
+    async def refused() -> tuple[float, int, tuple[int, int, int]]:
+        database = Database(
+            database_url,
+            pool_size=1,
+            max_overflow=0,
+            limits=DatabaseLimits(acquire_timeout_seconds=0.2),
+        )
+        await database.open()
+        try:
+            held = await database.async_pool.getconn_for(scope.schema)
+            started = time.monotonic()
+            with pytest.raises(DatabaseUnavailable):
+                await database.run(scope, _pid_in)
+            waited = time.monotonic() - started
+            await database.async_pool.putconn(held)
+            pid = await database.run(scope, _pid_in)
+            usage = database.pool_usage()
+        finally:
+            await database.close()
+        return waited, pid, usage
+
+    waited, pid, usage = asyncio.run(refused())
+
+    assert 0.2 <= waited < 1.5
+    assert pid > 0
+    assert usage == (0, 1, 0)
+
+
+def test_a_caller_cancelled_as_it_is_handed_a_connection_gives_the_connection_back(
+    database_url: str, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    scope = make_tenant().tenant.scope
+
+    async def given_back() -> tuple[bool, int, tuple[int, int, int]]:
+        database = Database(database_url, pool_size=1, max_overflow=0)
+        await database.open()
+        pool = database.async_pool
+        try:
+            held, queued = await _one_held_one_queued(pool, scope.schema)
+            await pool.putconn(held)  # handed to the queued caller, which has not run yet
+            queued.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await queued
+            async with asyncio.timeout(5):
+                pid = await database.run(scope, _pid_in)
+            usage = database.pool_usage()
+        finally:
+            await database.close()
+        return queued.cancelled(), pid, usage
+
+    cancelled, pid, usage = asyncio.run(given_back())
+
+    assert cancelled
+    assert pid > 0
+    assert usage == (0, 1, 0)
+
+
+def test_callers_queued_when_the_pool_closes_are_told_it_closed(
+    database_url: str, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    scope = make_tenant().tenant.scope
+
+    async def told() -> BaseException | None:
+        database = Database(database_url, pool_size=1, max_overflow=0)
+        await database.open()
+        held, queued = await _one_held_one_queued(database.async_pool, scope.schema)
+        await database.close()
+        async with asyncio.timeout(5):
+            outcome = (await asyncio.gather(queued, return_exceptions=True))[0]
+        await held.close()
+        return outcome if isinstance(outcome, BaseException) else None
+
+    assert isinstance(asyncio.run(told()), PoolClosed)
+
+
+async def _one_held_one_queued(
+    pool: TenantAffinePool, schema: str
+) -> tuple[psycopg.AsyncConnection[Any], asyncio.Task[psycopg.AsyncConnection[Any]]]:
+    """The pool's only connection taken, and a caller queued for it."""
+    held = await pool.getconn_for(schema)
+    queued = asyncio.create_task(pool.getconn_for(schema))
+    await asyncio.sleep(0.05)
+    return held, queued

@@ -8,6 +8,7 @@ import os
 import re
 import threading
 import weakref
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
@@ -18,7 +19,8 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 import psycopg
 import sqlalchemy.exc
 from psycopg.pq import TransactionStatus
-from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed, PoolTimeout
+from psycopg_pool.pool_async import ReturnConnection
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import make_url
 
@@ -305,22 +307,35 @@ class TenantAffinePool(AsyncConnectionPool):
     When a connection is idle and nothing else is under way in the pool (its lock free, nobody
     waiting, no check or reset callback), ``getconn_for`` takes it and ``putconn`` gives it back
     without ``getconn``'s and ``putconn``'s coroutines, as they would do it: 10,000 instructions
-    a unit of work against 48,700 (bench/README.md). Any other case goes their way.
+    a unit of work against 48,700 (bench/README.md).
+
+    When every connection is out and the pool is at its size, a caller of ``getconn_for`` waits
+    in a queue of its own, first come first served, and a connection given back goes straight
+    to the caller that has waited longest: it runs on the event loop's next turn. Through
+    psycopg_pool's queue it ran three turns later, and the one giving the connection back
+    waited too: a worker whose callers outnumbered its connections answered the few that
+    waited 15 to 30 ms late while the others took 3 (bench/README.md). Any other case goes
+    ``getconn``'s and ``putconn``'s way.
     """
 
     def __init__(self, *args: Any, tenants: ConnectionTenants, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._tenants = tenants
+        # Callers waiting for a connection given back, longest first (``_handed_one``).
+        self._handoffs: deque[asyncio.Future[psycopg.AsyncConnection[Any]]] = deque()
 
-    async def getconn_for(self, schema: str) -> psycopg.AsyncConnection[Any]:
-        """``getconn()``, preferring an idle connection warm for ``schema``; ``putconn`` gives
-        it back."""
-        if not (self._closed or self._waiting or self._check or self._lock.locked()) and self._pool:
-            connection = self._take_ready(schema)
-            self._stats[self._REQUESTS_NUM] += 1
-            # What getconn marks a connection out of the pool by.
-            connection._pool = self
-            return connection
+    async def getconn_for(self, schema: str | None) -> psycopg.AsyncConnection[Any]:
+        """``getconn()``, preferring an idle connection warm for ``schema`` (None: any, the one
+        idle longest); ``putconn`` gives it back."""
+        if not (self._closed or self._waiting or self._check or self._lock.locked()):
+            if self._pool:
+                connection = self._take_ready(schema)
+                self._stats[self._REQUESTS_NUM] += 1
+                # What getconn marks a connection out of the pool by.
+                connection._pool = self
+                return connection
+            if self._nconns >= self._max_size:
+                return await self._handed_one()
         wanted = _TENANT_WANTED.set(schema)
         try:
             return await self.getconn()
@@ -335,6 +350,8 @@ class TenantAffinePool(AsyncConnectionPool):
             and self._drained_at < conn._created_at
             and monotonic() < conn._expire_at
         ):
+            if self._handed_over(conn):
+                return
             conn._pool = None
             self._pool.append(conn)
             if self._pool_full_event and len(self._pool) >= self._min_size:
@@ -342,15 +359,72 @@ class TenantAffinePool(AsyncConnectionPool):
             return
         await super().putconn(conn)
 
-    def _take_ready(self, schema: str) -> psycopg.AsyncConnection[Any]:
+    async def _handed_one(self) -> psycopg.AsyncConnection[Any]:
+        """The next connection given back (or added), once the callers queued before this one
+        have had theirs; PoolTimeout after the pool's timeout, as ``getconn``."""
+        waiter: asyncio.Future[psycopg.AsyncConnection[Any]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._handoffs.append(waiter)
+        self._stats[self._REQUESTS_NUM] += 1
+        self._stats[self._REQUESTS_QUEUED] += 1
+        queued_at = monotonic()
+        try:
+            async with asyncio.timeout(self.timeout):
+                connection = await waiter
+        except BaseException as failed:
+            self._stats[self._REQUESTS_ERRORS] += 1
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                # Handed a connection as the caller gave up (timed out, or was cancelled).
+                self.run_task(ReturnConnection(self, waiter.result(), from_getconn=True))
+            waiter.cancel()
+            if isinstance(failed, TimeoutError):
+                raise PoolTimeout(
+                    f"couldn't get a connection after {self.timeout:.2f} sec"
+                ) from None
+            raise
+        finally:
+            self._stats[self._REQUESTS_WAIT_MS] += int(1000.0 * (monotonic() - queued_at))
+        connection._pool = self
+        return connection
+
+    def _handed_over(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """Gives ``conn`` to the caller queued longest, if one still waits."""
+        while self._handoffs:
+            waiter = self._handoffs.popleft()
+            if not waiter.done():
+                waiter.set_result(conn)
+                return True
+        return False
+
+    async def _add_to_pool(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        # Where a connection psycopg_pool took back (reset, replaced or newly opened) becomes
+        # idle: a caller in psycopg_pool's queue has it first, then one in ours.
+        if self._closed or self._waiting or not self._handed_over(conn):
+            await super()._add_to_pool(conn)
+
+    async def close(self, timeout: float = 5.0) -> None:
+        await super().close(timeout)
+        while self._handoffs:
+            waiter = self._handoffs.popleft()
+            if not waiter.done():
+                waiter.set_exception(PoolClosed(f"the pool {self.name!r} is closed"))
+
+    def _get_measures(self) -> dict[str, int]:
+        measures = super()._get_measures()
+        measures[self._REQUESTS_WAITING] += sum(not each.done() for each in self._handoffs)
+        return measures
+
+    def _take_ready(self, schema: str | None) -> psycopg.AsyncConnection[Any]:
         """The idle connection warm for ``schema`` if there is one, else the one idle longest
         (``_pool`` is not empty)."""
         taken = None
-        for position, connection in enumerate(self._pool):
-            if self._tenants.knows(connection, schema):
-                taken = connection
-                del self._pool[position]
-                break
+        if schema is not None:
+            for position, connection in enumerate(self._pool):
+                if self._tenants.knows(connection, schema):
+                    taken = connection
+                    del self._pool[position]
+                    break
         if taken is None:
             taken = self._pool.popleft()
         self._nconns_min = min(self._nconns_min, len(self._pool))
@@ -547,8 +621,6 @@ class Database:
         the pool's ``connection()``: its context managers made taking and giving back a
         connection cost 15 µs instead of 5 to 10 (bench/README.md)."""
         if asyncio.get_running_loop() is self._async_pool_loop:
-            if schema is None:
-                return await self.async_pool.getconn()
             return await self.async_pool.getconn_for(schema)
         return await psycopg.AsyncConnection.connect(self._conninfo, **self._connection_settings)
 
