@@ -9,6 +9,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import psycopg
 from fastapi import Request
 from strawberry.fastapi import BaseContext
 
@@ -66,7 +67,15 @@ class GraphQLContext(BaseContext):
                 self._reading = await self._reads.enter_async_context(
                     self.database.unit_of_work_on_event_loop(self.scope)
                 )
-            return await run_on_event_loop(work, self._reading.narrowed_to(narrowed))
+            try:
+                return await run_on_event_loop(work, self._reading.narrowed_to(narrowed))
+            except psycopg.Error as failed:
+                # The statement failed the transaction (a lock or statement timeout): it ends
+                # as a unit of work's does, told why (a timeout is a retryable
+                # ``database_timeout``), and the fields after this one read in a new one.
+                reads, self._reads, self._reading = self._reads, AsyncExitStack(), None
+                await reads.__aexit__(type(failed), failed, failed.__traceback__)
+                raise
 
     async def write(
         self, work: Callable[[UnitOfWork], T | AfterCommit[T]], scope: Scope | None = None

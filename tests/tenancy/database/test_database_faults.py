@@ -115,3 +115,21 @@ def test_an_unreachable_database_answers_503_within_the_acquire_timeout(
         elapsed = time.monotonic() - started
     _assert_retryable(response, "database_unavailable")
     assert elapsed < 5
+
+
+def test_a_graphql_read_stuck_behind_a_lock_is_a_retryable_database_timeout(
+    settings: Settings, world: TenantWorld, database_url: str
+) -> None:
+    headers = world.key.headers
+    query = "{ customers(first: 2) { edges { node { id } } } }"
+    with _client(settings, db_lock_timeout_ms=200) as client:
+        client.post(f"{API}/customers", json={"last_name": "Locked"}, headers=headers)
+        with psycopg.connect(database_url) as holder:
+            holder.execute(f'LOCK TABLE "{world.tenant.schema}".customers IN ACCESS EXCLUSIVE MODE')
+            stuck = client.post("/graphql", json={"query": query}, headers=headers)
+        answered = client.post("/graphql", json={"query": query}, headers=headers)
+
+    assert stuck.status_code == 200
+    [error] = stuck.json()["errors"]
+    assert error["extensions"] == {"code": "database_timeout", "retry_after_seconds": 2}
+    assert len(answered.json()["data"]["customers"]["edges"]) == 1
