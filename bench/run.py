@@ -35,7 +35,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -460,17 +460,29 @@ def _deliver_webhooks(settings: BenchSettings, stamp: str) -> tuple[Any, str | N
         return None, f"{type(exc).__name__}: {exc}"
 
 
-def refresh_statistics(database_url: str, schema: str) -> None:
-    """ANALYZE the tenant's tables before each scenario, as autovacuum keeps a database analysed.
+def settle_database(database_url: str, schema: str) -> None:
+    """ANALYZE the tenant's tables before each scenario, as autovacuum keeps a database analysed,
+    then CHECKPOINT, so that no load pays for the WAL the loads before it wrote.
 
     The machines this runs on have autovacuum off, so without it the planner would plan the
     reads on the statistics of the seed, before the write scenarios added thousands of rows:
     measured, a page of 50 deals then joined a full scan of the customers (78 ms) where, with
     current statistics, it looks up its 150 (2 ms), whichever server asked.
+
+    The write scenarios write about a gigabyte of WAL in three rounds (``max_wal_size``), so a
+    checkpoint began in some loads and not in the load beside them: `POST /deals` 0.58 of the
+    baseline in a round with none, 0.47 and 0.49 in two with one at work (`103218Z`). After
+    its own CHECKPOINT a load of 12 s meets none (the next is due 5 minutes later, or a
+    gigabyte on), and each pays the full-page images of the pages it changes first, as every
+    load does after a checkpoint in production. A role that may not CHECKPOINT (neither superuser
+    nor ``pg_checkpoint``) runs the loads without; the table's checkpoint column shows where
+    one began.
     """
     with psycopg.connect(database_url, autocommit=True) as connection:
         for table in ("customers", "deals", "deal_customers", "activities", "employees", "steps"):
             connection.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(schema, table)))
+        with suppress(psycopg.errors.InsufficientPrivilege):
+            connection.execute("CHECKPOINT")
 
 
 def _run_scenarios(
@@ -536,7 +548,7 @@ def _run_scenarios(
                     run_load = partial(
                         run_wrk, tools.wrk, run.wrk_load(scenario, base_url), settings
                     )
-                refresh_statistics(run.database, run.tenant.schema)
+                settle_database(run.database, run.tenant.schema)
                 served_by = service or (None if scenario.server == "pgbench" else run.dealbase)
                 outcome = measure(
                     scenario,
