@@ -40,7 +40,7 @@ def _no_nul(value: str) -> str:
 # and checked here with the same patterns. White space is spelled out, since Python's \s and
 # ECMA's differ (Python's also takes U+001C to U+001F and U+0085).
 _SPACE = r"\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
-_NO_NUL_PATTERN = r"^[^\u0000]*$"
+NO_NUL_PATTERN = r"^[^\u0000]*$"
 _NOT_BLANK_PATTERN = rf"^[^\u0000]*[^{_SPACE}\u0000][^\u0000]*$"
 _EMAIL_PATTERN = rf"^[^@{_SPACE}\u0000]+@[^@{_SPACE}\u0000]+$"
 _NOT_BLANK = re.compile(rf"[^{_SPACE}]")
@@ -59,7 +59,7 @@ def _email_shape(value: str) -> str:
     return value
 
 
-def _text(max_length: int, pattern: str = _NO_NUL_PATTERN) -> Any:
+def _text(max_length: int, pattern: str = NO_NUL_PATTERN) -> Any:
     return Field(max_length=max_length, json_schema_extra={"pattern": pattern})
 
 

@@ -20,7 +20,7 @@ from dealbase.platform.customers.models import (
     CustomerPatch,
 )
 from dealbase.platform.resources import customer_json
-from dealbase.platform.validation import EMAIL_MAX_LENGTH, SHORT_TEXT, validated
+from dealbase.platform.validation import EMAIL_MAX_LENGTH, NO_NUL_PATTERN, SHORT_TEXT, validated
 from dealbase.rest_api.openapi import (
     CREATED_HEADERS,
     EXTERNAL_ID_FILTER,
@@ -108,14 +108,20 @@ async def list_customers(
     request: Request,
     limit: int | None = LIST_LIMIT,
     cursor: str | None = LIST_CURSOR,
+    # The NUL character is declared for clients and refused by the platform's PlainText rule
+    # (422 invalid_character), as in a body.
     email: str | None = Query(
-        None, max_length=EMAIL_MAX_LENGTH, description="Exact email address, in any letter case."
+        None,
+        max_length=EMAIL_MAX_LENGTH,
+        description="Exact email address, in any letter case.",
+        json_schema_extra={"pattern": NO_NUL_PATTERN},
     ),
     q: str | None = Query(
         None,
         min_length=1,
         max_length=SHORT_TEXT,
         description="Text the last name, first name or company contains (any letter case).",
+        json_schema_extra={"pattern": NO_NUL_PATTERN},
     ),
     updated_since: str | None = UPDATED_SINCE,
     external_id: str | None = EXTERNAL_ID_FILTER,
