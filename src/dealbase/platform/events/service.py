@@ -118,8 +118,9 @@ def feed(uow: UnitOfWork, filters: EventFilter, limit: int | None, after: str | 
     """The department's events of the last 30 days after the cursor, in commit order.
 
     Without a cursor the feed starts at the oldest event kept. The next cursor is where to poll
-    from: after this page's last event, or where this page started when it is empty. A page that
-    reaches the last numbered event numbers the events committed since, and reads on.
+    from: after this page's last event, or where this page started when it is empty. Each page
+    is read once the events committed so far are numbered, so it shows every event that
+    committed before the request, whichever reader numbered it.
     """
     found, next_cursor = _feed(
         uow, filters, limit, after, repository.events_after, lambda event: event.position
@@ -151,14 +152,13 @@ def _feed(
     scope = uow.scope
     department_id = department_of(scope)
 
-    def read() -> list[R]:
-        return events_after(
-            uow.connection, scope.tenant_id, department_id, position, filters, limit, RETENTION
-        )
-
-    found = read()
-    if len(found) < limit and number_committed(uow, [department_id]):
-        found = read()
+    # Numbered first, then read: the numbering waits for any other reader numbering the same
+    # department (its position row) and sees what that one committed, so the read that follows
+    # (a new snapshot) holds every event committed before the request, whoever numbered it.
+    number_committed(uow, [department_id])
+    found = events_after(
+        uow.connection, scope.tenant_id, department_id, position, filters, limit, RETENTION
+    )
     if found:
         position = position_of(found[-1])
     return found, _cursor(position, filters)
