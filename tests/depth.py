@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 
 @dataclass(frozen=True)
@@ -60,8 +60,25 @@ def _chosen() -> Depth:
 
 DEPTH = _chosen()
 
+# What judges the machine's speed rather than the code: no profile has a deadline or a check of
+# how long generating an example took, so a busy machine fails no generated test. A test whose
+# assertion is a duration sets its own deadline.
+_SPEED_CHECKS = [HealthCheck.too_slow]
+
 for _depth in DEPTHS.values():
     # No example database: a run depends on the commit and the profile alone (a failure in CI
     # reproduces by rerunning the same commit), not on what earlier runs found.
-    settings.register_profile(_depth.name, max_examples=_depth.examples, database=None)
+    settings.register_profile(
+        _depth.name,
+        max_examples=_depth.examples,
+        database=None,
+        deadline=None,
+        suppress_health_check=_SPEED_CHECKS,
+    )
 settings.load_profile(DEPTH.name)
+
+# For a test whose function-scoped fixtures (a tenant, an app) serve all of its examples: a
+# decorator, or the parent of a test's own settings (``settings(SHARED_FIXTURES, ...)``).
+SHARED_FIXTURES = settings(
+    suppress_health_check=[*_SPEED_CHECKS, HealthCheck.function_scoped_fixture]
+)

@@ -22,8 +22,7 @@ from graphql import (
     GraphQLSchema,
     is_leaf_type,
 )
-from hypothesis import HealthCheck, given
-from hypothesis import settings as hypothesis_settings
+from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import text
 
@@ -32,6 +31,7 @@ from dealbase.config import Settings
 from dealbase.graphql_api.schema import build_schema
 from dealbase.ops.admin import create_employee
 from dealbase.tenancy.database.connections import Database
+from tests.depth import SHARED_FIXTURES
 from tests.graphql_api.support import GRAPHQL, tenant_wide_headers
 from tests.rest_api.test_round_trips import counted_round_trips
 from tests.support import TenantWorld, build_tenant
@@ -378,9 +378,7 @@ def operations(draw: st.DrawFn, shop: Shop) -> tuple[str, dict[str, Any]]:
 
 
 @given(data=st.data())
-@hypothesis_settings(
-    deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
-)
+@SHARED_FIXTURES
 def test_compiled_fields_answer_what_the_resolvers_answer(
     data: st.DataObject, client: TestClient, resolvers_only: TestClient, shop: Shop
 ) -> None:

@@ -11,13 +11,13 @@ from typing import Any
 import orjson
 import pytest
 from fastapi.testclient import TestClient
-from hypothesis import HealthCheck, given
-from hypothesis import settings as hypothesis_settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from dealbase.graphql_api.compiled import CompilingExecutionContext
 from dealbase.graphql_api.schema import DashboardSchema
 from dealbase.tenancy.database.connections import Database
+from tests.depth import SHARED_FIXTURES
 from tests.graphql_api.support import GRAPHQL
 from tests.graphql_api.test_compiled_reads import API, Shop, operations, shop
 from tests.support import build_tenant
@@ -60,9 +60,7 @@ def _counter(metrics: str, name: str, **labels: str) -> float:
 
 
 @given(data=st.data())
-@hypothesis_settings(
-    deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
-)
+@SHARED_FIXTURES
 def test_a_kept_document_is_answered_as_strawberry_answers_it(
     data: st.DataObject, client: TestClient, shop: Shop, strawberry_runs: StrawberryRuns
 ) -> None:
@@ -84,9 +82,7 @@ def test_a_kept_document_is_answered_as_strawberry_answers_it(
 
 
 @given(data=st.data())
-@hypothesis_settings(
-    deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
-)
+@SHARED_FIXTURES
 def test_a_planned_body_answers_each_caller_as_the_same_request_parsed_anew(
     data: st.DataObject, client: TestClient, shop: Shop
 ) -> None:

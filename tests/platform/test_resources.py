@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
@@ -29,6 +29,7 @@ from dealbase.platform.tables import events
 from dealbase.platform.validation import validated
 from dealbase.rest_api.schemas import DepartmentOut, StepList
 from dealbase.tenancy.database.connections import Database
+from tests.depth import SHARED_FIXTURES
 from tests.support import TenantWorld
 
 EVERY_FIELD: dict[str, Any] = {
@@ -87,7 +88,7 @@ def test_the_event_of_a_create_carries_the_customer_as_the_api_shows_it(
     assert recorded == shown
 
 
-@settings(max_examples=15, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(SHARED_FIXTURES, max_examples=15)
 @given(
     last_name=st.text(
         alphabet=st.characters(blacklist_categories=["Cs", "Cc"]), min_size=1, max_size=40
@@ -138,7 +139,7 @@ def test_a_list_made_by_postgresql_is_the_customers_as_the_api_shows_them_in_the
     assert [list(each) for each in made] == [list(each) for each in shown]
 
 
-@settings(max_examples=10, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(SHARED_FIXTURES, max_examples=10)
 @given(
     names=st.lists(
         st.text(

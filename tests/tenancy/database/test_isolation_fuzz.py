@@ -19,8 +19,7 @@ from typing import Any
 
 import httpx
 import psycopg
-from hypothesis import HealthCheck, given
-from hypothesis import settings as fuzzing
+from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import func, select, text, update
 
@@ -29,6 +28,7 @@ from dealbase.config import Settings
 from dealbase.platform.tables import customers
 from dealbase.tenancy.database.connections import Database, UnitOfWork
 from dealbase.tenancy.scope import Scope
+from tests.depth import SHARED_FIXTURES
 from tests.support import Credentials, TenantWorld
 
 API = "/api/v1/integration"
@@ -292,10 +292,7 @@ def test_interleaved_requests_on_one_connection_never_show_another_callers_data(
         database.statement_listeners.append(disconnects)
 
         # As many interleavings as the profile's examples (tests/depth.py): 100 in CI.
-        @fuzzing(
-            deadline=None,
-            suppress_health_check=[HealthCheck.function_scoped_fixture],
-        )
+        @SHARED_FIXTURES
         @given(OPERATIONS)
         def interleaved(operations: list[Operation]) -> None:
             loop.run_until_complete(_interleave(operations, callers, client, database))
