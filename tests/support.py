@@ -235,12 +235,14 @@ def build_tenant(
     return TenantWorld(tenant, tuple(made), tuple(keys))
 
 
-def wait_until_a_transaction_waits_for_a_lock(database: Database, seconds: float = 10) -> None:
+def wait_until_a_transaction_waits_for_a_lock(
+    database: Database, seconds: float = 10, *, or_until: Callable[[], bool] = lambda: False
+) -> None:
     """Returns once a backend of ``database``'s database waits on a heavyweight lock (a row's or
-    another transaction's); fails after ``seconds``. Each look is a transaction of its own: within
-    one, PostgreSQL shows the same snapshot of pg_stat_activity."""
+    another transaction's), or once ``or_until()`` holds; fails after ``seconds``. Each look is a
+    transaction of its own: within one, PostgreSQL shows the same snapshot of pg_stat_activity."""
     deadline = time.monotonic() + seconds
-    while True:
+    while not or_until():
         with database.control() as connection:
             waiting = connection.execute(
                 text(

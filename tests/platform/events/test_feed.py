@@ -8,7 +8,6 @@ import threading
 from typing import Any
 
 import pytest
-from sqlalchemy import select, text
 
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
@@ -16,10 +15,10 @@ from dealbase.platform.events import repository
 from dealbase.platform.events import service as events
 from dealbase.platform.events.models import Event, EventFilter
 from dealbase.platform.live.hub import Hub
-from dealbase.platform.validation import validated
+from dealbase.platform.validation import department_of, validated
 from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.scope import Scope
-from tests.support import TenantWorld
+from tests.support import TenantWorld, wait_until_a_transaction_waits_for_a_lock
 
 # A bound on waiting for a condition that holds at once on a working build, not a margin.
 CONDITION_SECONDS = 30.0
@@ -46,39 +45,22 @@ class ConcurrentNumberer:
     def __init__(self, database: Database, scope: Scope) -> None:
         self.database = database
         self.scope = scope
-        self.pid: int | None = None
-        self.started = threading.Event()
         self.failure: BaseException | None = None
         self.thread = threading.Thread(target=self._number)
 
     def _number(self) -> None:
         try:
             with self.database.unit_of_work(self.scope) as uow:
-                self.pid = int(uow.connection.execute(text("SELECT pg_backend_pid()")).scalar_one())
-                self.started.set()
-                events.number_all_committed(uow, [self.scope.department_id])  # type: ignore[list-item]
+                events.number_all_committed(uow, [department_of(self.scope)])
         except BaseException as failure:
             self.failure = failure
-            self.started.set()
 
     def run_until_done_or_blocked(self) -> None:
         """Starts it, and returns once it has committed or waits for a lock the caller holds."""
         self.thread.start()
-        assert self.started.wait(CONDITION_SECONDS)
-        with self.database.control() as connection:
-            for _ in range(int(CONDITION_SECONDS / 0.01)):
-                if not self.thread.is_alive():
-                    return
-                waiting = connection.execute(
-                    select(text("wait_event_type"))
-                    .select_from(text("pg_stat_activity"))
-                    .where(text("pid = :pid")),
-                    {"pid": self.pid},
-                ).scalar()
-                if waiting == "Lock":
-                    return
-                self.thread.join(0.01)
-        raise AssertionError("the other numberer neither finished nor waited for a lock")
+        wait_until_a_transaction_waits_for_a_lock(
+            self.database, CONDITION_SECONDS, or_until=lambda: not self.thread.is_alive()
+        )
 
     def join(self) -> None:
         self.thread.join(CONDITION_SECONDS)
@@ -101,7 +83,7 @@ def test_a_read_shows_the_events_another_reader_numbered_and_committed_while_it_
 
     def events_after_then_another_numbers(*args: Any, **kwargs: Any) -> list[Event]:
         found = real_events_after(*args, **kwargs)
-        if not numberer.thread.is_alive() and numberer.pid is None:
+        if numberer.thread.ident is None:
             numberer.run_until_done_or_blocked()
         return found
 
