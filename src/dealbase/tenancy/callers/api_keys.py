@@ -547,6 +547,7 @@ def scope_for_request(
     department_header: str | None,
     *,
     tenant_wide_allowed: bool = False,
+    now: datetime | None = None,
 ) -> Scope:
     """The Scope of a request, or the error its credentials deserve.
 
@@ -555,8 +556,12 @@ def scope_for_request(
     X-Department-Id there; its Scope spans every department of its tenant.
 
     A suspended tenant is told only to a caller whose key is good: a bad key gets its 401.
+    The key's expiry and a rotation's grace period are judged at ``now`` (by default the
+    present moment).
     """
-    if credentials is None or not credentials.accepts(secret, datetime.now(UTC)):
+    if credentials is None or not credentials.accepts(
+        secret, datetime.now(UTC) if now is None else now
+    ):
         raise Unauthenticated(AUTHENTICATION_FAILED)
     if credentials.tenant_suspended:
         raise TenantSuspended(TENANT_IS_SUSPENDED)

@@ -14,6 +14,8 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
+from datetime import UTC, datetime
+from functools import partial
 
 import psycopg
 import structlog
@@ -154,9 +156,13 @@ class Authenticator:
         cache: KeyCache | None = None,
         on_lookup: Callable[[bool], None] = lambda cached: None,
         on_accepted: Callable[[uuid.UUID], None] = lambda key_id: None,
+        now: Callable[[], datetime] = partial(datetime.now, UTC),
     ) -> None:
         self._database = database
         self.cache = cache or KeyCache()
+        # The clock keys' expiries and rotations' grace periods are judged on (a test's own
+        # moves only when the test says so).
+        self.now = now
         # Told whether each lookup was answered from the cache (metrics).
         self._on_lookup = on_lookup
         # Told the id of each key accepted (its last use); runs on the event loop: must be cheap.
@@ -182,7 +188,11 @@ class Authenticator:
         if cached is not None:
             try:
                 scope = scope_for_request(
-                    cached, secret, department_header, tenant_wide_allowed=tenant_wide_allowed
+                    cached,
+                    secret,
+                    department_header,
+                    tenant_wide_allowed=tenant_wide_allowed,
+                    now=self.now(),
                 )
             except (Unauthenticated, TenantSuspended):
                 # Perhaps a secret issued, or a tenant resumed, a moment ago: the change's
@@ -193,7 +203,11 @@ class Authenticator:
                 return scope
         credentials = await to_thread.run_sync(self._load, key_id)
         scope = scope_for_request(
-            credentials, secret, department_header, tenant_wide_allowed=tenant_wide_allowed
+            credentials,
+            secret,
+            department_header,
+            tenant_wide_allowed=tenant_wide_allowed,
+            now=self.now(),
         )
         self._on_accepted(key_id)
         return scope
