@@ -4,7 +4,6 @@ a database that is down for a while, and written once more when the server stops
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,6 +28,8 @@ from dealbase.tenancy.database.control_tables import api_keys, tenants
 from tests.support import TenantWorld, scratch_database
 
 CUSTOMERS = "/api/v1/integration/customers"
+# How long a flush may take before the test fails: a bound for failing, not a margin to pass.
+FLUSH_TIMEOUT_S = 10.0
 
 
 def last_used_at(database: Database, key_id: uuid.UUID) -> datetime | None:
@@ -69,36 +70,59 @@ def test_a_refused_request_is_not_a_use(
     assert last_used_at(database, world.key.key_id) is None
 
 
-# Flushes every 0.5 s counted over 1.8 s of the machine's clock.
-@pytest.mark.serial
-def test_periodic_flushes_write_each_key_at_most_once_an_interval(
+def test_periodic_flushes_write_each_keys_last_use_once_an_interval(
     database: Database, world: TenantWorld
 ) -> None:
-    """A key used every 20 ms for 1.8 s, flushed every 0.5 s: the values written are the last
-    uses before each flush, so two in a row lie an interval apart."""
+    """The flusher waits out an interval, then writes the last use noted before it: uses noted
+    meanwhile wait for the end of the interval, and an interval without one writes nothing.
+    Its waits and the uses' moments are the test's, which ends each wait when it means to."""
     interval = 0.5
-    recorder = KeyUseRecorder(database, flush_interval_seconds=interval)
+    # The moments of the three uses the test notes, in turn.
+    uses = [datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=n) for n in range(3)]
+    waits: list[float] = []
+    written: list[datetime | None] = []
 
-    async def use_and_watch() -> list[datetime]:
+    async def scenario() -> None:
+        ends = asyncio.Queue[None]()
+
+        async def wait(seconds: float) -> None:
+            waits.append(seconds)
+            await ends.get()
+
+        async def end_the_interval() -> None:
+            """Ends the flusher's wait; returns once it is waiting again (its flush done)."""
+            waiting = len(waits)
+            ends.put_nowait(None)
+            deadline = time.monotonic() + FLUSH_TIMEOUT_S
+            while len(waits) == waiting:
+                assert time.monotonic() < deadline, f"no flush ended in {FLUSH_TIMEOUT_S} s"
+                await asyncio.sleep(0.01)
+
+        recorder = KeyUseRecorder(
+            database, flush_interval_seconds=interval, now=iter(uses).__next__, sleep=wait
+        )
         flusher = asyncio.create_task(recorder.flush_periodically())
-        seen: list[datetime] = []
-        deadline = time.monotonic() + 1.8
         try:
-            while time.monotonic() < deadline:
-                recorder.note(world.key.key_id)
-                value = await to_thread.run_sync(last_used_at, database, world.key.key_id)
-                if value is not None and (not seen or value != seen[-1]):
-                    seen.append(value)
-                await asyncio.sleep(0.02)
+            while not waits:
+                await asyncio.sleep(0)
+            recorder.note(world.key.key_id)  # uses[0]
+            recorder.note(world.key.key_id)  # uses[1]
+            written.append(await to_thread.run_sync(last_used_at, database, world.key.key_id))
+            await end_the_interval()
+            written.append(await to_thread.run_sync(last_used_at, database, world.key.key_id))
+            await end_the_interval()  # no use in this interval
+            written.append(await to_thread.run_sync(last_used_at, database, world.key.key_id))
+            recorder.note(world.key.key_id)  # uses[2]
+            written.append(await to_thread.run_sync(last_used_at, database, world.key.key_id))
+            await end_the_interval()
+            written.append(await to_thread.run_sync(last_used_at, database, world.key.key_id))
         finally:
             flusher.cancel()
-        return seen
 
-    written = asyncio.run(use_and_watch())
+    asyncio.run(scenario())
 
-    assert 2 <= len(written) <= 4, written
-    gaps = [later - earlier for earlier, later in itertools.pairwise(written)]
-    assert all(gap >= timedelta(seconds=interval - 0.1) for gap in gaps), gaps
+    assert written == [None, uses[1], uses[1], uses[1], uses[2]]
+    assert waits == [interval] * 4
 
 
 def test_record_uses_never_moves_a_last_use_back_and_skips_unknown_keys(

@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from functools import partial
 
 import structlog
 from anyio import to_thread
@@ -28,10 +30,19 @@ class KeyUseRecorder:
     """One per server process: ``note`` on the request's path, ``flush`` off it."""
 
     def __init__(
-        self, database: Database, flush_interval_seconds: float = FLUSH_INTERVAL_SECONDS
+        self,
+        database: Database,
+        flush_interval_seconds: float = FLUSH_INTERVAL_SECONDS,
+        *,
+        now: Callable[[], datetime] = partial(datetime.now, UTC),
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     ) -> None:
         self._database = database
         self.flush_interval_seconds = flush_interval_seconds
+        # When a use happened, and how the periodic flush waits out an interval: a test's own
+        # clock and wait let it decide when time passes.
+        self._now = now
+        self._sleep = sleep
         # Key id to its last use. Held only to set or swap an entry: requests never wait long.
         self._last_uses: dict[uuid.UUID, datetime] = {}
         self._lock = threading.Lock()
@@ -41,7 +52,7 @@ class KeyUseRecorder:
 
     def note(self, key_id: uuid.UUID) -> None:
         """Called for every accepted request: a dictionary write, no I/O."""
-        now = datetime.now(UTC)
+        now = self._now()
         with self._lock:
             self._last_uses[key_id] = now
 
@@ -76,5 +87,5 @@ class KeyUseRecorder:
     async def flush_periodically(self) -> None:
         """Runs until cancelled; the caller flushes once more after (``flush``)."""
         while True:
-            await asyncio.sleep(self.flush_interval_seconds)
+            await self._sleep(self.flush_interval_seconds)
             await to_thread.run_sync(self.flush)
