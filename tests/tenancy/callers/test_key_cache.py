@@ -12,10 +12,22 @@ from sqlalchemy import text
 
 from dealbase.errors import TenantSuspended, Unauthenticated
 from dealbase.ops import admin
+from dealbase.tenancy.callers import authentication
 from dealbase.tenancy.callers.api_keys import KEY_CHANGES_CHANNEL, load_credentials, parse_api_key
 from dealbase.tenancy.callers.authentication import Authenticator, KeyCache, KeyChangeListener
 from dealbase.tenancy.database.connections import Database
-from tests.support import TenantWorld
+from tests.support import TenantWorld, logs_of
+
+# How long a test waits for the listener (a notice, a reconnection) before it fails: a bound for
+# failing, not a margin to pass (each takes milliseconds).
+LISTENER_TIMEOUT_S = 10.0
+
+
+def _wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + LISTENER_TIMEOUT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not after {LISTENER_TIMEOUT_S} s"
+        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -37,10 +49,7 @@ def test_revocation_notice_drops_the_cached_key(
 
     admin.revoke_key(database, world.key.key_id)
 
-    deadline = time.monotonic() + 1.0
-    while listening_cache.get(world.key.key_id) is not None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert listening_cache.get(world.key.key_id) is None
+    _wait_until(lambda: listening_cache.get(world.key.key_id) is None, "the key is dropped")
 
 
 def test_untrusted_cache_stores_nothing(database: Database, world: TenantWorld) -> None:
@@ -70,14 +79,22 @@ def test_load_that_raced_an_invalidation_is_not_stored(
     assert cache.get(parsed[0]) is None
 
 
-def test_listener_that_cannot_connect_leaves_the_cache_untrusted() -> None:
+def test_listener_that_cannot_connect_leaves_the_cache_untrusted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     cache = KeyCache()
     listener = KeyChangeListener("postgresql://nobody@127.0.0.1:1/none", cache)
-    listener.start(wait_seconds=0.5)
-    try:
-        assert not cache.trusted
-    finally:
-        listener.stop()
+    with logs_of(monkeypatch, authentication) as logs:
+        listener.start(wait_seconds=0)
+        try:
+            # Its first attempt has failed (and it waits to try again).
+            _wait_until(
+                lambda: any(entry["event"] == "key_listener_down" for entry in logs),
+                "the listener reports its failure",
+            )
+            assert not cache.trusted
+        finally:
+            listener.stop()
 
 
 def _listener_pids(database: Database) -> set[int]:
@@ -109,11 +126,8 @@ def test_lost_listener_connection_forgets_every_cached_key(
             {"pids": list(before)},
         )
 
-    deadline = time.monotonic() + 5
-    while not (_listener_pids(database) - before) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    _wait_until(lambda: bool(_listener_pids(database) - before), "the listener reconnects")
 
-    assert _listener_pids(database) - before, "listener did not reconnect"
     assert listening_cache.get(world.key.key_id) is None
 
 
@@ -127,9 +141,8 @@ def _cache_keys(database: Database, cache: KeyCache, *worlds: TenantWorld) -> No
 
 
 def _until_dropped(cache: KeyCache, key_id: uuid.UUID) -> None:
-    deadline = time.monotonic() + 1.0
-    while cache.get(key_id) is not None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    """Returns once the notice that drops the key has been applied (and any other it carried)."""
+    _wait_until(lambda: cache.get(key_id) is None, "the key is dropped")
 
 
 def test_a_tenant_notice_drops_every_key_of_that_tenant_and_no_other(
