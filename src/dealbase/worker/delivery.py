@@ -35,6 +35,9 @@ from dealbase.worker.sending import Sender
 log = structlog.get_logger("dealbase.worker")
 
 Clock = Callable[[], datetime]
+# Seconds on a clock that never goes back: how long a visit has run, when the leases of the
+# attempts it sent lapse, when to look for a purge again.
+Monotonic = Callable[[], float]
 
 # Attempts whose recording met a transient fault are recorded again after this pause, doubled
 # each time up to the maximum, while their leases hold.
@@ -75,11 +78,13 @@ class DeliveryWorker:
         limits: WorkerLimits = WorkerLimits(),
         clock: Clock = utc_now,
         jitter: Jitter = random_jitter,
+        monotonic: Monotonic = time.monotonic,
     ) -> None:
         self.database = database
         self.sender = sender
         self.limits = limits
         self.clock = clock
+        self.monotonic = monotonic
         self.jitter = jitter
         self.id = uuid.uuid4()
 
@@ -87,10 +92,10 @@ class DeliveryWorker:
         """Delivers until ``stop`` is set, finishing the visits under way (whose leases would
         otherwise hold their deliveries back until they lapse). The purge runs beside the
         deliveries, not in their way, and stops between tenants."""
-        next_purge_check = time.monotonic()
+        next_purge_check = self.monotonic()
         purging: asyncio.Task[int | None] | None = None
         while not stop.is_set():
-            if time.monotonic() >= next_purge_check and (purging is None or purging.done()):
+            if self.monotonic() >= next_purge_check and (purging is None or purging.done()):
                 next_purge_check += self.limits.purge_check_every.total_seconds()
                 purging = asyncio.create_task(self.purge_if_due(stop))
             try:
@@ -186,14 +191,14 @@ class DeliveryWorker:
         time is up; then schedules the tenant's next visit, if anything is pending. A visit that
         fails leaves its claim to lapse, so the tenant is visited again."""
         scope = Scope(tenant_id=uuid.UUID(hex=schema.removeprefix("t_")), schema=schema)
-        deadline = time.monotonic() + self.limits.visit_budget.total_seconds()
+        deadline = self.monotonic() + self.limits.visit_budget.total_seconds()
         sent: list[Sent] = []
         first = True
         leases_lapse = 0.0
         try:
             while True:
-                out_of_time = time.monotonic() > deadline
-                leased_at = time.monotonic()
+                out_of_time = self.monotonic() > deadline
+                leased_at = self.monotonic()
                 step = await self._step(scope, sent, first, out_of_time, leases_lapse)
                 first = False
                 if not step.leased:
@@ -210,8 +215,8 @@ class DeliveryWorker:
         self, scope: Scope, sent: list[Sent], scan: bool, out_of_time: bool, leases_lapse: float
     ) -> deliveries.Step:
         """Records the attempts ``sent`` and leases the next deliveries. A transient fault with
-        attempts to record is tried again until their leases lapse (``leases_lapse``, on the
-        monotonic clock): given up, the attempts would be forgotten and their deliveries sent
+        attempts to record is tried again until their leases lapse (``leases_lapse``, on
+        ``monotonic``): given up, the attempts would be forgotten and their deliveries sent
         again by the next visit, as happened while a tenant moved between Citus nodes."""
         pause = RECORD_RETRY_FIRST_PAUSE_SECONDS
         while True:
@@ -229,7 +234,7 @@ class DeliveryWorker:
                     ),
                 )
             except Unavailable as fault:
-                if not sent or time.monotonic() + pause >= leases_lapse:
+                if not sent or self.monotonic() + pause >= leases_lapse:
                     raise
                 log.warning(
                     "webhook_attempts_not_recorded_yet",
