@@ -8,7 +8,7 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,7 +25,7 @@ from dealbase.tenancy.database.connections import Database
 from dealbase.worker.delivery import DeliveryWorker
 from dealbase.worker.limits import WorkerLimits
 from dealbase.worker.sending import Sender
-from tests.support import TenantWorld, build_tenant, scratch_database
+from tests.support import FakeClock, TenantWorld, build_tenant, scratch_database
 
 T = TypeVar("T")
 
@@ -56,26 +56,35 @@ class Received:
 
 @dataclass
 class Receiver:
-    """Records every request; answers each with the next of ``answers`` (status, headers, how
-    long to wait first), then with ``default``."""
+    """Records every request; answers each with the next of ``answers`` (status, headers, what
+    to wait for first), then with ``default``."""
 
     url: str
     requests: list[Received] = field(default_factory=list)
-    answers: list[tuple[int, dict[str, str], float]] = field(default_factory=list)
+    answers: list[tuple[int, dict[str, str], threading.Event | None]] = field(default_factory=list)
     default: int = 204
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Requests begun, answered or not.
     arrived: int = 0
     server: _Server | None = None
+    holds: list[threading.Event] = field(default_factory=list)
 
     def answer(self, *statuses: int, headers: dict[str, str] | None = None) -> None:
         with self.lock:
-            self.answers += [(status, headers or {}, 0.0) for status in statuses]
+            self.answers += [(status, headers or {}, None) for status in statuses]
 
-    def hold(self, seconds: float) -> None:
-        """The next request is answered 204 only after ``seconds``."""
+    def hold(self) -> threading.Event:
+        """The next request is answered 204 only once the event returned is set (by the test,
+        or at the fixture's end): not after a time, which a busy machine may overrun."""
+        release = threading.Event()
         with self.lock:
-            self.answers.append((204, {}, seconds))
+            self.answers.append((204, {}, release))
+            self.holds.append(release)
+        return release
+
+    def release_all(self) -> None:
+        for release in self.holds:
+            release.set()
 
     def stop(self) -> None:
         """Stops listening: connections are refused until ``start``."""
@@ -102,12 +111,12 @@ class _Handler(BaseHTTPRequestHandler):
         state = self.server.state
         with state.lock:
             state.arrived += 1
-            status, headers, wait = (
-                state.answers.pop(0) if state.answers else (state.default, {}, 0.0)
+            status, headers, release = (
+                state.answers.pop(0) if state.answers else (state.default, {}, None)
             )
         body = self.rfile.read(int(self.headers.get("content-length", 0)))
-        if wait:
-            time.sleep(wait)
+        if release is not None:
+            release.wait()
         with state.lock:
             state.requests.append(
                 Received({k.lower(): v for k, v in self.headers.items()}, body, time.time())
@@ -147,6 +156,7 @@ def receiver_on_ipv6() -> Iterator[Receiver]:
     state.server = _serve(state, 0, "::1")
     state.url = f"http://[::1]:{state.server.server_address[1]}/hooks"
     yield state
+    state.release_all()
     state.stop()
 
 
@@ -156,21 +166,31 @@ def receiver() -> Iterator[Receiver]:
     state.server = _serve(state, 0)
     state.url = f"http://127.0.0.1:{state.server.server_address[1]}/hooks"
     yield state
+    state.release_all()
     state.stop()
 
 
 @dataclass
 class Clock:
     """The workers' time: the real time moved on by what the tests skip (wakeups and events
-    carry the database's real time, so the workers' may not fall behind it)."""
+    carry the database's real time, so the workers' may not fall behind it), until a test
+    freezes it; from then on it moves only as the test moves it."""
 
     skipped: timedelta = timedelta(0)
+    frozen_at: datetime | None = None
 
     def __call__(self) -> datetime:
-        return datetime.now(UTC) + self.skipped
+        return (self.frozen_at or datetime.now(UTC)) + self.skipped
 
     def advance(self, by: timedelta) -> None:
         self.skipped += by
+
+    def freeze(self, at: datetime | None = None) -> None:
+        """Stops the clock at ``at``, or at its reading now: later than every time the database
+        has stamped so far, so what is due now stays due. A test freezes it once it has written
+        what the workers are to find, so that a retry due in 5 s is not due 1 ms before,
+        however long the machine takes between two steps."""
+        self.frozen_at, self.skipped = (at or self()), timedelta(0)
 
 
 @pytest.fixture
@@ -188,11 +208,15 @@ class Workers:
     def __init__(self, database: Database, clock: Clock) -> None:
         self.database = database
         self.clock = clock
+        # The workers' monotonic clock (a visit's budget, when the leases of the attempts it
+        # sent lapse) moves only when a test moves it, as ``clock`` does once frozen.
+        self.monotonic = FakeClock()
         self.made: list[DeliveryWorker] = []
 
     def __call__(self, policy: AddressPolicy = ALLOW_PRIVATE, **options: Any) -> DeliveryWorker:
         options.setdefault("jitter", lambda: 1.0)
         options.setdefault("limits", WorkerLimits())
+        options.setdefault("monotonic", self.monotonic)
         worker = DeliveryWorker(self.database, Sender(policy), clock=self.clock, **options)
         self.made.append(worker)
         return worker
@@ -213,6 +237,23 @@ class Workers:
 @pytest.fixture
 def workers(worker_database: Database, clock: Clock) -> Workers:
     return Workers(worker_database, clock)
+
+
+# How long a scenario waits for something the worker is to do before the test fails: only a
+# broken worker comes near it.
+UNTIL_SECONDS = 30.0
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    """Returns once ``condition()`` holds, looking every 10 ms on the running loop (so the
+    workers in it go on meanwhile); fails, saying ``what`` never happened, after
+    ``UNTIL_SECONDS``."""
+    try:
+        async with asyncio.timeout(UNTIL_SECONDS):
+            while not condition():
+                await asyncio.sleep(0.01)
+    except TimeoutError:
+        raise AssertionError(f"not within {UNTIL_SECONDS:g} s: {what}") from None
 
 
 @pytest.fixture

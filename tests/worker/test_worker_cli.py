@@ -7,15 +7,16 @@ import os
 import signal
 import subprocess
 import time
-from datetime import timedelta
+from datetime import datetime
 from pathlib import Path
 
 import httpx
-from sqlalchemy import text
+from sqlalchemy import func, select, text
 
 from dealbase.tenancy.database.connections import Database
+from dealbase.tenancy.database.control_tables import webhook_wakeups
 from dealbase.worker.limits import WorkerLimits
-from tests.support import DEALBASE, TenantWorld, free_port
+from tests.support import DEALBASE, SERVER_START_TIMEOUT_S, TenantWorld, free_port
 from tests.worker.conftest import Clock, Receiver, Workers, add_endpoint
 from tests.worker.test_delivery import add_customer, log_of
 
@@ -67,7 +68,8 @@ def test_the_worker_process_delivers_makes_spares_serves_metrics_and_stops_on_si
     )
     try:
         add_customer(worker_database, tenant, "Lovelace")
-        deadline = time.monotonic() + 20
+        # A failure bound: the process starts (imports) on a machine the other tests load.
+        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
         while not receiver.requests or _spares(worker_database) < 2:
             assert process.poll() is None, log.read_text()
             assert time.monotonic() < deadline, f"nothing delivered: {log.read_text()}"
@@ -83,6 +85,24 @@ def test_the_worker_process_delivers_makes_spares_serves_metrics_and_stops_on_si
     assert _spares(worker_database) == 2
 
 
+def _held_by_the_dead_worker(database: Database, world: TenantWorld) -> tuple[datetime, datetime]:
+    """Until when a worker that died mid-delivery holds the tenant's wakeup (its claim) and
+    its one delivery (its lease)."""
+    schema = world.tenant.schema
+    with database.control() as connection:
+        claimed_until = connection.execute(
+            select(func.max(webhook_wakeups.c.due_at)).where(
+                webhook_wakeups.c.schema_name == schema,
+                webhook_wakeups.c.claimed_by.is_not(None),
+            )
+        ).scalar_one()
+        leased_until = connection.execute(
+            text(f'SELECT leased_until FROM "{schema}".webhook_deliveries')
+        ).scalar_one()
+    assert isinstance(claimed_until, datetime) and isinstance(leased_until, datetime)
+    return claimed_until, leased_until
+
+
 def test_a_worker_process_killed_mid_delivery_leaves_the_event_to_another_worker(
     worker_database_url: str,
     worker_database: Database,
@@ -93,11 +113,11 @@ def test_a_worker_process_killed_mid_delivery_leaves_the_event_to_another_worker
     tmp_path: Path,
 ) -> None:
     endpoint = add_endpoint(worker_database, tenant, receiver.url)
-    receiver.hold(3.0)  # the first request is answered only after the kill
+    answer = receiver.hold()  # the first request is answered only after the kill
     doomed, log = start_worker(worker_database_url, tmp_path)
     try:
         add_customer(worker_database, tenant, "Lovelace")
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
         while receiver.arrived == 0:
             assert doomed.poll() is None, log.read_text()
             assert time.monotonic() < deadline, f"nothing sent: {log.read_text()}"
@@ -105,12 +125,17 @@ def test_a_worker_process_killed_mid_delivery_leaves_the_event_to_another_worker
     finally:
         doomed.kill()
         doomed.wait(timeout=10)
+        answer.set()
+    claimed_until, leased_until = _held_by_the_dead_worker(worker_database, tenant)
 
-    # Until the dead worker's claim and lease lapse, the event is no one else's...
+    # Until the dead worker's claim and lease lapse, the event is no one else's: the other
+    # workers' clock stands at the moment it claimed the tenant (its clock is the real one),
+    # however long ago that was...
+    clock.freeze(at=claimed_until - WorkerLimits().claim_lease)
     workers.run(workers().run_until_idle())
     assert receiver.arrived == 1
-    # ...and then it is delivered by another.
-    clock.advance(WorkerLimits().claim_lease + timedelta(seconds=1))
+    # ...and once both have lapsed it is delivered by another.
+    clock.advance(max(claimed_until, leased_until) - clock())
     workers.run(workers().run_until_idle())
 
     (delivery,) = log_of(worker_database, tenant, endpoint.id)
