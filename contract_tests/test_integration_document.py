@@ -23,7 +23,7 @@ from dealbase.config import Settings
 from dealbase.ops import admin
 from dealbase.platform import tables
 from dealbase.tenancy.database.connections import Database
-from tests.support import TenantWorld, build_tenant
+from tests.support import FakeClock, TenantWorld, build_tenant
 
 INTEGRATION = "/api/v1/integration"
 CUSTOMERS = f"{INTEGRATION}/customers"
@@ -617,10 +617,13 @@ def test_exceeding_the_rate_limit_is_429_with_retry_after(
     settings: Settings, database: Database, path: str, body: dict[str, Any]
 ) -> None:
     world = build_tenant(database)
-    # One request, then a token every 20 s: the second is refused however slowly a loaded
-    # machine sends it (at 1/s, a second between the two refilled the bucket).
+    # One request a second, on a clock only the test moves (the in-process limiter's): nothing
+    # refills between the two requests, however slowly a loaded machine sends them.
     app = create_app(
-        settings.model_copy(update={"rate_limit_key": "0.05/s", "rate_limit_key_burst": 1})
+        settings.model_copy(
+            update={"redis_url": None, "rate_limit_key": "1/s", "rate_limit_key_burst": 1}
+        ),
+        clock=FakeClock(),
     )
     with TestClient(app, raise_server_exceptions=False) as limited:
         first = limited.post(path, json=body, headers=world.key.headers)
