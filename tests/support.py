@@ -51,7 +51,14 @@ def server_url(tmp_dir: Path) -> str:
         raise RuntimeError("CI=true but DEALBASE_TEST_DATABASE_URL is not set: .ci/run sets it.")
     from dealbase.ops.embedded_postgres import embedded_database_url
 
-    return embedded_database_url(tmp_dir)
+    url = embedded_database_url(tmp_dir)
+    # The tests' own cluster holds scratch databases only: without durability, a session's
+    # DROP DATABASE no longer waits for a checkpoint to flush every tenant schema it made.
+    with psycopg.connect(url, autocommit=True) as connection:
+        for setting in ("fsync", "full_page_writes", "synchronous_commit"):
+            connection.execute(sql.SQL("ALTER SYSTEM SET {} = off").format(sql.Identifier(setting)))
+        connection.execute("SELECT pg_reload_conf()")
+    return url
 
 
 # Set by `make test` for its second pass of the REST and GraphQL tests: the apps the tests build
