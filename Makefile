@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck pytest migrate demo clean bench bench-scale profile
+.PHONY: install run test test-under-load lint typecheck pytest migrate demo clean bench bench-scale profile
 
 install: $(STAMP)
 
@@ -21,6 +21,16 @@ run: install
 	$(BIN)/dealbase worker & worker=$$!; trap 'kill $$worker 2>/dev/null' EXIT; $(BIN)/dealbase serve
 
 test: install lint typecheck pytest
+
+# `make test` beside LOAD_LOOPS busy CPU loops (two by default), stopped with it: the check that no
+# test depends on the machine's speed (tests/README.md, "A busy machine").
+LOAD_LOOPS ?= 2
+test-under-load: install
+	@loops=""; \
+	for _ in $$(seq 1 $(LOAD_LOOPS)); do sh -c 'while :; do :; done' & loops="$$loops $$!"; done; \
+	trap 'kill $$loops 2>/dev/null' EXIT INT TERM; \
+	echo "test-under-load: $(LOAD_LOOPS) busy loops beside make test (pids$$loops)"; \
+	$(MAKE) test
 
 lint: install
 	$(BIN)/ruff check .
