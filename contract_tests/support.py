@@ -10,6 +10,7 @@ fixture puts the real app in.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import schemathesis
@@ -21,6 +22,9 @@ from dealbase.config import Settings
 from tests.depth import DEPTH
 
 OPENAPI_PATH = "/openapi.json"
+
+# Whether each (table, id) given is a row of the contract tenant (the ``rows_exist`` fixture).
+RowsExist = Callable[..., tuple[bool, ...]]
 
 # A fixed seed: a CI failure reproduces by rerunning the same commit.
 SEED = 20_240_601

@@ -34,8 +34,10 @@ from contract_tests.graphql_support import (
     load_graphql_schema,
 )
 from contract_tests.server_rules import PUBLIC_WEBHOOK_URL, DepartmentRows
+from contract_tests.support import RowsExist
 from dealbase.config import Settings
 from dealbase.graphql_api.api import GRAPHQL_PATH
+from dealbase.platform.tables import activities, webhook_endpoints
 from tests.support import Credentials
 
 INTROSPECTION = import_time_introspection()
@@ -52,6 +54,7 @@ def graphql_rows(
     contract_app: FastAPI,
     contract_credentials: Credentials,
     contract_rows: Callable[[], DepartmentRows],
+    rows_exist: RowsExist,
 ) -> Callable[[], GraphQLRows]:
     """The department's real rows; each call remakes one a mutation deleted.
 
@@ -76,9 +79,6 @@ def graphql_rows(
         assert "errors" not in body, body
         return str(body["data"]["createActivity"]["id"])
 
-    def activity_exists(activity_id: str) -> bool:
-        return run(f'{{ activity(id: "{activity_id}") {{ id }} }}').get("data") is not None
-
     def new_webhook_delivery() -> tuple[str, str]:
         """An endpoint of the department and the delivery of a test event to it."""
         body = run(
@@ -91,18 +91,16 @@ def graphql_rows(
         assert "errors" not in body, body
         return endpoint_id, str(body["data"]["sendTestWebhook"]["id"])
 
-    def endpoint_exists(endpoint_id: str) -> bool:
-        return run(f'{{ webhookEndpoint(id: "{endpoint_id}") {{ id }} }}').get("data") is not None
-
     activity_id = new_activity(contract_rows().customer_id)
     endpoint_id, delivery_id = new_webhook_delivery()
 
     def current() -> GraphQLRows:
         nonlocal activity_id, endpoint_id, delivery_id
         rows = contract_rows()
-        if not activity_exists(activity_id):
+        activity, endpoint = rows_exist((activities, activity_id), (webhook_endpoints, endpoint_id))
+        if not activity:
             activity_id = new_activity(rows.customer_id)
-        if not endpoint_exists(endpoint_id):
+        if not endpoint:
             endpoint_id, delivery_id = new_webhook_delivery()
         return GraphQLRows(
             department_id=str(contract_credentials.department_id),
