@@ -33,6 +33,23 @@ def _pid_in(uow: UnitOfWork) -> int:
     return int(uow.connection.execute(select(func.pg_backend_pid())).scalar_one())
 
 
+# A failure bound: how long a test waits for callers to queue, or for one to be served.
+WAIT_SECONDS = 30.0
+
+
+def _waiting(pool: TenantAffinePool) -> int:
+    """How many callers wait for a connection of ``pool``, as its statistics count them."""
+    return int(pool.get_stats().get("requests_waiting", 0))
+
+
+async def _until_waiting(pool: TenantAffinePool, count: int) -> None:
+    """Returns once ``count`` callers wait for a connection of ``pool``: a caller has queued
+    when this returns, however long the machine took to run it."""
+    async with asyncio.timeout(WAIT_SECONDS):
+        while _waiting(pool) < count:
+            await asyncio.sleep(0.001)
+
+
 def test_units_of_work_one_after_another_leave_the_pools_counts_as_they_were(
     database_url: str, make_tenant: Callable[..., TenantWorld]
 ) -> None:
@@ -112,10 +129,10 @@ def test_a_connection_given_back_while_another_unit_of_work_waits_goes_to_it(
             async def waiting(scope: Scope) -> int:
                 await held.wait()
                 pending = asyncio.ensure_future(database.run(scope, _pid_in))
-                await asyncio.sleep(0.05)  # queued behind the held connection
+                await _until_waiting(database.async_pool, 1)  # queued behind the held one
                 waiters = database.pool_usage()[2]
                 release.set()
-                async with asyncio.timeout(5):
+                async with asyncio.timeout(WAIT_SECONDS):
                     await pending
                 return waiters
 
@@ -145,16 +162,16 @@ def test_callers_queued_for_a_pool_at_its_size_get_connections_in_the_order_they
             async def caller(number: int) -> None:
                 connection = await pool.getconn_for(scope.schema)
                 order.append(number)
-                await asyncio.sleep(0.01)  # each holds it a while: the rest stay queued
+                await asyncio.sleep(0)  # each holds it a turn: the rest stay queued
                 await pool.putconn(connection)
 
             callers = []
             for number in range(6):
                 callers.append(asyncio.create_task(caller(number)))
-                await asyncio.sleep(0.01)  # queued in this order
+                await _until_waiting(pool, number + 1)  # queued in this order
             for connection in held:
                 await pool.putconn(connection)
-            async with asyncio.timeout(5):
+            async with asyncio.timeout(WAIT_SECONDS):
                 await asyncio.gather(*callers)
             usage = database.pool_usage()
         finally:
@@ -202,7 +219,7 @@ def test_a_caller_queued_past_the_pools_timeout_is_refused_and_no_connection_is_
 ) -> None:
     scope = make_tenant().tenant.scope
 
-    async def refused() -> tuple[float, int, tuple[int, int, int]]:
+    async def refused() -> tuple[float, bool, int, tuple[int, int, int]]:
         database = Database(
             database_url,
             pool_size=1,
@@ -213,19 +230,27 @@ def test_a_caller_queued_past_the_pools_timeout_is_refused_and_no_connection_is_
         try:
             held = await database.async_pool.getconn_for(scope.schema)
             started = time.monotonic()
+            # A timer set after the caller queued, for five times the pool's timeout, on the
+            # same loop: the loop fires due timers in the order they are due, so the caller is
+            # refused before it fires if the pool's timeout refused it, however long the busy
+            # machine held the loop up, and after it if anything slower did.
+            later = asyncio.ensure_future(asyncio.sleep(1.0))
             with pytest.raises(DatabaseUnavailable):
                 await database.run(scope, _pid_in)
             waited = time.monotonic() - started
+            refused_first = not later.done()
+            later.cancel()
             await database.async_pool.putconn(held)
             pid = await database.run(scope, _pid_in)
             usage = database.pool_usage()
         finally:
             await database.close()
-        return waited, pid, usage
+        return waited, refused_first, pid, usage
 
-    waited, pid, usage = asyncio.run(refused())
+    waited, refused_first, pid, usage = asyncio.run(refused())
 
-    assert 0.2 <= waited < 1.5
+    assert waited >= 0.2  # not before its timeout
+    assert refused_first  # by its timeout, not later
     assert pid > 0
     assert usage == (0, 1, 0)
 
@@ -245,7 +270,7 @@ def test_a_caller_cancelled_as_it_is_handed_a_connection_gives_the_connection_ba
             queued.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await queued
-            async with asyncio.timeout(5):
+            async with asyncio.timeout(WAIT_SECONDS):
                 pid = await database.run(scope, _pid_in)
             usage = database.pool_usage()
         finally:
@@ -269,7 +294,7 @@ def test_callers_queued_when_the_pool_closes_are_told_it_closed(
         await database.open()
         held, queued = await _one_held_one_queued(database.async_pool, scope.schema)
         await database.close()
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(WAIT_SECONDS):
             outcome = (await asyncio.gather(queued, return_exceptions=True))[0]
         await held.close()
         return outcome if isinstance(outcome, BaseException) else None
@@ -283,5 +308,5 @@ async def _one_held_one_queued(
     """The pool's only connection taken, and a caller queued for it."""
     held = await pool.getconn_for(schema)
     queued = asyncio.create_task(pool.getconn_for(schema))
-    await asyncio.sleep(0.05)
+    await _until_waiting(pool, 1)
     return held, queued

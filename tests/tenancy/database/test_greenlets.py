@@ -87,16 +87,22 @@ def test_calls_of_many_tasks_interleave_on_their_own_greenlets() -> None:
 
 def test_a_cancelled_caller_cancels_the_work_and_its_greenlet_serves_again() -> None:
     cleaned: list[str] = []
+    waiting = asyncio.Event()
+
+    async def never_answered() -> int:
+        waiting.set()
+        await asyncio.Event().wait()
+        return 1
 
     def waits() -> int:
         try:
-            return await_(_answer(1, delay=10))
+            return await_(never_answered())
         finally:
             cleaned.append("finally ran")
 
     async def cancel_then_call() -> int:
         task = asyncio.create_task(run_in_greenlet(waits))
-        await asyncio.sleep(0.01)
+        await waiting.wait()  # the work is in its await_, not merely scheduled
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
