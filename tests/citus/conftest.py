@@ -7,6 +7,7 @@ fails these tests, elsewhere they are skipped with the two commands that make on
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -99,3 +100,12 @@ def cluster_client(cluster_database: Database, cluster_settings: Settings) -> It
 def cluster_world(cluster_database: Database) -> TenantWorld:
     """A fresh tenant of the cluster (a distributed schema) with one department and its key."""
     return build_tenant(cluster_database, distributed=True)
+
+
+def deliveries_by_state(citus_url: str, schema: str) -> Counter[str]:
+    """How many of the schema's webhook deliveries are in each state."""
+    with psycopg.connect(citus_url) as connection:
+        rows = connection.execute(
+            f'SELECT state, count(*) FROM "{schema}".webhook_deliveries GROUP BY state'
+        ).fetchall()
+    return Counter(dict(rows))

@@ -22,6 +22,7 @@ import pytest
 from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.registry.placement import Node, tenant_node
 from dealbase.tenancy.registry.tenants import create_tenant
+from tests.citus.conftest import deliveries_by_state
 from tests.ops.conftest import RunCli
 from tests.support import (
     SERVER_START_TIMEOUT_S,
@@ -38,6 +39,11 @@ pytestmark = pytest.mark.serial
 
 API = "/api/v1/integration"
 WRITERS = 4
+# Customers the writers create before the move begins, and again after it has ended.
+WRITES_AROUND_THE_MOVE = 20
+# Failure bounds: only a stuck server, worker or move comes near them.
+WRITTEN_WITHIN_S = 60.0
+DELIVERED_WITHIN_S = 120.0
 REBALANCER_PACE = {
     "citus.background_task_queue_interval": "100ms",
     "citus.max_background_task_executors_per_node": "4",
@@ -80,6 +86,14 @@ class Writers:
                         self.refused.append(response)
                     else:
                         self.unexpected.append(f"{response.status_code} {response.text}")
+
+    def wait_until_created(self, count: int) -> None:
+        """Returns once ``count`` customers are created; fails after WRITTEN_WITHIN_S."""
+        deadline = time.monotonic() + WRITTEN_WITHIN_S
+        while len(self.created) < count:
+            assert not self.unexpected, self.unexpected
+            assert time.monotonic() < deadline, f"{len(self.created)} of {count} created"
+            time.sleep(0.01)
 
     def __enter__(self) -> Writers:
         for thread in self.threads:
@@ -132,21 +146,23 @@ def test_a_tenant_moved_while_it_works_loses_no_write_and_sends_no_delivery_twic
     worker, log = start_worker(citus_url, tmp_path, DEALBASE_CITUS_SCHEMA_SHARDING="true")
     try:
         with Writers(served_cluster, headers) as writers:
-            time.sleep(1)
+            # Writing as the move begins, and still once it has ended.
+            writers.wait_until_created(WRITES_AROUND_THE_MOVE)
             moved = run_on_cluster(
                 "tenant", "move", str(cluster_world.tenant.id), "--node", str(target), "--json"
             )
-            time.sleep(1)
+            writers.wait_until_created(len(writers.created) + WRITES_AROUND_THE_MOVE)
         assert moved.exit_code == 0, str(moved)
         assert moved.json()["from"] == str(source)
-        deadline = time.monotonic() + 60
-        while len(receiver.requests) < len(writers.created):
+        # Until every delivery is recorded as delivered: one whose attempt was forgotten in the
+        # move is sent again before its record, so then the worker has sent all it ever will
+        # (and stopping it lets the visits under way finish).
+        deadline = time.monotonic() + DELIVERED_WITHIN_S
+        expected = Counter(delivered=len(writers.created))
+        while (states := deliveries_by_state(citus_url, schema)) != expected:
             assert worker.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, (
-                f"{len(receiver.requests)} delivered: {log.read_text()}"
-            )
+            assert time.monotonic() < deadline, f"{states}: {log.read_text()}"
             time.sleep(0.1)
-        time.sleep(1)  # room for a duplicate to show
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=15)

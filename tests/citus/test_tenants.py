@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from fastapi.testclient import TestClient
 
 from dealbase.migrations.runner import head_revision
@@ -102,16 +103,23 @@ def test_a_tenant_takes_a_spare_made_ahead_as_a_distributed_schema(
     assert spare in schemas or left == (0,), "the spare was neither taken nor left"
 
 
-def test_keys_suspension_export_and_deletion_on_the_cluster(
-    citus_url: str, cluster_client: TestClient, run_on_cluster: RunCli, tmp_path: Path
-) -> None:
-    tenant = run_on_cluster("tenant", "create", f"life-{uuid.uuid4().hex[:8]}", "--json").json()
+def _tenant_with_a_key(run_on_cluster: RunCli, name: str) -> tuple[Any, Any, Any]:
+    """A tenant made by the CLI, with a department and a key: each as the CLI's JSON."""
+    tenant = run_on_cluster("tenant", "create", f"{name}-{uuid.uuid4().hex[:8]}", "--json").json()
     department = run_on_cluster(
         "department", "create", "--tenant", tenant["id"], "Sales", "--json"
     ).json()
     key = run_on_cluster(
         "key", "issue", "--tenant", tenant["id"], "--department", department["id"], "--json"
     ).json()
+    return tenant, department, key
+
+
+@pytest.mark.serial  # in force within IN_FORCE_WITHIN_S of the command: alone on the machine
+def test_key_changes_and_a_suspension_on_the_cluster_are_in_force_within_a_second(
+    cluster_client: TestClient, run_on_cluster: RunCli
+) -> None:
+    tenant, department, key = _tenant_with_a_key(run_on_cluster, "keys")
 
     def headers(api_key: str) -> dict[str, str]:
         return {"X-Api-Key": api_key, "X-Department-Id": department["id"]}
@@ -133,6 +141,30 @@ def test_keys_suspension_export_and_deletion_on_the_cluster(
     assert run_on_cluster("tenant", "resume", tenant["id"], "--json").exit_code == 0
     assert cluster_client.get(f"{API}/customers", headers=headers(new_key)).status_code == 200
 
+    limited = run_on_cluster("key", "update", key["key_id"], "--rate", "2/s", "--burst", "4")
+    assert limited.exit_code == 0, str(limited)
+    reset = run_on_cluster("key", "reset", key["key_id"], "--json").json()
+    _status_within(cluster_client, headers(new_key), 401)
+    new_key = reset["api_key"]
+    assert cluster_client.get(f"{API}/customers", headers=headers(new_key)).status_code == 200
+    audit = run_on_cluster("key", "audit", "--tenant", tenant["id"], "--json").json()
+    assert [entry["action"] for entry in audit][-4:] == ["issue", "rotate", "rate", "reset"]
+
+    assert run_on_cluster("key", "revoke", key["key_id"], "--json").exit_code == 0
+    _status_within(cluster_client, headers(new_key), 401)
+
+
+def test_a_tenant_on_the_cluster_is_exported_and_deleted_with_its_schema_and_role_on_the_workers(
+    citus_url: str, cluster_client: TestClient, run_on_cluster: RunCli, tmp_path: Path
+) -> None:
+    tenant, department, key = _tenant_with_a_key(run_on_cluster, "life")
+    created = cluster_client.post(
+        f"{API}/customers",
+        json={"last_name": "Lovelace"},
+        headers={"X-Api-Key": key["api_key"], "X-Department-Id": department["id"]},
+    )
+    assert created.status_code == 201, created.text
+
     exported = run_on_cluster(
         "tenant", "export", tenant["id"], "--output", str(tmp_path / "export"), "--json"
     )
@@ -152,18 +184,6 @@ def test_keys_suspension_export_and_deletion_on_the_cluster(
         [pg_restore, "--file=-", dumped.json()["file"]], check=True, capture_output=True, text=True
     ).stdout
     assert "\tLovelace\t" in script
-
-    limited = run_on_cluster("key", "update", key["key_id"], "--rate", "2/s", "--burst", "4")
-    assert limited.exit_code == 0, str(limited)
-    reset = run_on_cluster("key", "reset", key["key_id"], "--json").json()
-    _status_within(cluster_client, headers(new_key), 401)
-    new_key = reset["api_key"]
-    assert cluster_client.get(f"{API}/customers", headers=headers(new_key)).status_code == 200
-    audit = run_on_cluster("key", "audit", "--tenant", tenant["id"], "--json").json()
-    assert [entry["action"] for entry in audit][-4:] == ["issue", "rotate", "rate", "reset"]
-
-    assert run_on_cluster("key", "revoke", key["key_id"], "--json").exit_code == 0
-    _status_within(cluster_client, headers(new_key), 401)
 
     deleted = run_on_cluster("tenant", "delete", tenant["id"], "--yes", "--json")
     assert deleted.exit_code == 0, str(deleted)
