@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -274,6 +276,66 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+class LoopClock:
+    """A ``FakeClock`` for event loops: a loop made by ``new_loop`` (a TestClient's
+    ``backend_options={"loop_factory": ...}``, a uvicorn server's) reads its time from it, so its
+    timers (``call_later``, ``asyncio.sleep``, ``asyncio.timeout``, ``asyncio.wait``'s timeout)
+    fire only once the test moves it, and then before ``advance`` returns."""
+
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self._loops: list[asyncio.AbstractEventLoop] = []
+
+    def now(self) -> float:
+        return self.clock.now
+
+    def new_loop(self) -> asyncio.AbstractEventLoop:
+        loop = _LoopOnAClock(self.clock)
+        self._loops.append(loop)
+        return loop
+
+    def advance(self, seconds: float) -> None:
+        """Moves the clock, and returns once each running loop has run what fell due."""
+        self.clock.advance(seconds)
+        for loop in self._loops:
+            if loop.is_running():
+                _turns_of(loop, 5)
+
+    def advance_to(self, when: float) -> None:
+        self.advance(when - self.clock.now)
+
+
+class _LoopOnAClock(asyncio.SelectorEventLoop):
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self._fake_clock = clock
+
+    def time(self) -> float:
+        return self._fake_clock()
+
+
+def _turns_of(loop: asyncio.AbstractEventLoop, turns: int, seconds: float = 30) -> None:
+    """Returns once ``loop`` has run ``turns`` more turns. After a move of its clock: the first
+    may have read its time before the move; the timers due by the second run in it, after this
+    one's callback; the turns after it run what those timers woke (a task, and what it sends)."""
+    done = threading.Event()
+
+    def turn(left: int) -> None:
+        if left:
+            loop.call_soon(turn, left - 1)
+        else:
+            done.set()
+
+    try:
+        loop.call_soon_threadsafe(turn, turns - 1)
+    except RuntimeError:  # closed since: nothing runs on it any more
+        return
+    deadline = time.monotonic() + seconds
+    # A loop that stops (its server stopping) turns no more.
+    while not done.wait(0.05) and loop.is_running():
+        assert time.monotonic() < deadline, f"the event loop did not turn in {seconds} s"
 
 
 def free_port() -> int:

@@ -1,29 +1,32 @@
 """The HTTP server's own bounds on a request's head (``ops.serving.HttpProtocol``), over real
 sockets: uvicorn in a thread, with the protocol ``dealbase serve`` gives it, in front of an app
-that answers every request it is handed 200."""
+that answers every request it is handed 200. The server's event loop keeps the test's clock
+(``tests.ops.clocked_server``): a head's time runs out when the test moves the clock past it."""
 
 from __future__ import annotations
 
 import select
 import socket
 import threading
-import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
 
 import orjson
 import pytest
-from uvicorn import Config, Server
+from uvicorn import Config
 
 from dealbase.ops.serving import MAX_TARGET_BYTES, HeadLimits, HttpProtocol
-from tests.support import free_port
+from tests.ops.clocked_server import served_on_a_clock
+from tests.support import LoopClock, free_port
 
 HEAD_SECONDS = 1.0
-# The server's timers fire by uvloop's clock: whole milliseconds, read once per turn of its loop,
-# so a timer can end up to a few milliseconds before its time by the client's clock.
-TIMER_RESOLUTION = 0.005
+# How far before a head's time ends the tests look that it has not been answered yet.
+JUST_BEFORE_S = 0.001
 MAX_HEAD_BYTES = 16_384
+# How long a client waits for an answer before the test fails (a failure bound only).
+READ_TIMEOUT_S = 30.0
 
 
 async def _read_and_answer(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -35,31 +38,83 @@ async def _read_and_answer(scope: dict[str, Any], receive: Any, send: Any) -> No
     await send({"type": "http.response.body", "body": b"served"})
 
 
+class _Seen:
+    """What the server did of each connection, by the client's port: "made" (accepted, its
+    head's time running) and "head" (a request's head begun, its own time running)."""
+
+    def __init__(self) -> None:
+        self._events: list[tuple[str, int]] = []
+        self._changed = threading.Condition()
+
+    def note(self, what: str, port: int) -> None:
+        with self._changed:
+            self._events.append((what, port))
+            self._changed.notify_all()
+
+    def wait_for(self, what: str, connection: socket.socket, count: int = 1) -> None:
+        port = connection.getsockname()[1]
+        with self._changed:
+            assert self._changed.wait_for(
+                lambda: self._events.count((what, port)) >= count, timeout=READ_TIMEOUT_S
+            ), f"the server did not see {what} #{count} of port {port}"
+
+
+class _WatchedProtocol(HttpProtocol):
+    """``HttpProtocol`` telling ``seen`` when its timers start: the test moves the clock only
+    after that."""
+
+    def __init__(self, *args: Any, seen: _Seen, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._seen = seen
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        assert self.client is not None
+        self._seen.note("made", self.client[1])
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        assert self.client is not None
+        self._seen.note("head", self.client[1])
+
+
+@dataclass(frozen=True)
+class _Server:
+    address: tuple[str, int]
+    clock: LoopClock
+    seen: _Seen
+
+
 @pytest.fixture(scope="module")
-def address() -> Iterator[tuple[str, int]]:
+def server() -> Iterator[_Server]:
     port = free_port()
+    seen = _Seen()
+    loop_clock = LoopClock()
+    limits = HeadLimits(HEAD_SECONDS, MAX_HEAD_BYTES)
     config = Config(
         _read_and_answer,
         host="127.0.0.1",
         port=port,
         log_config=None,
         lifespan="off",
-        http=cast(Any, partial(HttpProtocol, head_limits=HeadLimits(HEAD_SECONDS, MAX_HEAD_BYTES))),
+        http=cast(Any, partial(_WatchedProtocol, head_limits=limits, seen=seen)),
     )
-    server = Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.01)
-    yield ("127.0.0.1", port)
-    server.should_exit = True
-    thread.join(timeout=10)
+    with served_on_a_clock(config, loop_clock):
+        yield _Server(("127.0.0.1", port), loop_clock, seen)
+
+
+@pytest.fixture(scope="module")
+def address(server: _Server) -> tuple[str, int]:
+    return server.address
 
 
 def _connect(address: tuple[str, int]) -> socket.socket:
-    return socket.create_connection(address, timeout=HEAD_SECONDS + 5)
+    return socket.create_connection(address, timeout=READ_TIMEOUT_S)
+
+
+def _answered(connection: socket.socket) -> bool:
+    """Whether the server has written to the connection, or closed it."""
+    return bool(select.select([connection], [], [], 0)[0])
 
 
 def _read_until_closed(connection: socket.socket) -> bytes:
@@ -87,39 +142,48 @@ def _get(target: str = "/", *fields: str) -> bytes:
     return "\r\n".join([f"GET {target} HTTP/1.1", "Host: dealbase", *fields, "", ""]).encode()
 
 
-def test_a_head_trickled_past_its_time_is_answered_408_and_closed(
-    address: tuple[str, int],
-) -> None:
-    # Timed from before the connection opens: the server's clock starts when it accepts, which
-    # the client cannot observe.
-    started = time.monotonic()
-    with _connect(address) as connection:
+def test_a_head_trickled_past_its_time_is_answered_408_and_closed(server: _Server) -> None:
+    clock = server.clock
+    with _connect(server.address) as connection:
         connection.sendall(b"GET / HTTP/1.1\r\nHost: dealbase\r\n")
-        # A header line every half of the allowed time, until the server answers.
-        while not select.select([connection], [], [], HEAD_SECONDS / 2)[0]:
-            connection.sendall(b"X-Slow: y\r\n")
-        answered = time.monotonic() - started
+        server.seen.wait_for("head", connection)
+        begun = clock.now()
+        # A header line every half of the allowed time: the head's time does not start again.
+        clock.advance(HEAD_SECONDS / 2)
+        connection.sendall(b"X-Slow: y\r\n")
+        clock.advance_to(begun + HEAD_SECONDS - JUST_BEFORE_S)
+        connection.sendall(b"X-Slow: y\r\n")
+        assert not _answered(connection)
+        clock.advance_to(begun + HEAD_SECONDS)
         status, _, problem = _problem(_read_until_closed(connection))
     assert (status, problem["code"]) == (408, "request_timeout")
-    assert HEAD_SECONDS - TIMER_RESOLUTION <= answered < HEAD_SECONDS + 0.5
 
 
-def test_a_connection_that_sends_nothing_is_closed_without_an_answer(
-    address: tuple[str, int],
-) -> None:
-    started = time.monotonic()  # before connecting, as above
-    with _connect(address) as connection:
+def test_a_connection_that_sends_nothing_is_closed_without_an_answer(server: _Server) -> None:
+    clock = server.clock
+    with _connect(server.address) as connection:
+        server.seen.wait_for("made", connection)
+        made = clock.now()
+        clock.advance_to(made + HEAD_SECONDS - JUST_BEFORE_S)
+        assert not _answered(connection)
+        clock.advance_to(made + HEAD_SECONDS)
         assert _read_until_closed(connection) == b""
-        assert HEAD_SECONDS - TIMER_RESOLUTION <= time.monotonic() - started < HEAD_SECONDS + 1
 
 
-def test_each_request_on_a_kept_connection_has_its_own_time(address: tuple[str, int]) -> None:
-    with _connect(address) as connection:
+def test_each_request_on_a_kept_connection_has_its_own_time(server: _Server) -> None:
+    clock = server.clock
+    with _connect(server.address) as connection:
         connection.sendall(_get())
         assert connection.recv(65_536).startswith(b"HTTP/1.1 200 ")
-        # Idle well within the keep-alive time, then a head that never ends.
-        time.sleep(HEAD_SECONDS / 2)
+        # Idle well within the keep-alive time, then a head that never ends: its time runs
+        # from its own first byte, past the first request's and the connection's.
+        clock.advance(HEAD_SECONDS / 2)
         connection.sendall(b"GET / HTTP/1.1\r\n")
+        server.seen.wait_for("head", connection, count=2)
+        begun = clock.now()
+        clock.advance_to(begun + HEAD_SECONDS - JUST_BEFORE_S)
+        assert not _answered(connection)
+        clock.advance_to(begun + HEAD_SECONDS)
         status, _, problem = _problem(_read_until_closed(connection))
     assert (status, problem["code"]) == (408, "request_timeout")
 
