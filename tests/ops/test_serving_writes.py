@@ -1,28 +1,44 @@
 """How the HTTP server writes its answers (``ops.serving.TurnWriter``) and its WebSocket
 messages (``ops.serving.FrameWriter``), over real sockets: a response's head and body leave in
 one segment, the messages one turn of the event loop sends leave together, and nothing written
-waits for later work."""
+waits for later work. The server's event loop keeps the test's clock
+(``tests.ops.clocked_server``): what the app sends after a pause leaves only once the test moves
+the clock, so what leaves before that did not wait for it."""
 
 from __future__ import annotations
 
 import asyncio
+import select
 import socket
 import struct
 import threading
-import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
 
 import pytest
-from uvicorn import Config, Server
+from uvicorn import Config
 from websockets.exceptions import ConnectionClosedOK
 from websockets.sync.client import ClientConnection, connect
 
 from dealbase.ops.serving import HeadLimits, HttpProtocol, WebSocketProtocol
-from tests.support import free_port
+from tests.ops.clocked_server import served_on_a_clock
+from tests.support import LoopClock, free_port
 
+# By the server's loop's clock, which only the tests move.
 STREAM_PAUSE_SECONDS = 0.5
+# How long a client waits for what the server sends before the test fails (a failure bound).
+READ_TIMEOUT_S = 30.0
+# Released as the app begins a pause: the test moves the clock only after that.
+PAUSING = threading.Semaphore(0)
+
+
+async def _pause() -> None:
+    PAUSING.release()
+    await asyncio.sleep(STREAM_PAUSE_SECONDS)
+
+
 # struct tcp_info (linux/tcp.h): tcpi_data_segs_in, the segments received that carried data.
 TCP_INFO_DATA_SEGMENTS_IN = 152
 
@@ -37,7 +53,7 @@ async def _answer(scope: dict[str, Any], receive: Any, send: Any) -> None:
         pass
     if scope["path"] == "/streamed":
         await send({"type": "http.response.start", "status": 200, "headers": []})
-        await asyncio.sleep(STREAM_PAUSE_SECONDS)
+        await _pause()
         await send({"type": "http.response.body", "body": b"late", "more_body": False})
         return
     await send(
@@ -57,7 +73,7 @@ async def _messages(receive: Any, send: Any) -> None:
             return
         asked = message["text"]
         if asked == "late":
-            await asyncio.sleep(STREAM_PAUSE_SECONDS)
+            await _pause()
             await send({"type": "websocket.send", "text": "late"})
         elif asked == "bye":
             await send({"type": "websocket.send", "text": "last"})
@@ -68,9 +84,16 @@ async def _messages(receive: Any, send: Any) -> None:
                 await send({"type": "websocket.send", "text": f"{number:04d}" * 50})
 
 
+@dataclass(frozen=True)
+class _Server:
+    address: tuple[str, int]
+    clock: LoopClock
+
+
 @pytest.fixture(scope="module")
-def address() -> Iterator[tuple[str, int]]:
+def server() -> Iterator[_Server]:
     port = free_port()
+    loop_clock = LoopClock()
     config = Config(
         _answer,
         host="127.0.0.1",
@@ -80,16 +103,18 @@ def address() -> Iterator[tuple[str, int]]:
         http=cast(Any, partial(HttpProtocol, head_limits=HeadLimits(5.0, 16_384))),
         ws=cast(Any, WebSocketProtocol),
     )
-    server = Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.01)
-    yield ("127.0.0.1", port)
-    server.should_exit = True
-    thread.join(timeout=10)
+    with served_on_a_clock(config, loop_clock):
+        yield _Server(("127.0.0.1", port), loop_clock)
+
+
+@pytest.fixture(scope="module")
+def address(server: _Server) -> tuple[str, int]:
+    return server.address
+
+
+def _end_the_pause(server: _Server) -> None:
+    assert PAUSING.acquire(timeout=READ_TIMEOUT_S), "the app did not pause"
+    server.clock.advance(STREAM_PAUSE_SECONDS)
 
 
 def _read_until(client: socket.socket, end: bytes) -> bytes:
@@ -110,7 +135,7 @@ def _data_segments_received(client: socket.socket) -> int:
 def test_each_answer_arrives_in_one_segment_head_and_body_together(
     address: tuple[str, int],
 ) -> None:
-    with socket.create_connection(address, timeout=5) as client:
+    with socket.create_connection(address, timeout=READ_TIMEOUT_S) as client:
         for _ in range(20):
             client.sendall(b"GET / HTTP/1.1\r\nhost: test\r\n\r\n")
             answer = _read_until(client, b"served")
@@ -119,16 +144,17 @@ def test_each_answer_arrives_in_one_segment_head_and_body_together(
         assert _data_segments_received(client) == 20
 
 
-def test_a_head_whose_body_comes_later_is_sent_at_once(address: tuple[str, int]) -> None:
-    with socket.create_connection(address, timeout=5) as client:
+def test_a_head_whose_body_comes_later_is_sent_at_once(server: _Server) -> None:
+    with socket.create_connection(server.address, timeout=READ_TIMEOUT_S) as client:
         client.sendall(b"GET /streamed HTTP/1.1\r\nhost: test\r\n\r\n")
-        started = time.monotonic()
+        # The body waits for the clock to move: the head arrives without it.
         head = _read_until(client, b"\r\n\r\n")
-        head_seconds = time.monotonic() - started
+        body_before_the_pause = select.select([client], [], [], 0)[0]
+        _end_the_pause(server)
         rest = _read_until(client, b"0\r\n\r\n")
 
     assert head.startswith(b"HTTP/1.1 200 OK\r\n")
-    assert head_seconds < STREAM_PAUSE_SECONDS / 2
+    assert not body_before_the_pause
     assert b"late" in rest
 
 
@@ -147,7 +173,7 @@ def test_an_answer_that_closes_its_connection_is_sent_whole_first(
 
 def _websocket(address: tuple[str, int]) -> ClientConnection:
     host, port = address
-    return connect(f"ws://{host}:{port}/", open_timeout=5, close_timeout=5)
+    return connect(f"ws://{host}:{port}/", open_timeout=READ_TIMEOUT_S, close_timeout=5)
 
 
 def test_the_messages_one_turn_sends_arrive_together_in_one_segment(
@@ -156,28 +182,29 @@ def test_the_messages_one_turn_sends_arrive_together_in_one_segment(
     with _websocket(address) as websocket:
         assert _data_segments_received(websocket.socket) == 1  # the handshake's answer
         websocket.send("20")
-        received = [websocket.recv(timeout=5) for _ in range(20)]
+        received = [websocket.recv(timeout=READ_TIMEOUT_S) for _ in range(20)]
 
         assert received == [f"{number:04d}" * 50 for number in range(20)]
         assert _data_segments_received(websocket.socket) == 2
 
 
-def test_a_message_sent_alone_leaves_at_once(address: tuple[str, int]) -> None:
-    with _websocket(address) as websocket:
+def test_a_message_sent_alone_leaves_at_once(server: _Server) -> None:
+    with _websocket(server.address) as websocket:
+        # Each arrives with the server's clock standing still: nothing held it for a while, or
+        # for a later write.
         for _ in range(5):
-            started = time.monotonic()
             websocket.send("1")
-            assert websocket.recv(timeout=5) == "0000" * 50
-            assert time.monotonic() - started < STREAM_PAUSE_SECONDS / 2
+            assert websocket.recv(timeout=READ_TIMEOUT_S) == "0000" * 50
         websocket.send("late")
-        assert websocket.recv(timeout=5) == "late"
+        _end_the_pause(server)
+        assert websocket.recv(timeout=READ_TIMEOUT_S) == "late"
 
 
 def test_a_close_follows_the_messages_sent_before_it(address: tuple[str, int]) -> None:
     with _websocket(address) as websocket:
         websocket.send("bye")
-        assert websocket.recv(timeout=5) == "last"
+        assert websocket.recv(timeout=READ_TIMEOUT_S) == "last"
         with pytest.raises(ConnectionClosedOK) as closed:
-            websocket.recv(timeout=5)
+            websocket.recv(timeout=READ_TIMEOUT_S)
     assert closed.value.rcvd is not None
     assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1000, "bye")
