@@ -8,7 +8,6 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-import anyio
 from fastapi.testclient import TestClient
 from starlette.testclient import WebSocketTestSession
 
@@ -53,14 +52,14 @@ class LiveSocket:
         self.session.send_text(json.dumps(message))
 
     def _raw(self, seconds: float) -> dict[str, Any]:
-        session = self.session
-
-        async def take() -> dict[str, Any]:
-            with anyio.fail_after(seconds):
-                message: Any = await session._send_rx.receive()
-                return dict(message)
-
-        return session.portal.call(take)
+        # Bounded by the test's real clock, not the app's loop's: a test may keep that one still.
+        taking = self.session.portal.start_task_soon(self.session._send_rx.receive)
+        try:
+            message: Any = taking.result(timeout=seconds)
+        except TimeoutError:
+            taking.cancel()
+            raise
+        return dict(message)
 
     def receive(self, seconds: float = WAIT_SECONDS) -> dict[str, Any]:
         """The next protocol message other than a ping (answered, unless told not to); raises

@@ -11,7 +11,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -38,25 +38,58 @@ from tests.graphql_api.live_support import (
     live_socket,
 )
 from tests.graphql_api.support import GRAPHQL, tenant_wide_headers
-from tests.support import TenantWorld, build_tenant
+from tests.support import FakeClock, LoopClock, TenantWorld, build_tenant
+
+# The tight service's timeouts, in seconds of its loop's clock.
+INIT_TIMEOUT_S = 0.3
+IDLE_TIMEOUT_S = 0.5
+KEEPALIVE_S = 0.2
+# How far before a timeout the tests look that it has not fired yet.
+JUST_BEFORE_S = 0.01
 
 
 @pytest.fixture(scope="module")
-def tight(settings: Settings) -> Iterator[TestClient]:
-    """A service with small live limits and short timeouts."""
+def loop_clock() -> LoopClock:
+    return LoopClock()
+
+
+@pytest.fixture(scope="module")
+def tight(settings: Settings, loop_clock: LoopClock) -> Iterator[TestClient]:
+    """A service with small live limits and short timeouts, on an event loop whose clock only
+    the tests move: a timeout fires when a test moves the clock past it, never because the
+    machine was slow to send the next message."""
     app = create_app(
         settings.model_copy(
             update={
                 "live_connections_per_key": 2,
                 "live_subscriptions_per_connection": 2,
-                "live_init_timeout_seconds": 0.3,
-                "live_idle_timeout_seconds": 0.5,
-                "live_keepalive_seconds": 0.2,
+                "live_init_timeout_seconds": INIT_TIMEOUT_S,
+                "live_idle_timeout_seconds": IDLE_TIMEOUT_S,
+                "live_keepalive_seconds": KEEPALIVE_S,
             }
         )
     )
-    with TestClient(app, raise_server_exceptions=False) as test_client:
+    with TestClient(
+        app,
+        raise_server_exceptions=False,
+        backend_options={"loop_factory": loop_clock.new_loop},
+    ) as test_client:
         yield test_client
+
+
+def _round_trip(socket: LiveSocket) -> None:
+    """A ping answered: the server is still there, and has read what the client sent before."""
+    socket.send({"type": "ping"})
+    assert socket.receive() == {"type": "pong"}
+
+
+def _answering_pings(loop_clock: LoopClock, socket: LiveSocket, pings: int) -> None:
+    """Moves the clock on a keep-alive at a time, from the connection's start (or its last ping),
+    ``pings`` times; each ping answered, and the answer read by the server, before it moves on."""
+    for _ in range(pings):
+        loop_clock.advance(KEEPALIVE_S)
+        socket.pinged()
+        _round_trip(socket)
 
 
 def _app(client: TestClient) -> FastAPI:
@@ -300,10 +333,17 @@ def test_a_subscription_sent_as_a_plain_request_is_refused_400(
 
 
 def test_a_socket_that_does_not_introduce_itself_in_time_is_closed_4408(
-    tight: TestClient,
+    tight: TestClient, loop_clock: LoopClock
 ) -> None:
+    opened = loop_clock.now()
     with tight.websocket_connect("/graphql", subprotocols=[PROTOCOL]) as session:
-        closed = LiveSocket(session).closed()
+        socket = LiveSocket(session)
+        # Pings are answered before the introduction, but do not give it more time.
+        _round_trip(socket)
+        loop_clock.advance_to(opened + INIT_TIMEOUT_S - JUST_BEFORE_S)
+        _round_trip(socket)
+        loop_clock.advance_to(opened + INIT_TIMEOUT_S)
+        closed = socket.closed()
     assert closed.code == 4408
 
 
@@ -349,7 +389,9 @@ def test_opening_a_connection_spends_the_keys_rate_and_a_refusal_says_to_try_aga
     settings: Settings, world: TenantWorld
 ) -> None:
     limited = settings.model_copy(update={"rate_limit_key": "0.1/s", "rate_limit_key_burst": 1})
-    with TestClient(create_app(limited), raise_server_exceptions=False) as client:
+    # The limiter's clock stands still: the second connection comes before the rate refills.
+    app = create_app(limited, clock=FakeClock())
+    with TestClient(app, raise_server_exceptions=False) as client:
         with live_socket(client, init=world.key.headers):
             pass
         with client.websocket_connect("/graphql", subprotocols=[PROTOCOL]) as session:
@@ -360,20 +402,23 @@ def test_opening_a_connection_spends_the_keys_rate_and_a_refusal_says_to_try_aga
 
 
 def test_a_connection_without_a_subscription_is_closed_once_idle_and_logged(
-    tight: TestClient, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
+    tight: TestClient, loop_clock: LoopClock, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    opened = loop_clock.now()
     with capture_logs() as logs, live_socket(tight, init=world.key.headers) as socket:
         # The tests' apps log warnings and errors only; this line is at info.
         info = structlog.make_filtering_bound_logger(logging.INFO)
         monkeypatch.setattr(live, "log", structlog.wrap_logger(None, wrapper_class=info))
-        started = time.monotonic()
+        # Answered pings are no subscription: idle all the same.
+        _answering_pings(loop_clock, socket, int(IDLE_TIMEOUT_S // KEEPALIVE_S))
+        loop_clock.advance_to(opened + IDLE_TIMEOUT_S - JUST_BEFORE_S)
+        _round_trip(socket)
+        loop_clock.advance_to(opened + IDLE_TIMEOUT_S)
         closed = socket.closed()
-        waited = time.monotonic() - started
         deadline = time.monotonic() + 5
         while not logs and time.monotonic() < deadline:
             time.sleep(0.01)
     assert (closed.code, closed.reason) == (1000, "No subscription for too long")
-    assert 0.3 < waited < 5
     (line,) = [entry for entry in logs if entry["event"] == "live_connection_closed"]
     assert (line["transport"], line["reason"]) == ("websocket", "idle")
     assert line["key_id"] == str(world.key.key_id)
@@ -381,15 +426,18 @@ def test_a_connection_without_a_subscription_is_closed_once_idle_and_logged(
 
 
 def test_the_server_pings_and_closes_a_connection_that_leaves_a_ping_unanswered(
-    tight: TestClient, world: TenantWorld
+    tight: TestClient, loop_clock: LoopClock, world: TenantWorld
 ) -> None:
     with live_socket(tight, init=world.key.headers) as socket:
         socket.subscribe("1", BOARD)
         socket.next_data("1")
         # Answered, pings go on and the connection stays.
-        for _ in range(3):
-            socket.pinged()
+        _answering_pings(loop_clock, socket, 3)
+        assert socket.pings == 3
         socket.answer_pings = False
+        loop_clock.advance(KEEPALIVE_S)
+        socket.pinged()
+        loop_clock.advance(KEEPALIVE_S)
         closed = socket.closed()
     assert (closed.code, closed.reason) == (1001, "No pong to the server's ping")
 
@@ -425,16 +473,24 @@ def test_revoking_the_key_closes_its_connections_within_a_second(
 
 
 def test_a_key_that_expires_while_connected_is_closed_at_its_next_ping(
-    tight: TestClient, world: TenantWorld
+    tight: TestClient, loop_clock: LoopClock, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    database: Database = _app(tight).state.database
+    app = _app(tight)
     expiring = admin.issue_key(
-        database, world.tenant.id, world.department.id, "brief", expires_in=timedelta(seconds=1)
+        app.state.database,
+        world.tenant.id,
+        world.department.id,
+        "brief",
+        expires_in=timedelta(hours=1),
     )
     headers = {"X-Api-Key": expiring.api_key, "X-Department-Id": str(world.department.id)}
     with live_socket(tight, init=headers) as socket:
         socket.subscribe("1", BOARD)
         socket.next_data("1")
+        # The key's hour passes by the clock the server judges expiries on; nothing tells it.
+        later = datetime.now(UTC) + timedelta(hours=1, minutes=1)
+        monkeypatch.setattr(app.state.authenticator, "now", lambda: later)
+        loop_clock.advance(KEEPALIVE_S)
         closed = socket.closed()
     assert closed.code == 4403
 

@@ -437,7 +437,9 @@ class _WebSocketConnection(_Connection):
         self.operations: dict[str, asyncio.Task[None]] = {}
         self._sending = asyncio.Lock()
         self._replies: set[asyncio.Task[None]] = set()
-        self.idle_since: float | None = time.monotonic()
+        # The loop's clock, which its waits below keep (a test's loop may keep a fake one).
+        self._loop = asyncio.get_running_loop()
+        self.idle_since: float | None = self._loop.time()
 
     async def send(self, message: dict[str, Any]) -> None:
         await self.send_text(orjson.dumps(message).decode())
@@ -466,12 +468,12 @@ class _WebSocketConnection(_Connection):
         receiving: asyncio.Future[Any] | None = None
         closed: asyncio.Future[Any] = asyncio.ensure_future(self.closed.wait())
         pinged_at: float | None = None
-        next_ping = time.monotonic() + limits.keepalive_seconds
+        next_ping = self._loop.time() + limits.keepalive_seconds
         try:
             while self.closing is None:
                 if receiving is None:
                     receiving = asyncio.ensure_future(self.websocket.receive())
-                now = time.monotonic()
+                now = self._loop.time()
                 deadlines = [next_ping]
                 if pinged_at is not None:
                     deadlines.append(pinged_at + limits.keepalive_seconds)
@@ -481,7 +483,7 @@ class _WebSocketConnection(_Connection):
                 done, _ = await asyncio.wait(
                     {receiving, closed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
                 )
-                now = time.monotonic()
+                now = self._loop.time()
                 if receiving in done:
                     message = receiving.result()
                     receiving = None
@@ -722,7 +724,7 @@ class _WebSocketConnection(_Connection):
 
     def _note_idle(self) -> None:
         if not self.operations:
-            self.idle_since = time.monotonic()
+            self.idle_since = self._loop.time()
 
     async def _end_operations(self) -> None:
         operations = list(self.operations.values())
