@@ -17,6 +17,9 @@ from tests.graphql_api.support import GRAPHQL, codes_of, data_of, gql, tenant_wi
 from tests.support import TenantWorld, build_tenant
 
 API = "/api/v1/integration"
+# How long a key change may take to reach the server before the test fails: a failure bound
+# only; the serial tests of tests/ops/test_cli.py and tests/ops/test_serve.py hold it to 1 s.
+NOTICE_WAIT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -530,8 +533,8 @@ def test_a_revoked_key_is_401(client: TestClient, database: Database, tenants: T
 
     admin.revoke_key(database, issued.key_id)
 
-    # Every process drops the key when PostgreSQL delivers the revocation's notice: within 1 s.
-    deadline = time.monotonic() + 1.0
+    # Every process drops the key when PostgreSQL delivers the revocation's notice.
+    deadline = time.monotonic() + NOTICE_WAIT_S
     while True:
         response = client.post(GRAPHQL, json={"query": "{ departments { id } }"}, headers=headers)
         if response.status_code == 401 or time.monotonic() > deadline:
@@ -581,7 +584,7 @@ def test_a_suspended_tenants_keys_are_403_tenant_suspended_until_it_is_resumed(
     admin.suspend_tenant(database, world.tenant.id, None)
 
     # Every process drops the tenant's keys when PostgreSQL delivers the suspension's notice.
-    deadline = time.monotonic() + 1.0
+    deadline = time.monotonic() + NOTICE_WAIT_S
     for headers in (department_key, wide):
         while True:
             response = client.post(GRAPHQL, json={"query": query}, headers=headers)
@@ -593,7 +596,7 @@ def test_a_suspended_tenants_keys_are_403_tenant_suspended_until_it_is_resumed(
 
     admin.resume_tenant(database, world.tenant.id)
 
-    deadline = time.monotonic() + 1.0
+    deadline = time.monotonic() + NOTICE_WAIT_S
     for headers in (department_key, wide):
         while True:
             response = client.post(GRAPHQL, json={"query": query}, headers=headers)
