@@ -32,6 +32,12 @@ from tests.support import (
 )
 
 API = "/api/v1/integration"
+# Far off: a change that arrives comes by its announcement, not by the periodic read.
+POLL_SECONDS = "600"
+# The longest graceful timeout there is: a server that stops at all within SHUTDOWN_WAIT_S was
+# not held to it.
+SHUTDOWN_TIMEOUT_SECONDS = "600"
+SHUTDOWN_WAIT_S = 60
 CHANGES = "subscription ($after: String) { changes(after: $after) { cursor recordId } }"
 BOARD = "subscription { pipelineBoard { cursor } }"
 
@@ -52,8 +58,7 @@ def _serve(
     environment = {
         "DEALBASE_DATABASE_URL": database_url,
         "DEALBASE_LOG_LEVEL": "warning",
-        # Far off: a change that arrives fast came by its announcement, not by this read.
-        "DEALBASE_LIVE_POLL_SECONDS": "600",
+        "DEALBASE_LIVE_POLL_SECONDS": POLL_SECONDS,
         **{f"DEALBASE_{name.upper()}": value for name, value in settings.items()},
     }
     with dealbase_serve(directory, environment, "--workers", str(workers)) as served:
@@ -100,16 +105,19 @@ def _next(socket: ClientConnection) -> dict[str, Any]:
             return message
 
 
-def test_a_change_written_through_any_worker_reaches_the_subscriber_within_a_second(
+def test_a_change_written_through_any_worker_reaches_the_subscriber_before_the_next_is_written(
     two_workers: ServeProcess, database: Any
 ) -> None:
+    """Each change arrives before the next write, which would have the subscriber's worker read
+    its department anyway, and long before the periodic read: by its writer's announcement,
+    which every worker hears."""
     world = build_tenant(database)
     with _websocket(two_workers, world) as socket:
         socket.send(json.dumps({"id": "c", "type": "subscribe", "payload": {"query": CHANGES}}))
         socket.send(json.dumps({"id": "b", "type": "subscribe", "payload": {"query": BOARD}}))
         # The board answers once the department's channel is ready, the changes joined to it.
         assert _next(socket)["id"] == "b"
-        written, delays = [], []
+        written = []
         for n in range(8):
             # A connection each: the kernel hands them to either worker.
             response = httpx.post(
@@ -118,12 +126,9 @@ def test_a_change_written_through_any_worker_reaches_the_subscriber_within_a_sec
                 headers={**world.key.headers, "Connection": "close"},
             )
             assert response.status_code == 201, response.text
-            started = time.monotonic()
             message = _next(socket)
-            delays.append(time.monotonic() - started)
             written.append(response.json()["id"])
             assert message["payload"]["data"]["changes"]["recordId"] == written[-1]
-    assert max(delays) < 1.0, delays
 
 
 def test_a_stream_the_client_leaves_frees_its_place(
@@ -147,13 +152,14 @@ def test_a_stream_the_client_leaves_frees_its_place(
         assert first == "event: next"
 
 
-@pytest.mark.serial
 def test_sigterm_tells_websocket_and_stream_clients_to_reconnect_at_once(
     database_url: str, database: Any, tmp_path: Path
 ) -> None:
     world = build_tenant(database)
     with (
-        _serve(tmp_path, database_url, 1) as served,
+        _serve(
+            tmp_path, database_url, 1, shutdown_timeout_seconds=SHUTDOWN_TIMEOUT_SECONDS
+        ) as served,
         _websocket(served, world) as socket,
         httpx.stream(
             "POST",
@@ -165,7 +171,6 @@ def test_sigterm_tells_websocket_and_stream_clients_to_reconnect_at_once(
     ):
         lines = stream.iter_lines()
         assert next(lines) == "event: next"
-        started = time.monotonic()
         served.process.send_signal(signal.SIGTERM)
         last = [line for line in lines if line.startswith("data: ")][-1]
         try:
@@ -173,14 +178,12 @@ def test_sigterm_tells_websocket_and_stream_clients_to_reconnect_at_once(
                 socket.recv(timeout=10)
         except Exception as closed:
             close = getattr(closed, "rcvd", None)
-        served.process.wait(timeout=20)
-        stopped = time.monotonic() - started
+        # Not held to the graceful timeout (600 s) by the open stream and WebSocket.
+        assert served.process.wait(timeout=SHUTDOWN_WAIT_S) == 0, served.output()
     assert json.loads(last.removeprefix("data: "))["errors"][0]["extensions"]["code"] == (
         "shutdown"
     )
     assert close is not None and close.code == 1012
-    # Not held to the graceful timeout (30 s) by the open stream.
-    assert stopped < 10, stopped
 
 
 def test_a_client_resuming_with_its_last_cursor_after_a_restart_misses_nothing_and_gets_nothing_twice(
