@@ -16,9 +16,9 @@ from dealbase.app import create_app
 from dealbase.config import Settings
 from tests.support import TenantWorld, free_port
 
-# Bounds of seconds on answers while the database is stuck or unreachable: alone on the machine.
-pytestmark = pytest.mark.serial
-
+# The tests that bound in seconds how long an answer takes while the database is stuck or
+# unreachable are serial (alone on the machine); those that only wait for a lock timeout to end
+# a statement (the holder lets go only after the answer) run with the others.
 API = "/api/v1/integration"
 
 
@@ -44,6 +44,7 @@ def _assert_retryable(response: object, code: str) -> None:
     assert response.json()["code"] == code  # type: ignore[attr-defined]
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize(
     "limits",
     [
@@ -100,6 +101,7 @@ def test_a_graphql_mutation_stuck_behind_a_lock_is_a_retryable_database_timeout(
     assert error["extensions"] == {"code": "database_timeout", "retry_after_seconds": 2}
 
 
+@pytest.mark.serial
 def test_an_unreachable_database_answers_503_within_the_acquire_timeout(
     settings: Settings, world: TenantWorld, database_url: str
 ) -> None:
