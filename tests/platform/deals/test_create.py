@@ -170,7 +170,8 @@ def test_a_create_that_meets_an_uncommitted_one_of_the_same_external_id_waits_an
             wait_until_a_transaction_waits_for_a_lock(database)
 
     def second() -> None:
-        first_inserted.wait(10)
+        # After the first's insert, not after a time: a wait that ran out would go on unordered.
+        assert first_inserted.wait(10), "the first create never inserted"
         with database.unit_of_work(scope) as uow:
             deals.create_later_as_json(uow, _deal([{"last_name": "B"}], external_id="order-9"))
 
