@@ -4,7 +4,9 @@ once."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -18,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dealbase.app import create_app
 from dealbase.config import Settings
+from tests.redis_support import RedisServer
 from tests.support import FakeClock
 
 API = "/api/v1/integration"
@@ -25,15 +28,24 @@ CUSTOMERS = f"{API}/customers"
 PROBLEM = "application/problem+json"
 FAULTS = re.compile(r"^dealbase_rate_limiter_faults_total (\d+)(?:\.0)?$", re.MULTILINE)
 T = TypeVar("T")
+# How long the apps of the rate-limit tests wait for Redis's answer, unless a test sets its own
+# (one whose subject is the timeout): a bound for failing, not a margin to pass. A check given up
+# fails open, and would let one more request through than the test counts.
+PATIENT_TIMEOUT_MS = 10_000
+
+
+def patient(update: dict[str, Any]) -> dict[str, Any]:
+    """``update`` with the patient Redis timeout, unless it sets one."""
+    return {"redis_timeout_ms": PATIENT_TIMEOUT_MS, **update}
 
 
 @contextmanager
 def serving(
     settings: Settings, *, clock: Callable[[], float] = time.monotonic, **update: Any
 ) -> Iterator[TestClient]:
-    """A started app (its key-change listener running) with these settings changed, its
-    in-process rate limits on ``clock``."""
-    app = create_app(settings.model_copy(update=update), clock=clock)
+    """A started app (its key-change listener running) with these settings changed (a patient
+    Redis timeout unless they say otherwise), its in-process rate limits on ``clock``."""
+    app = create_app(settings.model_copy(update=patient(update)), clock=clock)
     with TestClient(app, raise_server_exceptions=False) as client:
         yield client
 
@@ -153,3 +165,35 @@ def all_at_once(calls: Sequence[Callable[[], T]]) -> list[T]:
     if errors:
         raise errors[0]
     return [result for result in results if result is not None]
+
+
+# How long the kernel may take to stop a process before a test fails: a bound for failing.
+STOP_TIMEOUT_S = 10.0
+
+
+@contextmanager
+def frozen(server: RedisServer) -> Iterator[None]:
+    """The server's Redis stopped dead (SIGSTOP) while the block runs, and going on after it: it
+    reads and answers nothing, as a Redis stalled by a long command, while the kernel still takes
+    its connections and what they send. The block starts once the process is stopped, so whatever
+    the block sees answered was answered without Redis."""
+    client = server.client()
+    try:
+        pid = int(client.info("server")["process_id"])
+    finally:
+        client.close()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while _process_state(pid) not in {"T", "t"}:
+            assert time.monotonic() < deadline, f"Redis not stopped in {STOP_TIMEOUT_S} s"
+            time.sleep(0.001)
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def _process_state(pid: int) -> str:
+    """The state letter of /proc/<pid>/stat (after the command's name, which may hold spaces)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rpartition(")")[2].split()[0]
