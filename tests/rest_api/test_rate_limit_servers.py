@@ -5,6 +5,7 @@ logs one warning and counts every fault, and both apply the shared limits again 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -18,6 +19,7 @@ from dealbase.tenancy.database.connections import Database
 from tests.redis_support import RedisServer, redis_server
 from tests.rest_api.rate_limit_support import (
     CUSTOMERS,
+    PATIENT_TIMEOUT_MS,
     all_at_once,
     assert_rate_limited,
     faults,
@@ -32,11 +34,13 @@ from tests.support import (
     wait_until_served,
 )
 
-# Token buckets refill on a real clock (Redis's, or the process's) while the requests of a test
-# run: alone on the machine.
+# Token buckets refill on Redis's clock while the requests of a test run (a unit in 5 s), and a
+# server warns of an outage once in 30 s of its own: alone on the machine.
 pytestmark = pytest.mark.serial
 
-RECOVERY_DEADLINE_S = 3.0
+# How long limits may take to come back once Redis is up before the test fails: a bound for
+# failing, not a margin to pass (the first request on a new connection brings them back).
+RECOVERY_DEADLINE_S = 10.0
 WARNING = "rate_limiter_unavailable"
 
 
@@ -65,7 +69,7 @@ def _serve(database_url: str, redis_url: str, directory: Path) -> Iterator[Serve
         # Not the 50 ms default: under 20 requests at once a process sometimes waits longer
         # than that for a new Redis connection, fails open and admits one more than the budget.
         # The timeout itself is pinned in test_rate_limit_faults.py.
-        "DEALBASE_REDIS_TIMEOUT_MS": "1000",
+        "DEALBASE_REDIS_TIMEOUT_MS": str(PATIENT_TIMEOUT_MS),
     }
     with dealbase_serve(directory, settings) as served:
         yield Server(served.process, served.base_url, served.env, served.log)
@@ -122,6 +126,14 @@ def _burst(pair: Pair, world: TenantWorld) -> list[httpx.Response]:
     return all_at_once([_creating(first, world)] * 20 + [_creating(second, world)] * 20)
 
 
+def _admitted_budget(statuses: list[int], took: float) -> None:
+    """The key's burst of 10 passes and the rest are refused, less the units its bucket got back
+    on Redis's clock while the requests ran: one every 5 s they took."""
+    back = math.floor(took * 0.2)
+    assert sorted(set(statuses)) == [201, 429], statuses
+    assert 10 <= statuses.count(201) <= 10 + back, (statuses.count(201), took)
+
+
 def test_two_processes_on_one_redis_admit_the_combined_budget(
     pair: Pair, make_tenant: Callable[..., TenantWorld]
 ) -> None:
@@ -129,13 +141,15 @@ def test_two_processes_on_one_redis_admit_the_combined_budget(
     with httpx.Client(timeout=10) as http:
         before = [faults(http, server.base_url) for server in pair.servers]
 
+        started = time.monotonic()
         responses = _burst(pair, world)
+        took = time.monotonic() - started
         counted = [faults(http, s.base_url) - b for s, b in zip(pair.servers, before, strict=True)]
 
     statuses = sorted(r.status_code for r in responses)
     # A Redis timeout fails open, so it would let more than the budget through.
     assert counted == [0, 0], f"limiter faults during the burst: {counted}"
-    assert statuses == [201] * 10 + [429] * 30, statuses.count(201)
+    _admitted_budget(statuses, took)
     for response in responses:
         if response.status_code == 429:
             assert 1 <= assert_rate_limited(response) <= 5
@@ -163,7 +177,9 @@ def test_redis_outage_fails_open_on_both_warns_once_each_and_recovers(
             while not has_rate_limit_headers(_creating(server, world)()):
                 assert time.monotonic() < deadline, f"limits not back on {server.base_url}"
                 time.sleep(0.02)
+        started = time.monotonic()
         after = _burst(pair, fresh)
+        took = time.monotonic() - started
 
     assert [r.status_code for r in during] == [201] * 40
     assert not any(has_rate_limit_headers(r) for r in during)
@@ -172,4 +188,4 @@ def test_redis_outage_fails_open_on_both_warns_once_each_and_recovers(
     for server in pair.servers:
         entry = server.warnings()[-1]
         assert (entry["level"], entry["failing"]) == ("warning", "open"), entry
-    assert sorted(r.status_code for r in after) == [201] * 10 + [429] * 30
+    _admitted_budget([r.status_code for r in after], took)
