@@ -18,6 +18,7 @@ from dealbase.config import load_settings
 from dealbase.ops import admin, serving
 from dealbase.ops.cli import SERVER_GC_YOUNG_THRESHOLD
 from dealbase.tenancy.callers.api_keys import parse_api_key, record_uses
+from dealbase.tenancy.callers.authentication import KeyCache
 from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.database.control_tables import api_keys
 from dealbase.tenancy.scope import schema_for_tenant
@@ -26,8 +27,10 @@ from tests.support import TenantWorld, scratch_database, writes_raise
 
 UNKNOWN = str(uuid.UUID(int=0x5EED))
 TIMESTAMP_SHAPE = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
-# Long enough for a NOTIFY to reach the test client's listener; the requirement is 1 second.
-INVALIDATION_DEADLINE_S = 1.0
+# How long a key change may take to reach the running server's key cache before a test fails:
+# a bound for failing, not a margin to pass (PostgreSQL's notice takes milliseconds). The
+# one-second promise is tests/ops/test_serve.py's.
+NOTICE_TIMEOUT_S = 30.0
 
 
 def _unique(prefix: str) -> str:
@@ -48,16 +51,18 @@ def _create_customer_status(client: TestClient, api_key: str, department_id: str
     return status
 
 
-def _status_within(
-    client: TestClient, api_key: str, department_id: str, expected: int, seconds: float
-) -> list[int]:
-    """Statuses of requests made until one answers ``expected`` or ``seconds`` have passed."""
-    deadline = time.monotonic() + seconds
-    statuses = [_create_customer_status(client, api_key, department_id)]
-    while statuses[-1] != expected and time.monotonic() < deadline:
-        time.sleep(0.02)
-        statuses.append(_create_customer_status(client, api_key, department_id))
-    return statuses
+def _key_cache(client: TestClient) -> KeyCache:
+    cache: KeyCache = client.app.state.authenticator.cache  # type: ignore[attr-defined]
+    return cache
+
+
+def _wait_until_the_server_drops(client: TestClient, key_id: str) -> None:
+    """Returns once the running server has heard of the key's change and dropped what it had
+    cached of it."""
+    deadline = time.monotonic() + NOTICE_TIMEOUT_S
+    while _key_cache(client).get(uuid.UUID(key_id)) is not None:
+        assert time.monotonic() < deadline, f"the server still caches the key {key_id}"
+        time.sleep(0.01)
 
 
 def _assert_one_line_failure(run: CliRun) -> None:
@@ -215,20 +220,19 @@ def test_key_list_json_lists_every_key_and_never_a_secret(run_cli: RunCli) -> No
     assert all("api_key" not in item and "secret_hash" not in item for item in listed)
 
 
-# A bound of one second on a change reaching a running server.
-@pytest.mark.serial
-def test_key_revoke_refuses_the_key_within_one_second(run_cli: RunCli, client: TestClient) -> None:
+def test_key_revoke_refuses_the_key_on_a_running_server_that_cached_it(
+    run_cli: RunCli, client: TestClient
+) -> None:
     tenant = _tenant(run_cli)
     department = _department(run_cli, tenant["id"])
     key = _key(run_cli, tenant["id"], department["id"])
     assert _create_customer_status(client, key["api_key"], department["id"]) == 201
+    assert _key_cache(client).get(uuid.UUID(key["key_id"])) is not None, "the server caches it"
 
     revoked = run_cli("key", "revoke", key["key_id"], "--json").json()
 
-    statuses = _status_within(
-        client, key["api_key"], department["id"], 401, INVALIDATION_DEADLINE_S
-    )
-    assert statuses[-1] == 401, f"still accepted 1 s after revoke: {statuses}"
+    _wait_until_the_server_drops(client, key["key_id"])
+    assert _create_customer_status(client, key["api_key"], department["id"]) == 401
     assert revoked["key_id"] == key["key_id"]
     listed = run_cli("key", "list", "--tenant", tenant["id"], "--json").json()
     assert [item["revoked_at"] is not None for item in listed] == [True]
@@ -246,8 +250,8 @@ def test_key_rotate_without_grace_gives_a_new_secret_and_refuses_the_old_one(
 
     assert rotated["key_id"] == key["key_id"]
     assert rotated["api_key"] != key["api_key"]
-    old = _status_within(client, key["api_key"], department["id"], 401, INVALIDATION_DEADLINE_S)
-    assert old[-1] == 401, f"old secret still accepted 1 s after rotate: {old}"
+    _wait_until_the_server_drops(client, key["key_id"])
+    assert _create_customer_status(client, key["api_key"], department["id"]) == 401
     assert _create_customer_status(client, rotated["api_key"], department["id"]) == 201
 
 
@@ -402,9 +406,7 @@ def test_key_list_shows_state_last_use_and_expiry(run_cli: RunCli, database: Dat
     assert "expires never" in lines["revoked"]
 
 
-# A bound of one second on a change reaching a running server.
-@pytest.mark.serial
-def test_key_reset_prints_a_new_key_once_and_the_old_one_is_refused_within_one_second(
+def test_key_reset_prints_a_new_key_once_and_a_running_server_refuses_the_old_ones(
     run_cli: RunCli, client: TestClient
 ) -> None:
     tenant = _tenant(run_cli)
@@ -420,9 +422,9 @@ def test_key_reset_prints_a_new_key_once_and_the_old_one_is_refused_within_one_s
     assert re.fullmatch(r"new api key \(shown once\): dbk_[0-9a-f]{32}_\S{43}", lines[1]), str(run)
     assert set(reset) == {"key_id", "api_key", "tenant_id", "department_id"}
     assert reset["key_id"] == key["key_id"]
+    _wait_until_the_server_drops(client, key["key_id"])
     for older in (key["api_key"], lines[1].rsplit(" ", 1)[1]):
-        refused = _status_within(client, older, department["id"], 401, INVALIDATION_DEADLINE_S)
-        assert refused[-1] == 401, f"an older secret still accepted 1 s after reset: {refused}"
+        assert _create_customer_status(client, older, department["id"]) == 401
     assert _create_customer_status(client, reset["api_key"], department["id"]) == 201
 
 
