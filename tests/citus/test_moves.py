@@ -41,9 +41,10 @@ API = "/api/v1/integration"
 WRITERS = 4
 # Customers the writers create before the move begins, and again after it has ended.
 WRITES_AROUND_THE_MOVE = 20
-# Failure bounds: only a stuck server, worker or move comes near them.
+# Failure bounds: only a stuck server, worker or move comes near them. (Delivering the ~360
+# customers one after another, as the endpoint is ordered, took 30 s beside two busy loops.)
 WRITTEN_WITHIN_S = 60.0
-DELIVERED_WITHIN_S = 120.0
+DELIVERED_WITHIN_S = 300.0
 REBALANCER_PACE = {
     "citus.background_task_queue_interval": "100ms",
     "citus.max_background_task_executors_per_node": "4",
