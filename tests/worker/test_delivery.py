@@ -86,8 +86,8 @@ def deliver(workers: Workers, worker: DeliveryWorker | None = None) -> None:
     workers.run((worker or workers()).run_until_idle())
 
 
-# The least the tests' clock moves by, as the database keeps time (microseconds) and more: a
-# retry is not due this long before its time.
+# How far short of a retry's time the tests look for it not to be due yet: more than the
+# microsecond the database keeps times to.
 JUST_SHORT = timedelta(milliseconds=1)
 
 
