@@ -44,6 +44,9 @@ if TYPE_CHECKING:
     from playwright.sync_api import Browser, ConsoleMessage, Locator, Page
 
 WAIT_MS = 15_000
+# The board's server reads a department without a notice this seldom: what a page shows within
+# WAIT_MS came by the change's announcement.
+POLL_SECONDS = 3600.0
 # What a browser fetches from the page: its own script and stylesheet.
 _LOADED = re.compile(r'(?:src|href)="(/[^"]*)"')
 
@@ -136,7 +139,7 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture(scope="module")
 def board_url(settings: Settings) -> Iterator[str]:
-    with served(settings) as base_url:
+    with served(settings.model_copy(update={"live_poll_seconds": POLL_SECONDS})) as base_url:
         yield base_url
 
 
@@ -271,8 +274,7 @@ def test_the_key_stays_in_the_tabs_session_storage_only(
     assert other.evaluate("() => sessionStorage.length") == 0
 
 
-@pytest.mark.serial
-def test_a_deal_created_through_rest_appears_on_the_board_within_a_second(
+def test_a_deal_created_through_rest_appears_on_the_board_by_its_announcement(
     board_url: str, world: TenantWorld, open_page: Callable[[], Page]
 ) -> None:
     page = open_page()
@@ -282,12 +284,10 @@ def test_a_deal_created_through_rest_appears_on_the_board_within_a_second(
     with rest_client(board_url, world.key) as rest:
         steps = steps_of(rest)
 
-        started = time.monotonic()
         create_deal(rest, SeedDeal(name, 4_200, "Lead", None, ()), steps)
+        # Long before the server's periodic read of the department could bring it.
         _card(page, "Lead", name).wait_for(timeout=WAIT_MS)
-        elapsed = time.monotonic() - started
 
-    assert elapsed < 1.0, elapsed
     assert _column(page, "Lead").locator(".summary").inner_text() == "1 deal · 4,200"
 
 
