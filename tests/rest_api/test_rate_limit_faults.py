@@ -38,7 +38,7 @@ from tests.support import FakeClock, TenantWorld
 # failing, not a margin to pass (the first request on a new connection brings them back).
 RECOVERY_DEADLINE_S = 10.0
 # The slow-Redis test's timeout: what a request waits for a Redis that does not answer.
-GIVE_UP_AFTER_MS = 500
+GIVE_UP_AFTER_MS = 200
 LIMITS: dict[str, Any] = {
     "rate_limit_key": "0.2/s",
     "rate_limit_key_burst": 3,

@@ -184,11 +184,14 @@ def test_fresh_bucket_admits_exactly_burst_then_refuses_for_one_interval(harness
 
     harness.wait(_bucket(refused, "key").retry_after_seconds)
     again, after = harness.checks_at_once(2, key, rate, tenant, roomy)
+    # Intervals Redis's clock moved beyond the wait, each a unit back (none on the fake clock).
+    late = math.floor(harness.drift() * rate.per_second)
 
     assert again.allowed, again
-    assert _bucket(again, "key").remaining == 0
-    assert not after.allowed
-    harness.assert_near(_bucket(after, "key").retry_after_seconds, 0.1)
+    assert 0 <= _bucket(again, "key").remaining <= late
+    assert not after.allowed or late >= 1, after
+    if not after.allowed:
+        harness.assert_near(_bucket(after, "key").retry_after_seconds, 0.1)
 
 
 def test_bucket_refills_at_the_rate_and_never_beyond_the_burst(harness: Harness) -> None:
