@@ -18,6 +18,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -46,7 +47,10 @@ from tests.support import (
 
 API = "/api/v1/integration"
 REFUSAL_DEADLINE_S = 1.0  # the requirement: refused by every process 1 s after the CLI returns
-OBSERVE_S = 1.6  # how long requests keep coming after the CLI returns
+OBSERVE_S = 1.6  # how long requests keep coming after the CLI returns, at least
+# ...and, however slowly a loaded machine answers them, until each caller has made enough
+# requests after REFUSAL_DEADLINE_S to judge (or this long, and the test fails).
+OBSERVE_LIMIT_S = 30.0
 # How long a scrape may take to count every worker's requests before the test fails (a failure
 # bound: the workers write theirs every KEEP_UP_SECONDS).
 SCRAPE_WAIT_S = 30.0
@@ -398,18 +402,31 @@ def _in_parallel(call: Callable[[httpx.Client], int], count: int) -> list[int]:
 
 
 def _observe(
-    server: Server, clients: list[httpx.Client], callers: dict[str, dict[str, str]], since: float
+    server: Server,
+    clients: list[httpx.Client],
+    callers: dict[str, dict[str, str]],
+    since: float,
+    late_each: int,
 ) -> list[Sample]:
-    """Requests from one thread per client, each on a new connection, for OBSERVE_S after
-    ``since``; the clients are made beforehand so that the first requests leave at once."""
+    """Requests from one thread per client, each on a new connection, from ``since`` for
+    OBSERVE_S, and on until each caller has made ``late_each`` that started REFUSAL_DEADLINE_S
+    or more after ``since``; the clients are made beforehand so that the first requests leave
+    at once."""
     samples: list[Sample] = []
     lock = threading.Lock()
+
+    def enough() -> bool:
+        with lock:
+            late = Counter(s.label for s in samples if s.started >= REFUSAL_DEADLINE_S)
+        return all(late[label] >= late_each for label in callers)
 
     def run(offset: int) -> None:
         labels = list(callers)
         turn = offset
         http = clients[offset]
-        while (started := time.monotonic() - since) < OBSERVE_S:
+        while (started := time.monotonic() - since) < OBSERVE_S or (
+            started < OBSERVE_LIMIT_S and not enough()
+        ):
             label = labels[turn % len(labels)]
             turn += 1
             status = _create_customer(http, server, callers[label])
@@ -444,7 +461,8 @@ def _last_accepted(samples: list[Sample], label: str) -> float | None:
     return max(accepted, default=None)
 
 
-# A bound of one second on a change reaching every worker.
+# A bound of one second on a change reaching every worker. Measured on the 2-core machine
+# beside two busy loops: no request accepted after the CLI returned (the first 2 to 28 ms on).
 @pytest.mark.serial
 def test_a_revoked_key_is_refused_by_every_worker_within_one_second_of_the_cli(
     server: Server, provisioned: Provisioned, clients: list[httpx.Client]
@@ -454,7 +472,7 @@ def test_a_revoked_key_is_refused_by_every_worker_within_one_second_of_the_cli(
 
     server.cli("key", "revoke", key_id)
     returned = time.monotonic()
-    samples = _observe(server, clients, {"revoked": key_headers}, returned)
+    samples = _observe(server, clients, {"revoked": key_headers}, returned, late_each=20)
 
     late = [s for s in samples if s.started >= REFUSAL_DEADLINE_S]
     last = _last_accepted(samples, "revoked")
@@ -464,7 +482,7 @@ def test_a_revoked_key_is_refused_by_every_worker_within_one_second_of_the_cli(
     assert [s for s in late if s.status != 401] == [], f"last accepted at {last} s"
 
 
-# A bound of one second on a change reaching every worker.
+# A bound of one second on a change reaching every worker (measured as the revocation's).
 @pytest.mark.serial
 def test_a_rotated_out_secret_is_refused_within_one_second_and_the_new_one_accepted(
     server: Server, provisioned: Provisioned, clients: list[httpx.Client]
@@ -475,7 +493,9 @@ def test_a_rotated_out_secret_is_refused_within_one_second_and_the_new_one_accep
     rotated = server.cli("key", "rotate", key_id, "--grace-seconds", "0")
     returned = time.monotonic()
     new_headers = headers(rotated["api_key"], provisioned.department["id"])
-    samples = _observe(server, clients, {"old": old_headers, "new": new_headers}, returned)
+    samples = _observe(
+        server, clients, {"old": old_headers, "new": new_headers}, returned, late_each=10
+    )
 
     late = [s for s in samples if s.started >= REFUSAL_DEADLINE_S]
     last_old = _last_accepted(samples, "old")
