@@ -255,8 +255,8 @@ def test_key_rotate_without_grace_gives_a_new_secret_and_refuses_the_old_one(
     assert _create_customer_status(client, rotated["api_key"], department["id"]) == 201
 
 
-def test_key_rotate_with_grace_keeps_the_old_secret_working(
-    run_cli: RunCli, client: TestClient
+def test_key_rotate_with_grace_keeps_the_old_secret_working_for_the_grace_period(
+    run_cli: RunCli, client: TestClient, database: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tenant = _tenant(run_cli)
     department = _department(run_cli, tenant["id"])
@@ -264,8 +264,22 @@ def test_key_rotate_with_grace_keeps_the_old_secret_working(
 
     rotated = run_cli("key", "rotate", key["key_id"], "--grace-seconds", "60", "--json").json()
 
+    # The server judges the grace on its authenticator's clock, set here to the moment meant:
+    # the grace ends 60 s after the rotation, by the database's clock that wrote both.
+    (info,) = (
+        k
+        for k in admin.list_keys(database, uuid.UUID(tenant["id"]))
+        if k.key_id == uuid.UUID(key["key_id"])
+    )
+    assert info.rotated_at is not None
+    authenticator = client.app.state.authenticator  # type: ignore[attr-defined]
+    grace_ends = info.rotated_at + timedelta(seconds=60)
+    monkeypatch.setattr(authenticator, "now", lambda: grace_ends - timedelta(microseconds=1))
     assert _create_customer_status(client, rotated["api_key"], department["id"]) == 201
     assert _create_customer_status(client, key["api_key"], department["id"]) == 201
+    monkeypatch.setattr(authenticator, "now", lambda: grace_ends)
+    assert _create_customer_status(client, key["api_key"], department["id"]) == 401
+    assert _create_customer_status(client, rotated["api_key"], department["id"]) == 201
 
 
 def test_key_rotate_of_a_revoked_key_fails_in_one_line(run_cli: RunCli) -> None:
