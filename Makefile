@@ -45,40 +45,33 @@ typecheck: install
 
 # The tests run in TEST_WORKERS processes at once (pytest-xdist; twice the cores, since many tests
 # wait on a server, a subprocess or the database), each on databases of its own; the tests marked
-# `serial` (they bound a time, or change what the whole server shares) then run alone. A second
-# pass of the REST and GraphQL tests and the isolation fuzz runs their apps through the pgbouncer
-# at DEALBASE_TEST_PGBOUNCER_URL (transaction mode, a server pool of 1 per database), when set;
-# .ci/run starts one, and under CI=true its absence fails the run. The tests marked
-# `cluster_wide` (they move the Citus cluster's tenants) run beside that pass, which never uses
-# the cluster. Bytecode and pytest's rewritten test modules are cached in __pycache__ even where
-# the environment says not to: without the cache every test process compiles them again (5 s a
-# process). README.md: one module or one test, quickly; tests/README.md: how a run is organised
-# and where its time goes.
+# `serial` (they bound a time, or change what the whole server or the Citus cluster shares) then
+# run alone. A second pass of the REST and GraphQL tests and the isolation fuzz runs their apps
+# through the pgbouncer at DEALBASE_TEST_PGBOUNCER_URL (transaction mode, a server pool of 1 per
+# database), when set; .ci/run starts one, and under CI=true its absence fails the run. Bytecode
+# and pytest's rewritten test modules are cached in __pycache__ even where the environment says
+# not to: without the cache every test process compiles them again (5 s a process). README.md:
+# one module or one test, quickly; tests/README.md: how a run is organised and where its time
+# goes.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
-PYTEST_PARALLEL = $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial and not cluster_wide"
+PYTEST_PARALLEL = $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial"
 PYTEST_SERIAL = $(BIN)/pytest -m serial
-PYTEST_CLUSTER_WIDE = $(BIN)/pytest -m cluster_wide
 BOUNCED_TESTS = tests/rest_api tests/graphql_api tests/tenancy/database/test_isolation_fuzz.py
 
 pytest: export PYTHONDONTWRITEBYTECODE =
 pytest: install
 	$(PYTEST_PARALLEL)
 	$(PYTEST_SERIAL)
-	@log=$$(mktemp); $(PYTEST_CLUSTER_WIDE) > $$log 2>&1 & cluster_wide=$$!; \
-	if [ -n "$$DEALBASE_TEST_PGBOUNCER_URL" ]; then \
+	@if [ -n "$$DEALBASE_TEST_PGBOUNCER_URL" ]; then \
 	  echo "pytest: the REST and GraphQL tests and the isolation fuzz again, through pgbouncer"; \
 	  export DEALBASE_TEST_THROUGH_PGBOUNCER=1; \
-	  $(PYTEST_PARALLEL) $(BOUNCED_TESTS) && $(PYTEST_SERIAL) $(BOUNCED_TESTS); bounced=$$?; \
+	  $(PYTEST_PARALLEL) $(BOUNCED_TESTS) && $(PYTEST_SERIAL) $(BOUNCED_TESTS); \
 	elif [ "$$CI" = true ]; then \
 	  echo "CI=true but DEALBASE_TEST_PGBOUNCER_URL is not set: .ci/run starts pgbouncer" >&2; \
-	  bounced=1; \
+	  exit 1; \
 	else \
 	  echo "pytest: DEALBASE_TEST_PGBOUNCER_URL unset, so the pass through pgbouncer did not run"; \
-	  bounced=0; \
-	fi; \
-	wait $$cluster_wide; cluster_wide=$$?; \
-	echo "pytest: the cluster-wide tests, run beside it"; cat $$log; rm -f $$log; \
-	[ $$bounced = 0 ] && [ $$cluster_wide = 0 ]
+	fi
 
 migrate: install
 	$(BIN)/dealbase migrate

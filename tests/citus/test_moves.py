@@ -1,7 +1,7 @@
 """Tenants moved between the workers of a Citus cluster while they work: ``dealbase tenant
 move`` under a steady write load and webhook deliveries, and ``dealbase tenant rebalance``
-spreading fifty tenants over the workers. Cluster-wide: a move holds the cluster's shard locks,
-and a rebalance moves every test's tenants, so no other test may use the cluster meanwhile."""
+spreading fifty tenants over the workers. Serial: a move holds the cluster's shard locks, and a
+rebalance moves every test's tenants."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from tests.worker.test_worker_cli import start_worker
 
 __all__ = ["receiver"]  # the fixture, for this module's tests
 
-pytestmark = pytest.mark.cluster_wide
+pytestmark = pytest.mark.serial
 
 API = "/api/v1/integration"
 WRITERS = 4
