@@ -24,14 +24,14 @@ const BOARD = `subscription Board($departmentId: UUID!) {
       dealCount
       totalVolume
       deals(first: ${CARDS_PER_STEP}) {
-        id name volume employeeName
+        id name volume employeeName version
         customers { firstName lastName company }
       }
     }
   }
 }`;
 const MOVE = `mutation Move($id: UUID!, $stepId: UUID!) {
-  moveDeal(id: $id, stepId: $stepId) { id stepId }
+  moveDeal(id: $id, stepId: $stepId) { id stepId version }
 }`;
 
 /** @typedef {{ key: string, department: string | null }} Credentials */
@@ -39,14 +39,17 @@ const MOVE = `mutation Move($id: UUID!, $stepId: UUID!) {
 /** @typedef {{ firstName: string | null, lastName: string, company: string | null }} Customer */
 /**
  * @typedef {{ id: string, name: string, volume: number | null, employeeName: string | null,
- *   customers: Customer[] }} Deal
+ *   version: number, customers: Customer[] }} Deal
  */
 /**
  * @typedef {{ step: { id: string, name: string, kind: string }, dealCount: number,
  *   totalVolume: number, deals: Deal[] }} Column
  */
 /** @typedef {{ message: string, extensions?: { code?: string } }} GraphQLError */
-/** @typedef {{ dealId: string, stepId: string }} Move */
+/**
+ * A move made here; ``version``: the deal's once the server has made it.
+ * @typedef {{ dealId: string, stepId: string, version?: number }} Move
+ */
 
 /** A refusal that trying again will not change (a wrong key, an unknown department). */
 class Refused extends Error {}
@@ -266,7 +269,7 @@ class Session {
     this.controller = new AbortController();
     /** The board as the server last sent it. @type {Column[]} */
     this.sent = [];
-    /** The moves made here that the server has not answered yet. @type {Move[]} */
+    /** The moves made here that no board from the server shows yet. @type {Move[]} */
     this.pending = [];
     /** The board as shown: the server's with the pending moves made on it. */
     this.shown = this.sent;
@@ -322,8 +325,10 @@ class Session {
   }
 
   /** Shows the server's board with the pending moves made on it: a board the server sent
-   * before it ran them does not put their cards back. */
+   * before it ran them does not put their cards back, even when it arrives after the server
+   * answered them. A move is done once a board shows its deal at the version it made. */
   show() {
+    this.pending = this.pending.filter((move) => !shownBy(this.sent, move));
     this.shown = this.pending.reduce(
       (columns, move) => movedLocally(columns, move.dealId, move.stepId) ?? columns,
       this.sent,
@@ -346,15 +351,29 @@ class Session {
     const sent = this.sending.then(() => graphql(this.credentials, MOVE, { id: dealId, stepId }));
     this.sending = sent.catch(() => undefined);
     try {
-      await sent;
+      move.version = (await sent).moveDeal.version;
       showMessage(null);
-      this.pending = this.pending.filter((each) => each !== move);
     } catch (error) {
       showMessage(`The deal was not moved: ${error instanceof Error ? error.message : error}`);
       this.pending = this.pending.filter((each) => each !== move);
       this.show();
     }
   }
+}
+
+/**
+ * Whether a board from the server shows the move made: the server has answered it, and the
+ * board has its deal at that version or later, or not at all (nothing there to correct).
+ * @param {Column[]} columns
+ * @param {Move} move
+ */
+function shownBy(columns, move) {
+  if (move.version === undefined) return false;
+  for (const column of columns) {
+    const deal = column.deals.find((each) => each.id === move.dealId);
+    if (deal) return deal.version >= move.version;
+  }
+  return true;
 }
 
 /**
