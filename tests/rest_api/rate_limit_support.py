@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
+import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -197,3 +198,16 @@ def _process_state(pid: int) -> str:
     """The state letter of /proc/<pid>/stat (after the command's name, which may hold spaces)."""
     with open(f"/proc/{pid}/stat") as stat:
         return stat.read().rpartition(")")[2].split()[0]
+
+
+# Redis keeps its buckets on its own clock, which a test cannot move: those cases measure real
+# time, so they run in the serial group. In the process, the test moves the app's clock: nothing
+# refills unless the test says so, however long the requests take. A module that imports this
+# fixture provides ``redis_url``.
+@pytest.fixture(params=[pytest.param("redis", marks=pytest.mark.serial), "in-process"])
+def limiter(request: pytest.FixtureRequest) -> Limiter:
+    """The app's limiter: a real Redis, or the in-process one on a clock the test moves."""
+    if request.param == "in-process":
+        return Limiter(None, FakeClock())
+    url: str = request.getfixturevalue("redis_url")
+    return Limiter(url, time.monotonic)

@@ -29,31 +29,24 @@ from tests.rest_api.rate_limit_support import (
     Limiter,
     Policy,
     assert_rate_limited,
+    limiter,
     policies,
     serving,
     state,
 )
-from tests.support import FakeClock, TenantWorld
+from tests.support import TenantWorld
 
 # How long a key's change may take to reach the app before a test fails: a bound for failing,
 # not a margin to pass (PostgreSQL's notice takes milliseconds).
 NOTICE_TIMEOUT_S = 10.0
+
+__all__ = ["limiter"]  # the fixture, for this module's tests
 
 
 @pytest.fixture(scope="module")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with shared_redis_url(tmp_path_factory.mktemp("redis")) as url:
         yield url
-
-
-# Redis keeps its buckets on its own clock, which a test cannot move: those cases run in the
-# serial group. In the process, nothing refills unless the test moves the app's clock.
-@pytest.fixture(params=[pytest.param("redis", marks=pytest.mark.serial), "in-process"])
-def limiter(request: pytest.FixtureRequest) -> Limiter:
-    if request.param == "in-process":
-        return Limiter(None, FakeClock())
-    url: str = request.getfixturevalue("redis_url")
-    return Limiter(url, time.monotonic)
 
 
 @pytest.fixture
