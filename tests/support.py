@@ -195,6 +195,19 @@ def tenant_roles_of(database_url: str) -> list[str]:
     return [name for (name,) in rows]
 
 
+def database_on(
+    server: str, host: str | None = None, port: int | None = None, *, database: str = "postgres"
+) -> str:
+    """The URL of ``database`` on ``server``'s user and scheme, at ``host``:``port`` if given."""
+    url = _with_database(server, database)
+    if host is None:
+        return url
+    scheme, _, rest = url.partition("://")
+    credentials, _, location = rest.rpartition("@")
+    _, _, path = location.partition("/")
+    return f"{scheme}://{credentials}{'@' if credentials else ''}{host}:{port}/{path}"
+
+
 def _with_database(server: str, database: str) -> str:
     """The URL ``server`` with its database name replaced (keeping ``?host=`` and the like)."""
     base, _, query = server.partition("?")

@@ -7,20 +7,29 @@ fails these tests, elsewhere they are skipped with the two commands that make on
 from __future__ import annotations
 
 import os
+import secrets
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
+from psycopg import sql
 
 from dealbase.app import create_app
 from dealbase.config import Settings
 from dealbase.migrations.runner import upgrade_control
 from dealbase.tenancy.database.connections import Database
 from tests.ops.conftest import CliRun, RunCli, invoke_cli
-from tests.support import IN_CI, TenantWorld, build_tenant
+from tests.support import (
+    IN_CI,
+    TenantWorld,
+    build_tenant,
+    database_on,
+    tenant_roles_of,
+)
 
 CITUS_SCRIPTS = Path(__file__).resolve().parents[3] / "shared" / "citus"
 _MAKE_ONE = (
@@ -45,6 +54,49 @@ def citus_url() -> str:
     return url
 
 
+@contextmanager
+def own_cluster_database(citus_url: str) -> Iterator[str]:
+    """A Citus database of its own on the cluster (created on every node, with the extension,
+    the coordinator named and the workers added), dropped afterwards with its tenant roles. A
+    shard move or a rebalance in it moves nothing of another database's, so the tests that
+    make them need not run alone."""
+    name = f"dealbase_test_citus_{secrets.token_hex(4)}"
+    with psycopg.connect(citus_url) as connection:
+        coordinator = connection.execute(
+            "SELECT nodename, nodeport FROM pg_dist_node WHERE groupid = 0"
+        ).fetchone()
+        workers = connection.execute(
+            "SELECT nodename, nodeport FROM pg_dist_node"
+            " WHERE noderole = 'primary' AND groupid <> 0 ORDER BY nodeport"
+        ).fetchall()
+    assert coordinator is not None, f"{citus_url}: no coordinator in pg_dist_node"
+    nodes = [database_on(citus_url, host, port) for host, port in [coordinator, *workers]]
+    for node in nodes:
+        with psycopg.connect(node, autocommit=True) as connection:
+            connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        with psycopg.connect(database_on(node, database=name), autocommit=True) as connection:
+            connection.execute("CREATE EXTENSION citus")
+    url = database_on(nodes[0], database=name)
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("SELECT citus_set_coordinator_host(%s, %s)", coordinator)
+        for worker in workers:
+            connection.execute("SELECT citus_add_node(%s, %s)", worker)
+    try:
+        yield url
+    finally:
+        roles = tenant_roles_of(url)
+        for node in nodes:
+            with psycopg.connect(node, autocommit=True) as connection:
+                connection.execute(
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+                )
+                # Citus made each tenant role on every node; the database's objects are gone.
+                for role in roles:
+                    connection.execute(
+                        sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role))
+                    )
+
+
 @pytest.fixture
 def run_on_cluster(citus_url: str, tmp_path: Path) -> RunCli:
     """``dealbase`` on the cluster, tenants as distributed schemas."""
@@ -64,14 +116,23 @@ def run_on_cluster(citus_url: str, tmp_path: Path) -> RunCli:
     return run
 
 
-@pytest.fixture(scope="session")
-def cluster_database(citus_url: str) -> Iterator[Database]:
-    """The cluster's database, its control schema at head; tests make their own tenants."""
+@contextmanager
+def migrated_cluster_database(citus_url: str) -> Iterator[Database]:
+    """The cluster's database at ``citus_url``, its control schema at head."""
     database = Database(citus_url, pool_size=4)
     with database.control() as connection:
         upgrade_control(connection, distributed=True)
-    yield database
-    database.dispose()
+    try:
+        yield database
+    finally:
+        database.dispose()
+
+
+@pytest.fixture(scope="session")
+def cluster_database(citus_url: str) -> Iterator[Database]:
+    """The cluster's database, its control schema at head; tests make their own tenants."""
+    with migrated_cluster_database(citus_url) as database:
+        yield database
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """Tenants moved between the workers of a Citus cluster while they work: ``dealbase tenant
 move`` under a steady write load and webhook deliveries, and ``dealbase tenant rebalance``
-spreading fifty tenants over the workers. Serial: a move holds the cluster's shard locks, and a
-rebalance moves every test's tenants."""
+spreading fifty tenants over the workers. The module works in a Citus database of its own, so
+its moves and its rebalance touch no other test's tenants, and it runs beside them."""
 
 from __future__ import annotations
 
@@ -22,7 +22,11 @@ import pytest
 from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.registry.placement import Node, tenant_node
 from dealbase.tenancy.registry.tenants import create_tenant
-from tests.citus.conftest import deliveries_by_state
+from tests.citus.conftest import (
+    deliveries_by_state,
+    migrated_cluster_database,
+    own_cluster_database,
+)
 from tests.ops.conftest import RunCli
 from tests.support import (
     SERVER_START_TIMEOUT_S,
@@ -34,8 +38,6 @@ from tests.worker.conftest import Receiver, receiver
 from tests.worker.test_worker_cli import start_worker
 
 __all__ = ["receiver"]  # the fixture, for this module's tests
-
-pytestmark = pytest.mark.serial
 
 API = "/api/v1/integration"
 WRITERS = 4
@@ -49,6 +51,20 @@ REBALANCER_PACE = {
     "citus.background_task_queue_interval": "100ms",
     "citus.max_background_task_executors_per_node": "4",
 }
+
+
+@pytest.fixture(scope="module")
+def citus_url(citus_url: str) -> Iterator[str]:
+    """This module's own database on the cluster (the tests' fixtures all reach it by this
+    name)."""
+    with own_cluster_database(citus_url) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def cluster_database(citus_url: str) -> Iterator[Database]:
+    with migrated_cluster_database(citus_url) as database:
+        yield database
 
 
 def _workers(citus_url: str) -> list[Node]:
