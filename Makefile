@@ -46,20 +46,32 @@ typecheck: install
 # The tests run in TEST_WORKERS processes at once (pytest-xdist; twice the cores, since many tests
 # wait on a server, a subprocess or the database), each on databases of its own; the tests marked
 # `serial` (they bound a time, or change what the whole server or the Citus cluster shares) then
-# run alone (all in tests/: contract_tests/conftest.py refuses a serial mark there, so that pass
-# need not collect the contract suites). Where DEALBASE_TEST_PGBOUNCER_URL names a pgbouncer
-# (.ci/run starts one; under CI=true its absence fails the tests), the REST and GraphQL tests and
-# the isolation fuzz run twice in the same passes, their apps also reaching PostgreSQL through it
-# (tests/conftest.py). Bytecode and pytest's rewritten test modules are cached in __pycache__ even
-# where the environment says not to: without the cache every test process compiles them again
-# (5 s a process). README.md: one module or one test, quickly; tests/README.md: how a run is
-# organised and where its time goes.
+# run alone. A second pass of the REST and GraphQL tests and the isolation fuzz runs their apps
+# through the pgbouncer at DEALBASE_TEST_PGBOUNCER_URL (transaction mode, a server pool of 1 per
+# database), when set; .ci/run starts one, and under CI=true its absence fails the run. Bytecode
+# and pytest's rewritten test modules are cached in __pycache__ even where the environment says
+# not to: without the cache every test process compiles them again (5 s a process). README.md:
+# one module or one test, quickly; tests/README.md: how a run is organised and where its time
+# goes.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
+PYTEST_PARALLEL = $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial"
+PYTEST_SERIAL = $(BIN)/pytest -m serial
+BOUNCED_TESTS = tests/rest_api tests/graphql_api tests/tenancy/database/test_isolation_fuzz.py
 
 pytest: export PYTHONDONTWRITEBYTECODE =
 pytest: install
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial"
-	$(BIN)/pytest -m serial tests
+	$(PYTEST_PARALLEL)
+	$(PYTEST_SERIAL)
+	@if [ -n "$$DEALBASE_TEST_PGBOUNCER_URL" ]; then \
+	  echo "pytest: the REST and GraphQL tests and the isolation fuzz again, through pgbouncer"; \
+	  export DEALBASE_TEST_THROUGH_PGBOUNCER=1; \
+	  $(PYTEST_PARALLEL) $(BOUNCED_TESTS) && $(PYTEST_SERIAL) $(BOUNCED_TESTS); \
+	elif [ "$$CI" = true ]; then \
+	  echo "CI=true but DEALBASE_TEST_PGBOUNCER_URL is not set: .ci/run starts pgbouncer" >&2; \
+	  exit 1; \
+	else \
+	  echo "pytest: DEALBASE_TEST_PGBOUNCER_URL unset, so the pass through pgbouncer did not run"; \
+	fi
 
 migrate: install
 	$(BIN)/dealbase migrate

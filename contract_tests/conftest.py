@@ -10,7 +10,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
@@ -24,7 +23,7 @@ from dealbase.config import Settings
 from dealbase.ops import admin
 from dealbase.platform.tables import customers, deals
 from dealbase.tenancy.database.connections import Database
-from tests.conftest import database, database_route, database_url, postgres_server, settings
+from tests.conftest import database, database_url, postgres_server, settings
 from tests.support import Credentials, TenantWorld, build_tenant
 
 INTEGRATION = "/api/v1/integration"
@@ -36,27 +35,11 @@ __all__ = [
     "contract_rows",
     "contract_world",
     "database",
-    "database_route",
     "database_url",
     "postgres_server",
     "rows_exist",
     "settings",
 ]
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # `make test` runs its serial pass on tests/ alone: a contract test marked serial would
-    # never run there.
-    here = Path(__file__).parent
-    serial = [
-        item.nodeid
-        for item in items
-        if here in item.path.parents and item.get_closest_marker("serial")
-    ]
-    if serial:
-        raise pytest.UsageError(
-            f"contract tests run in the parallel pass only, but these are marked serial: {serial}"
-        )
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,7 @@ from dealbase.config import Settings
 from dealbase.migrations.runner import upgrade_control
 from dealbase.tenancy.database.connections import Database
 from tests.support import (
-    IN_CI,
-    PGBOUNCER_URL,
+    THROUGH_PGBOUNCER,
     TenantWorld,
     build_tenant,
     scratch_database,
@@ -24,34 +23,6 @@ from tests.support import (
 # process of every run (the parallel workers share it, each on a database of its own), so initdb
 # runs once per clone rather than once per worker and per run.
 EMBEDDED_POSTGRES_DIR = Path(__file__).resolve().parents[1] / ".dealbase" / "tests"
-
-# The tests whose apps run twice where the tests have a pgbouncer (always under CI=true): reaching
-# PostgreSQL directly, and through pgbouncer in transaction mode, the setting dealbase must
-# survive. Every app they build takes the session's ``settings``, which is what changes.
-TESTS_DIR = Path(__file__).resolve().parent
-THROUGH_PGBOUNCER_TOO = (
-    TESTS_DIR / "rest_api",
-    TESTS_DIR / "graphql_api",
-    TESTS_DIR / "tenancy" / "database" / "test_isolation_fuzz.py",
-)
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    path = metafunc.definition.path
-    if "settings" not in metafunc.fixturenames or not any(
-        path == place or place in path.parents for place in THROUGH_PGBOUNCER_TOO
-    ):
-        return
-    if PGBOUNCER_URL is not None or IN_CI:
-        metafunc.parametrize(
-            "database_route", ["direct", "pgbouncer"], indirect=True, scope="session"
-        )
-
-
-def pytest_report_header() -> str:
-    if PGBOUNCER_URL is None and not IN_CI:
-        return "pgbouncer: DEALBASE_TEST_PGBOUNCER_URL unset, so no test runs through one"
-    return f"pgbouncer: {PGBOUNCER_URL} (the REST and GraphQL tests run through it too)"
 
 
 @pytest.fixture(scope="session")
@@ -78,16 +49,7 @@ def database(database_url: str) -> Iterator[Database]:
 
 
 @pytest.fixture(scope="session")
-def database_route(request: pytest.FixtureRequest) -> str:
-    """How the apps of the tests reach PostgreSQL: "direct", or "pgbouncer" for the second run
-    of the tests ``pytest_generate_tests`` names."""
-    return getattr(request, "param", "direct")
-
-
-@pytest.fixture(scope="session")
-def settings(
-    database_url: str, database_route: str, tmp_path_factory: pytest.TempPathFactory
-) -> Settings:
+def settings(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
     # The LISTEN for key changes needs a direct connection, as in production behind pgbouncer.
     through: dict[str, object] = (
         {
@@ -95,7 +57,7 @@ def settings(
             "database_listen_url": database_url,
             "db_pgbouncer": True,
         }
-        if database_route == "pgbouncer"
+        if THROUGH_PGBOUNCER
         else {"database_url": database_url}
     )
     # Limits far above what tests send: the rate-limit tests build apps with limits of their own.

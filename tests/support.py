@@ -63,20 +63,21 @@ def server_url(tmp_dir: Path) -> str:
     return url
 
 
-# The tests' pgbouncer (transaction mode, a server pool of 1 per database), when one is named:
-# the apps of the REST and GraphQL tests and of the isolation fuzz then run a second time
-# through it (tests/conftest.py, ``database_route``); the tests' own checks and set-up still
-# connect directly. .ci/start-pgbouncer starts one.
-PGBOUNCER_URL = os.environ.get("DEALBASE_TEST_PGBOUNCER_URL") or None
+# Set by `make test` for its second pass of the REST and GraphQL tests: the apps the tests build
+# then reach PostgreSQL through the pgbouncer at DEALBASE_TEST_PGBOUNCER_URL (transaction mode,
+# a server pool of 1); the tests' own checks and set-up still connect directly.
+THROUGH_PGBOUNCER = os.environ.get("DEALBASE_TEST_THROUGH_PGBOUNCER") == "1"
 
 
 def through_pgbouncer(database_url: str) -> str:
     """The same database, reached through the tests' pgbouncer."""
-    if PGBOUNCER_URL is None:
+    pgbouncer = os.environ.get("DEALBASE_TEST_PGBOUNCER_URL")
+    if not pgbouncer:
         raise RuntimeError(
-            "CI=true but DEALBASE_TEST_PGBOUNCER_URL is not set: .ci/run starts pgbouncer"
+            "DEALBASE_TEST_THROUGH_PGBOUNCER=1 needs DEALBASE_TEST_PGBOUNCER_URL"
+            " (.ci/start-pgbouncer prints one)"
         )
-    return _with_database(PGBOUNCER_URL, database_url.partition("?")[0].rpartition("/")[2])
+    return _with_database(pgbouncer, database_url.partition("?")[0].rpartition("/")[2])
 
 
 @contextmanager

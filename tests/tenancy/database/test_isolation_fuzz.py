@@ -1,5 +1,5 @@
 """Requests of many tenants and departments, interleaved on ONE pooled database connection (and,
-in its ``[pgbouncer]`` run, on one pgbouncer server connection in transaction mode), never show one
+in CI's pgbouncer pass, on one pgbouncer server connection in transaction mode), never show one
 caller another's data: whatever the order, with failing requests, requests cancelled mid-flight
 (a client that went away) and units of work that roll back to a savepoint in between.
 
