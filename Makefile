@@ -46,7 +46,8 @@ typecheck: install
 # The tests run in TEST_WORKERS processes at once (pytest-xdist; twice the cores, since many tests
 # wait on a server, a subprocess or the database), each on databases of its own; the tests marked
 # `serial` (they bound a time, or change what the whole server or the Citus cluster shares) then
-# run alone. A second pass of the REST and GraphQL tests and the isolation fuzz runs their apps
+# run alone (all in tests/: contract_tests/conftest.py refuses a serial mark there, so that pass
+# need not collect the contract suites). A second pass of the REST and GraphQL tests and the isolation fuzz runs their apps
 # through the pgbouncer at DEALBASE_TEST_PGBOUNCER_URL (transaction mode, a server pool of 1 per
 # database), when set; .ci/run starts one, and under CI=true its absence fails the run. Bytecode
 # and pytest's rewritten test modules are cached in __pycache__ even where the environment says
@@ -61,7 +62,7 @@ BOUNCED_TESTS = tests/rest_api tests/graphql_api tests/tenancy/database/test_iso
 pytest: export PYTHONDONTWRITEBYTECODE =
 pytest: install
 	$(PYTEST_PARALLEL)
-	$(PYTEST_SERIAL)
+	$(PYTEST_SERIAL) tests
 	@if [ -n "$$DEALBASE_TEST_PGBOUNCER_URL" ]; then \
 	  echo "pytest: the REST and GraphQL tests and the isolation fuzz again, through pgbouncer"; \
 	  export DEALBASE_TEST_THROUGH_PGBOUNCER=1; \

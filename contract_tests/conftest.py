@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
@@ -40,6 +41,21 @@ __all__ = [
     "rows_exist",
     "settings",
 ]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # `make test` runs its serial pass on tests/ alone: a contract test marked serial would
+    # never run there.
+    here = Path(__file__).parent
+    serial = [
+        item.nodeid
+        for item in items
+        if here in item.path.parents and item.get_closest_marker("serial")
+    ]
+    if serial:
+        raise pytest.UsageError(
+            f"contract tests run in the parallel pass only, but these are marked serial: {serial}"
+        )
 
 
 @pytest.fixture(scope="session")
