@@ -4,14 +4,28 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-under-load lint typecheck pytest migrate demo clean bench bench-scale profile
+.PHONY: install lock run test test-under-load lint typecheck pytest migrate demo clean bench bench-scale profile
+
+# What is installed is what uv.lock says, exactly (hashes included): the lock is made with uv,
+# which the first `make install` installs for the project in .tools/ (pinned here). `make lock`
+# upgrades every package within pyproject.toml's ranges; commit the uv.lock it writes.
+UV_VERSION := 0.13.9
+UV := .tools/bin/uv
+# --inexact: what the bench extra added stays.
+UV_SYNC = $(UV) sync --locked --inexact --python $(PYTHON)
+
+$(UV):
+	$(PYTHON) -m venv .tools
+	.tools/bin/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+$(STAMP): pyproject.toml uv.lock | $(UV)
+	$(UV_SYNC) --extra dev
 	@touch $(STAMP)
+
+lock: $(UV)
+	$(UV) lock --upgrade
 
 # The API and one webhook worker beside it (stopped with it); both on the same database, the
 # embedded one included (pgserver keeps it up while either runs).
@@ -78,7 +92,7 @@ migrate: install
 	$(BIN)/dealbase migrate
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
 # Benchmarks (bench/README.md): `make bench` loads dealbase beside its peers and prints one table;
 # `make profile SCENARIO=post_customers_one_department` records one scenario with py-spy. Both
@@ -87,7 +101,7 @@ clean:
 BENCH_STAMP := $(VENV)/.bench-installed
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
+	$(UV_SYNC) --extra dev --extra bench
 	@touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
