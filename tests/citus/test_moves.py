@@ -1,7 +1,9 @@
 """Tenants moved between the workers of a Citus cluster while they work: ``dealbase tenant
 move`` under a steady write load and webhook deliveries, and ``dealbase tenant rebalance``
 spreading fifty tenants over the workers. The module works in a Citus database of its own, so
-its moves and its rebalance touch no other test's tenants, and it runs beside them."""
+its moves and its rebalance touch no other test's tenants. It still runs in the serial pass:
+making fifty distributed schemas keeps the three nodes busy, and beside the parallel pass the
+rebalance took more than twice as long and slowed every other test with it."""
 
 from __future__ import annotations
 
@@ -38,6 +40,8 @@ from tests.worker.conftest import Receiver, receiver
 from tests.worker.test_worker_cli import start_worker
 
 __all__ = ["receiver"]  # the fixture, for this module's tests
+
+pytestmark = pytest.mark.serial
 
 API = "/api/v1/integration"
 WRITERS = 4
