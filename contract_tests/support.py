@@ -34,11 +34,19 @@ SEED = 20_240_601
 _DOCUMENT_ONLY_DATABASE_URL = "postgresql://contract-document.invalid/none"
 
 
+REQUEST_GIVE_UP_SECONDS = 300
+
+
 def contract_config() -> schemathesis.Config:
     """Every default check, bounded generation, reproducible runs."""
     return schemathesis.Config.from_dict(
         {
             "seed": SEED,
+            # schemathesis gives a call up after 10 s unless told otherwise: a bound on the
+            # machine's speed, which a batch of 1,000 operations passed on a busy machine. The
+            # contract is the answer, not how soon it comes (bench/ measures that): only a hang
+            # reaches this.
+            "request-timeout": REQUEST_GIVE_UP_SECONDS,
             "generation": {
                 "max-examples": DEPTH.examples_per_operation,
                 # No example database: a run depends on the seed alone, not on earlier runs.
