@@ -188,6 +188,7 @@ def test_first_over_100_is_validation_failed_naming_first(
         ("first", "out_of_range")
     ]
     assert "limit" not in error["message"]
+    assert error["extensions"]["errors"][0]["message"] == "first is 1 to 100."
 
 
 def test_first_of_100_is_served(client: TestClient, world: TenantWorld) -> None:

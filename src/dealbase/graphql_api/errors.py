@@ -9,6 +9,7 @@ from typing import Any
 import structlog
 from graphql import GraphQLError
 from strawberry.extensions import SchemaExtension
+from strawberry.schema.exceptions import InvalidOperationTypeError
 
 from dealbase.errors import (
     BatchRejected,
@@ -23,6 +24,8 @@ log = structlog.get_logger(__name__)
 
 INTERNAL = "INTERNAL"
 INVALID_QUERY = "invalid_query"
+# A query or mutation sent over a live transport, which serves subscriptions only.
+NOT_A_SUBSCRIPTION = "operation_not_subscription"
 # Platform names of paging inputs, as GraphQL's connection arguments call them.
 _ARGUMENTS = {"limit": "first", "cursor": "after"}
 
@@ -67,18 +70,27 @@ def _variable_field(message: str) -> str | None:
 
 def _field_errors(errors: tuple[FieldError, ...]) -> list[dict[str, str]]:
     return [
-        {"field": graphql_field(error.field), "code": error.code, "message": error.message}
+        {
+            "field": graphql_field(error.field),
+            "code": error.code,
+            "message": _in_graphql_terms(error.message, errors),
+        }
         for error in errors
     ]
 
 
+def _in_graphql_terms(message: str, errors: tuple[FieldError, ...]) -> str:
+    """``message`` naming the fields of ``errors`` as GraphQL does (``limit`` is ``first``)."""
+    for field_error in errors:
+        message = message.replace(field_error.field, graphql_field(field_error.field))
+    return message
+
+
 def message_of(error: DomainError) -> str:
     """A platform error's detail, naming the fields it names as GraphQL does."""
-    message = error.detail
     if isinstance(error, Invalid):
-        for field_error in error.errors:
-            message = message.replace(field_error.field, graphql_field(field_error.field))
-    return message
+        return _in_graphql_terms(error.detail, error.errors)
+    return error.detail
 
 
 def field_errors_of(error: DomainError) -> list[dict[str, str]]:
@@ -128,6 +140,10 @@ def mapped_error(error: GraphQLError, request_id: str) -> GraphQLError:
             "code": Invalid.code,
             "errors": [{"field": variable_field, "code": "invalid", "message": message}],
         }
+    elif isinstance(original, InvalidOperationTypeError):
+        extensions = {"code": NOT_A_SUBSCRIPTION}
+        kind = original.operation_type.value
+        message = f"Only subscriptions are served here: send a {kind} to POST /graphql."
     elif original is None or isinstance(original, GraphQLError):
         # GraphQL's own: syntax, validation, guards
         extensions = {"code": INVALID_QUERY, **(error.extensions or {})}
