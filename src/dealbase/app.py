@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import psycopg
+import structlog
 from anyio import to_thread
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
@@ -20,6 +22,7 @@ from dealbase.edge.cors import (
     CORS_METHODS,
     CORS_REQUEST_HEADERS,
     CORS_RESPONSE_HEADERS,
+    ProblemPreflights,
 )
 from dealbase.edge.request_edge import RequestEdge
 from dealbase.edge.route_index import RouteIndex
@@ -38,6 +41,7 @@ from dealbase.rest_api.api import install_rest_api
 from dealbase.tenancy.callers.authentication import Authenticator, KeyCache, KeyChangeListener
 from dealbase.tenancy.callers.key_usage import KeyUseRecorder
 from dealbase.tenancy.database.connections import Database, DatabaseLimits
+from dealbase.tenancy.database.proxy import through_a_proxy
 from dealbase.tenancy.rate_limits.admission import Admission, LimiterFaults
 from dealbase.tenancy.rate_limits.failure_allowance import FailureAllowance
 from dealbase.tenancy.rate_limits.limiter import InProcessLimiter, RedisLimiter
@@ -49,6 +53,25 @@ The dealbase integration API: customers and deals of one department, authenticat
 `X-Api-Key` and `X-Department-Id`. Errors are `application/problem+json` (RFC 9457) with a
 stable `code`; see docs/api.md.
 """
+
+
+log = structlog.get_logger(__name__)
+
+
+def _warn_of_a_proxy(database_url: str) -> None:
+    """Says at start-up what would otherwise show only as failing requests: the database is
+    reached through a proxy (pgbouncer?) the settings do not mention."""
+    try:
+        proxied = through_a_proxy(database_url)
+    except psycopg.Error:
+        return  # the pool, which opened, reports what fails
+    if proxied:
+        log.warning(
+            "database_through_a_proxy",
+            detail="PostgreSQL sees this service's connections come from another address: if"
+            " it is pgbouncer in transaction mode, set DEALBASE_DB_PGBOUNCER=true, or requests"
+            " will fail (docs/operations.md).",
+        )
 
 
 def create_app(
@@ -99,6 +122,8 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[dict[str, Any]]:
         await database.open()
+        if not settings.db_pgbouncer:
+            await to_thread.run_sync(_warn_of_a_proxy, database_url)
         key_listener.start()
         await live.start(settings.database_listen_url or database_url)
         metrics_keeper = asyncio.create_task(metrics.keep_up(database.pool_usage))
@@ -197,6 +222,12 @@ def create_app(
             expose_headers=CORS_RESPONSE_HEADERS,
             max_age=CORS_MAX_AGE_SECONDS,
         )
-    app.add_middleware(RequestEdge, observe=metrics.request_answered, log=log_request)
+        app.add_middleware(ProblemPreflights)
+    app.add_middleware(
+        RequestEdge,
+        observe=metrics.request_answered,
+        log=log_request,
+        body_seconds=settings.body_timeout_seconds,
+    )
     RouteIndex(app.router).install()
     return app

@@ -67,6 +67,25 @@ class Settings(BaseSettings):
             " byte, or from the connection's opening) before it is answered 408 and closed."
         ),
     )
+    body_timeout_seconds: int = Field(
+        default=60,
+        ge=1,
+        le=3600,
+        description=(
+            "How long a request's body may take to arrive, from the end of its headers, before"
+            " the request is answered 408 and its connection closed."
+        ),
+    )
+    write_timeout_seconds: int = Field(
+        default=30,
+        ge=1,
+        le=3600,
+        description=(
+            "How long the server may be unable to write to a client (its socket full: the"
+            " client does not read) before it closes the connection: a live subscriber's, and"
+            " any other (the kernel's TCP_USER_TIMEOUT)."
+        ),
+    )
     max_header_bytes: int = Field(
         default=32_768,
         ge=8_192,
@@ -233,10 +252,28 @@ class Settings(BaseSettings):
         description="Subscriptions one WebSocket may run at once; one more is refused.",
     )
     live_init_timeout_seconds: float = Field(
-        default=10.0,
+        default=5.0,
         gt=0,
         le=300,
         description="How long a WebSocket may take to send connection_init before it is closed.",
+    )
+    live_unintroduced_per_address: int = Field(
+        default=16,
+        ge=1,
+        le=100_000,
+        description=(
+            "WebSockets one client address may hold to each server process before their"
+            " connection_init; one more is refused (429)."
+        ),
+    )
+    live_unintroduced_per_process: int = Field(
+        default=256,
+        ge=1,
+        le=1_000_000,
+        description=(
+            "WebSockets each server process holds before their connection_init, from every"
+            " address; one more is refused (429)."
+        ),
     )
     live_idle_timeout_seconds: float = Field(
         default=300.0,

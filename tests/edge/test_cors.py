@@ -97,3 +97,21 @@ def test_cors_is_off_by_default(client: TestClient, world: TenantWorld) -> None:
 def test_an_origin_that_is_not_one_is_a_bad_setting(settings: Settings, origins: str) -> None:
     with pytest.raises(ValidationError, match="is not an origin"):
         Settings.model_validate({**settings.model_dump(), "cors_origins": origins})
+
+
+def test_a_refused_preflight_is_answered_as_a_problem(allowing: TestClient) -> None:
+    response = allowing.options(
+        CUSTOMERS,
+        headers={
+            "Origin": "https://elsewhere.example.com",
+            "Access-Control-Request-Method": "POST",
+        },
+    )
+
+    assert response.status_code == 400
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.headers["x-request-id"]
+    body = response.json()
+    assert body["code"] == "cors_refused"
+    assert body["detail"].startswith("Disallowed CORS origin: ")
+    assert "access-control-allow-origin" not in response.headers

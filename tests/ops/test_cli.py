@@ -11,10 +11,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import uvicorn
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select, update
 
 from dealbase.config import load_settings
+from dealbase.graphql_api.live import MAX_MESSAGE_BYTES
 from dealbase.ops import admin, serving
 from dealbase.ops.cli import SERVER_GC_YOUNG_THRESHOLD
 from dealbase.tenancy.callers.api_keys import parse_api_key, record_uses
@@ -682,22 +684,31 @@ def test_a_database_never_migrated_gives_one_line_not_a_traceback(
     _assert_one_line_failure(run)
 
 
-def test_serve_bounds_request_heads_by_the_settings(
+def test_serve_bounds_request_heads_websocket_messages_and_writes_by_the_settings(
     run_cli: RunCli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    limits: list[serving.HeadLimits] = []
-    monkeypatch.setattr(serving, "run", lambda _config, head_limits: limits.append(head_limits))
+    served: list[tuple[uvicorn.Config, serving.HeadLimits, float]] = []
+    monkeypatch.setattr(
+        serving,
+        "run",
+        lambda config, head_limits, write: served.append((config, head_limits, write)),
+    )
     run = run_cli(
         "serve",
         env={
             "DEALBASE_HEADER_TIMEOUT_SECONDS": "3",
             "DEALBASE_MAX_HEADER_BYTES": "10000",
+            "DEALBASE_WRITE_TIMEOUT_SECONDS": "7",
             "PROMETHEUS_MULTIPROC_DIR": None,
         },
     )
 
     assert run.exit_code == 0, str(run)
-    assert limits == [serving.HeadLimits(seconds=3, max_bytes=10_000)]
+    ((config, head_limits, write_timeout),) = served
+    assert head_limits == serving.HeadLimits(seconds=3, max_bytes=10_000)
+    assert write_timeout == 7
+    # A WebSocket message is bounded as the app bounds it, and never inflated.
+    assert (config.ws_max_size, config.ws_per_message_deflate) == (MAX_MESSAGE_BYTES, False)
 
 
 @pytest.mark.parametrize(
@@ -715,7 +726,7 @@ def test_serve_has_its_workers_freeze_their_startup_objects_and_collect_young_on
     """Workers build their app from the environment ``dealbase serve`` hands them."""
     workers_would: list[tuple[bool, int | None]] = []
 
-    def serve(_config: object, _limits: object) -> None:
+    def serve(_config: object, _limits: object, _write_timeout: float) -> None:
         settings = load_settings()
         workers_would.append((settings.freeze_startup_objects, settings.gc_young_threshold))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -11,6 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 from starlette.types import Message, Scope
 
+from dealbase.app import create_app
+from dealbase.config import Settings
 from dealbase.edge.request_edge import MAX_BODY_BYTES
 from tests.support import TenantWorld
 
@@ -311,3 +314,56 @@ def test_a_create_is_called_from_the_edge_and_its_errors_are_still_problems(
     # A route FastAPI's request handler serves (a body parameter) goes through every layer.
     assert batch_status == 200
     assert "fastapi_middleware_astack" in batched
+
+
+@pytest.mark.parametrize("path", [CUSTOMERS, "/graphql"])
+def test_a_body_that_stops_arriving_is_answered_408_and_its_connection_closed(
+    settings: Settings, world: TenantWorld, path: str
+) -> None:
+    """The client sends half its body and no more: the edge answers once the setting's time
+    since the head has passed (the test waits for the answer, however long the machine takes),
+    and nothing is written."""
+    body = b'{"first_name": "Trickled", "last_name": "Body"}'
+    sent: list[Message] = []
+    scope: Scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            *[(name.lower().encode(), value.encode()) for name, value in world.key.headers.items()],
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ],
+        "client": ("127.0.0.1", 1),
+        "server": ("testserver", 80),
+    }
+    parts = [body[:10]]
+
+    async def trickle() -> Message:
+        if parts:
+            return {"type": "http.request", "body": parts.pop(), "more_body": True}
+        await asyncio.Event().wait()  # the rest never comes
+        raise AssertionError("unreachable")
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    impatient = settings.model_copy(update={"body_timeout_seconds": 1})
+    with TestClient(create_app(impatient), raise_server_exceptions=False) as client:
+        asyncio.run(client.app(scope, trickle, send))  # type: ignore[arg-type]
+        listed = client.get(CUSTOMERS, params={"q": "Trickled"}, headers=world.key.headers)
+
+    assert sent[0]["status"] == 408
+    headers = dict(sent[0]["headers"])
+    assert headers[b"connection"] == b"close"
+    assert headers[b"content-type"] == b"application/problem+json"
+    problem_body = json.loads(sent[1]["body"])
+    assert problem_body["code"] == "request_timeout"
+    assert "1 seconds" in problem_body["detail"]
+    assert listed.status_code == 200 and listed.json()["data"] == []

@@ -50,6 +50,9 @@ MAX_BATCH_BODY_BYTES = 8 * MAX_BODY_BYTES
 # closes a socket with unread data. A larger or slower body is cut off.
 DRAIN_BYTES = MAX_BATCH_BODY_BYTES
 DRAIN_SECONDS = 10.0
+# How long a request's body may take to arrive, from its head (the setting's default):
+# a client trickling bodies would otherwise hold connections and their requests for ever.
+BODY_SECONDS = 60.0
 
 # Headers that carry one value (RFC 9110 5.3): two of them are ambiguous, and a proxy that reads
 # the other one than the app would authorise, deduplicate or parse another request.
@@ -62,6 +65,10 @@ class _TooLarge(Exception):
     pass
 
 
+class _BodyLate(Exception):
+    pass
+
+
 # Optional white space around a header field's value: a space or a horizontal tab.
 _WHITE_SPACE = (b" ", b"\t")
 
@@ -69,7 +76,8 @@ _WHITE_SPACE = (b" ", b"\t")
 class RequestEdge:
     """Gives every HTTP request an id (the client's ``X-Request-Id`` when it is sane), bound to
     the log context and echoed in the answer; refuses a repeated single-valued header (400)
-    and a body past its cap (413, 8 MiB for a batch, else 1 MiB); adds the RateLimit headers
+    and a body past its cap (413, 8 MiB for a batch, else 1 MiB) or not in within
+    ``body_seconds`` of the request's head (408, and the connection closed); adds the RateLimit headers
     of the request's verdict, when it has one; and writes one access line per request and
     reports it to ``observe`` (metrics)."""
 
@@ -80,8 +88,11 @@ class RequestEdge:
         log: AccessLog | None = None,
         max_bytes: int = MAX_BODY_BYTES,
         batch_max_bytes: int = MAX_BATCH_BODY_BYTES,
+        body_seconds: float = BODY_SECONDS,
     ) -> None:
         self.app = app
+        self.body_seconds = body_seconds
+        self._late_bodies = _LateBodies()
         self.observe = observe
         self.log = log or _log_through_structlog
         self.max_bytes = max_bytes
@@ -203,10 +214,15 @@ class RequestEdge:
             return
         received = 0
         body_ended = False
+        body_due = asyncio.get_running_loop().time() + self.body_seconds
+        late_bodies = self._late_bodies
 
         async def counting_receive() -> Message:
             nonlocal received, body_ended
-            message = await receive()
+            if body_ended:
+                # Past the body, a server's receive waits for the client to go: not bounded.
+                return await receive()
+            message = await late_bodies.receive(receive, body_due)
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 body_ended = not message.get("more_body", False)
@@ -227,6 +243,75 @@ class RequestEdge:
                 # After its last part, a server's receive waits for the client to go.
                 await _drain(receive, received)
             await _refuse(scope, receive, send, max_bytes)
+        except _BodyLate:
+            if answering():
+                raise
+            late = problem(
+                Request(scope),
+                408,
+                "request_timeout",
+                "Request timeout",
+                f"The request's body did not arrive within {self.body_seconds:g} seconds.",
+                # The body's rest may still come: the connection cannot carry another request.
+                headers={"Connection": "close"},
+            )
+            await late(scope, receive, send)
+
+
+class _BodyWait:
+    __slots__ = ("due", "late", "task")
+
+    def __init__(self, due: float, task: asyncio.Task[Any]) -> None:
+        self.due = due
+        self.task = task
+        self.late = False
+
+
+class _LateBodies:
+    """The requests waiting for their body's next part, each with the time it is due by, and
+    one timer that gives up those past it: a timeout per request (``asyncio.timeout_at``) cost
+    a timer handle each, several times the cost of the wait itself."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[_BodyWait, None] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def receive(self, receive: Receive, due: float) -> Message:
+        """``receive()``; raises ``_BodyLate`` once the loop's clock passes ``due`` first."""
+        task = asyncio.current_task()
+        assert task is not None
+        wait = _BodyWait(due, task)
+        self._waiting[wait] = None
+        loop = asyncio.get_running_loop()
+        if self._timer is None or self._loop is not loop:
+            self._loop = loop
+            self._timer = loop.call_later(_SWEEP_SECONDS, self._sweep, loop)
+        try:
+            return await receive()
+        except asyncio.CancelledError:
+            if wait.late and task.uncancel() == 0:
+                raise _BodyLate from None
+            raise
+        finally:
+            del self._waiting[wait]
+
+    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        if loop is not self._loop:
+            return  # a loop given up for another (tests run the app on several)
+        self._timer = None
+        if not self._waiting:
+            return
+        now = loop.time()
+        for wait in self._waiting:
+            if wait.due <= now and not wait.late:
+                wait.late = True
+                wait.task.cancel()
+        self._timer = loop.call_later(_SWEEP_SECONDS, self._sweep, loop)
+
+
+# How often the late bodies are looked for: a body is given up at most this long after it is due.
+_SWEEP_SECONDS = 0.5
 
 
 class _Routes:

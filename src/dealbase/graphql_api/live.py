@@ -29,18 +29,24 @@ import structlog
 from fastapi import FastAPI, Request
 from graphql import GraphQLError, execute_subscription_event
 from starlette.requests import HTTPConnection
-from starlette.responses import StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 from strawberry.types import ExecutionResult
 from strawberry.types.execution import PreExecutionError
 
 from dealbase.config import Settings
 from dealbase.edge.live_callers import live_scope, still_admitted
-from dealbase.edge.problems import ProtocolError, malformed_json
+from dealbase.edge.problems import (
+    PROBLEM_MEDIA_TYPE,
+    ProtocolError,
+    malformed_json,
+    problem_document,
+)
 from dealbase.edge.request_edge import MAX_BODY_BYTES
 from dealbase.errors import DomainError, RateLimited, Unavailable
 from dealbase.graphql_api.documents import DocumentCache
 from dealbase.graphql_api.errors import mapped_error
+from dealbase.graphql_api.introductions import Introductions
 from dealbase.graphql_api.live_execution import sharing_results
 from dealbase.graphql_api.subscriptions import LiveContext, change_of
 from dealbase.platform.events.models import Event
@@ -49,11 +55,19 @@ from dealbase.platform.live.signals import Signals
 from dealbase.tenancy.callers.api_keys import TENANT_NOTICE_PREFIX
 from dealbase.tenancy.callers.authentication import Authenticator
 from dealbase.tenancy.database.connections import Database
+from dealbase.tenancy.rate_limits.admission import Admission
+from dealbase.tenancy.rate_limits.failure_allowance import client_address
+from dealbase.tenancy.rate_limits.limiter import Verdict
 from dealbase.tenancy.scope import Scope
 
 log = structlog.get_logger(__name__)
 # How long a stream whose client went away waits for its operation to end.
 _OPERATION_END_SECONDS = 5.0
+# How often writes that wait are looked at: a connection is closed at most this long after its
+# write timeout.
+_UNREAD_CHECK_SECONDS = 1.0
+# How long a WebSocket's close frame may wait to be written (a client that does not read).
+_CLOSE_SECONDS = 1.0
 
 WEBSOCKET_PATH = "/graphql"
 STREAM_PATH = "/graphql/stream"
@@ -67,11 +81,14 @@ MAX_MESSAGE_BYTES = MAX_BODY_BYTES
 class LiveLimits:
     connections_per_key: int = 20
     subscriptions_per_connection: int = 20
-    init_timeout_seconds: float = 10.0
+    init_timeout_seconds: float = 5.0
+    unintroduced_per_address: int = 16
+    unintroduced_per_process: int = 256
     idle_timeout_seconds: float = 300.0
     keepalive_seconds: float = 15.0
     buffer: int = 1000
     poll_seconds: float = 5.0
+    write_timeout_seconds: float = 30.0
     # Whether the connections' long-lived objects are frozen out of the collector's way
     # (``Freezing``), as the app's own are at startup.
     freeze_connections: bool = False
@@ -83,10 +100,13 @@ class LiveLimits:
             connections_per_key=settings.live_connections_per_key,
             subscriptions_per_connection=settings.live_subscriptions_per_connection,
             init_timeout_seconds=settings.live_init_timeout_seconds,
+            unintroduced_per_address=settings.live_unintroduced_per_address,
+            unintroduced_per_process=settings.live_unintroduced_per_process,
             idle_timeout_seconds=settings.live_idle_timeout_seconds,
             keepalive_seconds=settings.live_keepalive_seconds,
             buffer=settings.live_buffer_events,
             poll_seconds=settings.live_poll_seconds,
+            write_timeout_seconds=settings.write_timeout_seconds,
         )
 
 
@@ -107,6 +127,7 @@ SLOW_CONSUMER = Closing(
     1013, "slow_consumer", "Slow consumer: too many events waited; resume after your cursor"
 )
 IDLE = Closing(1000, "idle", "No subscription for too long")
+WRITE_TIMEOUT = Closing(1013, "write_timeout", "Not read: the server could not write for too long")
 NO_PONG = Closing(1001, "no_pong", "No pong to the server's ping")
 INIT_TIMEOUT = Closing(4408, "init_timeout", "Connection initialisation timeout")
 TOO_MANY_CONNECTIONS = Closing(4429, "too_many_connections", "Too many connections for this key")
@@ -167,8 +188,12 @@ class _Connection:
         self.closing: Closing | None = None
         self.closed = asyncio.Event()
         self.opened_at = time.monotonic()
+        # Since when (the loop's clock) a write to the client has waited, while one does:
+        # ``LiveService`` gives up a connection whose client stopped reading.
+        self.writing_since: float | None = None
         authenticator: Authenticator = peer.app.state.authenticator
         self._authenticate = authenticator.dashboard_scope
+        self.admission: Admission = peer.app.state.admission
 
     def recheck(self) -> None:
         """Checks the key again, as a request would present it (the process's key cache, so
@@ -190,6 +215,9 @@ class _Connection:
 
     def ended(self, why: Ending) -> None:
         self.close(_ENDINGS[why])
+
+    def write_timed_out(self) -> None:
+        self.close(WRITE_TIMEOUT)
 
 
 class Freezing:
@@ -261,14 +289,32 @@ class LiveService:
         self._tasks: set[asyncio.Task[None]] = set()
         self.stopping = False
         self.freezing = Freezing() if limits.freeze_connections else None
+        self.introductions = Introductions(
+            limits.unintroduced_per_address, limits.unintroduced_per_process
+        )
 
     async def start(self, listen_url: str) -> None:
         self.signals = Signals(
             listen_url, self.hub.announce, self._key_changed, poll_seconds=self.limits.poll_seconds
         )
         await self.signals.start()
+        self.spawn(self._give_up_unread())
         if self.freezing is not None:
             self.spawn(self._freeze_now_and_then(self.freezing))
+
+    async def _give_up_unread(self) -> None:
+        """Closes, every second, the connections whose write has waited past the write timeout:
+        their client no longer reads (its socket is full), and would hold its slot for ever."""
+        loop = asyncio.get_running_loop()
+        limit = self.limits.write_timeout_seconds
+        while True:
+            await asyncio.sleep(_UNREAD_CHECK_SECONDS)
+            now = loop.time()
+            for connections in list(self._by_key.values()):
+                for connection in list(connections):
+                    since = connection.writing_since
+                    if since is not None and now - since >= limit:
+                        connection.write_timed_out()
 
     async def _freeze_now_and_then(self, freezing: Freezing) -> None:
         while True:
@@ -414,12 +460,14 @@ def _extensions_of(schema: strawberry.Schema, request: _Operation) -> str | None
     return orjson.dumps(cost).decode()
 
 
-def _header(payload: Mapping[str, Any], name: str) -> str | None:
-    """A credential of connection_init's payload, its name in any case."""
+def _credential(payload: Mapping[str, Any], headers: Mapping[str, str], name: str) -> str | None:
+    """A credential of connection_init's payload, its name in any case, else of the upgrade
+    request's headers; without the white space around it, as a request's header value."""
     for key, value in payload.items():
         if key.lower() == name and isinstance(value, str):
-            return value
-    return None
+            return value.strip(" \t")
+    given = headers.get(name)
+    return None if given is None else given.strip(" \t")
 
 
 class _WebSocketConnection(_Connection):
@@ -446,7 +494,11 @@ class _WebSocketConnection(_Connection):
 
     async def send_text(self, text: str) -> None:
         async with self._sending:
-            await self.websocket.send_text(text)
+            self.writing_since = self._loop.time()
+            try:
+                await self.websocket.send_text(text)
+            finally:
+                self.writing_since = None
 
     def _send_soon(self, message: dict[str, Any]) -> None:
         """Sends ``message`` beside the connection's loop, which must not wait for a client
@@ -518,7 +570,7 @@ class _WebSocketConnection(_Connection):
             with anyio.CancelScope(shield=True):
                 await self._end_operations()
             if self.closing is not None:
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(Exception), anyio.move_on_after(_CLOSE_SECONDS):
                     await self.websocket.close(self.closing.code, self.closing.reason)
 
     async def _received(self, message: Mapping[str, Any]) -> None:
@@ -582,14 +634,15 @@ class _WebSocketConnection(_Connection):
         context = self.service._context(self)
         try:
             request = _operation_of(payload)
-        except ProtocolError as exc:
-            await self.send(
-                {
-                    "id": operation_id,
-                    "type": "error",
-                    "payload": [{"message": exc.detail, "extensions": {"code": exc.code}}],
-                }
-            )
+            # Each operation is a request, under the key's and the tenant's rate limits as
+            # one over HTTP is: a socket held open does not run operations for free.
+            await self.admission.admit(self.scope, _unrecorded)
+        except (ProtocolError, DomainError) as exc:
+            coded: dict[str, Any] = {"code": exc.code}
+            if isinstance(exc, RateLimited | Unavailable):
+                coded["retry_after_seconds"] = exc.retry_after_seconds
+            error = {"message": exc.detail, "extensions": coded}
+            await self.send({"id": operation_id, "type": "error", "payload": [error]})
             self._finished(operation_id)
             return
         handed: asyncio.Future[tuple[Subscriber, str]] = asyncio.get_running_loop().create_future()
@@ -741,6 +794,10 @@ class _Operation:
     operation_name: str | None
 
 
+def _unrecorded(verdict: Verdict) -> None:
+    """An operation's verdict goes nowhere: a WebSocket message has no headers to carry it."""
+
+
 def _operation_of(payload: Mapping[str, Any]) -> _Operation:
     query = payload.get("query")
     variables = payload.get("variables")
@@ -758,6 +815,60 @@ def _operation_of(payload: Mapping[str, Any]) -> _Operation:
     return _Operation(query, variables, name)
 
 
+async def _introduction(websocket: WebSocket, service: LiveService) -> dict[str, Any] | None:
+    """The client's ``connection_init``, its first message other than a ping or a pong (which
+    are answered), read within the init timeout; None once the connection is closed (gone, too
+    big, too late, or another message first)."""
+    try:
+        async with asyncio.timeout(service.limits.init_timeout_seconds):
+            while True:
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    return None
+                raw = message.get("text") or message.get("bytes") or b""
+                if len(raw) > MAX_MESSAGE_BYTES:
+                    await websocket.close(TOO_BIG.code, TOO_BIG.reason)
+                    return None
+                try:
+                    init = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    init = None
+                kind = init.get("type") if isinstance(init, dict) else None
+                if kind == "connection_init":
+                    introduced: dict[str, Any] = init
+                    return introduced
+                if kind not in ("ping", "pong"):
+                    await websocket.close(UNAUTHORIZED.code, UNAUTHORIZED.reason)
+                    return None
+                # The protocol allows pings and pongs at any time, before the introduction too.
+                if kind == "ping":
+                    await websocket.send_text('{"type":"pong"}')
+    except TimeoutError:
+        await websocket.close(INIT_TIMEOUT.code, INIT_TIMEOUT.reason)
+        return None
+
+
+async def _refuse_upgrade(websocket: WebSocket, service: LiveService) -> None:
+    """Refuses the WebSocket before it opens: 429, as a problem, where the server lets the app
+    answer the upgrade request (else it answers 403)."""
+    if "websocket.http.response" not in websocket.scope.get("extensions", {}):
+        await websocket.close(TOO_MANY_CONNECTIONS.code, TOO_MANY_CONNECTIONS.reason)
+        return
+    limit = service.introductions.per_address
+    document = problem_document(
+        429,
+        TooManyConnections.code,
+        "Too many connections",
+        f"Too many WebSockets of this client address (at most {limit}, or of this server)"
+        " have not sent connection_init yet.",
+        uuid.uuid4().hex,
+    )
+    refusal = Response(
+        orjson.dumps(document), 429, headers={"Retry-After": "1"}, media_type=PROBLEM_MEDIA_TYPE
+    )
+    await websocket.send_denial_response(refusal)
+
+
 async def graphql_websocket(websocket: WebSocket) -> None:
     """``graphql-transport-ws`` at /graphql: ``connection_init`` (its payload may carry
     ``X-Api-Key`` and ``X-Department-Id``, else the upgrade request's headers do), then
@@ -767,37 +878,21 @@ async def graphql_websocket(websocket: WebSocket) -> None:
         await websocket.accept()
         await websocket.close(SUBPROTOCOL.code, SUBPROTOCOL.reason)
         return
-    await websocket.accept(subprotocol=PROTOCOL)
-    try:
-        async with asyncio.timeout(service.limits.init_timeout_seconds):
-            while True:
-                message = await websocket.receive()
-                if message["type"] == "websocket.disconnect":
-                    return
-                raw = message.get("text") or message.get("bytes") or b""
-                if len(raw) > MAX_MESSAGE_BYTES:
-                    await websocket.close(TOO_BIG.code, TOO_BIG.reason)
-                    return
-                try:
-                    init = orjson.loads(raw)
-                except orjson.JSONDecodeError:
-                    init = None
-                kind = init.get("type") if isinstance(init, dict) else None
-                if kind not in ("ping", "pong"):
-                    break
-                # The protocol allows pings and pongs at any time, before the introduction too.
-                if kind == "ping":
-                    await websocket.send_text('{"type":"pong"}')
-    except TimeoutError:
-        await websocket.close(INIT_TIMEOUT.code, INIT_TIMEOUT.reason)
+    address = client_address(websocket.client.host if websocket.client else None) or ""
+    if not service.introductions.enter(address):
+        await _refuse_upgrade(websocket, service)
         return
-    if not isinstance(init, dict) or init.get("type") != "connection_init":
-        await websocket.close(UNAUTHORIZED.code, UNAUTHORIZED.reason)
+    try:
+        await websocket.accept(subprotocol=PROTOCOL)
+        init = await _introduction(websocket, service)
+    finally:
+        service.introductions.leave(address)
+    if init is None:
         return
     given = init.get("payload")
     payload = given if isinstance(given, dict) else {}
-    api_key = _header(payload, "x-api-key") or websocket.headers.get("x-api-key")
-    department = _header(payload, "x-department-id") or websocket.headers.get("x-department-id")
+    api_key = _credential(payload, websocket.headers, "x-api-key")
+    department = _credential(payload, websocket.headers, "x-department-id")
     try:
         scope = await live_scope(websocket, api_key, department)
         credentials = (api_key or "", department)
@@ -819,6 +914,14 @@ async def graphql_websocket(websocket: WebSocket) -> None:
 
 class _StreamConnection(_Connection):
     transport = "sse"
+    # The task answering the stream's request, while it does.
+    response: asyncio.Task[Any] | None = None
+
+    def write_timed_out(self) -> None:
+        super().write_timed_out()
+        # Its stream waits in a write: nothing else would end it.
+        if self.response is not None:
+            self.response.cancel()
 
 
 def _sse(event: str, data: object, event_id: str | None = None) -> bytes:
@@ -878,9 +981,26 @@ class _LiveStreamResponse(StreamingResponse):
         self._connection = connection
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        connection = self._connection
+        task = connection.response = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+
+        async def watched(message: Any) -> None:
+            connection.writing_since = loop.time()
+            try:
+                await send(message)
+            finally:
+                connection.writing_since = None
+
         try:
-            await super().__call__(scope, receive, send)
+            await super().__call__(scope, receive, watched)
+        except asyncio.CancelledError:
+            # Given up for a client that stopped reading (``write_timed_out``): the server
+            # closes the connection; another cancellation goes on.
+            if connection.closing is not WRITE_TIMEOUT or task is None or task.uncancel():
+                raise
         finally:
+            connection.response = None
             self._service._unregister(self._connection)
 
 

@@ -778,6 +778,8 @@ def serve(
     """Serve the API with uvicorn."""
     import uvicorn
 
+    from dealbase.graphql_api.live import MAX_MESSAGE_BYTES
+
     settings = _settings()
     # Worker processes build their app from the environment: hand them the resolved database,
     # so only this process owns the embedded server.
@@ -815,8 +817,15 @@ def serve(
                 # A worker answers its supervisor's health checks only once it has imported the
                 # app; uvicorn's 5 s replaced slow starters on a busy machine in a loop.
                 timeout_worker_healthcheck=settings.worker_start_timeout_seconds,
+                # A WebSocket message is refused as its frames arrive once past the app's own
+                # limit, not assembled to uvicorn's 16 MiB first; and never compressed: a few
+                # kilobytes of deflate would inflate to the limit in every connection, before
+                # any of them has authenticated (docs/graphql.md).
+                ws_max_size=MAX_MESSAGE_BYTES,
+                ws_per_message_deflate=False,
             ),
             serving.HeadLimits(settings.header_timeout_seconds, settings.max_header_bytes),
+            settings.write_timeout_seconds,
         )
     finally:
         if metrics_dir is not None:

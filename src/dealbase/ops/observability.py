@@ -92,6 +92,35 @@ def log_request(fields: dict[str, Any]) -> None:
     lines.write(_json(fields))
 
 
+class ClientFaults(logging.Filter):
+    """The server's lines about what a client sent wrong (invalid UTF-8 in a WebSocket text
+    frame, which the server closes 1007) are the client's fault, not the service's: written at
+    info, without a traceback, and at most one a second (the next says how many were left out),
+    so a client cannot fill the log with them."""
+
+    MESSAGES = frozenset({"Invalid UTF-8 sequence received from client."})
+
+    def __init__(self, threshold: int, every_seconds: float = 1.0) -> None:
+        super().__init__()
+        self.threshold = threshold
+        self.every_seconds = every_seconds
+        self._last = -every_seconds
+        self._left_out = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg not in self.MESSAGES:
+            return True
+        if self.threshold > logging.INFO or record.created - self._last < self.every_seconds:
+            self._left_out += 1
+            return False
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        record.exc_info = record.exc_text = None
+        if self._left_out:
+            record.msg = f"{record.msg} ({self._left_out} more left out of the log)"
+        self._last, self._left_out = record.created, 0
+        return True
+
+
 def configure_logging(log_format: str, level: str) -> None:
     global _json_lines
     renderer: Any = (
@@ -133,6 +162,8 @@ def configure_logging(log_format: str, level: str) -> None:
         logger = logging.getLogger(name)
         logger.handlers = []
         logger.propagate = True
+    server_errors = logging.getLogger("uvicorn.error")
+    server_errors.filters = [ClientFaults(threshold)]
     # The edge writes each request's access line (edge.request_edge). uvicorn writes one of its
     # own whenever its access logger has a handler, its parents' included: none, so a request
     # is one line, not two (the second cost each request about 4 % of a worker's time).

@@ -369,15 +369,24 @@ class ClosingSupervisor(Multiprocess):
         super().handle_term()
 
 
-def run(config: Config, head_limits: HeadLimits) -> None:
+def run(config: Config, head_limits: HeadLimits, write_timeout_seconds: float) -> None:
     """Serves ``config`` as ``uvicorn.run`` does: in this process, or in ``config.workers``
     worker processes under ``ClosingSupervisor``, with ``HttpProtocol`` bound by
-    ``head_limits`` and ``WebSocketProtocol``."""
+    ``head_limits`` and ``WebSocketProtocol``; a connection whose client has not read (or
+    acknowledged) what was written to it for ``write_timeout_seconds`` is dropped."""
     # A partial, not a class made here: worker processes receive the config pickled, and a
     # partial of an importable class pickles with its arguments.
     config.http = cast(Any, partial(HttpProtocol, head_limits=head_limits))
     config.ws = cast(Any, WebSocketProtocol)
+    listening = config.bind_socket()
+    if hasattr(socket, "TCP_USER_TIMEOUT") and listening.family != socket.AF_UNIX:
+        # The kernel gives up a connection whose data waits unacknowledged this long, a
+        # full receive window included, and every connection accepted inherits it: a client
+        # that never reads cannot hold a socket and its buffers. Closing a connection is not
+        # enough, its buffered data would wait for the client for ever.
+        timeout_ms = int(write_timeout_seconds * 1000)
+        listening.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, timeout_ms)
     if config.workers > 1:
-        ClosingSupervisor(config, sockets=[config.bind_socket()]).run()
+        ClosingSupervisor(config, sockets=[listening]).run()
     else:
-        Server(config).run()
+        Server(config).run(sockets=[listening])
