@@ -61,10 +61,14 @@ def settings(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Set
         else {"database_url": database_url}
     )
     # Limits far above what tests send: the rate-limit tests build apps with limits of their own.
+    # A request waits for a database connection as long as the settings allow, not the default
+    # 3 s: requests queued on a small pool waited longer on a busy machine and were answered
+    # 503 (the isolation fuzz, a dozen on one connection). The tests of that wait set their own.
     return Settings(
         **through,  # type: ignore[arg-type]
         data_dir=tmp_path_factory.mktemp("data"),
         log_level="warning",
+        db_acquire_timeout_ms=60_000,
         rate_limit_key="100000/s",
         rate_limit_key_burst=1_000_000,
         rate_limit_tenant="100000/s",
