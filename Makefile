@@ -53,6 +53,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-logo
+	$(BIN)/deptry src
 
 typecheck: install
 	$(BIN)/mypy
