@@ -815,6 +815,13 @@ def _operation_of(payload: Mapping[str, Any]) -> _Operation:
     return _Operation(query, variables, name)
 
 
+async def _close(websocket: WebSocket, why: Closing) -> None:
+    """Closes ``websocket`` with ``why``, giving up after ``_CLOSE_SECONDS``: a client that does
+    not read would otherwise hold the close, and the connection's place, for ever."""
+    with contextlib.suppress(Exception), anyio.move_on_after(_CLOSE_SECONDS):
+        await websocket.close(why.code, why.reason)
+
+
 async def _introduction(websocket: WebSocket, service: LiveService) -> dict[str, Any] | None:
     """The client's ``connection_init``, its first message other than a ping or a pong (which
     are answered), read within the init timeout; None once the connection is closed (gone, too
@@ -827,7 +834,7 @@ async def _introduction(websocket: WebSocket, service: LiveService) -> dict[str,
                     return None
                 raw = message.get("text") or message.get("bytes") or b""
                 if len(raw) > MAX_MESSAGE_BYTES:
-                    await websocket.close(TOO_BIG.code, TOO_BIG.reason)
+                    await _close(websocket, TOO_BIG)
                     return None
                 try:
                     init = orjson.loads(raw)
@@ -838,13 +845,13 @@ async def _introduction(websocket: WebSocket, service: LiveService) -> dict[str,
                     introduced: dict[str, Any] = init
                     return introduced
                 if kind not in ("ping", "pong"):
-                    await websocket.close(UNAUTHORIZED.code, UNAUTHORIZED.reason)
+                    await _close(websocket, UNAUTHORIZED)
                     return None
                 # The protocol allows pings and pongs at any time, before the introduction too.
                 if kind == "ping":
                     await websocket.send_text('{"type":"pong"}')
     except TimeoutError:
-        await websocket.close(INIT_TIMEOUT.code, INIT_TIMEOUT.reason)
+        await _close(websocket, INIT_TIMEOUT)
         return None
 
 
@@ -900,7 +907,7 @@ async def graphql_websocket(websocket: WebSocket) -> None:
         service._register(connection)
     except DomainError as exc:
         refusal = _refusal(exc)
-        await websocket.close(refusal.code, refusal.reason)
+        await _close(websocket, refusal)
         return
     try:
         await connection.send({"type": "connection_ack"})
