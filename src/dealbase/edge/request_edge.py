@@ -75,11 +75,11 @@ _WHITE_SPACE = (b" ", b"\t")
 
 class RequestEdge:
     """Gives every HTTP request an id (the client's ``X-Request-Id`` when it is sane), bound to
-    the log context and echoed in the answer; refuses a repeated single-valued header (400)
-    and a body past its cap (413, 8 MiB for a batch, else 1 MiB) or not in within
-    ``body_seconds`` of the request's head (408, and the connection closed); adds the RateLimit headers
-    of the request's verdict, when it has one; and writes one access line per request and
-    reports it to ``observe`` (metrics)."""
+    the log context and echoed in the answer; refuses a repeated single-valued header (400), a
+    body past its cap (413, 8 MiB for a batch, else 1 MiB) and one not in within
+    ``body_seconds`` of the request's head (408, and the connection closed); adds the RateLimit
+    headers of the request's verdict, when it has one; and writes one access line per request
+    and reports it to ``observe`` (metrics)."""
 
     def __init__(
         self,
