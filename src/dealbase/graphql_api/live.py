@@ -4,8 +4,10 @@
 
 Both authenticate like a GraphQL request (``edge.live_callers``), run the operation through the
 same schema (its guards and error codes), and keep the limits of ``LiveLimits``: connections per
-key (per server process), subscriptions per WebSocket, the time a WebSocket may take to
-introduce itself, stay without a subscription, or leave a ping unanswered. The hub ends a
+key (per server process), WebSockets not yet introduced (per client address and per process),
+subscriptions per WebSocket, the time a WebSocket may take to introduce itself, stay without a
+subscription, or leave a ping unanswered, and the time a write may wait for a client that does
+not read. Each operation is admitted by the key's rate limits, as a request is. The hub ends a
 subscription whose client reads too slowly, and the server stopping ends them all; a key's
 revocation or its tenant's suspension (heard on the key channel), or its expiry (checked at each
 keep-alive), closes its connections.
