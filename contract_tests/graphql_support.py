@@ -32,7 +32,7 @@ from schemathesis.core.transport import Response
 from schemathesis.specs.graphql import nodes
 from schemathesis.specs.graphql.schemas import GraphQLSchema
 
-from contract_tests.support import SEED, SESSION_APP
+from contract_tests.support import REQUEST_GIVE_UP_SECONDS, SEED, SESSION_APP
 from dealbase.config import Settings
 from dealbase.graphql_api.api import GRAPHQL_PATH
 from dealbase.graphql_api.errors import INTERNAL
@@ -74,6 +74,8 @@ def graphql_config() -> schemathesis.Config:
     return schemathesis.Config.from_dict(
         {
             "seed": SEED,
+            # A hang guard only, as the OpenAPI suites' (contract_tests/support.py).
+            "request-timeout": REQUEST_GIVE_UP_SECONDS,
             "generation": {
                 # Per query and mutation (39 of them); GraphQL has no examples or coverage
                 # phase, so this number alone bounds the run.

@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 from dealbase.app import create_app
 from dealbase.config import Settings
 from dealbase.migrations.runner import upgrade_control
-from dealbase.tenancy.database.connections import Database
+from dealbase.tenancy.database.connections import Database, DatabaseLimits
 from tests.support import (
     THROUGH_PGBOUNCER,
     TenantWorld,
@@ -41,9 +41,15 @@ def database_url(postgres_server: str) -> Iterator[str]:
         yield url
 
 
+# How long the tests' own set-up and checks may wait on PostgreSQL: the service's 3 s for a
+# lock and 15 s for a statement judged the machine (tenants made at once in four processes wait
+# on each other's role grants, past 3 s on a busy machine). The tests of those bounds set theirs.
+PATIENT = DatabaseLimits(statement_timeout_ms=600_000, lock_timeout_ms=120_000)
+
+
 @pytest.fixture(scope="session")
 def database(database_url: str) -> Iterator[Database]:
-    db = Database(database_url, pool_size=4)
+    db = Database(database_url, pool_size=4, limits=PATIENT)
     yield db
     db.dispose()
 
@@ -63,12 +69,15 @@ def settings(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Set
     # Limits far above what tests send: the rate-limit tests build apps with limits of their own.
     # A request waits for a database connection as long as the settings allow, not the default
     # 3 s: requests queued on a small pool waited longer on a busy machine and were answered
-    # 503 (the isolation fuzz, a dozen on one connection). The tests of that wait set their own.
+    # 503 (the isolation fuzz, a dozen on one connection); for locks and statements as the
+    # tests' own connections do. The tests of those bounds set their own.
     return Settings(
         **through,  # type: ignore[arg-type]
         data_dir=tmp_path_factory.mktemp("data"),
         log_level="warning",
         db_acquire_timeout_ms=60_000,
+        db_lock_timeout_ms=PATIENT.lock_timeout_ms,
+        db_statement_timeout_ms=PATIENT.statement_timeout_ms,
         rate_limit_key="100000/s",
         rate_limit_key_burst=1_000_000,
         rate_limit_tenant="100000/s",
