@@ -265,10 +265,9 @@ def test_head_is_answered_wherever_get_is_with_the_same_head_and_no_body(
             assert head.headers.get(name) == got.headers.get(name), (path, name)
 
 
-def _asgi_post(app: Any, path: str, headers: dict[str, str], body: bytes) -> tuple[Scope, int]:
-    """The scope the app was called with, and the status it answered."""
-    sent: list[Message] = []
-    scope: Scope = {
+def _post_scope(path: str, headers: dict[str, str], body: bytes) -> Scope:
+    """A JSON POST's scope as a server gives it to the app, its length ``body``'s."""
+    return {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
@@ -286,6 +285,12 @@ def _asgi_post(app: Any, path: str, headers: dict[str, str], body: bytes) -> tup
         "client": ("127.0.0.1", 1),
         "server": ("testserver", 80),
     }
+
+
+def _asgi_post(app: Any, path: str, headers: dict[str, str], body: bytes) -> tuple[Scope, int]:
+    """The scope the app was called with, and the status it answered."""
+    sent: list[Message] = []
+    scope = _post_scope(path, headers, body)
 
     async def receive() -> Message:
         return {"type": "http.request", "body": body, "more_body": False}
@@ -325,24 +330,7 @@ def test_a_body_that_stops_arriving_is_answered_408_and_its_connection_closed(
     and nothing is written."""
     body = b'{"first_name": "Trickled", "last_name": "Body"}'
     sent: list[Message] = []
-    scope: Scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [
-            *[(name.lower().encode(), value.encode()) for name, value in world.key.headers.items()],
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-        ],
-        "client": ("127.0.0.1", 1),
-        "server": ("testserver", 80),
-    }
+    scope = _post_scope(path, dict(world.key.headers), body)
     parts = [body[:10]]
 
     async def trickle() -> Message:
