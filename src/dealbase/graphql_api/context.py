@@ -69,10 +69,12 @@ class GraphQLContext(BaseContext):
                 )
             try:
                 return await run_on_event_loop(work, self._reading.narrowed_to(narrowed))
-            except psycopg.Error as failed:
-                # The statement failed the transaction (a lock or statement timeout): it ends
-                # as a unit of work's does, told why (a timeout is a retryable
-                # ``database_timeout``), and the fields after this one read in a new one.
+            except (psycopg.Error, asyncio.CancelledError) as failed:
+                # The statement failed the transaction (a lock or statement timeout), or psycopg
+                # cancelled it on the server because the field was cancelled (graphql-core
+                # cancels a query's other root fields when a non-null one fails): it ends as a
+                # unit of work's does, told why (a timeout is a retryable ``database_timeout``),
+                # and the fields after this one read in a new one.
                 reads, self._reads, self._reading = self._reads, AsyncExitStack(), None
                 await reads.__aexit__(type(failed), failed, failed.__traceback__)
                 raise
