@@ -96,6 +96,16 @@ def _key(run_cli: RunCli, tenant_id: str, department_id: str, *extra: str) -> di
     return issued
 
 
+@pytest.mark.parametrize("group", [(), ("tenant",), ("department",), ("employee",), ("key",)])
+def test_a_group_named_without_a_command_answers_with_its_help(
+    run_cli: RunCli, group: tuple[str, ...]
+) -> None:
+    run = run_cli(*group)
+
+    assert (run.exit_code, run.stderr) == (0, ""), str(run)
+    assert " ".join((*group, "[OPTIONS] COMMAND [ARGS]...")) in run.stdout, str(run)
+
+
 def test_tenant_create_json_prints_exactly_id_name_and_schema(run_cli: RunCli) -> None:
     name = _unique("acme")
     run = run_cli("tenant", "create", name, "--json")

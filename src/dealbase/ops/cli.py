@@ -23,9 +23,6 @@ import orjson
 import psycopg
 import typer
 from sqlalchemy.exc import DBAPIError
-
-# Typer vendors click; this is the one exception it does not re-export.
-from typer._click.exceptions import NoArgsIsHelpError
 from typer.core import TyperGroup
 
 from dealbase.config import Settings, SettingsError, load_settings, parse_rate
@@ -73,9 +70,6 @@ class _OneLineErrors(TyperGroup):
             return run()
         try:
             result = run()
-        except NoArgsIsHelpError as exc:  # a bare group: its help is the answer
-            exc.show()
-            sys.exit(0)
         except typer.TyperException as exc:
             typer.echo(f"error: {exc.format_message()}", err=True)
             sys.exit(exc.exit_code)
@@ -85,17 +79,22 @@ class _OneLineErrors(TyperGroup):
         sys.exit(result if isinstance(result, int) else 0)
 
 
-cli = typer.Typer(
-    cls=_OneLineErrors, no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False
-)
-tenant_cli = typer.Typer(
-    no_args_is_help=True, help="Create, list, suspend, resume, delete and export tenants."
-)
-department_cli = typer.Typer(no_args_is_help=True, help="Create departments.")
-employee_cli = typer.Typer(no_args_is_help=True, help="Create employees.")
-key_cli = typer.Typer(
-    no_args_is_help=True, help="Issue, list, rotate, reset and revoke API keys; their audit."
-)
+cli = typer.Typer(cls=_OneLineErrors, pretty_exceptions_enable=False, add_completion=False)
+tenant_cli = typer.Typer(help="Create, list, suspend, resume, delete and export tenants.")
+department_cli = typer.Typer(help="Create departments.")
+employee_cli = typer.Typer(help="Create employees.")
+key_cli = typer.Typer(help="Issue, list, rotate, reset and revoke API keys; their audit.")
+
+
+def _help_when_bare(context: typer.Context) -> None:
+    """A group named without a command answers with its help (exit 0)."""
+    if context.invoked_subcommand is None:
+        typer.echo(context.get_help())
+        raise typer.Exit(0)
+
+
+for group in (cli, tenant_cli, department_cli, employee_cli, key_cli):
+    group.callback(invoke_without_command=True)(_help_when_bare)
 cli.add_typer(tenant_cli, name="tenant")
 cli.add_typer(department_cli, name="department")
 cli.add_typer(employee_cli, name="employee")
