@@ -61,8 +61,16 @@ def test_readyz_names_an_unreachable_postgresql_in_a_503_problem(
     settings: Settings, database_url: str
 ) -> None:
     down = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
-    # The key-change listener keeps its own connection: it listens on the live server here.
-    with _client(settings, database_url=down, database_listen_url=database_url) as client:
+    # The key-change listener keeps its own connection: it listens on the live server here. The
+    # check waits for a connection as long as the service's default allows (the tests' settings
+    # wait a minute, for a busy machine): nothing else here waits on that bound.
+    service_wait = Settings.model_fields["db_acquire_timeout_ms"].default
+    with _client(
+        settings,
+        database_url=down,
+        database_listen_url=database_url,
+        db_acquire_timeout_ms=service_wait,
+    ) as client:
         response = client.get("/readyz")
     assert response.status_code == 503
     body = response.json()
