@@ -61,27 +61,42 @@ typecheck: install
 # The tests run in TEST_WORKERS processes at once (pytest-xdist; twice the cores, since many tests
 # wait on a server, a subprocess or the database), each on databases of its own; the tests marked
 # `serial` (they bound a time, or change what the whole server or the Citus cluster shares) then
-# run alone (all in tests/: contract_tests/conftest.py refuses a serial mark there, so that pass
-# need not collect the contract suites). A second pass of the REST and GraphQL tests and the isolation fuzz runs their apps
-# through the pgbouncer at DEALBASE_TEST_PGBOUNCER_URL (transaction mode, a server pool of 1 per
-# database), when set; .ci/run starts one, and under CI=true its absence fails the run. Bytecode
-# and pytest's rewritten test modules are cached in __pycache__ even where the environment says
-# not to: without the cache every test process compiles them again (5 s a process). README.md:
-# one module or one test, quickly; tests/README.md: how a run is organised and where its time
-# goes.
+# run in one process (all in tests/: contract_tests/conftest.py refuses a serial mark there, so
+# that pass need not collect the contract suites). A second pass of the REST and GraphQL tests
+# and the isolation fuzz runs their apps through the pgbouncer at DEALBASE_TEST_PGBOUNCER_URL
+# (transaction mode, a server pool of 1 per database), when set; .ci/run starts one, and under
+# CI=true its absence fails the run. Where a PostgreSQL and a pgbouncer of its own are given
+# (DEALBASE_TEST_BOUNCED_DATABASE_URL and DEALBASE_TEST_BOUNCED_PGBOUNCER_URL, as .ci/run starts
+# them), that pass runs on them beside the serial one, which leaves a core idle most of its
+# time; its output follows the serial pass's. Bytecode and pytest's rewritten test modules are
+# cached in __pycache__ even where the environment says not to: without the cache every test
+# process compiles them again (5 s a process). README.md: one module or one test, quickly;
+# tests/README.md: how a run is organised and where its time goes.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
 PYTEST_PARALLEL = $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial"
 PYTEST_SERIAL = $(BIN)/pytest -m serial
 BOUNCED_TESTS = tests/rest_api tests/graphql_api tests/tenancy/database/test_isolation_fuzz.py
+PYTEST_BOUNCED = DEALBASE_TEST_THROUGH_PGBOUNCER=1 $(PYTEST_PARALLEL) $(BOUNCED_TESTS) \
+	&& DEALBASE_TEST_THROUGH_PGBOUNCER=1 $(PYTEST_SERIAL) $(BOUNCED_TESTS)
+BOUNCED_LOG := .pytest-through-pgbouncer.log
 
 pytest: export PYTHONDONTWRITEBYTECODE =
 pytest: install
 	$(PYTEST_PARALLEL)
-	$(PYTEST_SERIAL) tests
-	@if [ -n "$$DEALBASE_TEST_PGBOUNCER_URL" ]; then \
+	@if [ -n "$$DEALBASE_TEST_BOUNCED_DATABASE_URL" ] && [ -n "$$DEALBASE_TEST_BOUNCED_PGBOUNCER_URL" ]; then \
+	  echo "pytest: the serial tests, and beside them the REST and GraphQL tests and the isolation fuzz again, through pgbouncer"; \
+	  (export DEALBASE_TEST_DATABASE_URL="$$DEALBASE_TEST_BOUNCED_DATABASE_URL" \
+	    DEALBASE_TEST_PGBOUNCER_URL="$$DEALBASE_TEST_BOUNCED_PGBOUNCER_URL"; $(PYTEST_BOUNCED)) \
+	    > $(BOUNCED_LOG) 2>&1 & bounced=$$!; \
+	  $(PYTEST_SERIAL) tests; serial=$$?; \
+	  wait $$bounced; through=$$?; \
+	  echo "pytest: through pgbouncer (beside the serial tests)"; cat $(BOUNCED_LOG); \
+	  exit $$(( serial || through )); \
+	fi; \
+	$(PYTEST_SERIAL) tests || exit; \
+	if [ -n "$$DEALBASE_TEST_PGBOUNCER_URL" ]; then \
 	  echo "pytest: the REST and GraphQL tests and the isolation fuzz again, through pgbouncer"; \
-	  export DEALBASE_TEST_THROUGH_PGBOUNCER=1; \
-	  $(PYTEST_PARALLEL) $(BOUNCED_TESTS) && $(PYTEST_SERIAL) $(BOUNCED_TESTS); \
+	  $(PYTEST_BOUNCED); \
 	elif [ "$$CI" = true ]; then \
 	  echo "CI=true but DEALBASE_TEST_PGBOUNCER_URL is not set: .ci/run starts pgbouncer" >&2; \
 	  exit 1; \
