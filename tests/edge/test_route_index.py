@@ -178,3 +178,19 @@ def test_direct_gives_nothing_for_a_route_not_called_directly_nor_for_an_unmatch
         scope: Scope = {"type": "http", "method": method, "path": path, "root_path": ""}
         assert index.direct(scope) is None, path
         assert "route" not in scope, path
+
+
+def test_under_a_root_path_direct_gives_the_route_of_the_path_within_it() -> None:
+    """A server mounted under a prefix (``--root-path``) sends it as ``root_path``; the router
+    matches the path within it, and so does the index."""
+    inner = _called_directly(Route("/items", _answers("inner"), methods=["GET"]))
+    whole = _called_directly(Route("/api/items", _answers("whole"), methods=["GET"]))
+    _, index = _indexed([inner, whole])
+
+    for path, root_path, expected in (
+        ("/api/items", "/api", inner),
+        ("/api/items", "", whole),
+        ("/apiitems", "/api", None),
+    ):
+        scope: Scope = {"type": "http", "method": "GET", "path": path, "root_path": root_path}
+        assert index.direct(scope) is expected, (path, root_path)

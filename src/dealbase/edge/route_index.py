@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from operator import itemgetter
 
-from starlette._utils import get_route_path
 from starlette.convertors import FloatConvertor, IntegerConvertor, StringConvertor, UUIDConvertor
 from starlette.routing import BaseRoute, Match, Route, Router
 from starlette.types import Receive, Scope, Send
@@ -30,6 +29,18 @@ Placed = tuple[int, BaseRoute]
 CALLED_DIRECTLY = "called_directly"
 # Parameters that match within one segment of a path (not ``path``, nor one registered later).
 _ONE_SEGMENT = (StringConvertor, IntegerConvertor, FloatConvertor, UUIDConvertor)
+
+
+def route_path(scope: Scope) -> str:
+    """The path a router matches its routes against: the request's path within its
+    ``root_path`` (where an app is mounted under a prefix), as Starlette's router reads it."""
+    path: str = scope["path"]
+    root_path: str = scope.get("root_path", "")
+    if not root_path or not path.startswith(root_path):
+        return path
+    if path == root_path:
+        return ""
+    return path[len(root_path) :] if path[len(root_path)] == "/" else path
 
 
 class RouteIndex:
@@ -57,7 +68,7 @@ class RouteIndex:
         if scope["type"] == "http":
             if len(self.router.routes) != self._indexed:
                 self._build()
-            path = get_route_path(scope)
+            path = route_path(scope)
             route = self._index.get((scope["method"], path))
             # FULL by construction; checked, since the child scope comes from it anyway.
             for candidate in (route,) if route is not None else self._candidates(path):
@@ -75,7 +86,7 @@ class RouteIndex:
         scope as the router gives it; else None, and the scope untouched."""
         if len(self.router.routes) != self._indexed:
             self._build()
-        path = get_route_path(scope)
+        path = route_path(scope)
         route = self._index.get((scope["method"], path))
         if route is not None:
             if not getattr(route, CALLED_DIRECTLY, False):
