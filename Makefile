@@ -54,6 +54,7 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-logo
 	$(BIN)/deptry src
+	$(BIN)/python tools/private_names.py
 
 typecheck: install
 	$(BIN)/mypy

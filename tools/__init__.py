@@ -1,0 +1,1 @@
+"""The repository's own tools, run as scripts (`python tools/NAME.py`)."""
