@@ -173,8 +173,8 @@ def test_units_of_work_are_counted_by_whether_their_connection_knew_their_tenant
 
 
 def test_requests_counted_between_writes_add_up_as_one_observation_each() -> None:
-    """Requests are counted in the process and written once a second, as sums: the series then
-    hold what observing each request at once would have (bucket bounds included)."""
+    """Requests are counted in the process and written once a second: the series then hold
+    what observing each request at once would have (bucket bounds included)."""
     durations = [0.0, 0.004, 0.005, 0.0051, 0.3, 2.5, 11.0, 0.005]
     metrics = Metrics()
     for seconds in durations:

@@ -12,17 +12,17 @@ prometheus_client.
 Requests, units of work and key lookups are counted in plain numbers of the process and
 written to prometheus_client's values once a second (``keep_up``), and before the process
 answers a scrape: a value of the multiprocess files costs a lock, a check of the process id and
-a write into the file, and a request made six of them (bench/README.md). A scrape may so miss up to a second of another
-worker's requests, which the next scrape has.
+a write into the file, and a request made six of them (bench/README.md). Counters take a sum;
+the duration histogram takes one observation at a time (its only public way in), so each
+request's duration is kept until then and observed then. A scrape may so miss up to a second
+of another worker's requests, which the next scrape has.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import re
-from bisect import bisect_left
 from collections.abc import Callable, Sequence
 
 from fastapi import FastAPI
@@ -46,8 +46,6 @@ _OPERATION_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 # How often each worker writes the requests it counted, and records its pool's connections.
 KEEP_UP_SECONDS = 1.0
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-# The histogram's bounds as prometheus_client keeps them (the last one +Inf).
-_DURATION_BOUNDS = (*DURATION_BUCKETS, math.inf)
 
 
 class Metrics:
@@ -136,8 +134,8 @@ class Metrics:
         # every call.
         self._answered: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
         self._children: dict[tuple[Counter, tuple[str, ...]], Counter] = {}
-        # Requests answered since the values were last written, by (route, method, status):
-        # [count, seconds in all, then the count of each of _DURATION_BOUNDS' buckets].
+        # The durations of the requests answered since the values were last written, by
+        # (route, method, status).
         self._unwritten: dict[tuple[str, str, int], list[float]] = {}
         # Units of work started since then on a connection warm for their tenant, and cold.
         self._unwritten_warm = self._unwritten_cold = 0
@@ -147,13 +145,11 @@ class Metrics:
         self._other_writers: list[Callable[[], None]] = []
 
     def request_answered(self, route: str, method: str, status: int, seconds: float) -> None:
-        figures = self._unwritten.get((route, method, status))
-        if figures is None:
-            figures = self._unwritten[(route, method, status)] = [0.0] * (2 + len(_DURATION_BOUNDS))
-        figures[0] += 1
-        figures[1] += seconds
-        # The first bucket whose bound is at least ``seconds``, as Histogram.observe picks it.
-        figures[2 + bisect_left(_DURATION_BOUNDS, seconds)] += 1
+        durations = self._unwritten.get((route, method, status))
+        if durations is None:
+            self._unwritten[(route, method, status)] = [seconds]
+        else:
+            durations.append(seconds)
 
     def write_also(self, writer: Callable[[], None]) -> None:
         """Calls ``writer`` whenever the values counted here are written: it writes what its
@@ -178,7 +174,7 @@ class Metrics:
             self._child(self._units_of_work, "cold").inc(self._unwritten_cold)
             self._unwritten_cold = 0
         unwritten, self._unwritten = self._unwritten, {}
-        for key, figures in unwritten.items():
+        for key, durations in unwritten.items():
             series = self._answered.get(key)
             if series is None:
                 route, method, status = key
@@ -186,14 +182,10 @@ class Metrics:
                     self._requests.labels(route, method, str(status)),
                     self._request_seconds.labels(route, method),
                 )
-            count, duration = series
-            count.inc(figures[0])
-            # Histogram.observe takes one observation; these are many. Its values, by the
-            # names prometheus_client 0.2x gives them (tests/ops/test_metrics.py pins them).
-            duration._sum.inc(figures[1])
-            for bucket, observed in zip(duration._buckets, figures[2:], strict=True):
-                if observed:
-                    bucket.inc(observed)
+            count, histogram = series
+            count.inc(len(durations))
+            for seconds in durations:
+                histogram.observe(seconds)
 
     def unit_of_work_started(self, warm: bool) -> None:
         if warm:
