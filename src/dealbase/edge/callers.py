@@ -30,7 +30,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as ASGIScope
 
-from dealbase.edge.request_edge import CALLER_STATE
+from dealbase.edge.request_edge import CALLER_STATE, EXCEPTION_HANDLERS
 from dealbase.edge.route_index import CALLED_DIRECTLY
 from dealbase.errors import Unauthenticated
 from dealbase.tenancy.callers.authentication import Authenticator
@@ -162,7 +162,7 @@ def _answering(handle: Callable[[Request], Awaitable[Response]]) -> ASGIApp:
 async def _handled(request: Request, error: Exception) -> Response:
     """The answer of the app's handler of ``error`` (a status's own for an HTTPException, else
     the nearest of its classes'), or ``error`` raised again."""
-    by_class, by_status = request.scope.get("starlette.exception_handlers", ({}, {}))
+    by_class, by_status = request.scope.get(EXCEPTION_HANDLERS, ({}, {}))
     handler = by_status.get(error.status_code) if isinstance(error, HTTPException) else None
     if handler is None:
         handler = next((by_class[kind] for kind in type(error).__mro__ if kind in by_class), None)

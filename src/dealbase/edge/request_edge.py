@@ -34,6 +34,9 @@ _CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 UNMATCHED = "unmatched"
 # Where the edge keeps an authenticated request's Scope (request.state), for its access line.
 CALLER_STATE = "caller"
+# Where Starlette's exception layer gives the routes below it the app's exception handlers (by
+# class, by status), in each request's scope.
+EXCEPTION_HANDLERS = "starlette.exception_handlers"
 
 # (route template, method, status, seconds): called once per answered request.
 RequestObserver = Callable[[str, str, int, float], None]
@@ -233,7 +236,8 @@ class RequestEdge:
         if not self._routes_found:
             self._routes = _Routes.behind(self.app)
             self._routes_found = True
-        route = self._routes.direct(scope) if self._routes is not None else None
+        routes = self._routes
+        route = routes.direct(scope) if routes is not None else None
         try:
             await (self.app if route is None else route.app)(scope, counting_receive, send)
         except _TooLarge:
@@ -256,6 +260,9 @@ class RequestEdge:
                 headers={"Connection": "close"},
             )
             await late(scope, receive, send)
+        finally:
+            if route is None and routes is not None and routes.handlers is None:
+                routes.learn(scope)
 
 
 class _BodyWait:
@@ -320,11 +327,12 @@ class _Routes:
     from here, given the exception handlers the exception layer would have put in its scope.
     Called this way a create went from 1,153K to 1,060K instructions (bench/README.md), for
     nothing such a route uses of the layers: it maps its errors itself, and needs no exit stack
-    (it closes no file)."""
+    (it closes no file). The handlers are those the layer put in the scope of a request it
+    served (``learn``): until one has gone through it, every request does."""
 
-    def __init__(self, index: RouteIndex, handlers: tuple[Any, Any]) -> None:
+    def __init__(self, index: RouteIndex) -> None:
         self.index = index
-        self.handlers = handlers
+        self.handlers: Any = None
 
     @classmethod
     def behind(cls, app: ASGIApp) -> _Routes | None:
@@ -337,12 +345,18 @@ class _Routes:
             and isinstance(router.middleware_stack, RouteIndex)
         ):
             return None
-        return cls(router.middleware_stack, (app._exception_handlers, app._status_handlers))
+        return cls(router.middleware_stack)
+
+    def learn(self, scope: Scope) -> None:
+        """Keeps the handlers the exception layer put in the scope of a request it served."""
+        self.handlers = scope.get(EXCEPTION_HANDLERS)
 
     def direct(self, scope: Scope) -> Any:
+        if self.handlers is None:
+            return None
         route = self.index.direct(scope)
         if route is not None:
-            scope["starlette.exception_handlers"] = self.handlers
+            scope[EXCEPTION_HANDLERS] = self.handlers
         return route
 
 
