@@ -27,7 +27,8 @@ from dealbase.edge.cors import (
 from dealbase.edge.request_edge import RequestEdge
 from dealbase.edge.route_index import RouteIndex
 from dealbase.graphql_api.api import install_graphql_api
-from dealbase.graphql_api.live import LiveLimits, LiveService, install_live
+from dealbase.graphql_api.live import install_live
+from dealbase.graphql_api.live.service import LiveLimits, LiveService
 from dealbase.graphql_api.schema import build_schema
 from dealbase.ops.embedded_postgres import embedded_database_url
 from dealbase.ops.health import install_health

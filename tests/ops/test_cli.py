@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select, update
 
 from dealbase.config import load_settings
-from dealbase.graphql_api.live import MAX_MESSAGE_BYTES
+from dealbase.graphql_api.live.protocol import MAX_MESSAGE_BYTES
 from dealbase.ops import admin, serving
 from dealbase.ops.cli import SERVER_GC_YOUNG_THRESHOLD
 from dealbase.tenancy.callers.api_keys import parse_api_key, record_uses

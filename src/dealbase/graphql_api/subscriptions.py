@@ -57,10 +57,10 @@ class LiveContext(GraphQLContext):
     # with ``executor`` (``live``): offered the subscriber, it says whether it takes it. Taken,
     # the events bypass Strawberry's stream, which then only waits for the subscription's end.
     direct: Callable[[Subscriber], bool] | None = None
-    # The subscription's executor, left here by ``live_execution.sharing_results``.
+    # The subscription's executor, left here by ``live.execution.sharing_results``.
     executor: Any = None
     # Set once its operation has ended. An execution shared with other subscribers
-    # (``live_execution``) may still be running on this context: it then reads in units of work
+    # (``live.execution``) may still be running on this context: it then reads in units of work
     # of its own, not in a read transaction that nobody would end.
     finished: bool = False
 
@@ -233,7 +233,7 @@ class Subscription:
 
 
 # The last changes and boards made, by their event or board: the subscribers of a department
-# get the same object for the same change (``live_execution`` executes each document once per
+# get the same object for the same change (``live.execution`` executes each document once per
 # object). Each entry keeps its source, to tell it from another that took the same id.
 _MADE = 1024
 _changes_made: OrderedDict[uuid.UUID, tuple[Event, Change]] = OrderedDict()

@@ -777,7 +777,7 @@ def serve(
     """Serve the API with uvicorn."""
     import uvicorn
 
-    from dealbase.graphql_api.live import MAX_MESSAGE_BYTES
+    from dealbase.graphql_api.live.protocol import MAX_MESSAGE_BYTES
 
     settings = _settings()
     # Worker processes build their app from the environment: hand them the resolved database,

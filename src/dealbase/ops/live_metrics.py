@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge
 
-from dealbase.graphql_api.live import LiveReports
+from dealbase.graphql_api.live.service import LiveReports
 from dealbase.ops.metrics import Metrics
 
 

@@ -23,8 +23,8 @@ from structlog.testing import capture_logs
 
 from dealbase.app import create_app
 from dealbase.config import Settings
-from dealbase.graphql_api import live
-from dealbase.graphql_api.live import LiveService
+from dealbase.graphql_api.live import service as live_service
+from dealbase.graphql_api.live.service import LiveService
 from dealbase.ops import admin
 from dealbase.platform.live.hub import Ending
 from dealbase.tenancy.database.connections import Database
@@ -408,7 +408,7 @@ def test_a_connection_without_a_subscription_is_closed_once_idle_and_logged(
     with capture_logs() as logs, live_socket(tight, init=world.key.headers) as socket:
         # The tests' apps log warnings and errors only; this line is at info.
         info = structlog.make_filtering_bound_logger(logging.INFO)
-        monkeypatch.setattr(live, "log", structlog.wrap_logger(None, wrapper_class=info))
+        monkeypatch.setattr(live_service, "log", structlog.wrap_logger(None, wrapper_class=info))
         # Answered pings are no subscription: idle all the same.
         _answering_pings(loop_clock, socket, int(IDLE_TIMEOUT_S // KEEPALIVE_S))
         loop_clock.advance_to(opened + IDLE_TIMEOUT_S - JUST_BEFORE_S)

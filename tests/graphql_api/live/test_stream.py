@@ -21,8 +21,8 @@ from fastapi.testclient import TestClient
 
 from dealbase.app import create_app
 from dealbase.config import Settings
-from dealbase.graphql_api import live
-from dealbase.graphql_api.live import LiveService
+from dealbase.graphql_api.live import stream as live_stream
+from dealbase.graphql_api.live.service import LiveService
 from dealbase.ops import admin
 from dealbase.tenancy.database.connections import Database
 from tests.graphql_api.live_support import API, BOARD, CHANGES, create_customer
@@ -259,7 +259,7 @@ def test_a_stream_whose_operation_ignores_its_cancellation_still_ends_when_its_c
     """The operation of a stream whose client went away is cancelled, and the response waits for
     it to end, but not for ever: one that holds on past its cancellation (as one did under load)
     is logged and the response ends all the same."""
-    monkeypatch.setattr(live, "_OPERATION_END_SECONDS", 0.2)
+    monkeypatch.setattr(live_stream, "_OPERATION_END_SECONDS", 0.2)
 
     def read_one_event_and_leave() -> None:
         with TestClient(create_app(settings), raise_server_exceptions=False) as client:

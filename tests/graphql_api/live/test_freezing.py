@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dealbase.graphql_api.live import Freezing
+from dealbase.graphql_api.live.freezing import Freezing
 
 
 class Collector:
