@@ -5,10 +5,6 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-import structlog
-
-log = structlog.get_logger(__name__)
-
 
 class Freezing:
     """Live connections' objects moved into the garbage collector's permanent generation once

@@ -7,19 +7,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
 from graphql import GraphQLError
 from strawberry.types import ExecutionResult
 
-from dealbase.edge.problems import (
-    ProtocolError,
-)
+from dealbase.edge.problems import ProtocolError
 from dealbase.edge.request_edge import MAX_BODY_BYTES
 from dealbase.errors import RateLimited, Unavailable
 from dealbase.graphql_api.errors import mapped_error
 from dealbase.platform.live.hub import Ending
-
-log = structlog.get_logger(__name__)
 
 WEBSOCKET_PATH = "/graphql"
 STREAM_PATH = "/graphql/stream"
