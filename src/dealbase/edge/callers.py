@@ -13,18 +13,24 @@ read the body: admission spends the first unit before, and the route the rest af
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import decimal
+import enum
 import inspect
 import math
+import types
+import typing
+import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from fastapi import Request
-from fastapi._compat import ModelField, field_annotation_is_sequence, lenient_issubclass
 from fastapi.dependencies.models import Dependant
 from fastapi.dependencies.utils import get_validation_alias, request_params_to_args
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, Json
+from pydantic import Json
+from pydantic.fields import FieldInfo
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Send
@@ -186,13 +192,13 @@ def _reading_parameters(declared: Dependant) -> Callable[..., Awaitable[Any]]:
     request_name = declared.request_param_name
     # (field, name in the request, where: 0 path, 1 query, 2 headers, whether it is one value)
     fields = [
-        *((field, field.alias, 0, _one_value(field)) for field in declared.path_params),
+        *((field, field.alias, 0, _one_value(field.field_info)) for field in declared.path_params),
         *(
-            (field, get_validation_alias(field), 1, _one_value(field))
+            (field, get_validation_alias(field), 1, _one_value(field.field_info))
             for field in declared.query_params
         ),
         *(
-            (field, get_validation_alias(field), 2, _one_value(field))
+            (field, get_validation_alias(field), 2, _one_value(field.field_info))
             for field in declared.header_params
         ),
     ]
@@ -231,14 +237,32 @@ def _reading_parameters(declared: Dependant) -> Callable[..., Awaitable[Any]]:
 _WHERE = ("path", "query", "header")
 
 
-def _one_value(field: ModelField) -> bool:
-    """Whether the request gives ``field`` as one text to validate (not a list of them, JSON, or
-    a model of several parameters)."""
-    annotation: Any = field.field_info.annotation
-    return not (
-        field_annotation_is_sequence(annotation)
-        or lenient_issubclass(annotation, BaseModel)
-        or any(type(item) is Json for item in field.field_info.metadata)
+# The kinds of parameter a request gives as one text (alone, or optional): any other (a list, a
+# model of several parameters, JSON, a literal) is read by FastAPI's own ``request_params_to_args``.
+_ONE_TEXT_KINDS = (
+    str,
+    int,
+    float,
+    bool,
+    uuid.UUID,
+    datetime.date,
+    datetime.datetime,
+    decimal.Decimal,
+    enum.Enum,
+)
+
+
+def _one_value(field_info: FieldInfo) -> bool:
+    """Whether a parameter declared with ``field_info`` is one text of the request to validate."""
+    annotation: Any = field_info.annotation
+    kinds = (
+        typing.get_args(annotation)
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType)
+        else (annotation,)
+    )
+    return not any(type(item) is Json for item in field_info.metadata) and all(
+        kind is types.NoneType or (isinstance(kind, type) and issubclass(kind, _ONE_TEXT_KINDS))
+        for kind in kinds
     )
 
 
