@@ -1,10 +1,12 @@
-"""JSON logs: one JSON object a line, whatever the values an event carries."""
+"""JSON logs: one JSON object a line, whatever the values an event carries; a client's faults
+that the server logs (invalid UTF-8) at info, without a traceback, at most one a second."""
 
 from __future__ import annotations
 
 import json
 import logging
 import re
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -126,3 +128,54 @@ def test_no_access_line_is_written_above_info(monkeypatch: pytest.MonkeyPatch) -
         logging.getLogger().handlers = handlers
 
     assert stream.writes == []
+
+
+INVALID_UTF8 = "Invalid UTF-8 sequence received from client."
+# A record's time, in seconds since the epoch: the filter reads it, not the wall clock.
+FIRST_AT = 1_800_000_000.0
+
+
+def _server_error(message: str, created: float) -> logging.LogRecord:
+    """A record as uvicorn's ``logger.exception`` makes it: at error, with the exception."""
+    try:
+        b"\xff".decode()
+    except UnicodeDecodeError:
+        exc_info = sys.exc_info()
+    record = logging.LogRecord("uvicorn.error", logging.ERROR, __file__, 1, message, None, exc_info)
+    record.created = created
+    return record
+
+
+def test_invalid_utf8_from_a_client_passes_at_info_without_traceback_once_a_second() -> None:
+    faults = observability.ClientFaults(logging.INFO)
+    first = _server_error(INVALID_UTF8, FIRST_AT)
+    too_soon = _server_error(INVALID_UTF8, FIRST_AT + 0.5)
+    next_second = _server_error(INVALID_UTF8, FIRST_AT + 1.2)
+
+    assert faults.filter(first)
+    assert (first.levelno, first.levelname) == (logging.INFO, "INFO")
+    assert (first.exc_info, first.exc_text) == (None, None)
+    assert first.getMessage() == INVALID_UTF8
+    assert not faults.filter(too_soon)
+    assert faults.filter(next_second)
+    assert next_second.getMessage() == f"{INVALID_UTF8} (1 more left out of the log)"
+    assert (next_second.levelno, next_second.exc_info) == (logging.INFO, None)
+
+
+def test_other_server_errors_pass_the_client_faults_filter_untouched() -> None:
+    faults = observability.ClientFaults(logging.INFO)
+    assert faults.filter(_server_error(INVALID_UTF8, FIRST_AT))
+    other = _server_error("Exception in ASGI application", FIRST_AT + 0.1)
+    exc_info = other.exc_info
+
+    assert faults.filter(other)
+    assert (other.levelno, other.levelname) == (logging.ERROR, "ERROR")
+    assert other.exc_info is exc_info
+    assert other.getMessage() == "Exception in ASGI application"
+
+
+def test_above_info_no_invalid_utf8_from_a_client_is_logged() -> None:
+    faults = observability.ClientFaults(logging.WARNING)
+    at = [FIRST_AT, FIRST_AT + 0.5, FIRST_AT + 1.2, FIRST_AT + 60]
+
+    assert [faults.filter(_server_error(INVALID_UTF8, created)) for created in at] == [False] * 4

@@ -1,7 +1,8 @@
 """The HTTP server's own bounds on a request's head (``ops.serving.HttpProtocol``), over real
 sockets: uvicorn in a thread, with the protocol ``dealbase serve`` gives it, in front of an app
 that answers every request it is handed 200. The server's event loop keeps the test's clock
-(``tests.ops.clocked_server``): a head's time runs out when the test moves the clock past it."""
+(``tests.ops.clocked_server``): a head's time runs out when the test moves the clock past it.
+And the write timeout ``dealbase serve`` gives the connections of its listening socket."""
 
 from __future__ import annotations
 
@@ -17,7 +18,13 @@ import orjson
 import pytest
 from uvicorn import Config
 
-from dealbase.ops.serving import MAX_TARGET_BYTES, HeadLimits, HttpProtocol
+from dealbase.ops import serving
+from dealbase.ops.serving import (
+    MAX_TARGET_BYTES,
+    HeadLimits,
+    HttpProtocol,
+    bound_unacknowledged_writes,
+)
 from tests.ops.clocked_server import served_on_a_clock
 from tests.support import LoopClock, free_port
 
@@ -259,3 +266,51 @@ def test_a_head_that_follows_a_big_body_in_one_send_is_not_counted_with_it(
         connection.sendall(post + _get("/", "Connection: close"))
         response = _read_until_closed(connection)
     assert response.count(b"HTTP/1.1 200 ") == 2, response[:400]
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_USER_TIMEOUT"), reason="no TCP_USER_TIMEOUT here")
+def test_the_listening_socket_gives_each_connection_the_write_timeout_in_milliseconds() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        bound_unacknowledged_writes(listening, 2.5)
+        with socket.create_connection(listening.getsockname(), timeout=READ_TIMEOUT_S):
+            accepted, _ = listening.accept()
+            with accepted:
+                inherited = accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
+        own = listening.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
+
+    assert own == inherited == 2_500
+
+
+def test_a_unix_socket_is_left_without_a_write_timeout() -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listening:
+        # A TCP option has no place on a Unix socket: setting one raises.
+        bound_unacknowledged_writes(listening, 2.5)
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_USER_TIMEOUT"), reason="no TCP_USER_TIMEOUT here")
+def test_serving_hands_the_server_a_listening_socket_bound_by_the_write_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    handed: list[int] = []
+
+    class _Server:
+        """uvicorn's ``Server``, as far as ``serving.run`` uses it: it notes the option of each
+        socket it is handed, and serves nothing."""
+
+        def __init__(self, config: Config) -> None:
+            pass
+
+        def run(self, sockets: list[socket.socket]) -> None:
+            for listening in sockets:
+                with listening:
+                    option = listening.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
+                    handed.append(option)
+
+    monkeypatch.setattr(serving, "Server", _Server)
+    config = Config(_read_and_answer, host="127.0.0.1", port=free_port(), log_config=None)
+
+    serving.run(config, HeadLimits(HEAD_SECONDS, MAX_HEAD_BYTES), 2.5)
+
+    assert handed == [2_500]

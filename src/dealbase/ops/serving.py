@@ -369,6 +369,18 @@ class ClosingSupervisor(Multiprocess):
         super().handle_term()
 
 
+def bound_unacknowledged_writes(listening: socket.socket, write_timeout_seconds: float) -> None:
+    """Gives each connection ``listening`` accepts TCP_USER_TIMEOUT of ``write_timeout_seconds``
+    (a TCP socket, where the system has it; a Unix socket is left as it is)."""
+    if hasattr(socket, "TCP_USER_TIMEOUT") and listening.family != socket.AF_UNIX:
+        # The kernel gives up a connection whose data waits unacknowledged this long, a
+        # full receive window included, and every connection accepted inherits it: a client
+        # that never reads cannot hold a socket and its buffers. Closing a connection is not
+        # enough, its buffered data would wait for the client for ever.
+        timeout_ms = int(write_timeout_seconds * 1000)
+        listening.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, timeout_ms)
+
+
 def run(config: Config, head_limits: HeadLimits, write_timeout_seconds: float) -> None:
     """Serves ``config`` as ``uvicorn.run`` does: in this process, or in ``config.workers``
     worker processes under ``ClosingSupervisor``, with ``HttpProtocol`` bound by
@@ -379,13 +391,7 @@ def run(config: Config, head_limits: HeadLimits, write_timeout_seconds: float) -
     config.http = cast(Any, partial(HttpProtocol, head_limits=head_limits))
     config.ws = cast(Any, WebSocketProtocol)
     listening = config.bind_socket()
-    if hasattr(socket, "TCP_USER_TIMEOUT") and listening.family != socket.AF_UNIX:
-        # The kernel gives up a connection whose data waits unacknowledged this long, a
-        # full receive window included, and every connection accepted inherits it: a client
-        # that never reads cannot hold a socket and its buffers. Closing a connection is not
-        # enough, its buffered data would wait for the client for ever.
-        timeout_ms = int(write_timeout_seconds * 1000)
-        listening.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, timeout_ms)
+    bound_unacknowledged_writes(listening, write_timeout_seconds)
     if config.workers > 1:
         ClosingSupervisor(config, sockets=[listening]).run()
     else:

@@ -1,7 +1,8 @@
 """Subscriptions over Server-Sent Events at /graphql/stream (graphql-sse, distinct connections
 mode): the key in the request's headers, each result a `next` event whose id is the change's
 cursor, resumed without a gap; keep-alive comments; a stream ended by an error, a revoked key
-or the server stopping, and the same per-key limit of connections as WebSockets."""
+or the server stopping, and the same per-key limit of connections as WebSockets; each stream
+opened spends the key's rate, as a request does."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ from dealbase.graphql_api.live.service import LiveService
 from dealbase.ops import admin
 from dealbase.tenancy.database.connections import Database
 from tests.graphql_api.live_support import API, BOARD, CHANGES, create_customer
-from tests.support import TenantWorld
+from tests.rest_api.rate_limit_support import assert_rate_limited
+from tests.support import FakeClock, TenantWorld
 
 STREAM = "/graphql/stream"
 SSE = {"Accept": "text/event-stream"}
@@ -251,6 +253,30 @@ def test_streams_count_against_the_keys_limit_of_connections(
         refused = tight.post(STREAM, json={"query": BOARD}, headers={**SSE, **headers})
     assert refused.status_code == 429
     assert refused.json()["code"] == "too_many_connections"
+
+
+def test_opening_streams_past_the_keys_burst_is_refused_429_rate_limited_as_requests_are(
+    settings: Settings, world: TenantWorld
+) -> None:
+    """Burst 2 on a clock that stands still: each stream spends one of the key's rate, the third
+    is refused as a REST request would be, and so is the key's next REST request."""
+    limited = settings.model_copy(update={"rate_limit_key": "1/s", "rate_limit_key_burst": 2})
+    app = create_app(limited, clock=FakeClock())
+    with TestClient(app, raise_server_exceptions=False) as client:
+        headers = world.key.headers
+        for _ in range(2):
+            with stream(client, headers, BOARD) as events:
+                assert events.next_event().event == "next"
+        # Streamed: were it admitted, its events would never end.
+        with client.stream(
+            "POST", STREAM, json={"query": BOARD}, headers={**SSE, **headers}
+        ) as refused:
+            assert refused.status_code == 429, refused.headers
+            refused.read()
+        rest = client.get(f"{API}/customers", headers=headers)
+
+    assert assert_rate_limited(refused) == 1
+    assert assert_rate_limited(rest) == 1
 
 
 def test_a_stream_whose_operation_ignores_its_cancellation_still_ends_when_its_client_leaves(
