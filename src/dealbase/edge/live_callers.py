@@ -5,7 +5,9 @@ A browser cannot set headers on a WebSocket, so its credentials may come in the 
 message instead: the key and department are then given here rather than read from the headers.
 Otherwise a live connection is admitted exactly as a GraphQL request is: the client address's
 allowance of failed authentications first, the key (department keys, and tenant-wide keys that
-name their department per subscription), then the rate limits, charged once for the connection.
+name their department per subscription), then the rate limits, charged once for the connection
+(each WebSocket ``subscribe``, and each board after a subscription's first, are charged besides:
+``graphql_api.live``).
 """
 
 from __future__ import annotations

@@ -7,10 +7,11 @@ same schema (its guards and error codes), and keep the limits of ``LiveLimits``:
 key (per server process), WebSockets not yet introduced (per client address and per process),
 subscriptions per WebSocket, the time a WebSocket may take to introduce itself, stay without a
 subscription, or leave a ping unanswered, and the time a write may wait for a client that does
-not read. Each operation is admitted by the key's rate limits, as a request is. The hub ends a
-subscription whose client reads too slowly, and the server stopping ends them all; a key's
-revocation or its tenant's suspension (heard on the key channel), or its expiry (checked at each
-keep-alive), closes its connections.
+not read. Each operation is admitted by the key's rate limits, as a request is, and so is each
+board after a subscription's first (it runs the document again): refused, it waits, then goes
+out as the newest board. The hub ends a subscription whose client reads too slowly, and the
+server stopping ends them all; a key's revocation or its tenant's suspension (heard on the key
+channel), or its expiry (checked at each keep-alive), closes its connections.
 """
 
 from __future__ import annotations
@@ -27,5 +28,7 @@ def install_live(app: FastAPI, service: LiveService) -> None:
     """Mounts both transports; call it before the GraphQL API's routes, whose WebSocket route
     at /graphql this one precedes."""
     app.state.live = service
+    # The app's admission is made before this is called (``app.create_app``).
+    service.admission = app.state.admission
     app.add_api_websocket_route(WEBSOCKET_PATH, graphql_websocket)
     app.add_api_route(STREAM_PATH, graphql_stream, methods=["GET", "POST"], include_in_schema=False)

@@ -17,7 +17,7 @@ from starlette.requests import HTTPConnection
 
 from dealbase.config import Settings
 from dealbase.edge.live_callers import still_admitted
-from dealbase.errors import DomainError
+from dealbase.errors import DomainError, RateLimited, Unavailable
 from dealbase.graphql_api.live.execution import sharing_results
 from dealbase.graphql_api.live.freezing import Freezing
 from dealbase.graphql_api.live.introductions import Introductions
@@ -37,6 +37,7 @@ from dealbase.tenancy.callers.api_keys import TENANT_NOTICE_PREFIX
 from dealbase.tenancy.callers.authentication import Authenticator
 from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.rate_limits.admission import Admission
+from dealbase.tenancy.rate_limits.limiter import Verdict
 from dealbase.tenancy.scope import Scope
 
 log = structlog.get_logger(__name__)
@@ -86,6 +87,10 @@ class LiveReports:
     opened: Callable[[str], None] = lambda transport: None
     closed: Callable[[str, str], None] = lambda transport, why: None
     sent: Callable[[str], None] = lambda transport: None
+
+
+def _unrecorded(verdict: Verdict) -> None:
+    """A board's verdict goes nowhere: no response carries its headers."""
 
 
 class Connection:
@@ -154,7 +159,10 @@ class LiveService:
         self.schema = schema
         self.limits = limits
         self.reports = reports or LiveReports()
-        self.hub = Hub(database, Limits(buffer=limits.buffer))
+        # The app's (``install_live``), which admits each subscribe: it admits each board after
+        # a subscription's first too (``_admit_board``).
+        self.admission: Admission | None = None
+        self.hub = Hub(database, Limits(buffer=limits.buffer), pace=self._admit_board)
         self.signals: Signals | None = None
         self._by_key: dict[uuid.UUID | None, set[Connection]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -163,6 +171,23 @@ class LiveService:
         self.introductions = Introductions(
             limits.unintroduced_per_address, limits.unintroduced_per_process
         )
+
+    async def _admit_board(self, caller: Scope) -> float | None:
+        """Admits a board after a subscription's first under its key's and tenant's rate
+        limits, one unit as a request: that board runs the subscription's document again (its
+        steps' deals read afresh), and a key's dashboards would otherwise run as many of those
+        per change as it holds subscriptions. Refused: the seconds after which to ask again, the
+        subscription waiting meanwhile (no error, nothing closed) and then taking the newest."""
+        if self.admission is None:
+            return None
+        try:
+            await self.admission.admit(caller, _unrecorded)
+        except RateLimited as refused:
+            return refused.retry_after_seconds
+        except Unavailable as unavailable:
+            # The limits cannot be checked and fail closed: as refused, asked again later.
+            return unavailable.retry_after_seconds or 1
+        return None
 
     async def start(self, listen_url: str) -> None:
         self.signals = Signals(

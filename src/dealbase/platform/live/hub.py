@@ -19,9 +19,10 @@ checks between them (has a catching-up subscriber reached the head?) hold no loc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -79,6 +80,12 @@ class BoardUpdate:
     steps: list[StepTotals]
 
 
+# Asked before a subscriber takes a board after its first, with the subscriber's caller: None
+# when it may have one now, else the seconds after which to ask again. Each such board runs the
+# subscription's document again, as costly as a request; the first was paid for by its subscribe.
+BoardPace = Callable[[Scope], Awaitable[float | None]]
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     # Items that may wait for one subscriber before it is ended as a slow consumer.
@@ -87,7 +94,8 @@ class Limits:
 
 class Subscriber:
     """One subscription's stream of a department's events (those of ``resources``) and, when
-    it watches the board, the board after each change of a deal."""
+    it watches the board, the board after each change of a deal (each after the first once the
+    hub's ``pace`` admits it)."""
 
     def __init__(
         self,
@@ -97,10 +105,13 @@ class Subscriber:
         resources: frozenset[Resource],
         board: bool,
         on_ended: Callable[[Ending], None],
+        caller: Scope,
     ) -> None:
         self._hub = hub
         self._on_ended = on_ended
         self.channel = channel
+        # Whose limits pace its boards: the channel's scope names no key.
+        self.caller = caller
         # The last event this subscriber has been given (or skipped, not being its resource).
         self.position = position
         self.resources = resources
@@ -110,6 +121,8 @@ class Subscriber:
         self._items: deque[Event] = deque()
         # Only the newest board matters: a newer one replaces one not yet taken.
         self._board: BoardUpdate | None = None
+        # Its first board is taken: the next ones are paced (its subscribe paid for the first).
+        self._first_taken = False
         self._ready = asyncio.Event()
         self._over = asyncio.Event()
 
@@ -119,7 +132,10 @@ class Subscriber:
             if self.ended is not None:
                 raise Ended(self.ended)
             if self._board is not None:
+                if self._first_taken and not await self._paced():
+                    continue
                 board, self._board = self._board, None
+                self._first_taken = True
                 return board
             if self._items:
                 return self._items.popleft()
@@ -128,6 +144,21 @@ class Subscriber:
                 continue
             self._ready.clear()
             await self._ready.wait()
+
+    async def _paced(self) -> bool:
+        """Whether the board that waits may be taken now (the hub's ``pace`` admits it). Else
+        this waits the time the pace gave (on the loop's clock), or until the subscription
+        ends, and says no: the board taken after is whichever is newest by then."""
+        pace = self._hub.pace
+        if pace is None:
+            return True
+        wait = await pace(self.caller)
+        if wait is None:
+            return True
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait):
+                await self._over.wait()
+        return False
 
     async def _catch_up(self) -> None:
         """Reads the next page after this subscriber's position; joins the channel once nothing
@@ -209,9 +240,13 @@ class Channel:
 class Hub:
     """The process's channels, by tenant schema and department."""
 
-    def __init__(self, database: Database, limits: Limits | None = None) -> None:
+    def __init__(
+        self, database: Database, limits: Limits | None = None, *, pace: BoardPace | None = None
+    ) -> None:
         self.database = database
         self.limits = limits or Limits()
+        # None: every board is handed on as soon as it is read.
+        self.pace = pace
         self._channels: dict[tuple[str, uuid.UUID], Channel] = {}
         self._by_schema: dict[str, set[Channel]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -237,7 +272,7 @@ class Hub:
         position = None if after is None else events.position_after(after, ALL_TYPES)
         channel = await self._channel(Scope(scope.tenant_id, scope.schema, department_id))
         start = channel.head if position is None else position
-        subscriber = Subscriber(self, channel, start, resources, board, on_ended)
+        subscriber = Subscriber(self, channel, start, resources, board, on_ended, scope)
         # Nothing to catch up on: the channel gives it what follows from now on.
         subscriber.live = start >= channel.head
         # In the channel before the board's read: the channel is not dropped meanwhile, and a
