@@ -111,14 +111,16 @@ def _limited_key(database: Database, world: TenantWorld) -> Credentials:
     return Credentials(issued.key_id, issued.api_key, world.department.id)
 
 
-def _write_deal(client: TestClient, world: TenantWorld, volume: int) -> None:
-    """A change of a deal, by the department's own key (not the subscriber's)."""
+def _write_deal(client: TestClient, world: TenantWorld, observer: Observer, volume: int) -> None:
+    """A change of a deal, by the department's own key (not the subscriber's), once the hub has
+    read the board after it (``observer``)."""
     response = client.post(
         f"{API}/deals",
         json={"name": f"Deal {volume}", "volume": volume, "customers": []},
         headers=world.key.headers,
     )
     assert response.status_code == 201, response.text
+    observer.saw(volume)
 
 
 def _deal_count(data: dict[str, Any]) -> int:
@@ -161,15 +163,12 @@ def test_a_keys_board_runs_at_most_its_burst_then_its_rate_and_then_shows_the_ne
         socket.subscribe("1", BOARD)
         boards = [_deal_count(socket.next_data("1"))]
         for deals in (1, 2):
-            _write_deal(paced, world, deals)
-            observer.saw(deals)
+            _write_deal(paced, world, observer, deals)
             boards.append(_deal_count(socket.next_data("1")))
-        _write_deal(paced, world, 3)
-        observer.saw(3)
+        _write_deal(paced, world, observer, 3)
         verdicts.wait_for_a_refusal()
         for deals in (4, 5, 6):
-            _write_deal(paced, world, deals)
-            observer.saw(deals)
+            _write_deal(paced, world, observer, deals)
         while_refused = list(verdicts.given)
         loop_clock.advance(RETRY_S)
         boards.append(_deal_count(socket.next_data("1")))
@@ -201,11 +200,9 @@ def test_a_refused_board_neither_closes_the_subscription_nor_sends_an_error(
         socket.subscribe("1", BOARD)
         socket.next_data("1")
         for deals in (1, 2):
-            _write_deal(paced, world, deals)
-            observer.saw(deals)
+            _write_deal(paced, world, observer, deals)
             socket.next_data("1")
-        _write_deal(paced, world, 3)
-        observer.saw(3)
+        _write_deal(paced, world, observer, 3)
         verdicts.wait_for_a_refusal()
         socket.send({"type": "ping"})
         assert socket.receive() == {"type": "pong"}
@@ -214,8 +211,7 @@ def test_a_refused_board_neither_closes_the_subscription_nor_sends_an_error(
         assert (after_the_wait["id"], after_the_wait["type"]) == ("1", "next"), after_the_wait
         assert "errors" not in after_the_wait["payload"]
         # The second's unit is spent: the next board is refused too, and comes a second later.
-        _write_deal(paced, world, 4)
-        observer.saw(4)
+        _write_deal(paced, world, observer, 4)
         verdicts.wait_for_refusals(2)
         loop_clock.advance(RETRY_S)
         next_turn = socket.next_data("1")
@@ -243,14 +239,11 @@ def test_on_the_event_stream_too_a_refused_board_waits_for_the_keys_rate_then_is
         observer = Observer(watching)
         boards = [_deal_count(events.next_event().data["data"])]
         for deals in (1, 2, 3):
-            _write_deal(paced, world, deals)
-            observer.saw(deals)
+            _write_deal(paced, world, observer, deals)
             boards.append(_deal_count(events.next_event().data["data"]))
-        _write_deal(paced, world, 4)
-        observer.saw(4)
+        _write_deal(paced, world, observer, 4)
         verdicts.wait_for_a_refusal()
-        _write_deal(paced, world, 5)
-        observer.saw(5)
+        _write_deal(paced, world, observer, 5)
         while_refused = list(verdicts.given)
         loop_clock.advance(RETRY_S)
         newest = events.next_event()
