@@ -63,7 +63,7 @@ class DirectQueries:
         observe_operation: OperationObserver | None,
         observe_root_field: RootFieldObserver | None,
     ) -> None:
-        self._schema = schema._schema
+        self._graphql_schema = schema._schema
         self._documents = documents
         self._budget = documents.guards.max_cost
         self._observe_operation = observe_operation
@@ -109,7 +109,7 @@ class DirectQueries:
         if estimate > self._budget:
             return None
         executor = CompilingExecutionContext.build(
-            self._schema,
+            self._graphql_schema,
             checked.document,
             None,
             context,

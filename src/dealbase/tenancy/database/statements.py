@@ -522,7 +522,7 @@ class TenantConnection:
         "_listeners",
         "_prepared",
         "_role",
-        "_schema",
+        "_schema_name",
         "_statements",
     )
 
@@ -541,7 +541,7 @@ class TenantConnection:
         self._prepared = prepared
         # The role ``begin`` switches to, for a pipeline's ``SWITCH_TO_ROLE``.
         self._role = role
-        self._schema = schema
+        self._schema_name = schema
         self._statements = statements
         self._listeners = listeners
         # What opens the transaction; None when the caller opened it already.
@@ -567,7 +567,7 @@ class TenantConnection:
             parameter_sets = (parameters,)
         else:
             parameter_sets = parameters
-        sql, values, entry = self._statements.render(statement, parameter_sets, self._schema)
+        sql, values, entry = self._statements.render(statement, parameter_sets, self._schema_name)
         for listener in self._listeners:
             listener(sql)
         return sql, values, entry
@@ -701,7 +701,9 @@ class TenantConnection:
         try:
             self._script([*self._opening(), self._inline(sql, values[0]), "COMMIT"])
         except psycopg.Error as failed:
-            log.warning("statement_after_commit_failed", schema=self._schema, error=str(failed))
+            log.warning(
+                "statement_after_commit_failed", schema=self._schema_name, error=str(failed)
+            )
             with contextlib.suppress(psycopg.Error):  # a broken connection is the pool's to drop
                 if isinstance(self._connection, psycopg.AsyncConnection):
                     await_(self._connection.rollback())
