@@ -201,6 +201,8 @@ def dealbase_environment(database: str, settings: BenchSettings, port: int) -> d
         "DEALBASE_RATE_LIMIT_KEY_BURST": GENEROUS_BURST,
         "DEALBASE_RATE_LIMIT_TENANT": GENEROUS_RATE,
         "DEALBASE_RATE_LIMIT_TENANT_BURST": GENEROUS_BURST,
+        # Python's own threshold, where `dealbase serve` would raise it.
+        **({"DEALBASE_GC_YOUNG_THRESHOLD": "700"} if "gc-threshold" in settings.without else {}),
     }
 
 
