@@ -111,12 +111,23 @@ def create_app(
     key_uses = KeyUseRecorder(database)
     metrics = Metrics()
     database.on_connection_warmth = metrics.unit_of_work_started
+    limiter_faults = LimiterFaults(
+        fail_closed=settings.rate_limit_fail == "closed", on_fault=metrics.rate_limiter_fault
+    )
+    admission = Admission(
+        admitting,
+        key_rate=Rate(parse_rate(settings.rate_limit_key), settings.rate_limit_key_burst),
+        tenant_rate=Rate(parse_rate(settings.rate_limit_tenant), settings.rate_limit_tenant_burst),
+        faults=limiter_faults,
+        on_refused=metrics.rate_limit_refused,
+    )
     # Subscriptions run on a schema of their own (the same types, guards and error codes): its
     # document cache holds subscription documents only.
     live = LiveService(
         database,
         build_schema(settings, metrics.graphql_operation),
         LiveLimits.of(settings),
+        admission,
         LiveMetrics(metrics).reports(),
     )
 
@@ -174,9 +185,6 @@ def create_app(
     app.state.authenticator = Authenticator(
         database, key_cache, on_lookup=metrics.key_looked_up, on_accepted=key_uses.note
     )
-    limiter_faults = LimiterFaults(
-        fail_closed=settings.rate_limit_fail == "closed", on_fault=metrics.rate_limiter_fault
-    )
     app.state.failure_allowance = FailureAllowance(
         limiter,
         rate=Rate(
@@ -186,13 +194,7 @@ def create_app(
         on_refused=metrics.auth_failure_refused,
         clock=clock,
     )
-    app.state.admission = Admission(
-        admitting,
-        key_rate=Rate(parse_rate(settings.rate_limit_key), settings.rate_limit_key_burst),
-        tenant_rate=Rate(parse_rate(settings.rate_limit_tenant), settings.rate_limit_tenant_burst),
-        faults=limiter_faults,
-        on_refused=metrics.rate_limit_refused,
-    )
+    app.state.admission = admission
     if settings.metrics_port is None:
         install_metrics(app, metrics)
     # The router tries its routes in order: /graphql, a single path that dashboards call all

@@ -28,7 +28,5 @@ def install_live(app: FastAPI, service: LiveService) -> None:
     """Mounts both transports; call it before the GraphQL API's routes, whose WebSocket route
     at /graphql this one precedes."""
     app.state.live = service
-    # The app's admission is made before this is called (``app.create_app``).
-    service.admission = app.state.admission
     app.add_api_websocket_route(WEBSOCKET_PATH, graphql_websocket)
     app.add_api_route(STREAM_PATH, graphql_stream, methods=["GET", "POST"], include_in_schema=False)

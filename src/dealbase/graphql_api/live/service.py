@@ -151,6 +151,7 @@ class LiveService:
         database: Database,
         schema: strawberry.Schema,
         limits: LiveLimits,
+        admission: Admission,
         reports: LiveReports | None = None,
     ) -> None:
         self.database = database
@@ -159,9 +160,9 @@ class LiveService:
         self.schema = schema
         self.limits = limits
         self.reports = reports or LiveReports()
-        # The app's (``install_live``), which admits each subscribe: it admits each board after
-        # a subscription's first too (``_admit_board``).
-        self.admission: Admission | None = None
+        # The app's, which admits each subscribe: it admits each board after a subscription's
+        # first too (``_admit_board``).
+        self.admission = admission
         self.hub = Hub(database, Limits(buffer=limits.buffer), pace=self._admit_board)
         self.signals: Signals | None = None
         self._by_key: dict[uuid.UUID | None, set[Connection]] = {}
@@ -178,8 +179,6 @@ class LiveService:
         steps' deals read afresh), and a key's dashboards would otherwise run as many of those
         per change as it holds subscriptions. Refused: the seconds after which to ask again, the
         subscription waiting meanwhile (no error, nothing closed) and then taking the newest."""
-        if self.admission is None:
-            return None
         try:
             await self.admission.admit(caller, _unrecorded)
         except RateLimited as refused:
