@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
+import httpx
 from fastapi.testclient import TestClient
 from starlette.testclient import WebSocketTestSession
 
@@ -144,3 +146,63 @@ def create_customer(client: TestClient, headers: Mapping[str, str], name: str) -
     assert response.status_code == 201, response.text
     body: dict[str, Any] = response.json()
     return body
+
+
+STREAM = "/graphql/stream"
+SSE = {"Accept": "text/event-stream"}
+
+
+@dataclass(frozen=True)
+class ServerEvent:
+    event: str
+    id: str | None
+    data: Any
+
+
+class Stream:
+    """The events of one response, read as they come; ``comments`` counts the comment lines."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+        self._lines = response.iter_lines()
+        self.comments = 0
+
+    def next_event(self) -> ServerEvent:
+        fields: dict[str, str] = {}
+        for line in self._lines:
+            if line.startswith(":"):
+                self.comments += 1
+            elif line == "":
+                if fields:
+                    return ServerEvent(
+                        fields["event"], fields.get("id"), json.loads(fields["data"])
+                    )
+            else:
+                name, _, value = line.partition(": ")
+                fields[name] = value
+        raise EOFError("the stream ended")
+
+    def ended(self) -> bool:
+        try:
+            self.next_event()
+        except EOFError:
+            return True
+        return False
+
+
+@contextmanager
+def stream(
+    client: TestClient,
+    headers: dict[str, str],
+    query: str,
+    variables: dict[str, Any] | None = None,
+) -> Iterator[Stream]:
+    with client.stream(
+        "POST",
+        STREAM,
+        json={"query": query, "variables": variables or {}},
+        headers={**SSE, **headers},
+    ) as response:
+        assert response.status_code == 200, response.read()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        yield Stream(response)

@@ -27,8 +27,14 @@ from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.rate_limits.admission import Admission
 from dealbase.tenancy.rate_limits.limiter import Verdict
 from dealbase.tenancy.scope import Rate, Scope
-from tests.graphql_api.live.test_stream import stream
-from tests.graphql_api.live_support import API, BOARD, WAIT_SECONDS, LiveSocket, live_socket
+from tests.graphql_api.live_support import (
+    API,
+    BOARD,
+    WAIT_SECONDS,
+    LiveSocket,
+    live_socket,
+    stream,
+)
 from tests.support import Credentials, LoopClock, TenantWorld
 
 # The subscriber's key: 4 units at once, then 1 a second. The app's own limits (the writer's
@@ -141,6 +147,26 @@ class Observer:
         assert _deal_count(self.socket.next_data("observed")) == deals
 
 
+def _spend_the_burst(
+    client: TestClient,
+    world: TenantWorld,
+    observer: Observer,
+    socket: LiveSocket,
+    verdicts: Verdicts,
+) -> list[int]:
+    """Subscribes ``socket`` to the board and changes deals until its key is refused a board:
+    the first board and the next two pass (the connection and the subscribe spent the other two
+    of the burst of four), the third change's waits. The deal counts of the boards received."""
+    socket.subscribe("1", BOARD)
+    boards = [_deal_count(socket.next_data("1"))]
+    for deals in (1, 2):
+        _write_deal(client, world, observer, deals)
+        boards.append(_deal_count(socket.next_data("1")))
+    _write_deal(client, world, observer, 3)
+    verdicts.wait_for_a_refusal()
+    return boards
+
+
 def test_a_keys_board_runs_at_most_its_burst_then_its_rate_and_then_shows_the_newest_board(
     paced: TestClient,
     loop_clock: LoopClock,
@@ -160,13 +186,7 @@ def test_a_keys_board_runs_at_most_its_burst_then_its_rate_and_then_shows_the_ne
         live_socket(paced, init=key.headers) as socket,
     ):
         observer = Observer(watching)
-        socket.subscribe("1", BOARD)
-        boards = [_deal_count(socket.next_data("1"))]
-        for deals in (1, 2):
-            _write_deal(paced, world, observer, deals)
-            boards.append(_deal_count(socket.next_data("1")))
-        _write_deal(paced, world, observer, 3)
-        verdicts.wait_for_a_refusal()
+        boards = _spend_the_burst(paced, world, observer, socket, verdicts)
         for deals in (4, 5, 6):
             _write_deal(paced, world, observer, deals)
         while_refused = list(verdicts.given)
@@ -197,13 +217,7 @@ def test_a_refused_board_neither_closes_the_subscription_nor_sends_an_error(
         live_socket(paced, init=key.headers) as socket,
     ):
         observer = Observer(watching)
-        socket.subscribe("1", BOARD)
-        socket.next_data("1")
-        for deals in (1, 2):
-            _write_deal(paced, world, observer, deals)
-            socket.next_data("1")
-        _write_deal(paced, world, observer, 3)
-        verdicts.wait_for_a_refusal()
+        _spend_the_burst(paced, world, observer, socket, verdicts)
         socket.send({"type": "ping"})
         assert socket.receive() == {"type": "pong"}
         loop_clock.advance(RETRY_S)

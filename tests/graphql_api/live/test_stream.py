@@ -7,14 +7,10 @@ opened spends the key's rate, as a request does."""
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import pytest
 from anyio.from_thread import BlockingPortal
 from fastapi import FastAPI
@@ -26,68 +22,18 @@ from dealbase.graphql_api.live import stream as live_stream
 from dealbase.graphql_api.live.service import LiveService
 from dealbase.ops import admin
 from dealbase.tenancy.database.connections import Database
-from tests.graphql_api.live_support import API, BOARD, CHANGES, create_customer
+from tests.graphql_api.live_support import (
+    API,
+    BOARD,
+    CHANGES,
+    SSE,
+    STREAM,
+    Stream,
+    create_customer,
+    stream,
+)
 from tests.rest_api.rate_limit_support import assert_rate_limited
 from tests.support import FakeClock, TenantWorld
-
-STREAM = "/graphql/stream"
-SSE = {"Accept": "text/event-stream"}
-
-
-@dataclass(frozen=True)
-class ServerEvent:
-    event: str
-    id: str | None
-    data: Any
-
-
-class Stream:
-    """The events of one response, read as they come; ``comments`` counts the comment lines."""
-
-    def __init__(self, response: httpx.Response) -> None:
-        self.response = response
-        self._lines = response.iter_lines()
-        self.comments = 0
-
-    def next_event(self) -> ServerEvent:
-        fields: dict[str, str] = {}
-        for line in self._lines:
-            if line.startswith(":"):
-                self.comments += 1
-            elif line == "":
-                if fields:
-                    return ServerEvent(
-                        fields["event"], fields.get("id"), json.loads(fields["data"])
-                    )
-            else:
-                name, _, value = line.partition(": ")
-                fields[name] = value
-        raise EOFError("the stream ended")
-
-    def ended(self) -> bool:
-        try:
-            self.next_event()
-        except EOFError:
-            return True
-        return False
-
-
-@contextmanager
-def stream(
-    client: TestClient,
-    headers: dict[str, str],
-    query: str,
-    variables: dict[str, Any] | None = None,
-) -> Iterator[Stream]:
-    with client.stream(
-        "POST",
-        STREAM,
-        json={"query": query, "variables": variables or {}},
-        headers={**SSE, **headers},
-    ) as response:
-        assert response.status_code == 200, response.read()
-        assert response.headers["content-type"].startswith("text/event-stream")
-        yield Stream(response)
 
 
 @pytest.fixture(scope="module")
