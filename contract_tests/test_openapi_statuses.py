@@ -28,7 +28,12 @@ API = "/api/v1/integration"
 
 # Listed on every operation and driven by tests of their own (tests/rest_api/test_rate_limits*,
 # tests/ops): a rate limit spent (429) and the database or the limits' store unavailable (503).
-EVERYWHERE_NOT_DRIVEN = {429: "rate limits", 503: "an unavailable database or Redis"}
+# 414 is the server's, before the app: tests/ops/test_serving.py drives it through a real one.
+EVERYWHERE_NOT_DRIVEN = {
+    414: "a target past the server's bound",
+    429: "rate limits",
+    503: "an unavailable database or Redis",
+}
 # An upsert whose insert finds the external id taken, and the record gone again when it looks
 # for it (inserted and deleted by others between its two statements): a race no request here
 # can stage. A deal's upsert is also 409 `conflict` in a department without pipeline steps,

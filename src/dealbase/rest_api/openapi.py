@@ -91,6 +91,10 @@ _STATUS_TEXT = {
         " external id); If-None-Match names the version it is at (`*`: it exists)."
     ),
     413: "The body exceeds 1 MiB (8 MiB for a batch), whatever the method.",
+    414: (
+        "The request's target (path and query) is longer than 8,192 bytes: refused by the"
+        " server before the request reaches any route (`uri_too_long`)."
+    ),
     415: "The body is not JSON.",
     422: (
         "A field, query parameter or header breaks a rule (`errors` names each), an"
@@ -292,7 +296,7 @@ _RATE_LIMIT_HEADERS = {
 def _add_edge_responses(paths: dict[str, Any]) -> None:
     """What every operation may answer whatever its route, since the request edge and the
     admission judge a request before its route does: a header sent twice (400), a body past
-    its cap (413, whatever the method), the credentials (401, 403), the rate limits (429, with
+    its cap (413, whatever the method), a target too long for the server (414), the credentials (401, 403), the rate limits (429, with
     Retry-After) and the database or the limits' store unavailable (503). Every response that
     passed admission carries the RateLimit headers. The responses are then in status order."""
     for operations in paths.values():
@@ -301,7 +305,7 @@ def _add_edge_responses(paths: dict[str, Any]) -> None:
             for status, response in responses.items():
                 if status.startswith("2"):
                     response.setdefault("headers", {}).update(_RATE_LIMIT_HEADERS)
-            for status, response in problem_responses(400, 401, 403, 413).items():
+            for status, response in problem_responses(400, 401, 403, 413, 414).items():
                 responses.setdefault(str(status), response)
             refused = problem_responses(429)[429]
             refused["headers"] = {
