@@ -8,7 +8,6 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
 
 import psycopg
 import structlog
@@ -24,6 +23,7 @@ from dealbase.edge.cors import (
     CORS_RESPONSE_HEADERS,
     ProblemPreflights,
 )
+from dealbase.edge.draining import PROCESS_DRAINING
 from dealbase.edge.request_edge import RequestEdge
 from dealbase.edge.route_index import RouteIndex
 from dealbase.graphql_api.api import install_graphql_api
@@ -35,7 +35,6 @@ from dealbase.ops.health import install_health
 from dealbase.ops.live_metrics import LiveMetrics
 from dealbase.ops.metrics import Metrics, install_metrics, worker_stopped
 from dealbase.ops.observability import configure_logging, log_request
-from dealbase.ops.serving import SERVER_STOPPING
 from dealbase.ops.web_pages.pages import graphiql_page, install_web_pages, shipped_assets
 from dealbase.platform.webhooks.addresses import AddressPolicy
 from dealbase.rest_api.api import install_rest_api
@@ -132,7 +131,7 @@ def create_app(
     )
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[dict[str, Any]]:
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await database.open()
         if not settings.db_pgbouncer:
             await to_thread.run_sync(_warn_of_a_proxy, database_url)
@@ -150,12 +149,14 @@ def create_app(
         if settings.gc_young_threshold is not None:
             # Put back when the app stops: a process that builds many apps (tests) goes on.
             gc.set_threshold(settings.gc_young_threshold, *thresholds[1:])
+        # Told by the HTTP server as it starts to stop (ops.serving): streams of subscriptions
+        # end at once, telling their clients to reconnect elsewhere; uvicorn closes each
+        # WebSocket itself, with 1012.
+        forget_live = PROCESS_DRAINING.on_begin(live.shut_down)
         try:
-            # Told by the HTTP server as it starts to stop (ops.serving): streams of
-            # subscriptions end at once, telling their clients to reconnect elsewhere; uvicorn
-            # closes each WebSocket itself, with 1012.
-            yield {SERVER_STOPPING: [live.shut_down]}
+            yield
         finally:
+            forget_live()
             metrics_keeper.cancel()
             key_use_flusher.cancel()
             # Clients are told to reconnect (to another server) and resume.

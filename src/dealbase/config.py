@@ -58,15 +58,6 @@ class Settings(BaseSettings):
             " cancelled and the server stops."
         ),
     )
-    header_timeout_seconds: int = Field(
-        default=10,
-        ge=1,
-        le=300,
-        description=(
-            "How long a client may take to send a request's line and headers (from its first"
-            " byte, or from the connection's opening) before it is answered 408 and closed."
-        ),
-    )
     body_timeout_seconds: int = Field(
         default=60,
         ge=1,
@@ -86,15 +77,6 @@ class Settings(BaseSettings):
             " any other (the kernel's TCP_USER_TIMEOUT)."
         ),
     )
-    max_header_bytes: int = Field(
-        default=32_768,
-        ge=8_192,
-        le=1_048_576,
-        description=(
-            "The largest request line and headers together; a bigger head is answered 431"
-            " and closed before it is read to its end."
-        ),
-    )
     freeze_startup_objects: bool = Field(
         default=False,
         description=(
@@ -112,15 +94,6 @@ class Settings(BaseSettings):
             " allocate before the garbage collector's youngest generation is collected (Python's"
             " first threshold, 700 when unset; `dealbase serve` sets 10,000 for its workers:"
             " docs/operations.md says why)."
-        ),
-    )
-    worker_start_timeout_seconds: int = Field(
-        default=60,
-        ge=5,
-        le=600,
-        description=(
-            "With several workers: how long a worker may take to answer its supervisor (while"
-            " it starts, or serving) before it is replaced."
         ),
     )
     log_format: Literal["console", "json"] = "console"

@@ -20,9 +20,8 @@ import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -31,7 +30,6 @@ from uvicorn import Config, Server
 from dealbase.app import create_app
 from dealbase.config import Settings
 from dealbase.ops import admin
-from dealbase.ops.serving import HeadLimits, HttpProtocol
 from dealbase.tenancy.database.connections import Database
 from tests.support import IN_CI, Credentials, TenantWorld, free_port
 
@@ -85,13 +83,6 @@ def served(settings: Settings) -> Iterator[str]:
         port=port,
         log_config=None,
         access_log=False,
-        http=cast(
-            Any,
-            partial(
-                HttpProtocol,
-                head_limits=HeadLimits(settings.header_timeout_seconds, settings.max_header_bytes),
-            ),
-        ),
         timeout_graceful_shutdown=5,
     )
     server = Server(config)

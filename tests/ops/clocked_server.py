@@ -6,6 +6,7 @@ moved); the protocols under test schedule their timers through the loop either w
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -21,13 +22,19 @@ STOP_TIMEOUT_S = 30.0
 
 
 @contextmanager
-def served_on_a_clock(config: Config, loop_clock: LoopClock) -> Iterator[Server]:
-    """``config`` served until the block ends; yields the started server."""
-    server = Server(config)
+def served_on_a_clock(
+    config: Config,
+    loop_clock: LoopClock,
+    server: Server | None = None,
+    sockets: list[socket.socket] | None = None,
+) -> Iterator[Server]:
+    """``config`` served by ``server`` (uvicorn's own by default) on ``sockets`` (else those it
+    binds) until the block ends; yields the started server."""
+    server = server or Server(config)
 
     def serve() -> None:
         with asyncio.Runner(loop_factory=loop_clock.new_loop) as runner:
-            runner.run(server.serve())
+            runner.run(server.serve(sockets))
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()

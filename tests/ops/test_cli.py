@@ -694,28 +694,17 @@ def test_a_database_never_migrated_gives_one_line_not_a_traceback(
     _assert_one_line_failure(run)
 
 
-def test_serve_bounds_request_heads_websocket_messages_and_writes_by_the_settings(
+def test_serve_bounds_websocket_messages_and_writes_by_the_settings(
     run_cli: RunCli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    served: list[tuple[uvicorn.Config, serving.HeadLimits, float]] = []
-    monkeypatch.setattr(
-        serving,
-        "run",
-        lambda config, head_limits, write: served.append((config, head_limits, write)),
-    )
+    served: list[tuple[uvicorn.Config, float]] = []
+    monkeypatch.setattr(serving, "run", lambda config, write: served.append((config, write)))
     run = run_cli(
-        "serve",
-        env={
-            "DEALBASE_HEADER_TIMEOUT_SECONDS": "3",
-            "DEALBASE_MAX_HEADER_BYTES": "10000",
-            "DEALBASE_WRITE_TIMEOUT_SECONDS": "7",
-            "PROMETHEUS_MULTIPROC_DIR": None,
-        },
+        "serve", env={"DEALBASE_WRITE_TIMEOUT_SECONDS": "7", "PROMETHEUS_MULTIPROC_DIR": None}
     )
 
     assert run.exit_code == 0, str(run)
-    ((config, head_limits, write_timeout),) = served
-    assert head_limits == serving.HeadLimits(seconds=3, max_bytes=10_000)
+    ((config, write_timeout),) = served
     assert write_timeout == 7
     # A WebSocket message is bounded as the app bounds it, and never inflated.
     assert (config.ws_max_size, config.ws_per_message_deflate) == (MAX_MESSAGE_BYTES, False)
@@ -736,7 +725,7 @@ def test_serve_has_its_workers_freeze_their_startup_objects_and_collect_young_on
     """Workers build their app from the environment ``dealbase serve`` hands them."""
     workers_would: list[tuple[bool, int | None]] = []
 
-    def serve(_config: object, _limits: object, _write_timeout: float) -> None:
+    def serve(_config: object, _write_timeout: float) -> None:
         settings = load_settings()
         workers_would.append((settings.freeze_startup_objects, settings.gc_young_threshold))
 

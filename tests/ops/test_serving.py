@@ -1,42 +1,38 @@
-"""The HTTP server's own bounds on a request's head (``ops.serving.HttpProtocol``), over real
-sockets: uvicorn in a thread, with the protocol ``dealbase serve`` gives it, in front of an app
-that answers every request it is handed 200. The server's event loop keeps the test's clock
-(``tests.ops.clocked_server``): a head's time runs out when the test moves the clock past it.
-And the write timeout ``dealbase serve`` gives the connections of its listening socket."""
+"""How ``dealbase serve``'s server stops (``ops.serving.DrainingServer``), over real sockets:
+uvicorn in a thread, on an event loop whose clock the test moves (``tests.ops.clocked_server``),
+in front of the request edge and an app that answers 200. And the write timeout ``dealbase
+serve`` gives the connections of its listening socket."""
 
 from __future__ import annotations
 
 import select
+import signal
 import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, cast
 
-import orjson
 import pytest
+from starlette.types import Receive, Scope, Send
 from uvicorn import Config
+from uvicorn.config import STARTUP_FAILURE
 
+from dealbase.edge.draining import Draining
+from dealbase.edge.request_edge import RequestEdge
 from dealbase.ops import serving
-from dealbase.ops.serving import (
-    MAX_TARGET_BYTES,
-    HeadLimits,
-    HttpProtocol,
-    bound_unacknowledged_writes,
-)
+from dealbase.ops.serving import DRAIN_SECONDS, DrainingServer, bound_unacknowledged_writes
 from tests.ops.clocked_server import served_on_a_clock
 from tests.support import LoopClock, free_port
 
-HEAD_SECONDS = 1.0
-# How far before a head's time ends the tests look that it has not been answered yet.
-JUST_BEFORE_S = 0.001
-MAX_HEAD_BYTES = 16_384
-# How long a client waits for an answer before the test fails (a failure bound only).
+# How long a client waits for an answer, or the test for the server, before it fails (a failure
+# bound only).
 READ_TIMEOUT_S = 30.0
+# How far before the drain's end the tests look that it has not ended yet.
+JUST_BEFORE_S = 0.001
 
 
-async def _read_and_answer(scope: dict[str, Any], receive: Any, send: Any) -> None:
+async def _read_and_answer(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] != "http":
         return
     while (await receive()).get("more_body", False):
@@ -45,227 +41,162 @@ async def _read_and_answer(scope: dict[str, Any], receive: Any, send: Any) -> No
     await send({"type": "http.response.body", "body": b"served"})
 
 
-class _Seen:
-    """What the server did of each connection, by the client's port: "made" (accepted, its
-    head's time running) and "head" (a request's head begun, its own time running)."""
-
-    def __init__(self) -> None:
-        self._events: list[tuple[str, int]] = []
-        self._changed = threading.Condition()
-
-    def note(self, what: str, port: int) -> None:
-        with self._changed:
-            self._events.append((what, port))
-            self._changed.notify_all()
-
-    def wait_for(self, what: str, connection: socket.socket, count: int = 1) -> None:
-        port = connection.getsockname()[1]
-        with self._changed:
-            assert self._changed.wait_for(
-                lambda: self._events.count((what, port)) >= count, timeout=READ_TIMEOUT_S
-            ), f"the server did not see {what} #{count} of port {port}"
-
-
-class _WatchedProtocol(HttpProtocol):
-    """``HttpProtocol`` telling ``seen`` when its timers start: the test moves the clock only
-    after that."""
-
-    def __init__(self, *args: Any, seen: _Seen, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._seen = seen
-
-    def connection_made(self, transport: Any) -> None:
-        super().connection_made(transport)
-        assert self.client is not None
-        self._seen.note("made", self.client[1])
-
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        assert self.client is not None
-        self._seen.note("head", self.client[1])
-
-
 @dataclass(frozen=True)
-class _Server:
+class _Served:
     address: tuple[str, int]
     clock: LoopClock
-    seen: _Seen
+    server: DrainingServer
+    draining: Draining
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[_Server]:
-    port = free_port()
-    seen = _Seen()
-    loop_clock = LoopClock()
-    limits = HeadLimits(HEAD_SECONDS, MAX_HEAD_BYTES)
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Served]:
+    """A server draining its own notice (the process's is left alone), on a socket bound as
+    ``serving.run`` binds it."""
+    draining = Draining()
+    monkeypatch.setattr(serving, "PROCESS_DRAINING", draining)
     config = Config(
-        _read_and_answer,
+        RequestEdge(_read_and_answer, draining=draining),
         host="127.0.0.1",
-        port=port,
+        port=free_port(),
         log_config=None,
         lifespan="off",
-        http=cast(Any, partial(_WatchedProtocol, head_limits=limits, seen=seen)),
     )
-    with served_on_a_clock(config, loop_clock):
-        yield _Server(("127.0.0.1", port), loop_clock, seen)
-
-
-@pytest.fixture(scope="module")
-def address(server: _Server) -> tuple[str, int]:
-    return server.address
+    listening = config.bind_socket()
+    server = DrainingServer(config)
+    loop_clock = LoopClock()
+    with served_on_a_clock(config, loop_clock, server, [listening]):
+        yield _Served(listening.getsockname(), loop_clock, server, draining)
 
 
 def _connect(address: tuple[str, int]) -> socket.socket:
     return socket.create_connection(address, timeout=READ_TIMEOUT_S)
 
 
-def _answered(connection: socket.socket) -> bool:
-    """Whether the server has written to the connection, or closed it."""
+def _closed_or_written(connection: socket.socket) -> bool:
     return bool(select.select([connection], [], [], 0)[0])
 
 
-def _read_until_closed(connection: socket.socket) -> bytes:
+def _response(connection: socket.socket) -> tuple[bytes, dict[str, str]]:
+    """One response of a kept connection: its status line and headers (its body is six bytes)."""
     received = b""
-    while chunk := connection.recv(65_536):
+    while b"\r\n\r\n" not in received:
+        chunk = connection.recv(65_536)
+        assert chunk, f"closed after {received!r}"
         received += chunk
-    return received
-
-
-def _problem(response: bytes) -> tuple[int, dict[str, str], dict[str, Any]]:
-    head, _, body = response.partition(b"\r\n\r\n")
-    status_line, *fields = head.decode().split("\r\n")
+    head, _, body = received.partition(b"\r\n\r\n")
+    while len(body) < len(b"served"):
+        body += connection.recv(65_536)
+    status, *fields = head.decode().split("\r\n")
     headers = {
         name.lower(): value.strip() for name, _, value in (field.partition(":") for field in fields)
     }
-    assert headers["content-type"] == "application/problem+json", response
-    assert headers["connection"] == "close"
-    problem = orjson.loads(body)
-    assert problem["request_id"] == headers["x-request-id"]
-    assert problem["status"] == int(status_line.split()[1])
-    return problem["status"], headers, problem
+    return status.encode(), headers
 
 
-def _get(target: str = "/", *fields: str) -> bytes:
-    return "\r\n".join([f"GET {target} HTTP/1.1", "Host: dealbase", *fields, "", ""]).encode()
+GET = b"GET / HTTP/1.1\r\nHost: dealbase\r\n\r\n"
 
 
-def test_a_head_trickled_past_its_time_is_answered_408_and_closed(server: _Server) -> None:
-    clock = server.clock
-    with _connect(server.address) as connection:
-        connection.sendall(b"GET / HTTP/1.1\r\nHost: dealbase\r\n")
-        server.seen.wait_for("head", connection)
-        begun = clock.now()
-        # A header line every half of the allowed time: the head's time does not start again.
-        clock.advance(HEAD_SECONDS / 2)
-        connection.sendall(b"X-Slow: y\r\n")
-        clock.advance_to(begun + HEAD_SECONDS - JUST_BEFORE_S)
-        connection.sendall(b"X-Slow: y\r\n")
-        assert not _answered(connection)
-        clock.advance_to(begun + HEAD_SECONDS)
-        status, _, problem = _problem(_read_until_closed(connection))
-    assert (status, problem["code"]) == (408, "request_timeout")
+def _signal_and_wait_for_the_drain(served: _Served) -> None:
+    begun = threading.Event()
+    served.draining.on_begin(begun.set)
+    served.server.handle_exit(signal.SIGTERM, None)
+    assert begun.wait(READ_TIMEOUT_S), "the server did not begin to drain"
 
 
-def test_a_connection_that_sends_nothing_is_closed_without_an_answer(server: _Server) -> None:
-    clock = server.clock
-    with _connect(server.address) as connection:
-        server.seen.wait_for("made", connection)
-        made = clock.now()
-        clock.advance_to(made + HEAD_SECONDS - JUST_BEFORE_S)
-        assert not _answered(connection)
-        clock.advance_to(made + HEAD_SECONDS)
-        assert _read_until_closed(connection) == b""
-
-
-def test_each_request_on_a_kept_connection_has_its_own_time(server: _Server) -> None:
-    clock = server.clock
-    with _connect(server.address) as connection:
-        connection.sendall(_get())
-        assert connection.recv(65_536).startswith(b"HTTP/1.1 200 ")
-        # Idle well within the keep-alive time, then a head that never ends: its time runs
-        # from its own first byte, past the first request's and the connection's.
-        clock.advance(HEAD_SECONDS / 2)
-        connection.sendall(b"GET / HTTP/1.1\r\n")
-        server.seen.wait_for("head", connection, count=2)
-        begun = clock.now()
-        clock.advance_to(begun + HEAD_SECONDS - JUST_BEFORE_S)
-        assert not _answered(connection)
-        clock.advance_to(begun + HEAD_SECONDS)
-        status, _, problem = _problem(_read_until_closed(connection))
-    assert (status, problem["code"]) == (408, "request_timeout")
-
-
-def test_a_header_that_never_ends_is_refused_431_without_waiting_for_its_end(
-    address: tuple[str, int],
+def test_a_signal_stops_the_listening_at_once_and_answers_kept_connections_closing_them(
+    served: _Served,
 ) -> None:
-    """20 MB of one header value that never ends, sent at once: uvicorn alone read it all into
-    memory, waiting for its end."""
-    with _connect(address) as connection:
-        connection.sendall(b"GET / HTTP/1.1\r\nHost: dealbase\r\nX-Big: " + b"a" * 20_000_000)
-        status, _, problem = _problem(_read_until_closed(connection))
-    assert (status, problem["code"]) == (431, "request_header_fields_too_large")
+    with _connect(served.address) as kept:
+        kept.sendall(GET)
+        status, headers = _response(kept)
+        assert (status, headers.get("connection")) == (b"HTTP/1.1 200 OK", None)
+
+        _signal_and_wait_for_the_drain(served)
+
+        # No new connection is taken (nor completed, to be reset later)...
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(served.address, timeout=READ_TIMEOUT_S).close()
+        # ...but the request a client sends on its kept connection is answered, and the answer
+        # closes it: the client reconnects to a server still listening.
+        kept.sendall(GET)
+        status, headers = _response(kept)
+        assert (status, headers.get("connection")) == (b"HTTP/1.1 200 OK", "close")
+        assert kept.recv(1) == b""
+    # All before the drain's time has run: uvicorn's own stop has not begun.
+    assert not served.server.should_exit
 
 
-@pytest.mark.parametrize(
-    ("value_bytes", "status"),
-    [(MAX_HEAD_BYTES // 2, 200), (MAX_HEAD_BYTES, 431)],
-)
-def test_a_whole_head_is_served_under_the_limit_and_refused_431_over_it(
-    address: tuple[str, int], value_bytes: int, status: int
+def test_an_idle_connection_is_closed_once_the_drain_has_run_its_time(served: _Served) -> None:
+    with _connect(served.address) as idle:
+        idle.sendall(GET)
+        _response(idle)
+
+        _signal_and_wait_for_the_drain(served)
+        served.clock.advance(DRAIN_SECONDS - JUST_BEFORE_S)
+        assert not _closed_or_written(idle)
+        assert not served.server.should_exit
+
+        served.clock.advance(JUST_BEFORE_S)
+        assert served.server.should_exit
+        # uvicorn's own stop closes what is idle, once its loop has looked (every tenth of a
+        # second of its clock).
+        while not select.select([idle], [], [], 0.01)[0]:
+            served.clock.advance(0.1)
+        assert idle.recv(1) == b""
+
+
+def test_a_second_signal_stops_the_server_without_waiting_for_the_drain(
+    served: _Served,
 ) -> None:
-    with _connect(address) as connection:
-        connection.sendall(_get("/", "X-Big: " + "a" * value_bytes, "Connection: close"))
-        response = _read_until_closed(connection)
-    assert response.startswith(f"HTTP/1.1 {status} ".encode()), response[:200]
-    if status != 200:
-        assert _problem(response)[2]["code"] == "request_header_fields_too_large"
+    _signal_and_wait_for_the_drain(served)
+    assert not served.server.should_exit
+
+    served.server.handle_exit(signal.SIGTERM, None)
+
+    assert served.server.should_exit
 
 
-def test_many_small_headers_over_the_limit_are_refused_431(address: tuple[str, int]) -> None:
-    fields = [f"X-Field-{n}: {'v' * 100}" for n in range(MAX_HEAD_BYTES // 100)]
-    with _connect(address) as connection:
-        connection.sendall(_get("/", *fields))
-        status, _, problem = _problem(_read_until_closed(connection))
-    assert (status, problem["code"]) == (431, "request_header_fields_too_large")
+@dataclass
+class _Worker:
+    """A worker process as ``Workers`` looks at it."""
+
+    exitcode: int | None
+    pid: int = 4_000
+
+    def is_alive(self) -> bool:
+        return self.exitcode is None
 
 
-@pytest.mark.parametrize(
-    ("target_bytes", "status"), [(8_000, 200), (MAX_TARGET_BYTES + 1, 414), (1_000_000, 414)]
-)
-def test_a_target_longer_than_8_kib_is_answered_414_as_a_problem(
-    address: tuple[str, int], target_bytes: int, status: int
-) -> None:
-    target = "/customers?email=" + "a" * (target_bytes - len("/customers?email="))
-    with _connect(address) as connection:
-        connection.sendall(_get(target, "Connection: close"))
-        response = _read_until_closed(connection)
-    assert response.startswith(f"HTTP/1.1 {status} ".encode()), response[:200]
-    if status != 200:
-        assert _problem(response)[2]["code"] == "uri_too_long"
+def _workers(*running: _Worker) -> tuple[serving.Workers, list[_Worker]]:
+    workers = serving.Workers(Config(_read_and_answer, workers=len(running)), [])
+    workers.processes = list(running)  # type: ignore[arg-type]
+    started: list[_Worker] = []
+
+    def start() -> Any:
+        started.append(_Worker(None))
+        return started[-1]
+
+    workers.started = start  # type: ignore[method-assign]
+    return workers, started
 
 
-def test_bytes_that_are_not_http_are_answered_400_as_a_problem(address: tuple[str, int]) -> None:
-    with _connect(address) as connection:
-        connection.sendall(b"\x16\x03\x01 this is not HTTP\r\n\r\n")
-        status, _, problem = _problem(_read_until_closed(connection))
-    assert (status, problem["code"]) == (400, "malformed_request")
+def test_a_worker_that_stops_on_its_own_is_replaced() -> None:
+    alive, crashed = _Worker(None), _Worker(exitcode=-9)
+    workers, started = _workers(alive, crashed)
+
+    assert workers.replace_stopped() == 0
+
+    assert cast(list[object], workers.processes) == [alive, *started] and len(started) == 1
+    assert not workers.stop.is_set()
 
 
-def test_a_head_that_follows_a_big_body_in_one_send_is_not_counted_with_it(
-    address: tuple[str, int],
-) -> None:
-    """Pipelined: a body larger than the head limit, then the next request, in one write."""
-    body = b"x" * (MAX_HEAD_BYTES * 8)
-    post = (
-        b"POST / HTTP/1.1\r\nHost: dealbase\r\nContent-Length: "
-        + str(len(body)).encode()
-        + b"\r\n\r\n"
-        + body
-    )
-    with _connect(address) as connection:
-        connection.sendall(post + _get("/", "Connection: close"))
-        response = _read_until_closed(connection)
-    assert response.count(b"HTTP/1.1 200 ") == 2, response[:400]
+def test_a_worker_that_failed_to_start_stops_them_all_with_its_status() -> None:
+    workers, started = _workers(_Worker(None), _Worker(exitcode=STARTUP_FAILURE))
+
+    assert workers.replace_stopped() == STARTUP_FAILURE
+
+    assert workers.stop.is_set() and started == []
 
 
 @pytest.mark.skipif(not hasattr(socket, "TCP_USER_TIMEOUT"), reason="no TCP_USER_TIMEOUT here")
@@ -308,9 +239,9 @@ def test_serving_hands_the_server_a_listening_socket_bound_by_the_write_timeout(
                     option = listening.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
                     handed.append(option)
 
-    monkeypatch.setattr(serving, "Server", _Server)
+    monkeypatch.setattr(serving, "DrainingServer", _Server)
     config = Config(_read_and_answer, host="127.0.0.1", port=free_port(), log_config=None)
 
-    serving.run(config, HeadLimits(HEAD_SECONDS, MAX_HEAD_BYTES), 2.5)
+    serving.run(config, 2.5)
 
     assert handed == [2_500]

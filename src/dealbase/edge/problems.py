@@ -70,7 +70,7 @@ def problem_document(
     status: int, code: str, title: str, detail: str, request_id: str
 ) -> dict[str, Any]:
     """The members every problem carries, whether the app answers it or the HTTP server does
-    before any app sees the request (ops.serving)."""
+    before any app sees the request (deploy/'s proxy writes the same members)."""
     return {
         "type": f"/problems/{code}",
         "title": title,

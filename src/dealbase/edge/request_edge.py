@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.routing import Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from dealbase.edge.draining import PROCESS_DRAINING, Draining
 from dealbase.edge.problems import problem
 from dealbase.edge.rate_limit_headers import rate_limit_headers
 from dealbase.edge.route_index import RouteIndex
@@ -81,7 +82,8 @@ class RequestEdge:
     the log context and echoed in the answer; refuses a repeated single-valued header (400), a
     body past its cap (413, 8 MiB for a batch, else 1 MiB) and one not in within
     ``body_seconds`` of the request's head (408, and the connection closed); adds the RateLimit
-    headers of the request's verdict, when it has one; and writes one access line per request
+    headers of the request's verdict, when it has one; closes the connection of every answer
+    once the server has begun to stop (``draining``); and writes one access line per request
     and reports it to ``observe`` (metrics)."""
 
     def __init__(
@@ -92,8 +94,10 @@ class RequestEdge:
         max_bytes: int = MAX_BODY_BYTES,
         batch_max_bytes: int = MAX_BATCH_BODY_BYTES,
         body_seconds: float = BODY_SECONDS,
+        draining: Draining = PROCESS_DRAINING,
     ) -> None:
         self.app = app
+        self.draining = draining
         self.body_seconds = body_seconds
         self._late_bodies = _LateBodies()
         self.observe = observe
@@ -161,6 +165,8 @@ class RequestEdge:
                 if isinstance(verdict, Verdict):
                     headers.extend(rate_limit_headers(verdict))
                 headers.append((b"x-request-id", request_id.encode()))
+                if self.draining.begun:
+                    headers.append((b"connection", b"close"))
                 message["headers"] = headers
             elif method == "HEAD" and message["type"] == "http.response.body":
                 message = {**message, "body": b""}

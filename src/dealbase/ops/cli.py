@@ -813,17 +813,14 @@ def serve(
                 log_config=None,
                 access_log=False,
                 timeout_graceful_shutdown=settings.shutdown_timeout_seconds,
-                # A worker answers its supervisor's health checks only once it has imported the
-                # app; uvicorn's 5 s replaced slow starters on a busy machine in a loop.
-                timeout_worker_healthcheck=settings.worker_start_timeout_seconds,
                 # A WebSocket message is refused as its frames arrive once past the app's own
                 # limit, not assembled to uvicorn's 16 MiB first; and never compressed: a few
                 # kilobytes of deflate would inflate to the limit in every connection, before
                 # any of them has authenticated (docs/graphql.md).
+                ws="websockets-sansio",
                 ws_max_size=MAX_MESSAGE_BYTES,
                 ws_per_message_deflate=False,
             ),
-            serving.HeadLimits(settings.header_timeout_seconds, settings.max_header_bytes),
             settings.write_timeout_seconds,
         )
     finally:
