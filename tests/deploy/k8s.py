@@ -22,19 +22,44 @@ KUSTOMIZATION = K8S_DIR / "kustomization.yaml"
 Manifest = dict[str, Any]
 
 
-def listed_files() -> list[Path]:
-    """The files ``kubectl apply -k deploy/k8s`` applies, in the kustomization's order."""
+def _resources() -> list[Path]:
     kustomization = yaml.safe_load(KUSTOMIZATION.read_text())
-    return [K8S_DIR / name for name in kustomization["resources"]]
+    return [(K8S_DIR / name).resolve() for name in kustomization["resources"]]
+
+
+def listed_files() -> list[Path]:
+    """The files of the folder ``kubectl apply -k deploy/k8s`` applies, in the kustomization's
+    order."""
+    return [path for path in _resources() if path.is_file()]
+
+
+def generated_config_maps() -> list[tuple[Path, Manifest]]:
+    """The ConfigMaps the kustomizations of the folders it lists generate from files (the
+    proxy's, from deploy/nginx), as kustomize writes them but for its hash suffix, which it also
+    gives every reference to them."""
+    generated = []
+    for folder in (path for path in _resources() if path.is_dir()):
+        kustomization = folder / "kustomization.yaml"
+        for generator in yaml.safe_load(kustomization.read_text()).get("configMapGenerator", []):
+            data = {name: (folder / name).read_text() for name in generator["files"]}
+            metadata = {"name": generator["name"]}
+            generated.append(
+                (
+                    kustomization,
+                    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data},
+                )
+            )
+    return generated
 
 
 def manifests() -> list[tuple[Path, Manifest]]:
-    return [
+    written = [
         (path, document)
         for path in listed_files()
         for document in yaml.safe_load_all(path.read_text())
         if document
     ]
+    return written + generated_config_maps()
 
 
 def named(kind: str, name: str) -> Manifest:
@@ -88,13 +113,25 @@ class Container:
         return variables
 
 
-def containers() -> list[Container]:
+def all_containers() -> list[Container]:
+    """Every container of the Deployments and Jobs: dealbase's and the API pods' proxy."""
     return [
         Container(path, manifest, container)
         for path, manifest in manifests()
         if manifest["kind"] in ("Deployment", "Job")
         for container in manifest["spec"]["template"]["spec"]["containers"]
     ]
+
+
+def containers() -> list[Container]:
+    """The containers that run a ``dealbase`` command (the image deploy/Dockerfile builds)."""
+    return [container for container in all_containers() if container.spec["image"] == "dealbase"]
+
+
+def proxy_container() -> Container:
+    """The API pods' proxy (deploy/nginx/nginx.conf)."""
+    (proxy,) = [container for container in all_containers() if container.spec["name"] == "proxy"]
+    return proxy
 
 
 def config_map_data(name: str) -> dict[str, str]:

@@ -1,7 +1,8 @@
 """What deploy/k8s names exists in the service: each container's command is a `dealbase` command
-with options it has, each probe asks a route the API serves on the port its settings give, each
-variable is a setting (or one the service reads besides) with a value it accepts, and the times
-the pods are given fit the service's own (its shutdown timeout, a worker's visit)."""
+with options it has, each probe asks a route the API serves through the pod's proxy, whose
+configuration leads to the port the API's settings give, each variable is a setting (or one the
+service reads besides) with a value it accepts, and the times the pods are given fit the
+service's own (its shutdown timeout, a worker's visit) and the proxy's drain."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 import typer
 import typer.main
 import uvicorn
+import yaml
 from pydantic import ValidationError
 from starlette.routing import Match
 from typer.core import TyperGroup
@@ -28,14 +30,18 @@ from dealbase.worker.limits import WorkerLimits
 from dealbase.worker.sending import TIMEOUT_SECONDS
 from tests.deploy.k8s import (
     Container,
+    all_containers,
     config_map_data,
     containers,
     environment_of,
+    generated_config_maps,
     manifests,
     named,
+    proxy_container,
     secret_data,
     settings_of,
 )
+from tests.deploy.proxy import directive
 
 DOCKERFILE = Path(__file__).resolve().parents[2] / "deploy" / "Dockerfile"
 SETTING_PREFIX = str(Settings.model_config["env_prefix"])
@@ -94,6 +100,24 @@ def _api() -> Container:
     return api
 
 
+def _proxy_config() -> str:
+    """The configuration the proxy runs: the file its ConfigMap mounts at nginx's own path."""
+    proxy = proxy_container()
+    (mount,) = [
+        mount
+        for mount in proxy.spec["volumeMounts"]
+        if mount["mountPath"] == "/etc/nginx/nginx.conf"
+    ]
+    volumes = {volume["name"]: volume for volume in proxy.pod["volumes"]}
+    data = config_map_data(volumes[mount["name"]]["configMap"]["name"])
+    return data[mount["subPath"]]
+
+
+def _seconds(value: str) -> int:
+    assert value.endswith("s"), value
+    return int(value[:-1])
+
+
 def _pre_stop_pause_seconds(container: Container) -> int:
     pause = container.spec["lifecycle"]["preStop"]["exec"]["command"]
     assert pause[0] == "sleep" and len(pause) == 2, f"{container}: preStop is not a pause: {pause}"
@@ -105,10 +129,11 @@ def _selects(selector: dict[str, str], container: Container) -> bool:
 
 
 def _config_sources() -> list[dict[str, str]]:
-    """The data of every ConfigMap and Secret."""
+    """The data of every ConfigMap and Secret but those generated from files (the proxy's)."""
+    files = {manifest["metadata"]["name"] for _, manifest in generated_config_maps()}
     sources = []
     for _, manifest in manifests():
-        if manifest["kind"] == "ConfigMap":
+        if manifest["kind"] == "ConfigMap" and manifest["metadata"]["name"] not in files:
             sources.append(config_map_data(manifest["metadata"]["name"]))
         elif manifest["kind"] == "Secret":
             sources.append(secret_data(manifest["metadata"]["name"]))
@@ -158,7 +183,9 @@ def test_the_manifests_run_the_api_the_webhook_worker_and_the_migration_once_eac
 
 
 @pytest.mark.parametrize("container", containers(), ids=str)
-def test_http_probes_ask_get_routes_of_the_api_on_its_port(container: Container) -> None:
+def test_http_probes_ask_get_routes_of_the_api_through_the_proxys_port(
+    container: Container,
+) -> None:
     probes = _probes(container)
     if _runs(container) != "serve":
         assert not probes, f"{container} serves no HTTP to probe: {sorted(probes)}"
@@ -169,7 +196,63 @@ def test_http_probes_ask_get_routes_of_the_api_on_its_port(container: Container)
     for kind, probe in probes.items():
         asked = probe["httpGet"]
         assert _serves_get(settings_of(container), asked["path"]), f"{kind}: no GET {asked['path']}"
-        assert _port_number(container, asked["port"]) == _api_port(container), kind
+        assert _port_number(container, asked["port"]) == proxy_container().ports["http"], kind
+
+
+def _proxied_to(listened: str) -> tuple[str, int]:
+    """Where the proxy's server listening on ``listened`` sends its requests: its upstream's
+    server, or its proxy_pass address."""
+    config = _proxy_config()
+    servers = config.split("\n    server {")[1:]
+    (server,) = [text for text in servers if f"listen {listened}" in text]
+    (target,) = directive("proxy_pass", server)[:1]
+    address = target.removeprefix("http://")
+    if ":" not in address:
+        # The upstream's one server (a "server {" block is no address).
+        (address,) = re.findall(r"^\s*server\s+([\w.-]+:\d+);", config, flags=re.MULTILINE)
+    host, port = address.split(":")
+    return host, int(port)
+
+
+def test_the_proxy_listens_on_its_ports_and_passes_to_the_apis_own_on_the_pods_loopback() -> None:
+    api = _api()
+    proxy = proxy_container()
+    settings = settings_of(api)
+    aliases = {name: alias["ip"] for alias in api.pod["hostAliases"] for name in alias["hostnames"]}
+
+    for name, port in proxy.ports.items():
+        # On every address of the pod: the kubelet, the Service and Prometheus reach it there.
+        assert any(value.split()[0] == str(port) for value in directive("listen", _proxy_config()))
+        host, to = _proxied_to(str(port))
+        assert aliases[host] == settings.host, f"the proxy's {name} port reaches {host}"
+        assert to == (settings.port if name == "http" else settings.metrics_port), name
+    assert _api_port(api) == settings.port
+
+
+def test_the_proxy_runs_the_shipped_file_with_its_writable_paths_on_a_volume() -> None:
+    proxy = proxy_container()
+    volumes = {volume["name"]: volume for volume in proxy.pod["volumes"]}
+    writable = [
+        mount["mountPath"]
+        for mount in proxy.spec["volumeMounts"]
+        if "emptyDir" in volumes[mount["name"]]
+    ]
+    config = _proxy_config()
+    paths = [
+        *directive("pid", config),
+        *(value for value in re.findall(r"_temp_path\s+([^;]+);", config)),
+    ]
+
+    assert config == (DOCKERFILE.parent / "nginx" / "nginx.conf").read_text()
+    assert proxy.spec["image"] == "nginx:" + _compose_proxy_tag()
+    for path in paths:
+        assert any(Path(path).is_relative_to(folder) for folder in writable), path
+
+
+def _compose_proxy_tag() -> str:
+    compose = yaml.safe_load((DOCKERFILE.parent / "compose.yaml").read_text())
+    image: str = compose["services"]["proxy"]["image"]
+    return image.removeprefix("nginx:")
 
 
 def test_the_readiness_probe_waits_as_long_as_readyz_may_take() -> None:
@@ -185,27 +268,39 @@ def test_the_readiness_probe_waits_as_long_as_readyz_may_take() -> None:
 def test_container_ports_are_those_the_settings_give(container: Container) -> None:
     settings = settings_of(container)
     expected: dict[str, int] = {}
-    if _runs(container) == "serve":
-        expected["http"] = _api_port(container)
-    if _runs(container) in ("serve", "worker") and settings.metrics_port is not None:
+    if _runs(container) == "worker" and settings.metrics_port is not None:
         expected["metrics"] = settings.metrics_port
 
     assert container.ports == expected
+    if _runs(container) == "serve":
+        # Only the pod's proxy reaches it: the proxy has the pod's ports.
+        assert ipaddress.ip_address(settings.host).is_loopback, f"{container}: {settings.host}"
+        ports = proxy_container().ports
+    else:
+        ports = expected
     if expected:
         # The kubelet, the Service and Prometheus reach the pod on its own address.
         assert ipaddress.ip_address(settings.host).is_unspecified, f"{container}: {settings.host}"
     annotations = container.workload["spec"]["template"]["metadata"].get("annotations", {})
     if "prometheus.io/port" in annotations:
-        assert int(annotations["prometheus.io/port"]) == expected.get("metrics")
+        assert int(annotations["prometheus.io/port"]) == ports.get("metrics")
 
 
 def test_the_service_routes_to_ports_of_the_api_pods() -> None:
     service = named("Service", "dealbase-api")
     api = _api()
 
+    pod_ports = {
+        name: number
+        for container in all_containers()
+        if container.workload["metadata"]["name"] == api.workload["metadata"]["name"]
+        for name, number in container.ports.items()
+    }
+
     assert _selects(service["spec"]["selector"], api), "the Service selects no API pod"
     for port in service["spec"]["ports"]:
-        assert port["targetPort"] in api.ports, f"the API pods have no port {port['targetPort']}"
+        assert port["targetPort"] in pod_ports, f"the API pods have no port {port['targetPort']}"
+    assert pod_ports == proxy_container().ports, "a port of the API pods is not the proxy's"
 
 
 def test_the_autoscaler_and_the_disruption_budget_act_on_the_api_pods() -> None:
@@ -281,6 +376,25 @@ def test_the_trusted_proxies_are_networks_uvicorn_reads() -> None:
             ipaddress.ip_network(entry.strip())
 
 
+def test_the_api_trusts_the_proxys_forwarded_for() -> None:
+    trusted = _api().environment()[TRUSTED_PROXIES].split(",")
+
+    assert any(
+        ipaddress.ip_address("127.0.0.1") in ipaddress.ip_network(entry.strip())
+        for entry in trusted
+    )
+
+
+def test_the_api_outlives_the_proxys_pause_and_drain() -> None:
+    proxy_pause = _pre_stop_pause_seconds(proxy_container())
+    (drain,) = [_seconds(value) for value in directive("worker_shutdown_timeout", _proxy_config())]
+
+    assert proxy_pause > 0
+    assert _pre_stop_pause_seconds(_api()) > proxy_pause + drain
+    # The proxy ends live connections no later than the API would end them at its shutdown.
+    assert drain <= settings_of(_api()).shutdown_timeout_seconds
+
+
 def test_the_api_pods_grace_period_outlasts_the_pause_and_the_graceful_shutdown() -> None:
     api = _api()
     pause = _pre_stop_pause_seconds(api)
@@ -297,7 +411,7 @@ def test_the_worker_pods_grace_period_outlasts_a_visit_and_its_last_request() ->
     assert worker.pod["terminationGracePeriodSeconds"] > visit
 
 
-@pytest.mark.parametrize("container", containers(), ids=str)
+@pytest.mark.parametrize("container", all_containers(), ids=str)
 def test_pods_run_as_the_images_unprivileged_user_on_a_read_only_root(
     container: Container,
 ) -> None:
