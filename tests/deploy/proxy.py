@@ -9,6 +9,7 @@ import asyncio
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -146,9 +147,13 @@ class Proxied:
     address: tuple[str, int]
     app: App
     log: Path
+    process: subprocess.Popen[bytes]
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def stop_gracefully(self) -> None:
+        self.process.send_signal(signal.SIGQUIT)
 
 
 @contextmanager
@@ -179,7 +184,7 @@ def served_app(app: App) -> Iterator[int]:
 
 
 @contextmanager
-def running_nginx(config: Path, port: int, log: Path) -> Iterator[None]:
+def running_nginx(config: Path, port: int, log: Path) -> Iterator[subprocess.Popen[bytes]]:
     """The machine's nginx on ``config``, in the foreground, until the block ends; returns once
     it accepts connections on ``port``."""
     command = [nginx_binary(), "-p", str(config.parent), "-c", str(config)]
@@ -200,7 +205,7 @@ def running_nginx(config: Path, port: int, log: Path) -> Iterator[None]:
             return True
 
         wait_for(accepting, "nginx does not accept connections")
-        yield
+        yield process
     finally:
         # SIGTERM is nginx's fast stop; stop_process kills the group if it lingers.
         stop_process(process)
@@ -220,9 +225,9 @@ def proxied(directory: Path, *, header_timeout_s: int | None = None) -> Iterator
             header_timeout_s=header_timeout_s,
         )
         log = directory / "nginx.log"
-        with running_nginx(config, port, log):
+        with running_nginx(config, port, log) as process:
             try:
-                yield Proxied(("127.0.0.1", port), app, log)
+                yield Proxied(("127.0.0.1", port), app, log, process)
             finally:
                 app.release.set()
 

@@ -325,3 +325,34 @@ def test_the_proxy_lets_a_kept_connection_go_before_uvicorn_does() -> None:
     (kept_s,) = [_seconds(value) for value in directive("keepalive_timeout")[1:]]
 
     assert kept_s < uvicorn.Config("dealbase.app:create_app").timeout_keep_alive
+
+
+def test_a_graceful_stop_lets_a_response_in_progress_end_and_takes_no_new_connection(
+    tmp_path: Path,
+) -> None:
+    nginx_binary()
+    with proxied(tmp_path) as running, _connect(running) as connection:
+        connection.sendall(_get("/graphql/stream", b"Accept: text/event-stream"))
+        received = b""
+
+        def first_event_in() -> bool:
+            nonlocal received
+            received += connection.recv(65536)
+            return b"data: first\n\n" in received
+
+        wait_for(first_event_in, f"no first event: {received!r}")
+        # SIGQUIT: what compose and Kubernetes send the official image.
+        running.stop_gracefully()
+        wait_for(lambda: not _accepts(running), "nginx still accepts connections")
+        running.app.release.set()
+        received += _read_to_the_close(connection)
+
+    assert b"data: second\n\n" in received
+
+
+def _accepts(proxy: Proxied) -> bool:
+    try:
+        socket.create_connection(proxy.address, timeout=PATIENCE_S).close()
+    except OSError:
+        return False
+    return True
