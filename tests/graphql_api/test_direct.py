@@ -1,6 +1,7 @@
 """A query whose document is kept is answered without Strawberry's request machinery
-(``graphql_api.direct``), with the very bytes Strawberry answers; anything it cannot answer so
-goes through Strawberry, counted once."""
+(``graphql_api.direct``), with the very bytes Strawberry answers, a field's error included,
+each field run once; what it does not take (a refusal before anything runs) goes through
+Strawberry, counted once."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from fastapi.testclient import TestClient
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dealbase.graphql_api.compiled import CompilingExecutionContext
+from dealbase.graphql_api.compiled import PreparedRead
+from dealbase.graphql_api.context import GraphQLContext
+from dealbase.graphql_api.execution import CompilingExecutionContext
 from dealbase.graphql_api.schema import DashboardSchema
 from dealbase.tenancy.database.connections import Database
 from tests.depth import SHARED_FIXTURES
@@ -77,7 +80,8 @@ def test_a_kept_document_is_answered_as_strawberry_answers_it(
         first.headers["content-type"],
     )
     assert again.content == first.content, document
-    answered_directly = first.status_code == 200 and "errors" not in first.json()
+    # Only a request refused before anything runs (no data) goes through Strawberry again.
+    answered_directly = "data" in first.json()
     assert strawberry_runs.count - runs_before == (0 if answered_directly else 1), document
 
 
@@ -154,7 +158,7 @@ def test_a_planned_body_naming_a_department_the_caller_cannot_see_is_refused_as_
 
     assert refused.json()["data"] is None
     assert [error["extensions"]["code"] for error in refused.json()["errors"]] == ["not_found"]
-    assert strawberry_runs.count == runs_before + 1
+    assert strawberry_runs.count == runs_before
 
 
 def test_a_direct_answer_is_counted_once_as_an_operation_and_by_root_field(
@@ -202,23 +206,119 @@ def test_a_direct_answer_takes_the_media_type_the_client_prefers(
     assert again.content == first.content
 
 
-def test_a_kept_document_with_a_field_error_or_over_its_budget_goes_through_strawberry(
+class Runs:
+    """How many reads the request's context ran (resolvers' and compiled ones alike), and how
+    many compiled reads ran."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.compiled = 0
+
+
+@pytest.fixture
+def runs(monkeypatch: pytest.MonkeyPatch) -> Runs:
+    counted = Runs()
+    run, compiled = GraphQLContext.run, PreparedRead.run
+
+    async def counted_run(self: GraphQLContext, *args: Any, **kwargs: Any) -> Any:
+        counted.reads += 1
+        return await run(self, *args, **kwargs)
+
+    async def counted_compiled(self: PreparedRead, *args: Any, **kwargs: Any) -> Any:
+        counted.compiled += 1
+        return await compiled(self, *args, **kwargs)
+
+    monkeypatch.setattr(GraphQLContext, "run", counted_run)
+    monkeypatch.setattr(PreparedRead, "run", counted_compiled)
+    return counted
+
+
+def _field_errors() -> list[dict[str, Any]]:
+    unknown = "00000000-0000-4000-8000-000000000000"
+    return [
+        # A compiled field refused for its cursor, beside one that answers.
+        {
+            "query": "query($after: String) { deals(after: $after) { totalCount }"
+            " customers(first: 1) { totalCount } }",
+            "variables": {"after": "not-a-cursor"},
+        },
+        # A compiled lookup of a row the caller cannot see (non-null: the data is null).
+        {"query": "query($id: UUID!) { customer(id: $id) { id } }", "variables": {"id": unknown}},
+        # A resolver's error (a department not known) beside a compiled field.
+        {
+            "query": "query($d: UUID) { steps(departmentId: $d) { id } deals { totalCount } }",
+            "variables": {"d": unknown},
+        },
+    ]
+
+
+def test_a_kept_document_with_a_field_error_is_answered_once_as_strawberry_answers_it(
+    client: TestClient, shop: Shop, strawberry_runs: StrawberryRuns, runs: Runs
+) -> None:
+    """Each field runs once, one way: an error of one is its answer, not a reason to run the
+    request again through Strawberry."""
+    headers = shop.world.keys[0].headers
+    for body in _field_errors():
+        reads, compiled = runs.reads, runs.compiled
+        first = client.post(GRAPHQL, json=body, headers=headers)  # a new text: Strawberry's
+        by_strawberry = (runs.reads - reads, runs.compiled - compiled)
+        runs_before, reads, compiled = strawberry_runs.count, runs.reads, runs.compiled
+
+        again = client.post(GRAPHQL, json=body, headers=headers)
+
+        assert "errors" in again.json(), again.text
+        assert (again.status_code, again.content) == (first.status_code, first.content)
+        assert strawberry_runs.count == runs_before
+        assert (runs.reads - reads, runs.compiled - compiled) == by_strawberry
+
+
+def test_an_unexpected_failure_of_a_compiled_read_is_answered_once(
+    client: TestClient,
+    shop: Shop,
+    strawberry_runs: StrawberryRuns,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Directly, planned or through Strawberry: one INTERNAL error at the field, its read run
+    once, no resolver asked instead (it would answer the page: the data would not be null)."""
+    body = {"query": PAGE, "variables": {"first": 2}}
+    headers = shop.world.keys[0].headers
+    client.post(GRAPHQL, json=body, headers=headers)  # the document kept
+    client.post(GRAPHQL, json=body, headers=headers)  # the body planned
+    failures = []
+
+    async def failing(self: PreparedRead, *args: Any, **kwargs: Any) -> str:
+        failures.append(self)
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(PreparedRead, "run", failing)
+    runs_before = strawberry_runs.count
+    planned = client.post(GRAPHQL, json=body, headers=headers)
+    direct = client.post(GRAPHQL, json={**body, "operationName": None}, headers=headers)
+    through_strawberry = client.post(GRAPHQL, json={**body, "query": f"{PAGE} "}, headers=headers)
+
+    for answered in (planned, direct, through_strawberry):
+        assert answered.status_code == 200
+        assert answered.json()["data"] is None
+        errors = answered.json()["errors"]
+        assert [(e["path"], e["extensions"]["code"]) for e in errors] == [
+            (["customers"], "INTERNAL")
+        ]
+    assert len(failures) == 3
+    assert strawberry_runs.count == runs_before + 1
+
+
+def test_a_kept_document_over_its_budget_goes_through_strawberry(
     client: TestClient, shop: Shop, strawberry_runs: StrawberryRuns
 ) -> None:
     headers = shop.world.keys[0].headers
-    bad_cursor = {
-        "query": "query($after: String) { deals(after: $after) { totalCount } }",
-        "variables": {"after": "not-a-cursor"},
-    }
     over_budget = {"query": PAGE, "variables": {"first": 100_000}}
-    for body in (bad_cursor, over_budget):
-        first = client.post(GRAPHQL, json=body, headers=headers)
-        runs_before = strawberry_runs.count
-        again = client.post(GRAPHQL, json=body, headers=headers)
+    first = client.post(GRAPHQL, json=over_budget, headers=headers)
+    runs_before = strawberry_runs.count
+    again = client.post(GRAPHQL, json=over_budget, headers=headers)
 
-        assert "errors" in again.json()
-        assert again.content == first.content
-        assert strawberry_runs.count == runs_before + 1
+    assert "errors" in again.json()
+    assert again.content == first.content
+    assert strawberry_runs.count == runs_before + 1
 
 
 def test_a_kept_document_in_a_body_strawberry_refuses_is_refused_as_before(
@@ -244,7 +344,7 @@ def test_an_integer_past_64_bits_is_written_as_strawberry_writes_it(
     resolvers_only: TestClient, database: Database, strawberry_runs: StrawberryRuns
 ) -> None:
     """orjson refuses an integer past 64 bits (here a step's total volume, summed by a
-    resolver): Strawberry's router writes it, so the request goes there, counted once."""
+    resolver): the answer is written as Strawberry's router writes it, and not run again."""
     world = build_tenant(database)
     headers = world.key.headers
     for _ in range(5):
@@ -260,4 +360,4 @@ def test_an_integer_past_64_bits_is_written_as_strawberry_writes_it(
     assert again.content == first.content
     steps = again.json()["data"]["pipeline"]["steps"]
     assert sum(step["totalVolume"] for step in steps) == 5 * 2**62
-    assert strawberry_runs.count == runs_before + 1
+    assert strawberry_runs.count == runs_before

@@ -15,7 +15,7 @@ import strawberry
 from graphql import GraphQLResolveInfo
 from strawberry.extensions import SchemaExtension
 
-from dealbase.graphql_api.execution import PlainLeavesExecutionContext, mark_plain_leaves
+from dealbase.graphql_api.execution import FieldDefinitions, PlainLeavesExecutionContext
 
 
 @strawberry.enum
@@ -90,10 +90,10 @@ class _Upper(SchemaExtension):
 
 
 def _schemas(*extensions: type[SchemaExtension]) -> Iterator[strawberry.Schema]:
-    plain = strawberry.Schema(
-        query=Query, extensions=extensions, execution_context_class=PlainLeavesExecutionContext
-    )
-    mark_plain_leaves(plain._schema)
+    definitions = FieldDefinitions()
+    execution = PlainLeavesExecutionContext.of(definitions)
+    plain = strawberry.Schema(query=Query, extensions=extensions, execution_context_class=execution)
+    definitions.schema = plain
     yield plain
     yield strawberry.Schema(query=Query, extensions=extensions)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from cross_web import HTTPException
@@ -17,9 +17,9 @@ from strawberry.types import ExecutionResult
 
 from dealbase.config import Settings
 from dealbase.edge.problems import ProtocolError, malformed_json
-from dealbase.graphql_api.compiled import RootFieldObserver
 from dealbase.graphql_api.context import GraphQLContext, context_for
 from dealbase.graphql_api.direct import DirectQueries
+from dealbase.graphql_api.execution import CompilingExecutionContext, RootFieldObserver
 from dealbase.graphql_api.schema import OperationObserver, build_schema
 
 GRAPHQL_PATH = "/graphql"
@@ -94,12 +94,13 @@ class _Router(GraphQLRouter[object, None]):
         if isinstance(context, GraphQLContext):
             answered = await self.direct.answer(request, context)
             if answered is not None:
-                media_type = (
-                    GRAPHQL_RESPONSE_MEDIA_TYPE
-                    if _answers_graphql_response(request)
-                    else "application/json"
+                preferred = _answers_graphql_response(request)
+                return Response(
+                    answered.body,
+                    status_code=400 if preferred and answered.request_error else 200,
+                    media_type=GRAPHQL_RESPONSE_MEDIA_TYPE if preferred else "application/json",
+                    headers={"vary": "Accept"},
                 )
-                return Response(answered, media_type=media_type, headers={"vary": "Accept"})
         # Strawberry's other refusals (no operation, another content type, batches): its
         # routes would answer them in plain text.
         try:
@@ -147,13 +148,14 @@ def install_graphql_api(
     """``ide_page``: the GraphiQL page a browser's ``GET /graphql`` gets, when
     ``settings.graphql_ide`` is on."""
     schema = build_schema(settings, observe, observe_root_field)
+    execution = cast("type[CompilingExecutionContext]", schema.execution_context_class)
     router = _Router(
         schema,
         path=GRAPHQL_PATH,
         context_getter=context_for,
         graphql_ide="graphiql" if settings.graphql_ide else None,
         ide_page=ide_page,
-        direct=DirectQueries(schema, schema.documents, observe, observe_root_field),
+        direct=DirectQueries(execution, schema.documents, observe, observe_root_field),
         # Mutations only by POST; queries by GET too (cacheable dashboards).
         allow_queries_via_get=True,
         include_in_schema=False,

@@ -6,15 +6,17 @@ GraphQL objects. Compiled, the root field's selection becomes a read tree
 (``platform.reads``): one statement builds the field's whole JSON, and the server passes
 PostgreSQL's text through to the response (``orjson.Fragment``).
 
-The choice is made per root field (``ReadCompiler.compile``): the lists ``customers``,
-``deals`` and ``activities``, the lookups ``customer``, ``deal`` and ``activity``, ``pipeline``
-and ``pipelineSummary`` are compiled when everything they select is an attribute, a nested object or list the read tree
-knows, ``__typename``, or a connection's ``edges``, ``cursor``, ``node``, ``pageInfo`` and
-``totalCount``, through aliases, fragments and ``@skip``/``@include``. Anything else, and every
-mutation, runs through the resolvers. So does a compiled field whose request the platform
-refuses (a bad cursor, a page size out of range, a department the caller cannot see) or whose
-row the caller cannot see: the resolvers refuse it with their own error, code and path, so
-both paths answer alike by construction.
+Each root field has one path, chosen before it runs (``ReadCompiler.compile`` and
+``prepare``): the lists ``customers``, ``deals`` and ``activities``, the lookups ``customer``,
+``deal`` and ``activity``, ``pipeline`` and ``pipelineSummary`` are compiled when everything
+they select is an attribute, a nested object or list the read tree knows, ``__typename``, or a
+connection's ``edges``, ``cursor``, ``node``, ``pageInfo`` and ``totalCount``, through aliases,
+fragments and ``@skip``/``@include``, and the platform takes their arguments. Anything else
+(and every mutation) runs through the resolvers, which then refuse what they refuse. A compiled
+read refuses what the caller may not read (a department or row it cannot see, a bad cursor)
+with the platform's error, the one its resolver raises: the field's error, answered once.
+Arguments are graphql-core's coerced values, named and shaped as the resolvers take them
+(``FieldDefinitions``, through Strawberry's public lookups).
 
 A compiled tree is kept per root field of a document (the document cache keeps its parsed
 text, so the same node comes back) and per value of the variables its ``@skip`` and
@@ -27,11 +29,12 @@ from __future__ import annotations
 
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
 
-import orjson
 import structlog
 from graphql import (
     FieldNode,
@@ -51,20 +54,17 @@ from graphql import (
     SelectionSetNode,
     VariableNode,
 )
-from graphql.execution.collect_fields import GroupedFieldSet
 from graphql.execution.values import VariableValues, get_argument_values, get_directive_values
-from graphql.pyutils import Path
 from pydantic import BaseModel
-from strawberry.schema.schema_converter import GraphQLCoreConverter
-from strawberry.types.arguments import convert_arguments
-from strawberry.types.field import StrawberryField
 
 from dealbase.errors import Invalid, NotFound
+from dealbase.graphql_api import inputs
 from dealbase.graphql_api.context import GraphQLContext
-from dealbase.graphql_api.execution import PlainLeavesExecutionContext
-from dealbase.graphql_api.inputs import filter_fields
+from dealbase.platform.activities import repository as activity_rows
 from dealbase.platform.activities.models import ActivityFilter
+from dealbase.platform.customers import repository as customer_rows
 from dealbase.platform.customers.models import CustomerFilter
+from dealbase.platform.deals import repository as deal_rows
 from dealbase.platform.deals.models import DealFilter
 from dealbase.platform.pagination import page_size
 from dealbase.platform.pipeline import service as pipeline
@@ -92,12 +92,23 @@ from dealbase.platform.reads.models import (
 from dealbase.platform.reads.service import OneReader, PageReader
 from dealbase.platform.validation import department_of, validated
 
-# Root fields compiled, per kind.
+if TYPE_CHECKING:
+    from dealbase.graphql_api.execution import FieldDefinitions
+
+# Root fields compiled, per kind: a list's filter as the platform takes it, and as GraphQL's
+# input (which the resolvers get, and ``inputs.filter_fields`` reads).
 _LISTS: Mapping[str, type[BaseModel]] = {
     "customers": CustomerFilter,
     "deals": DealFilter,
     "activities": ActivityFilter,
 }
+_FILTER_INPUTS: Mapping[str, type] = {
+    "customers": inputs.CustomerFilter,
+    "deals": inputs.DealFilter,
+    "activities": inputs.ActivityFilter,
+}
+# What a row the caller cannot see answers, as the platform's ``get`` answers it.
+_ROWS = {"customer": customer_rows.rows, "deal": deal_rows.rows, "activity": activity_rows.rows}
 # Root fields of one object, and the read tree's name of it.
 _ONES = {
     "customer": "customer",
@@ -179,6 +190,8 @@ class CompiledField:
     node: FieldNode
     reader: PageReader | OneReader
     lengths: tuple[_NestedLength, ...]
+    # Its arguments' Python names by their GraphQL names.
+    argument_names: Mapping[str, str]
 
 
 class _Walk:
@@ -186,11 +199,11 @@ class _Walk:
 
     def __init__(
         self,
-        schema: GraphQLSchema,
+        definitions: FieldDefinitions,
         fragments: Mapping[str, FragmentDefinitionNode],
         variables: VariableValues,
     ) -> None:
-        self.schema = schema
+        self.definitions = definitions
         self.fragments = fragments
         self.variables = variables
         self.lengths: list[_NestedLength] = []
@@ -260,7 +273,7 @@ class _Walk:
         field = type_.fields.get(name)
         if field is None:
             raise NotCompiled(name)
-        attribute = _python_name(field)
+        attribute = self.definitions.python_name(type_.name, name)
         named, many = _named(field.type)
         related = reads.relation(kind, attribute)
         if related is not None and isinstance(named, GraphQLObjectType):
@@ -345,13 +358,6 @@ def _selections(nodes: list[FieldNode]) -> list[SelectionSetNode]:
     return [node.selection_set for node in nodes if node.selection_set is not None]
 
 
-def _python_name(field: GraphQLField) -> str:
-    definition = field.extensions.get(GraphQLCoreConverter.DEFINITION_BACKREF)
-    if not isinstance(definition, StrawberryField):
-        raise NotCompiled("not a Strawberry field")
-    return definition.python_name
-
-
 def _directive_variables(
     nodes: list[FieldNode], fragments: Mapping[str, FragmentDefinitionNode]
 ) -> tuple[str, ...]:
@@ -384,13 +390,9 @@ def _directive_variables(
 class ReadCompiler:
     """Compiles a query's root fields (``compile``) and keeps what it compiled."""
 
-    def __init__(
-        self,
-        schema: GraphQLSchema,
-        convert: Callable[[GraphQLField, dict[str, Any]], dict[str, Any]],
-    ) -> None:
+    def __init__(self, schema: GraphQLSchema, definitions: FieldDefinitions) -> None:
         self.schema = schema
-        self._convert = convert
+        self.definitions = definitions
         # id of a root field's first node -> (the node, the variables its directives read,
         # compiled per their values; None where it does not compile).
         self._kept: OrderedDict[
@@ -427,11 +429,12 @@ class ReadCompiler:
         name = nodes[0].name.value
         query = self.schema.query_type
         field = None if query is None else query.fields.get(name)
-        if field is None or (name not in _LISTS and name not in _ONES):
+        if query is None or field is None or (name not in _LISTS and name not in _ONES):
             return None
-        walk = _Walk(self.schema, fragments, variables)
+        walk = _Walk(self.definitions, fragments, variables)
         type_, _ = _named(field.type)
         try:
+            arguments = self.definitions.argument_names(query.name, name)
             if name in _LISTS:
                 reader: PageReader | OneReader = PageReader(walk.page(name, type_, nodes))
             else:
@@ -442,7 +445,7 @@ class ReadCompiler:
             # A tree the platform could not build is a fault of ours: the resolvers answer.
             log.exception("graphql_compile_failed", field=name)
             return None
-        return CompiledField(name, field, nodes[0], reader, tuple(walk.lengths))
+        return CompiledField(name, field, nodes[0], reader, tuple(walk.lengths), arguments)
 
     def prepare(self, compiled: CompiledField, variables: VariableValues) -> PreparedRead | None:
         """The root field's read with this request's arguments, or None where the resolvers
@@ -455,9 +458,7 @@ class ReadCompiler:
                 )
                 for length in compiled.lengths
             }
-            arguments = self._convert(
-                compiled.field, get_argument_values(compiled.field, compiled.node, variables)
-            )
+            arguments = self._arguments(compiled, variables)
             name = compiled.field_name
             if name == "pipelineSummary":
                 period = pipeline.checked_period(
@@ -482,9 +483,11 @@ class ReadCompiler:
             if isinstance(compiled.reader, OneReader):
                 return PreparedRead(compiled.reader, given, row_id=arguments["id"])
             order = arguments.get("order_by")
-            department_id, fields = filter_fields(arguments.get("filter"))
+            department_id, fields = inputs.filter_fields(arguments.get("filter"))
+            if isinstance(order, Enum):  # the argument's default, a member of DealOrder
+                order = order.value
             filters = validated(
-                _LISTS[name], {**fields, **({} if order is None else {"order_by": order.value})}
+                _LISTS[name], {**fields, **({} if order is None else {"order_by": order})}
             )
             return PreparedRead(
                 compiled.reader,
@@ -496,6 +499,26 @@ class ReadCompiler:
             )
         except Invalid:
             return None
+        except Exception:
+            # Arguments the platform could not take are a fault of ours: the resolvers answer.
+            log.exception("graphql_prepare_failed", field=compiled.field_name)
+            return None
+
+    def _arguments(self, compiled: CompiledField, variables: VariableValues) -> dict[str, Any]:
+        """The root field's arguments as its resolver takes them (graphql-core's coerced
+        values by their Python names), a filter as its input object, absent fields UNSET."""
+        field, name = compiled.field, compiled.field_name
+        names = compiled.argument_names
+        arguments = {}
+        for key, value in get_argument_values(field, compiled.node, variables).items():
+            if key == "filter" and value is not None:
+                filter_type = getattr(field.args[key].type, "name", "")
+                python_name = self.definitions.python_name
+                value = _FILTER_INPUTS[name](
+                    **{python_name(filter_type, given): item for given, item in value.items()}
+                )
+            arguments[names[key]] = value
+        return arguments
 
 
 @dataclass(frozen=True, slots=True)
@@ -515,162 +538,49 @@ class PreparedRead:
     first: int | None = None
     after: str | None = None
 
-    async def run(self, context: GraphQLContext, last: bool = False) -> str | None:
-        """The root field's JSON text for the caller of ``context``, or None where the resolvers
-        must answer instead (a department or row the caller cannot see, a bad cursor).
-        ``last``: no other read follows in the request, so a page's statement carries the read
-        transaction's COMMIT (``PageReader.run``)."""
+    async def run(self, context: GraphQLContext, last: bool = False) -> str:
+        """The root field's JSON text for the caller of ``context``. What the caller may not
+        read (a department or row it cannot see, a bad cursor) raises the platform's error,
+        which the resolver would raise for the same request. ``last``: no other read follows
+        in the request, so a page's statement carries the read transaction's COMMIT
+        (``PageReader.run``)."""
         reader, given = self.reader, self.given
-        try:
-            if isinstance(reader, PageReader):
-                scope = await context.scope_in(self.department_id)
-                filters, first, after = self.filters, self.first, self.after
-                assert filters is not None
-                caller_department = context.scope.department_id
-                return await context.run(
-                    lambda uow: reader.run(
-                        uow, filters, first, after, given, caller_department, last=last
-                    ),
-                    scope,
-                )
-            resource = reader.read.resource
-            if resource not in ("pipeline", "summary"):
-                row_id = self.row_id
-                return await context.run(lambda uow: reader.run(uow, row_id, given))
-            # The board or the summary of the department the key names, or of the one
-            # departmentId names: the board's row is its department, a summary has none.
+        if isinstance(reader, PageReader):
             scope = await context.scope_in(self.department_id)
-            row = department_of(scope) if resource == "pipeline" else None
-            return await context.run(lambda uow: reader.run(uow, row, given), scope)
-        except (Invalid, NotFound):
-            return None
-
-
-def compiler_for(schema: Any) -> ReadCompiler:
-    """The compiler of a Strawberry schema, its arguments converted as Strawberry converts a
-    resolver's (so a filter is the input object the resolver gets)."""
-
-    def convert(field: GraphQLField, values: dict[str, Any]) -> dict[str, Any]:
-        definition = field.extensions[GraphQLCoreConverter.DEFINITION_BACKREF]
-        return convert_arguments(
-            values,
-            definition.arguments,
-            scalar_registry=schema.schema_converter.scalar_registry,
-            config=schema.config,
-        )
-
-    return ReadCompiler(schema._schema, convert)
-
-
-# A root field's path, for the metric and the access line: compiled, or through the resolvers.
-COMPILED = "compiled"
-RESOLVERS = "resolvers"
-# (root field name, path) for each root field of a query run.
-RootFieldObserver = Callable[[str, str], None]
-# Where the schema keeps its compiler and observer (GraphQLSchema.extensions).
-_COMPILER = "dealbase-read-compiler"
-
-
-def report_root_fields(paths: Mapping[str, str], observe: RootFieldObserver | None) -> None:
-    """Tells the metrics and the access line each root field's path."""
-    if observe is not None:
-        for name, path in paths.items():
-            observe(name, path)
-    structlog.contextvars.bind_contextvars(graphql_root_fields=dict(paths))
-
-
-def install_compiler(schema: Any, observe: RootFieldObserver | None) -> None:
-    """Gives the Strawberry ``schema``'s executions its compiler (``CompilingExecutionContext``)."""
-    schema._schema.extensions[_COMPILER] = (compiler_for(schema), observe)
-
-
-class CompilingExecutionContext(PlainLeavesExecutionContext):
-    """Runs the compiled root fields of a query (``ReadCompiler``), and the others, and any
-    compiled one whose request the resolvers must answer, as graphql-core does."""
-
-    # Whether it reports each root field's path to the observer as it runs: the direct path
-    # (``graphql_api.direct``) reports them itself, once it knows the result stands.
-    observes_root_fields = True
-    # Each root field's path once the query ran: compiled, or through the resolvers.
-    root_field_paths: Mapping[str, str] | None = None
-    # The read of each root field that was compiled and answered, by its response key.
-    prepared_reads: Mapping[str, PreparedRead] | None = None
-
-    def execute_root_grouped_field_set(
-        self,
-        root_type: GraphQLObjectType,
-        root_value: Any,
-        grouped_field_set: GroupedFieldSet,
-        serially: bool,
-        position_context: Any,
-    ) -> Any:
-        installed = self.schema.extensions.get(_COMPILER)
-        if serially or installed is None or root_type is not self.schema.query_type:
-            return super().execute_root_grouped_field_set(
-                root_type, root_value, grouped_field_set, serially, position_context
+            filters, first, after = self.filters, self.first, self.after
+            assert filters is not None
+            caller_department = context.scope.department_id
+            return await context.run(
+                lambda uow: reader.run(
+                    uow, filters, first, after, given, caller_department, last=last
+                ),
+                scope,
             )
-        compiler, observe = installed
-        compiled: dict[str, CompiledField] = {}
-        for key, details in grouped_field_set.items():
-            found = compiler.compile(
-                [detail.node for detail in details], self.fragment_definitions, self.variable_values
-            )
-            if found is not None:
-                compiled[key] = found
-        return self._with_compiled(
-            compiler, observe, root_type, root_value, grouped_field_set, compiled, position_context
-        )
+        resource = reader.read.resource
+        if resource not in ("pipeline", "summary"):
+            row_id = self.row_id
+            found = await context.run(lambda uow: reader.run(uow, row_id, given))
+            if found is None:
+                assert row_id is not None
+                raise _ROWS[resource].not_found(row_id)
+            return found
+        # The board or the summary of the department the key names, or of the one
+        # departmentId names: the board's row is its department, a summary has none.
+        scope = await context.scope_in(self.department_id)
+        row = department_of(scope) if resource == "pipeline" else None
+        found = await context.run(lambda uow: reader.run(uow, row, given), scope)
+        if found is None:
+            raise NotFound(f"No department has the id {row}.")
+        return found
 
-    async def _with_compiled(
-        self,
-        compiler: ReadCompiler,
-        observe: RootFieldObserver | None,
-        root_type: GraphQLObjectType,
-        root_value: Any,
-        grouped_field_set: GroupedFieldSet,
-        compiled: dict[str, CompiledField],
-        position_context: Any,
-    ) -> dict[str, Any]:
-        answered: dict[str, Any] = {}
-        prepared_reads: dict[str, PreparedRead] = {}
-        for key, field in compiled.items():
-            try:
-                prepared = compiler.prepare(field, self.variable_values)
-                text = (
-                    None
-                    if prepared is None
-                    else await prepared.run(
-                        self.context_value,
-                        last=len(compiled) == 1 and len(grouped_field_set) == 1,
-                    )
-                )
-            except Exception as error:
-                # Reported as graphql-core reports a resolver's error: located at the field,
-                # null in its place, or in its parent's when the field cannot be null.
-                at = Path(None, key, root_type.name)
-                self.handle_field_error(error, field.field.type, grouped_field_set[key], at)
-                answered[key] = None
-                continue
-            if text is not None:
-                answered[key] = orjson.Fragment(text)
-                assert prepared is not None
-                prepared_reads[key] = prepared
-        self.prepared_reads = prepared_reads
-        paths = {
-            details[0].node.name.value: COMPILED if key in answered else RESOLVERS
-            for key, details in grouped_field_set.items()
-        }
-        self.root_field_paths = paths
-        if self.observes_root_fields:
-            report_root_fields(paths, observe)
-        others = {key: value for key, value in grouped_field_set.items() if key not in answered}
-        completed: Any = {}
-        if others:
-            completed = self.execute_fields(root_type, root_value, None, others, position_context)
-            if self.is_awaitable(completed):
-                completed = await completed
-        return {
-            key: answered[key] if key in answered else completed[key]
-            for key in grouped_field_set
-            if key in answered or key in completed
-        }
+
+_compilers: WeakKeyDictionary[GraphQLSchema, ReadCompiler] = WeakKeyDictionary()
+
+
+def compiler_of(schema: GraphQLSchema, definitions: FieldDefinitions) -> ReadCompiler:
+    """The compiler of ``schema`` (an execution's, graphql-core's public ``schema``), made on
+    its first query and kept as long as the schema lives."""
+    compiler = _compilers.get(schema)
+    if compiler is None:
+        compiler = _compilers[schema] = ReadCompiler(schema, definitions)
+    return compiler

@@ -21,14 +21,13 @@ from strawberry.types.nodes import SelectedField, Selection
 from dealbase.config import Settings
 from dealbase.errors import Invalid
 from dealbase.graphql_api import loaders
-from dealbase.graphql_api.compiled import (
-    CompilingExecutionContext,
-    RootFieldObserver,
-    install_compiler,
-)
 from dealbase.graphql_api.documents import DocumentCache, DocumentGuard
 from dealbase.graphql_api.errors import DomainErrors
-from dealbase.graphql_api.execution import mark_plain_leaves
+from dealbase.graphql_api.execution import (
+    CompilingExecutionContext,
+    FieldDefinitions,
+    RootFieldObserver,
+)
 from dealbase.graphql_api.guards import Guards
 from dealbase.graphql_api.inputs import (
     ActivityChanges,
@@ -573,8 +572,8 @@ def build_schema(
     observe_root_field: RootFieldObserver | None = None,
 ) -> DashboardSchema:
     # One cache per schema, shared by its operations: its entries hold this schema's verdicts.
-    # Validation rules belong in Guards, not in AddValidationRules extensions: the guard
-    # validates (or finds the verdict) in Strawberry's stead.
+    # Validation rules belong in Guards, not in AddValidationRules extensions: the guard gives
+    # them to Strawberry's validation, or finds the verdict in the cache.
     documents = DocumentCache(Guards.of(settings), settings.graphql_document_cache_size)
     # Factories, not instances: each operation gets extensions of its own (the guard keeps the
     # operation's estimate).
@@ -584,16 +583,16 @@ def build_schema(
     ]
     if observe is not None:
         extensions.insert(0, lambda: _Reported(observe))
+    definitions = FieldDefinitions()  # Strawberry's definitions of its fields, once it is built
+    compiles = settings.graphql_compiled_reads
+    execution = CompilingExecutionContext.for_schema(definitions, compiles, observe_root_field)
     schema = DashboardSchema(
         query=Query,
         mutation=Mutation,
         subscription=Subscription,
         extensions=extensions,
-        execution_context_class=CompilingExecutionContext,
+        execution_context_class=execution,
         config=StrawberryConfig(scalar_map={BigInt: BIG_INT_SCALAR}),
     )
-    schema.documents = documents
-    mark_plain_leaves(schema._schema)
-    if settings.graphql_compiled_reads:
-        install_compiler(schema, observe_root_field)
+    schema.documents, definitions.schema = documents, schema
     return schema
