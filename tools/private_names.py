@@ -8,7 +8,10 @@ A private name of another library is any of:
   - an attribute ``obj._name`` (one leading underscore, not a dunder) whose name the tree never
     defines itself (no ``def _name``, ``class _name``, ``_name = ...``, ``self._name = ...``,
     ``_name: T``, parameter, alias or keyword ``_name``): the name then belongs to something
-    else.
+    else;
+  - a name of ``INTERNAL_NAMES``, internals without an underscore or with one the tree could
+    also define for itself, wherever it appears: an attribute, a name, an imported name, a
+    string (``getattr(resolver, "_is_default")``).
 It is a heuristic that finds a lower bound: a private name the tree also defines for itself is
 not seen.
 
@@ -42,6 +45,14 @@ INTERNAL_MODULES = (
     "psycopg.generators",
     "psycopg.waiting",
     "graphql.execution.execute",
+    "strawberry.types.arguments",
+    "strawberry.schema.schema_converter",
+)
+# Strawberry's internals the GraphQL API once used: the converter's back reference to a field's
+# definition, its argument conversion, its mark of a default resolver, its graphql-core schema
+# (there is no public accessor) and that schema's reference back.
+INTERNAL_NAMES = frozenset(
+    {"DEFINITION_BACKREF", "convert_arguments", "_is_default", "_schema", "_strawberry_schema"}
 )
 
 # (file relative to the repository, name) -> uses
@@ -108,10 +119,16 @@ def uses_in(folder: Path, root: Path = ROOT) -> Uses:
                 if _internal(node.module):
                     found[(path, f"module {node.module}")] += 1
                 for alias in node.names:
-                    if _private(alias.name):
+                    if _private(alias.name) or alias.name in INTERNAL_NAMES:
                         found[(path, f"{node.module}.{alias.name}")] += 1
-            elif isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in own:
+            elif isinstance(node, ast.Attribute) and (
+                node.attr in INTERNAL_NAMES or (_private(node.attr) and node.attr not in own)
+            ):
                 found[(path, f".{node.attr}")] += 1
+            elif isinstance(node, ast.Name) and node.id in INTERNAL_NAMES:
+                found[(path, node.id)] += 1
+            elif isinstance(node, ast.Constant) and node.value in INTERNAL_NAMES:
+                found[(path, repr(node.value))] += 1
     return found
 
 

@@ -49,6 +49,31 @@ def test_private_modules_names_and_attributes_of_other_libraries_are_found(
     ]
 
 
+def test_strawberrys_internals_are_found_even_where_the_tree_has_a_name_of_its_own(
+    tmp_path: Path,
+) -> None:
+    package = _tree(
+        tmp_path,
+        "from strawberry.types.arguments import convert_arguments\n"
+        "from strawberry.schema.schema_converter import GraphQLCoreConverter\n"
+        "class Holder:\n"
+        "    def __init__(self, schema):\n"
+        "        self._schema = schema._schema\n"
+        "def definition(field, resolver):\n"
+        "    key = GraphQLCoreConverter.DEFINITION_BACKREF\n"
+        "    return field.extensions[key], getattr(resolver, '_is_default', False)\n",
+    )
+
+    assert ledger_lines(uses_in(package, tmp_path)) == [
+        "dealbase/module.py '_is_default' 1",
+        "dealbase/module.py .DEFINITION_BACKREF 1",
+        "dealbase/module.py ._schema 2",
+        "dealbase/module.py module strawberry.schema.schema_converter 1",
+        "dealbase/module.py module strawberry.types.arguments 1",
+        "dealbase/module.py strawberry.types.arguments.convert_arguments 1",
+    ]
+
+
 def test_a_private_name_the_tree_defines_itself_is_its_own(tmp_path: Path) -> None:
     package = _tree(
         tmp_path,
