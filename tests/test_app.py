@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -10,6 +11,10 @@ from fastapi.testclient import TestClient
 
 from dealbase.app import create_app
 from dealbase.config import Settings
+from tests.support import TenantWorld
+
+API = "/api/v1/integration"
+UNKNOWN = uuid.UUID("01a23628-0000-7000-8000-000000000000")
 
 
 @pytest.fixture
@@ -54,3 +59,47 @@ def test_an_app_freezes_nothing_by_default(settings: Settings) -> None:
     with TestClient(create_app(settings)) as client:
         assert client.get("/healthz").status_code == 200
         assert gc.get_freeze_count() == 0
+
+
+def _exchange(client: TestClient, world: TenantWorld) -> list[tuple[int, list[str], object]]:
+    """A create, its read, a page, a refusal of each kind: statuses, header names and bodies
+    without the ids and times that differ from one app to the other."""
+    headers = world.key.headers
+    created = client.post(f"{API}/customers", json={"last_name": "Lovelace"}, headers=headers)
+    location = created.headers["location"]
+    answers = [
+        created,
+        client.get(location, headers=headers),
+        client.get(f"{API}/customers?limit=1", headers=headers),
+        client.get(f"{API}/customers/{UNKNOWN}", headers=headers),
+        client.post(f"{API}/customers", json={"last_name": ""}, headers=headers),
+        client.post(f"{API}/customers", json={"last_name": "Byron"}),
+        client.delete(f"{API}/customers", headers=headers),
+        client.get(f"{API}/nowhere", headers=headers),
+    ]
+    volatile = {"id", "created_at", "updated_at", "request_id", "next_cursor", "customer_number"}
+
+    def steady(body: object) -> object:
+        if isinstance(body, dict):
+            return {key: steady(value) for key, value in body.items() if key not in volatile}
+        if isinstance(body, list):
+            return [steady(item) for item in body]
+        return body
+
+    return [
+        (answer.status_code, sorted(answer.headers.keys()), steady(answer.json()))
+        for answer in answers
+    ]
+
+
+def test_the_route_shortcuts_answer_as_fastapis_own_routing_does(
+    settings: Settings, world: TenantWorld
+) -> None:
+    with TestClient(create_app(settings)) as client:
+        shortcut = _exchange(client, world)
+    plain_settings = settings.model_copy(update={"route_shortcuts": False})
+    with TestClient(create_app(plain_settings)) as client:
+        plain = _exchange(client, world)
+
+    assert [status for status, _, _ in shortcut] == [201, 200, 200, 404, 422, 401, 405, 404]
+    assert shortcut == plain

@@ -203,6 +203,7 @@ def dealbase_environment(database: str, settings: BenchSettings, port: int) -> d
         "DEALBASE_RATE_LIMIT_TENANT_BURST": GENEROUS_BURST,
         # Python's own threshold, where `dealbase serve` would raise it.
         **({"DEALBASE_GC_YOUNG_THRESHOLD": "700"} if "gc-threshold" in settings.without else {}),
+        **({"DEALBASE_ROUTE_SHORTCUTS": "false"} if "route-shortcuts" in settings.without else {}),
     }
 
 

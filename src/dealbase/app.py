@@ -233,5 +233,6 @@ def create_app(
         log=log_request,
         body_seconds=settings.body_timeout_seconds,
     )
-    RouteIndex(app.router).install()
+    if settings.route_shortcuts:
+        RouteIndex(app.router).install()
     return app

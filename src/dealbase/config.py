@@ -77,6 +77,15 @@ class Settings(BaseSettings):
             " any other (the kernel's TCP_USER_TIMEOUT)."
         ),
     )
+    route_shortcuts: bool = Field(
+        default=True,
+        description=(
+            "Find a request's route by a lookup (edge/route_index.py) and call a REST route"
+            " straight from the request edge, past Starlette's exception layer, FastAPI's exit"
+            " stack and the router's scan; off, every request goes through them as FastAPI"
+            " routes it (bench/README.md measures both)."
+        ),
+    )
     freeze_startup_objects: bool = Field(
         default=False,
         description=(
