@@ -9,8 +9,10 @@ without subscribers, measured in the same run.
 `make bench` runs it after the other scenarios (`BENCH_SCENARIOS=live` runs it alone), on a
 scratch database of its own and a `dealbase serve --workers BENCH_WORKERS` of its own, every
 production feature on (keys, rate limits in Redis, JSON logs at info), with
-DEALBASE_LIVE_CONNECTIONS_PER_KEY raised to the subscribers' number: every subscriber uses the
-run's one department key, and the limit counts a key's connections per server process.
+DEALBASE_LIVE_CONNECTIONS_PER_KEY and the caps on WebSockets not yet introduced
+(DEALBASE_LIVE_UNINTRODUCED_PER_ADDRESS, _PER_PROCESS) raised to the subscribers' number: every
+subscriber uses the run's one department key and comes from one address, and the limits count
+per server process.
 
 The subscribers: one process of their own (`live.py subscribe`, asyncio on uvloop), each
 subscriber a WebSocket at /graphql speaking graphql-transport-ws (the dashboards' transport),
@@ -843,13 +845,19 @@ class Bench:
         self.database = stack.enter_context(scratch_database(settings.database_server))
         say(f"scratch database {self.database.rpartition('/')[2]}: migrating, one tenant")
         self.tenant = provision(self.database, employees=0, name="live")
-        # Every subscriber holds the one key: its limit per process is raised to let them all
+        # Every subscriber holds the one key and comes from the one address: the limits per
+        # key and per address (of WebSockets not yet introduced) are raised to let them all
         # connect to one process (the kernel spreads them over the workers unevenly).
+        everyone = str(max(20, settings.live_subscribers))
         self.server, self.environment = start_dealbase(
             self.database,
             settings,
             options.logs / "dealbase-live.log",
-            {"DEALBASE_LIVE_CONNECTIONS_PER_KEY": str(max(20, settings.live_subscribers))},
+            {
+                "DEALBASE_LIVE_CONNECTIONS_PER_KEY": everyone,
+                "DEALBASE_LIVE_UNINTRODUCED_PER_ADDRESS": everyone,
+                "DEALBASE_LIVE_UNINTRODUCED_PER_PROCESS": everyone,
+            },
         )
         stack.callback(self.server.stop)
         say(f"dealbase serving on {self.server.base_url} ({settings.workers} workers)")
