@@ -20,7 +20,6 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast
 
-import psycopg
 from pydantic import BaseModel
 from sqlalchemy import ColumnElement, Table
 
@@ -40,6 +39,7 @@ from dealbase.platform.rows import OwnedRows, external_id_taken, ids_in_departme
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
 from dealbase.tenancy.database.connections import AfterCommit, RunAgain, UnitOfWork
+from dealbase.tenancy.database.faults import Fault
 from dealbase.tenancy.database.statements import Deferred, Record
 
 
@@ -431,7 +431,7 @@ def _in_bulk(
     statement = bulk_writes.statement(record.judging, record.noun, record.json_sql, atomic=atomic)
     judgement = upserts.parameters(record.judging, writes, department_of(uow.scope))
     written = uow.connection.defer(
-        statement, judgement.values, meaning=lambda error: _raced(record.noun, error)
+        statement, judgement.values, meaning=lambda fault: _raced(record.noun, fault)
     )
     events.recorded_by_statement(uow, lambda: _bulk_wakes(written))
     by_index = {write.index: write for write in writes}
@@ -461,10 +461,10 @@ _OUTCOMES: dict[str, Outcome] = {
 }
 
 
-def _raced(noun: str, error: psycopg.Error) -> RunAgain | None:
+def _raced(noun: str, fault: Fault) -> RunAgain | None:
     """A bulk insert that met an external id another transaction inserted after the lookup:
     the unit of work runs again, and its lookup finds that record."""
-    taken = external_id_taken(noun, error)
+    taken = external_id_taken(noun, fault)
     if taken is None:
         return None
     return RunAgain(

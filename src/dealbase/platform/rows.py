@@ -9,7 +9,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
 from sqlalchemy import (
     CTE,
     Column,
@@ -28,6 +27,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from dealbase.errors import ExternalIdTaken, NotFound, PreconditionFailed
 from dealbase.platform.versioning import Expected
+from dealbase.tenancy.database.faults import Fault, faults_meaning
 from dealbase.tenancy.database.statements import Record, TenantConnection
 
 # The prefix of the previous values' columns in what OwnedRows.update's statement returns.
@@ -100,12 +100,10 @@ def ids_in_department(
     return {row_id for (row_id,) in found}
 
 
-def external_id_taken(noun: str, error: psycopg.Error) -> ExternalIdTaken | None:
-    """What a write's database error means when it gave a row an external id its department
+def external_id_taken(noun: str, fault: Fault) -> ExternalIdTaken | None:
+    """What a write's database fault means when it gave a row an external id its department
     already uses: 409 ExternalIdTaken, not a database error; else None."""
-    if not isinstance(error, psycopg.errors.UniqueViolation):
-        return None
-    if not (error.diag.constraint_name or "").endswith("_external_id_key"):
+    if fault.kind != "unique" or not (fault.constraint or "").endswith("_external_id_key"):
         return None
     return ExternalIdTaken(f"Another {noun} of the department has this external_id.")
 
@@ -114,13 +112,8 @@ def external_id_taken(noun: str, error: psycopg.Error) -> ExternalIdTaken | None
 def external_id_unique(noun: str) -> Iterator[None]:
     """``external_id_taken`` of a statement run inside. The transaction is then unusable, as
     after any failed statement; the unit of work rolls it back (or a batch, to its savepoint)."""
-    try:
+    with faults_meaning(lambda fault: external_id_taken(noun, fault)):
         yield
-    except psycopg.errors.UniqueViolation as exc:
-        taken = external_id_taken(noun, exc)
-        if taken is None:
-            raise
-        raise taken from None
 
 
 @dataclass(frozen=True)
@@ -219,9 +212,9 @@ class OwnedRows:
             f"The {self.noun} has changed since the version named in If-Match; read it again."
         )
 
-    def external_id_meaning(self, error: psycopg.Error) -> ExternalIdTaken | None:
+    def external_id_meaning(self, fault: Fault) -> ExternalIdTaken | None:
         """``external_id_taken`` of this noun: a deferred write's ``meaning``."""
-        return external_id_taken(self.noun, error)
+        return external_id_taken(self.noun, fault)
 
     def not_found(self, row_id: uuid.UUID) -> NotFound:
         """What a row the caller does not own, or that does not exist, answers."""

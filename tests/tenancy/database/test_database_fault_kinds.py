@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 
 from dealbase.edge import problems
 from dealbase.tenancy.database.connections import is_transient
+from dealbase.tenancy.database.faults import Fault, fault_of
 from tests.support import TenantWorld, free_port, logs_of, writes_raise
 
 API = "/api/v1/integration"
@@ -148,3 +149,40 @@ def test_a_transient_database_fault_answers_503_with_retry_after(
     assert response.json()["code"] == "database_unavailable"
     assert int(response.headers["retry-after"]) > 0
     assert _customer_count(client, world) == 0
+
+
+@pytest.mark.parametrize(
+    ("state", "kind"),
+    [
+        pytest.param("23505", "unique", id="unique"),
+        pytest.param("23502", "not_null", id="not null"),
+        pytest.param("23503", "foreign_key", id="foreign key"),
+        pytest.param("40001", "serialization", id="serialization"),
+        pytest.param("55P03", "lock_timeout", id="lock timeout"),
+        pytest.param("23514", None, id="a check: no meaning a repository gives"),
+        pytest.param("08006", None, id="a connection's fault"),
+    ],
+)
+def test_a_repository_sees_the_drivers_error_as_a_fault_of_its_kind(
+    database_url: str, state: str, kind: str | None
+) -> None:
+    fault = fault_of(_raised(database_url, _raising(state)))
+
+    assert (fault and fault.kind) == kind
+
+
+def test_a_fault_names_its_table_column_and_constraint(database_url: str) -> None:
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute(
+            "CREATE TEMP TABLE faulted (id int NOT NULL CONSTRAINT faulted_key UNIQUE)"
+        )
+        connection.execute("INSERT INTO faulted VALUES (1)")
+        with pytest.raises(psycopg.Error) as raised:
+            connection.execute("INSERT INTO faulted VALUES (1)")
+        taken = fault_of(raised.value)
+        with pytest.raises(psycopg.Error) as raised:
+            connection.execute("INSERT INTO faulted VALUES (NULL)")
+        missing = fault_of(raised.value)
+
+    assert taken == Fault("unique", "faulted", None, "faulted_key")
+    assert missing == Fault("not_null", "faulted", "id", None)

@@ -51,9 +51,9 @@ from dealbase.platform.rows import (
     owned_by,
 )
 from dealbase.platform.tables import customers, deal_customers, deals, employees, steps
+from dealbase.tenancy.database.faults import ErrorMeaning
 from dealbase.tenancy.database.statements import (
     Deferred,
-    ErrorMeaning,
     Record,
     TenantConnection,
     built_once,

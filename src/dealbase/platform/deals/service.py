@@ -4,7 +4,6 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-import psycopg
 from pydantic import BaseModel
 
 from dealbase.errors import Conflict, ExternalIdTaken, Invalid, NotFound
@@ -27,6 +26,7 @@ from dealbase.platform.tables import employees, steps
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
 from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
+from dealbase.tenancy.database.faults import Fault, faults_meaning
 from dealbase.tenancy.database.statements import Deferred, Record
 
 
@@ -35,12 +35,12 @@ def _steps_to_start_in() -> Iterator[None]:
     """A deal inserted in its department's first step where there is none (its insert finds
     the step itself): 409, not a database error. The transaction is then unusable, as after any
     failed statement; the unit of work rolls it back (or a batch, to its savepoint)."""
-    try:
+    with faults_meaning(_no_steps_meant):
         yield
-    except psycopg.errors.NotNullViolation as exc:
-        if exc.diag.column_name != "step_id":
-            raise
-        raise _no_steps() from None
+
+
+def _no_steps_meant(fault: Fault) -> Conflict | None:
+    return _no_steps() if fault.kind == "not_null" and fault.column == "step_id" else None
 
 
 def _no_steps() -> Conflict:
@@ -82,26 +82,23 @@ def _insert(uow: UnitOfWork, fields: DealCreate, *, as_json: bool) -> Deferred:
     (``repository.defer_create``)."""
     scope = uow.scope
 
-    def meaning(error: psycopg.Error) -> Exception | None:
-        return _create_failure(error, fields.external_id)
+    def meaning(fault: Fault) -> Exception | None:
+        return _create_failure(fault, fields.external_id)
 
     return repository.defer_create(
         uow.connection, scope.tenant_id, department_of(scope), fields, meaning, as_json=as_json
     )
 
 
-def _create_failure(error: psycopg.Error, external_id: str | None) -> Exception | None:
+def _create_failure(fault: Fault, external_id: str | None) -> Exception | None:
     """What a failure of a create's statement means: an external id taken (the deal's, else a
     customer's), or a department without steps for the deal to start in."""
-    if isinstance(error, psycopg.errors.UniqueViolation):
-        table = error.diag.table_name
-        if table == "deals":
+    if fault.kind == "unique":
+        if fault.table == "deals":
             return _taken(external_id)
-        if table == "customers":
+        if fault.table == "customers":
             return customers_repository.external_id_taken()
-    if isinstance(error, psycopg.errors.NotNullViolation) and error.diag.column_name == "step_id":
-        return _no_steps()
-    return None
+    return _no_steps_meant(fault)
 
 
 def _found(row: Record | None, deal_id: uuid.UUID) -> Record:

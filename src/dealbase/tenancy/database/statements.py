@@ -40,6 +40,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.util import await_
 
 from dealbase.tenancy.database.control_tables import CONTROL_SCHEMA
+from dealbase.tenancy.database.faults import ErrorMeaning, meant
 from dealbase.tenancy.database.literals import execute_call, inline, parameters, prepared
 from dealbase.tenancy.database.roles import SWITCH_TO_ROLE
 from dealbase.tenancy.scope import TENANT_SCHEMA_PLACEHOLDER
@@ -55,9 +56,6 @@ _PIPELINE_SYNC = ExecStatus.PIPELINE_SYNC
 # One row as a mapping of column name to value.
 Record = dict[str, Any]
 StatementListener = Callable[[str], None]
-# What a statement's failure means to its caller: the error to raise instead, or None (the
-# database's error stands).
-ErrorMeaning = Callable[[psycopg.Error], Exception | None]
 T = TypeVar("T")
 
 # How SQLAlchemy's compiler marks a schema to be translated at execution time.
@@ -678,9 +676,9 @@ class TenantConnection:
                 results = self._script([*opening, *map(self._text, calls)])
         except psycopg.Error as failed:
             for each in deferred:
-                meant = None if each.meaning is None else each.meaning(failed)
-                if meant is not None:
-                    raise meant from failed
+                error = None if each.meaning is None else meant(failed, each.meaning)
+                if error is not None:
+                    raise error from failed
             raise
         sent = results[len(opening) : len(results) - len(statements)]
         for each, (columns, rows) in zip(deferred, sent, strict=True):
