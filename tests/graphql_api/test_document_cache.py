@@ -77,7 +77,7 @@ class _SkipExecution(SchemaExtension):
         yield
 
 
-def _schema(settings: Settings, **update: Any) -> strawberry.Schema:
+def _schema(settings: Settings, **update: Any) -> DashboardSchema:
     schema = build_schema(settings.model_copy(update=update))
     schema.extensions = (*schema.extensions, _SkipExecution)
     return schema
