@@ -44,7 +44,8 @@ from dealbase.tenancy.database.connections import Database, DatabaseLimits
 from dealbase.tenancy.database.proxy import through_a_proxy
 from dealbase.tenancy.rate_limits.admission import Admission, LimiterFaults
 from dealbase.tenancy.rate_limits.failure_allowance import FailureAllowance
-from dealbase.tenancy.rate_limits.limiter import InProcessLimiter, RedisLimiter
+from dealbase.tenancy.rate_limits.in_process import InProcessLimiter
+from dealbase.tenancy.rate_limits.limiter import RedisLimiter
 from dealbase.tenancy.rate_limits.local_admissions import LocalAdmissions
 from dealbase.tenancy.scope import Rate
 
