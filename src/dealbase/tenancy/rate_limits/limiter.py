@@ -250,20 +250,29 @@ class RedisLimiter:
         self, url: str, *, timeout_seconds: float = 0.05, prefix: str = "dealbase:rl"
     ) -> None:
         check_redis_url(url)
+        # A new connection gets longer: under load, setting one up within the answer's budget
+        # failed often enough to fail open needlessly.
+        connect_timeout = max(timeout_seconds, 0.25)
+        # Once more on a connection lost unseen (a Redis restart), never after a timeout.
+        retry = Retry(NoBackoff(), retries=1, supported_errors=(redis.ConnectionError,))
         self._client = redis.asyncio.Redis.from_url(
             url,
             socket_timeout=timeout_seconds,
-            # A new connection gets longer: under load, setting one up within the answer's
-            # budget failed often enough to fail open needlessly.
-            socket_connect_timeout=max(timeout_seconds, 0.25),
-            retry=Retry(NoBackoff(), retries=1, supported_errors=(redis.ConnectionError,)),
+            socket_connect_timeout=connect_timeout,
+            retry=retry,
+        )
+        # The health check's PING waits as long as a connection may take to set up, as it
+        # always has (a check's budget would fail readiness on a busy host); a client of its own,
+        # since a timeout is a client's setting. It connects when first asked.
+        self._pinging = redis.asyncio.Redis.from_url(
+            url, socket_timeout=connect_timeout, socket_connect_timeout=connect_timeout, retry=retry
         )
         self._script = self._client.register_script(SCRIPT)
         self._failure_script = self._client.register_script(FAILURE_SCRIPT)
         self._key_prefix = f"{prefix}:key:"
         self._tenant_prefix = f"{prefix}:tenant:"
         self._failure_prefix = f"{prefix}:auth:"
-        # The scripts of this turn, not yet sent: (script, keys, arguments, the reply's future).
+        # The scripts of this turn, not yet sent: (script, keys, figures, the reply's future).
         self._turn: list[_Call] = []
         self._sending: set[asyncio.Task[None]] = set()  # held: the loop keeps weak references
 
@@ -312,7 +321,7 @@ class RedisLimiter:
     async def ping(self) -> None:
         """Returns once Redis answers PING; raises RateLimiterUnavailable as ``check`` would."""
         try:
-            await self._client.ping()
+            await self._pinging.ping()
         except (redis.RedisError, OSError) as exc:
             raise _unavailable(exc) from exc
 
@@ -360,6 +369,7 @@ class RedisLimiter:
         for task in list(self._sending):
             await asyncio.wait([task])
         await self._client.aclose()
+        await self._pinging.aclose()
 
 
 _Call = tuple[AsyncScript, tuple[bytes, ...], bytes, "asyncio.Future[bytes]"]
