@@ -41,6 +41,7 @@ from dealbase.rest_api.api import install_rest_api
 from dealbase.tenancy.callers.authentication import Authenticator, KeyCache, KeyChangeListener
 from dealbase.tenancy.callers.key_usage import KeyUseRecorder
 from dealbase.tenancy.database.connections import Database, DatabaseLimits
+from dealbase.tenancy.database.notifications import Notifications
 from dealbase.tenancy.database.proxy import through_a_proxy
 from dealbase.tenancy.rate_limits.admission import Admission, LimiterFaults
 from dealbase.tenancy.rate_limits.failure_allowance import FailureAllowance
@@ -107,7 +108,9 @@ def create_app(
     admitting: LocalAdmissions | InProcessLimiter = (
         LocalAdmissions(limiter) if isinstance(limiter, RedisLimiter) else limiter
     )
-    key_listener = KeyChangeListener(settings.database_listen_url or database_url, key_cache)
+    # The process's one LISTEN connection: the key cache and the live hub subscribe to it.
+    notifications = Notifications(settings.database_listen_url or database_url)
+    key_listener = KeyChangeListener(notifications, key_cache)
     key_uses = KeyUseRecorder(database)
     metrics = Metrics()
     database.on_connection_warmth = metrics.unit_of_work_started
@@ -137,7 +140,8 @@ def create_app(
         if not settings.db_pgbouncer:
             await to_thread.run_sync(_warn_of_a_proxy, database_url)
         key_listener.start()
-        await live.start(settings.database_listen_url or database_url)
+        await live.start(notifications)
+        notifications.start()
         metrics_keeper = asyncio.create_task(metrics.keep_up(database.pool_usage))
         key_use_flusher = asyncio.create_task(key_uses.flush_periodically())
         if settings.freeze_startup_objects:
@@ -165,6 +169,7 @@ def create_app(
             # The uses noted since the last flush, before the pools close.
             await to_thread.run_sync(key_uses.flush)
             key_listener.stop()
+            notifications.stop()
             if isinstance(admitting, LocalAdmissions):
                 await admitting.close()
             await database.close()

@@ -144,7 +144,7 @@ class Server:
             count: int = connection.execute(
                 text(
                     "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND application_name = 'dealbase-key-listener' AND query LIKE 'LISTEN %'"
+                    " AND application_name = 'dealbase-listener' AND query LIKE 'LISTEN %'"
                 )
             ).scalar_one()
             return count

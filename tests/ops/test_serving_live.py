@@ -46,7 +46,7 @@ def _listeners(database_url: str) -> int:
     with psycopg.connect(libpq_url(database_url), autocommit=True) as connection:
         row = connection.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name ="
-            " 'dealbase-live-listener' AND datname = current_database()"
+            " 'dealbase-listener' AND datname = current_database()"
         ).fetchone()
     return int(row[0]) if row else 0
 

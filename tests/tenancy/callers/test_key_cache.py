@@ -1,4 +1,5 @@
-"""The key cache is trusted only while its LISTEN connection is up, and never stores stale loads."""
+"""The key cache is trusted only while the process's LISTEN connection is up, and never stores
+stale loads."""
 
 from __future__ import annotations
 
@@ -8,15 +9,18 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+import structlog
 from sqlalchemy import text
+from structlog.testing import LogCapture
 
 from dealbase.errors import TenantSuspended, Unauthenticated
 from dealbase.ops import admin
-from dealbase.tenancy.callers import authentication
 from dealbase.tenancy.callers.api_keys import KEY_CHANGES_CHANNEL, load_credentials, parse_api_key
 from dealbase.tenancy.callers.authentication import Authenticator, KeyCache, KeyChangeListener
+from dealbase.tenancy.database import notifications
 from dealbase.tenancy.database.connections import Database
-from tests.support import TenantWorld, logs_of
+from dealbase.tenancy.database.notifications import Notifications
+from tests.support import TenantWorld
 
 # How long a test waits for the listener (a notice, a reconnection) before it fails: a bound for
 # failing, not a margin to pass (each takes milliseconds).
@@ -33,11 +37,14 @@ def _wait_until(condition: Callable[[], bool], what: str) -> None:
 @pytest.fixture
 def listening_cache(database: Database) -> Iterator[KeyCache]:
     cache = KeyCache()
-    listener = KeyChangeListener(database.url, cache)
+    notifications = Notifications(database.url)
+    listener = KeyChangeListener(notifications, cache)
     listener.start()
+    notifications.start()
     assert cache.trusted
     yield cache
     listener.stop()
+    notifications.stop()
 
 
 def test_revocation_notice_drops_the_cached_key(
@@ -83,18 +90,25 @@ def test_listener_that_cannot_connect_leaves_the_cache_untrusted(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     cache = KeyCache()
-    listener = KeyChangeListener("postgresql://nobody@127.0.0.1:1/none", cache)
-    with logs_of(monkeypatch, authentication) as logs:
-        listener.start(wait_seconds=0)
-        try:
-            # Its first attempt has failed (and it waits to try again).
-            _wait_until(
-                lambda: any(entry["event"] == "key_listener_down" for entry in logs),
-                "the listener reports its failure",
-            )
-            assert not cache.trusted
-        finally:
-            listener.stop()
+    listening = Notifications("postgresql://nobody@127.0.0.1:1/none")
+    KeyChangeListener(listening, cache).start()
+    # Captured whatever level an earlier test's app configured (one logs errors only).
+    capture = LogCapture()
+    monkeypatch.setattr(
+        notifications,
+        "log",
+        structlog.wrap_logger(None, processors=[capture], wrapper_class=structlog.BoundLogger),
+    )
+    listening.start(wait_seconds=0)
+    try:
+        # Its first attempt has failed (and it waits to try again).
+        _wait_until(
+            lambda: any(entry["event"] == "listener_down" for entry in capture.entries),
+            "the listener reports its failure",
+        )
+        assert not cache.trusted
+    finally:
+        listening.stop()
 
 
 def _listener_pids(database: Database) -> set[int]:

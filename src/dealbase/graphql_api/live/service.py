@@ -36,6 +36,7 @@ from dealbase.platform.live.signals import Signals
 from dealbase.tenancy.callers.api_keys import TENANT_NOTICE_PREFIX
 from dealbase.tenancy.callers.authentication import Authenticator
 from dealbase.tenancy.database.connections import Database
+from dealbase.tenancy.database.notifications import Notifications
 from dealbase.tenancy.rate_limits.admission import Admission
 from dealbase.tenancy.rate_limits.limiter import Verdict
 from dealbase.tenancy.scope import Scope
@@ -188,9 +189,12 @@ class LiveService:
             return unavailable.retry_after_seconds or 1
         return None
 
-    async def start(self, listen_url: str) -> None:
+    async def start(self, notifications: Notifications) -> None:
         self.signals = Signals(
-            listen_url, self.hub.announce, self._key_changed, poll_seconds=self.limits.poll_seconds
+            notifications,
+            self.hub.announce,
+            self._key_changed,
+            poll_seconds=self.limits.poll_seconds,
         )
         await self.signals.start()
         self.spawn(self._give_up_unread())

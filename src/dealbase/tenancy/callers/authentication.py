@@ -1,11 +1,11 @@
 """Authenticating a request without a database round trip for every call.
 
 Each server process keeps the credentials of the keys it has seen. The cache is trusted only
-while a ``LISTEN`` connection to PostgreSQL is up: revoking or rotating a key sends a notification
-on commit, and the listener drops that key at once (suspending, resuming or deleting a tenant:
-every key of the tenant). While the listener is down, the cache is
-bypassed and every request reads the key from the database, so a lost notification can never
-keep a revoked key alive.
+while the process's ``LISTEN`` connection to PostgreSQL is up: revoking or rotating a key sends
+a notification on commit, and the listener drops that key at once (suspending, resuming or
+deleting a tenant: every key of the tenant). While the listener is down, the cache is bypassed
+and every request reads the key from the database, so a lost notification can never keep a
+revoked key alive.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
 
-import psycopg
-import structlog
 from anyio import to_thread
 
 from dealbase.errors import TenantSuspended, Unauthenticated
@@ -31,13 +29,11 @@ from dealbase.tenancy.callers.api_keys import (
     parse_api_key,
     scope_for_request,
 )
-from dealbase.tenancy.database.connections import Database, libpq_url
+from dealbase.tenancy.database.connections import Database
+from dealbase.tenancy.database.notifications import Notifications, Subscriber
 from dealbase.tenancy.scope import Scope
 
-log = structlog.get_logger(__name__)
-
 MAX_CACHED_KEYS = 10_000
-_RECONNECT_DELAYS = (0.1, 0.5, 1.0, 2.0, 5.0)
 
 
 class KeyCache:
@@ -93,46 +89,23 @@ class KeyCache:
 
 
 class KeyChangeListener:
-    """A thread holding ``LISTEN dealbase_api_keys`` on a direct (not pgbouncer) connection."""
+    """The key cache's subscriber to ``dealbase_api_keys`` on the process's LISTEN connection
+    (``Notifications``): the cache is trusted while the channel is heard."""
 
-    def __init__(self, database_url: str, cache: KeyCache) -> None:
-        self._url = database_url
+    def __init__(self, notifications: Notifications, cache: KeyCache) -> None:
+        self._notifications = notifications
         self._cache = cache
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="key-change-listener", daemon=True)
+        self._subscriber = Subscriber(
+            {KEY_CHANGES_CHANNEL: self._apply},
+            on_up=partial(cache.set_trusted, True),
+            on_down=partial(cache.set_trusted, False),
+        )
 
-    def start(self, wait_seconds: float = 5.0) -> None:
-        self._thread.start()
-        self._ready.wait(wait_seconds)
+    def start(self) -> None:
+        self._notifications.subscribe(self._subscriber)
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        attempt = 0
-        while not self._stop.is_set():
-            try:
-                with psycopg.connect(
-                    libpq_url(self._url),
-                    autocommit=True,
-                    connect_timeout=5,
-                    application_name="dealbase-key-listener",
-                ) as connection:
-                    connection.execute(f"LISTEN {KEY_CHANGES_CHANNEL}")
-                    self._cache.set_trusted(True)
-                    self._ready.set()
-                    attempt = 0
-                    while not self._stop.is_set():
-                        for notice in connection.notifies(timeout=0.5):
-                            self._apply(notice.payload)
-            except psycopg.Error as exc:
-                self._cache.set_trusted(False)
-                delay = _RECONNECT_DELAYS[min(attempt, len(_RECONNECT_DELAYS) - 1)]
-                log.warning("key_listener_down", error=str(exc).splitlines()[0], retry_in_s=delay)
-                attempt += 1
-                self._stop.wait(delay)
+        self._notifications.unsubscribe(self._subscriber)
         self._cache.set_trusted(False)
 
     def _apply(self, payload: str) -> None:
