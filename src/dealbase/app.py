@@ -45,8 +45,7 @@ from dealbase.tenancy.database.notifications import Notifications
 from dealbase.tenancy.database.proxy import through_a_proxy
 from dealbase.tenancy.rate_limits.admission import Admission, LimiterFaults
 from dealbase.tenancy.rate_limits.failure_allowance import FailureAllowance
-from dealbase.tenancy.rate_limits.in_process import InProcessLimiter
-from dealbase.tenancy.rate_limits.limiter import RedisLimiter
+from dealbase.tenancy.rate_limits.limiter import InProcessLimiter, RedisLimiter
 from dealbase.tenancy.rate_limits.local_admissions import LocalAdmissions
 from dealbase.tenancy.scope import Rate
 
