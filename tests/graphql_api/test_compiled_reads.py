@@ -424,10 +424,20 @@ def test_a_dashboard_read_is_compiled_and_equal_to_the_resolvers(
     ), metrics
 
 
-def test_a_bad_cursor_or_page_size_is_refused_by_the_resolvers_with_their_error(
+def _root_field_count(client: TestClient, field: str, path: str) -> float:
+    line = f'dealbase_graphql_root_fields_total{{field="{field}",path="{path}"}} '
+    found = [each for each in client.get("/metrics").text.splitlines() if each.startswith(line)]
+    return float(found[0][len(line) :]) if found else 0.0
+
+
+def test_a_bad_cursor_or_page_size_is_refused_by_the_compiled_read_with_the_resolvers_error(
     client: TestClient, shop: Shop
 ) -> None:
+    """The compiled read refuses them itself, with the platform's error the resolvers would
+    raise: the request runs once, on its compiled path."""
     for arguments, field in (('after: "nope"', "after"), ("first: 0", "first")):
+        compiled = _root_field_count(client, "deals", "compiled")
+        resolved = _root_field_count(client, "deals", "resolvers")
         body = client.post(
             GRAPHQL,
             json={"query": f"{{ deals({arguments}) {{ totalCount }} }}"},
@@ -437,8 +447,8 @@ def test_a_bad_cursor_or_page_size_is_refused_by_the_resolvers_with_their_error(
         assert error["extensions"]["code"] == "validation_failed"
         assert error["path"] == ["deals"]
         assert error["extensions"]["errors"][0]["field"] == field
-    metrics = client.get("/metrics").text
-    assert 'dealbase_graphql_root_fields_total{field="deals",path="resolvers"}' in metrics
+        assert _root_field_count(client, "deals", "compiled") == compiled + 1
+        assert _root_field_count(client, "deals", "resolvers") == resolved
 
 
 def test_values_full_of_quotes_and_sql_reach_no_sql_text(
