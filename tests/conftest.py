@@ -8,13 +8,12 @@ from fastapi.testclient import TestClient
 
 from dealbase.app import create_app
 from dealbase.config import Settings
-from dealbase.migrations.runner import upgrade_control
 from dealbase.tenancy.database.connections import Database, DatabaseLimits
 from tests.support import (
     THROUGH_PGBOUNCER,
     TenantWorld,
     build_tenant,
-    scratch_database,
+    migrated_scratch_database,
     server_url,
     through_pgbouncer,
 )
@@ -33,11 +32,7 @@ def postgres_server() -> str:
 @pytest.fixture(scope="session")
 def database_url(postgres_server: str) -> Iterator[str]:
     """A database for the session, its control schema at head; tests make their own tenants."""
-    with scratch_database(postgres_server, "session") as url:
-        database = Database(url, pool_size=1)
-        with database.control() as connection:
-            upgrade_control(connection)
-        database.dispose()
+    with migrated_scratch_database(postgres_server, "session") as url:
         yield url
 
 

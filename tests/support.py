@@ -27,6 +27,7 @@ from psycopg import sql
 from sqlalchemy import text
 from structlog.testing import capture_logs
 
+from dealbase.migrations.runner import upgrade_control
 from dealbase.ops import admin
 from dealbase.platform.pipeline.models import Department
 from dealbase.tenancy.database.connections import Database
@@ -109,6 +110,17 @@ def scratch_database(server: str, label: str) -> Iterator[str]:
                         sql.SQL(", ").join(map(sql.Identifier, roles))
                     )
                 )
+
+
+@contextmanager
+def migrated_scratch_database(server: str, label: str) -> Iterator[str]:
+    """``scratch_database``, its control schema at head; tests make their own tenants."""
+    with scratch_database(server, label) as url:
+        database = Database(url, pool_size=1)
+        with database.control() as connection:
+            upgrade_control(connection)
+        database.dispose()
+        yield url
 
 
 @contextmanager

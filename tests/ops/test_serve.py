@@ -20,7 +20,7 @@ import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -33,14 +33,13 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
-from dealbase.migrations.runner import upgrade_control
 from dealbase.tenancy.database.connections import Database, application_name
 from tests.support import (
     DEALBASE,
     SERVER_START_TIMEOUT_S,
     dealbase_serve,
     free_port,
-    scratch_database,
+    migrated_scratch_database,
     stop_process,
     wait_until_served,
 )
@@ -153,16 +152,6 @@ class Server:
         return self.log.read_text(errors="replace")[-4000:]
 
 
-@contextmanager
-def _migrated_scratch_database(postgres_server: str, label: str) -> Iterator[str]:
-    with scratch_database(postgres_server, label) as url:
-        database = Database(url, pool_size=1)
-        with database.control() as connection:
-            upgrade_control(connection)
-        database.dispose()
-        yield url
-
-
 def _start_server(
     database_url: str, data_dir: Path, extra_env: dict[str, str] | None = None
 ) -> Iterator[Server]:
@@ -216,7 +205,7 @@ def _start_server(
 
 @pytest.fixture(scope="module")
 def server(postgres_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with _migrated_scratch_database(postgres_server, "serve") as url:
+    with migrated_scratch_database(postgres_server, "serve") as url:
         yield from _start_server(url, tmp_path_factory.mktemp("serve"))
 
 
@@ -586,7 +575,7 @@ def test_metrics_on_their_own_port_are_not_served_on_the_api_port(
     postgres_server: str, tmp_path: Path
 ) -> None:
     metrics_port = free_port()
-    with _migrated_scratch_database(postgres_server, "metrics_port") as url:
+    with migrated_scratch_database(postgres_server, "metrics_port") as url:
         for server in _start_server(
             url, tmp_path / "serve", {"DEALBASE_METRICS_PORT": str(metrics_port)}
         ):
@@ -607,7 +596,7 @@ def test_json_logs_name_the_caller_and_never_hold_a_secret_or_a_body(
     key's secret or a value of a request body."""
     marker = f"unique-{uuid.uuid4().hex}"
     json_logs = {"DEALBASE_LOG_FORMAT": "json", "DEALBASE_LOG_LEVEL": "info"}
-    with _migrated_scratch_database(postgres_server, "logs") as url:
+    with migrated_scratch_database(postgres_server, "logs") as url:
         for server in _start_server(url, tmp_path / "serve", json_logs):
             provisioned = _provision(server)
             created = httpx.post(
@@ -668,7 +657,7 @@ def test_sigterm_during_a_burst_answers_every_request_that_reached_the_server(
     either is answered (201) or finds the server no longer accepting connections; none is sent
     and then dropped."""
     outcomes: list[int | str] = []
-    with _migrated_scratch_database(postgres_server, "sigterm") as url:
+    with migrated_scratch_database(postgres_server, "sigterm") as url:
         for server in _start_server(url, tmp_path / "serve"):
             provisioned = _provision(server)
             keep_alive = {

@@ -15,12 +15,11 @@ from fastapi.testclient import TestClient
 
 from dealbase.app import create_app
 from dealbase.config import Settings
-from dealbase.migrations.runner import upgrade_control
 from dealbase.ops import admin
 from dealbase.tenancy.database.connections import Database, libpq_url
 from dealbase.tenancy.database.notifications import APPLICATION_NAME, Notifications, Subscriber
 from tests.graphql_api.live_support import CHANGES, LiveSocket, create_customer, live_socket
-from tests.support import TenantWorld, build_tenant, scratch_database
+from tests.support import TenantWorld, build_tenant, migrated_scratch_database
 
 API = "/api/v1/integration"
 # A bound for failing, not a margin to pass: each condition holds within milliseconds.
@@ -145,11 +144,7 @@ def test_a_subscriber_that_comes_later_is_listened_for_on_the_same_connection(
 @pytest.fixture
 def own_database(postgres_server: str) -> Iterator[str]:
     """A database of the test's own: no other app's listener is counted in it."""
-    with scratch_database(postgres_server, "listener") as url:
-        database = Database(url, pool_size=1)
-        with database.control() as connection:
-            upgrade_control(connection)
-        database.dispose()
+    with migrated_scratch_database(postgres_server, "listener") as url:
         yield url
 
 
