@@ -76,7 +76,7 @@ typecheck: install
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
 PYTEST_PARALLEL = $(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial"
 PYTEST_SERIAL = $(BIN)/pytest -m serial
-BOUNCED_TESTS = tests/rest_api tests/graphql_api tests/tenancy/database/test_isolation_fuzz.py
+BOUNCED_TESTS = tests/rest_api tests/graphql_api tests/db/test_isolation_fuzz.py
 PYTEST_BOUNCED = DEALBASE_TEST_THROUGH_PGBOUNCER=1 $(PYTEST_PARALLEL) $(BOUNCED_TESTS) \
 	&& DEALBASE_TEST_THROUGH_PGBOUNCER=1 $(PYTEST_SERIAL) $(BOUNCED_TESTS)
 BOUNCED_LOG := .pytest-through-pgbouncer.log

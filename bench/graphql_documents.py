@@ -156,9 +156,9 @@ def _seeded_apps(server: str) -> Iterator[tuple[dict[str, Any], dict[str, str]]]
     from psycopg import sql
 
     from dealbase.app import create_app
+    from dealbase.db.database import Database
     from dealbase.migrations.runner import upgrade_control
     from dealbase.ops import admin
-    from dealbase.tenancy.database.connections import Database
     from dealbase.tenancy.registry.tenants import create_tenant
 
     name = f"dealbase_bench_graphql_{secrets.token_hex(4)}"

@@ -29,12 +29,12 @@ from contextlib import contextmanager
 import psycopg
 from psycopg import sql
 
+from dealbase.db import connections as database_module
+from dealbase.db.database import Database
 from dealbase.migrations.runner import upgrade_control
 from dealbase.ops import admin
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
-from dealbase.tenancy.database import connections as database_module
-from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.registry.tenants import create_tenant
 from dealbase.tenancy.scope import Scope
 

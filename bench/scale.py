@@ -66,9 +66,9 @@ from harness.stack import (
 from harness.tools import ensure_wrk, git_state, load_average, machine
 
 from dealbase.config import parse_rate
+from dealbase.db.database import Database
 from dealbase.migrations import runner
 from dealbase.ops import admin
-from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.registry.spare_schemas import prepare_spare_schema
 from dealbase.tenancy.registry.tenants import create_tenant
 from dealbase.tenancy.scope import Rate

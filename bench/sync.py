@@ -429,7 +429,7 @@ class CpuMeter:
         self.observer = observer
 
     def backends(self, pids: list[int]) -> list[int]:
-        from dealbase.tenancy.database.connections import application_name
+        from dealbase.db.database import application_name
 
         names = [application_name(pid) for pid in pids]
         return [

@@ -67,6 +67,7 @@ from harness.settings import DEFAULT_SERVER
 from harness.stack import clean_environment, scratch_database
 from harness.tools import ensure_py_spy, load_average
 
+from dealbase.db.database import Database, application_name
 from dealbase.migrations.runner import upgrade_control
 from dealbase.ops import admin
 from dealbase.platform.customers import service as customers
@@ -78,7 +79,6 @@ from dealbase.platform.resources import customer_json
 from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks import signing
 from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields
-from dealbase.tenancy.database.connections import Database, application_name
 from dealbase.tenancy.registry.tenants import create_tenant
 from dealbase.tenancy.scope import Scope
 from dealbase.worker.limits import WorkerLimits

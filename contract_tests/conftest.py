@@ -21,9 +21,9 @@ from contract_tests.server_rules import DepartmentRows
 from contract_tests.support import SESSION_APP, RowsExist
 from dealbase.app import create_app
 from dealbase.config import Settings
+from dealbase.db.database import Database
 from dealbase.ops import admin
 from dealbase.platform.tables import customers, deals
-from dealbase.tenancy.database.connections import Database
 from tests.conftest import database, database_url, postgres_server, settings
 from tests.support import Credentials, TenantWorld, build_tenant
 

@@ -26,8 +26,8 @@ from sqlalchemy import Table, select
 
 from dealbase.app import create_app
 from dealbase.config import Settings
+from dealbase.db.database import Database
 from dealbase.platform import tables
-from dealbase.tenancy.database.connections import Database
 from tests.support import TenantWorld, build_tenant
 
 INTEGRATION = "/api/v1/integration"

@@ -20,9 +20,9 @@ from sqlalchemy import func, select
 
 from dealbase.app import create_app
 from dealbase.config import Settings
+from dealbase.db.database import Database
 from dealbase.ops import admin
 from dealbase.platform import tables
-from dealbase.tenancy.database.connections import Database
 from tests.support import FakeClock, TenantWorld, build_tenant
 
 INTEGRATION = "/api/v1/integration"

@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 import pytest
 
-from dealbase.tenancy.database.connections import Database
+from dealbase.db.database import Database
 from tests.support import (
     IN_CI,
     SERVER_START_TIMEOUT_S,

@@ -17,6 +17,7 @@ from sqlalchemy import delete
 from contract_tests.batch_rules import BatchRule
 from contract_tests.server_rules import DepartmentRows, ServerRules
 from contract_tests.support import import_time_document, load_schema, served_document
+from dealbase.db.database import Database
 from dealbase.platform.tables import (
     activities,
     customers,
@@ -24,7 +25,6 @@ from dealbase.platform.tables import (
     deals,
     idempotency_records,
 )
-from dealbase.tenancy.database.connections import Database
 from tests.depth import DEPTH
 from tests.support import Credentials, TenantWorld
 

@@ -18,9 +18,9 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from contract_tests.support import import_time_document
+from dealbase.db.database import Database
 from dealbase.edge.request_edge import MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES
 from dealbase.platform.idempotency import repository as idempotency_records
-from dealbase.tenancy.database.connections import Database
 from tests.support import TenantWorld
 
 DOCUMENT = import_time_document()

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from dealbase.db.database import Database
 from dealbase.ops import admin
-from dealbase.tenancy.database.connections import Database
 from tests.support import (
     SERVER_START_TIMEOUT_S,
     Credentials,

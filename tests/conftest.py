@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 
 from dealbase.app import create_app
 from dealbase.config import Settings
-from dealbase.tenancy.database.connections import Database, DatabaseLimits
+from dealbase.db.database import Database, DatabaseLimits
 from tests.support import (
     THROUGH_PGBOUNCER,
     TenantWorld,

@@ -7,9 +7,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from dealbase.db.database import Database
 from dealbase.platform.webhooks import deliveries
 from dealbase.platform.webhooks.delivery_models import Outgoing, Response, Sent
-from dealbase.tenancy.database.connections import Database
 from tests.support import TenantWorld
 
 LEASE = timedelta(seconds=30)

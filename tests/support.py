@@ -27,17 +27,13 @@ from psycopg import sql
 from sqlalchemy import text
 from structlog.testing import capture_logs
 
+from dealbase.db.database import Database
 from dealbase.migrations.runner import upgrade_control
 from dealbase.ops import admin
 from dealbase.platform.pipeline.models import Department
-from dealbase.tenancy.database.connections import Database
-from dealbase.tenancy.database.control_tables import CONTROL_SCHEMA
-from dealbase.tenancy.database.roles import (
-    TENANT_OWNER_ROLE,
-    TENANTS_GROUP_ROLE,
-    ensure_shared_roles,
-)
+from dealbase.tenancy.control_tables import CONTROL_SCHEMA
 from dealbase.tenancy.registry.tenants import Tenant, create_tenant
+from dealbase.tenancy.roles import TENANT_OWNER_ROLE, TENANTS_GROUP_ROLE, ensure_shared_roles
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 

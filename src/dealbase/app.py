@@ -16,6 +16,9 @@ from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
 from dealbase.config import Settings, cors_origins_of, load_settings, parse_rate
+from dealbase.db.database import Database, DatabaseLimits
+from dealbase.db.notifications import Notifications
+from dealbase.db.proxy import through_a_proxy
 from dealbase.edge.cors import (
     CORS_MAX_AGE_SECONDS,
     CORS_METHODS,
@@ -40,9 +43,6 @@ from dealbase.platform.webhooks.addresses import AddressPolicy
 from dealbase.rest_api.api import install_rest_api
 from dealbase.tenancy.callers.authentication import Authenticator, KeyCache, KeyChangeListener
 from dealbase.tenancy.callers.key_usage import KeyUseRecorder
-from dealbase.tenancy.database.connections import Database, DatabaseLimits
-from dealbase.tenancy.database.notifications import Notifications
-from dealbase.tenancy.database.proxy import through_a_proxy
 from dealbase.tenancy.rate_limits.admission import Admission, LimiterFaults
 from dealbase.tenancy.rate_limits.failure_allowance import FailureAllowance
 from dealbase.tenancy.rate_limits.limiter import InProcessLimiter, RedisLimiter

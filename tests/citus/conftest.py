@@ -20,8 +20,8 @@ from psycopg import sql
 
 from dealbase.app import create_app
 from dealbase.config import Settings
+from dealbase.db.database import Database
 from dealbase.migrations.runner import upgrade_control
-from dealbase.tenancy.database.connections import Database
 from tests.ops.conftest import CliRun, RunCli, invoke_cli
 from tests.support import (
     IN_CI,

@@ -7,7 +7,7 @@ import uuid
 import psycopg
 import pytest
 
-from dealbase.tenancy.database.connections import is_transient
+from dealbase.db.faults import is_transient
 
 
 def test_a_worker_refusing_the_role_a_query_runs_as_is_a_permanent_error(citus_url: str) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from dealbase.tenancy.database.connections import Database
-from dealbase.tenancy.database.roles import switch_to_tenant
+from dealbase.db.database import Database
+from dealbase.tenancy.roles import switch_to_tenant
 from tests.support import TenantWorld, build_tenant
 
 

@@ -9,6 +9,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, func, insert, select
 
 import dealbase.migrations
+from dealbase.db.database import Database, sqlalchemy_url
 from dealbase.ids import new_id
 from dealbase.migrations.runner import (
     create_distributed_schema,
@@ -16,8 +17,7 @@ from dealbase.migrations.runner import (
     head_revision,
     upgrade_tenant,
 )
-from dealbase.tenancy.database.connections import Database, sqlalchemy_url
-from dealbase.tenancy.database.control_tables import CONTROL_SCHEMA, tenants
+from dealbase.tenancy.control_tables import CONTROL_SCHEMA, tenants
 from dealbase.tenancy.scope import schema_for_tenant
 from tests.ops.conftest import RunCli
 

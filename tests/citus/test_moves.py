@@ -21,7 +21,7 @@ import httpx
 import psycopg
 import pytest
 
-from dealbase.tenancy.database.connections import Database
+from dealbase.db.database import Database
 from dealbase.tenancy.registry.placement import Node, tenant_node
 from dealbase.tenancy.registry.tenants import create_tenant
 from tests.citus.conftest import (

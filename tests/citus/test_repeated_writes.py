@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from dealbase.app import create_app
 from dealbase.config import Settings
-from dealbase.tenancy.database.connections import PREPARE_AFTER
+from dealbase.db.database import PREPARE_AFTER
 from tests.support import TenantWorld
 
 API = "/api/v1/integration"

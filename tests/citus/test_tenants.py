@@ -16,9 +16,9 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
+from dealbase.db.database import Database
 from dealbase.migrations.runner import head_revision
 from dealbase.ops.export import client_tool
-from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.registry.spare_schemas import prepare_spare_schema
 from tests.ops.conftest import RunCli
 

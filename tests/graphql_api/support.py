@@ -7,8 +7,8 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from dealbase.db.database import Database
 from dealbase.ops import admin
-from dealbase.tenancy.database.connections import Database
 from tests.support import TenantWorld
 
 GRAPHQL = "/graphql"

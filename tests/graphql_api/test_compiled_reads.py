@@ -29,9 +29,9 @@ from sqlalchemy import text
 
 from dealbase.app import create_app
 from dealbase.config import Settings
+from dealbase.db.database import Database
 from dealbase.graphql_api.schema import build_schema
 from dealbase.ops.admin import create_employee
-from dealbase.tenancy.database.connections import Database
 from tests.depth import SHARED_FIXTURES
 from tests.graphql_api.support import GRAPHQL, tenant_wide_headers
 from tests.rest_api.test_round_trips import counted_round_trips

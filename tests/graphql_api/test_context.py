@@ -11,8 +11,9 @@ import psycopg
 import pytest
 from sqlalchemy import func, literal_column, select
 
+from dealbase.db.database import Database
+from dealbase.db.units import UnitOfWork
 from dealbase.graphql_api.context import GraphQLContext
-from dealbase.tenancy.database.connections import Database, UnitOfWork
 from tests.support import TenantWorld
 
 

@@ -15,11 +15,11 @@ from fastapi.testclient import TestClient
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dealbase.db.database import Database
 from dealbase.graphql_api.compiled import PreparedRead
 from dealbase.graphql_api.context import GraphQLContext
 from dealbase.graphql_api.execution import CompilingExecutionContext
 from dealbase.graphql_api.schema import DashboardSchema
-from dealbase.tenancy.database.connections import Database
 from tests.depth import SHARED_FIXTURES
 from tests.graphql_api.support import GRAPHQL
 from tests.graphql_api.test_compiled_reads import API, Shop, operations, shop

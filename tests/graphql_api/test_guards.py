@@ -15,8 +15,8 @@ from sqlalchemy import func, select, text
 
 from dealbase.app import create_app
 from dealbase.config import Settings
+from dealbase.db.database import Database
 from dealbase.platform.tables import customers, deals
-from dealbase.tenancy.database.connections import Database
 from tests.graphql_api import support
 from tests.support import TenantWorld
 

@@ -10,9 +10,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
+from dealbase.db.database import Database
 from dealbase.ops.admin import create_employee, issue_key
 from dealbase.platform.tables import activities, customers, deal_customers, deals
-from dealbase.tenancy.database.connections import Database
 from tests.graphql_api import support
 from tests.support import Credentials, TenantWorld
 

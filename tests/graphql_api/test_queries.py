@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from dealbase.db.database import Database
 from dealbase.ops.admin import create_employee
 from dealbase.platform.deals import service as deals_service
 from dealbase.platform.deals.models import DealCreate, DealPatch
 from dealbase.platform.pipeline.models import DEFAULT_STEPS
 from dealbase.platform.validation import validated
-from dealbase.tenancy.database.connections import Database
 from tests.graphql_api.support import codes_of, data_of, gql, tenant_wide_headers
 from tests.support import TenantWorld, build_tenant
 

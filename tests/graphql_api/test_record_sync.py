@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from dealbase.tenancy.database.connections import Database
+from dealbase.db.database import Database
 from tests.graphql_api.support import data_of, gql, tenant_wide_headers
 from tests.graphql_api.test_sync_deals_and_activities import (
     BATCH_ACTIVITIES,

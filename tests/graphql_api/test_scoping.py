@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from dealbase.db.database import Database
 from dealbase.ops import admin
-from dealbase.tenancy.database.connections import Database
 from tests.graphql_api.support import GRAPHQL, codes_of, data_of, gql, tenant_wide_headers
 from tests.support import TenantWorld, build_tenant
 

@@ -15,6 +15,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import event
 
+from dealbase.db.database import Database
+from dealbase.db.units import UnitOfWork
 from dealbase.ops.admin import create_employee
 from dealbase.platform.activities import service as activities_service
 from dealbase.platform.activities.models import ActivityFields
@@ -23,7 +25,6 @@ from dealbase.platform.deals.models import DealCreate, DealPatch
 from dealbase.platform.validation import validated
 from dealbase.platform.webhooks import deliveries
 from dealbase.platform.webhooks.delivery_models import Response
-from dealbase.tenancy.database.connections import Database, UnitOfWork
 from dealbase.tenancy.scope import Scope
 from tests.delivery_support import lease, record_all
 from tests.graphql_api.support import data_of

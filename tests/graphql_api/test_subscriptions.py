@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
+from dealbase.db.database import Database
 from dealbase.graphql_api.subscriptions import LiveContext
 from dealbase.platform.pipeline import service as pipeline
-from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.scope import Scope
 from tests.support import TenantWorld
 

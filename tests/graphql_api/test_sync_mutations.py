@@ -9,8 +9,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dealbase.config import Settings
+from dealbase.db.database import Database
 from dealbase.platform.batches.models import MAX_OPERATIONS
-from dealbase.tenancy.database.connections import Database
 from tests.graphql_api.support import codes_of, data_of, gql, tenant_wide_headers
 from tests.rest_api.rate_limit_support import State, serving, state
 from tests.support import FakeClock, TenantWorld

@@ -9,8 +9,8 @@ from typing import Any
 from fastapi.testclient import TestClient
 from strawberry.utils.str_converters import to_camel_case
 
+from dealbase.db.database import Database
 from dealbase.platform.webhooks.delivery_models import Response
-from dealbase.tenancy.database.connections import Database
 from tests.delivery_support import lease, record, scan
 from tests.graphql_api.support import codes_of, data_of, gql, tenant_wide_headers
 from tests.support import Credentials, TenantWorld

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from dealbase.db.database import Database
 from dealbase.migrations.runner import upgrade_control
-from dealbase.tenancy.database.connections import Database
 from tests.support import scratch_database
 
 

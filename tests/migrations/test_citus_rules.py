@@ -13,12 +13,12 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
+from dealbase.db.database import Database
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields, CustomerPatch
 from dealbase.platform.webhooks import deliveries
 from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields
-from dealbase.tenancy.database.connections import Database
 from dealbase.worker.spares import SpareSchemaKeeper
 from tests.ops.conftest import invoke_cli
 from tests.support import TenantWorld, scratch_database

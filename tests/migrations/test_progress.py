@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dealbase.tenancy.database.connections import Database
+from dealbase.db.database import Database
 from dealbase.tenancy.registry.tenants import create_tenant
 
 DEALBASE = Path(sys.executable).parent / "dealbase"

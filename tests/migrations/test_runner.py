@@ -15,10 +15,10 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
+from dealbase.db.database import Database
 from dealbase.migrations.runner import head_revision, upgrade_tenant
 from dealbase.ops import admin
-from dealbase.tenancy.database.connections import Database
-from dealbase.tenancy.database.control_tables import CONTROL_SCHEMA
+from dealbase.tenancy.control_tables import CONTROL_SCHEMA
 from dealbase.tenancy.registry.tenants import Tenant, create_tenant
 from tests.ops.conftest import CliRun, invoke_cli
 

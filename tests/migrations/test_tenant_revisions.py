@@ -8,13 +8,13 @@ import uuid
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
 
+from dealbase.db.database import Database
 from dealbase.migrations.runner import upgrade_tenant
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.events import service as events
 from dealbase.platform.events.models import EventFilter
 from dealbase.platform.validation import validated
-from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.scope import Scope
 
 

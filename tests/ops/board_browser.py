@@ -29,8 +29,8 @@ from uvicorn import Config, Server
 
 from dealbase.app import create_app
 from dealbase.config import Settings
+from dealbase.db.database import Database
 from dealbase.ops import admin
-from dealbase.tenancy.database.connections import Database
 from tests.support import IN_CI, Credentials, TenantWorld, free_port
 
 if TYPE_CHECKING:

@@ -20,11 +20,11 @@ from graphql import build_schema as build_graphql_core_schema
 from graphql import parse, validate
 
 from dealbase.config import Settings
+from dealbase.db.database import Database
 from dealbase.graphql_api.guards import estimate_cost
 from dealbase.graphql_api.schema import build_schema
 from dealbase.ops import admin
 from dealbase.ops.web_pages.pages import BOARD_DIRECTORY
-from dealbase.tenancy.database.connections import Database
 from tests.ops.board_browser import (
     LOCALE,
     SEEDED,

@@ -16,13 +16,13 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select, update
 
 from dealbase.config import load_settings
+from dealbase.db.database import Database
 from dealbase.graphql_api.live.protocol import MAX_MESSAGE_BYTES
 from dealbase.ops import admin, serving
 from dealbase.ops.cli import SERVER_GC_YOUNG_THRESHOLD
 from dealbase.tenancy.callers.api_keys import parse_api_key, record_uses
 from dealbase.tenancy.callers.authentication import KeyCache
-from dealbase.tenancy.database.connections import Database
-from dealbase.tenancy.database.control_tables import api_keys
+from dealbase.tenancy.control_tables import api_keys
 from dealbase.tenancy.scope import schema_for_tenant
 from tests.ops.conftest import CliRun, RunCli, invoke_cli
 from tests.support import TenantWorld, scratch_database, writes_raise

@@ -16,12 +16,12 @@ import pytest
 from fastapi.testclient import TestClient
 from psycopg import sql
 
+from dealbase.db.database import Database
 from dealbase.migrations.runner import head_revision, upgrade_control
 from dealbase.ops import admin, export
 from dealbase.ops.export import client_tool, export_jsonl, export_pg_dump
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
-from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.registry.tenants import create_tenant
 from tests.ops.conftest import CliRun, RunCli
 from tests.support import TenantWorld, non_superuser_login, scratch_database

@@ -29,8 +29,8 @@ import httpx
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
+from dealbase.db.database import Database
 from dealbase.ops import admin
-from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.scope import Rate
 from tests.support import (
     SERVER_START_TIMEOUT_S,

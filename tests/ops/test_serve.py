@@ -33,7 +33,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
-from dealbase.tenancy.database.connections import Database, application_name
+from dealbase.db.database import Database, application_name
 from tests.support import (
     DEALBASE,
     SERVER_START_TIMEOUT_S,

@@ -18,10 +18,10 @@ import psycopg
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
+from dealbase.db.database import libpq_url
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.validation import validated
-from dealbase.tenancy.database.connections import libpq_url
 from dealbase.tenancy.scope import Scope
 from tests.support import (
     SERVER_START_TIMEOUT_S,

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from dealbase.tenancy.database.connections import Database
+from dealbase.db.database import Database
 from tests.ops.conftest import CliRun, RunCli, invoke_cli
 from tests.support import DEALBASE, TenantWorld, schema_and_role_exist, scratch_database
 

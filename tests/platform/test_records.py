@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from dealbase.db.database import Database
+from dealbase.db.units import UnitOfWork
 from dealbase.errors import Invalid, NotFound
 from dealbase.platform import records
 from dealbase.platform.activities import service as activities
@@ -23,7 +25,6 @@ from dealbase.platform.deals.models import DealCreate
 from dealbase.platform.events import service as events
 from dealbase.platform.events.models import EventFilter
 from dealbase.platform.tables import steps
-from dealbase.tenancy.database.connections import Database, UnitOfWork
 from dealbase.tenancy.scope import Scope
 from tests.support import TenantWorld
 

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
+from dealbase.db.database import Database
 from dealbase.ops.admin import create_employee
 from dealbase.platform.activities import service as activities
 from dealbase.platform.activities.models import ActivityFields, ActivityFilter
@@ -28,7 +29,6 @@ from dealbase.platform.resources import activity_json, customer_json, deal_json
 from dealbase.platform.tables import events
 from dealbase.platform.validation import validated
 from dealbase.rest_api.schemas import DepartmentOut, StepList
-from dealbase.tenancy.database.connections import Database
 from tests.depth import SHARED_FIXTURES
 from tests.support import TenantWorld
 

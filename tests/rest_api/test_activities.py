@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from dealbase.db.database import Database
 from dealbase.ops.admin import create_employee
-from dealbase.tenancy.database.connections import Database
 from tests.support import Credentials, TenantWorld, build_tenant
 
 API = "/api/v1/integration"

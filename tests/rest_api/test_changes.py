@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from dealbase.db.database import Database
 from dealbase.ops import admin
-from dealbase.tenancy.database.connections import Database
 from tests.support import TenantWorld
 
 API = "/api/v1/integration"

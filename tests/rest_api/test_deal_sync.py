@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from dealbase.db.database import Database
 from dealbase.ops import admin
-from dealbase.tenancy.database.connections import Database
 from tests.rest_api.test_events import all_events
 from tests.support import TenantWorld
 

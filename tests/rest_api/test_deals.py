@@ -8,8 +8,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
+from dealbase.db.database import Database
 from dealbase.platform.tables import customers, deal_customers, deals
-from dealbase.tenancy.database.connections import Database
 from tests.support import TenantWorld
 
 DEALS = "/api/v1/integration/deals"

@@ -9,11 +9,11 @@ from typing import Any
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select, text, update
 
+from dealbase.db.database import Database
 from dealbase.ops import admin
 from dealbase.platform.idempotency import repository as idempotency_records
 from dealbase.platform.tables import customers
 from dealbase.platform.tables import idempotency_records as records_table
-from dealbase.tenancy.database.connections import Database
 from tests.support import TenantWorld
 
 API = "/api/v1/integration"

@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
-from dealbase.tenancy.database.connections import Database
+from dealbase.db.database import Database
 from tests.support import Credentials, TenantWorld
 
 API = "/api/v1/integration"

@@ -17,11 +17,11 @@ import jsonschema_rs
 import pytest
 from fastapi.testclient import TestClient
 
+from dealbase.db.database import Database
 from dealbase.ops.admin import create_employee
 from dealbase.platform.event_types import EVENT_TYPES
 from dealbase.platform.webhooks.delivery_models import TEST_EVENT_TYPE
 from dealbase.rest_api.openapi import carries_changes
-from dealbase.tenancy.database.connections import Database
 from tests.support import TenantWorld
 
 API = "/api/v1/integration"

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from dealbase.tenancy.database.connections import Database
+from dealbase.db.database import Database
 from tests.redis_support import RedisServer, redis_server
 from tests.rest_api.rate_limit_support import (
     CUSTOMERS,

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from dealbase.db.database import Database
 from dealbase.platform.batches.models import MAX_OPERATIONS
-from dealbase.tenancy.database.connections import Database
 from tests.rest_api.records_support import API, RECORDS, SyncedApi
 from tests.support import TenantWorld
 

@@ -15,10 +15,10 @@ from fastapi.testclient import TestClient
 from httpx import Response
 
 from dealbase.config import Settings
-from dealbase.tenancy.database.connections import PREPARE_AFTER
+from dealbase.db.database import PREPARE_AFTER
+from tests.db.test_statements import pipelines_sent
 from tests.rest_api.test_events import API
 from tests.support import TenantWorld
-from tests.tenancy.database.test_statements import pipelines_sent
 
 
 @contextmanager

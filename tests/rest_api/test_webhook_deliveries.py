@@ -17,11 +17,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
+from dealbase.db.database import Database
 from dealbase.platform.resources import format_timestamp
 from dealbase.platform.webhooks.delivery_models import Outgoing, Response
 from dealbase.rest_api.schemas import TIMESTAMP_PATTERN, WebhookDeliveryOut
-from dealbase.tenancy.database.connections import Database
-from dealbase.tenancy.database.control_tables import webhook_wakeups
+from dealbase.tenancy.control_tables import webhook_wakeups
 from tests.delivery_support import lease, record, scan
 from tests.support import Credentials, TenantWorld
 

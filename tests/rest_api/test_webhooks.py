@@ -15,9 +15,9 @@ from sqlalchemy import select
 
 from dealbase.app import create_app
 from dealbase.config import Settings
+from dealbase.db.database import Database
 from dealbase.platform.event_types import EVENT_TYPES
 from dealbase.platform.tables import webhook_endpoints
-from dealbase.tenancy.database.connections import Database
 from tests.support import Credentials, TenantWorld
 
 API = "/api/v1/integration"

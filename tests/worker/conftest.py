@@ -17,11 +17,11 @@ from typing import Any, TypeVar
 import orjson
 import pytest
 
+from dealbase.db.database import Database
 from dealbase.migrations.runner import upgrade_control
 from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.addresses import AddressPolicy
 from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields, WithSecret
-from dealbase.tenancy.database.connections import Database
 from dealbase.worker.delivery import DeliveryWorker
 from dealbase.worker.limits import WorkerLimits
 from dealbase.worker.sending import Sender

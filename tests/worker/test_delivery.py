@@ -16,6 +16,8 @@ import pytest
 from sqlalchemy import func, text, update
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from dealbase.db.database import Database
+from dealbase.db.statements import TenantConnection
 from dealbase.ops import admin
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields, CustomerPatch
@@ -28,9 +30,7 @@ from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.addresses import AddressPolicy
 from dealbase.platform.webhooks.delivery_models import Delivery
 from dealbase.platform.webhooks.models import Checked, WebhookEndpointPatch
-from dealbase.tenancy.database.connections import Database
-from dealbase.tenancy.database.control_tables import CONTROL_SCHEMA
-from dealbase.tenancy.database.statements import TenantConnection
+from dealbase.tenancy.control_tables import CONTROL_SCHEMA
 from dealbase.tenancy.scope import Scope
 from dealbase.worker import delivery as worker_delivery
 from dealbase.worker.delivery import DeliveryWorker

@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 from sqlalchemy import func, select, text
 
-from dealbase.tenancy.database.connections import Database
-from dealbase.tenancy.database.control_tables import webhook_wakeups
+from dealbase.db.database import Database
+from dealbase.tenancy.control_tables import webhook_wakeups
 from dealbase.worker.limits import WorkerLimits
 from tests.support import DEALBASE, SERVER_START_TIMEOUT_S, TenantWorld, free_port
 from tests.worker.conftest import Clock, Receiver, Workers, add_endpoint

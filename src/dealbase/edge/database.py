@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
+from dealbase.db.database import Database
 from dealbase.platform.webhooks.addresses import AddressPolicy
-from dealbase.tenancy.database.connections import Database
 
 
 def database_of(request: Request) -> Database:

@@ -9,11 +9,11 @@ from fastapi import Request
 from pydantic import BaseModel
 from starlette.responses import Response
 
+from dealbase.db.units import AfterCommit, UnitOfWork
 from dealbase.edge.database import database_of
 from dealbase.edge.requests import idempotency_key
 from dealbase.platform.idempotency import service as idempotency
 from dealbase.platform.idempotency.models import StoredResponse
-from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
 from dealbase.tenancy.scope import Scope
 
 

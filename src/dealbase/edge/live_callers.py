@@ -15,6 +15,7 @@ from __future__ import annotations
 from anyio import to_thread
 from starlette.requests import HTTPConnection
 
+from dealbase.db.database import Database
 from dealbase.errors import Unauthenticated
 from dealbase.tenancy.callers.api_keys import (
     AUTHENTICATION_FAILED,
@@ -23,7 +24,6 @@ from dealbase.tenancy.callers.api_keys import (
     scope_for_request,
 )
 from dealbase.tenancy.callers.authentication import Authenticator
-from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.rate_limits.admission import Admission
 from dealbase.tenancy.rate_limits.failure_allowance import FailureAllowance, client_address
 from dealbase.tenancy.scope import Scope

@@ -9,10 +9,12 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import psycopg
 from fastapi import Request
 from strawberry.fastapi import BaseContext
 
+from dealbase.db.database import Database, run_on_event_loop
+from dealbase.db.faults import DriverError
+from dealbase.db.units import AfterCommit, UnitOfWork
 from dealbase.edge.callers import charge_batch, dashboard_scope
 from dealbase.edge.database import webhook_addresses_of
 from dealbase.errors import Unauthenticated
@@ -20,12 +22,6 @@ from dealbase.platform.pipeline import service as pipeline
 from dealbase.platform.validation import department_of
 from dealbase.platform.webhooks.addresses import AddressPolicy
 from dealbase.tenancy.callers.api_keys import AUTHENTICATION_FAILED
-from dealbase.tenancy.database.connections import (
-    AfterCommit,
-    Database,
-    UnitOfWork,
-    run_on_event_loop,
-)
 from dealbase.tenancy.scope import Scope
 
 T = TypeVar("T")
@@ -69,7 +65,7 @@ class GraphQLContext(BaseContext):
                 )
             try:
                 return await run_on_event_loop(work, self._reading.narrowed_to(narrowed))
-            except (psycopg.Error, asyncio.CancelledError) as failed:
+            except (DriverError, asyncio.CancelledError) as failed:
                 # The statement failed the transaction (a lock or statement timeout), or psycopg
                 # cancelled it on the server because the field was cancelled (graphql-core
                 # cancels a query's other root fields when a non-null one fails): it ends as a

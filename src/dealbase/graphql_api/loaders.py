@@ -10,6 +10,7 @@ from typing import Any, TypeVar, cast
 
 from strawberry.dataloader import DataLoader
 
+from dealbase.db.units import UnitOfWork
 from dealbase.graphql_api.context import GraphQLContext
 from dealbase.platform.activities import service as activities
 from dealbase.platform.activities.models import Activity
@@ -19,7 +20,6 @@ from dealbase.platform.deals import service as deals
 from dealbase.platform.deals.models import Deal
 from dealbase.platform.pipeline import service as pipeline
 from dealbase.platform.pipeline.models import Employee, Step
-from dealbase.tenancy.database.connections import UnitOfWork
 
 V = TypeVar("V")
 

@@ -19,6 +19,7 @@ from strawberry.types.graphql import OperationType
 from strawberry.types.nodes import SelectedField, Selection
 
 from dealbase.config import Settings
+from dealbase.db.units import UnitOfWork
 from dealbase.errors import Invalid
 from dealbase.graphql_api import loaders
 from dealbase.graphql_api.documents import DocumentCache, DocumentGuard
@@ -91,7 +92,6 @@ from dealbase.platform.validation import validated
 from dealbase.platform.webhooks import deliveries
 from dealbase.platform.webhooks import service as webhooks
 from dealbase.platform.webhooks.models import WebhookEndpointFields, WebhookEndpointPatch
-from dealbase.tenancy.database.connections import UnitOfWork
 
 Item = TypeVar("Item")
 Node = TypeVar("Node")

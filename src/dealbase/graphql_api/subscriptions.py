@@ -19,6 +19,7 @@ from typing import Any, TypeVar, cast
 import strawberry
 from strawberry.scalars import JSON
 
+from dealbase.db.units import UnitOfWork
 from dealbase.errors import Invalid
 from dealbase.graphql_api.context import GraphQLContext
 from dealbase.graphql_api.types import GraphQLInfo, PipelineStep
@@ -35,7 +36,6 @@ from dealbase.platform.live.hub import (
     resource_of,
 )
 from dealbase.platform.validation import department_of
-from dealbase.tenancy.database.connections import UnitOfWork
 from dealbase.tenancy.scope import Scope
 
 T = TypeVar("T")

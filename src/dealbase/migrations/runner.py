@@ -38,16 +38,16 @@ from sqlalchemy import (
 )
 from sqlalchemy.pool import QueuePool
 
-from dealbase.tenancy.database.connections import sqlalchemy_url
-from dealbase.tenancy.database.control_tables import CONTROL_SCHEMA, spare_schemas, tenants
-from dealbase.tenancy.database.roles import (
+from dealbase.db.database import sqlalchemy_url
+from dealbase.tenancy.control_tables import CONTROL_SCHEMA, spare_schemas, tenants
+from dealbase.tenancy.roles import (
     MIGRATION_TABLE,
     TENANT_OWNER_ROLE,
     ensure_roles,
     ensure_shared_roles,
     repair_grants,
-    tenant_role,
 )
+from dealbase.tenancy.scope import tenant_role
 
 _TREES = Path(__file__).parent
 # Alembic's op and context are process-wide proxies: one run of a tree (the control schema's, or

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from dealbase.db.database import Database
 from dealbase.migrations.runner import drop_tenant_role
 from dealbase.platform.pipeline import service as pipeline
 from dealbase.platform.pipeline.models import Department, DepartmentCreate, Employee, EmployeeCreate
 from dealbase.platform.validation import validated
 from dealbase.tenancy.callers import api_keys
 from dealbase.tenancy.callers.api_keys import AuditRecord, IssuedKey, KeyInfo
-from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.registry import lifecycle
 from dealbase.tenancy.registry.lifecycle import DeletedTenant
 from dealbase.tenancy.registry.tenants import Tenant, create_tenant, find_tenant_by_name, get_tenant

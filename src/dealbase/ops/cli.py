@@ -26,6 +26,8 @@ from sqlalchemy.exc import DBAPIError
 from typer.core import TyperGroup
 
 from dealbase.config import Settings, SettingsError, load_settings, parse_rate
+from dealbase.db.database import Database, DatabaseLimits
+from dealbase.db.faults import is_transient
 from dealbase.errors import DomainError, Invalid
 from dealbase.migrations.runner import (
     TenantMigration,
@@ -41,10 +43,9 @@ from dealbase.ops.observability import configure_logging
 from dealbase.platform.resources import format_timestamp
 from dealbase.platform.webhooks.addresses import AddressPolicy
 from dealbase.tenancy.callers.api_keys import MAX_KEY_LIFETIME, AuditRecord, KeyInfo
-from dealbase.tenancy.database.connections import Database, DatabaseLimits, is_transient
-from dealbase.tenancy.database.roles import inheriting_login_role
 from dealbase.tenancy.registry.placement import Node, TransferMode, move_tenant, rebalance
 from dealbase.tenancy.registry.tenants import Tenant, create_tenant, list_tenants
+from dealbase.tenancy.roles import inheriting_login_role
 from dealbase.tenancy.scope import Rate
 from dealbase.worker.limits import WorkerLimits
 

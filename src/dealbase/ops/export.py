@@ -30,11 +30,11 @@ from psycopg import Connection, sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import TupleRow
 
+from dealbase.db.database import Database, libpq_url
 from dealbase.platform.resources import format_timestamp
-from dealbase.tenancy.database.connections import Database, libpq_url
-from dealbase.tenancy.database.roles import MIGRATION_TABLE, TENANT_OWNER_ROLE, tenant_role
 from dealbase.tenancy.registry.tenants import Tenant
-from dealbase.tenancy.scope import checked_schema_name
+from dealbase.tenancy.roles import MIGRATION_TABLE, TENANT_OWNER_ROLE
+from dealbase.tenancy.scope import checked_schema_name, tenant_role
 
 MANIFEST = "manifest.json"
 # Not the tenant's data: the migrations' bookkeeping, and a cache of responses to replay.

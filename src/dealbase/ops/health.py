@@ -10,9 +10,10 @@ import orjson
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
+from dealbase.db.database import Database
+from dealbase.db.faults import RETRY_AFTER_SECONDS
 from dealbase.edge.problems import problem
 from dealbase.errors import Unavailable
-from dealbase.tenancy.database.connections import RETRY_AFTER_SECONDS, Database
 from dealbase.tenancy.rate_limits.limiter import RateLimiterUnavailable, RedisLimiter
 
 

@@ -53,9 +53,9 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSON, JSONB, UUID, array
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import CompoundSelect, FromClause, NamedFromClause
 
+from dealbase.db.statements import built_once
 from dealbase.platform.event_types import EventType
 from dealbase.platform.events.repository import recorded_rows
-from dealbase.tenancy.database.statements import built_once
 
 # The record's JSON made by PostgreSQL from a row of its table, or of a CTE returning its
 # columns (``resources.customer_json_kept_sql``, ``deal_json_text_sql``...), as text.

@@ -23,6 +23,9 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 from pydantic import BaseModel
 from sqlalchemy import ColumnElement, Table
 
+from dealbase.db.faults import Fault
+from dealbase.db.statements import Deferred, Record
+from dealbase.db.units import AfterCommit, RunAgain, UnitOfWork
 from dealbase.errors import DomainError, ExternalIdTaken, Invalid, Unavailable
 from dealbase.ids import new_ids
 from dealbase.platform import record_changes
@@ -38,9 +41,6 @@ from dealbase.platform.resources import JsonObject
 from dealbase.platform.rows import OwnedRows, external_id_taken, ids_in_department
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
-from dealbase.tenancy.database.connections import AfterCommit, RunAgain, UnitOfWork
-from dealbase.tenancy.database.faults import Fault
-from dealbase.tenancy.database.statements import Deferred, Record
 
 
 class Owned(Protocol):

@@ -25,10 +25,10 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import Insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
+from dealbase.db.faults import Fault, faults_meaning
+from dealbase.db.statements import Record, TenantConnection
 from dealbase.errors import ExternalIdTaken, NotFound, PreconditionFailed
 from dealbase.platform.versioning import Expected
-from dealbase.tenancy.database.faults import Fault, faults_meaning
-from dealbase.tenancy.database.statements import Record, TenantConnection
 
 # The prefix of the previous values' columns in what OwnedRows.update's statement returns.
 _BEFORE = "before_"

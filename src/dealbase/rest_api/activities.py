@@ -6,6 +6,7 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
+from dealbase.db.units import UnitOfWork
 from dealbase.edge.callers import AdmittedRoute, caller_of
 from dealbase.edge.database import database_of
 from dealbase.edge.idempotency import run_once
@@ -37,7 +38,6 @@ from dealbase.rest_api.schemas import (
     ActivityList,
     ActivityOut,
 )
-from dealbase.tenancy.database.connections import UnitOfWork
 
 router = APIRouter(prefix="/activities", tags=["activities"], route_class=AdmittedRoute)
 

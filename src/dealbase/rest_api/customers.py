@@ -5,6 +5,7 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
+from dealbase.db.units import AfterCommit, UnitOfWork
 from dealbase.edge.callers import AdmittedRoute, caller_of
 from dealbase.edge.database import database_of
 from dealbase.edge.idempotency import run_once
@@ -41,7 +42,6 @@ from dealbase.rest_api.schemas import (
     CustomerList,
     CustomerOut,
 )
-from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
 
 router = APIRouter(prefix="/customers", tags=["customers"], route_class=AdmittedRoute)
 

@@ -6,6 +6,7 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
+from dealbase.db.units import AfterCommit, UnitOfWork
 from dealbase.edge.callers import AdmittedRoute, caller_of
 from dealbase.edge.database import database_of
 from dealbase.edge.idempotency import run_once
@@ -42,7 +43,6 @@ from dealbase.rest_api.responses import (
     resource_response,
 )
 from dealbase.rest_api.schemas import DealBatch, DealBatchResults, DealList, DealOut
-from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
 
 router = APIRouter(prefix="/deals", tags=["deals"], route_class=AdmittedRoute)
 

@@ -20,6 +20,7 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 from starlette.responses import Response
 
+from dealbase.db.units import AfterCommit, UnitOfWork
 from dealbase.edge.callers import caller_of, charge_batch
 from dealbase.edge.database import database_of
 from dealbase.edge.idempotency import run_once
@@ -49,7 +50,6 @@ from dealbase.rest_api.responses import (
     no_content,
     resource_response,
 )
-from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
 
 
 class Identified(Versioned, Protocol):

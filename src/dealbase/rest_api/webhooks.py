@@ -5,6 +5,7 @@ import uuid
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from dealbase.db.units import UnitOfWork
 from dealbase.edge.callers import AdmittedRoute, caller_of
 from dealbase.edge.database import database_of, webhook_addresses_of
 from dealbase.edge.idempotency import run_once
@@ -28,7 +29,6 @@ from dealbase.rest_api.schemas import (
     WebhookEndpointOut,
     WebhookEndpointWithSecretOut,
 )
-from dealbase.tenancy.database.connections import UnitOfWork
 
 router = APIRouter(prefix="/webhooks", tags=["webhooks"], route_class=AdmittedRoute)
 

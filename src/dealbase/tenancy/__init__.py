@@ -1,8 +1,8 @@
 """Who is calling and where their data lives, one subpackage for each thing it holds:
 
 - ``scope``: the request's Scope (tenant, schema, department, what the key may do);
-- ``database``: the database runtime (the pool, the tenant-bound units of work, statements,
-  the tenant roles and the control schema's tables), on which the migrations stand;
+- ``roles`` and ``control_tables``: the tenant roles and the control schema's tables, on
+  which the migrations stand (the database runtime itself is ``dealbase.db``);
 - ``callers``: API keys and the authentication of a request's caller;
 - ``rate_limits``: the limits of keys, tenants and failed authentications, and admission;
 - ``coordination``: what the workers of all processes share (wakeups, periodic tasks);

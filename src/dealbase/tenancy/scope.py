@@ -18,6 +18,11 @@ def checked_schema_name(schema: str) -> str:
     return schema
 
 
+def tenant_role(schema: str) -> str:
+    """The tenant's role: its schema's name, checked to be one (it reaches SQL as an identifier)."""
+    return checked_schema_name(schema)
+
+
 def schema_for_tenant(tenant_id: uuid.UUID) -> str:
     """The tenant's schema name, derived from its id (and nothing a client controls)."""
     return f"t_{tenant_id.hex}"

@@ -19,6 +19,8 @@ from functools import partial
 import structlog
 from prometheus_client import Counter, Histogram
 
+from dealbase.db.database import Database
+from dealbase.db.units import UnitOfWork
 from dealbase.errors import DomainError, Unavailable
 from dealbase.platform.events import service as events
 from dealbase.platform.webhooks import deliveries
@@ -26,7 +28,6 @@ from dealbase.platform.webhooks.delivery_models import Outgoing, Sent
 from dealbase.platform.webhooks.retries import Jitter, random_jitter
 from dealbase.tenancy.coordination import wakeups
 from dealbase.tenancy.coordination.worker_tasks import claim_task
-from dealbase.tenancy.database.connections import Database, UnitOfWork
 from dealbase.tenancy.registry.tenants import Tenant, list_tenants
 from dealbase.tenancy.scope import Scope
 from dealbase.worker.limits import WorkerLimits

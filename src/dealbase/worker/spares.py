@@ -8,8 +8,8 @@ from datetime import timedelta
 
 import structlog
 
+from dealbase.db.database import Database
 from dealbase.errors import DomainError
-from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.registry.spare_schemas import prepare_spare_schema
 
 log = structlog.get_logger("dealbase.worker")

@@ -21,9 +21,9 @@ from fastapi.testclient import TestClient
 
 from dealbase.app import create_app
 from dealbase.config import Settings
+from dealbase.db.database import Database
 from dealbase.errors import RateLimited
 from dealbase.ops import admin
-from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.rate_limits.admission import Admission
 from dealbase.tenancy.rate_limits.limiter import Verdict
 from dealbase.tenancy.scope import Rate, Scope

@@ -18,10 +18,10 @@ from fastapi.testclient import TestClient
 
 from dealbase.app import create_app
 from dealbase.config import Settings
+from dealbase.db.database import Database
 from dealbase.graphql_api.live import stream as live_stream
 from dealbase.graphql_api.live.service import LiveService
 from dealbase.ops import admin
-from dealbase.tenancy.database.connections import Database
 from tests.graphql_api.live_support import (
     API,
     BOARD,

@@ -23,11 +23,11 @@ from structlog.testing import capture_logs
 
 from dealbase.app import create_app
 from dealbase.config import Settings
+from dealbase.db.database import Database
 from dealbase.graphql_api.live import service as live_service
 from dealbase.graphql_api.live.service import LiveService
 from dealbase.ops import admin
 from dealbase.platform.live.hub import Ending
-from dealbase.tenancy.database.connections import Database
 from tests.graphql_api.live_support import (
     API,
     BOARD,

@@ -6,13 +6,14 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select, text
 
+from dealbase.db.database import Database
+from dealbase.db.units import UnitOfWork
 from dealbase.errors import Conflict
 from dealbase.platform.batches.service import savepoint
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.tables import customers as customers_table
 from dealbase.platform.validation import validated
-from dealbase.tenancy.database.connections import Database, UnitOfWork
 from tests.support import TenantWorld
 
 

@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Column, Table, select
 
+from dealbase.db.database import Database
+from dealbase.db.units import UnitOfWork
 from dealbase.platform.activities import service as activities_service
 from dealbase.platform.activities.models import ActivityFields
 from dealbase.platform.customers import service as customers_service
@@ -22,7 +24,6 @@ from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.deals import service as deals_service
 from dealbase.platform.deals.models import DealUpsert
 from dealbase.platform.tables import activities, customers, deals
-from dealbase.tenancy.database.connections import Database, UnitOfWork
 from dealbase.tenancy.scope import Scope
 from tests.support import TenantWorld, wait_until_a_transaction_waits_for_a_lock
 

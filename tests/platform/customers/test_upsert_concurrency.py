@@ -9,11 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import func, select
 
+from dealbase.db.database import Database
 from dealbase.platform.batches.models import Batch, Operation, Result
 from dealbase.platform.customers import service
 from dealbase.platform.customers.models import Customer
 from dealbase.platform.tables import customers
-from dealbase.tenancy.database.connections import Database
 from tests.support import TenantWorld
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import delete, func, select
 
+from dealbase.db.database import Database
 from dealbase.errors import Conflict, ExternalIdTaken
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
@@ -22,7 +23,6 @@ from dealbase.platform.tables import customers as customers_table
 from dealbase.platform.tables import deal_customers, events, steps
 from dealbase.platform.tables import deals as deals_table
 from dealbase.platform.validation import validated
-from dealbase.tenancy.database.connections import Database
 from tests.platform.test_resources import EVERY_FIELD
 from tests.support import TenantWorld, wait_until_a_transaction_waits_for_a_lock
 

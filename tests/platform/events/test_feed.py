@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from dealbase.db.database import Database
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.events import repository
@@ -16,7 +17,6 @@ from dealbase.platform.events import service as events
 from dealbase.platform.events.models import Event, EventFilter
 from dealbase.platform.live.hub import Hub
 from dealbase.platform.validation import department_of, validated
-from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.scope import Scope
 from tests.support import TenantWorld, wait_until_a_transaction_waits_for_a_lock
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import pytest
 from sqlalchemy import delete, func, select, text, update
 
+from dealbase.db.database import Database
+from dealbase.db.units import UnitOfWork
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.deals import service as deals
@@ -23,8 +25,7 @@ from dealbase.platform.tables import events as events_table
 from dealbase.platform.validation import validated
 from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields
-from dealbase.tenancy.database.connections import Database, UnitOfWork
-from dealbase.tenancy.database.control_tables import webhook_wakeups
+from dealbase.tenancy.control_tables import webhook_wakeups
 from dealbase.tenancy.scope import Scope
 from tests.support import TenantWorld
 

@@ -8,6 +8,7 @@ import asyncio
 import threading
 import uuid
 
+from dealbase.db.database import Database
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.deals import service as deals
@@ -16,7 +17,6 @@ from dealbase.platform.events import service as events
 from dealbase.platform.events.models import Event, EventFilter
 from dealbase.platform.live.hub import BoardUpdate, Ended, Ending, Hub, Limits, Resource
 from dealbase.platform.validation import validated
-from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.scope import Scope
 from tests.support import TenantWorld
 

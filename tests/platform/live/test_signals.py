@@ -10,14 +10,14 @@ from collections.abc import Callable
 
 import psycopg
 
+from dealbase.db.database import Database, libpq_url
+from dealbase.db.notifications import Notifications
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.events import repository as events_repository
 from dealbase.platform.live.signals import Signals
 from dealbase.platform.validation import validated
 from dealbase.tenancy.callers.api_keys import KEY_CHANGES_CHANNEL
-from dealbase.tenancy.database.connections import Database, libpq_url
-from dealbase.tenancy.database.notifications import Notifications
 from dealbase.tenancy.scope import Scope
 from tests.support import TenantWorld
 

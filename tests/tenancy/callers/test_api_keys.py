@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import func, select
 
+from dealbase.db.database import Database
 from dealbase.errors import Conflict, Invalid, NotFound
 from dealbase.ops import admin
 from dealbase.platform.resources import format_timestamp
@@ -23,8 +24,7 @@ from dealbase.tenancy.callers.api_keys import (
     load_credentials,
     parse_api_key,
 )
-from dealbase.tenancy.database.connections import Database
-from dealbase.tenancy.database.control_tables import api_key_audit, api_keys
+from dealbase.tenancy.control_tables import api_key_audit, api_keys
 from dealbase.tenancy.scope import Rate
 from tests.support import TenantWorld
 

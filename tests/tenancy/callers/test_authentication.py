@@ -14,11 +14,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, update
 
+from dealbase.db.database import Database
 from dealbase.ops import admin
 from dealbase.tenancy.callers.api_keys import KeyInfo
 from dealbase.tenancy.callers.authentication import Authenticator
-from dealbase.tenancy.database.connections import Database
-from dealbase.tenancy.database.control_tables import api_keys
+from dealbase.tenancy.control_tables import api_keys
 from tests.support import TenantWorld
 
 CUSTOMERS = "/api/v1/integration/customers"

@@ -13,13 +13,13 @@ import structlog
 from sqlalchemy import text
 from structlog.testing import LogCapture
 
+from dealbase.db import notifications
+from dealbase.db.database import Database
+from dealbase.db.notifications import Notifications
 from dealbase.errors import TenantSuspended, Unauthenticated
 from dealbase.ops import admin
 from dealbase.tenancy.callers.api_keys import KEY_CHANGES_CHANNEL, load_credentials, parse_api_key
 from dealbase.tenancy.callers.authentication import Authenticator, KeyCache, KeyChangeListener
-from dealbase.tenancy.database import notifications
-from dealbase.tenancy.database.connections import Database
-from dealbase.tenancy.database.notifications import Notifications
 from tests.support import TenantWorld
 
 # How long a test waits for the listener (a notice, a reconnection) before it fails: a bound for

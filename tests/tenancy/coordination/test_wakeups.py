@@ -11,9 +11,9 @@ import psycopg
 import pytest
 from sqlalchemy import delete, select, text
 
+from dealbase.db.database import Database
+from dealbase.tenancy.control_tables import webhook_wakeups
 from dealbase.tenancy.coordination import wakeups
-from dealbase.tenancy.database.connections import Database
-from dealbase.tenancy.database.control_tables import webhook_wakeups
 from tests.support import TenantWorld
 
 LEASE = timedelta(minutes=1)

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from dealbase.db.database import Database
 from dealbase.errors import Conflict, Invalid, NotFound
 from dealbase.migrations.runner import lock_schema, upgrade_control, upgrade_tenant
 from dealbase.ops import admin
 from dealbase.tenancy.callers.api_keys import list_audit, list_keys, load_credentials
+from dealbase.tenancy.control_tables import tenant_audit, tenants, webhook_wakeups
 from dealbase.tenancy.coordination import wakeups
-from dealbase.tenancy.database.connections import Database
-from dealbase.tenancy.database.control_tables import tenant_audit, tenants, webhook_wakeups
 from dealbase.tenancy.registry import lifecycle
 from dealbase.tenancy.registry.tenants import (
     create_tenant,

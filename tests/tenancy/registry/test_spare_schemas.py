@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from dealbase.db.database import Database
 from dealbase.errors import Conflict
 from dealbase.migrations.runner import head_revision, upgrade_control, upgrade_tenant
 from dealbase.ops import admin
-from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.registry.spare_schemas import prepare_spare_schema
 from dealbase.tenancy.registry.tenants import create_tenant
 from dealbase.tenancy.scope import schema_for_tenant

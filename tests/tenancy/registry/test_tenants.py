@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
+from dealbase.db.database import Database
 from dealbase.errors import Conflict, Invalid
 from dealbase.migrations.runner import current_revision, head_revision
-from dealbase.tenancy.database.connections import Database
 from dealbase.tenancy.registry.tenants import create_tenant, list_tenants
 
 

@@ -16,6 +16,8 @@ import structlog
 from starlette.requests import HTTPConnection
 
 from dealbase.config import Settings
+from dealbase.db.database import Database
+from dealbase.db.notifications import Notifications
 from dealbase.edge.live_callers import still_admitted
 from dealbase.errors import DomainError, RateLimited, Unavailable
 from dealbase.graphql_api.live.execution import sharing_results
@@ -35,8 +37,6 @@ from dealbase.platform.live.hub import Ending, Hub, Limits
 from dealbase.platform.live.signals import Signals
 from dealbase.tenancy.callers.api_keys import TENANT_NOTICE_PREFIX
 from dealbase.tenancy.callers.authentication import Authenticator
-from dealbase.tenancy.database.connections import Database
-from dealbase.tenancy.database.notifications import Notifications
 from dealbase.tenancy.rate_limits.admission import Admission
 from dealbase.tenancy.rate_limits.limiter import Verdict
 from dealbase.tenancy.scope import Scope

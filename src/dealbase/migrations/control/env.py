@@ -2,7 +2,7 @@
 
 from alembic import context
 
-from dealbase.tenancy.database.control_tables import CONTROL_SCHEMA
+from dealbase.tenancy.control_tables import CONTROL_SCHEMA
 
 connection = context.config.attributes["connection"]
 context.configure(connection=connection, version_table_schema=CONTROL_SCHEMA)

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import Select, bindparam, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 
+from dealbase.db.statements import Record, TenantConnection, built_once
 from dealbase.ids import new_id
 from dealbase.platform.activities.models import Activity, ActivityFilter
 from dealbase.platform.listing import BY_ID, ListFilters, Rule, Shape, equal
@@ -15,7 +16,6 @@ from dealbase.platform.pagination import PageRequest
 from dealbase.platform.resources import activity_json_text_sql
 from dealbase.platform.rows import OwnedRows, in_bound_department, owned_by
 from dealbase.platform.tables import activities
-from dealbase.tenancy.database.statements import Record, TenantConnection, built_once
 
 # Its rows as every department-owned, versioned record's are read and written.
 rows = OwnedRows(activities, "activity")

@@ -5,6 +5,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
+from dealbase.db.units import AfterCommit, UnitOfWork
 from dealbase.errors import ExternalIdTaken
 from dealbase.platform import records
 from dealbase.platform.activities import repository
@@ -16,7 +17,6 @@ from dealbase.platform.resources import activity_json, activity_json_text_sql
 from dealbase.platform.tables import activities, customers, deals, employees
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
-from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
 
 RECORD: records.SyncedRecord[Activity, ActivityFields] = records.SyncedRecord(
     rows=repository.rows,

@@ -51,11 +51,11 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import CompoundSelect
 
+from dealbase.db.statements import built_once
 from dealbase.platform.batches import upserts
 from dealbase.platform.batches.upserts import CHANGE, DEPARTMENT, INSERT, UNCHANGED, Judging
 from dealbase.platform.events.repository import recorded_rows
 from dealbase.platform.record_changes import JsonSql, previous_values
-from dealbase.tenancy.database.statements import built_once
 
 _BUILT: dict[tuple[str, bool], CompoundSelect[Any]] = {}
 

@@ -13,11 +13,11 @@ from contextlib import contextmanager
 
 from sqlalchemy import text
 
+from dealbase.db.units import AfterCommit, UnitOfWork
 from dealbase.errors import BatchRejected, DomainError, Invalid
 from dealbase.platform.batches.models import Batch, Fields, Record, Result, Write
 from dealbase.platform.events import service as events
 from dealbase.platform.validation import validated
-from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
 
 # Applies writes (all valid) and answers a result for each, by index: every write's, or, when
 # one fails and the batch is atomic, those up to that one (``records.apply_writes``); now, or

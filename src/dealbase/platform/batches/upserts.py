@@ -45,12 +45,12 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSON, UUID, array
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import CTE, TableValuedAlias
 
+from dealbase.db.statements import built_once
 from dealbase.errors import DomainError, ExternalIdTaken, Invalid, PreconditionFailed
 from dealbase.ids import new_ids
 from dealbase.platform.batches.models import Fields, Write
 from dealbase.platform.record_changes import JsonSql
 from dealbase.platform.versioning import Expected
-from dealbase.tenancy.database.statements import built_once
 
 # What the rules make of a write (``judged``'s ``verdict``).
 INSERT = "insert"  # no record has its external id

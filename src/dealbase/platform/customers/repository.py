@@ -20,6 +20,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert
 
+from dealbase.db.statements import Deferred, Record, Rows, TenantConnection, built_once
 from dealbase.errors import ExternalIdTaken
 from dealbase.ids import new_ids
 from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
@@ -33,13 +34,6 @@ from dealbase.platform.rows import (
     owned_by,
 )
 from dealbase.platform.tables import customers, deal_customers
-from dealbase.tenancy.database.statements import (
-    Deferred,
-    Record,
-    Rows,
-    TenantConnection,
-    built_once,
-)
 
 # Its rows as every department-owned, versioned record's are read and written.
 rows = OwnedRows(customers, "customer")

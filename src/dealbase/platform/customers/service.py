@@ -6,6 +6,8 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
+from dealbase.db.statements import Deferred
+from dealbase.db.units import AfterCommit, UnitOfWork
 from dealbase.platform import records
 from dealbase.platform.batches.models import Batch, Result, single_upsert
 from dealbase.platform.customers import repository
@@ -20,8 +22,6 @@ from dealbase.platform.resources import (
 )
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
-from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
-from dealbase.tenancy.database.statements import Deferred
 
 T = TypeVar("T")
 

@@ -30,6 +30,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSON, UUID, aggregate_order_by
 
+from dealbase.db.faults import ErrorMeaning
+from dealbase.db.statements import Deferred, Record, TenantConnection, built_once
 from dealbase.ids import new_id, new_ids
 from dealbase.platform.customers.models import Customer
 from dealbase.platform.customers.repository import to_customer
@@ -51,13 +53,6 @@ from dealbase.platform.rows import (
     owned_by,
 )
 from dealbase.platform.tables import customers, deal_customers, deals, employees, steps
-from dealbase.tenancy.database.faults import ErrorMeaning
-from dealbase.tenancy.database.statements import (
-    Deferred,
-    Record,
-    TenantConnection,
-    built_once,
-)
 
 # Its rows as every department-owned, versioned record's are read and written.
 rows = OwnedRows(deals, "deal")

@@ -6,6 +6,9 @@ from contextlib import contextmanager
 
 from pydantic import BaseModel
 
+from dealbase.db.faults import Fault, faults_meaning
+from dealbase.db.statements import Deferred, Record
+from dealbase.db.units import AfterCommit, UnitOfWork
 from dealbase.errors import Conflict, ExternalIdTaken, Invalid, NotFound
 from dealbase.platform import records
 from dealbase.platform.activities import repository as activities_repository
@@ -25,9 +28,6 @@ from dealbase.platform.resources import deal_json, deal_json_text_sql
 from dealbase.platform.tables import employees, steps
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
-from dealbase.tenancy.database.connections import AfterCommit, UnitOfWork
-from dealbase.tenancy.database.faults import Fault, faults_meaning
-from dealbase.tenancy.database.statements import Deferred, Record
 
 
 @contextmanager

@@ -31,12 +31,12 @@ from sqlalchemy.sql.dml import ReturningInsert
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import CTE, CompoundSelect, Select
 
+from dealbase.db.statements import Record, TenantConnection, built_once
 from dealbase.platform.event_types import EventType
 from dealbase.platform.events.models import Event, EventFilter, NewEvent
 from dealbase.platform.resources import event_json_text_sql
 from dealbase.platform.tables import event_positions, event_sequence, events, webhook_endpoints
 from dealbase.tenancy.coordination.wakeups import WAKEUP
-from dealbase.tenancy.database.statements import Record, TenantConnection, built_once
 
 
 def _record_statement() -> Select[Any]:

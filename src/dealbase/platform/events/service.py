@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TypeVar
 
+from dealbase.db.units import UnitOfWork
 from dealbase.errors import Invalid
 from dealbase.ids import new_id
 from dealbase.platform.event_types import EventType
@@ -32,7 +33,6 @@ from dealbase.platform.events.models import (
 from dealbase.platform.pagination import page_size
 from dealbase.platform.resources import JsonObject
 from dealbase.platform.validation import department_of
-from dealbase.tenancy.database.connections import UnitOfWork
 
 RETENTION = timedelta(days=RETENTION_DAYS)
 R = TypeVar("R")

@@ -4,9 +4,9 @@ import uuid
 
 from sqlalchemy import ColumnElement, delete, func, insert, select
 
+from dealbase.db.statements import TenantConnection
 from dealbase.platform.idempotency.models import REPLAY_WINDOW, StoredResponse
 from dealbase.platform.tables import idempotency_records
-from dealbase.tenancy.database.statements import TenantConnection
 
 
 def try_lock(connection: TenantConnection, schema: str, api_key_id: uuid.UUID, key: str) -> bool:

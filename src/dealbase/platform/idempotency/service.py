@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dealbase.db.units import UnitOfWork
 from dealbase.errors import FieldError, Invalid
 from dealbase.platform.idempotency import repository
 from dealbase.platform.idempotency.models import (
@@ -8,7 +9,6 @@ from dealbase.platform.idempotency.models import (
     IdempotencyKeyReused,
     StoredResponse,
 )
-from dealbase.tenancy.database.connections import UnitOfWork
 
 FIELD = "Idempotency-Key"
 

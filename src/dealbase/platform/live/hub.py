@@ -30,13 +30,14 @@ from typing import Any
 import structlog
 from sqlalchemy import select
 
+from dealbase.db.database import Database
+from dealbase.db.units import UnitOfWork
 from dealbase.platform.events import service as events
 from dealbase.platform.events.models import Event, EventFilter
 from dealbase.platform.pipeline import service as pipeline
 from dealbase.platform.pipeline.models import StepTotals
 from dealbase.platform.tables import event_positions
 from dealbase.platform.validation import department_of
-from dealbase.tenancy.database.connections import Database, UnitOfWork
 from dealbase.tenancy.scope import Scope
 
 log = structlog.get_logger(__name__)

@@ -1,7 +1,7 @@
 """How server processes tell each other that a tenant committed events, and hear of key changes.
 
 The hub subscribes to the process's one ``LISTEN`` connection
-(``tenancy.database.notifications``) on two channels: ``dealbase_events``, whose payload is a
+(``db.notifications``) on two channels: ``dealbase_events``, whose payload is a
 tenant schema that committed events, and ``dealbase_api_keys``, the key and tenant changes the
 key cache hears too (live subscriptions of a revoked key or a suspended tenant are ended on it).
 
@@ -34,9 +34,9 @@ from typing import Any
 import structlog
 from anyio import to_thread
 
+from dealbase.db.notifications import Notifications, Notifier, Subscriber
 from dealbase.platform.events import repository as events_repository
 from dealbase.tenancy.callers.api_keys import KEY_CHANGES_CHANNEL
-from dealbase.tenancy.database.notifications import Notifications, Notifier, Subscriber
 
 log = structlog.get_logger(__name__)
 

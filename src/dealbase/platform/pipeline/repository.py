@@ -16,6 +16,7 @@ from sqlalchemy import (
     true,
 )
 
+from dealbase.db.statements import Record, TenantConnection, built_once
 from dealbase.ids import new_id
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.pipeline.models import (
@@ -30,7 +31,6 @@ from dealbase.platform.pipeline.models import (
 from dealbase.platform.resources import department_json_text_sql, steps_json_text_sql
 from dealbase.platform.rows import OwnedRows, in_department
 from dealbase.platform.tables import deals, departments, employees, steps
-from dealbase.tenancy.database.statements import Record, TenantConnection, built_once
 
 # Their rows as every department-owned record's are read.
 step_rows = OwnedRows(steps, "step")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
+from dealbase.db.units import UnitOfWork
 from dealbase.errors import Invalid, NotFound
 from dealbase.platform.pagination import Page, page_request
 from dealbase.platform.pipeline import repository
@@ -21,7 +22,6 @@ from dealbase.platform.pipeline.models import (
     SummaryRange,
 )
 from dealbase.platform.validation import department_of
-from dealbase.tenancy.database.connections import UnitOfWork
 
 
 def create_department(uow: UnitOfWork, fields: DepartmentCreate) -> Department:

@@ -32,6 +32,7 @@ from sqlalchemy.dialects.postgresql import UUID
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import CTE, FromClause
 
+from dealbase.db.statements import built_once
 from dealbase.platform.activities.repository import ACTIVITY_FILTERS
 from dealbase.platform.customers.repository import CUSTOMER_FILTERS
 from dealbase.platform.deals.repository import DEAL_FILTERS, deal_order
@@ -70,7 +71,6 @@ from dealbase.platform.tables import (
     employees,
     steps,
 )
-from dealbase.tenancy.database.statements import built_once
 
 Row = FromClause
 # The entries one object may have: json_build_object takes at most 100 arguments, two an entry.

@@ -15,6 +15,8 @@ from typing import Any
 from pydantic import BaseModel
 from sqlalchemy import Select, text
 
+from dealbase.db.statements import built_once
+from dealbase.db.units import UnitOfWork
 from dealbase.platform.pagination import fingerprint, page_request
 from dealbase.platform.reads.models import OneRead, PageRead
 from dealbase.platform.reads.repository import (
@@ -23,8 +25,6 @@ from dealbase.platform.reads.repository import (
     one_statement,
     page_statement,
 )
-from dealbase.tenancy.database.connections import UnitOfWork
-from dealbase.tenancy.database.statements import built_once
 
 # Shapes a page reader keeps statements for (filters given, paging on, order); past that the
 # least recently built goes.

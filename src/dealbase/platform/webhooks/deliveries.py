@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from dealbase.db.units import UnitOfWork
 from dealbase.errors import NotFound
 from dealbase.ids import new_id
 from dealbase.platform.events import service as events
@@ -32,7 +33,6 @@ from dealbase.platform.webhooks.delivery_models import (
 from dealbase.platform.webhooks.models import WebhookEndpointFilter
 from dealbase.platform.webhooks.retries import GIVE_UP_AFTER, Jitter, wait_after
 from dealbase.tenancy.coordination.wakeups import WakeWorker
-from dealbase.tenancy.database.connections import UnitOfWork
 
 _NO_FILTERS = WebhookEndpointFilter()
 

@@ -28,6 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
+from dealbase.db.statements import Record, TenantConnection, built_once
 from dealbase.ids import new_id
 from dealbase.platform.event_types import ALL_EVENTS
 from dealbase.platform.events.models import Event, event_json
@@ -40,7 +41,6 @@ from dealbase.platform.tables import (
     webhook_endpoints,
 )
 from dealbase.platform.webhooks.delivery_models import Attempt, Delivery, Outgoing
-from dealbase.tenancy.database.statements import Record, TenantConnection, built_once
 
 _deliveries = webhook_deliveries
 _endpoints = webhook_endpoints

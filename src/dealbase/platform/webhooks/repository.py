@@ -6,12 +6,12 @@ from datetime import timedelta
 
 from sqlalchemy import func, select
 
+from dealbase.db.statements import Record, TenantConnection
 from dealbase.ids import new_id
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.rows import OwnedRows, in_department, insert_reading, lookup, owned_by
 from dealbase.platform.tables import event_positions, webhook_endpoints
 from dealbase.platform.webhooks.models import WebhookEndpoint
-from dealbase.tenancy.database.statements import Record, TenantConnection
 
 # Its rows as every department-owned, versioned record's are read and written.
 rows = OwnedRows(webhook_endpoints, "webhook endpoint")

@@ -7,6 +7,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
+from dealbase.db.units import UnitOfWork
 from dealbase.errors import NotFound
 from dealbase.platform.events import service as events
 from dealbase.platform.pagination import Page, page_request
@@ -22,7 +23,6 @@ from dealbase.platform.webhooks.models import (
     WithSecret,
 )
 from dealbase.tenancy.coordination.wakeups import WakeWorker
-from dealbase.tenancy.database.connections import UnitOfWork
 
 Model = TypeVar("Model", bound=BaseModel)
 

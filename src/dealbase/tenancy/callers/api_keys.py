@@ -34,7 +34,7 @@ from dealbase.errors import (
     Unauthenticated,
 )
 from dealbase.ids import new_id
-from dealbase.tenancy.database.control_tables import api_key_audit, api_keys, tenants
+from dealbase.tenancy.control_tables import api_key_audit, api_keys, tenants
 from dealbase.tenancy.scope import Rate, Scope
 
 KEY_CHANGES_CHANNEL = "dealbase_api_keys"

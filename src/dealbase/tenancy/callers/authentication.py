@@ -19,6 +19,8 @@ from functools import partial
 
 from anyio import to_thread
 
+from dealbase.db.database import Database
+from dealbase.db.notifications import Notifications, Subscriber
 from dealbase.errors import TenantSuspended, Unauthenticated
 from dealbase.tenancy.callers.api_keys import (
     AUTHENTICATION_FAILED,
@@ -29,8 +31,6 @@ from dealbase.tenancy.callers.api_keys import (
     parse_api_key,
     scope_for_request,
 )
-from dealbase.tenancy.database.connections import Database
-from dealbase.tenancy.database.notifications import Notifications, Subscriber
 from dealbase.tenancy.scope import Scope
 
 MAX_CACHED_KEYS = 10_000

@@ -18,8 +18,8 @@ from functools import partial
 import structlog
 from anyio import to_thread
 
+from dealbase.db.database import Database
 from dealbase.tenancy.callers.api_keys import record_uses
-from dealbase.tenancy.database.connections import Database
 
 log = structlog.get_logger(__name__)
 

@@ -22,8 +22,8 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, delete, exists, func, insert, literal, select, update
 
-from dealbase.tenancy.database.control_tables import tenants, webhook_wakeups
-from dealbase.tenancy.database.statements import TenantConnection, built_once
+from dealbase.db.statements import TenantConnection, built_once
+from dealbase.tenancy.control_tables import tenants, webhook_wakeups
 
 
 class WakeWorker:

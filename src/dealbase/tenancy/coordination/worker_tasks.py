@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Connection
 from sqlalchemy.dialects.postgresql import insert
 
-from dealbase.tenancy.database.control_tables import worker_tasks
+from dealbase.tenancy.control_tables import worker_tasks
 
 
 def claim_task(connection: Connection, name: str, now: datetime, every: timedelta) -> bool:

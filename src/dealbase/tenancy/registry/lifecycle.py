@@ -23,8 +23,8 @@ from sqlalchemy import Connection, func, insert, update
 from dealbase.errors import Conflict, Invalid
 from dealbase.migrations.runner import drop_tenant_role, drop_tenant_schema, lock_schema
 from dealbase.tenancy.callers.api_keys import announce_tenant_change, revoke_tenant_keys
+from dealbase.tenancy.control_tables import tenant_audit, tenants
 from dealbase.tenancy.coordination import wakeups
-from dealbase.tenancy.database.control_tables import tenant_audit, tenants
 from dealbase.tenancy.registry.tenants import Tenant, get_tenant
 from dealbase.tenancy.scope import checked_schema_name
 

@@ -15,8 +15,8 @@ from typing import Literal
 
 import psycopg
 
+from dealbase.db.database import libpq_url
 from dealbase.errors import Invalid
-from dealbase.tenancy.database.connections import libpq_url
 from dealbase.tenancy.scope import checked_schema_name
 
 # Citus's shard_transfer_mode: "auto" replicates logically (writes go on while the tables are

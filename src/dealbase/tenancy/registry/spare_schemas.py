@@ -13,6 +13,7 @@ import contextlib
 
 from sqlalchemy import Connection, delete, func, insert, select
 
+from dealbase.db.database import Database
 from dealbase.ids import new_id
 from dealbase.migrations.runner import (
     create_distributed_schema,
@@ -21,8 +22,7 @@ from dealbase.migrations.runner import (
     head_revision,
     upgrade_tenant,
 )
-from dealbase.tenancy.database.connections import Database
-from dealbase.tenancy.database.control_tables import spare_schemas
+from dealbase.tenancy.control_tables import spare_schemas
 from dealbase.tenancy.scope import schema_for_tenant
 
 # Serialises the workers that top up the spares, so that together they make no more than wanted.

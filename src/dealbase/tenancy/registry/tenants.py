@@ -13,11 +13,11 @@ from datetime import datetime
 from sqlalchemy import Connection, RowMapping, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
+from dealbase.db.database import Database
 from dealbase.errors import Conflict, Invalid, NotFound
 from dealbase.ids import new_id
 from dealbase.migrations.runner import create_distributed_schema, head_revision, upgrade_tenant
-from dealbase.tenancy.database.connections import Database
-from dealbase.tenancy.database.control_tables import tenants
+from dealbase.tenancy.control_tables import tenants
 from dealbase.tenancy.registry.spare_schemas import discard_distributed_schema, take_spare_schema
 from dealbase.tenancy.scope import Scope, schema_for_tenant, tenant_id_for_schema
 

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql as pg
 
-from dealbase.tenancy.database.roles import TENANTS_GROUP_ROLE
+from dealbase.tenancy.roles import TENANTS_GROUP_ROLE
 
 revision = "c0004"
 down_revision = "c0003"

@@ -14,7 +14,7 @@ import socket
 
 import psycopg
 
-from dealbase.tenancy.database.connections import libpq_url
+from dealbase.db.database import libpq_url
 
 _SEEN_FROM = (
     "SELECT host(client_addr), client_port FROM pg_stat_activity WHERE pid = pg_backend_pid()"

@@ -10,7 +10,8 @@ from typing import TypeVar
 
 from sqlalchemy import func, select
 
-from dealbase.tenancy.database.connections import Database, UnitOfWork, run_on_event_loop
+from dealbase.db.database import Database, run_on_event_loop
+from dealbase.db.units import UnitOfWork
 from dealbase.tenancy.scope import Scope
 from tests.support import TenantWorld
 

@@ -9,11 +9,12 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import func, select
 
+from dealbase.db.database import Database
+from dealbase.db.units import RUNS, RunAgain, UnitOfWork
 from dealbase.errors import ExternalIdTaken
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.tables import customers as customers_table
-from dealbase.tenancy.database.connections import RUNS, Database, RunAgain, UnitOfWork
 from tests.support import TenantWorld
 
 Run = Callable[[Database, TenantWorld, Callable[[UnitOfWork], int]], int]

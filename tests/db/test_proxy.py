@@ -12,8 +12,8 @@ from structlog.testing import capture_logs
 
 from dealbase.app import create_app
 from dealbase.config import Settings
-from dealbase.tenancy.database.connections import libpq_url
-from dealbase.tenancy.database.proxy import through_a_proxy
+from dealbase.db.database import libpq_url
+from dealbase.db.proxy import through_a_proxy
 from tests.support import IN_CI, through_pgbouncer
 
 

@@ -39,10 +39,8 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.util import await_
 
-from dealbase.tenancy.database.control_tables import CONTROL_SCHEMA
-from dealbase.tenancy.database.faults import ErrorMeaning, meant
-from dealbase.tenancy.database.literals import execute_call, inline, parameters, prepared
-from dealbase.tenancy.database.roles import SWITCH_TO_ROLE
+from dealbase.db.faults import ErrorMeaning, meant
+from dealbase.db.literals import execute_call, inline, parameters, prepared
 from dealbase.tenancy.scope import TENANT_SCHEMA_PLACEHOLDER
 
 log = structlog.get_logger(__name__)
@@ -61,8 +59,17 @@ T = TypeVar("T")
 # How SQLAlchemy's compiler marks a schema to be translated at execution time.
 _TENANT_SCHEMA_TOKEN = f"__[SCHEMA_{TENANT_SCHEMA_PLACEHOLDER}]"
 _TRANSLATE_LATER = {TENANT_SCHEMA_PLACEHOLDER: TENANT_SCHEMA_PLACEHOLDER}
-# The compiler marks every schema so, the control schema's included; that one stays itself.
-_CONTROL_SCHEMA_TOKEN = f"__[SCHEMA_{CONTROL_SCHEMA}]"
+# The compiler marks every schema so; any but the tenant's (the control schema) stays itself.
+_OTHER_SCHEMA_TOKEN = re.compile(r"__\[SCHEMA_([^\]]+)\]")
+
+
+def _in_schema(sql: str, schema: str) -> str:
+    """The compiled ``sql`` with its tables in ``schema`` (a tenant's), the control schema's in
+    their own."""
+    sql = sql.replace(_TENANT_SCHEMA_TOKEN, schema)
+    if "__[SCHEMA_" in sql:  # a tenant's one statement in control: waking the worker
+        sql = _OTHER_SCHEMA_TOKEN.sub(r"\1", sql)
+    return sql
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,9 +154,7 @@ class StatementCache:
         if sql is None:
             if len(known.sql_by_schema) >= _SCHEMAS_KEPT:
                 known.sql_by_schema.clear()
-            sql = known.entry.compiled.string.replace(_TENANT_SCHEMA_TOKEN, schema)
-            if _CONTROL_SCHEMA_TOKEN in sql:
-                sql = sql.replace(_CONTROL_SCHEMA_TOKEN, CONTROL_SCHEMA)
+            sql = _in_schema(known.entry.compiled.string, schema)
             known.sql_by_schema[schema] = sql
         return sql, values, known.entry
 
@@ -236,9 +241,7 @@ class StatementCache:
                 }
                 for given in values
             ]
-        if _CONTROL_SCHEMA_TOKEN in sql:  # a tenant's one statement there: waking the worker
-            sql = sql.replace(_CONTROL_SCHEMA_TOKEN, CONTROL_SCHEMA)
-        return sql.replace(_TENANT_SCHEMA_TOKEN, schema), values, entry
+        return _in_schema(sql, schema), values, entry
 
     def _compile(
         self, statement: ClauseElement, column_keys: list[str], cache_key: Any
@@ -260,6 +263,22 @@ class StatementCache:
             result_processors,
             bool(compiled.literal_execute_params or compiled.post_compile_params),
         )
+
+
+def switch_to(role: str) -> tuple[str, str]:
+    """The statements that open a unit of work's transaction as ``role`` (``tenant_role``).
+
+    ``SET LOCAL`` ends with the transaction, commit or rollback, so the pooled connection (or a
+    pgbouncer server connection) goes back to its next user as the login role.
+    """
+    return "BEGIN", f'SET LOCAL ROLE "{role}"'
+
+
+# The same switch as one statement taking the role (``tenant_role``) as its parameter, for a
+# unit of work sent as a pipeline of prepared statements (``TenantConnection._pipelined``):
+# ``SET ROLE`` is the ``role`` setting, so ``set_config`` of it local to the transaction checks
+# the login role's membership and ends with the transaction as ``SET LOCAL ROLE`` does.
+SWITCH_TO_ROLE = b"SELECT set_config('role', $1, true)"
 
 
 _SERVER_NAMES = itertools.count(1)

@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 import structlog
 
-from dealbase.tenancy.database.connections import libpq_url
+from dealbase.db.database import libpq_url
 
 log = structlog.get_logger(__name__)
 

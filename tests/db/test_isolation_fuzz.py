@@ -25,8 +25,9 @@ from sqlalchemy import func, select, text, update
 
 from dealbase.app import create_app
 from dealbase.config import Settings
+from dealbase.db.database import Database
+from dealbase.db.units import UnitOfWork
 from dealbase.platform.tables import customers
-from dealbase.tenancy.database.connections import Database, UnitOfWork
 from dealbase.tenancy.scope import Scope
 from tests.depth import SHARED_FIXTURES
 from tests.support import Credentials, TenantWorld

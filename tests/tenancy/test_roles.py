@@ -10,14 +10,15 @@ import psycopg
 import pytest
 from sqlalchemy import func, select, text
 
+from dealbase.db.database import Database
+from dealbase.db.statements import TenantConnection
+from dealbase.db.units import UnitOfWork
 from dealbase.migrations.runner import upgrade_control, upgrade_tenants
 from dealbase.ops import admin
 from dealbase.platform.customers import service as customers
 from dealbase.platform.tables import customers as customers_table
-from dealbase.tenancy.database.connections import Database, UnitOfWork
-from dealbase.tenancy.database.roles import TENANT_OWNER_ROLE, ensure_roles, inheriting_login_role
-from dealbase.tenancy.database.statements import TenantConnection
 from dealbase.tenancy.registry.tenants import create_tenant
+from dealbase.tenancy.roles import TENANT_OWNER_ROLE, ensure_roles, inheriting_login_role
 from tests.support import TenantWorld, non_superuser_login, scratch_database
 
 

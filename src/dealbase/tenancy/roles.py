@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, text
 
-from dealbase.tenancy.scope import checked_schema_name
+from dealbase.db.statements import switch_to
+from dealbase.tenancy.scope import tenant_role
 
 TENANT_OWNER_ROLE = "dealbase_owner"
 # Every tenant role is a member, and through it may do the one thing tenants share: ask the
@@ -59,30 +60,9 @@ def _plain_role(*, login: bool) -> str:
     return f"{'LOGIN' if login else 'NOLOGIN'} {_PLAIN_ATTRIBUTES}"
 
 
-def tenant_role(schema: str) -> str:
-    """The tenant's role: its schema's name, checked to be one (it reaches SQL as an identifier)."""
-    return checked_schema_name(schema)
-
-
 def switch_to_tenant(schema: str) -> tuple[str, str]:
     """The statements that open a unit of work's transaction as the tenant's role."""
     return switch_to(tenant_role(schema))
-
-
-def switch_to(role: str) -> tuple[str, str]:
-    """The statements that open a unit of work's transaction as ``role`` (``tenant_role``).
-
-    ``SET LOCAL`` ends with the transaction, commit or rollback, so the pooled connection (or a
-    pgbouncer server connection) goes back to its next user as the login role.
-    """
-    return "BEGIN", f'SET LOCAL ROLE "{role}"'
-
-
-# The same switch as one statement taking the role (``tenant_role``) as its parameter, for a
-# unit of work sent as a pipeline of prepared statements (``TenantConnection._pipelined``):
-# ``SET ROLE`` is the ``role`` setting, so ``set_config`` of it local to the transaction checks
-# the login role's membership and ends with the transaction as ``SET LOCAL ROLE`` does.
-SWITCH_TO_ROLE = b"SELECT set_config('role', $1, true)"
 
 
 def ensure_shared_roles(connection: Connection, *, login: bool = False) -> list[str]:

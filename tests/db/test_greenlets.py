@@ -10,7 +10,7 @@ import pytest
 from greenlet import getcurrent
 from sqlalchemy.util import await_
 
-from dealbase.tenancy.database.greenlets import run_in_greenlet
+from dealbase.db.greenlets import run_in_greenlet
 
 REQUEST: ContextVar[str] = ContextVar("request", default="none")
 

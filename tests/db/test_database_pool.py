@@ -18,13 +18,10 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import PoolClosed
 from sqlalchemy import func, select
 
+from dealbase.db.database import Database, DatabaseLimits
+from dealbase.db.pool import TenantAffinePool
+from dealbase.db.units import UnitOfWork
 from dealbase.errors import DatabaseUnavailable
-from dealbase.tenancy.database.connections import (
-    Database,
-    DatabaseLimits,
-    TenantAffinePool,
-    UnitOfWork,
-)
 from dealbase.tenancy.scope import Scope
 from tests.support import TenantWorld
 

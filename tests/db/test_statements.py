@@ -23,18 +23,18 @@ from sqlalchemy import (
     text,
 )
 
-from dealbase.ids import new_id
-from dealbase.platform.tables import customers, departments
-from dealbase.tenancy.database.connections import PREPARE_AFTER, Database, UnitOfWork
-from dealbase.tenancy.database.roles import tenant_role
-from dealbase.tenancy.database.statements import (
+from dealbase.db.database import PREPARE_AFTER, Database
+from dealbase.db.statements import (
     Fetched,
     ServerPrepared,
     StatementCache,
     TenantConnection,
     built_once,
 )
-from dealbase.tenancy.scope import Scope
+from dealbase.db.units import UnitOfWork
+from dealbase.ids import new_id
+from dealbase.platform.tables import customers, departments
+from dealbase.tenancy.scope import Scope, tenant_role
 from tests.support import TenantWorld
 
 

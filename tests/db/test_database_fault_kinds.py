@@ -8,9 +8,8 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
+from dealbase.db.faults import Fault, fault_of, is_transient
 from dealbase.edge import problems
-from dealbase.tenancy.database.connections import is_transient
-from dealbase.tenancy.database.faults import Fault, fault_of
 from tests.support import TenantWorld, free_port, logs_of, writes_raise
 
 API = "/api/v1/integration"

@@ -15,9 +15,9 @@ from fastapi.testclient import TestClient
 
 from dealbase.app import create_app
 from dealbase.config import Settings
+from dealbase.db.database import Database, libpq_url
+from dealbase.db.notifications import APPLICATION_NAME, Notifications, Subscriber
 from dealbase.ops import admin
-from dealbase.tenancy.database.connections import Database, libpq_url
-from dealbase.tenancy.database.notifications import APPLICATION_NAME, Notifications, Subscriber
 from tests.graphql_api.live_support import CHANGES, LiveSocket, create_customer, live_socket
 from tests.support import TenantWorld, build_tenant, migrated_scratch_database
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dealbase.tenancy.database.literals import execute_call, inline, literal, parameters
+from dealbase.db.literals import execute_call, inline, literal, parameters
 
 
 @pytest.fixture(scope="module")

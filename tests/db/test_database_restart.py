@@ -29,8 +29,8 @@ from pgserver.postgres_server import get_server
 
 from dealbase.app import create_app
 from dealbase.config import Settings
+from dealbase.db.database import Database
 from dealbase.migrations.runner import upgrade_control
-from dealbase.tenancy.database.connections import Database
 from tests.support import TenantWorld, build_tenant
 
 # Bounds on answer and recovery times, under a load the test makes itself: alone on the machine.

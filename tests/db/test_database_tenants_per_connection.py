@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 from sqlalchemy import func, select
 
-from dealbase.tenancy.database.connections import Database, UnitOfWork
+from dealbase.db.database import Database
+from dealbase.db.units import UnitOfWork
 from dealbase.tenancy.scope import Scope
 from tests.support import TenantWorld
 
