@@ -1,8 +1,7 @@
-"""The event loop's pool hands an idle connection out and takes it back without psycopg_pool's
-coroutines when nothing else is under way in it, and keeps its counts as they would; any other
-case (a client waiting, a connection in a transaction or past its life) goes their way. When
-every connection is out, callers queue first come first served, and a connection given back goes
-to the one queued longest on the loop's next turn."""
+"""The event loop's pool, through Database: an idle connection is handed out and taken back
+with the pool's counts kept; a connection given back in a transaction is not reused. When every
+connection is out, callers queue first come first served, and a connection given back goes to
+the one queued longest on the loop's next turn. (tests/db/test_pool.py: the pool alone.)"""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ from psycopg_pool import PoolClosed
 from sqlalchemy import func, select
 
 from dealbase.db.database import Database, DatabaseLimits
-from dealbase.db.pool import TenantAffinePool
+from dealbase.db.pool import PoolStats, TenantAffinePool
 from dealbase.db.units import UnitOfWork
 from dealbase.errors import DatabaseUnavailable
 from dealbase.tenancy.scope import Scope
@@ -36,7 +35,7 @@ WAIT_SECONDS = 30.0
 
 def _waiting(pool: TenantAffinePool) -> int:
     """How many callers wait for a connection of ``pool``, as its statistics count them."""
-    return int(pool.get_stats().get("requests_waiting", 0))
+    return pool.stats().waiting
 
 
 async def _until_waiting(pool: TenantAffinePool, count: int) -> None:
@@ -52,56 +51,47 @@ def test_units_of_work_one_after_another_leave_the_pools_counts_as_they_were(
 ) -> None:
     scope = make_tenant().tenant.scope
 
-    async def counts() -> tuple[set[int], tuple[int, int, int], dict[str, int], bool]:
+    async def counts() -> tuple[set[int], tuple[int, int, int], PoolStats]:
         database = Database(database_url, pool_size=2, max_overflow=0)
         await database.open()
         try:
-            await database.async_pool.wait()
-            before = database.async_pool.get_stats()
             pids = {await database.run(scope, _pid_in) for _ in range(5)}
             usage = database.pool_usage()
-            after = database.async_pool.get_stats()
-            idle = all(
-                connection._pool is None
-                and connection.pgconn.transaction_status == TransactionStatus.IDLE
-                for connection in database.async_pool._pool
-            )
+            stats = database.async_pool.stats()
         finally:
             await database.close()
-        requested = after.get("requests_num", 0) - before.get("requests_num", 0)
-        return pids, usage, {"requested": requested}, idle
+        return pids, usage, stats
 
-    pids, usage, stats, idle = asyncio.run(counts())
+    pids, usage, stats = asyncio.run(counts())
 
     assert len(pids) == 1  # the tenant's warm connection each time
-    in_use, idle_count, waiting = usage
-    assert (in_use, waiting) == (0, 0) and idle_count >= 1
-    assert stats == {"requested": 5}
-    assert idle
+    assert usage == (0, 1, 0)  # one after another: one connection opened
+    assert (stats.requests, stats.queued, stats.refused) == (5, 0, 0)
 
 
-def test_a_connection_given_back_in_a_transaction_is_rolled_back_by_the_pool(
+def test_a_connection_given_back_in_a_transaction_is_closed_and_the_next_caller_gets_another(
     database_url: str, make_tenant: Callable[..., TenantWorld]
 ) -> None:
     scope = make_tenant().tenant.scope
 
-    async def statuses() -> tuple[TransactionStatus, tuple[int, int, int]]:
+    async def statuses() -> tuple[bool, TransactionStatus, bool, tuple[int, int, int]]:
         database = Database(database_url, pool_size=1, max_overflow=0)
         await database.open()
         try:
-            connection = await database.async_pool.getconn_for(scope.schema)
+            connection = await database.async_pool.take(scope.schema)
             await connection.execute("BEGIN")
-            await database.async_pool.putconn(connection)
-            again = await database.async_pool.getconn_for(scope.schema)
+            await database.async_pool.give_back(connection)
+            again = await database.async_pool.take(scope.schema)
             status = TransactionStatus(again.pgconn.transaction_status)
-            await database.async_pool.putconn(again)
+            await database.async_pool.give_back(again)
             usage = database.pool_usage()
         finally:
             await database.close()
-        return status, usage
+        return connection.closed, status, again is connection, usage
 
-    status, usage = asyncio.run(statuses())
+    closed, status, same, usage = asyncio.run(statuses())
 
+    assert closed and not same
     assert status == TransactionStatus.IDLE
     assert usage == (0, 1, 0)
 
@@ -153,21 +143,21 @@ def test_callers_queued_for_a_pool_at_its_size_get_connections_in_the_order_they
         await database.open()
         pool = database.async_pool
         try:
-            held = [await pool.getconn_for(scope.schema) for _ in range(2)]
+            held = [await pool.take(scope.schema) for _ in range(2)]
             order: list[int] = []
 
             async def caller(number: int) -> None:
-                connection = await pool.getconn_for(scope.schema)
+                connection = await pool.take(scope.schema)
                 order.append(number)
                 await asyncio.sleep(0)  # each holds it a turn: the rest stay queued
-                await pool.putconn(connection)
+                await pool.give_back(connection)
 
             callers = []
             for number in range(6):
                 callers.append(asyncio.create_task(caller(number)))
                 await _until_waiting(pool, number + 1)  # queued in this order
             for connection in held:
-                await pool.putconn(connection)
+                await pool.give_back(connection)
             async with asyncio.timeout(WAIT_SECONDS):
                 await asyncio.gather(*callers)
             usage = database.pool_usage()
@@ -194,13 +184,13 @@ def test_a_connection_given_back_reaches_the_caller_queued_for_it_on_the_loops_n
         pool = database.async_pool
         try:
             held, queued = await _one_held_one_queued(pool, scope.schema)
-            await pool.putconn(held)
+            await pool.give_back(held)
             served_at_once = queued.done()
             await asyncio.sleep(0)
             served_next_turn = queued.done()
             connection = await queued
             pid = connection.info.backend_pid
-            await pool.putconn(connection)
+            await pool.give_back(connection)
         finally:
             await database.close()
         return served_at_once, served_next_turn, pid
@@ -225,7 +215,7 @@ def test_a_caller_queued_past_the_pools_timeout_is_refused_and_no_connection_is_
         )
         await database.open()
         try:
-            held = await database.async_pool.getconn_for(scope.schema)
+            held = await database.async_pool.take(scope.schema)
             started = time.monotonic()
             # A timer set after the caller queued, for five times the pool's timeout, on the
             # same loop: the loop fires due timers in the order they are due, so the caller is
@@ -237,7 +227,7 @@ def test_a_caller_queued_past_the_pools_timeout_is_refused_and_no_connection_is_
             waited = time.monotonic() - started
             refused_first = not later.done()
             later.cancel()
-            await database.async_pool.putconn(held)
+            await database.async_pool.give_back(held)
             pid = await database.run(scope, _pid_in)
             usage = database.pool_usage()
         finally:
@@ -263,7 +253,7 @@ def test_a_caller_cancelled_as_it_is_handed_a_connection_gives_the_connection_ba
         pool = database.async_pool
         try:
             held, queued = await _one_held_one_queued(pool, scope.schema)
-            await pool.putconn(held)  # handed to the queued caller, which has not run yet
+            await pool.give_back(held)  # handed to the queued caller, which has not run yet
             queued.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await queued
@@ -303,7 +293,7 @@ async def _one_held_one_queued(
     pool: TenantAffinePool, schema: str
 ) -> tuple[psycopg.AsyncConnection[Any], asyncio.Task[psycopg.AsyncConnection[Any]]]:
     """The pool's only connection taken, and a caller queued for it."""
-    held = await pool.getconn_for(schema)
-    queued = asyncio.create_task(pool.getconn_for(schema))
+    held = await pool.take(schema)
+    queued = asyncio.create_task(pool.take(schema))
     await _until_waiting(pool, 1)
     return held, queued

@@ -272,9 +272,12 @@ async def _interleave(
             raise outcome
     # The one connection is back in the pool, sound, and as the login role again.
     assert database.pool_usage()[0] == 0
-    async with database.async_pool.connection() as connection:
+    connection = await database.async_pool.take(None)
+    try:
         cursor = await connection.execute("SELECT current_user = session_user")
         assert await cursor.fetchone() == (True,)
+    finally:
+        await database.async_pool.give_back(connection)
 
 
 def test_interleaved_requests_on_one_connection_never_show_another_callers_data(

@@ -301,5 +301,4 @@ def test_a_query_reads_in_one_transaction_and_returns_its_connection_with_the_re
 
     # The page and its four loaders (customers, step, employee, activities): one transaction.
     assert len(opened) == 1
-    stats = database.async_pool.get_stats()
-    assert stats["pool_available"] == stats["pool_size"], stats
+    assert database.pool_usage()[0] == 0  # its connection given back

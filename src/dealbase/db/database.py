@@ -174,6 +174,8 @@ class Database:
             max_size=pool_size + max_overflow,
             max_lifetime=1800,
             kwargs=unit_of_work_settings,
+            # A connection retired by ConnectionTenants is closed when next taken.
+            check=self._connection_tenants.refuse_retired,
             name="units-of-work",
             open=True,
             **pool_timeouts,
@@ -186,13 +188,11 @@ class Database:
         self.async_pool = TenantAffinePool(
             libpq_url(database_url),
             tenants=self._connection_tenants,
-            min_size=0,
             max_size=pool_size + max_overflow,
+            timeout=limits.acquire_timeout_seconds,
             max_lifetime=1800,
             kwargs=unit_of_work_settings,
             name="units-of-work-on-the-event-loop",
-            open=False,
-            **pool_timeouts,
         )
         self.statements = StatementCache(self.engine.dialect)
         self.server_prepared = ServerPrepared(PREPARE_AFTER) if prepared_statements else None
@@ -230,7 +230,7 @@ class Database:
     async def open(self) -> None:
         """Opens the asynchronous pool in the running event loop, which it then belongs to (the
         server's: the app's lifespan opens it)."""
-        await self.async_pool.open()
+        self.async_pool.open()
         self._async_pool_loop = asyncio.get_running_loop()
 
     @asynccontextmanager
@@ -281,16 +281,16 @@ class Database:
 
     async def _take(self, schema: str | None = None) -> psycopg.AsyncConnection[Any]:
         """A connection of the asynchronous pool (warm for ``schema`` when one is idle), or on
-        any loop but the pool's one of its own; ``_give_back`` returns or closes it. Not through
-        the pool's ``connection()``: its context managers made taking and giving back a
-        connection cost 15 µs instead of 5 to 10 (bench/README.md)."""
+        any loop but the pool's one of its own; ``_give_back`` returns or closes it. No context
+        manager: psycopg_pool's ``connection()`` made taking and giving back a connection cost
+        15 µs instead of 5 to 10 (bench/README.md)."""
         if asyncio.get_running_loop() is self._async_pool_loop:
-            return await self.async_pool.getconn_for(schema)
+            return await self.async_pool.take(schema)
         return await psycopg.AsyncConnection.connect(self._conninfo, **self._connection_settings)
 
     async def _give_back(self, connection: psycopg.AsyncConnection[Any]) -> None:
         if asyncio.get_running_loop() is self._async_pool_loop:
-            await self.async_pool.putconn(connection)
+            await self.async_pool.give_back(connection)
         else:
             await connection.close()
 
@@ -300,9 +300,8 @@ class Database:
 
     def pool_usage(self) -> tuple[int, int, int]:
         """The event loop's pool: connections in use, idle, and requests waiting for one."""
-        stats = self.async_pool.get_stats()
-        idle = stats.get("pool_available", 0)
-        return stats.get("pool_size", 0) - idle, idle, stats.get("requests_waiting", 0)
+        stats = self.async_pool.stats()
+        return stats.size - stats.idle, stats.idle, stats.waiting
 
     async def ping(self) -> None:
         """Returns once PostgreSQL answers a statement on the event loop's pool; raises

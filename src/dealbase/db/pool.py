@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 import weakref
 from collections import deque
-from contextvars import ContextVar
+from dataclasses import dataclass
 from time import monotonic
 from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
-from psycopg_pool.pool_async import ReturnConnection
+
+
+class RetiredConnection(Exception):
+    """A connection that has worked in as many tenants as allowed, refused by a pool's check."""
 
 
 class ConnectionTenants:
@@ -23,181 +27,291 @@ class ConnectionTenants:
     A PostgreSQL backend keeps the catalog entries of every relation it has touched until it
     ends, about 115 kB a tenant (bench/README.md, "scale.py"): a connection that goes on serving
     requests spread over thousands of tenants would hold a gigabyte. A connection that has worked
-    in ``limit`` tenants is marked expired; its pool closes it when it comes back and opens
-    another. With no limit, connections are only remembered.
+    in ``limit`` tenants is retired: ``TenantAffinePool`` closes it when it is given back, and
+    psycopg_pool's synchronous pool, whose ``check`` callback is ``refuse_retired``, closes it
+    when it is next taken; either then opens another. With no limit, connections are only
+    remembered.
     """
 
     def __init__(self, limit: int | None) -> None:
         self._limit = limit
         self._seen: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+        self._retired: weakref.WeakSet[Any] = weakref.WeakSet()
+        # The synchronous pool's connections work in the CLI's and the tests' threads.
         self._lock = threading.Lock()
 
     def knows(self, connection: Any, schema: str) -> bool:
         seen = self._seen.get(connection)
         return seen is not None and schema in seen
 
-    def worked_in(self, connection: Any, schema: str) -> None:
+    def worked_in(self, connection: Any, schema: str) -> bool:
+        """Records that ``connection`` worked in ``schema``; whether that retired it."""
         with self._lock:
             seen = self._seen.setdefault(connection, set())
             seen.add(schema)
             if self._limit is None or len(seen) < self._limit:
-                return
+                return False
             del self._seen[connection]
-        # psycopg_pool replaces a connection past this moment when it is returned (its
-        # ``max_lifetime`` check, which has no public hook for one connection).
-        connection._expire_at = 0.0
+            self._retired.add(connection)
+        return True
+
+    def retired(self, connection: Any) -> bool:
+        return connection in self._retired
+
+    def refuse_retired(self, connection: psycopg.Connection[Any]) -> None:
+        """psycopg_pool's ``check`` callback: closes a retired connection and refuses it, so
+        that the pool opens another (a closed connection it does not put back)."""
+        if connection in self._retired:
+            connection.close()
+            raise RetiredConnection(f"the connection worked in {self._limit} tenants")
 
 
-# The tenant schema the running task is taking a connection for, read by TenantAffinePool.
-_TENANT_WANTED: ContextVar[str | None] = ContextVar("dealbase_tenant_wanted", default=None)
+@dataclass(frozen=True, slots=True)
+class PoolStats:
+    """A pool's connections and callers at one moment, and its counts since it was made."""
+
+    # Connections open or being opened, in use or idle.
+    size: int
+    idle: int
+    # Callers queued for a connection given back.
+    waiting: int
+    # Connections taken; of them, those that queued; callers refused (timed out or cancelled
+    # while queued, or their connection failed to open).
+    requests: int
+    queued: int
+    refused: int
 
 
-class TenantAffinePool(AsyncConnectionPool):
-    """A pool that gives a unit of work, of its idle connections, one that has already worked
-    in the unit of work's tenant, when there is one.
+# Each connection lives up to this share less than the pool's max lifetime, at random, so that
+# connections opened together are not all replaced together (psycopg_pool's jitter).
+_LIFETIME_JITTER = 0.05
+
+
+class TenantAffinePool:
+    """The event loop's pool of connections to PostgreSQL: gives a unit of work, of its idle
+    connections, one that has already worked in the unit of work's tenant, when there is one.
 
     A backend's first unit of work in a tenant loads the catalog entries of the tenant's
     relations (a `POST /customers` takes several times as long as on a warm backend,
-    bench/README.md, "scale.py"). psycopg_pool hands out the idle connection that has waited
-    longest, so requests spread over many tenants keep landing on backends cold for them, and
-    every backend ends up caching every tenant. Preferring a warm connection keeps each tenant
-    on the few backends that served it, a busy tenant on all of them.
+    bench/README.md, "scale.py"). A pool that hands out the idle connection that has waited
+    longest, as psycopg_pool's does, keeps requests spread over many tenants landing on backends
+    cold for them, and every backend ends up caching every tenant. Preferring a warm connection
+    keeps each tenant on the few backends that served it, a busy tenant on all of them.
 
-    psycopg_pool has no public hook for that choice: this overrides ``_get_ready_connection``,
-    which runs under the pool's lock when a caller asks for a connection (psycopg-pool 3.3,
-    pinned in pyproject.toml; tests/db/test_database_tenant_affinity.py fails if it is no
-    longer called).
+    ``take`` and ``give_back`` run in the event loop ``open`` ran in, and never in a thread.
+    When a connection is idle, taking and giving one back are a few operations on a deque and
+    a dict, with no await that suspends (psycopg_pool's coroutines and context managers cost
+    several times as much, bench/README.md).
 
-    When a connection is idle and nothing else is under way in the pool (its lock free, nobody
-    waiting, no check or reset callback), ``getconn_for`` takes it and ``putconn`` gives it back
-    without ``getconn``'s and ``putconn``'s coroutines, as they would do it: 10,000 instructions
-    a unit of work against 48,700 (bench/README.md).
+    It opens no connection before the first caller asks: a caller that finds none idle, with
+    fewer than ``max_size`` open, opens one itself (its place counted while it connects, so
+    callers at once never open more than ``max_size``); a connection that fails to open raises
+    psycopg's OperationalError to that caller and frees its place. When every connection is out
+    and the pool is at its size, a caller waits in a queue, first come first served, and a
+    connection given back goes straight to the caller that has waited longest: it runs on the
+    event loop's next turn, and the one giving it back does not wait. Through psycopg_pool's
+    queue it ran three turns later, and the one giving the connection back waited too: a worker
+    whose callers outnumbered its connections answered the few that waited 15 to 30 ms late
+    while the others took 3 (bench/README.md). A place freed by a connection closed (below)
+    goes likewise to the caller queued longest, which opens a connection in it. Waiting and
+    opening together take at most ``timeout`` seconds, then PoolTimeout.
 
-    When every connection is out and the pool is at its size, a caller of ``getconn_for`` waits
-    in a queue of its own, first come first served, and a connection given back goes straight
-    to the caller that has waited longest: it runs on the event loop's next turn. Through
-    psycopg_pool's queue it ran three turns later, and the one giving the connection back
-    waited too: a worker whose callers outnumbered its connections answered the few that
-    waited 15 to 30 ms late while the others took 3 (bench/README.md). Any other case goes
-    ``getconn``'s and ``putconn``'s way.
+    A connection given back closed or broken, in a transaction, past its lifetime
+    (``max_lifetime``, less up to 5 % at random) or retired by ``tenants`` is closed, not
+    reused. ``check`` closes idle connections that no longer answer (PostgreSQL restarted).
     """
 
-    def __init__(self, *args: Any, tenants: ConnectionTenants, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        tenants: ConnectionTenants,
+        max_size: int,
+        timeout: float,
+        max_lifetime: float,
+        kwargs: dict[str, Any],
+        name: str,
+    ) -> None:
+        self.conninfo = conninfo
+        self.max_size = max_size
+        self.timeout = timeout
+        self.max_lifetime = max_lifetime
+        self.kwargs = kwargs
+        self.name = name
         self._tenants = tenants
-        # Callers waiting for a connection given back, longest first (``_handed_one``).
-        self._handoffs: deque[asyncio.Future[psycopg.AsyncConnection[Any]]] = deque()
+        self._closed = True
+        # Idle connections, the one idle longest first.
+        self._idle: deque[psycopg.AsyncConnection[Any]] = deque()
+        # When each connection of the pool, idle or in use, is to be replaced.
+        self._expire_at: dict[psycopg.AsyncConnection[Any], float] = {}
+        # Connections open or being opened, in use or idle: at most max_size.
+        self._size = 0
+        # Callers queued for a connection, longest first. A caller is handed a connection, or
+        # None: a place freed, in which it opens one.
+        self._waiters: deque[asyncio.Future[psycopg.AsyncConnection[Any] | None]] = deque()
+        self._requests = 0
+        self._queued = 0
+        self._refused = 0
 
-    async def getconn_for(self, schema: str | None) -> psycopg.AsyncConnection[Any]:
-        """``getconn()``, preferring an idle connection warm for ``schema`` (None: any, the one
-        idle longest); ``putconn`` gives it back."""
-        if not (self._closed or self._waiting or self._check or self._lock.locked()):
-            if self._pool:
-                connection = self._take_ready(schema)
-                self._stats[self._REQUESTS_NUM] += 1
-                # What getconn marks a connection out of the pool by.
-                connection._pool = self
-                return connection
-            if self._nconns >= self._max_size:
-                return await self._handed_one()
-        wanted = _TENANT_WANTED.set(schema)
-        try:
-            return await self.getconn()
-        finally:
-            _TENANT_WANTED.reset(wanted)
+    def open(self) -> None:
+        """Lets callers take connections (none is opened before the first asks)."""
+        self._closed = False
 
-    async def putconn(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    async def take(self, schema: str | None) -> psycopg.AsyncConnection[Any]:
+        """An idle connection warm for ``schema`` (None: any), else the one idle longest, else
+        a new one or the next given back; ``give_back`` returns it. PoolTimeout after the
+        pool's timeout, PoolClosed once the pool is closed, psycopg's OperationalError when a
+        connection fails to open."""
+        self._requests += 1
+        idle = self._idle
+        if idle:
+            if schema is not None:
+                knows = self._tenants.knows
+                for position, connection in enumerate(idle):
+                    if knows(connection, schema):
+                        del idle[position]
+                        return connection
+            return idle.popleft()
+        return await self._opened_or_handed()
+
+    async def give_back(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        """Returns a connection ``take`` gave, once: to the caller queued longest, or idle; or
+        closes it (closed, broken, in a transaction, past its lifetime, retired, or the pool
+        closed)."""
         if (
-            conn._pool is self
-            and conn.pgconn.transaction_status == TransactionStatus.IDLE
-            and not (self._closed or self._waiting or self._reset or self._lock.locked())
-            and self._drained_at < conn._created_at
-            and monotonic() < conn._expire_at
+            connection.pgconn.transaction_status == TransactionStatus.IDLE
+            and monotonic() < self._expire_at.get(connection, 0.0)
+            and not self._closed
+            and not self._tenants.retired(connection)
         ):
-            if self._handed_over(conn):
-                return
-            conn._pool = None
-            self._pool.append(conn)
-            if self._pool_full_event and len(self._pool) >= self._min_size:
-                self._pool_full_event.set()  # as ``_add_to_pool`` tells an ``open(wait=True)``
+            self._hand_over(connection)
             return
-        await super().putconn(conn)
+        await self._discard(connection)
 
-    async def _handed_one(self) -> psycopg.AsyncConnection[Any]:
-        """The next connection given back (or added), once the callers queued before this one
-        have had theirs; PoolTimeout after the pool's timeout, as ``getconn``."""
-        waiter: asyncio.Future[psycopg.AsyncConnection[Any]] = (
-            asyncio.get_running_loop().create_future()
-        )
-        self._handoffs.append(waiter)
-        self._stats[self._REQUESTS_NUM] += 1
-        self._stats[self._REQUESTS_QUEUED] += 1
-        queued_at = monotonic()
+    async def check(self) -> None:
+        """Closes the idle connections that no longer answer a statement (PostgreSQL restarted
+        or ended them), and those that would be closed if given back."""
+        checking = deque(self._idle)
+        self._idle.clear()
         try:
-            async with asyncio.timeout(self.timeout):
-                connection = await waiter
-        except BaseException as failed:
-            self._stats[self._REQUESTS_ERRORS] += 1
-            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
-                # Handed a connection as the caller gave up (timed out, or was cancelled).
-                self.run_task(ReturnConnection(self, waiter.result(), from_getconn=True))
-            waiter.cancel()
-            if isinstance(failed, TimeoutError):
+            while checking:
+                connection = checking[0]
+                try:
+                    await AsyncConnectionPool.check_connection(connection)
+                except Exception:
+                    await connection.close()
+                checking.popleft()
+                await self.give_back(connection)
+        finally:
+            # Cancelled: the connections not yet checked go back as they are.
+            for connection in checking:
+                await self.give_back(connection)
+
+    async def close(self) -> None:
+        """Closes the idle connections, refuses the callers queued (PoolClosed) and any caller
+        after them; a connection in use is closed when given back."""
+        self._closed = True
+        # The callers first: a place freed by closing an idle connection is nobody's.
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(PoolClosed(f"the pool {self.name!r} is closed"))
+        while self._idle:
+            await self._discard(self._idle.popleft())
+
+    def stats(self) -> PoolStats:
+        return PoolStats(
+            size=self._size,
+            idle=len(self._idle),
+            waiting=len(self._waiters),
+            requests=self._requests,
+            queued=self._queued,
+            refused=self._refused,
+        )
+
+    async def _opened_or_handed(self) -> psycopg.AsyncConnection[Any]:
+        """A new connection when the pool has room, else the next given back (or a place freed,
+        then a new connection in it), within the pool's timeout."""
+        if self._closed:
+            raise PoolClosed(f"the pool {self.name!r} is closed")
+        deadline = asyncio.timeout(self.timeout)
+        try:
+            async with deadline:
+                if self._size < self.max_size:
+                    self._size += 1
+                    return await self._connect()
+                handed = await self._handed_one()
+                return handed if handed is not None else await self._connect()
+        except BaseException:
+            self._refused += 1
+            if deadline.expired():
                 raise PoolTimeout(
                     f"couldn't get a connection after {self.timeout:.2f} sec"
                 ) from None
             raise
-        finally:
-            self._stats[self._REQUESTS_WAIT_MS] += int(1000.0 * (monotonic() - queued_at))
-        connection._pool = self
+
+    async def _handed_one(self) -> psycopg.AsyncConnection[Any] | None:
+        """The next connection given back, or None: a place freed, for this caller to open a
+        connection in; once the callers queued before this one have had theirs."""
+        waiter: asyncio.Future[psycopg.AsyncConnection[Any] | None] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._waiters.append(waiter)
+        self._queued += 1
+        try:
+            return await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                # Handed a connection or a place as it gave up (timed out, or was cancelled):
+                # the next caller has it.
+                handed = waiter.result()
+                if handed is None:
+                    self._free_place()
+                else:
+                    await self.give_back(handed)
+            elif waiter in self._waiters:
+                self._waiters.remove(waiter)
+            raise
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        """A new connection, in a place already counted in ``_size``; the place is freed if it
+        fails to open (or the pool closed meanwhile)."""
+        try:
+            connection = await psycopg.AsyncConnection.connect(self.conninfo, **self.kwargs)
+        except BaseException:
+            self._free_place()
+            raise
+        if self._closed:
+            await connection.close()
+            self._free_place()
+            raise PoolClosed(f"the pool {self.name!r} is closed")
+        lifetime = self.max_lifetime * (1.0 - random.uniform(0.0, _LIFETIME_JITTER))
+        self._expire_at[connection] = monotonic() + lifetime
         return connection
 
-    def _handed_over(self, conn: psycopg.AsyncConnection[Any]) -> bool:
-        """Gives ``conn`` to the caller queued longest, if one still waits."""
-        while self._handoffs:
-            waiter = self._handoffs.popleft()
+    def _hand_over(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        """Gives ``connection`` to the caller queued longest, or makes it idle."""
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
             if not waiter.done():
-                waiter.set_result(conn)
-                return True
-        return False
+                waiter.set_result(connection)
+                return
+        self._idle.append(connection)
 
-    async def _add_to_pool(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        # Where a connection psycopg_pool took back (reset, replaced or newly opened) becomes
-        # idle: a caller in psycopg_pool's queue has it first, then one in ours.
-        if self._closed or self._waiting or not self._handed_over(conn):
-            await super()._add_to_pool(conn)
+    async def _discard(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        if self._expire_at.pop(connection, None) is None:
+            raise ValueError(f"the connection is not one of the pool {self.name!r}'s")
+        await connection.close()
+        self._free_place()
 
-    async def close(self, timeout: float = 5.0) -> None:
-        await super().close(timeout)
-        while self._handoffs:
-            waiter = self._handoffs.popleft()
+    def _free_place(self) -> None:
+        """A connection closed or never opened: its place goes to the caller queued longest,
+        who opens one in it, else the pool has one connection fewer."""
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
             if not waiter.done():
-                waiter.set_exception(PoolClosed(f"the pool {self.name!r} is closed"))
-
-    def _get_measures(self) -> dict[str, int]:
-        measures = super()._get_measures()
-        measures[self._REQUESTS_WAITING] += sum(not each.done() for each in self._handoffs)
-        return measures
-
-    def _take_ready(self, schema: str | None) -> psycopg.AsyncConnection[Any]:
-        """The idle connection warm for ``schema`` if there is one, else the one idle longest
-        (``_pool`` is not empty)."""
-        taken = None
-        if schema is not None:
-            for position, connection in enumerate(self._pool):
-                if self._tenants.knows(connection, schema):
-                    taken = connection
-                    del self._pool[position]
-                    break
-        if taken is None:
-            taken = self._pool.popleft()
-        self._nconns_min = min(self._nconns_min, len(self._pool))
-        return taken
-
-    async def _get_ready_connection(
-        self, timeout: float | None
-    ) -> psycopg.AsyncConnection[Any] | None:
-        schema = _TENANT_WANTED.get()
-        if schema is not None and (timeout is None or timeout > 0.0) and self._pool:
-            return self._take_ready(schema)
-        return await super()._get_ready_connection(timeout)
+                waiter.set_result(None)
+                return
+        self._size -= 1
