@@ -56,7 +56,8 @@ class ConnectionTenants:
         return True
 
     def retired(self, connection: Any) -> bool:
-        return connection in self._retired
+        # Asked for every connection given back: most often none is retired.
+        return bool(self._retired) and connection in self._retired
 
     def refuse_retired(self, connection: psycopg.Connection[Any]) -> None:
         """psycopg_pool's ``check`` callback: closes a retired connection and refuses it, so
