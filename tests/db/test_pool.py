@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Coroutine
+from time import monotonic
 from typing import Any, Literal
 
 import psycopg
@@ -321,5 +322,28 @@ def test_closing_the_pool_closes_its_idle_connections(database_url: str) -> None
 
         assert connection.closed
         assert (pool.stats().size, pool.stats().idle) == (0, 0)
+
+    _run(database_url, test)
+
+
+def test_shrinking_closes_only_the_connections_idle_past_max_idle(database_url: str) -> None:
+    async def test(url: str) -> None:
+        pool = _pool(url, max_size=2)
+        try:
+            idle_longest, idle_since_later = await pool.take(None), await pool.take(None)
+            await pool.give_back(idle_longest)
+            given_back_at = monotonic()
+            await pool.give_back(idle_since_later)
+
+            await pool.shrink(now=given_back_at + pool.max_idle - 1.0)
+            assert (pool.stats().size, pool.stats().idle) == (2, 2)
+
+            # given_back_at lies between the two give-backs: only the first is idle past max_idle.
+            await pool.shrink(now=given_back_at + pool.max_idle)
+            assert idle_longest.closed and not idle_since_later.closed
+            assert (pool.stats().size, pool.stats().idle) == (1, 1)
+            assert await pool.take(None) is idle_since_later
+        finally:
+            await pool.close()
 
     _run(database_url, test)

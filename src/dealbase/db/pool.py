@@ -132,17 +132,22 @@ class TenantAffinePool:
         max_lifetime: float,
         kwargs: dict[str, Any],
         name: str,
+        max_idle: float = 600.0,
     ) -> None:
         self.conninfo = conninfo
         self.max_size = max_size
         self.timeout = timeout
         self.max_lifetime = max_lifetime
+        self.max_idle = max_idle
         self.kwargs = kwargs
         self.name = name
         self._tenants = tenants
         self._closed = True
         # Idle connections, the one idle longest first.
         self._idle: deque[psycopg.AsyncConnection[Any]] = deque()
+        # Since when each idle connection has been idle.
+        self._idle_since: dict[psycopg.AsyncConnection[Any], float] = {}
+        self._shrinking: asyncio.Task[None] | None = None
         # When each connection of the pool, idle or in use, is to be replaced.
         self._expire_at: dict[psycopg.AsyncConnection[Any], float] = {}
         # Connections open or being opened, in use or idle: at most max_size.
@@ -155,8 +160,25 @@ class TenantAffinePool:
         self._refused = 0
 
     def open(self) -> None:
-        """Lets callers take connections (none is opened before the first asks)."""
+        """Lets callers take connections (none is opened before the first asks), and starts
+        closing, now and then, those idle past ``max_idle``."""
         self._closed = False
+        self._shrinking = asyncio.get_running_loop().create_task(self._shrink_now_and_then())
+
+    async def shrink(self, now: float | None = None) -> None:
+        """Closes the connections idle for more than ``max_idle`` seconds at ``now`` (the
+        monotonic clock's): a pool as busy an hour ago as it is quiet now keeps only what it
+        uses, as psycopg_pool's ``max_idle`` does."""
+        idle_since = self._idle_since
+        oldest_kept = (monotonic() if now is None else now) - self.max_idle
+        # The one idle longest is first (``_hand_over`` appends).
+        while self._idle and idle_since.get(self._idle[0], oldest_kept) < oldest_kept:
+            await self._discard(self._idle.popleft())
+
+    async def _shrink_now_and_then(self) -> None:
+        while True:
+            await asyncio.sleep(self.max_idle / 4)
+            await self.shrink()
 
     async def take(self, schema: str | None) -> psycopg.AsyncConnection[Any]:
         """An idle connection warm for ``schema`` (None: any), else the one idle longest, else
@@ -212,6 +234,9 @@ class TenantAffinePool:
         """Closes the idle connections, refuses the callers queued (PoolClosed) and any caller
         after them; a connection in use is closed when given back."""
         self._closed = True
+        if self._shrinking is not None:
+            self._shrinking.cancel()
+            self._shrinking = None
         # The callers first: a place freed by closing an idle connection is nobody's.
         while self._waiters:
             waiter = self._waiters.popleft()
@@ -299,8 +324,10 @@ class TenantAffinePool:
                 waiter.set_result(connection)
                 return
         self._idle.append(connection)
+        self._idle_since[connection] = monotonic()
 
     async def _discard(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        self._idle_since.pop(connection, None)
         if self._expire_at.pop(connection, None) is None:
             raise ValueError(f"the connection is not one of the pool {self.name!r}'s")
         await connection.close()
