@@ -113,6 +113,22 @@ def test_an_external_id_outside_the_documented_characters_is_refused(
         assert put(client, world, good, {"last_name": "A"}).status_code == 201, good
 
 
+def test_an_external_id_ending_in_a_newline_is_refused_in_the_path(
+    client: TestClient, world: TenantWorld
+) -> None:
+    # The document's pattern ends at the end of the text; Python's $ also matches before a
+    # last "\n", so the check must take the whole text.
+    response = put(client, world, "abc%0A", {"last_name": "A"})
+
+    assert response.status_code == 422
+    problem = response.json()
+    assert problem["code"] == "validation_failed"
+    assert [(e["field"], e["code"]) for e in problem["errors"]] == [
+        ("external_id", "invalid_format")
+    ]
+    assert client.get(CUSTOMERS, headers=world.key.headers).json()["data"] == []
+
+
 def test_a_patch_may_set_or_clear_an_external_id_but_not_take_anothers(
     client: TestClient, world: TenantWorld
 ) -> None:

@@ -74,6 +74,9 @@ def test_server_managed_fields_cannot_be_sent(
         ({"last_name": "x", "note": "x" * 10_001}, "note", "too_long"),
         ({"last_name": "x", "phone_1": "1" * 65}, "phone_1", "too_long"),
         ({"last_name": "x", "email": "not an email"}, "email", "invalid_format"),
+        # The document's patterns end at the end of the text: Python's $ also before a last \n.
+        ({"last_name": "x", "email": "ada@example.com\n"}, "email", "invalid_format"),
+        ({"last_name": "x", "external_id": "abc\n"}, "external_id", "invalid_format"),
         ({"last_name": "x", "birthday": "1990-02-30"}, "birthday", "invalid_date"),
         ({"last_name": "x", "birthday": "yesterday"}, "birthday", "invalid_date"),
         ({"last_name": "x", "birthday": 19900101}, "birthday", "invalid_date"),

@@ -133,7 +133,7 @@ class RequestEdge:
             elif name == b"x-request-id":
                 if request_id is None:
                     candidate = value.decode("latin-1")
-                    request_id = candidate if _CLIENT_REQUEST_ID.match(candidate) else ""
+                    request_id = candidate if _CLIENT_REQUEST_ID.fullmatch(candidate) else ""
             elif name == b"expect":
                 expect = value
         method = scope["method"]

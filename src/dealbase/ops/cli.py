@@ -582,7 +582,7 @@ _LIFETIME_UNITS = {"d": timedelta(days=1), "h": timedelta(hours=1), "m": timedel
 
 
 def _lifetime(text: str) -> timedelta:
-    match = _LIFETIME_SHAPE.match(text.strip())
+    match = _LIFETIME_SHAPE.fullmatch(text.strip())
     if match is None:
         raise CliFailure(
             f"--expires-in {text!r}: a whole number followed by d, h or m, as in 90d",

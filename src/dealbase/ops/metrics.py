@@ -231,7 +231,7 @@ class Metrics:
             return "anonymous"
         if name in self._operation_names:
             return name
-        if _OPERATION_NAME.match(name) and len(self._operation_names) < MAX_OPERATION_NAMES:
+        if _OPERATION_NAME.fullmatch(name) and len(self._operation_names) < MAX_OPERATION_NAMES:
             self._operation_names.add(name)
             return name
         return "other"

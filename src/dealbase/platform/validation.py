@@ -54,7 +54,7 @@ def _not_blank(value: str) -> str:
 
 
 def _email_shape(value: str) -> str:
-    if not _EMAIL.match(value):
+    if not _EMAIL.fullmatch(value):
         raise PydanticCustomError("invalid_format", "must look like name@domain")
     return value
 
@@ -100,7 +100,7 @@ def _rfc3339_text(value: object) -> object:
     # Pydantic alone also reads 0, "0.5" or "1700000000" as Unix times; the wire says RFC 3339.
     if isinstance(value, datetime):
         return value
-    if not isinstance(value, str) or not _RFC3339.match(value):
+    if not isinstance(value, str) or not _RFC3339.fullmatch(value):
         raise PydanticCustomError(
             "invalid_datetime",
             "must be an RFC 3339 date-time with a UTC offset, e.g. 2026-11-21T09:30:00Z",
@@ -142,7 +142,7 @@ _EXTERNAL_ID_RULE = (
 
 
 def _external_id_shape(value: str) -> str:
-    if not _EXTERNAL_ID.match(value):
+    if not _EXTERNAL_ID.fullmatch(value):
         raise PydanticCustomError(
             "invalid_format",
             _EXTERNAL_ID_RULE,
@@ -152,7 +152,7 @@ def _external_id_shape(value: str) -> str:
 
 def valid_external_id(value: str, field: str = "external_id") -> str:
     """An external id from a path or an argument, judged as ExternalId judges a body's."""
-    if not _EXTERNAL_ID.match(value):
+    if not _EXTERNAL_ID.fullmatch(value):
         raise Invalid.of(
             field,
             "invalid_format",

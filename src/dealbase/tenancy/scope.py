@@ -13,7 +13,7 @@ TENANT_SCHEMA_PLACEHOLDER = "tenant"
 
 def checked_schema_name(schema: str) -> str:
     """``schema``, refused unless it is a tenant schema's name: it reaches SQL as an identifier."""
-    if not _SCHEMA_NAME.match(schema):
+    if not _SCHEMA_NAME.fullmatch(schema):
         raise ValueError(f"not a tenant schema name: {schema!r}")
     return schema
 

@@ -73,7 +73,7 @@ def _format_key(key_id: uuid.UUID, secret: str) -> str:
 def parse_api_key(value: str | None) -> tuple[uuid.UUID, str] | None:
     if value is None:
         return None
-    match = _KEY_SHAPE.match(value)
+    match = _KEY_SHAPE.fullmatch(value)
     if match is None:
         return None
     return _key_id(match.group(1)), match.group(2)
