@@ -179,7 +179,9 @@ def test_callers_at_once_never_open_more_connections_than_the_pools_size(
     _run(database_url, test)
 
 
-Spoiled = Literal["broken", "closed", "in a transaction", "past its lifetime", "retired"]
+Spoiled = Literal[
+    "broken", "closed", "in a transaction", "in pipeline mode", "past its lifetime", "retired"
+]
 
 
 async def _spoil(
@@ -194,12 +196,15 @@ async def _spoil(
         await connection.close()
     elif how == "in a transaction":
         await connection.execute("BEGIN")
+    elif how == "in pipeline mode":
+        connection.pgconn.enter_pipeline_mode()
     elif how == "retired":
         assert tenants.worked_in(connection, "a")
 
 
 @pytest.mark.parametrize(
-    "how", ["broken", "closed", "in a transaction", "past its lifetime", "retired"]
+    "how",
+    ["broken", "closed", "in a transaction", "in pipeline mode", "past its lifetime", "retired"],
 )
 def test_a_connection_given_back_broken_closed_in_a_transaction_expired_or_retired_is_closed(
     database_url: str, how: Spoiled

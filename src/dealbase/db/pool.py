@@ -12,7 +12,7 @@ from time import monotonic
 from typing import Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
+from psycopg.pq import PipelineStatus, TransactionStatus
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 
@@ -199,10 +199,13 @@ class TenantAffinePool:
 
     async def give_back(self, connection: psycopg.AsyncConnection[Any]) -> None:
         """Returns a connection ``take`` gave, once: to the caller queued longest, or idle; or
-        closes it (closed, broken, in a transaction, past its lifetime, retired, or the pool
-        closed)."""
+        closes it (closed, broken, in a transaction, left in pipeline mode, past its lifetime,
+        retired, or the pool closed)."""
         if (
             connection.pgconn.transaction_status == TransactionStatus.IDLE
+            # A pipeline given up half-read (a cancelled request) may leave answers that the
+            # next user would take for its own.
+            and connection.pgconn.pipeline_status == PipelineStatus.OFF
             and monotonic() < self._expire_at.get(connection, 0.0)
             and not self._closed
             and not self._tenants.retired(connection)
