@@ -28,7 +28,7 @@ from dealbase.config import Settings
 from dealbase.db.database import Database
 from dealbase.db.units import UnitOfWork
 from dealbase.platform.tables import customers
-from dealbase.tenancy.scope import Scope
+from dealbase.tenancy.scope import Scope, tenant_role
 from tests.depth import SHARED_FIXTURES
 from tests.support import Credentials, TenantWorld
 
@@ -270,12 +270,25 @@ async def _interleave(
     for outcome in outcomes:
         if isinstance(outcome, BaseException):
             raise outcome
-    # The one connection is back in the pool, sound, and as the login role again.
+    # The one connection is back in the pool, sound: as the login role where each transaction
+    # switches for itself; else in the role the pool records for it (the tenant's whose unit of
+    # work last committed on it) or, where none is recorded (one failed since), in the login
+    # role or a caller's tenant's, which the next unit of work switches from.
     assert database.pool_usage()[0] == 0
     connection = await database.async_pool.take(None)
     try:
-        cursor = await connection.execute("SELECT current_user = session_user")
-        assert await cursor.fetchone() == (True,)
+        roles = database.session_roles
+        recorded = None if roles is None else roles.role_of(connection)
+        cursor = await connection.execute("SELECT current_user, session_user")
+        row = await cursor.fetchone()
+        assert row is not None
+        current, login = row
+        if roles is None:  # each transaction's role ended with it
+            assert current == login
+        elif recorded is not None:
+            assert current == recorded
+        else:
+            assert current in {login, *(tenant_role(caller.scope.schema) for caller in callers)}
     finally:
         await database.async_pool.give_back(connection)
 

@@ -545,7 +545,7 @@ def test_a_query_of_one_compiled_page_is_one_round_trip(
         answered = client.post(GRAPHQL, json=body, headers=headers).json()
 
     assert answered["data"]["deals"]["totalCount"] == len(shop.deal_ids)
-    # BEGIN, the role switch, the page's statement and COMMIT.
+    # The page's statement with what its transaction sets, one round trip.
     assert trips[0] == 1
 
 

@@ -1,54 +1,37 @@
-"""Round trips to PostgreSQL per write: BEGIN and the role switch travel with the first
-statement, the events with the COMMIT. Counted where psycopg waits on the server (every
-statement, script, commit and rollback goes through ``AsyncConnection.wait``), so the count holds
-whatever the code above psycopg does, behind pgbouncer too."""
+"""Round trips to PostgreSQL per write: the opening (the role switch where the connection does
+not hold the tenant's role, BEGIN where the unit of work is more than one round trip) travels
+with the first statement, the events with the COMMIT. Counted where every statement of a unit
+of work goes (``counted_round_trips``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import psycopg
 import pytest
 from fastapi.testclient import TestClient
 from httpx import Response
 
 from dealbase.config import Settings
 from dealbase.db.database import PREPARE_AFTER
-from tests.db.test_statements import pipelines_sent
+from tests.db.test_transactions import round_trips_sent
 from tests.rest_api.test_events import API
 from tests.support import TenantWorld
 
 
 @contextmanager
 def counted_round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """How many times psycopg waited on the server's socket meanwhile (one element, read
-    after): a wait whose work needed no I/O (a COMMIT of no transaction) is not a round trip."""
+    """How many round trips units of work sent meanwhile (one element, read after): each is one
+    exchange with the server, a statement alone or a pipeline of several that ends in one Sync
+    (tests/db/test_transactions.py). Counted where every statement of a unit of work goes, so
+    the count holds whatever the platform's code does, behind pgbouncer too."""
     count = [0]
-    wait = psycopg.AsyncConnection.wait
-
-    def observed(work: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
+    with round_trips_sent(monkeypatch) as sent:
         try:
-            waiting_for = work.send(None)
-        except StopIteration as done:
-            return done.value
-        count[0] += 1
-        while True:
-            ready = yield waiting_for
-            try:
-                waiting_for = work.send(ready)
-            except StopIteration as done:
-                return done.value
-
-    async def counting_wait(
-        self: psycopg.AsyncConnection[Any], work: Generator[Any, Any, Any], *args: Any
-    ) -> Any:
-        return await wait(self, observed(work), *args)
-
-    with monkeypatch.context() as patched:
-        patched.setattr(psycopg.AsyncConnection, "wait", counting_wait)
-        yield count
+            yield count
+        finally:
+            count[0] = len(sent)
 
 
 def _send(
@@ -80,7 +63,7 @@ def test_a_customer_create_is_one_round_trip(
         201,
     )
 
-    # BEGIN, the role switch, the INSERT with its event, and COMMIT.
+    # The INSERT with its event (after the role switch where needed), its own transaction.
     assert trips == 1
 
 
@@ -92,7 +75,7 @@ def test_a_customer_create_is_one_round_trip(
     ],
     ids=["customer", "deal"],
 )
-def test_a_create_prepared_on_its_connection_is_one_pipelined_round_trip(
+def test_a_create_on_a_connection_in_its_tenants_role_is_its_statement_alone(
     client: TestClient,
     settings: Settings,
     world: TenantWorld,
@@ -100,20 +83,20 @@ def test_a_create_prepared_on_its_connection_is_one_pipelined_round_trip(
     path: str,
     body: dict[str, Any],
 ) -> None:
-    """Once its statement is prepared on the connection (the tenant's warm one, which its
-    creates keep landing on), a create goes as a pipeline of the extended protocol: still one
-    round trip, the same answer. Behind pgbouncer nothing is prepared, and the script goes."""
+    """Once a connection has committed a unit of work of the tenant's (the tenant's warm one,
+    which its creates keep landing on), it keeps the tenant's role, and a create sends its one
+    statement alone; behind pgbouncer each transaction switches for itself, in a pipeline with
+    the statement. One round trip either way, the same answer."""
     for _ in range(PREPARE_AFTER):
         assert _send(client, world, "POST", path, body).status_code == 201
-    pipelines = pipelines_sent(monkeypatch)
 
-    with counted_round_trips(monkeypatch) as trips:
+    with round_trips_sent(monkeypatch) as sent, counted_round_trips(monkeypatch) as trips:
         created = _send(client, world, "POST", path, body)
 
     assert created.status_code == 201, created.text
     assert trips == [1]
-    prepared = settings.db_prepared_statements and not settings.db_pgbouncer
-    assert pipelines == ([1] if prepared else [])
+    [statements] = sent
+    assert len(statements) == (2 if settings.db_pgbouncer else 1)
     shown = created.json()
     assert {name: shown[name] for name in body if name != "customers"} == {
         name: value for name, value in body.items() if name != "customers"
@@ -139,9 +122,9 @@ def test_a_customer_create_with_an_idempotency_key_is_four_round_trips(
 
     trips = _round_trips(monkeypatch, create, 201)
 
-    # BEGIN, the switch and the key's lock; the stored response, if any (after the lock, in a
-    # snapshot of its own); the INSERT; the expired record's deletion, the response stored,
-    # the events and COMMIT.
+    # BEGIN (and the switch) with the key's lock; the stored response, if any (after the
+    # lock, in a snapshot of its own); the INSERT; the expired record's deletion, the response
+    # stored, the events and COMMIT.
     assert trips == 4
 
 
@@ -153,8 +136,8 @@ def test_a_deal_with_three_new_customers_is_one_round_trip(
 
     trips = _round_trips(monkeypatch, lambda: _send(client, world, "POST", "/deals", body), 201)
 
-    # BEGIN, the switch, one statement writing the deal (in the first step, found by its
-    # INSERT), its customers, their links and the events, and COMMIT.
+    # One statement writing the deal (in the first step, found by its
+    # INSERT), its customers, their links and the events.
     assert trips == 1
 
 
@@ -183,7 +166,7 @@ def test_a_patch_is_one_round_trip_with_its_events(
     with counted_round_trips(monkeypatch) as trips:
         changed = _send(client, world, "PATCH", f"{path}/{record['id']}", patch)
 
-    # BEGIN, the switch, one statement changing the record and recording its events, COMMIT.
+    # One statement changing the record and recording its events.
     assert changed.status_code == 200, changed.text
     assert trips == [1]
     assert changed.json() == {**record, **patch, "updated_at": changed.json()["updated_at"]}
@@ -212,8 +195,8 @@ def test_an_upsert_that_creates_and_one_that_changes_are_one_round_trip_each(
     with counted_round_trips(monkeypatch) as changing:
         changed = _send(client, world, "PUT", path, {**data, name: "Second"})
 
-    # BEGIN, the switch, one statement locking and judging the external id and writing the
-    # record with its event, and COMMIT.
+    # One statement locking and judging the external id and writing the record with its
+    # event.
     assert (created.status_code, changed.status_code) == (201, 200), changed.text
     assert (creating, changing) == ([1], [1])
     assert changed.json() == {
@@ -243,7 +226,7 @@ def test_a_batch_of_creates_changes_and_failures_is_one_round_trip(
     with counted_round_trips(monkeypatch) as trips:
         answered = _send(client, world, "POST", "/customers/batch", {"operations": operations})
 
-    # BEGIN, the switch, one statement for the whole batch with its events, and COMMIT.
+    # One statement for the whole batch with its events.
     assert answered.status_code == 200, answered.text
     assert trips == [1]
     results = answered.json()["results"]
@@ -261,5 +244,5 @@ def test_a_read_is_one_round_trip(
 
     trips = _round_trips(monkeypatch, lambda: _send(client, world, "GET", url, {}), 200)
 
-    # BEGIN, the role switch, the read and COMMIT.
+    # The read, its own transaction.
     assert trips == 1

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select, text
 
 from dealbase.db.database import Database
-from dealbase.db.statements import TenantConnection
+from dealbase.db.transactions import TenantConnection
 from dealbase.db.units import UnitOfWork
 from dealbase.migrations.runner import upgrade_control, upgrade_tenants
 from dealbase.ops import admin
@@ -19,6 +19,7 @@ from dealbase.platform.customers import service as customers
 from dealbase.platform.tables import customers as customers_table
 from dealbase.tenancy.registry.tenants import create_tenant
 from dealbase.tenancy.roles import TENANT_OWNER_ROLE, ensure_roles, inheriting_login_role
+from dealbase.tenancy.scope import tenant_role
 from tests.support import TenantWorld, non_superuser_login, scratch_database
 
 
@@ -65,6 +66,7 @@ def test_a_routing_bug_that_names_another_tenants_schema_gets_a_permission_error
             uow.connection._connection,  # the very connection and transaction of the caller
             theirs.tenant.schema,
             database.statements,
+            role=tenant_role(mine.tenant.schema),
         )
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             customers.get(UnitOfWork(misrouted, uow.scope), uuid.uuid4())

@@ -17,7 +17,7 @@ from sqlalchemy import func, text, update
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from dealbase.db.database import Database
-from dealbase.db.statements import TenantConnection
+from dealbase.db.transactions import TenantConnection
 from dealbase.ops import admin
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields, CustomerPatch

@@ -19,20 +19,17 @@ from sqlalchemy.engine import make_url
 from dealbase.db.faults import database_faults
 from dealbase.db.greenlets import run_in_greenlet
 from dealbase.db.pool import ConnectionTenants, TenantAffinePool
-from dealbase.db.statements import (
-    ServerPrepared,
-    StatementCache,
-    StatementListener,
-    TenantConnection,
-    switch_to,
-)
+from dealbase.db.statements import StatementCache, StatementListener
+from dealbase.db.transactions import SessionRoles, TenantConnection
 from dealbase.db.units import RUNS, AfterCommit, RunAgain, UnitOfWork
 from dealbase.tenancy.scope import Scope, tenant_role
 
 T = TypeVar("T")
 
-# A statement is prepared on a connection once it has run this many times there (psycopg's
-# default): by psycopg on the engine's connections, by ``ServerPrepared`` in units of work.
+# psycopg prepares a statement on the server once a connection has run it this many times (its
+# default), and keeps at most its ``prepared_max`` (100) there, the least recently used
+# deallocated first: a backend's memory stays bounded however many tenants' schemas (each with
+# statements of its own) it works in.
 PREPARE_AFTER = 5
 
 
@@ -116,6 +113,10 @@ class Database:
     connecting, which pgbouncer refuses; its ``connect_query`` sets them then.
     ``tenant_affinity=False`` takes any idle connection, where which backend serves a
     transaction is not the pool's to choose (pgbouncer in transaction mode).
+    ``session_roles=False`` switches every transaction of the event loop's pool to its tenant's
+    role for that transaction only, where a connection's session state may reach another
+    transaction (pgbouncer in transaction mode); else a connection keeps the role of the tenant
+    it last committed in (``SessionRoles``).
     """
 
     def __init__(
@@ -129,9 +130,12 @@ class Database:
         limits: DatabaseLimits = DatabaseLimits(),
         tenants_per_connection: int | None = None,
         tenant_affinity: bool = True,
+        session_roles: bool = True,
     ) -> None:
         self.url = database_url
         self._tenant_affinity = tenant_affinity
+        # The roles the event loop's pool's connections keep between units of work.
+        self.session_roles = SessionRoles() if session_roles else None
         self.limits = limits
         self._connection_tenants = ConnectionTenants(tenants_per_connection)
         # Operators (and tests) see in pg_stat_activity which process holds a connection.
@@ -142,14 +146,10 @@ class Database:
         }
         if startup_options:
             connection_settings["options"] = limits.connection_options()
-        # Units of work send their own BEGIN, with the switch to the tenant's role and their first
-        # statement (``TenantConnection``); psycopg would send a BEGIN of its own first. They
-        # prepare their statements themselves (``ServerPrepared``), not through psycopg.
-        unit_of_work_settings = {
-            **connection_settings,
-            "autocommit": True,
-            "prepare_threshold": None,
-        }
+        # Units of work open their transaction themselves, with the switch to the tenant's role
+        # and their first statement, or run as one implicit transaction (``TenantConnection``):
+        # psycopg would send a BEGIN of its own first, and sync the pipeline after it.
+        unit_of_work_settings = {**connection_settings, "autocommit": True}
         self.engine: Engine = create_engine(
             sqlalchemy_url(database_url),
             pool_size=pool_size,
@@ -195,7 +195,6 @@ class Database:
             name="units-of-work-on-the-event-loop",
         )
         self.statements = StatementCache(self.engine.dialect)
-        self.server_prepared = ServerPrepared(PREPARE_AFTER) if prepared_statements else None
         # Called with the SQL of every statement a unit of work runs (tests count them).
         self.statement_listeners: list[StatementListener] = []
         # Called as each unit of work on the event loop starts, with whether its connection had
@@ -208,24 +207,31 @@ class Database:
         success, else rolls back.
 
         The schema is written into each statement's text and the role is set for the transaction
-        only, so the pooled connection (or a pgbouncer server connection in transaction mode)
-        carries no tenant state to its next user.
+        only: the CLI's and the tests' pooled connections carry no tenant state to their next
+        user (the event loop's may keep the role, ``SessionRoles``).
         """
         with database_faults(), self.pool.connection() as connection:
-            self._connection_tenants.worked_in(connection, scope.schema)
-            role = tenant_role(scope.schema)
-            statements = TenantConnection(
-                connection,
-                scope.schema,
-                self.statements,
-                self.statement_listeners,
-                begin=switch_to(role),
-                role=role,
-                prepared=self.server_prepared,
-            )
-            uow = UnitOfWork(statements, scope)
+            uow = self._unit_of_work(connection, scope, None)
             yield uow
             uow.finish()
+
+    def _unit_of_work(
+        self,
+        connection: psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
+        scope: Scope,
+        session_roles: SessionRoles | None,
+    ) -> UnitOfWork:
+        """A unit of work on ``connection`` in ``scope``'s tenant, as its role."""
+        self._connection_tenants.worked_in(connection, scope.schema)
+        statements = TenantConnection(
+            connection,
+            scope.schema,
+            self.statements,
+            self.statement_listeners,
+            role=tenant_role(scope.schema),
+            session_roles=session_roles,
+        )
+        return UnitOfWork(statements, scope)
 
     async def open(self) -> None:
         """Opens the asynchronous pool in the running event loop, which it then belongs to (the
@@ -249,20 +255,9 @@ class Database:
                         self.on_connection_warmth(
                             self._connection_tenants.knows(connection, scope.schema)
                         )
-                    self._connection_tenants.worked_in(connection, scope.schema)
-                    role = tenant_role(scope.schema)
-                    statements = TenantConnection(
-                        connection,
-                        scope.schema,
-                        self.statements,
-                        self.statement_listeners,
-                        begin=switch_to(role),
-                        role=role,
-                        prepared=self.server_prepared,
-                    )
-                    uow = UnitOfWork(statements, scope)
+                    uow = self._unit_of_work(connection, scope, self.session_roles)
                     yield uow
-                    if not statements.committed:
+                    if not uow.connection.committed:
                         # Platform code: its statements await on the event loop from a greenlet.
                         await run_on_event_loop(UnitOfWork.finish, uow)
                 except BaseException:

@@ -6,9 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Generic, Protocol, TypeVar, cast
 
-from dealbase.db.statements import (
-    TenantConnection,
-)
+from dealbase.db.transactions import TenantConnection
 from dealbase.tenancy.scope import Scope
 
 T = TypeVar("T")

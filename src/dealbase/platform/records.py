@@ -24,7 +24,8 @@ from pydantic import BaseModel
 from sqlalchemy import ColumnElement, Table
 
 from dealbase.db.faults import Fault
-from dealbase.db.statements import Deferred, Record
+from dealbase.db.statements import Record
+from dealbase.db.transactions import Deferred
 from dealbase.db.units import AfterCommit, RunAgain, UnitOfWork
 from dealbase.errors import DomainError, ExternalIdTaken, Invalid, Unavailable
 from dealbase.ids import new_ids

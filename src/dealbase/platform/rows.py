@@ -26,7 +26,8 @@ from sqlalchemy.dialects.postgresql import Insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from dealbase.db.faults import Fault, faults_meaning
-from dealbase.db.statements import Record, TenantConnection
+from dealbase.db.statements import Record
+from dealbase.db.transactions import TenantConnection
 from dealbase.errors import ExternalIdTaken, NotFound, PreconditionFailed
 from dealbase.platform.versioning import Expected
 

@@ -8,7 +8,8 @@ from typing import Any
 from sqlalchemy import Select, bindparam, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 
-from dealbase.db.statements import Record, TenantConnection, built_once
+from dealbase.db.statements import Record, built_once
+from dealbase.db.transactions import TenantConnection
 from dealbase.ids import new_id
 from dealbase.platform.activities.models import Activity, ActivityFilter
 from dealbase.platform.listing import BY_ID, ListFilters, Rule, Shape, equal

@@ -20,7 +20,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert
 
-from dealbase.db.statements import Deferred, Record, Rows, TenantConnection, built_once
+from dealbase.db.statements import Record, Rows, built_once
+from dealbase.db.transactions import Deferred, TenantConnection
 from dealbase.errors import ExternalIdTaken
 from dealbase.ids import new_ids
 from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter

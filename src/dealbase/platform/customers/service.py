@@ -6,7 +6,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from dealbase.db.statements import Deferred
+from dealbase.db.transactions import Deferred
 from dealbase.db.units import AfterCommit, UnitOfWork
 from dealbase.platform import records
 from dealbase.platform.batches.models import Batch, Result, single_upsert

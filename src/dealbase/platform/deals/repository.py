@@ -31,7 +31,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSON, UUID, aggregate_order_by
 
 from dealbase.db.faults import ErrorMeaning
-from dealbase.db.statements import Deferred, Record, TenantConnection, built_once
+from dealbase.db.statements import Record, built_once
+from dealbase.db.transactions import Deferred, TenantConnection
 from dealbase.ids import new_id, new_ids
 from dealbase.platform.customers.models import Customer
 from dealbase.platform.customers.repository import to_customer

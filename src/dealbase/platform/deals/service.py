@@ -7,7 +7,8 @@ from contextlib import contextmanager
 from pydantic import BaseModel
 
 from dealbase.db.faults import Fault, faults_meaning
-from dealbase.db.statements import Deferred, Record
+from dealbase.db.statements import Record
+from dealbase.db.transactions import Deferred
 from dealbase.db.units import AfterCommit, UnitOfWork
 from dealbase.errors import Conflict, ExternalIdTaken, Invalid, NotFound
 from dealbase.platform import records

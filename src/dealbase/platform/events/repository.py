@@ -31,7 +31,8 @@ from sqlalchemy.sql.dml import ReturningInsert
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import CTE, CompoundSelect, Select
 
-from dealbase.db.statements import Record, TenantConnection, built_once
+from dealbase.db.statements import Record, built_once
+from dealbase.db.transactions import TenantConnection
 from dealbase.platform.event_types import EventType
 from dealbase.platform.events.models import Event, EventFilter, NewEvent
 from dealbase.platform.resources import event_json_text_sql

@@ -4,7 +4,7 @@ import uuid
 
 from sqlalchemy import ColumnElement, delete, func, insert, select
 
-from dealbase.db.statements import TenantConnection
+from dealbase.db.transactions import TenantConnection
 from dealbase.platform.idempotency.models import REPLAY_WINDOW, StoredResponse
 from dealbase.platform.tables import idempotency_records
 

@@ -16,7 +16,8 @@ from sqlalchemy import (
     true,
 )
 
-from dealbase.db.statements import Record, TenantConnection, built_once
+from dealbase.db.statements import Record, built_once
+from dealbase.db.transactions import TenantConnection
 from dealbase.ids import new_id
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.pipeline.models import (

@@ -28,7 +28,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from dealbase.db.statements import Record, TenantConnection, built_once
+from dealbase.db.statements import Record, built_once
+from dealbase.db.transactions import TenantConnection
 from dealbase.ids import new_id
 from dealbase.platform.event_types import ALL_EVENTS
 from dealbase.platform.events.models import Event, event_json

@@ -6,7 +6,8 @@ from datetime import timedelta
 
 from sqlalchemy import func, select
 
-from dealbase.db.statements import Record, TenantConnection
+from dealbase.db.statements import Record
+from dealbase.db.transactions import TenantConnection
 from dealbase.ids import new_id
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.rows import OwnedRows, in_department, insert_reading, lookup, owned_by

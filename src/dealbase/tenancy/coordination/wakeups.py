@@ -22,7 +22,8 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, delete, exists, func, insert, literal, select, update
 
-from dealbase.db.statements import TenantConnection, built_once
+from dealbase.db.statements import built_once
+from dealbase.db.transactions import TenantConnection
 from dealbase.tenancy.control_tables import tenants, webhook_wakeups
 
 

@@ -1,0 +1,439 @@
+"""A unit of work's transaction on one psycopg connection, in as few round trips as it can.
+
+Every round trip is one pipeline of psycopg's (``Connection.pipeline()``): its statements go one
+after another without waiting for each other's results, each with its values bound as
+parameters, never written into the SQL text, and a Sync ends it. psycopg prepares a statement on
+the server once a connection has run it ``prepare_threshold`` times (``Database``), so a
+create's INSERT is parsed and planned once per connection, not per request.
+
+The connections are in autocommit mode: psycopg sends no ``BEGIN`` of its own. A unit of work
+that is one round trip (a read, a create) sends the switch to the tenant's role and its
+statements before one Sync, and PostgreSQL runs them as one implicit transaction: committed at
+the Sync, or rolled back as a whole when one fails (where ``set_config(..., true)`` holds to its
+end, as ``SET LOCAL`` does). A unit of work of several round trips opens an explicit ``BEGIN``
+with its first and ends with ``COMMIT`` in its last.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import structlog
+from psycopg.pq import ExecStatus
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.util import await_
+
+from dealbase.db.faults import ErrorMeaning, meant
+from dealbase.db.statements import Compiled, Rows, StatementCache, StatementListener
+
+log = structlog.get_logger(__name__)
+
+_TUPLES_OK = ExecStatus.TUPLES_OK
+
+# The switch to the tenant's role as one statement taking the role as its parameter: ``SET
+# ROLE`` is the ``role`` setting, so ``set_config`` of it local to the transaction checks the
+# login role's membership and ends with the transaction, commit or rollback, as ``SET LOCAL
+# ROLE`` does: the pooled connection (or a pgbouncer server connection) goes back to its next
+# user as the login role.
+SWITCH_TO_ROLE = "SELECT set_config('role', %s, true)"
+# The same switch for the session: it outlives the transaction that made it, once committed.
+SWITCH_SESSION_TO_ROLE = "SELECT set_config('role', %s, false)"
+
+
+def switch_to(role: str) -> tuple[str, str]:
+    """The statements that open a raw session's transaction as ``role`` (a tenant's), for code
+    that runs SQL of its own rather than a unit of work (exports, tests)."""
+    return "BEGIN", f'SET LOCAL ROLE "{role}"'
+
+
+# A statement's sets of values: by name (a compiled statement's), or by position.
+class SessionRoles:
+    """The tenant role each connection of the event loop's pool holds for its session, as far
+    as its units of work know.
+
+    The role switch is a statement of its own, and a round trip of two statements goes as a
+    pipeline, which costs psycopg several times the CPU of one statement sent alone
+    (bench/README.md). So a connection keeps the role of the tenant whose unit of work it last
+    committed, and a unit of work on a connection already in its tenant's role (the pool hands
+    out a connection warm for the tenant first) sends its statements alone. Only what committed
+    is recorded: a switch in a transaction that failed, was rolled back or was interrupted is
+    forgotten, and the next unit of work switches again. A statement names its tenant's schema,
+    so one run in another tenant's role would be refused, never let in. Not behind pgbouncer in
+    transaction mode, whose next transaction may run on another server connection.
+    """
+
+    def __init__(self) -> None:
+        self._roles: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
+
+    def role_of(self, connection: object) -> str | None:
+        """The role ``connection`` holds for its session, if known (else the login role's, or
+        a tenant's it is not known to hold)."""
+        return self._roles.get(connection)
+
+    def committed(self, connection: object, role: str) -> None:
+        self._roles[connection] = role
+
+    def forget(self, connection: object) -> None:
+        self._roles.pop(connection, None)
+
+
+Values = Sequence[Mapping[str, Any]] | Sequence[Sequence[Any]]
+# A statement's columns and rows.
+Fetched = tuple[tuple[str, ...], list[tuple[Any, ...]]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """A statement with its values: one set, or many (run once per set, in the same trip)."""
+
+    sql: str
+    values: Values
+
+
+_BEGIN = _Call("BEGIN", ())
+_COMMIT = _Call("COMMIT", ())
+
+
+class Deferred:
+    """A statement that travels with the unit of work's next round trip: the next statement
+    that runs, or the COMMIT. ``rows()`` reads its rows once it has gone, and sends it (with
+    whatever else waits) if it has not."""
+
+    __slots__ = ("_entry", "_owner", "_rows", "call", "meaning", "number")
+
+    def __init__(
+        self,
+        call: _Call,
+        entry: Compiled,
+        owner: TenantConnection,
+        number: int,
+        meaning: ErrorMeaning | None = None,
+    ) -> None:
+        self.call = call
+        self.number = number  # its place among the unit of work's deferred statements
+        self.meaning = meaning
+        self._entry = entry
+        self._owner = owner
+        self._rows: Rows | None = None
+
+    def rows(self) -> Rows:
+        if self._rows is None:
+            self._owner.send_deferred()
+        assert self._rows is not None, "sent statements have their rows"
+        return self._rows
+
+
+class TenantConnection:
+    """A connection in one transaction whose statements land in one tenant's schema, run as the
+    tenant's role.
+
+    On a psycopg ``AsyncConnection`` the platform's synchronous code still calls ``execute``;
+    each round trip is awaited underneath on the event loop (SQLAlchemy's greenlet bridge, the
+    one its own asyncio extension uses), so it must run inside ``database.run_on_event_loop``.
+
+    A unit of work spends as few round trips as it can: its opening (the role switch, and the
+    ``BEGIN`` unless it is one round trip) travels with its first statement, and the statements
+    given to ``defer`` travel with the next one, or with the ``COMMIT``.
+    """
+
+    __slots__ = (
+        "_begun",
+        "_commit_with_next",
+        "_committed",
+        "_connection",
+        "_deferred",
+        "_deferred_total",
+        "_listeners",
+        "_role",
+        "_schema_name",
+        "_session_roles",
+        "_statements",
+        "_switched",
+    )
+
+    def __init__(
+        self,
+        connection: psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
+        schema: str,
+        statements: StatementCache,
+        listeners: Sequence[StatementListener] = (),
+        *,
+        role: str,
+        session_roles: SessionRoles | None = None,
+    ) -> None:
+        self._connection = connection
+        self._role = role
+        # Where the connection keeps its role between units of work; None: each transaction
+        # switches for itself (``SWITCH_TO_ROLE``).
+        self._session_roles = session_roles
+        self._switched = False  # the session switched in this transaction, not yet committed
+        self._schema_name = schema
+        self._statements = statements
+        self._listeners = listeners
+        self._begun = False
+        self._committed = False
+        self._commit_with_next = False
+        self._deferred: list[Deferred] = []  # not sent yet, in the order given
+        self._deferred_total = 0
+
+    @property
+    def committed(self) -> bool:
+        return self._committed
+
+    def _render(
+        self,
+        statement: ClauseElement,
+        parameters: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None,
+    ) -> tuple[_Call, Compiled]:
+        if parameters is None:
+            parameter_sets: Sequence[Mapping[str, Any]] = ()
+        elif isinstance(parameters, Mapping):
+            parameter_sets = (parameters,)
+        else:
+            parameter_sets = parameters
+        sql, values, entry = self._statements.render(statement, parameter_sets, self._schema_name)
+        for listener in self._listeners:
+            listener(sql)
+        return _Call(sql, values), entry
+
+    def execute(
+        self,
+        statement: ClauseElement,
+        parameters: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+    ) -> Rows:
+        """Runs ``statement``; a sequence of parameter sets runs it once per set (in one round
+        trip), and the rows come back in the order of the sets."""
+        call, entry = self._render(statement, parameters)
+        if self._committed:
+            raise RuntimeError("the unit of work has committed: no statement may follow")
+        commit = self._commit_with_next
+        ((columns, rows),) = self._send([call], commit=commit)
+        if commit:
+            self._committed = True
+        return _rows_of(columns, rows, entry)
+
+    def defer(
+        self,
+        statement: ClauseElement,
+        parameters: Mapping[str, Any],
+        *,
+        meaning: ErrorMeaning | None = None,
+    ) -> Deferred:
+        """Runs ``statement`` in the next round trip, before what else goes in it (the next
+        statement, or the COMMIT); ``rows()`` after it. An error in it rolls the transaction
+        back, as any statement's would. ``meaning`` says what a database error of that round
+        trip means to the caller (an external id taken, as a unique violation): the round trip
+        raises that instead, from wherever it was sent (``rows()``, the next statement, the
+        COMMIT)."""
+        call, entry = self._render(statement, parameters)
+        deferred = Deferred(call, entry, self, self._deferred_total, meaning)
+        self._deferred_total += 1
+        self._deferred.append(deferred)
+        return deferred
+
+    @property
+    def deferred_count(self) -> int:
+        """How many statements were deferred so far (a mark for ``discard_deferred_after``)."""
+        return self._deferred_total
+
+    def discard_deferred_after(self, count: int) -> None:
+        """Forgets the statements deferred after the first ``count`` that have not gone yet:
+        the work that deferred them is being rolled back to a savepoint (which undoes those
+        that went)."""
+        self._deferred = [each for each in self._deferred if each.number < count]
+
+    def send_deferred(self) -> None:
+        """Sends the deferred statements now, in one round trip (with the opening when nothing
+        ran before)."""
+        if self._deferred:
+            self._send([], commit=False)
+
+    def commit_with_next(self) -> None:
+        """The next statement is the unit of work's last: it goes with the opening and the
+        COMMIT, in one round trip, and any statement after it is refused. For a read that one
+        statement answers."""
+        self._commit_with_next = True
+
+    def commit(self) -> None:
+        """Sends the deferred statements and the COMMIT, in one round trip (with the opening
+        too when nothing ran before; when nothing ran at all, nothing is sent)."""
+        if self._begun or self._deferred:
+            self._send([], commit=True)
+        self._committed = True
+
+    def _send(self, calls: list[_Call], *, commit: bool) -> list[Fetched]:
+        """One round trip: the opening if the transaction has not begun, the deferred
+        statements, ``calls``, and the COMMIT when ``commit``; the results of ``calls``.
+
+        A round trip that is the whole transaction (nothing sent before it, committing) is one
+        implicit transaction: the role switch and the statements, without ``BEGIN`` or
+        ``COMMIT``, which spares PostgreSQL two statements' parse and execution."""
+        deferred, self._deferred = self._deferred, []
+        statements = [*(each.call for each in deferred), *calls]
+        ends = commit
+        if self._begun:
+            opening = []
+        elif commit:
+            opening, commit = self._switch(), False
+        else:
+            opening = [_BEGIN, *self._switch()]
+        self._begun = True
+        try:
+            results = self._round_trip([*opening, *statements, *([_COMMIT] if commit else [])])
+        except psycopg.Error as failed:
+            self._forget_role()
+            for each in deferred:
+                error = None if each.meaning is None else meant(failed, each.meaning)
+                if error is not None:
+                    raise error from failed
+            raise
+        except BaseException:
+            self._forget_role()
+            raise
+        if ends:
+            self._role_committed()
+        sent = results[len(opening) : len(opening) + len(deferred)]
+        for each, (columns, rows) in zip(deferred, sent, strict=True):
+            each._rows = _rows_of(columns, rows, each._entry)
+        first = len(opening) + len(deferred)
+        return results[first : first + len(calls)]
+
+    def execute_after_commit(self, statement: ClauseElement, parameters: Mapping[str, Any]) -> bool:
+        """Runs ``statement`` in a transaction of its own as the tenant's role, once this one
+        has committed: the role switch and it in one round trip, one implicit transaction.
+
+        What committed stays committed, so a database error here is logged and answered False,
+        not raised: the caller's work succeeded, and saying otherwise would invite a retry that
+        writes it twice.
+        """
+        if not self._committed:
+            raise RuntimeError("only a unit of work that committed its transaction runs one more")
+        call, _ = self._render(statement, parameters)
+        try:
+            self._round_trip([*self._switch(), call])
+        except psycopg.Error as failed:
+            self._forget_role()
+            log.warning(
+                "statement_after_commit_failed", schema=self._schema_name, error=str(failed)
+            )
+            return False
+        self._role_committed()
+        return True
+
+    def _switch(self) -> list[_Call]:
+        """What switches a new transaction to the tenant's role: nothing when the session holds
+        it already (``SessionRoles``)."""
+        roles, role = self._session_roles, self._role
+        if roles is None:
+            return [_Call(SWITCH_TO_ROLE, ([role],))]
+        if roles.role_of(self._connection) == role:
+            return []
+        self._switched = True
+        return [_Call(SWITCH_SESSION_TO_ROLE, ([role],))]
+
+    def _role_committed(self) -> None:
+        """The transaction that switched the session's role has committed: the role stays."""
+        if self._switched and self._session_roles is not None:
+            self._session_roles.committed(self._connection, self._role)
+        self._switched = False
+
+    def _forget_role(self) -> None:
+        if self._session_roles is not None:
+            self._session_roles.forget(self._connection)
+        self._switched = False
+
+    def _round_trip(self, calls: list[_Call]) -> list[Fetched]:
+        connection = self._connection
+        if isinstance(connection, psycopg.AsyncConnection):
+            return await_(_round_trip_async(connection, calls))
+        return _round_trip(connection, calls)
+
+
+def _round_trip(connection: psycopg.Connection[Any], calls: list[_Call]) -> list[Fetched]:
+    """``calls`` in one pipeline, then a Sync; each call's columns and rows. One statement goes
+    alone, without a pipeline: psycopg's costs several times its CPU."""
+    if len(calls) == 1:
+        return [_fetched(_executed(connection.cursor(), calls[0]))]
+    with connection.pipeline():
+        cursors = [_executed(connection.cursor(), call) for call in calls]
+    return [_fetched(cursor) for cursor in cursors]
+
+
+def _executed(cursor: psycopg.Cursor[Any], call: _Call) -> psycopg.Cursor[Any]:
+    if len(call.values) > 1:
+        cursor.executemany(call.sql, call.values, returning=True)
+    else:
+        cursor.execute(call.sql, call.values[0] if call.values else None)
+    return cursor
+
+
+def _fetched(cursor: psycopg.Cursor[Any]) -> Fetched:
+    """Every row of every result of ``cursor`` (one per parameter set)."""
+    rows: list[tuple[Any, ...]] = []
+    columns = _columns(cursor.pgresult)
+    while columns:
+        rows.extend(cursor.fetchall())
+        if not cursor.nextset():
+            break
+    return columns, rows
+
+
+async def _round_trip_async(
+    connection: psycopg.AsyncConnection[Any], calls: list[_Call]
+) -> list[Fetched]:
+    """``_round_trip`` on the event loop."""
+    if len(calls) == 1:
+        return [await _fetched_async(await _executed_async(connection.cursor(), calls[0]))]
+    async with connection.pipeline():
+        cursors = [await _executed_async(connection.cursor(), call) for call in calls]
+    return [await _fetched_async(cursor) for cursor in cursors]
+
+
+async def _executed_async(
+    cursor: psycopg.AsyncCursor[Any], call: _Call
+) -> psycopg.AsyncCursor[Any]:
+    if len(call.values) > 1:
+        await cursor.executemany(call.sql, call.values, returning=True)
+    else:
+        await cursor.execute(call.sql, call.values[0] if call.values else None)
+    return cursor
+
+
+async def _fetched_async(cursor: psycopg.AsyncCursor[Any]) -> Fetched:
+    rows: list[tuple[Any, ...]] = []
+    columns = _columns(cursor.pgresult)
+    while columns:
+        rows.extend(await cursor.fetchall())
+        if not cursor.nextset():
+            break
+    return columns, rows
+
+
+def _columns(result: psycopg.pq.abc.PGresult | None) -> tuple[str, ...]:
+    """The names of a result's columns; () for a statement that returns no rows.
+
+    Not a cursor's description: it builds a Column object per column on every access, where
+    only the names are needed."""
+    if result is None or result.status != _TUPLES_OK:
+        return ()
+    # A list comprehension, not a generator: one call, not one resumption a column.
+    return tuple([(result.fname(index) or b"").decode() for index in range(result.nfields)])
+
+
+def _rows_of(columns: tuple[str, ...], rows: list[tuple[Any, ...]], entry: Compiled) -> Rows:
+    if entry.result_processors:
+        rows = [_processed(row, entry.result_processors) for row in rows]
+    return Rows(columns, rows)
+
+
+def _processed(
+    row: tuple[Any, ...], processors: tuple[tuple[int, Callable[[Any], Any]], ...]
+) -> tuple[Any, ...]:
+    values = list(row)
+    for index, processor in processors:
+        values[index] = processor(values[index])
+    return tuple(values)

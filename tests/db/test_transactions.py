@@ -1,0 +1,296 @@
+"""A unit of work's round trips: the opening, the deferred statements and the COMMIT travel with
+the statements around them; one round trip is one implicit transaction; values are bound, and
+psycopg prepares what a connection runs often; the tenant's role is the transaction's, or on the
+event loop's pool the session's, switched again whenever it is not known to hold."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import Insert, func, insert, literal, select, table, text
+
+from dealbase.db import transactions
+from dealbase.db.database import PREPARE_AFTER, Database
+from dealbase.db.units import UnitOfWork
+from dealbase.ids import new_id
+from dealbase.platform.tables import customers, departments
+from dealbase.tenancy.scope import Scope, tenant_role
+from tests.support import TenantWorld
+
+
+@contextmanager
+def round_trips_sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[str]]]:
+    """The round trips units of work send meanwhile: the SQL of each statement of each."""
+    sent: list[list[str]] = []
+    alone, on_the_loop = transactions._round_trip, transactions._round_trip_async
+
+    def counted(connection: Any, calls: list[Any]) -> Any:
+        sent.append([call.sql for call in calls])
+        return alone(connection, calls)
+
+    async def counted_on_the_loop(connection: Any, calls: list[Any]) -> Any:
+        sent.append([call.sql for call in calls])
+        return await on_the_loop(connection, calls)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(transactions, "_round_trip", counted)
+        patched.setattr(transactions, "_round_trip_async", counted_on_the_loop)
+        yield sent
+
+
+def _insert_customer(last_name: str, department_id: uuid.UUID) -> tuple[Insert, dict[str, object]]:
+    statement = insert(customers).values(created_at=func.now(), updated_at=func.now())
+    return statement, {"id": new_id(), "department_id": department_id, "last_name": last_name}
+
+
+def _customer_count(database: Database, scope: Scope) -> int:
+    with database.unit_of_work(scope) as uow:
+        count: int = uow.connection.execute(
+            select(func.count()).select_from(customers)
+        ).scalar_one()
+        return count
+
+
+def test_a_deferred_statement_goes_before_the_next_statement_in_its_round_trip(
+    database: Database, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    statement, values = _insert_customer("Lovelace", world.department.id)
+    with round_trips_sent(monkeypatch) as sent, database.unit_of_work(world.tenant.scope) as uow:
+        deferred = uow.connection.defer(statement.returning(customers.c.last_name), values)
+        seen = uow.connection.execute(select(func.count()).select_from(customers)).scalar_one()
+        assert deferred.rows().all() == [("Lovelace",)]
+        assert len(sent) == 1
+
+    assert seen == 1
+    [(begin, switch, inserted, counted), commit] = sent
+    assert (begin, switch, commit) == ("BEGIN", transactions.SWITCH_TO_ROLE, ["COMMIT"])
+    assert inserted.startswith("INSERT") and counted.startswith("SELECT count")
+
+
+def test_reading_a_deferred_statement_before_anything_else_ran_sends_it_with_the_opening(
+    database: Database, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    statement, values = _insert_customer("Lovelace", world.department.id)
+    with round_trips_sent(monkeypatch) as sent, database.unit_of_work(world.tenant.scope) as uow:
+        deferred = uow.connection.defer(statement.returning(customers.c.last_name), values)
+        assert sent == []
+        assert deferred.rows().all() == [("Lovelace",)]
+        assert [trip[:2] for trip in sent] == [["BEGIN", transactions.SWITCH_TO_ROLE]]
+
+    assert _customer_count(database, world.tenant.scope) == 1
+
+
+def test_discarding_forgets_only_what_was_deferred_after_the_mark_and_has_not_gone(
+    database: Database, world: TenantWorld
+) -> None:
+    with database.unit_of_work(world.tenant.scope) as uow:
+        connection = uow.connection
+        connection.defer(*_insert_customer("Kept before", world.department.id))
+        mark = connection.deferred_count
+        connection.execute(text("SAVEPOINT operation"))  # the first one goes with it
+        connection.defer(*_insert_customer("Sent, then rolled back", world.department.id))
+        connection.execute(select(literal(1)))
+        connection.defer(*_insert_customer("Never sent", world.department.id))
+        connection.discard_deferred_after(mark)
+        connection.execute(text("ROLLBACK TO SAVEPOINT operation"))
+        connection.defer(*_insert_customer("Kept after", world.department.id))
+
+    with database.unit_of_work(world.tenant.scope) as uow:
+        names = [
+            name
+            for (name,) in uow.connection.execute(
+                select(customers.c.last_name).order_by(customers.c.last_name)
+            )
+        ]
+    assert names == ["Kept after", "Kept before"]
+
+
+def test_a_unit_of_work_in_one_round_trip_is_an_implicit_transaction_as_the_tenants_role(
+    database: Database, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No BEGIN and COMMIT when the whole transaction is one round trip: its statements still
+    run as the tenant's role and commit or fail together."""
+    statement, values = _insert_customer("Lovelace", world.department.id)
+    with round_trips_sent(monkeypatch) as sent, database.unit_of_work(world.tenant.scope) as uow:
+        uow.connection.defer(statement, values)
+        role = uow.connection.defer(select(func.current_user()), {})
+
+    [trip] = sent
+    assert trip[0] == transactions.SWITCH_TO_ROLE and "BEGIN" not in trip and "COMMIT" not in trip
+    assert role.rows().scalar_one() == tenant_role(world.tenant.schema)
+    assert _customer_count(database, world.tenant.scope) == 1
+
+    # Two statements in one round trip, the second refused: neither is written.
+    def both_in_one_round_trip() -> None:
+        with database.unit_of_work(world.tenant.scope) as uow:
+            uow.connection.defer(*_insert_customer("Hopper", world.department.id))
+            uow.connection.defer(statement, values)  # the first customer's id again
+
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        both_in_one_round_trip()
+    assert _customer_count(database, world.tenant.scope) == 1
+
+
+def test_a_statement_that_commits_with_it_is_the_unit_of_works_last(
+    database: Database, world: TenantWorld
+) -> None:
+    statement, values = _insert_customer("Lovelace", world.department.id)
+    with database.unit_of_work(world.tenant.scope) as uow:
+        uow.connection.commit_with_next()
+        uow.connection.execute(statement, values)
+        # Committed with it: another transaction sees the row at once.
+        assert _customer_count(database, world.tenant.scope) == 1
+        with pytest.raises(RuntimeError, match="no statement may follow"):
+            uow.connection.execute(select(func.count()).select_from(customers))
+
+
+def test_many_parameter_sets_return_their_rows_in_the_order_given(
+    database: Database, world: TenantWorld
+) -> None:
+    # Ids in descending order, so an order by id (or by insertion in the heap) would show.
+    ids = sorted((new_id() for _ in range(20)), reverse=True)
+    rows = [
+        {"id": row_id, "department_id": world.department.id, "last_name": f"Customer {n}"}
+        for n, row_id in enumerate(ids)
+    ]
+    statement = (
+        insert(customers)
+        .values(created_at=func.now(), updated_at=func.now())
+        .returning(customers.c.id, customers.c.last_name)
+    )
+    with database.unit_of_work(world.tenant.scope) as uow:
+        returned = uow.connection.execute(statement, rows).mappings().all()
+
+    assert [row["id"] for row in returned] == ids
+    assert [row["last_name"] for row in returned] == [f"Customer {n}" for n in range(20)]
+
+
+def _prepared_on_server(uow: UnitOfWork) -> list[str]:
+    """The statements the unit of work's connection has prepared, read on the driver's
+    connection (through the unit of work the query would be a statement run, and counted)."""
+    connection = uow.connection._connection
+    assert isinstance(connection, psycopg.Connection), "a unit of work of the synchronous pool"
+    cursor = connection.execute("SELECT statement FROM pg_prepared_statements")
+    return [statement for (statement,) in cursor.fetchall()]
+
+
+@pytest.mark.parametrize("prepared", [True, False], ids=["prepared", "off for pgbouncer"])
+def test_a_statement_a_connection_runs_often_is_prepared_there_unless_turned_off(
+    database_url: str, world: TenantWorld, prepared: bool
+) -> None:
+    own = Database(database_url, pool_size=1, max_overflow=0, prepared_statements=prepared)
+    names = select(departments.c.name).where(departments.c.id == world.department.id)
+    try:
+        found, on_server = [], []
+        for _ in range(PREPARE_AFTER + 1):
+            with own.unit_of_work(world.tenant.scope) as uow:
+                found.append(uow.connection.execute(names).scalar_one())
+                on_server = _prepared_on_server(uow)
+    finally:
+        own.dispose()
+
+    assert found == [world.department.name] * (PREPARE_AFTER + 1)
+    assert any("departments" in statement for statement in on_server) is prepared
+
+
+def test_a_transactions_role_ends_with_it_on_the_synchronous_pool(
+    database_url: str, world: TenantWorld
+) -> None:
+    own = Database(database_url, pool_size=1, max_overflow=0)
+    try:
+        with own.unit_of_work(world.tenant.scope) as uow:
+            during = uow.connection.execute(select(func.current_user())).scalar_one()
+        with own.pool.connection() as connection:  # the one connection, as the pool has it
+            after = connection.execute("SELECT current_user").fetchone()
+    finally:
+        own.dispose()
+
+    assert during == tenant_role(world.tenant.schema)
+    assert after is not None and after[0] != during
+
+
+def _current_user(uow: UnitOfWork) -> str:
+    user: str = uow.connection.execute(select(func.current_user())).scalar_one()
+    return user
+
+
+def _units_on_one_connection(
+    database_url: str, units: list[tuple[Scope, bool]], *, session_roles: bool
+) -> list[str]:
+    """On a pool of one connection, for each scope in turn a read of the role it runs as, or
+    (where its flag says it fails) a unit of work that fails in its first round trip; the roles
+    read."""
+
+    def fails(uow: UnitOfWork) -> object:
+        return uow.connection.execute(select(literal(1)).select_from(table("nowhere")))
+
+    async def units_of_work() -> list[str]:
+        own = Database(database_url, pool_size=1, max_overflow=0, session_roles=session_roles)
+        await own.open()
+        roles = []
+        try:
+            for scope, failing in units:
+                if failing:
+                    with pytest.raises(psycopg.errors.UndefinedTable):
+                        await own.run(scope, fails)
+                else:
+                    roles.append(await own.read(scope, _current_user))
+        finally:
+            await own.close()
+        return roles
+
+    return asyncio.run(units_of_work())
+
+
+def test_a_connection_keeps_its_tenants_role_between_units_of_work_and_switches_for_another(
+    database_url: str, make_tenant: Callable[..., TenantWorld], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = make_tenant().tenant.scope, make_tenant().tenant.scope
+    with round_trips_sent(monkeypatch) as sent:
+        roles = _units_on_one_connection(
+            database_url,
+            [(first, False), (first, False), (second, False), (first, False)],
+            session_roles=True,
+        )
+
+    assert roles == [tenant_role(scope.schema) for scope in (first, first, second, first)]
+    switched = [trip[0] == transactions.SWITCH_SESSION_TO_ROLE for trip in sent]
+    assert switched == [True, False, True, True]
+    assert [len(trip) for trip in sent] == [2, 1, 2, 2]
+
+
+def test_after_a_failed_unit_of_work_the_next_switches_the_role_again(
+    database_url: str, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a failed transaction switched is rolled back with it, and what the connection held
+    before is no longer taken for granted."""
+    scope = world.tenant.scope
+    with round_trips_sent(monkeypatch) as sent:
+        roles = _units_on_one_connection(
+            database_url,
+            [(scope, True), (scope, False), (scope, True), (scope, False)],
+            session_roles=True,
+        )
+
+    assert roles == [tenant_role(scope.schema)] * 2
+    switched = [transactions.SWITCH_SESSION_TO_ROLE in trip for trip in sent]
+    assert switched == [True, True, False, True]
+
+
+def test_without_session_roles_every_transaction_switches_for_itself(
+    database_url: str, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scope = world.tenant.scope
+    with round_trips_sent(monkeypatch) as sent:
+        roles = _units_on_one_connection(
+            database_url, [(scope, False), (scope, False)], session_roles=False
+        )
+
+    assert roles == [tenant_role(scope.schema)] * 2
+    assert [trip[0] for trip in sent] == [transactions.SWITCH_TO_ROLE] * 2
