@@ -110,10 +110,9 @@ class TenantAffinePool:
     psycopg's OperationalError to that caller and frees its place. When every connection is out
     and the pool is at its size, a caller waits in a queue, first come first served, and a
     connection given back goes straight to the caller that has waited longest: it runs on the
-    event loop's next turn, and the one giving it back does not wait. Through psycopg_pool's
-    queue it ran three turns later, and the one giving the connection back waited too: a worker
-    whose callers outnumbered its connections answered the few that waited 15 to 30 ms late
-    while the others took 3 (bench/README.md). A place freed by a connection closed (below)
+    event loop's next turn, and the one giving it back does not wait (psycopg_pool's queue
+    handed it over turns later, and a worker whose callers outnumbered its connections answered
+    the few that waited late, bench/README.md). A place freed by a connection closed (below)
     goes likewise to the caller queued longest, which opens a connection in it. Waiting and
     opening together take at most ``timeout`` seconds, then PoolTimeout.
 

@@ -42,9 +42,9 @@ from dealbase.tenancy.coordination.wakeups import WAKEUP
 
 def _record_statement() -> Select[Any]:
     recorded = (
-        # One JSON text (made by orjson, written into the script by ``literals``), not a JSON
-        # parameter: SQLAlchemy's JSON serializer and psycopg's quoting of it cost more than
-        # the rest of the statement.
+        # One JSON text (made by orjson, bound as a text parameter), not a JSON parameter:
+        # SQLAlchemy's JSON serializer and psycopg's adaptation of it cost more than the rest
+        # of the statement.
         func.json_to_recordset(cast(bindparam("events", type_=Text), JSON))
         .table_valued(
             column("id", UUID(as_uuid=True)),
