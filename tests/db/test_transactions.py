@@ -294,3 +294,32 @@ def test_without_session_roles_every_transaction_switches_for_itself(
 
     assert roles == [tenant_role(scope.schema)] * 2
     assert [trip[0] for trip in sent] == [transactions.SWITCH_TO_ROLE] * 2
+
+
+def test_without_pipelines_each_statement_is_an_exchange_of_its_own_in_one_transaction(
+    database: Database, database_url: str, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As behind pgbouncer: no pipeline, so a unit of work of one round trip opens and commits
+    its transaction itself, and its statements still commit or fail together."""
+    own = Database(database_url, pool_size=1, max_overflow=0, pipelines=False)
+    statement, values = _insert_customer("Lovelace", world.department.id)
+    try:
+        with round_trips_sent(monkeypatch) as sent, own.unit_of_work(world.tenant.scope) as uow:
+            uow.connection.defer(statement, values)
+            role = uow.connection.defer(select(func.current_user()), {})
+
+        def both_in_one_round_trip() -> None:
+            with own.unit_of_work(world.tenant.scope) as uow:
+                uow.connection.defer(*_insert_customer("Hopper", world.department.id))
+                uow.connection.defer(statement, values)  # the first customer's id again
+
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            both_in_one_round_trip()
+    finally:
+        own.dispose()
+
+    assert [len(trip) for trip in sent] == [1] * 5
+    assert [trip[0] for trip in sent][:2] == ["BEGIN", transactions.SWITCH_TO_ROLE]
+    assert sent[-1] == ["COMMIT"]
+    assert role.rows().scalar_one() == tenant_role(world.tenant.schema)
+    assert _customer_count(database, world.tenant.scope) == 1

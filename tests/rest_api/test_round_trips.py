@@ -15,6 +15,7 @@ from httpx import Response
 
 from dealbase.config import Settings
 from dealbase.db.database import PREPARE_AFTER
+from dealbase.db.transactions import TenantConnection
 from tests.db.test_transactions import round_trips_sent
 from tests.rest_api.test_events import API
 from tests.support import TenantWorld
@@ -22,16 +23,21 @@ from tests.support import TenantWorld
 
 @contextmanager
 def counted_round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """How many round trips units of work sent meanwhile (one element, read after): each is one
-    exchange with the server, a statement alone or a pipeline of several that ends in one Sync
-    (tests/db/test_transactions.py). Counted where every statement of a unit of work goes, so
-    the count holds whatever the platform's code does, behind pgbouncer too."""
+    """How many round trips units of work sent meanwhile (one element, read after), counted
+    where every statement of a unit of work goes (``TenantConnection._round_trip``), so the
+    count holds whatever the platform's code does. Directly each is one exchange with the
+    server (a statement alone, or a pipeline ending in one Sync); behind pgbouncer, one a
+    statement (tests/db/test_transactions.py)."""
     count = [0]
-    with round_trips_sent(monkeypatch) as sent:
-        try:
-            yield count
-        finally:
-            count[0] = len(sent)
+    round_trip = TenantConnection._round_trip
+
+    def counted(self: TenantConnection, calls: list[Any]) -> Any:
+        count[0] += 1
+        return round_trip(self, calls)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(TenantConnection, "_round_trip", counted)
+        yield count
 
 
 def _send(
@@ -85,8 +91,8 @@ def test_a_create_on_a_connection_in_its_tenants_role_is_its_statement_alone(
 ) -> None:
     """Once a connection has committed a unit of work of the tenant's (the tenant's warm one,
     which its creates keep landing on), it keeps the tenant's role, and a create sends its one
-    statement alone; behind pgbouncer each transaction switches for itself, in a pipeline with
-    the statement. One round trip either way, the same answer."""
+    statement alone; behind pgbouncer each transaction opens, switches and commits for itself,
+    one exchange a statement. The same answer either way."""
     for _ in range(PREPARE_AFTER):
         assert _send(client, world, "POST", path, body).status_code == 201
 
@@ -95,8 +101,10 @@ def test_a_create_on_a_connection_in_its_tenants_role_is_its_statement_alone(
 
     assert created.status_code == 201, created.text
     assert trips == [1]
-    [statements] = sent
-    assert len(statements) == (2 if settings.db_pgbouncer else 1)
+    if settings.db_pgbouncer:  # one exchange a statement, in a transaction of its own
+        assert [trip[0] for trip in sent][::3] == ["BEGIN", "COMMIT"] and len(sent) == 4
+    else:
+        assert len(sent) == 1 and len(sent[0]) == 1
     shown = created.json()
     assert {name: shown[name] for name in body if name != "customers"} == {
         name: value for name, value in body.items() if name != "customers"

@@ -116,7 +116,9 @@ class Database:
     ``session_roles=False`` switches every transaction of the event loop's pool to its tenant's
     role for that transaction only, where a connection's session state may reach another
     transaction (pgbouncer in transaction mode); else a connection keeps the role of the tenant
-    it last committed in (``SessionRoles``).
+    it last committed in (``SessionRoles``). ``pipelines=False`` sends a round trip's statements
+    one at a time, each transaction with its ``BEGIN`` and ``COMMIT``, for a pooler that loses
+    track of pipelines (pgbouncer in transaction mode, ``TenantConnection``).
     """
 
     def __init__(
@@ -131,11 +133,13 @@ class Database:
         tenants_per_connection: int | None = None,
         tenant_affinity: bool = True,
         session_roles: bool = True,
+        pipelines: bool = True,
     ) -> None:
         self.url = database_url
         self._tenant_affinity = tenant_affinity
         # The roles the event loop's pool's connections keep between units of work.
         self.session_roles = SessionRoles() if session_roles else None
+        self._pipelines = pipelines
         self.limits = limits
         self._connection_tenants = ConnectionTenants(tenants_per_connection)
         # Operators (and tests) see in pg_stat_activity which process holds a connection.
@@ -230,6 +234,7 @@ class Database:
             self.statement_listeners,
             role=tenant_role(scope.schema),
             session_roles=session_roles,
+            pipelines=self._pipelines,
         )
         return UnitOfWork(statements, scope)
 

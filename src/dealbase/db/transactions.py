@@ -16,6 +16,7 @@ with its first and ends with ``COMMIT`` in its last.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -148,6 +149,7 @@ class TenantConnection:
         "_deferred",
         "_deferred_total",
         "_listeners",
+        "_pipelines",
         "_role",
         "_schema_name",
         "_session_roles",
@@ -164,6 +166,7 @@ class TenantConnection:
         *,
         role: str,
         session_roles: SessionRoles | None = None,
+        pipelines: bool = True,
     ) -> None:
         self._connection = connection
         self._role = role
@@ -171,6 +174,11 @@ class TenantConnection:
         # switches for itself (``SWITCH_TO_ROLE``).
         self._session_roles = session_roles
         self._switched = False  # the session switched in this transaction, not yet committed
+        # False: a round trip's statements go one at a time, each its own exchange, and every
+        # transaction has its BEGIN and COMMIT (behind pgbouncer in transaction mode, which
+        # loses track of a pipeline whose statement fails and hands the rest to another server
+        # connection: pgbouncer issue 759).
+        self._pipelines = pipelines
         self._schema_name = schema
         self._statements = statements
         self._listeners = listeners
@@ -277,7 +285,7 @@ class TenantConnection:
         ends = commit
         if self._begun:
             opening = []
-        elif commit:
+        elif commit and self._pipelines:
             opening, commit = self._switch(), False
         else:
             opening = [_BEGIN, *self._switch()]
@@ -314,15 +322,28 @@ class TenantConnection:
             raise RuntimeError("only a unit of work that committed its transaction runs one more")
         call, _ = self._render(statement, parameters)
         try:
-            self._round_trip([*self._switch(), call])
+            if self._pipelines:
+                self._round_trip([*self._switch(), call])
+            else:
+                self._round_trip([_BEGIN, *self._switch(), call, _COMMIT])
         except psycopg.Error as failed:
             self._forget_role()
             log.warning(
                 "statement_after_commit_failed", schema=self._schema_name, error=str(failed)
             )
+            with contextlib.suppress(psycopg.Error):  # a broken connection is the pool's to drop
+                self._roll_back()
             return False
         self._role_committed()
         return True
+
+    def _roll_back(self) -> None:
+        """Ends the transaction a failed statement left open (one BEGIN opened)."""
+        connection = self._connection
+        if isinstance(connection, psycopg.AsyncConnection):
+            await_(connection.rollback())
+        else:
+            connection.rollback()
 
     def _switch(self) -> list[_Call]:
         """What switches a new transaction to the tenant's role: nothing when the session holds
@@ -347,6 +368,13 @@ class TenantConnection:
         self._switched = False
 
     def _round_trip(self, calls: list[_Call]) -> list[Fetched]:
+        """``calls`` as one round trip: one exchange with the server, or without pipelines one
+        exchange a statement."""
+        if not self._pipelines and len(calls) > 1:
+            return [fetched for call in calls for fetched in self._exchange([call])]
+        return self._exchange(calls)
+
+    def _exchange(self, calls: list[_Call]) -> list[Fetched]:
         connection = self._connection
         if isinstance(connection, psycopg.AsyncConnection):
             return await_(_round_trip_async(connection, calls))

@@ -875,6 +875,7 @@ async def _deliver_until_stopped(settings: Settings, limits: WorkerLimits) -> No
         tenants_per_connection=settings.db_tenants_per_connection,
         tenant_affinity=not settings.db_pgbouncer,
         session_roles=not settings.db_pgbouncer,
+        pipelines=not settings.db_pgbouncer,
     )
     try:
         trusted = trusted_authorities(settings.webhooks_ca_bundle)
