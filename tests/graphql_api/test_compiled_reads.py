@@ -25,13 +25,15 @@ from graphql import (
 from graphql import build_schema as build_sdl_schema
 from hypothesis import given
 from hypothesis import strategies as st
-from sqlalchemy import text
+from sqlalchemy import func, select, text
 
 from dealbase.app import create_app
 from dealbase.config import Settings
 from dealbase.db.database import Database
 from dealbase.graphql_api.schema import build_schema
 from dealbase.ops.admin import create_employee
+from dealbase.platform.reads import service as reads_service
+from tests.db.test_transactions import round_trips_sent
 from tests.depth import SHARED_FIXTURES
 from tests.graphql_api.support import GRAPHQL, tenant_wide_headers
 from tests.rest_api.test_round_trips import counted_round_trips
@@ -550,43 +552,60 @@ def test_a_query_of_one_compiled_page_is_one_round_trip(
 
 
 # What a compiled read sets for its statement's transaction, and back (``reads.service``).
-SETTINGS = ("SET LOCAL plan_cache_mode", "SET LOCAL enable_seqscan", "SET LOCAL jit")
+GENERIC, CHOSEN = (
+    "SELECT previous.*, set_config('plan_cache_mode'",
+    "SELECT set_config('plan_cache_mode'",
+)
 
 
 def test_a_compiled_read_runs_with_its_generic_plan_and_leaves_the_transaction_as_it_was(
-    client: TestClient, shop: Shop
+    client: TestClient, shop: Shop, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    database: Database = client.app.state.database  # type: ignore[attr-defined]
     body = {"query": '{ deals(first: 3) { edges { node { id } } } customer(id: "%s") { id } }'}
     body["query"] %= shop.customer_ids[0]
     headers = shop.world.keys[0].headers
     client.post(GRAPHQL, json=body, headers=headers)  # the key cached
-    sent: list[str] = []
-    database.statement_listeners.append(sent.append)
-    try:
+    with round_trips_sent(monkeypatch) as trips:
         answered = client.post(GRAPHQL, json=body, headers=headers).json()
-    finally:
-        database.statement_listeners.remove(sent.append)
 
     assert answered["data"]["customer"] == {"id": shop.customer_ids[0]}
+    sent = [statement for trip in trips for statement in trip]
     settings = [
-        (index, statement) for index, statement in enumerate(sent) if statement.startswith(SETTINGS)
+        (index, statement)
+        for index, statement in enumerate(sent)
+        if statement.startswith((GENERIC, CHOSEN))
     ]
     # Each root field's statement has the generic plan, made without sequential scans and run
-    # without JIT, and the settings are back after it: the request read on after the first, and
-    # its transaction could have after the second.
-    assert [statement for _, statement in settings] == [
-        "SET LOCAL plan_cache_mode = force_generic_plan",
-        "SET LOCAL enable_seqscan = off",
-        "SET LOCAL jit = off",
-        "SET LOCAL plan_cache_mode TO DEFAULT",
-        "SET LOCAL enable_seqscan TO DEFAULT",
-        "SET LOCAL jit TO DEFAULT",
-    ] * 2, sent
+    # without JIT, right before it; the settings are back before the transaction's next
+    # statement: the second field's settings, not its COMMIT, which ends them.
+    assert [statement.startswith(GENERIC) for _, statement in settings] == [True, False, True]
     for index, statement in settings:
-        if statement.endswith("jit = off"):
+        if statement.startswith(GENERIC):
+            assert "'enable_seqscan', 'off'" in statement and "'jit', 'off'" in statement
             # The compiled statement: it builds the answer's JSON.
             assert "row_to_json" in sent[index + 1] or "json_build_object" in sent[index + 1]
+    assert sent[-1] == "COMMIT"
+
+
+def test_the_generic_plans_settings_hold_for_the_statement_and_are_back_after_it(
+    database: Database, world: TenantWorld
+) -> None:
+    """What ``_GENERIC_PLAN`` sets is in force for the statement after it, and ``_CHOSEN_PLAN``
+    puts back what each setting was before, whatever it was."""
+    shown = select(
+        func.current_setting("plan_cache_mode"),
+        func.current_setting("enable_seqscan"),
+        func.current_setting("jit"),
+    )
+    with database.unit_of_work(world.tenant.scope) as uow:
+        uow.connection.execute(text("SET LOCAL jit = off"))  # not the server's default
+        before = uow.connection.execute(shown).one()
+        during = reads_service._generic(uow, shown, {})
+        after = uow.connection.execute(shown).one()
+
+    assert before == ("auto", "on", "off")
+    assert during == "force_generic_plan"
+    assert after == before
 
 
 SUMMARY = """query($from: DateTime!, $to: DateTime!, $department: UUID) {

@@ -34,7 +34,7 @@ DEALS = 120
 KEY_USES_WRITE = re.compile(r"^UPDATE \S*api_keys SET last_used_at", re.IGNORECASE)
 # A compiled read's choice of its generic plan, before it and back after (``reads.service``):
 # settings of the transaction in the read's round trip, which read nothing.
-PLAN_SETTING = re.compile(r"^SET LOCAL (plan_cache_mode|enable_seqscan|jit) (=|TO) \w+$")
+PLAN_SETTING = re.compile(r"^SELECT (previous\.\*, )?set_config\('plan_cache_mode', ")
 PAGE_SIZES = (5, 50, 100)
 
 DEALS_QUERY = """

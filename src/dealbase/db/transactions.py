@@ -1,17 +1,20 @@
 """A unit of work's transaction on one psycopg connection, in as few round trips as it can.
 
-Every round trip is one pipeline of psycopg's (``Connection.pipeline()``): its statements go one
-after another without waiting for each other's results, each with its values bound as
-parameters, never written into the SQL text, and a Sync ends it. psycopg prepares a statement on
-the server once a connection has run it ``prepare_threshold`` times (``Database``), so a
-create's INSERT is parsed and planned once per connection, not per request.
+A round trip of one statement is that statement alone; one of several is one pipeline of
+psycopg's (``Connection.pipeline()``): its statements go one after another without waiting for
+each other's results, and a Sync ends it. Every value is bound as a parameter, never written
+into the SQL text. psycopg prepares a statement on the server once a connection has run it
+``prepare_threshold`` times (``Database``), so a create's INSERT is parsed and planned once per
+connection, not per request.
 
 The connections are in autocommit mode: psycopg sends no ``BEGIN`` of its own. A unit of work
-that is one round trip (a read, a create) sends the switch to the tenant's role and its
-statements before one Sync, and PostgreSQL runs them as one implicit transaction: committed at
-the Sync, or rolled back as a whole when one fails (where ``set_config(..., true)`` holds to its
-end, as ``SET LOCAL`` does). A unit of work of several round trips opens an explicit ``BEGIN``
-with its first and ends with ``COMMIT`` in its last.
+that is one round trip (a read, a create) sends its opening (the switch to the tenant's role,
+unless the connection holds it: ``SessionRoles``) and its statements before one Sync, and
+PostgreSQL runs them as one implicit transaction: committed at the Sync, or rolled back as a
+whole when one fails (where ``set_config(..., true)`` holds to its end, as ``SET LOCAL`` does).
+A unit of work of several round trips opens an explicit ``BEGIN`` with its first and ends with
+``COMMIT`` in its last. Without pipelines (behind pgbouncer) every statement is an exchange of
+its own and every transaction explicit.
 """
 
 from __future__ import annotations
@@ -51,7 +54,6 @@ def switch_to(role: str) -> tuple[str, str]:
     return "BEGIN", f'SET LOCAL ROLE "{role}"'
 
 
-# A statement's sets of values: by name (a compiled statement's), or by position.
 class SessionRoles:
     """The tenant role each connection of the event loop's pool holds for its session, as far
     as its units of work know.
@@ -82,6 +84,7 @@ class SessionRoles:
         self._roles.pop(connection, None)
 
 
+# A statement's sets of values: by name (a compiled statement's), or by position.
 Values = Sequence[Mapping[str, Any]] | Sequence[Sequence[Any]]
 # A statement's columns and rows.
 Fetched = tuple[tuple[str, ...], list[tuple[Any, ...]]]
@@ -142,6 +145,7 @@ class TenantConnection:
     """
 
     __slots__ = (
+        "_before_next",
         "_begun",
         "_commit_with_next",
         "_committed",
@@ -186,6 +190,8 @@ class TenantConnection:
         self._committed = False
         self._commit_with_next = False
         self._deferred: list[Deferred] = []  # not sent yet, in the order given
+        # ``before_next_statement``'s, not rendered nor sent yet.
+        self._before_next: list[tuple[ClauseElement, Mapping[str, Any]]] = []
         self._deferred_total = 0
 
     @property
@@ -243,6 +249,14 @@ class TenantConnection:
         self._deferred.append(deferred)
         return deferred
 
+    def before_next_statement(
+        self, statement: ClauseElement, parameters: Mapping[str, Any]
+    ) -> None:
+        """Runs ``statement`` just before the transaction's next statement, in its round trip,
+        if one comes; never before the COMMIT alone: for what ends with the transaction anyway
+        (a setting made local to it)."""
+        self._before_next.append((statement, parameters))
+
     @property
     def deferred_count(self) -> int:
         """How many statements were deferred so far (a mark for ``discard_deferred_after``)."""
@@ -269,6 +283,7 @@ class TenantConnection:
     def commit(self) -> None:
         """Sends the deferred statements and the COMMIT, in one round trip (with the opening
         too when nothing ran before; when nothing ran at all, nothing is sent)."""
+        self._before_next = []
         if self._begun or self._deferred:
             self._send([], commit=True)
         self._committed = True
@@ -281,7 +296,12 @@ class TenantConnection:
         implicit transaction: the role switch and the statements, without ``BEGIN`` or
         ``COMMIT``, which spares PostgreSQL two statements' parse and execution."""
         deferred, self._deferred = self._deferred, []
-        statements = [*(each.call for each in deferred), *calls]
+        before_next: list[_Call] = []
+        if calls:
+            pending, self._before_next = self._before_next, []
+            before_next = [self._render(*each)[0] for each in pending]
+        # What comes back to how the last statement left it first, then what was deferred.
+        statements = [*before_next, *(each.call for each in deferred), *calls]
         ends = commit
         if self._begun:
             opening = []
@@ -304,10 +324,11 @@ class TenantConnection:
             raise
         if ends:
             self._role_committed()
-        sent = results[len(opening) : len(opening) + len(deferred)]
+        after = len(opening) + len(before_next)
+        sent = results[after : after + len(deferred)]
         for each, (columns, rows) in zip(deferred, sent, strict=True):
             each._rows = _rows_of(columns, rows, each._entry)
-        first = len(opening) + len(deferred)
+        first = after + len(deferred)
         return results[first : first + len(calls)]
 
     def execute_after_commit(self, statement: ClauseElement, parameters: Mapping[str, Any]) -> bool:

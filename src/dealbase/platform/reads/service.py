@@ -36,8 +36,8 @@ _SHAPES_KEPT = 64
 # value: the generic plan guesses a third of a list's rows where the values say 50), so it was
 # planned again on every run: 0.5 of the 1.7 ms a customers page with deals and activities cost
 # PostgreSQL. So the read asks for the generic plan: in the statement's own round trip, for its
-# transaction (``SET LOCAL``), and back to PostgreSQL's choice after it when the transaction
-# goes on.
+# transaction (``set_config(..., true)``, as ``SET LOCAL``), and back to what it was before the
+# transaction's next statement, if one comes.
 #
 # The generic plan cannot know which department it reads either: it guesses that a department
 # holds rows / departments of a table, and where one department is large (a tenant's other
@@ -53,27 +53,37 @@ _SHAPES_KEPT = 64
 # each row's nested lists in turn) put its estimated cost past ``jit_above_cost`` once a tenant
 # has some 90,000 customers, and PostgreSQL then compiled the page's expressions at every
 # execution, 300 ms a page of 50 customers whose reading takes 1.3 ms.
-_GENERIC_PLAN = (
-    built_once(text("SET LOCAL plan_cache_mode = force_generic_plan")),
-    built_once(text("SET LOCAL enable_seqscan = off")),
-    built_once(text("SET LOCAL jit = off")),
+# The three settings in one statement rather than three (each a psycopg execute of its own),
+# which answers what they were before (read in a subquery PostgreSQL does not merge into the
+# SELECT, so before they are set).
+_GENERIC_PLAN = built_once(
+    text(
+        "SELECT previous.*, set_config('plan_cache_mode', 'force_generic_plan', true),"
+        " set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)"
+        " FROM (SELECT current_setting('plan_cache_mode'), current_setting('enable_seqscan'),"
+        " current_setting('jit') OFFSET 0) AS previous"
+    )
 )
-_CHOSEN_PLAN = (
-    built_once(text("SET LOCAL plan_cache_mode TO DEFAULT")),
-    built_once(text("SET LOCAL enable_seqscan TO DEFAULT")),
-    built_once(text("SET LOCAL jit TO DEFAULT")),
+_CHOSEN_PLAN = built_once(
+    text(
+        "SELECT set_config('plan_cache_mode', :plan_cache_mode, true),"
+        " set_config('enable_seqscan', :enable_seqscan, true), set_config('jit', :jit, true)"
+    )
 )
 
 
 def _generic(uow: UnitOfWork, statement: Select[Any], values: Mapping[str, Any]) -> Any:
     """``statement``'s one row, run with its generic plan (``_GENERIC_PLAN``)."""
     connection = uow.connection
-    for setting in _GENERIC_PLAN:
-        connection.defer(setting, {})
+    previous = connection.defer(_GENERIC_PLAN, {})
     found = connection.execute(statement, values).scalar_one_or_none()
     if not connection.committed:
-        for setting in _CHOSEN_PLAN:
-            connection.defer(setting, {})
+        # Sent with the statement: its rows are here.
+        plan_cache_mode, enable_seqscan, jit, *_ = previous.rows().one()
+        connection.before_next_statement(
+            _CHOSEN_PLAN,
+            {"plan_cache_mode": plan_cache_mode, "enable_seqscan": enable_seqscan, "jit": jit},
+        )
     return found
 
 
