@@ -97,7 +97,7 @@ def create_app(
         ),
         tenants_per_connection=settings.db_tenants_per_connection,
         tenant_affinity=not settings.db_pgbouncer,
-        session_roles=not settings.db_pgbouncer,
+        sessions=not settings.db_pgbouncer,
         pipelines=not settings.db_pgbouncer,
     )
     key_cache = KeyCache()

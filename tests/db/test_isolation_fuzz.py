@@ -271,22 +271,27 @@ async def _interleave(
         if isinstance(outcome, BaseException):
             raise outcome
     # The one connection is back in the pool, sound: as the login role where each transaction
-    # switches for itself; else in the role the pool records for it (the tenant's whose unit of
+    # switches for itself; else in the role (and settings) the pool records for it (the tenant's whose unit of
     # work last committed on it) or, where none is recorded (one failed since), in the login
     # role or a caller's tenant's, which the next unit of work switches from.
     assert database.pool_usage()[0] == 0
     connection = await database.async_pool.take(None)
     try:
-        roles = database.session_roles
-        recorded = None if roles is None else roles.role_of(connection)
-        cursor = await connection.execute("SELECT current_user, session_user")
+        sessions = database.sessions
+        recorded = None if sessions is None else sessions.state_of(connection)
+        cursor = await connection.execute(
+            "SELECT current_user, session_user, current_setting('plan_cache_mode')"
+        )
         row = await cursor.fetchone()
         assert row is not None
-        current, login = row
-        if roles is None:  # each transaction's role ended with it
-            assert current == login
+        current, login, plan_cache_mode = row
+        if sessions is None:  # each transaction's role and settings ended with it
+            assert (current, plan_cache_mode) == (login, "auto")
         elif recorded is not None:
-            assert current == recorded
+            assert current == recorded.role
+            # The settings of the last statement that committed on it, or else the server's.
+            generic = recorded.settings is not None
+            assert (plan_cache_mode == "force_generic_plan") is generic
         else:
             assert current in {login, *(tenant_role(caller.scope.schema) for caller in callers)}
     finally:

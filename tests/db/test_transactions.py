@@ -1,22 +1,22 @@
 """A unit of work's round trips: the opening, the deferred statements and the COMMIT travel with
 the statements around them; one round trip is one implicit transaction; values are bound, and
-psycopg prepares what a connection runs often; the tenant's role is the transaction's, or on the
-event loop's pool the session's, switched again whenever it is not known to hold."""
+psycopg prepares what a connection runs often; the tenant's role is the transaction's (on the
+event loop's pool the session's: test_sessions.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import Insert, func, insert, literal, select, table, text
+from sqlalchemy import Insert, func, insert, literal, select, text
 
 from dealbase.db import transactions
 from dealbase.db.database import PREPARE_AFTER, Database
+from dealbase.db.sessions import SWITCH_TO_ROLE
 from dealbase.db.units import UnitOfWork
 from dealbase.ids import new_id
 from dealbase.platform.tables import customers, departments
@@ -69,7 +69,7 @@ def test_a_deferred_statement_goes_before_the_next_statement_in_its_round_trip(
 
     assert seen == 1
     [(begin, switch, inserted, counted), commit] = sent
-    assert (begin, switch, commit) == ("BEGIN", transactions.SWITCH_TO_ROLE, ["COMMIT"])
+    assert (begin, switch, commit) == ("BEGIN", SWITCH_TO_ROLE, ["COMMIT"])
     assert inserted.startswith("INSERT") and counted.startswith("SELECT count")
 
 
@@ -81,7 +81,7 @@ def test_reading_a_deferred_statement_before_anything_else_ran_sends_it_with_the
         deferred = uow.connection.defer(statement.returning(customers.c.last_name), values)
         assert sent == []
         assert deferred.rows().all() == [("Lovelace",)]
-        assert [trip[:2] for trip in sent] == [["BEGIN", transactions.SWITCH_TO_ROLE]]
+        assert [trip[:2] for trip in sent] == [["BEGIN", SWITCH_TO_ROLE]]
 
     assert _customer_count(database, world.tenant.scope) == 1
 
@@ -122,7 +122,7 @@ def test_a_unit_of_work_in_one_round_trip_is_an_implicit_transaction_as_the_tena
         role = uow.connection.defer(select(func.current_user()), {})
 
     [trip] = sent
-    assert trip[0] == transactions.SWITCH_TO_ROLE and "BEGIN" not in trip and "COMMIT" not in trip
+    assert trip[0] == SWITCH_TO_ROLE and "BEGIN" not in trip and "COMMIT" not in trip
     assert role.rows().scalar_one() == tenant_role(world.tenant.schema)
     assert _customer_count(database, world.tenant.scope) == 1
 
@@ -215,87 +215,6 @@ def test_a_transactions_role_ends_with_it_on_the_synchronous_pool(
     assert after is not None and after[0] != during
 
 
-def _current_user(uow: UnitOfWork) -> str:
-    user: str = uow.connection.execute(select(func.current_user())).scalar_one()
-    return user
-
-
-def _units_on_one_connection(
-    database_url: str, units: list[tuple[Scope, bool]], *, session_roles: bool
-) -> list[str]:
-    """On a pool of one connection, for each scope in turn a read of the role it runs as, or
-    (where its flag says it fails) a unit of work that fails in its first round trip; the roles
-    read."""
-
-    def fails(uow: UnitOfWork) -> object:
-        return uow.connection.execute(select(literal(1)).select_from(table("nowhere")))
-
-    async def units_of_work() -> list[str]:
-        own = Database(database_url, pool_size=1, max_overflow=0, session_roles=session_roles)
-        await own.open()
-        roles = []
-        try:
-            for scope, failing in units:
-                if failing:
-                    with pytest.raises(psycopg.errors.UndefinedTable):
-                        await own.run(scope, fails)
-                else:
-                    roles.append(await own.read(scope, _current_user))
-        finally:
-            await own.close()
-        return roles
-
-    return asyncio.run(units_of_work())
-
-
-def test_a_connection_keeps_its_tenants_role_between_units_of_work_and_switches_for_another(
-    database_url: str, make_tenant: Callable[..., TenantWorld], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    first, second = make_tenant().tenant.scope, make_tenant().tenant.scope
-    with round_trips_sent(monkeypatch) as sent:
-        roles = _units_on_one_connection(
-            database_url,
-            [(first, False), (first, False), (second, False), (first, False)],
-            session_roles=True,
-        )
-
-    assert roles == [tenant_role(scope.schema) for scope in (first, first, second, first)]
-    switched = [trip[0] == transactions.SWITCH_SESSION_TO_ROLE for trip in sent]
-    assert switched == [True, False, True, True]
-    assert [len(trip) for trip in sent] == [2, 1, 2, 2]
-
-
-def test_after_a_failed_unit_of_work_the_next_switches_the_role_again(
-    database_url: str, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """What a failed transaction switched is rolled back with it, and what the connection held
-    before is no longer taken for granted."""
-    scope = world.tenant.scope
-    with round_trips_sent(monkeypatch) as sent:
-        roles = _units_on_one_connection(
-            database_url,
-            [(scope, True), (scope, False), (scope, True), (scope, False)],
-            session_roles=True,
-        )
-
-    assert roles == [tenant_role(scope.schema)] * 2
-    switched = [transactions.SWITCH_SESSION_TO_ROLE in trip for trip in sent]
-    assert switched == [True, True, False, True]
-
-
-def test_without_session_roles_every_transaction_switches_for_itself(
-    database_url: str, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    scope = world.tenant.scope
-    with round_trips_sent(monkeypatch) as sent:
-        roles = _units_on_one_connection(
-            database_url, [(scope, False), (scope, False)], session_roles=False
-        )
-
-    assert roles == [tenant_role(scope.schema)] * 2
-    assert [trip[0] for trip in sent] == [transactions.SWITCH_TO_ROLE] * 2
-
-
 def test_without_pipelines_each_statement_is_an_exchange_of_its_own_in_one_transaction(
     database: Database, database_url: str, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -319,7 +238,7 @@ def test_without_pipelines_each_statement_is_an_exchange_of_its_own_in_one_trans
         own.dispose()
 
     assert [len(trip) for trip in sent] == [1] * 5
-    assert [trip[0] for trip in sent][:2] == ["BEGIN", transactions.SWITCH_TO_ROLE]
+    assert [trip[0] for trip in sent][:2] == ["BEGIN", SWITCH_TO_ROLE]
     assert sent[-1] == ["COMMIT"]
     assert role.rows().scalar_one() == tenant_role(world.tenant.schema)
     assert _customer_count(database, world.tenant.scope) == 1

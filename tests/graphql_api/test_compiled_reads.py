@@ -25,14 +25,15 @@ from graphql import (
 from graphql import build_schema as build_sdl_schema
 from hypothesis import given
 from hypothesis import strategies as st
-from sqlalchemy import func, select, text
+from sqlalchemy import text
 
 from dealbase.app import create_app
 from dealbase.config import Settings
 from dealbase.db.database import Database
+from dealbase.db.sessions import SET_SETTINGS
 from dealbase.graphql_api.schema import build_schema
 from dealbase.ops.admin import create_employee
-from dealbase.platform.reads import service as reads_service
+from dealbase.platform.reads.service import GENERIC_PLANS
 from tests.db.test_transactions import round_trips_sent
 from tests.depth import SHARED_FIXTURES
 from tests.graphql_api.support import GRAPHQL, tenant_wide_headers
@@ -551,61 +552,55 @@ def test_a_query_of_one_compiled_page_is_one_round_trip(
     assert trips[0] == 1
 
 
-# What a compiled read sets for its statement's transaction, and back (``reads.service``).
-GENERIC, CHOSEN = (
-    "SELECT previous.*, set_config('plan_cache_mode'",
-    "SELECT set_config('plan_cache_mode'",
-)
+def _compiled(statement: str) -> bool:
+    return "row_to_json" in statement or "json_build_object" in statement
 
 
-def test_a_compiled_read_runs_with_its_generic_plan_and_leaves_the_transaction_as_it_was(
-    client: TestClient, shop: Shop, monkeypatch: pytest.MonkeyPatch
+def test_a_compiled_read_runs_its_statements_with_their_generic_plans(
+    settings: Settings, shop: Shop, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """On a pool of one connection: a REST read, two GraphQL reads, a REST read."""
+    customer_id = shop.customer_ids[0]
     body = {"query": '{ deals(first: 3) { edges { node { id } } } customer(id: "%s") { id } }'}
-    body["query"] %= shop.customer_ids[0]
+    body["query"] %= customer_id
     headers = shop.world.keys[0].headers
-    client.post(GRAPHQL, json=body, headers=headers)  # the key cached
-    with round_trips_sent(monkeypatch) as trips:
-        answered = client.post(GRAPHQL, json=body, headers=headers).json()
+    sent: list[list[str]] = []  # each request's statements
+    one = settings.model_copy(update={"db_pool_size": 1, "db_max_overflow": 0})
+    with TestClient(create_app(one)) as own:
+        for graphql in (False, True, True, False):
+            with round_trips_sent(monkeypatch) as trips:
+                if graphql:
+                    answer = own.post(GRAPHQL, json=body, headers=headers).json()
+                    assert answer["data"]["customer"] == {"id": customer_id}
+                else:
+                    got = own.get(f"{API}/customers/{customer_id}", headers=headers)
+                    assert got.status_code == 200
+            sent.append([statement for trip in trips for statement in trip])
 
-    assert answered["data"]["customer"] == {"id": shop.customer_ids[0]}
-    sent = [statement for trip in trips for statement in trip]
-    settings = [
-        (index, statement)
-        for index, statement in enumerate(sent)
-        if statement.startswith((GENERIC, CHOSEN))
+    changes = [
+        [each for each in statements if each == SET_SETTINGS or each.startswith("RESET")]
+        for statements in sent
     ]
-    # Each root field's statement has the generic plan, made without sequential scans and run
-    # without JIT, right before it; the settings are back before the transaction's next
-    # statement: the second field's settings, not its COMMIT, which ends them.
-    assert [statement.startswith(GENERIC) for _, statement in settings] == [True, False, True]
-    for index, statement in settings:
-        if statement.startswith(GENERIC):
-            assert "'enable_seqscan', 'off'" in statement and "'jit', 'off'" in statement
-            # The compiled statement: it builds the answer's JSON.
-            assert "row_to_json" in sent[index + 1] or "json_build_object" in sent[index + 1]
-    assert sent[-1] == "COMMIT"
-
-
-def test_the_generic_plans_settings_hold_for_the_statement_and_are_back_after_it(
-    database: Database, world: TenantWorld
-) -> None:
-    """What ``_GENERIC_PLAN`` sets is in force for the statement after it, and ``_CHOSEN_PLAN``
-    puts back what each setting was before, whatever it was."""
-    shown = select(
-        func.current_setting("plan_cache_mode"),
-        func.current_setting("enable_seqscan"),
-        func.current_setting("jit"),
+    # The generic plans' settings (made without sequential scans, run without JIT) go before
+    # a compiled read's first statement where the connection does not hold them: it keeps
+    # them for the next (not behind pgbouncer, where they end with each transaction) until a
+    # statement without them runs.
+    resets = ["RESET enable_seqscan", "RESET jit", "RESET plan_cache_mode"]
+    if settings.db_pgbouncer:
+        assert changes[1:] == [[SET_SETTINGS], [SET_SETTINGS], []]
+    else:
+        assert changes[1:] == [[SET_SETTINGS], [], resets]
+    first_compiled = next(
+        index
+        for index, statement in enumerate(sent[1])
+        if "row_to_json" in statement or "json_build_object" in statement
     )
-    with database.unit_of_work(world.tenant.scope) as uow:
-        uow.connection.execute(text("SET LOCAL jit = off"))  # not the server's default
-        before = uow.connection.execute(shown).one()
-        during = reads_service._generic(uow, shown, {})
-        after = uow.connection.execute(shown).one()
-
-    assert before == ("auto", "on", "off")
-    assert during == "force_generic_plan"
-    assert after == before
+    assert sent[1].index(SET_SETTINGS) < first_compiled
+    assert dict(GENERIC_PLANS.values) == {
+        "plan_cache_mode": "force_generic_plan",
+        "enable_seqscan": "off",
+        "jit": "off",
+    }
 
 
 SUMMARY = """query($from: DateTime!, $to: DateTime!, $department: UUID) {

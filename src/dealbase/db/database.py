@@ -19,8 +19,9 @@ from sqlalchemy.engine import make_url
 from dealbase.db.faults import database_faults
 from dealbase.db.greenlets import run_in_greenlet
 from dealbase.db.pool import ConnectionTenants, TenantAffinePool
+from dealbase.db.sessions import Sessions
 from dealbase.db.statements import StatementCache, StatementListener
-from dealbase.db.transactions import SessionRoles, TenantConnection
+from dealbase.db.transactions import TenantConnection
 from dealbase.db.units import RUNS, AfterCommit, RunAgain, UnitOfWork
 from dealbase.tenancy.scope import Scope, tenant_role
 
@@ -113,10 +114,10 @@ class Database:
     connecting, which pgbouncer refuses; its ``connect_query`` sets them then.
     ``tenant_affinity=False`` takes any idle connection, where which backend serves a
     transaction is not the pool's to choose (pgbouncer in transaction mode).
-    ``session_roles=False`` switches every transaction of the event loop's pool to its tenant's
-    role for that transaction only, where a connection's session state may reach another
-    transaction (pgbouncer in transaction mode); else a connection keeps the role of the tenant
-    it last committed in (``SessionRoles``). ``pipelines=False`` sends a round trip's statements
+    ``sessions=False`` switches every transaction of the event loop's pool to its tenant's role
+    (and a statement's settings) for that transaction only, where a connection's session state
+    may reach another transaction (pgbouncer in transaction mode); else a connection keeps the
+    role and the settings of the unit of work that last committed on it (``Sessions``). ``pipelines=False`` sends a round trip's statements
     one at a time, each transaction with its ``BEGIN`` and ``COMMIT``, for a pooler that loses
     track of pipelines (pgbouncer in transaction mode, ``TenantConnection``).
     """
@@ -132,13 +133,13 @@ class Database:
         limits: DatabaseLimits = DatabaseLimits(),
         tenants_per_connection: int | None = None,
         tenant_affinity: bool = True,
-        session_roles: bool = True,
+        sessions: bool = True,
         pipelines: bool = True,
     ) -> None:
         self.url = database_url
         self._tenant_affinity = tenant_affinity
-        # The roles the event loop's pool's connections keep between units of work.
-        self.session_roles = SessionRoles() if session_roles else None
+        # What the event loop's pool's connections keep between units of work.
+        self.sessions = Sessions() if sessions else None
         self._pipelines = pipelines
         self.limits = limits
         self._connection_tenants = ConnectionTenants(tenants_per_connection)
@@ -212,7 +213,7 @@ class Database:
 
         The schema is written into each statement's text and the role is set for the transaction
         only: the CLI's and the tests' pooled connections carry no tenant state to their next
-        user (the event loop's may keep the role, ``SessionRoles``).
+        user (the event loop's may keep the role, ``Sessions``).
         """
         with database_faults(), self.pool.connection() as connection:
             uow = self._unit_of_work(connection, scope, None)
@@ -223,7 +224,7 @@ class Database:
         self,
         connection: psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
         scope: Scope,
-        session_roles: SessionRoles | None,
+        sessions: Sessions | None,
     ) -> UnitOfWork:
         """A unit of work on ``connection`` in ``scope``'s tenant, as its role."""
         self._connection_tenants.worked_in(connection, scope.schema)
@@ -233,7 +234,7 @@ class Database:
             self.statements,
             self.statement_listeners,
             role=tenant_role(scope.schema),
-            session_roles=session_roles,
+            sessions=sessions,
             pipelines=self._pipelines,
         )
         return UnitOfWork(statements, scope)
@@ -260,7 +261,7 @@ class Database:
                         self.on_connection_warmth(
                             self._connection_tenants.knows(connection, scope.schema)
                         )
-                    uow = self._unit_of_work(connection, scope, self.session_roles)
+                    uow = self._unit_of_work(connection, scope, self.sessions)
                     yield uow
                     if not uow.connection.committed:
                         # Platform code: its statements await on the event loop from a greenlet.

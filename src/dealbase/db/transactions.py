@@ -9,9 +9,11 @@ connection, not per request.
 
 The connections are in autocommit mode: psycopg sends no ``BEGIN`` of its own. A unit of work
 that is one round trip (a read, a create) sends its opening (the switch to the tenant's role,
-unless the connection holds it: ``SessionRoles``) and its statements before one Sync, and
+unless the connection holds it: ``sessions``) and its statements before one Sync, and
 PostgreSQL runs them as one implicit transaction: committed at the Sync, or rolled back as a
 whole when one fails (where ``set_config(..., true)`` holds to its end, as ``SET LOCAL`` does).
+A statement may run under settings of its own (``StatementSettings``), changed before it
+where the session does not hold them already.
 A unit of work of several round trips opens an explicit ``BEGIN`` with its first and ends with
 ``COMMIT`` in its last. Without pipelines (behind pgbouncer) every statement is an exchange of
 its own and every transaction explicit.
@@ -20,7 +22,6 @@ its own and every transaction explicit.
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,56 +33,21 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.util import await_
 
 from dealbase.db.faults import ErrorMeaning, meant
+from dealbase.db.sessions import (
+    NOT_KNOWN,
+    SWITCH_SESSION_TO_ROLE,
+    SWITCH_TO_ROLE,
+    NotKnown,
+    Sessions,
+    SessionState,
+    StatementSettings,
+    settings_changes,
+)
 from dealbase.db.statements import Compiled, Rows, StatementCache, StatementListener
 
 log = structlog.get_logger(__name__)
 
 _TUPLES_OK = ExecStatus.TUPLES_OK
-
-# The switch to the tenant's role as one statement taking the role as its parameter: ``SET
-# ROLE`` is the ``role`` setting, so ``set_config`` of it local to the transaction checks the
-# login role's membership and ends with the transaction, commit or rollback, as ``SET LOCAL
-# ROLE`` does: the pooled connection (or a pgbouncer server connection) goes back to its next
-# user as the login role.
-SWITCH_TO_ROLE = "SELECT set_config('role', %s, true)"
-# The same switch for the session: it outlives the transaction that made it, once committed.
-SWITCH_SESSION_TO_ROLE = "SELECT set_config('role', %s, false)"
-
-
-def switch_to(role: str) -> tuple[str, str]:
-    """The statements that open a raw session's transaction as ``role`` (a tenant's), for code
-    that runs SQL of its own rather than a unit of work (exports, tests)."""
-    return "BEGIN", f'SET LOCAL ROLE "{role}"'
-
-
-class SessionRoles:
-    """The tenant role each connection of the event loop's pool holds for its session, as far
-    as its units of work know.
-
-    The role switch is a statement of its own, and a round trip of two statements goes as a
-    pipeline, which costs psycopg several times the CPU of one statement sent alone
-    (bench/README.md). So a connection keeps the role of the tenant whose unit of work it last
-    committed, and a unit of work on a connection already in its tenant's role (the pool hands
-    out a connection warm for the tenant first) sends its statements alone. Only what committed
-    is recorded: a switch in a transaction that failed, was rolled back or was interrupted is
-    forgotten, and the next unit of work switches again. A statement names its tenant's schema,
-    so one run in another tenant's role would be refused, never let in. Not behind pgbouncer in
-    transaction mode, whose next transaction may run on another server connection.
-    """
-
-    def __init__(self) -> None:
-        self._roles: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
-
-    def role_of(self, connection: object) -> str | None:
-        """The role ``connection`` holds for its session, if known (else the login role's, or
-        a tenant's it is not known to hold)."""
-        return self._roles.get(connection)
-
-    def committed(self, connection: object, role: str) -> None:
-        self._roles[connection] = role
-
-    def forget(self, connection: object) -> None:
-        self._roles.pop(connection, None)
 
 
 # A statement's sets of values: by name (a compiled statement's), or by position.
@@ -145,20 +111,20 @@ class TenantConnection:
     """
 
     __slots__ = (
-        "_before_next",
         "_begun",
         "_commit_with_next",
         "_committed",
         "_connection",
         "_deferred",
         "_deferred_total",
+        "_held",
+        "_in_force",
         "_listeners",
         "_pipelines",
         "_role",
         "_schema_name",
-        "_session_roles",
+        "_sessions",
         "_statements",
-        "_switched",
     )
 
     def __init__(
@@ -169,15 +135,18 @@ class TenantConnection:
         listeners: Sequence[StatementListener] = (),
         *,
         role: str,
-        session_roles: SessionRoles | None = None,
+        sessions: Sessions | None = None,
         pipelines: bool = True,
     ) -> None:
         self._connection = connection
         self._role = role
-        # Where the connection keeps its role between units of work; None: each transaction
-        # switches for itself (``SWITCH_TO_ROLE``).
-        self._session_roles = session_roles
-        self._switched = False  # the session switched in this transaction, not yet committed
+        # Where the connection keeps its role and settings between units of work; None: each
+        # transaction changes them for itself, until it ends.
+        self._sessions = sessions
+        # What the session holds as the next transaction begins (None: not known).
+        self._held = None if sessions is None else sessions.state_of(connection)
+        # The settings in force in the transaction so far (None: the server's).
+        self._in_force: StatementSettings | NotKnown | None = NOT_KNOWN
         # False: a round trip's statements go one at a time, each its own exchange, and every
         # transaction has its BEGIN and COMMIT (behind pgbouncer in transaction mode, which
         # loses track of a pipeline whose statement fails and hands the rest to another server
@@ -190,8 +159,6 @@ class TenantConnection:
         self._committed = False
         self._commit_with_next = False
         self._deferred: list[Deferred] = []  # not sent yet, in the order given
-        # ``before_next_statement``'s, not rendered nor sent yet.
-        self._before_next: list[tuple[ClauseElement, Mapping[str, Any]]] = []
         self._deferred_total = 0
 
     @property
@@ -218,14 +185,17 @@ class TenantConnection:
         self,
         statement: ClauseElement,
         parameters: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        *,
+        settings: StatementSettings | None = None,
     ) -> Rows:
-        """Runs ``statement``; a sequence of parameter sets runs it once per set (in one round
-        trip), and the rows come back in the order of the sets."""
+        """Runs ``statement``, under ``settings`` if given, else the server's; a sequence of
+        parameter sets runs it once per set (in one round trip), and the rows come back in the
+        order of the sets."""
         call, entry = self._render(statement, parameters)
         if self._committed:
             raise RuntimeError("the unit of work has committed: no statement may follow")
         commit = self._commit_with_next
-        ((columns, rows),) = self._send([call], commit=commit)
+        ((columns, rows),) = self._send([(call, settings)], commit=commit)
         if commit:
             self._committed = True
         return _rows_of(columns, rows, entry)
@@ -248,14 +218,6 @@ class TenantConnection:
         self._deferred_total += 1
         self._deferred.append(deferred)
         return deferred
-
-    def before_next_statement(
-        self, statement: ClauseElement, parameters: Mapping[str, Any]
-    ) -> None:
-        """Runs ``statement`` just before the transaction's next statement, in its round trip,
-        if one comes; never before the COMMIT alone: for what ends with the transaction anyway
-        (a setting made local to it)."""
-        self._before_next.append((statement, parameters))
 
     @property
     def deferred_count(self) -> int:
@@ -283,53 +245,55 @@ class TenantConnection:
     def commit(self) -> None:
         """Sends the deferred statements and the COMMIT, in one round trip (with the opening
         too when nothing ran before; when nothing ran at all, nothing is sent)."""
-        self._before_next = []
         if self._begun or self._deferred:
             self._send([], commit=True)
         self._committed = True
 
-    def _send(self, calls: list[_Call], *, commit: bool) -> list[Fetched]:
+    def _send(
+        self, calls: list[tuple[_Call, StatementSettings | None]], *, commit: bool
+    ) -> list[Fetched]:
         """One round trip: the opening if the transaction has not begun, the deferred
-        statements, ``calls``, and the COMMIT when ``commit``; the results of ``calls``.
+        statements, ``calls`` (each with the settings it runs under), and the COMMIT when
+        ``commit``; the results of ``calls``.
 
         A round trip that is the whole transaction (nothing sent before it, committing) is one
         implicit transaction: the role switch and the statements, without ``BEGIN`` or
         ``COMMIT``, which spares PostgreSQL two statements' parse and execution."""
         deferred, self._deferred = self._deferred, []
-        before_next: list[_Call] = []
-        if calls:
-            pending, self._before_next = self._before_next, []
-            before_next = [self._render(*each)[0] for each in pending]
-        # What comes back to how the last statement left it first, then what was deferred.
-        statements = [*before_next, *(each.call for each in deferred), *calls]
         ends = commit
         if self._begun:
             opening = []
         elif commit and self._pipelines:
-            opening, commit = self._switch(), False
+            opening, commit = self._opening(), False
         else:
-            opening = [_BEGIN, *self._switch()]
+            opening = [_BEGIN, *self._opening()]
         self._begun = True
+        sent = list(opening)
+        places: list[int] = []  # where each deferred statement's, then each call's, result is
+        for call, settings in [*((each.call, None) for each in deferred), *calls]:
+            sent.extend(self._settings_for(settings))
+            places.append(len(sent))
+            sent.append(call)
+        if commit:
+            sent.append(_COMMIT)
         try:
-            results = self._round_trip([*opening, *statements, *([_COMMIT] if commit else [])])
+            results = self._round_trip(sent)
         except psycopg.Error as failed:
-            self._forget_role()
+            self._forget_session()
             for each in deferred:
                 error = None if each.meaning is None else meant(failed, each.meaning)
                 if error is not None:
                     raise error from failed
             raise
         except BaseException:
-            self._forget_role()
+            self._forget_session()
             raise
         if ends:
-            self._role_committed()
-        after = len(opening) + len(before_next)
-        sent = results[after : after + len(deferred)]
-        for each, (columns, rows) in zip(deferred, sent, strict=True):
+            self._session_committed()
+        fetched = [results[place] for place in places]
+        for each, (columns, rows) in zip(deferred, fetched[: len(deferred)], strict=True):
             each._rows = _rows_of(columns, rows, each._entry)
-        first = after + len(deferred)
-        return results[first : first + len(calls)]
+        return fetched[len(deferred) :]
 
     def execute_after_commit(self, statement: ClauseElement, parameters: Mapping[str, Any]) -> bool:
         """Runs ``statement`` in a transaction of its own as the tenant's role, once this one
@@ -343,19 +307,20 @@ class TenantConnection:
             raise RuntimeError("only a unit of work that committed its transaction runs one more")
         call, _ = self._render(statement, parameters)
         try:
+            statements = [*self._opening(), *self._settings_for(None), call]
             if self._pipelines:
-                self._round_trip([*self._switch(), call])
+                self._round_trip(statements)
             else:
-                self._round_trip([_BEGIN, *self._switch(), call, _COMMIT])
+                self._round_trip([_BEGIN, *statements, _COMMIT])
         except psycopg.Error as failed:
-            self._forget_role()
+            self._forget_session()
             log.warning(
                 "statement_after_commit_failed", schema=self._schema_name, error=str(failed)
             )
             with contextlib.suppress(psycopg.Error):  # a broken connection is the pool's to drop
                 self._roll_back()
             return False
-        self._role_committed()
+        self._session_committed()
         return True
 
     def _roll_back(self) -> None:
@@ -366,27 +331,35 @@ class TenantConnection:
         else:
             connection.rollback()
 
-    def _switch(self) -> list[_Call]:
-        """What switches a new transaction to the tenant's role: nothing when the session holds
-        it already (``SessionRoles``)."""
-        roles, role = self._session_roles, self._role
-        if roles is None:
+    def _opening(self) -> list[_Call]:
+        """What opens a transaction as the tenant's role: nothing when the session holds it
+        already (``Sessions``)."""
+        sessions, role = self._sessions, self._role
+        if sessions is None:
+            self._in_force = None  # what the last transaction set ended with it
             return [_Call(SWITCH_TO_ROLE, ([role],))]
-        if roles.role_of(self._connection) == role:
+        held = self._held
+        self._in_force = NOT_KNOWN if held is None else held.settings
+        if held is not None and held.role == role:
             return []
-        self._switched = True
         return [_Call(SWITCH_SESSION_TO_ROLE, ([role],))]
 
-    def _role_committed(self) -> None:
-        """The transaction that switched the session's role has committed: the role stays."""
-        if self._switched and self._session_roles is not None:
-            self._session_roles.committed(self._connection, self._role)
-        self._switched = False
+    def _settings_for(self, wanted: StatementSettings | None) -> list[_Call]:
+        """What puts ``wanted`` in force for the next statement, where it is not."""
+        changes = settings_changes(self._in_force, wanted, local=self._sessions is None)
+        self._in_force = wanted
+        return [_Call(sql, values) for sql, values in changes]
 
-    def _forget_role(self) -> None:
-        if self._session_roles is not None:
-            self._session_roles.forget(self._connection)
-        self._switched = False
+    def _session_committed(self) -> None:
+        """The transaction committed: the session holds its role, and its last settings."""
+        if self._sessions is not None and self._in_force is not NOT_KNOWN:
+            self._held = SessionState(self._role, self._in_force)
+            self._sessions.committed(self._connection, self._held)
+
+    def _forget_session(self) -> None:
+        self._held = None
+        if self._sessions is not None:
+            self._sessions.forget(self._connection)
 
     def _round_trip(self, calls: list[_Call]) -> list[Fetched]:
         """``calls`` as one round trip: one exchange with the server, or without pipelines one

@@ -874,7 +874,7 @@ async def _deliver_until_stopped(settings: Settings, limits: WorkerLimits) -> No
         ),
         tenants_per_connection=settings.db_tenants_per_connection,
         tenant_affinity=not settings.db_pgbouncer,
-        session_roles=not settings.db_pgbouncer,
+        sessions=not settings.db_pgbouncer,
         pipelines=not settings.db_pgbouncer,
     )
     try:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, text
 
-from dealbase.db.transactions import switch_to
+from dealbase.db.sessions import switch_to
 from dealbase.tenancy.scope import tenant_role
 
 TENANT_OWNER_ROLE = "dealbase_owner"

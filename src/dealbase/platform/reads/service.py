@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import Select, text
+from sqlalchemy import Select
 
-from dealbase.db.statements import built_once
+from dealbase.db.sessions import StatementSettings
 from dealbase.db.units import UnitOfWork
 from dealbase.platform.pagination import fingerprint, page_request
 from dealbase.platform.reads.models import OneRead, PageRead
@@ -35,9 +35,7 @@ _SHAPES_KEPT = 64
 # one made for the values. A page's does (its size, ``row_limit`` and ``page_limit``, is a
 # value: the generic plan guesses a third of a list's rows where the values say 50), so it was
 # planned again on every run: 0.5 of the 1.7 ms a customers page with deals and activities cost
-# PostgreSQL. So the read asks for the generic plan: in the statement's own round trip, for its
-# transaction (``set_config(..., true)``, as ``SET LOCAL``), and back to what it was before the
-# transaction's next statement, if one comes.
+# PostgreSQL. So the read asks for the generic plan.
 #
 # The generic plan cannot know which department it reads either: it guesses that a department
 # holds rows / departments of a table, and where one department is large (a tenant's other
@@ -46,45 +44,18 @@ _SHAPES_KEPT = 64
 # department's index reaches its own: the dashboard's statement cost 1,775 µs of PostgreSQL's
 # CPU against 1,050 with the indexes (bench/README.md). Every list a read builds is reached by
 # an index that begins with its department (or its parent's id), so the plan is made without
-# sequential scans (``enable_seqscan`` off for the transaction: a table without such an index
-# is still scanned).
+# sequential scans (``enable_seqscan`` off: a table without such an index is still scanned).
 #
 # And without JIT compilation: the generic plan's guesses (a tenth of a table's rows for a page,
 # each row's nested lists in turn) put its estimated cost past ``jit_above_cost`` once a tenant
 # has some 90,000 customers, and PostgreSQL then compiled the page's expressions at every
 # execution, 300 ms a page of 50 customers whose reading takes 1.3 ms.
-# The three settings in one statement rather than three (each a psycopg execute of its own),
-# which answers what they were before (read in a subquery PostgreSQL does not merge into the
-# SELECT, so before they are set).
-_GENERIC_PLAN = built_once(
-    text(
-        "SELECT previous.*, set_config('plan_cache_mode', 'force_generic_plan', true),"
-        " set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)"
-        " FROM (SELECT current_setting('plan_cache_mode'), current_setting('enable_seqscan'),"
-        " current_setting('jit') OFFSET 0) AS previous"
-    )
+#
+# The settings hold for the reads' statements only: a connection that ran one keeps them until
+# a statement without them runs on it, which puts the server's back first (``db.sessions``).
+GENERIC_PLANS = StatementSettings(
+    (("plan_cache_mode", "force_generic_plan"), ("enable_seqscan", "off"), ("jit", "off"))
 )
-_CHOSEN_PLAN = built_once(
-    text(
-        "SELECT set_config('plan_cache_mode', :plan_cache_mode, true),"
-        " set_config('enable_seqscan', :enable_seqscan, true), set_config('jit', :jit, true)"
-    )
-)
-
-
-def _generic(uow: UnitOfWork, statement: Select[Any], values: Mapping[str, Any]) -> Any:
-    """``statement``'s one row, run with its generic plan (``_GENERIC_PLAN``)."""
-    connection = uow.connection
-    previous = connection.defer(_GENERIC_PLAN, {})
-    found = connection.execute(statement, values).scalar_one_or_none()
-    if not connection.committed:
-        # Sent with the statement: its rows are here.
-        plan_cache_mode, enable_seqscan, jit, *_ = previous.rows().one()
-        connection.before_next_statement(
-            _CHOSEN_PLAN,
-            {"plan_cache_mode": plan_cache_mode, "enable_seqscan": enable_seqscan, "jit": jit},
-        )
-    return found
 
 
 class PageReader:
@@ -133,7 +104,9 @@ class PageReader:
         )
         if last:
             uow.connection.commit_with_next()
-        found: str = _generic(uow, statement, values)
+        found: str = uow.connection.execute(
+            statement, values, settings=GENERIC_PLANS
+        ).scalar_one_or_none()
         return found
 
 
@@ -155,5 +128,7 @@ class OneReader:
         }
         if row_id is not None:
             values["row_id"] = row_id
-        found: str | None = _generic(uow, self._statement, values)
+        found: str | None = uow.connection.execute(
+            self._statement, values, settings=GENERIC_PLANS
+        ).scalar_one_or_none()
         return found
