@@ -122,9 +122,10 @@ def test_a_caller_queued_past_the_pools_timeout_gets_pool_timeout_and_leaves_the
     database_url: str,
 ) -> None:
     async def test(url: str) -> None:
-        pool = _pool(url, max_size=1, timeout=0.01)
+        pool = _pool(url, max_size=1)
         try:
-            held = await pool.take(None)
+            held = await pool.take(None)  # opened within the usual timeout: a busy machine
+            pool.timeout = 0.01  # then the next caller's wait, for a connection never given back
             with pytest.raises(PoolTimeout):
                 await pool.take(None)
             stats = pool.stats()
