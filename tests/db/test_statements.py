@@ -51,13 +51,13 @@ def test_a_statement_lands_in_the_schema_of_the_unit_of_works_tenant(
 def test_a_statement_is_rendered_for_each_tenants_schema_with_its_own_values(
     database: Database, make_tenant: Callable[..., TenantWorld]
 ) -> None:
-    cache = StatementCache(database.engine.dialect)
+    cache = StatementCache()
     rendered = []
     for world in (make_tenant(), make_tenant()):
         for name in ("Ada", "Grace"):
             statement = select(customers.c.id).where(customers.c.last_name == name)
             sql, values, _ = cache.render(statement, [], world.tenant.schema)
-            rendered.append((world.tenant.schema, sql, list(values[0].values())))
+            rendered.append((world.tenant.schema, sql, list(values[0])))
 
     assert len(cache) == 0  # not built once: compiled each time, nothing kept
     assert [values for _, _, values in rendered] == [["Ada"], ["Grace"]] * 2
@@ -69,7 +69,7 @@ def test_a_statement_is_rendered_for_each_tenants_schema_with_its_own_values(
 def test_a_built_once_statement_is_compiled_once_for_every_tenant(
     database: Database, make_tenant: Callable[..., TenantWorld]
 ) -> None:
-    cache = StatementCache(database.engine.dialect)
+    cache = StatementCache()
     statement = built_once(select(customers.c.id).where(customers.c.last_name == bindparam("n")))
     schemas = [make_tenant().tenant.schema for _ in range(2)]
     rendered = [cache.render(statement, [{"n": "Ada"}], schema) for schema in schemas]
@@ -83,7 +83,7 @@ def test_a_built_once_statement_is_compiled_once_for_every_tenant(
 def test_the_cache_keeps_at_most_its_size(
     database: Database,
 ) -> None:
-    cache = StatementCache(database.engine.dialect, size=2)
+    cache = StatementCache(size=2)
     shapes = [built_once(select(literal(1).label(f"column_{n}"))) for n in range(3)]
     schema = Scope.for_tenant(new_id()).schema
     for shape in shapes:
@@ -117,7 +117,7 @@ def test_a_statement_built_once_renders_as_any_other_for_each_tenant_and_its_own
         )
 
     marked, plain = built_once(shape()), shape()
-    cache = StatementCache(database.engine.dialect)
+    cache = StatementCache()
     for world in (make_tenant(), make_tenant(), make_tenant()):
         for last_name in ("Ada", "O'Brien"):
             values = {"id": new_id(), "department_id": world.department.id, "last_name": last_name}
@@ -145,18 +145,18 @@ def test_a_statement_built_once_with_other_parameter_names_or_an_in_list_is_rend
 ) -> None:
     world = make_tenant()
     department = world.department.id
-    cache = StatementCache(database.engine.dialect)
+    cache = StatementCache()
     inserting = built_once(insert(customers).values(created_at=func.now(), updated_at=func.now()))
     short = {"id": new_id(), "department_id": department, "last_name": "Ada"}
     longer = {**short, "first_name": "Augusta"}
     cache.render(inserting, [short], world.tenant.schema)
     sql, values, _ = cache.render(inserting, [longer], world.tenant.schema)
     assert "first_name" in sql
-    assert values[0]["first_name"] == "Augusta"
+    assert "Augusta" in values[0]
 
     listing = built_once(
         select(customers.c.id).where(customers.c.last_name.in_(bindparam("names", expanding=True)))
     )
     for names in (["Ada"], ["Ada", "Grace", "Hedy"]):
         sql, values, _ = cache.render(listing, [{"names": names}], world.tenant.schema)
-        assert sql.count("%(names_") == len(names)
+        assert sql.count("$") == len(names) and values == [names]

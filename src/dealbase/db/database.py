@@ -199,7 +199,7 @@ class Database:
             kwargs=unit_of_work_settings,
             name="units-of-work-on-the-event-loop",
         )
-        self.statements = StatementCache(self.engine.dialect)
+        self.statements = StatementCache()
         # Called with the SQL of every statement a unit of work runs (tests count them).
         self.statement_listeners: list[StatementListener] = []
         # Called as each unit of work on the event loop starts, with whether its connection had

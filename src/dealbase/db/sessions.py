@@ -22,15 +22,15 @@ from dataclasses import dataclass
 # login role's membership and ends with the transaction, commit or rollback, as ``SET LOCAL
 # ROLE`` does: the pooled connection (or a pgbouncer server connection) goes back to its next
 # user as the login role.
-SWITCH_TO_ROLE = "SELECT set_config('role', %s, true)"
+SWITCH_TO_ROLE = "SELECT set_config('role', $1, true)"
 # The same switch for the session: it outlives the transaction that made it, once committed.
-SWITCH_SESSION_TO_ROLE = "SELECT set_config('role', %s, false)"
+SWITCH_SESSION_TO_ROLE = "SELECT set_config('role', $1, false)"
 
 # Settings given as two arrays, names and values, in one statement whatever they are; the second
 # parameter says whether for the transaction only (``SET LOCAL``) or for the session.
 SET_SETTINGS = (
-    "SELECT set_config(given.name, given.value, %s)"
-    " FROM unnest(%s::text[], %s::text[]) AS given(name, value)"
+    "SELECT set_config(given.name, given.value, $1)"
+    " FROM unnest($2::text[], $3::text[]) AS given(name, value)"
 )
 
 _SETTING_NAME = re.compile(r"[a-z_][a-z0-9_]*")

@@ -9,6 +9,13 @@ statement is compiled with the tenant placeholder schema left as a token, and th
 schema is written into the text in its place, so the routing travels inside the statement and
 no ``search_path`` round trip is needed. A statement a module builds once (``built_once``) is
 compiled once, and its text kept per schema; any other is compiled each time it runs.
+
+Statements are compiled with PostgreSQL's own placeholders (``$1``, SQLAlchemy's
+``numeric_dollar`` paramstyle) and their values given as a sequence in that order, for
+psycopg's raw cursors (``RawCursor``): psycopg then sends the text as it is. Its other cursors
+parse a statement's text for ``%(name)s`` placeholders on every run, and keep the parsed form
+only for statements of up to 4096 characters, which a write's CTEs and a compiled read pass
+once the tenant's schema is written in.
 """
 
 from __future__ import annotations
@@ -16,10 +23,11 @@ from __future__ import annotations
 import re
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import MultipleResultsFound, NoResultFound
 from sqlalchemy.sql import ClauseElement
@@ -60,6 +68,7 @@ class Compiled:
     # table declares them (arrays).
     result_processors: tuple[tuple[int, Processor], ...]
     expands: bool  # ``IN`` lists and other values rendered into the text per call
+    order: tuple[str, ...]  # the parameters' names, in the order of their placeholders
 
 
 # Statements a module builds once and runs for every request (``built_once``).
@@ -76,14 +85,19 @@ def built_once(statement: S) -> S:
     return statement
 
 
+# In ``_BuiltOnce.slots``: a value the caller gives.
+_GIVEN = object()
+
+
 @dataclass(slots=True)
 class _BuiltOnce:
     """A ``built_once`` statement rendered for one set of parameter names."""
 
     statement: ClauseElement
     entry: Compiled
-    given: tuple[str, ...]  # the names whose values the caller gives, as it gave them
-    fixed: dict[str, Any]  # the values the statement holds itself (its literals)
+    # Per placeholder, in order: its name, the value the statement holds itself (its literal)
+    # or ``_GIVEN``, and the converter of a given value.
+    slots: tuple[tuple[str, Any, Processor | None], ...]
     sql_by_schema: dict[str, str]
 
 
@@ -91,15 +105,19 @@ class _BuiltOnce:
 # text is back after one render).
 _SCHEMAS_KEPT = 256
 
-Rendered = tuple[str, list[MutableMapping[str, Any]], Compiled]
+# The SQL text, one sequence of values per parameter set, and the compiled statement.
+Rendered = tuple[str, list[list[Any]], Compiled]
 
 
 class StatementCache:
     """The compiled ``built_once`` statements of one dialect, by identity and the names of the
     parameters given; bounded (a PATCH's UPDATE has a shape per set of fields it names)."""
 
-    def __init__(self, dialect: Dialect, size: int = 1000) -> None:
-        self._dialect = dialect
+    def __init__(self, size: int = 1000) -> None:
+        # PostgreSQL's placeholders (the module's docstring).
+        self._dialect: Dialect = psycopg_dialect.dialect(  # type: ignore[no-untyped-call]
+            paramstyle="numeric_dollar"
+        )
         self._size = size
         self._built_once: dict[tuple[int, tuple[str, ...]], _BuiltOnce] = {}
         self._lock = threading.Lock()
@@ -110,27 +128,34 @@ class StatementCache:
     def render(
         self, statement: ClauseElement, parameters: Sequence[Mapping[str, Any]], schema: str
     ) -> Rendered:
-        """The SQL text for ``schema`` and one dict of values per parameter set (at least one)."""
+        """The SQL text for ``schema`` and one sequence of values per parameter set (at least
+        one), in the order of the text's placeholders."""
         if statement in _BUILT_ONCE:
             names = tuple(parameters[0]) if parameters else ()
             known = self._built_once.get((id(statement), names))
             if known is not None and known.statement is statement:
                 return self._render_known(known, parameters, schema)
-            sql, values, entry = self._render(statement, parameters, schema)
+            sql, values, order, entry = self._render(statement, parameters, schema)
             self._remember(statement, names, parameters, values, entry, sql, schema)
-            return sql, values, entry
-        return self._render(statement, parameters, schema)
+        else:
+            sql, values, order, entry = self._render(statement, parameters, schema)
+        return sql, [[given[name] for name in order] for given in values], entry
 
     def _render_known(
         self, known: _BuiltOnce, parameters: Sequence[Mapping[str, Any]], schema: str
     ) -> Rendered:
-        processors = known.entry.bind_processors
-        values: list[MutableMapping[str, Any]] = []
-        for given in parameters or ({},):
-            value = dict(known.fixed)
-            for name in known.given:
-                value[name] = processors[name](given[name]) if name in processors else given[name]
-            values.append(value)
+        slots = known.slots
+        values = [
+            [
+                value
+                if value is not _GIVEN
+                else given[name]
+                if processor is None
+                else processor(given[name])
+                for name, value, processor in slots
+            ]
+            for given in parameters or ({},)
+        ]
         sql = known.sql_by_schema.get(schema)
         if sql is None:
             if len(known.sql_by_schema) >= _SCHEMAS_KEPT:
@@ -143,7 +168,7 @@ class StatementCache:
         statement: ClauseElement,
         names: tuple[str, ...],
         parameters: Sequence[Mapping[str, Any]],
-        values: list[MutableMapping[str, Any]],
+        values: Sequence[Mapping[str, Any]],
         entry: Compiled,
         sql: str,
         schema: str,
@@ -151,16 +176,17 @@ class StatementCache:
         """Keeps what rendering ``statement`` again needs, when that is only the given values
         and the statement's own fixed ones (no IN list, no escaped name, no computed default)."""
         compiled = entry.compiled
-        if entry.expands or compiled.escaped_bind_names:
+        if entry.expands:
             return
         if any(bind.callable is not None for bind in compiled.binds.values()):
             return
-        given = tuple(name for name in names if name in values[0])
         first = parameters[0] if parameters else {}
         fixed = {name: value for name, value in values[0].items() if name not in first}
         if any(name in entry.bind_processors for name in fixed):
             return
-        known = _BuiltOnce(statement, entry, given, fixed, {schema: sql})
+        processors = entry.bind_processors
+        slots = tuple((name, fixed.get(name, _GIVEN), processors.get(name)) for name in entry.order)
+        known = _BuiltOnce(statement, entry, slots, {schema: sql})
         with self._lock:
             if len(self._built_once) >= self._size:
                 self._built_once.clear()
@@ -168,10 +194,12 @@ class StatementCache:
 
     def _render(
         self, statement: ClauseElement, parameters: Sequence[Mapping[str, Any]], schema: str
-    ) -> Rendered:
+    ) -> tuple[str, Sequence[Mapping[str, Any]], tuple[str, ...], Compiled]:
+        """The SQL text for ``schema``, the values by name (converted), the names in the order
+        of the text's placeholders, and the compiled statement."""
         entry = self._compile(statement, sorted(parameters[0]) if parameters else [])
         compiled = entry.compiled
-        sql = compiled.string
+        sql, order = compiled.string, entry.order
         processors = entry.bind_processors
         if entry.expands:
             if len(parameters) > 1:
@@ -181,26 +209,23 @@ class StatementCache:
             expanded = compiled.construct_expanded_state(
                 parameters[0] if parameters else None, escape_names=False
             )
-            sql = expanded.statement
-            values: list[MutableMapping[str, Any]] = [dict(expanded.parameters)]
+            sql, order = expanded.statement, tuple(expanded.positiontup or ())
+            values: Sequence[Mapping[str, Any]] = [expanded.parameters]
             processors = {**processors, **expanded.processors}
         else:
             values = [
                 compiled.construct_params(given, escape_names=False)
                 for given in (parameters or [{}])
             ]
-        escaped = compiled.escaped_bind_names
-        if processors or escaped:
+        if processors:
             values = [
                 {
-                    escaped.get(name, name): (
-                        processors[name](value) if name in processors else value
-                    )
+                    name: processors[name](value) if name in processors else value
                     for name, value in given.items()
                 }
                 for given in values
             ]
-        return _in_schema(sql, schema), values, entry
+        return _in_schema(sql, schema), values, order, entry
 
     def _compile(self, statement: ClauseElement, column_keys: list[str]) -> Compiled:
         dialect = self._dialect
@@ -223,6 +248,7 @@ class StatementCache:
             bind_processors,
             result_processors,
             bool(compiled.literal_execute_params or compiled.post_compile_params),
+            tuple(compiled.positiontup or ()),
         )
 
 

@@ -50,8 +50,8 @@ log = structlog.get_logger(__name__)
 _TUPLES_OK = ExecStatus.TUPLES_OK
 
 
-# A statement's sets of values: by name (a compiled statement's), or by position.
-Values = Sequence[Mapping[str, Any]] | Sequence[Sequence[Any]]
+# A statement's sets of values, each in the order of its placeholders (``$1``...).
+Values = Sequence[Sequence[Any]]
 # A statement's columns and rows.
 Fetched = tuple[tuple[str, ...], list[tuple[Any, ...]]]
 
@@ -379,9 +379,9 @@ def _round_trip(connection: psycopg.Connection[Any], calls: list[_Call]) -> list
     """``calls`` in one pipeline, then a Sync; each call's columns and rows. One statement goes
     alone, without a pipeline: psycopg's costs several times its CPU."""
     if len(calls) == 1:
-        return [_fetched(_executed(connection.cursor(), calls[0]))]
+        return [_fetched(_executed(psycopg.RawCursor(connection), calls[0]))]
     with connection.pipeline():
-        cursors = [_executed(connection.cursor(), call) for call in calls]
+        cursors = [_executed(psycopg.RawCursor(connection), call) for call in calls]
     return [_fetched(cursor) for cursor in cursors]
 
 
@@ -409,9 +409,15 @@ async def _round_trip_async(
 ) -> list[Fetched]:
     """``_round_trip`` on the event loop."""
     if len(calls) == 1:
-        return [await _fetched_async(await _executed_async(connection.cursor(), calls[0]))]
+        return [
+            await _fetched_async(
+                await _executed_async(psycopg.AsyncRawCursor(connection), calls[0])
+            )
+        ]
     async with connection.pipeline():
-        cursors = [await _executed_async(connection.cursor(), call) for call in calls]
+        cursors = [
+            await _executed_async(psycopg.AsyncRawCursor(connection), call) for call in calls
+        ]
     return [await _fetched_async(cursor) for cursor in cursors]
 
 
