@@ -10,14 +10,14 @@ them, with limits high enough that every call admits. Measured per limiter:
   --checks. This is what every request pays in the server process, and the figure to compare:
   the machine is shared, so wall time mostly measures the neighbours. The limiters take turns,
   round after round (A, B, C, A, B, C, ...) in one process, and the median round is reported,
-  with its ratio to the first Redis limiter's (the one at --before, else redis-py).
+  with its ratio to the first Redis limiter's (the one at --before, else RedisLimiter).
 - Wall time of one check (median and 99th percentile over every check of every round): the
   latency a request waits, Redis's own work and the round trip included.
 
-Limiters: the in-process one; RedisLimiter (its own pipelined connection); and, as the
-reference, the same script through redis-py's asyncio client as RedisLimiter used it before
-(connection pool, Script object, one retry on ConnectionError). With --before, also RedisLimiter
-as it was at that git revision, for before and after figures from one run. Without --redis (and
+Limiters: the in-process one; RedisLimiter (redis-py's asyncio client, the checks of a turn in
+one pipeline). With --before, also RedisLimiter as it was at that git revision (limiter.py,
+loaded alone: a revision whose RedisLimiter needs no other module of its package, as 41cb94a's
+protocol of its own), for before and after figures from one run. Without --redis (and
 without DEALBASE_REDIS_URL) only the in-process limiter is measured. The loop defaults to uvloop,
 the one `dealbase serve` runs on.
 """
@@ -41,19 +41,10 @@ from pathlib import Path
 import redis
 import redis.asyncio
 import uvloop
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.utils import HIREDIS_AVAILABLE
 
-from dealbase.tenancy.rate_limits.limiter import (
-    _SCRIPT,  # the reference runs RedisLimiter's own script
-    Bucket,
-    InProcessLimiter,
-    RateLimiter,
-    RateLimiterUnavailable,
-    RedisLimiter,
-    Verdict,
-)
+from dealbase.tenancy.rate_limits.in_process import InProcessLimiter
+from dealbase.tenancy.rate_limits.limiter import RateLimiter, RateLimiterUnavailable, RedisLimiter
 from dealbase.tenancy.scope import Rate
 
 GENEROUS = Rate(per_second=100_000, burst=1_000_000)
@@ -61,52 +52,7 @@ TIMEOUT_S = 0.05  # the service's default DEALBASE_REDIS_TIMEOUT_MS
 PREFIX = "dealbase:bench"
 WARM_UP_CHECKS = 200  # connection, script load
 ROOT = Path(__file__).resolve().parent.parent
-MODULE = "src/dealbase/tenancy/rate_limits.py"
-
-
-class RedisPyLimiter:
-    """The reference: RedisLimiter's script and keys through redis-py, set up as RedisLimiter
-    was before it had a connection of its own."""
-
-    def __init__(self, url: str) -> None:
-        self._client = redis.asyncio.Redis.from_url(
-            url,
-            socket_timeout=TIMEOUT_S,
-            socket_connect_timeout=max(TIMEOUT_S, 0.25),
-            retry_on_timeout=False,
-            retry=Retry(NoBackoff(), retries=1),
-            retry_on_error=[redis.ConnectionError],
-        )
-        self._script = self._client.register_script(_SCRIPT)
-
-    async def check(
-        self, key_id: uuid.UUID, key_rate: Rate, tenant_id: uuid.UUID, tenant_rate: Rate
-    ) -> Verdict:
-        try:
-            reply = await self._script(
-                keys=[f"{PREFIX}:key:{key_id}", f"{PREFIX}:tenant:{tenant_id}"],
-                args=[
-                    key_rate.interval_ms,
-                    key_rate.burst,
-                    tenant_rate.interval_ms,
-                    tenant_rate.burst,
-                ],
-            )
-        except redis.RedisError as exc:
-            raise RateLimiterUnavailable(str(exc)) from exc
-        allowed, *values = reply.split(b" ")
-        buckets = tuple(
-            Bucket(policy, rate, int(left), float(full) / 1000, float(wait) / 1000)
-            for (policy, rate), (left, full, wait) in zip(
-                (("key", key_rate), ("tenant", tenant_rate)),
-                (values[0:3], values[3:6]),
-                strict=True,
-            )
-        )
-        return Verdict(allowed == b"1", buckets)
-
-    async def close(self) -> None:
-        await self._client.aclose()
+MODULE = "src/dealbase/tenancy/rate_limits/limiter.py"
 
 
 def limiter_at(revision: str, url: str) -> RateLimiter:
@@ -179,7 +125,6 @@ async def main(url: str | None, checks: int, rounds: int, before: str | None) ->
     if url and before:
         limiters[f"RedisLimiter at {before}"] = limiter_at(before, url)
     if url:
-        limiters["redis-py"] = RedisPyLimiter(url)
         limiters["RedisLimiter"] = RedisLimiter(url, timeout_seconds=TIMEOUT_S, prefix=PREFIX)
     limiters["in-process"] = InProcessLimiter()
     try:

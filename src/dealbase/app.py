@@ -45,7 +45,8 @@ from dealbase.tenancy.callers.authentication import Authenticator, KeyCache, Key
 from dealbase.tenancy.callers.key_usage import KeyUseRecorder
 from dealbase.tenancy.rate_limits.admission import Admission, LimiterFaults
 from dealbase.tenancy.rate_limits.failure_allowance import FailureAllowance
-from dealbase.tenancy.rate_limits.limiter import InProcessLimiter, RedisLimiter
+from dealbase.tenancy.rate_limits.in_process import InProcessLimiter
+from dealbase.tenancy.rate_limits.limiter import RedisLimiter
 from dealbase.tenancy.rate_limits.local_admissions import LocalAdmissions
 from dealbase.tenancy.scope import Rate
 

@@ -11,7 +11,7 @@ import pytest
 from dealbase.errors import RateLimited
 from dealbase.tenancy.rate_limits.admission import LimiterFaults
 from dealbase.tenancy.rate_limits.failure_allowance import FailureAllowance, client_address
-from dealbase.tenancy.rate_limits.limiter import InProcessLimiter
+from dealbase.tenancy.rate_limits.in_process import InProcessLimiter
 from dealbase.tenancy.scope import Rate
 
 
