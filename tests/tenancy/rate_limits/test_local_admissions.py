@@ -1,21 +1,24 @@
 """LocalAdmissions against a real Redis: which requests a process admits without asking, that
-what it admitted is always spent in Redis, and that near a limit every request is asked.
+what it admitted is always spent in Redis, that a busy key's refresh is asked in the background
+without a request waiting for it, and that near a limit every request is asked.
 
 The process's own clock is a FakeClock the test moves; Redis keeps its own. The rates refill
 nothing measurable during a test (a unit every 1,000 s), so Redis's clock does not matter.
+Where a test needs a refresh still on its way, the limiter holds its checks until the test lets
+them go (``CountingLimiter.held``): an order of events, never a time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from typing import Any
 
 import pytest
 
 from dealbase.tenancy.rate_limits import local_admissions
-from dealbase.tenancy.rate_limits.limiter import RedisLimiter, Verdict
+from dealbase.tenancy.rate_limits.limiter import RateLimiterUnavailable, RedisLimiter, Verdict
 from dealbase.tenancy.rate_limits.local_admissions import (
     LOCAL_MIN_REMAINING,
     LOCAL_SHARE,
@@ -24,8 +27,8 @@ from dealbase.tenancy.rate_limits.local_admissions import (
     LocalAdmissions,
 )
 from dealbase.tenancy.scope import Rate
-from tests.redis_support import shared_redis_url
-from tests.support import FakeClock
+from tests.redis_support import closed_port_url, shared_redis_url
+from tests.support import FakeClock, logs_of
 
 BIG = Rate(per_second=0.001, burst=1000)
 SMALL = Rate(per_second=0.001, burst=LOCAL_MIN_REMAINING - 1)
@@ -39,17 +42,25 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 class CountingLimiter(RedisLimiter):
-    """A RedisLimiter that counts the checks it sends, and the owed units they carry."""
+    """A RedisLimiter that counts the checks it sends, the owed units they carry and the
+    answers it gets; while ``held`` is an Event not yet set, a check waits for it before it goes
+    to Redis."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.sent = 0
         self.carried = 0
+        self.answered = 0
+        self.held: asyncio.Event | None = None
 
     async def check(self, *args: Any, **kwargs: Any) -> Verdict:
         self.sent += 1
         self.carried += kwargs.get("owed", 0)
-        return await super().check(*args, **kwargs)
+        if self.held is not None:
+            await self.held.wait()
+        verdict = await super().check(*args, **kwargs)
+        self.answered += 1
+        return verdict
 
 
 @pytest.fixture
@@ -89,13 +100,27 @@ def admissions(
 def _spent(runner: asyncio.Runner, redis_url: str, prefix: str, key: uuid.UUID) -> tuple[int, int]:
     """The units spent from a key's bucket and its tenant's, as Redis has them (a check of
     nothing that spends nothing)."""
+    return runner.run(_spent_now(redis_url, prefix, key))
+
+
+async def _spent_now(redis_url: str, prefix: str, key: uuid.UUID) -> tuple[int, int]:
+    """``_spent``, on the running loop."""
     probe = RedisLimiter(redis_url, timeout_seconds=1.0, prefix=prefix)
     try:
-        verdict = runner.run(probe.check(key, BIG, TENANT, BIG, cost=0))
+        verdict = await probe.check(key, BIG, TENANT, BIG, cost=0)
     finally:
-        runner.run(probe.close())
+        await probe.close()
     key_bucket, tenant_bucket = verdict.buckets
     return BIG.burst - key_bucket.remaining, BIG.burst - tenant_bucket.remaining
+
+
+def _at_once(check: Coroutine[Any, Any, Verdict]) -> Verdict:
+    """The verdict of a check that finishes in its first step: it waited for nothing, no turn
+    of the event loop, so no answer from Redis. Fails when the check would have waited."""
+    with pytest.raises(StopIteration) as finished:
+        check.send(None)
+    verdict: Verdict = finished.value.value
+    return verdict
 
 
 def test_a_key_far_from_its_limits_is_admitted_without_asking_until_the_refresh(
@@ -114,10 +139,126 @@ def test_a_key_far_from_its_limits_is_admitted_without_asking_until_the_refresh(
     assert [v.buckets[0].remaining for v in verdicts[:3]] == [999, 998, 997]
     assert _spent(runner, redis_url, prefix, key) == (1, 1)
 
+    # The refreshing request is admitted here too; its check of nothing carries the 49 owed
+    # and its own unit.
     clock.advance(REFRESH_SECONDS)
-    runner.run(admissions.check(key, BIG, TENANT, BIG))
-    assert (shared.sent, shared.carried) == (2, 49)
+    assert runner.run(admissions.check(key, BIG, TENANT, BIG)).allowed
+    runner.run(admissions.refreshed())
+    assert (shared.sent, shared.carried) == (2, 50)
     assert _spent(runner, redis_url, prefix, key) == (51, 51)
+    # What Redis said is fresh again: admitted here, nothing sent.
+    verdict = runner.run(admissions.check(key, BIG, TENANT, BIG))
+    assert shared.sent == 2
+    assert verdict.buckets[0].remaining == BIG.burst - 52
+
+
+def test_the_refreshing_request_is_answered_before_redis_is_asked(
+    runner: asyncio.Runner,
+    redis_url: str,
+    prefix: str,
+    shared: CountingLimiter,
+    admissions: LocalAdmissions,
+    clock: FakeClock,
+) -> None:
+    """The request past REFRESH_SECONDS finishes without a turn of the event loop while its
+    refresh is held; the requests after it, while the refresh is on its way, start no other;
+    the refresh, let go, spends the units it carries (the later ones stay owed)."""
+    key = uuid.uuid4()
+
+    async def requests() -> None:
+        for _ in range(10):
+            await admissions.check(key, BIG, TENANT, BIG)
+        clock.advance(REFRESH_SECONDS)
+        held = shared.held = asyncio.Event()
+
+        verdict = _at_once(admissions.check(key, BIG, TENANT, BIG))
+        assert verdict.allowed
+        assert verdict.buckets[0].remaining == BIG.burst - 11
+        for _ in range(5):
+            assert _at_once(admissions.check(key, BIG, TENANT, BIG)).allowed
+        await asyncio.sleep(0)  # the refresh's task reaches Redis's door and waits there
+        assert (shared.sent, shared.answered) == (2, 1)
+        assert await _spent_now(redis_url, prefix, key) == (1, 1)
+
+        held.set()
+        await admissions.refreshed()
+        assert (shared.sent, shared.carried, shared.answered) == (2, 10, 2)
+        assert await _spent_now(redis_url, prefix, key) == (11, 11)
+
+    runner.run(requests())
+
+
+def test_a_refresh_redis_does_not_answer_is_logged_and_the_requests_wait_once_stale(
+    runner: asyncio.Runner,
+    redis_url: str,
+    prefix: str,
+    shared: CountingLimiter,
+    admissions: LocalAdmissions,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Redis gone (a limiter on a closed port): the refreshing request is admitted, the
+    refresh's fault logged, not raised; no other refresh is started; once what Redis said is
+    STALE_SECONDS old the requests wait for Redis and meet the fault; Redis back, the next check
+    carries every unit owed meanwhile."""
+    key = uuid.uuid4()
+    for _ in range(10):
+        runner.run(admissions.check(key, BIG, TENANT, BIG))
+    gone = _limiter(closed_port_url(), prefix)
+    admissions.shared = gone
+    clock.advance(REFRESH_SECONDS)
+    with logs_of(monkeypatch, local_admissions) as logs:
+        assert runner.run(admissions.check(key, BIG, TENANT, BIG)).allowed
+        runner.run(admissions.refreshed())
+        assert [(entry["event"], entry["log_level"], entry["units"]) for entry in logs] == [
+            ("rate_limit_refresh_failed", "warning", 10)
+        ]
+        assert gone.sent == 1
+        for _ in range(5):
+            assert runner.run(admissions.check(key, BIG, TENANT, BIG)).allowed
+        assert gone.sent == 1
+
+        clock.advance(STALE_SECONDS)
+        with pytest.raises(RateLimiterUnavailable):
+            runner.run(admissions.check(key, BIG, TENANT, BIG))
+        assert gone.sent == 2
+
+        admissions.shared = shared
+        assert runner.run(admissions.check(key, BIG, TENANT, BIG)).allowed
+    runner.run(gone.close())
+    assert (shared.sent, shared.carried) == (2, 15)
+    assert _spent(runner, redis_url, prefix, key) == (17, 17)
+
+
+def test_closing_waits_for_the_refresh_on_its_way_then_spends_what_is_still_owed(
+    runner: asyncio.Runner, redis_url: str, prefix: str
+) -> None:
+    clock = FakeClock()
+    shared = _limiter(redis_url, prefix)
+    admissions = LocalAdmissions(shared, clock=clock)
+    key = uuid.uuid4()
+
+    async def requests() -> None:
+        for _ in range(10):
+            await admissions.check(key, BIG, TENANT, BIG)
+        clock.advance(REFRESH_SECONDS)
+        held = shared.held = asyncio.Event()
+        await admissions.check(key, BIG, TENANT, BIG)  # its refresh carries 10
+        for _ in range(5):
+            await admissions.check(key, BIG, TENANT, BIG)
+
+        closing = asyncio.create_task(admissions.close())
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert not closing.done()
+        assert (shared.sent, shared.answered) == (2, 1)  # close sent nothing yet
+
+        held.set()
+        await closing
+
+    runner.run(requests())
+    assert (shared.sent, shared.carried, shared.answered) == (3, 15, 3)
+    assert _spent(runner, redis_url, prefix, key) == (16, 16)
 
 
 def test_a_process_admits_a_quarter_of_what_was_left_before_asking_again(

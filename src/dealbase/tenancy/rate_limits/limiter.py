@@ -5,9 +5,10 @@ per bucket, the time at which it is full again.
 With Redis, every server process shares the buckets: one atomic Lua script per check tests
 both limits on Redis's own clock and spends from both only when both admit, sent through
 redis-py's asyncio client, the scripts of one event-loop turn in one pipeline
-(``LocalAdmissions`` decides which requests need a check: those of keys near a limit, and one
-now and then of the others). Without Redis, ``in_process.InProcessLimiter``, with the same
-arithmetic (``gcra``), serves one process.
+(``LocalAdmissions`` decides which requests wait for a check: mostly those of keys near a limit;
+the others' are admitted in-process, and a check in the background now and then carries them).
+Without Redis, ``in_process.InProcessLimiter``, with the same arithmetic (``gcra``), serves one
+process.
 
 A request costs a number of units, 1 unless said otherwise (a batch costs more, see
 ``edge.callers.charge_batch``), and never more than a bucket's burst: a dearer request could

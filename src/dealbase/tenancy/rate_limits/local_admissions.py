@@ -9,18 +9,23 @@ units, which Redis spends first, before that check's own verdict (``RedisLimiter
 
 A key is admitted here only while both of its buckets had at least ``LOCAL_MIN_REMAINING``
 units left when Redis last answered, and each process admits at most a ``LOCAL_SHARE``-th of
-what was left before asking again: near a limit, and for every key whose burst is smaller,
-every request is checked in Redis, exactly as before. A busy key is asked again every
-``REFRESH_SECONDS`` (one request carries the owed units while the others go on), and once what
-Redis said is ``STALE_SECONDS`` old nothing is admitted here until it answers again. So the
-units are always spent and the long-run rate holds exactly; a burst spread over several
-processes at once can pass a limit by what each admitted on a figure that did not yet hold the
-others' owed units (at most a ``LOCAL_SHARE``-th of what it heard was left): the bucket then
-owes them, and refuses until they are paid back.
+what was left before asking again. A busy key is asked again every ``REFRESH_SECONDS`` in the
+background: the request that finds Redis's figures that old is admitted like the others and
+starts a check of nothing (``cost=0``) carrying the owed units, which no request waits for. A
+refresh Redis does not answer is logged, and none is started again for the key until Redis
+answers one of its checks. Once Redis's figures are ``STALE_SECONDS`` old nothing is admitted
+here: requests wait for Redis (and meet its faults) until it answers again, as do those near a
+limit or of a key whose burst is smaller, checks of a cost other than 1 or with units prepaid
+(the rest of a batch's cost), and a key's first request. So the units are always spent and the
+long-run rate holds exactly; a burst spread over several processes at once can pass a limit by
+what each admitted on a figure that did not yet hold the others' owed units (at most a
+``LOCAL_SHARE``-th of what it heard was left): the bucket then owes them, and refuses until they
+are paid back.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Callable
@@ -92,6 +97,16 @@ class _Key:
     # Checks of the key on their way to Redis, and the owed units they carry.
     asking: int = 0
     carried: int = 0
+    # A refresh in the background got no answer, and no check of the key has had one since.
+    unanswered: bool = False
+
+    def setting_off(self) -> int:
+        """Counts a check of the key as on its way, carrying the units owed that no other check
+        on its way carries; returns them. The check's end counts it back (``_ask``)."""
+        carry = self.heard.owed - self.carried
+        self.asking += 1
+        self.carried += carry
+        return carry
 
 
 class LocalAdmissions:
@@ -105,6 +120,8 @@ class LocalAdmissions:
         self._clock = clock
         self._keys: dict[uuid.UUID, _Key] = {}
         self._tenants: dict[uuid.UUID, _Heard] = {}
+        # The refreshes under way, held: the event loop keeps only weak references to tasks.
+        self._refreshes: set[asyncio.Task[None]] = set()
 
     async def check(
         self,
@@ -123,13 +140,29 @@ class LocalAdmissions:
         heard, tenant = key.heard, key.tenant
         if cost == 1 and prepaid == 0 and heard.admits(key_rate) and tenant.admits(tenant_rate):
             age = now - min(heard.at, tenant.at)
-            if age < STALE_SECONDS and (age < REFRESH_SECONDS or key.asking):
+            if age < STALE_SECONDS:
                 heard.owed += 1
                 tenant.owed += 1
-                return Verdict(True, (heard.bucket("key", now), tenant.bucket("tenant", now)))
-        carry = heard.owed - key.carried
-        key.asking += 1
-        key.carried += carry
+                verdict = Verdict(True, (heard.bucket("key", now), tenant.bucket("tenant", now)))
+                if age >= REFRESH_SECONDS and not key.asking and not key.unanswered:
+                    self._refresh(key_id, key, key_rate, tenant_id, tenant_rate)
+                return verdict
+        carry = key.setting_off()
+        return await self._ask(key_id, key, key_rate, tenant_id, tenant_rate, cost, prepaid, carry)
+
+    async def _ask(
+        self,
+        key_id: uuid.UUID,
+        key: _Key,
+        key_rate: Rate,
+        tenant_id: uuid.UUID,
+        tenant_rate: Rate,
+        cost: int,
+        prepaid: int,
+        carry: int,
+    ) -> Verdict:
+        """Redis's verdict on a check set off (``_Key.setting_off``) with ``carry`` owed units;
+        what it says of the buckets is heard."""
         try:
             verdict = await self.shared.check(
                 key_id, key_rate, tenant_id, tenant_rate, cost=cost, prepaid=prepaid, owed=carry
@@ -139,9 +172,45 @@ class LocalAdmissions:
             key.carried -= carry
         now = self._clock()
         key_bucket, tenant_bucket = verdict.buckets
-        heard.hear(key_bucket, now, carry)
-        tenant.hear(tenant_bucket, now, carry)
+        key.heard.hear(key_bucket, now, carry)
+        key.tenant.hear(tenant_bucket, now, carry)
+        key.unanswered = False
         return verdict
+
+    def _refresh(
+        self, key_id: uuid.UUID, key: _Key, key_rate: Rate, tenant_id: uuid.UUID, tenant_rate: Rate
+    ) -> None:
+        """Starts a check of nothing in the background that carries the owed units and
+        refreshes what the process knows of the key's buckets. It is on its way from now on:
+        the requests admitted before its task runs start no other."""
+        carry = key.setting_off()
+        task = asyncio.get_running_loop().create_task(
+            self._refreshing(key_id, key, key_rate, tenant_id, tenant_rate, carry)
+        )
+        self._refreshes.add(task)
+        task.add_done_callback(self._refreshes.discard)
+
+    async def _refreshing(
+        self,
+        key_id: uuid.UUID,
+        key: _Key,
+        key_rate: Rate,
+        tenant_id: uuid.UUID,
+        tenant_rate: Rate,
+        carry: int,
+    ) -> None:
+        try:
+            await self._ask(key_id, key, key_rate, tenant_id, tenant_rate, 0, 0, carry)
+        except RateLimiterUnavailable as exc:
+            # The units stay owed, for the next check; requests wait for Redis once what it
+            # said is STALE_SECONDS old, and their policy meets the fault.
+            key.unanswered = True
+            log.warning("rate_limit_refresh_failed", units=carry, error=str(exc))
+
+    async def refreshed(self) -> None:
+        """Returns once every refresh under way has its answer, or has failed."""
+        while self._refreshes:
+            await asyncio.wait(list(self._refreshes))
 
     async def _first_check(
         self,
@@ -175,7 +244,9 @@ class LocalAdmissions:
         self._tenants = {t: tenant for t, tenant in self._tenants.items() if t in kept}
 
     async def close(self) -> None:
-        """Spends in Redis what this process admitted and Redis has not yet spent, then closes."""
+        """Waits for the refreshes under way, spends in Redis what this process admitted and
+        Redis has not yet spent, then closes."""
+        await self.refreshed()
         for key_id, key in list(self._keys.items()):
             owed = key.heard.owed - key.carried
             if owed <= 0:
