@@ -321,10 +321,13 @@ def _count_instructions(arguments: argparse.Namespace) -> None:
     collected = _COLLECTED.search(ran.stderr)
     if ran.returncode != 0 or collected is None:
         raise SystemExit(f"callgrind run failed ({ran.returncode}):\n{ran.stderr[-3000:]}")
-    method = "GET" if arguments.get else "POST"
+    if arguments.graphql:
+        route = f"POST /graphql ({arguments.graphql})"
+    else:
+        route = f"GET {arguments.get}" if arguments.get else f"POST {arguments.path}"
     measured = " without ".join([arguments.server, *arguments.without])
     print(
-        f"{measured} {method} {arguments.path}: {int(collected.group(1)) / arguments.requests:,.0f}"
+        f"{measured} {route}: {int(collected.group(1)) / arguments.requests:,.0f}"
         f" instructions a request (callgrind, {arguments.requests} requests)"
     )
 
