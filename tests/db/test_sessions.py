@@ -204,6 +204,6 @@ def test_without_sessions_a_statements_settings_hold_for_it_and_end_with_the_tra
     assert sent[3:] == [["COMMIT"], ["BEGIN", SWITCH_TO_ROLE, sent[4][-1]], ["COMMIT"]]
 
 
-def test_settings_with_a_name_that_is_not_a_settings_are_refused() -> None:
+def test_settings_named_by_anything_but_a_settings_name_are_refused() -> None:
     with pytest.raises(ValueError, match="not settings' names"):
         StatementSettings((("jit", "off"), ("jit = off; DROP TABLE deals; --", "x")))
