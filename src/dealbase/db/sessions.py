@@ -26,7 +26,7 @@ SWITCH_TO_ROLE = "SELECT set_config('role', $1, true)"
 # The same switch for the session: it outlives the transaction that made it, once committed.
 SWITCH_SESSION_TO_ROLE = "SELECT set_config('role', $1, false)"
 
-# Settings given as two arrays, names and values, in one statement whatever they are; the second
+# Settings given as two arrays, names and values, in one statement whatever they are; the first
 # parameter says whether for the transaction only (``SET LOCAL``) or for the session.
 SET_SETTINGS = (
     "SELECT set_config(given.name, given.value, $1)"
@@ -113,7 +113,9 @@ class Sessions:
     Only what committed is recorded: a change in a transaction that failed, was rolled back or
     was interrupted is forgotten, and the next unit of work on the connection makes every
     change it needs again. A statement names its tenant's schema, so one run in another
-    tenant's role would be refused, never let in.
+    tenant's role would be refused, never let in. (``SAVEPOINT`` and ``ROLLBACK TO`` run with
+    the server's settings, which are then in force both when a savepoint is made and after a
+    rollback to it: the record stays true.)
     """
 
     def __init__(self) -> None:
