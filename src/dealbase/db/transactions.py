@@ -150,7 +150,7 @@ class TenantConnection:
         # False: a round trip's statements go one at a time, each its own exchange, and every
         # transaction has its BEGIN and COMMIT (behind pgbouncer in transaction mode, which
         # loses track of a pipeline whose statement fails and hands the rest to another server
-        # connection: pgbouncer issue 759).
+        # connection).
         self._pipelines = pipelines
         self._schema_name = schema
         self._statements = statements
