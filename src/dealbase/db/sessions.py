@@ -84,7 +84,7 @@ def settings_changes(
     LOCAL ... TO DEFAULT``, which takes no parameter: ``pg_settings`` has what ``RESET`` gives,
     for one statement whatever the names, but reading it builds every setting's row, dearer
     than the statement it would go before."""
-    if now == wanted:
+    if now is wanted or now == wanted:  # the same constant, statement after statement
         return []
     held = _MANAGED if now is NOT_KNOWN else set() if now is None else now.names
     stale = sorted(held - (set() if wanted is None else wanted.names))
