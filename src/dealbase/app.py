@@ -91,6 +91,7 @@ def create_app(
         max_overflow=settings.db_max_overflow,
         prepared_statements=settings.db_prepared_statements and not settings.db_pgbouncer,
         startup_options=not settings.db_pgbouncer,
+        distributed_schemas=settings.citus_schema_sharding,
         limits=DatabaseLimits(
             statement_timeout_ms=settings.db_statement_timeout_ms,
             lock_timeout_ms=settings.db_lock_timeout_ms,

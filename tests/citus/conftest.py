@@ -119,7 +119,7 @@ def run_on_cluster(citus_url: str, tmp_path: Path) -> RunCli:
 @contextmanager
 def migrated_cluster_database(citus_url: str) -> Iterator[Database]:
     """The cluster's database at ``citus_url``, its control schema at head."""
-    database = Database(citus_url, pool_size=4)
+    database = Database(citus_url, pool_size=4, distributed_schemas=True)
     with database.control() as connection:
         upgrade_control(connection, distributed=True)
     try:

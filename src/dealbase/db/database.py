@@ -135,8 +135,11 @@ class Database:
         tenant_affinity: bool = True,
         sessions: bool = True,
         pipelines: bool = True,
+        distributed_schemas: bool = False,
     ) -> None:
         self.url = database_url
+        # Tenant schemas are Citus distributed schemas (``TenantConnection.distributed``).
+        self.distributed_schemas = distributed_schemas
         self._tenant_affinity = tenant_affinity
         # What the event loop's pool's connections keep between units of work.
         self.sessions = Sessions() if sessions else None
@@ -236,6 +239,7 @@ class Database:
             role=tenant_role(scope.schema),
             sessions=sessions,
             pipelines=self._pipelines,
+            distributed=self.distributed_schemas,
         )
         return UnitOfWork(statements, scope)
 

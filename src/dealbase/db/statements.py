@@ -32,6 +32,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import MultipleResultsFound, NoResultFound
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import Function
 
 from dealbase.tenancy.scope import TENANT_SCHEMA_PLACEHOLDER
 
@@ -55,6 +56,13 @@ def _in_schema(sql: str, schema: str) -> str:
     if "__[SCHEMA_" in sql:  # a tenant's one statement in control: waking the worker
         sql = _OTHER_SCHEMA_TOKEN.sub(r"\1", sql)
     return sql
+
+
+def tenant_function(name: str, *arguments: Any, type_: Any = None) -> Function[Any]:
+    """A call of the function ``name`` of the tenant's schema. Its schema is written as the
+    tables' is: the compiler quotes the token, and a tenant schema's name, lower-case, is the
+    same identifier quoted."""
+    return Function(name, *arguments, packagenames=(_TENANT_SCHEMA_TOKEN,), type_=type_)
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,6 +117,7 @@ class TenantConnection:
         "_connection",
         "_deferred",
         "_deferred_total",
+        "_distributed",
         "_held",
         "_in_force",
         "_listeners",
@@ -137,8 +138,10 @@ class TenantConnection:
         role: str,
         sessions: Sessions | None = None,
         pipelines: bool = True,
+        distributed: bool = False,
     ) -> None:
         self._connection = connection
+        self._distributed = distributed
         self._role = role
         # Where the connection keeps its role and settings between units of work; None: each
         # transaction changes them for itself, until it ends.
@@ -160,6 +163,13 @@ class TenantConnection:
         self._commit_with_next = False
         self._deferred: list[Deferred] = []  # not sent yet, in the order given
         self._deferred_total = 0
+
+    @property
+    def distributed(self) -> bool:
+        """Whether the schema is a Citus distributed schema: a write then sends plain statements
+        Citus routes whole to the tenant's worker, where one statement of data-modifying CTEs
+        would run as subplans through the coordinator."""
+        return self._distributed
 
     @property
     def committed(self) -> bool:

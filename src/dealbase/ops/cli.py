@@ -175,6 +175,7 @@ def _database(settings: Settings | None = None) -> Database:
         max_overflow=settings.migrate_concurrency,
         prepared_statements=settings.db_prepared_statements and not settings.db_pgbouncer,
         startup_options=not settings.db_pgbouncer,
+        distributed_schemas=settings.citus_schema_sharding,
         # An operator's command may build an index on a large table or wait its turn for a
         # lock: the request limits are not its own.
         limits=DatabaseLimits(
@@ -867,6 +868,7 @@ async def _deliver_until_stopped(settings: Settings, limits: WorkerLimits) -> No
         max_overflow=0,
         prepared_statements=settings.db_prepared_statements and not settings.db_pgbouncer,
         startup_options=not settings.db_pgbouncer,
+        distributed_schemas=settings.citus_schema_sharding,
         limits=DatabaseLimits(
             statement_timeout_ms=settings.db_statement_timeout_ms,
             lock_timeout_ms=settings.db_lock_timeout_ms,
