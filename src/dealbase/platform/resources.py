@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -29,9 +29,10 @@ from sqlalchemy import (
     null,
     select,
 )
-from sqlalchemy.dialects.postgresql import UUID, aggregate_order_by
+from sqlalchemy.dialects.postgresql import JSON, UUID, aggregate_order_by
 from sqlalchemy.sql.selectable import NamedFromClause
 
+from dealbase.db.statements import tenant_function
 from dealbase.platform.activities.models import Activity
 from dealbase.platform.customers.models import Customer
 from dealbase.platform.deals.models import Deal
@@ -102,6 +103,46 @@ def customer_json_kept_sql(row: NamedFromClause) -> ColumnElement[str]:
     every write (migration t0010), so a read sends it without building it.
     ``tests/platform/test_resources.py`` holds it equal to ``customer_json``."""
     return cast(literal_column(f"{row.name}.{CUSTOMER_JSON_COLUMN}"), Text)
+
+
+# The arguments, in order, of the schema's function that computes a row's ``api_json``
+# (migration t0010, ``customer_api_json``).
+_CUSTOMER_JSON_ARGUMENTS = (
+    "id",
+    "external_id",
+    "last_name",
+    "first_name",
+    "company",
+    "website",
+    "title",
+    "phone_1",
+    "phone_2",
+    "phone_3",
+    "phone_1_label",
+    "phone_2_label",
+    "phone_3_label",
+    "email",
+    "postcode",
+    "address",
+    "address_addition",
+    "city",
+    "country",
+    "state",
+    "contact_origin",
+    "birthday",
+    "note",
+    "created_at",
+    "updated_at",
+)
+
+
+def customer_json_of(values: Mapping[str, ColumnElement[Any]]) -> ColumnElement[Any]:
+    """``customer_json`` of a customer given by its values (parameters, ``now()``) rather than
+    read from its row, by the function that computes the row's ``api_json``: what a statement
+    that writes the row cannot read back without a subquery, which Citus does not route
+    whole."""
+    arguments = (values[name] for name in _CUSTOMER_JSON_ARGUMENTS)
+    return tenant_function("customer_api_json", *arguments, type_=JSON)
 
 
 def _pairs(row: FromClause, names: tuple[str, ...]) -> list[Any]:

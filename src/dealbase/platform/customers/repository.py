@@ -5,6 +5,7 @@ import functools
 import operator
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
@@ -19,16 +20,26 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.sql.dml import ReturningInsert
 
+from dealbase.db.faults import Fault
 from dealbase.db.statements import Record, Rows, built_once
 from dealbase.db.transactions import Deferred, TenantConnection
 from dealbase.errors import ExternalIdTaken
 from dealbase.ids import new_ids
 from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
-from dealbase.platform.events.repository import recorded_with
+from dealbase.platform.events.repository import (
+    WAKES_IN_DEPARTMENT,
+    recorded_alone,
+    recorded_with,
+)
 from dealbase.platform.listing import ListFilters, Rule, Shape, equal
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.resources import CUSTOMER_JSON_COLUMN, customer_json_kept_sql
+from dealbase.platform.resources import (
+    CUSTOMER_JSON_COLUMN,
+    customer_json_kept_sql,
+    customer_json_of,
+)
 from dealbase.platform.rows import (
     OwnedRows,
     in_bound_department,
@@ -70,20 +81,30 @@ def external_id_taken() -> ExternalIdTaken:
 _API_JSON: ColumnElement[Any] = literal_column(CUSTOMER_JSON_COLUMN)
 
 
+# The customer's own values, as parameters named after its columns.
+_GIVEN = {
+    name: bindparam(name, type_=customers.c[name].type)
+    for name in ("id", "department_id", *rows.field_columns)
+}
+
+
+def _insert_statement(as_json: bool) -> ReturningInsert[Any]:
+    """A new customer, returned with its JSON text (the row's ``api_json``, migration t0010):
+    its columns, or as JSON only those an answer needs besides it (27 fewer to send and load)."""
+    columns = (customers.c.id, customers.c.version) if as_json else customers.c
+    return (
+        insert(customers)
+        .values(created_at=func.now(), updated_at=func.now(), **_GIVEN)
+        .returning(*columns, cast(_API_JSON, Text).label("shown"))
+    )
+
+
 def _insert_recorded_statement(as_json: bool) -> Select[Any]:
+    """``_insert_statement`` and its customer.created event in one statement, its data the
+    row's JSON, with whether the worker is to be woken (read last)."""
     inserted = (
         insert(customers)
-        .values(
-            created_at=func.now(),
-            updated_at=func.now(),
-            **{
-                name: bindparam(name, type_=customers.c[name].type)
-                for name in ("id", "department_id", *rows.field_columns)
-            },
-        )
-        .on_conflict_do_nothing(index_elements=[customers.c.department_id, customers.c.external_id])
-        # With the JSON PostgreSQL computed for the row (``api_json``, migration t0010): its
-        # event's data and the answer, not built a second time.
+        .values(created_at=func.now(), updated_at=func.now(), **_GIVEN)
         .returning(*customers.c, _API_JSON)
         .cte("inserted")
     )
@@ -93,9 +114,6 @@ def _insert_recorded_statement(as_json: bool) -> Select[Any]:
         inserted.c.api_json,
         bindparam("department_id", type_=customers.c.department_id.type),
     )
-    # The customer's columns (only those an answer as JSON needs besides it), its JSON text,
-    # then whether the worker is to be woken (read last). No row when the external id was
-    # taken: nothing was recorded, and nobody is woken.
     columns = (customers.c.id, customers.c.version) if as_json else customers.c
     return select(
         *(inserted.c[column.name] for column in columns),
@@ -104,11 +122,32 @@ def _insert_recorded_statement(as_json: bool) -> Select[Any]:
     ).add_cte(recorded)
 
 
-# A new customer and its customer.created event, in one statement: read back as a Customer, or
-# as its JSON text (27 columns fewer to send and load).
+# A new customer and its customer.created event: on one server one statement; on a distributed
+# schema three (the customer, its event with the JSON the row computes of the same values, and
+# whether the worker is to be woken), each of which Citus routes whole.
 _INSERT_RECORDED = {
     as_json: built_once(_insert_recorded_statement(as_json)) for as_json in (False, True)
 }
+_INSERT = {as_json: built_once(_insert_statement(as_json)) for as_json in (False, True)}
+_RECORD_CREATED = built_once(
+    recorded_alone(
+        "customer.created",
+        customer_json_of({**_GIVEN, "created_at": func.now(), "updated_at": func.now()}),
+    )
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Inserted:
+    """A customer ``defer_insert_recorded`` inserts, and where it learns whether its event wakes
+    the worker: a statement of its own, or (None) the last column of the insert's."""
+
+    row: Deferred
+    wakes: Deferred | None
+
+
+def _external_id_meaning(fault: Fault) -> ExternalIdTaken | None:
+    return external_id_taken() if rows.external_id_meaning(fault) is not None else None
 
 
 def defer_insert_recorded(
@@ -117,40 +156,44 @@ def defer_insert_recorded(
     fields: CustomerFields,
     *,
     as_json: bool,
-) -> Deferred:
+) -> Inserted:
     """Inserts a customer and records its ``customer.created`` event (its data made by
-    PostgreSQL from the row), in one statement sent with the unit of work's next round trip:
-    with the COMMIT, when nothing else runs. ``recorded`` reads it, or ``recorded_as_json``
-    when ``as_json``."""
+    PostgreSQL), sent with the unit of work's next round trip: with the COMMIT, when nothing
+    else runs. ``recorded`` reads it, or ``recorded_as_json`` when ``as_json``. An external id
+    another customer of the department has is ExternalIdTaken, raised by that round trip
+    (nothing was written)."""
     customer_id, event_id = new_ids(2)
-    return connection.defer(
-        _INSERT_RECORDED[as_json],
-        {
-            **fields.model_dump(),
-            "id": customer_id,
-            "department_id": department_id,
-            "event_id": event_id,
-        },
-    )
+    values = {
+        **fields.model_dump(),
+        "id": customer_id,
+        "department_id": department_id,
+        "event_id": event_id,
+    }
+    if not connection.distributed:
+        row = connection.defer(_INSERT_RECORDED[as_json], values, meaning=_external_id_meaning)
+        return Inserted(row, None)
+    row = connection.defer(_INSERT[as_json], values, meaning=_external_id_meaning)
+    connection.defer(_RECORD_CREATED, values)
+    wakes = connection.defer(WAKES_IN_DEPARTMENT, {"department_id": department_id})
+    return Inserted(row, wakes)
 
 
-def recorded(inserted: Deferred, tenant_id: uuid.UUID) -> Customer | None:
-    """The customer ``defer_insert_recorded`` inserted; None when another of the department
-    has its external id, and nothing was written."""
-    row = inserted.rows().mappings().first()
-    return None if row is None else to_customer(row, tenant_id)
+def recorded(inserted: Inserted, tenant_id: uuid.UUID) -> Customer:
+    """The customer ``defer_insert_recorded`` inserted."""
+    return to_customer(inserted.row.rows().mappings().one(), tenant_id)
 
 
-def recorded_as_json(inserted: Deferred) -> tuple[uuid.UUID, int, str] | None:
+def recorded_as_json(inserted: Inserted) -> tuple[uuid.UUID, int, str]:
     """``recorded``'s customer as its id, its version and its JSON text made by PostgreSQL."""
-    row = inserted.rows().mappings().first()
-    return None if row is None else (row["id"], row["version"], row["shown"])
+    row = inserted.row.rows().mappings().one()
+    return (row["id"], row["version"], row["shown"])
 
 
-def recorded_wakes(inserted: Deferred) -> bool:
+def recorded_wakes(inserted: Inserted) -> bool:
     """Whether the worker is to be woken for the event ``defer_insert_recorded`` recorded."""
-    row = inserted.rows().first()
-    return row is not None and bool(row[-1])
+    if inserted.wakes is None:
+        return bool(inserted.row.rows().one()[-1])
+    return bool(inserted.wakes.rows().scalar())
 
 
 @functools.lru_cache(maxsize=2)

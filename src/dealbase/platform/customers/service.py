@@ -6,7 +6,6 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from dealbase.db.transactions import Deferred
 from dealbase.db.units import AfterCommit, UnitOfWork
 from dealbase.platform import records
 from dealbase.platform.batches.models import Batch, Result, single_upsert
@@ -46,13 +45,13 @@ def create(uow: UnitOfWork, fields: CustomerFields) -> Customer:
 
 
 def create_later(uow: UnitOfWork, fields: CustomerFields) -> AfterCommit[Customer]:
-    """``create``, its INSERT and its event one statement sent with the unit of work's next
-    round trip: a unit of work that commits next writes the customer in one round trip. An
-    external id another customer of the department has is ExternalIdTaken when read (nothing
-    was written)."""
+    """``create``, its INSERT and its event sent with the unit of work's next round trip: a
+    unit of work that commits next writes the customer in one round trip. An external id
+    another customer of the department has is ExternalIdTaken, raised by that round trip
+    (nothing was written)."""
     inserted = _insert_recorded(uow, fields, as_json=False)
     tenant_id = uow.scope.tenant_id
-    return AfterCommit(lambda: _created(repository.recorded(inserted, tenant_id)))
+    return AfterCommit(lambda: repository.recorded(inserted, tenant_id))
 
 
 def create_later_as_json(
@@ -61,23 +60,18 @@ def create_later_as_json(
     """``create_later``'s customer as its id, its version and the JSON text
     ``resources.customer_json`` would make, made by PostgreSQL (REST's answer)."""
     inserted = _insert_recorded(uow, fields, as_json=True)
-    return AfterCommit(lambda: _created(repository.recorded_as_json(inserted)))
+    return AfterCommit(lambda: repository.recorded_as_json(inserted))
 
 
-def _insert_recorded(uow: UnitOfWork, fields: CustomerFields, *, as_json: bool) -> Deferred:
+def _insert_recorded(
+    uow: UnitOfWork, fields: CustomerFields, *, as_json: bool
+) -> repository.Inserted:
     scope = uow.scope
     inserted = repository.defer_insert_recorded(
         uow.connection, department_of(scope), fields, as_json=as_json
     )
     events.recorded_by_statement(uow, lambda: repository.recorded_wakes(inserted))
     return inserted
-
-
-def _created(found: T | None) -> T:
-    """What an insert of ``_insert_recorded`` returned; none: the external id was taken."""
-    if found is None:
-        raise repository.external_id_taken()
-    return found
 
 
 def get(uow: UnitOfWork, customer_id: uuid.UUID) -> Customer:

@@ -18,6 +18,7 @@ from sqlalchemy import (
     delete,
     exists,
     func,
+    insert,
     literal,
     literal_column,
     null,
@@ -27,7 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSON, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.sql.dml import ReturningInsert
+from sqlalchemy.sql.dml import Insert, ReturningInsert
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import CTE, CompoundSelect, Select
 
@@ -106,23 +107,41 @@ def recorded_rows(
 _SEQUENCE_SETTING: ColumnElement[str] = literal_column("'dealbase.event_sequence'")
 
 
+def _transaction_sequence() -> ColumnElement[int]:
+    """The running transaction's number among those that record events: taken by its first
+    statement that records events and kept for the others (a transaction-local setting), so
+    that a transaction's events keep one number, and stay together."""
+    taken = func.current_setting(_SEQUENCE_SETTING, true())
+    return func.coalesce(
+        cast(func.nullif(taken, ""), BigInteger),
+        cast(
+            func.set_config(_SEQUENCE_SETTING, cast(event_sequence.next_value(), Text), true()),
+            BigInteger,
+        ),
+    )
+
+
+def recorded_alone(event_type: EventType, data: ColumnElement[Any]) -> Insert:
+    """An insert of one event of ``event_type`` in the department the parameter
+    ``department_id`` names, its id the parameter ``event_id`` and its data ``data`` (made of
+    the statement's parameters): a statement of its own beside the write it records, without a
+    subquery, as Citus routes it whole to the tenant's worker."""
+    return insert(events).values(
+        id=bindparam("event_id", type_=UUID(as_uuid=True)),
+        sequence=_transaction_sequence(),
+        department_id=bindparam("department_id", type_=UUID(as_uuid=True)),
+        type=literal(event_type, Text),
+        data=data,
+        created_at=func.now(),
+    )
+
+
 def _inserted_events(recorded: Select[Any] | CompoundSelect[Any], *, returning: bool) -> CTE:
     """``recorded``'s events (columns named id, department_id, type, data, changed_fields,
     previous) inserted without a position: they are numbered once committed
     (``number_committed``), in the order of their transactions' ``sequence`` (an uncorrelated
     subquery), then ids. ``returning``: with each one's ``department_id``, for ``_wakes``."""
-    # Taken by the transaction's first statement that records events and kept for the others
-    # (a transaction-local setting): a transaction's events keep one number, and stay together.
-    taken = func.current_setting(_SEQUENCE_SETTING, true())
-    transaction = select(
-        func.coalesce(
-            cast(func.nullif(taken, ""), BigInteger),
-            cast(
-                func.set_config(_SEQUENCE_SETTING, cast(event_sequence.next_value(), Text), true()),
-                BigInteger,
-            ),
-        )
-    ).scalar_subquery()
+    transaction = select(_transaction_sequence()).scalar_subquery()
     given = recorded.subquery("recorded_events").c
     inserted = pg_insert(events).from_select(
         [
@@ -167,6 +186,13 @@ def _wakes_in(department: ColumnElement[Any]) -> ColumnElement[bool]:
     return exists().where(
         webhook_endpoints.c.enabled, webhook_endpoints.c.department_id == department
     )
+
+
+# Whether the worker is to be woken for events recorded in the department the parameter
+# ``department_id`` names (``Outbox.wake_if``).
+WAKES_IN_DEPARTMENT = built_once(
+    select(_wakes_in(bindparam("department_id", type_=UUID(as_uuid=True))))
+)
 
 
 _departments = bindparam("departments", type_=ARRAY(UUID(as_uuid=True)))

@@ -1,0 +1,87 @@
+"""How a tenant's unit of work commits on the cluster (the commands the coordinator sends the
+worker, as Citus logs them). One that wakes the webhook worker writes the tenant's rows on its
+worker and the wakeup's row in ``control`` on the coordinator, and Citus commits the two in one
+phase: the worker's COMMIT, then the coordinator's own, no PREPARE TRANSACTION. A customer's
+create, three statements in one round trip, is one transaction on the worker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from dealbase.db.database import Database
+from dealbase.platform.customers import service as customers
+from dealbase.platform.customers.models import CustomerFields
+from dealbase.platform.webhooks import deliveries
+from dealbase.platform.webhooks import service as endpoints
+from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields
+from tests.support import TenantWorld
+
+
+@pytest.fixture
+def logged(citus_url: str) -> Iterator[tuple[Database, list[str]]]:
+    """A database of one connection, which logs the commands the coordinator sends the
+    workers: the notices it got meanwhile."""
+    database = Database(citus_url, pool_size=1, max_overflow=0, distributed_schemas=True)
+    notices: list[str] = []
+    with database.pool.connection() as connection:
+        connection.execute("SET citus.log_remote_commands = on")
+        connection.execute("SET client_min_messages = log")
+        connection.add_notice_handler(lambda notice: notices.append(notice.message_primary or ""))
+    yield database, notices
+    database.dispose()
+
+
+def _transaction_commands(notices: list[str]) -> list[str]:
+    """How the worker's transaction began and ended (BEGIN, COMMIT or PREPARE TRANSACTION...)."""
+    kinds = ("BEGIN", "COMMIT", "PREPARE TRANSACTION", "COMMIT PREPARED")
+    issued = [each.removeprefix("issuing ") for each in notices]
+    return [
+        max((kind for kind in kinds if each.startswith(kind)), key=len)
+        for each in issued
+        if each.startswith(kinds)
+    ]
+
+
+def _wakeups(citus_url: str, schema: str) -> int:
+    with psycopg.connect(citus_url) as connection:
+        row = connection.execute(
+            "SELECT count(*) FROM control.webhook_wakeups WHERE schema_name = %s", [schema]
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_write_that_wakes_the_webhook_worker_commits_in_one_phase(
+    logged: tuple[Database, list[str]], cluster_world: TenantWorld, citus_url: str
+) -> None:
+    database, notices = logged
+    scope = cluster_world.tenant.scope.in_department(cluster_world.department.id)
+    with database.unit_of_work(scope) as uow:
+        endpoint = endpoints.create(
+            uow, Checked(WebhookEndpointFields(url="https://8.8.8.8/hooks", events=["*"]))
+        )
+    woken = _wakeups(citus_url, scope.schema)
+
+    notices.clear()
+    with database.unit_of_work(scope) as uow:
+        deliveries.send_test(uow, endpoint.id)
+
+    assert any("webhook_deliveries" in each for each in notices), notices
+    assert _transaction_commands(notices) == ["BEGIN", "COMMIT"], "\n".join(notices)
+    assert _wakeups(citus_url, scope.schema) == woken + 1
+
+
+def test_a_customers_create_is_one_transaction_on_its_worker(
+    logged: tuple[Database, list[str]], cluster_world: TenantWorld
+) -> None:
+    database, notices = logged
+    scope = cluster_world.tenant.scope.in_department(cluster_world.department.id)
+    with database.unit_of_work(scope) as uow:
+        customers.create(uow, CustomerFields(last_name="Lovelace"))
+
+    sent = [each for each in notices if " INTO " in each or "SELECT (EXISTS" in each]
+    assert len(sent) == 3, notices
+    assert _transaction_commands(notices) == ["BEGIN", "COMMIT"], "\n".join(notices)
