@@ -26,7 +26,6 @@ NOT_ROUTED_YET = {
     "WITH given AS": "a deal's create with new customers",
     "WITH first_step AS MATERIALIZED": "a deal's create in its department's first step",
     "WITH last_position AS MATERIALIZED": "a customer linked to a deal; a webhook endpoint created",
-    "WITH inserted_events AS": "the events a unit of work recorded as it went",
 }
 
 

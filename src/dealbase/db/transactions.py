@@ -213,12 +213,13 @@ class TenantConnection:
     def defer(
         self,
         statement: ClauseElement,
-        parameters: Mapping[str, Any],
+        parameters: Mapping[str, Any] | Sequence[Mapping[str, Any]],
         *,
         meaning: ErrorMeaning | None = None,
     ) -> Deferred:
         """Runs ``statement`` in the next round trip, before what else goes in it (the next
-        statement, or the COMMIT); ``rows()`` after it. An error in it rolls the transaction
+        statement, or the COMMIT), once per set of ``parameters`` if a sequence; ``rows()``
+        after it (every set's, in order). An error in it rolls the transaction
         back, as any statement's would. ``meaning`` says what a database error of that round
         trip means to the caller (an external id taken, as a unique violation): the round trip
         raises that instead, from wherever it was sent (``rows()``, the next statement, the

@@ -33,7 +33,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import CTE, CompoundSelect, Select
 
 from dealbase.db.statements import Record, built_once
-from dealbase.db.transactions import TenantConnection
+from dealbase.db.transactions import Deferred, TenantConnection
 from dealbase.platform.event_types import EventType
 from dealbase.platform.events.models import Event, EventFilter, NewEvent
 from dealbase.platform.resources import event_json_text_sql
@@ -126,12 +126,25 @@ def recorded_alone(event_type: EventType, data: ColumnElement[Any]) -> Insert:
     ``department_id`` names, its id the parameter ``event_id`` and its data ``data`` (made of
     the statement's parameters): a statement of its own beside the write it records, without a
     subquery, as Citus routes it whole to the tenant's worker."""
+    return _one_event(
+        literal(event_type, Text), data, cast(null(), ARRAY(Text)), cast(null(), JSON)
+    )
+
+
+def _one_event(
+    event_type: ColumnElement[str],
+    data: ColumnElement[Any],
+    changed_fields: ColumnElement[Any],
+    previous: ColumnElement[Any],
+) -> Insert:
     return insert(events).values(
         id=bindparam("event_id", type_=UUID(as_uuid=True)),
         sequence=_transaction_sequence(),
         department_id=bindparam("department_id", type_=UUID(as_uuid=True)),
-        type=literal(event_type, Text),
+        type=event_type,
         data=data,
+        changed_fields=changed_fields,
+        previous=previous,
         created_at=func.now(),
     )
 
@@ -189,9 +202,18 @@ def _wakes_in(department: ColumnElement[Any]) -> ColumnElement[bool]:
 
 
 # Whether the worker is to be woken for events recorded in the department the parameter
-# ``department_id`` names (``Outbox.wake_if``).
+# ``department_id`` names (``Outbox.wake_if``), or in any of those ``departments`` names.
 WAKES_IN_DEPARTMENT = built_once(
     select(_wakes_in(bindparam("department_id", type_=UUID(as_uuid=True))))
+)
+WAKES_IN_DEPARTMENTS = built_once(
+    select(
+        exists().where(
+            webhook_endpoints.c.enabled,
+            webhook_endpoints.c.department_id
+            == func.any(bindparam("departments", type_=ARRAY(UUID(as_uuid=True)))),
+        )
+    )
 )
 
 
@@ -273,6 +295,16 @@ def _number_statement() -> Select[Any]:
 
 # Built once: the same shapes for any number of events and departments.
 _RECORD = built_once(_record_statement())
+# One event, its values parameters (its data and previous values JSON text): ``Outbox`` on a
+# distributed schema.
+_RECORD_EACH = built_once(
+    _one_event(
+        bindparam("type", type_=Text),
+        cast(bindparam("data", type_=Text), JSON),
+        bindparam("changed_fields", type_=ARRAY(Text)),
+        cast(bindparam("previous", type_=Text), JSON),
+    )
+)
 _CLAIM = built_once(_claim_statement())
 _NUMBER = built_once(_number_statement())
 
@@ -320,9 +352,36 @@ class Outbox:
             }
             for event in self.pending
         ]
-        recorded = connection.defer(_RECORD, {"events": orjson.dumps(rows).decode()})
-        self._wakes.append(lambda: bool(recorded.rows().scalar()))
+        if connection.distributed:
+            wakes = self._record_each(connection)
+        else:
+            recorded = connection.defer(_RECORD, {"events": orjson.dumps(rows).decode()})
+            wakes = recorded
+        self._wakes.append(lambda: bool(wakes.rows().scalar()))
         self.pending.clear()
+
+    def _record_each(self, connection: TenantConnection) -> Deferred:
+        """The events, a statement each (in one round trip), and whether the worker is to be
+        woken for them: statements Citus routes whole, where ``_RECORD`` inserts from a set of
+        rows the coordinator makes."""
+        connection.defer(
+            _RECORD_EACH,
+            [
+                {
+                    "event_id": event.id,
+                    "department_id": event.department_id,
+                    "type": event.type,
+                    "data": orjson.dumps(event.data).decode(),
+                    "changed_fields": event.changed_fields,
+                    "previous": None
+                    if event.previous is None
+                    else orjson.dumps(event.previous).decode(),
+                }
+                for event in self.pending
+            ],
+        )
+        departments = sorted({event.department_id for event in self.pending})
+        return connection.defer(WAKES_IN_DEPARTMENTS, {"departments": departments})
 
     def after_commit(self, connection: TenantConnection) -> None:
         if self.schema is not None:
