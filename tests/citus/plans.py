@@ -25,7 +25,7 @@ NOT_ROUTED_YET = {
     "WITH found AS": "an upsert by external id, alone or in a batch",
     "WITH given AS": "a deal's create with new customers",
     "WITH first_step AS MATERIALIZED": "a deal's create in its department's first step",
-    "WITH last_position AS MATERIALIZED": "a customer linked to a deal; a webhook endpoint created",
+    "WITH last_position AS MATERIALIZED": "a webhook endpoint created",
 }
 
 

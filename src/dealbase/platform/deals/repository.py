@@ -29,6 +29,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSON, UUID, aggregate_order_by
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from dealbase.db.faults import ErrorMeaning
 from dealbase.db.statements import Record, built_once
@@ -334,22 +335,20 @@ def created_wakes(inserted: Deferred) -> bool:
 
 
 def link_customer(connection: TenantConnection, deal_id: uuid.UUID, customer_id: uuid.UUID) -> bool:
-    """Appends the customer to the deal's customers; False when it was linked already."""
-    last_position = lookup(
-        select(func.max(deal_customers.c.position).label("position")).where(
-            deal_customers.c.deal_id == deal_id
-        ),
-        "last_position",
-    )
-    next_position = func.coalesce(select(last_position.c.position).scalar_subquery(), 0) + 1
+    """Appends the customer to the deal's customers; False when it was linked already. The
+    position is read in the INSERT's own SELECT, without a subquery: the form Citus routes whole
+    to the tenant's worker (``rows.lookup`` says what it does with the others)."""
+    given = deal_customers.c
+    following = select(
+        literal(deal_id, given.deal_id.type),
+        literal(customer_id, given.customer_id.type),
+        func.coalesce(func.max(given.position), 0) + 1,
+    ).where(given.deal_id == deal_id)
     inserted = connection.execute(
-        insert_reading(
-            deal_customers,
-            {"deal_id": deal_id, "customer_id": customer_id, "position": next_position},
-            last_position,
-        )
+        pg_insert(deal_customers)
+        .from_select(["deal_id", "customer_id", "position"], following)
         .on_conflict_do_nothing()
-        .returning(deal_customers.c.deal_id)
+        .returning(given.deal_id)
     ).first()
     return inserted is not None
 
