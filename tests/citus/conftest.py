@@ -1,8 +1,11 @@
 """The Citus tier: tests run against a real Citus cluster (a coordinator and two workers) at
 DEALBASE_TEST_CITUS_URL, every tenant a distributed schema (DEALBASE_CITUS_SCHEMA_SHARDING).
+The REST and GraphQL walks run again through the pgbouncer in transaction mode in front of the
+coordinator at DEALBASE_TEST_CITUS_PGBOUNCER_URL.
 
-.ci/run builds Citus and starts the cluster (../shared/citus/); under CI=true a missing cluster
-fails these tests, elsewhere they are skipped with the two commands that make one."""
+.ci/run builds Citus and starts the cluster (../shared/citus/) and that pgbouncer; under
+CI=true a missing cluster or pgbouncer fails these tests, elsewhere they are skipped with the
+commands that make one."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from psycopg import sql
 from dealbase.app import create_app
 from dealbase.config import Settings
 from dealbase.db.database import Database
+from dealbase.db.proxy import through_a_proxy
 from dealbase.migrations.runner import upgrade_control
 from tests.ops.conftest import CliRun, RunCli, invoke_cli
 from tests.support import (
@@ -35,6 +39,11 @@ CITUS_SCRIPTS = Path(__file__).resolve().parents[3] / "shared" / "citus"
 _MAKE_ONE = (
     f"build and start one with {CITUS_SCRIPTS}/build.sh and {CITUS_SCRIPTS}/cluster.sh start,"
     " then set DEALBASE_TEST_CITUS_URL to the URL the second prints"
+)
+_MAKE_A_PGBOUNCER = (
+    "start one in front of the coordinator with PGBOUNCER_DIR=/tmp/dealbase-pgbouncer-citus"
+    " PGBOUNCER_PORT=6440 PGBOUNCER_SERVER_PORT=9700 PGBOUNCER_DATABASE=dealbase"
+    " .ci/start-pgbouncer, then set DEALBASE_TEST_CITUS_PGBOUNCER_URL to the URL it prints"
 )
 
 
@@ -51,6 +60,33 @@ def citus_url() -> str:
             "SELECT count(*) FROM pg_dist_node WHERE noderole = 'primary' AND groupid <> 0"
         ).fetchone()
     assert workers is not None and workers[0] >= 1, f"{url}: a Citus coordinator with no worker"
+    return url
+
+
+def _server_and_database(url: str) -> tuple[object, ...]:
+    """Which PostgreSQL cluster (its system identifier) and database ``url`` reaches."""
+    with psycopg.connect(url, connect_timeout=5) as connection:
+        row = connection.execute(
+            "SELECT system_identifier, current_database() FROM pg_control_system()"
+        ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+@pytest.fixture(scope="session")
+def citus_pgbouncer_url(citus_url: str) -> str:
+    """The coordinator's database through a pgbouncer in transaction mode."""
+    url = os.environ.get("DEALBASE_TEST_CITUS_PGBOUNCER_URL")
+    if not url:
+        if IN_CI:
+            raise RuntimeError(
+                f"CI=true but DEALBASE_TEST_CITUS_PGBOUNCER_URL is not set: {_MAKE_A_PGBOUNCER}"
+            )
+        pytest.skip(f"no pgbouncer in front of the Citus coordinator: {_MAKE_A_PGBOUNCER}")
+    assert through_a_proxy(url), f"{url}: reaches PostgreSQL directly, not through pgbouncer"
+    assert _server_and_database(url) == _server_and_database(citus_url), (
+        f"{url}: not the database of the coordinator at {citus_url}"
+    )
     return url
 
 
@@ -155,6 +191,36 @@ def cluster_settings(citus_url: str, tmp_path_factory: pytest.TempPathFactory) -
 def cluster_client(cluster_database: Database, cluster_settings: Settings) -> Iterator[TestClient]:
     with TestClient(create_app(cluster_settings), raise_server_exceptions=False) as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def cluster_bounced_client(
+    cluster_database: Database,
+    cluster_settings: Settings,
+    citus_pgbouncer_url: str,
+    citus_url: str,
+) -> Iterator[TestClient]:
+    """The cluster's app through the pgbouncer in front of the coordinator, told so; its LISTEN
+    for key changes on a direct connection, as in production behind pgbouncer."""
+    settings = cluster_settings.model_copy(
+        update={
+            "database_url": citus_pgbouncer_url,
+            "database_listen_url": citus_url,
+            "db_pgbouncer": True,
+        }
+    )
+    assert settings.citus_schema_sharding
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        yield client
+
+
+@pytest.fixture(params=["direct", "through-pgbouncer"])
+def cluster_client_either_way(request: pytest.FixtureRequest) -> TestClient:
+    """The cluster's app reached directly, then through pgbouncer in transaction mode: a test
+    taking it runs once each way, and must pass the same both times."""
+    name = "cluster_client" if request.param == "direct" else "cluster_bounced_client"
+    client: TestClient = request.getfixturevalue(name)
+    return client
 
 
 @pytest.fixture

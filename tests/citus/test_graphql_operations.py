@@ -1,7 +1,8 @@
 """Every root field of the GraphQL schema, once, against a tenant whose schema is a Citus
 distributed schema: queries (compiled to one statement or resolved) and mutations answer as on
-a single server. The walk records the root fields it asked for and must have asked for every
-one the schema has."""
+a single server, directly and through pgbouncer in transaction mode in front of the
+coordinator. The walk records the root fields it asked for and must have asked for every one
+the schema has."""
 
 from __future__ import annotations
 
@@ -59,13 +60,13 @@ def _root_fields() -> set[tuple[str, str]]:
 
 
 def test_every_graphql_root_field_answers_on_a_distributed_schema_each_statement_routed_whole(
-    cluster_client: TestClient,
+    cluster_client_either_way: TestClient,
     cluster_world: TenantWorld,
     citus_url: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     with statements_sent(monkeypatch) as statements:
-        ask = Walk(cluster_client, cluster_world)
+        ask = Walk(cluster_client_either_way, cluster_world)
 
         departments = ask("{ departments { id name } }")["departments"]
         assert [each["id"] for each in departments] == [str(cluster_world.department.id)]
