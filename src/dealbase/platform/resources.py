@@ -105,35 +105,10 @@ def customer_json_kept_sql(row: NamedFromClause) -> ColumnElement[str]:
     return cast(literal_column(f"{row.name}.{CUSTOMER_JSON_COLUMN}"), Text)
 
 
-# The arguments, in order, of the schema's function that computes a row's ``api_json``
-# (migration t0010, ``customer_api_json``).
-_CUSTOMER_JSON_ARGUMENTS = (
-    "id",
-    "external_id",
-    "last_name",
-    "first_name",
-    "company",
-    "website",
-    "title",
-    "phone_1",
-    "phone_2",
-    "phone_3",
-    "phone_1_label",
-    "phone_2_label",
-    "phone_3_label",
-    "email",
-    "postcode",
-    "address",
-    "address_addition",
-    "city",
-    "country",
-    "state",
-    "contact_origin",
-    "birthday",
-    "note",
-    "created_at",
-    "updated_at",
-)
+# The arguments of the schema's function that computes a row's ``api_json`` (migration t0010,
+# ``customer_api_json``): the JSON's names, in its order, but the tenant's id, which the
+# function holds itself.
+_CUSTOMER_JSON_ARGUMENTS = tuple(name for name in _CUSTOMER_NAMES if name != "tenant_id")
 
 
 def customer_json_of(values: Mapping[str, ColumnElement[Any]]) -> ColumnElement[Any]:
