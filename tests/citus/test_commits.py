@@ -2,7 +2,9 @@
 worker, as Citus logs them). One that wakes the webhook worker writes the tenant's rows on its
 worker and the wakeup's row in ``control`` on the coordinator, and Citus commits the two in one
 phase: the worker's COMMIT, then the coordinator's own, no PREPARE TRANSACTION. A customer's
-create, three statements in one round trip, is one transaction on the worker."""
+create, three statements in one round trip, is one transaction on the worker, and a unit of
+work whose later statement fails leaves nothing of its earlier ones there (Citus commits a
+statement sent outside a transaction block as it ends: several go inside one)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,13 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from sqlalchemy import func, insert, select
 
 from dealbase.db.database import Database
+from dealbase.ids import new_id
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
+from dealbase.platform.tables import customers as customers_table
 from dealbase.platform.webhooks import deliveries
 from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields
@@ -85,3 +90,26 @@ def test_a_customers_create_is_one_transaction_on_its_worker(
     sent = [each for each in notices if " INTO " in each or "SELECT (EXISTS" in each]
     assert len(sent) == 3, notices
     assert _transaction_commands(notices) == ["BEGIN", "COMMIT"], "\n".join(notices)
+
+
+def test_a_unit_of_work_whose_second_statement_fails_leaves_nothing_on_the_worker(
+    cluster_database: Database, cluster_world: TenantWorld
+) -> None:
+    scope = cluster_world.tenant.scope.in_department(cluster_world.department.id)
+    customer_id = new_id()
+    row = {"id": customer_id, "department_id": cluster_world.department.id, "last_name": "Twice"}
+    statement = insert(customers_table).values(created_at=func.now(), updated_at=func.now())
+
+    def insert_twice() -> None:
+        with cluster_database.unit_of_work(scope) as uow:
+            uow.connection.defer(statement, row)
+            uow.connection.defer(statement, row)
+
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        insert_twice()
+
+    with cluster_database.unit_of_work(scope) as uow:
+        found = uow.connection.execute(
+            select(func.count()).where(customers_table.c.id == customer_id)
+        ).scalar_one()
+    assert found == 0

@@ -66,6 +66,7 @@ class _Call:
 
 _BEGIN = _Call("BEGIN", ())
 _COMMIT = _Call("COMMIT", ())
+_DEALLOCATE_ALL = "DEALLOCATE ALL"
 
 
 class Deferred:
@@ -269,13 +270,15 @@ class TenantConnection:
 
         A round trip that is the whole transaction (nothing sent before it, committing) is one
         implicit transaction: the role switch and the statements, without ``BEGIN`` or
-        ``COMMIT``, which spares PostgreSQL two statements' parse and execution."""
+        ``COMMIT``, which spares PostgreSQL two statements' parse and execution (on a
+        distributed schema, only when it is one statement: ``_implicit_allowed``)."""
         deferred, self._deferred = self._deferred, []
         ends = commit
+        implicit = False
         if self._begun:
             opening = []
-        elif commit and self._pipelines:
-            opening, commit = self._opening(), False
+        elif commit and self._pipelines and self._implicit_allowed(len(deferred) + len(calls)):
+            opening, commit, implicit = self._opening(), False, True
         else:
             opening = [_BEGIN, *self._opening()]
         self._begun = True
@@ -291,6 +294,8 @@ class TenantConnection:
             results = self._round_trip(sent)
         except psycopg.Error as failed:
             self._forget_session()
+            if implicit and len(sent) > 1:
+                self._forget_prepared()
             for each in deferred:
                 error = None if each.meaning is None else meant(failed, each.meaning)
                 if error is not None:
@@ -305,6 +310,24 @@ class TenantConnection:
         for each, (columns, rows) in zip(deferred, fetched[: len(deferred)], strict=True):
             each._rows = _rows_of(columns, rows, each._entry)
         return fetched[len(deferred) :]
+
+    def _implicit_allowed(self, statements: int) -> bool:
+        """Whether a transaction of ``statements`` statements may be an implicit one. Not of
+        several on a distributed schema: Citus commits a statement run outside a transaction
+        block on the worker as it ends, so a later statement's failure would leave it."""
+        return statements <= 1 or not self._distributed
+
+    def _forget_prepared(self) -> None:
+        """After an implicit transaction's pipeline failed. PostgreSQL skipped the statements
+        after the error, their Parse too, while psycopg may hold one of them as prepared under a
+        name the server never had; ``DEALLOCATE ALL``, which psycopg watches for, empties both.
+        (An explicit transaction's ROLLBACK empties psycopg's, as it watches for that too.)"""
+        connection = self._connection
+        with contextlib.suppress(psycopg.Error):  # a broken connection is the pool's to drop
+            if isinstance(connection, psycopg.AsyncConnection):
+                await_(psycopg.AsyncRawCursor(connection).execute(_DEALLOCATE_ALL, prepare=False))
+            else:
+                psycopg.RawCursor(connection).execute(_DEALLOCATE_ALL, prepare=False)
 
     def execute_after_commit(self, statement: ClauseElement, parameters: Mapping[str, Any]) -> bool:
         """Runs ``statement`` in a transaction of its own as the tenant's role, once this one
