@@ -64,10 +64,14 @@ def test_errors_of_the_request_or_of_the_databases_state_are_permanent(
 
 
 # What Citus 13.2 answers, word for word (seen on a coordinator and two workers): a worker that
-# is down, and a worker that refuses the role a connection is opened as.
+# is down, one lost as it was told to commit, and one that refuses the role a connection is
+# opened as.
 CITUS_WORKER_DOWN = (
     "connection to the remote node postgres@127.0.0.1:9701 failed with the following error:"
     " Connection refused"
+)
+CITUS_COMMIT_UNCONFIRMED = (
+    "could not commit transaction for shard 102027 on at least one active node"
 )
 CITUS_LOGIN_REFUSED = (
     "connection to the remote node dealbase_owner@127.0.0.1:9701 failed with the following"
@@ -79,6 +83,17 @@ def test_a_citus_worker_out_of_reach_is_transient(database_url: str) -> None:
     error = _raised(database_url, _raising("08006", CITUS_WORKER_DOWN))
 
     assert is_transient(error)
+
+
+def test_a_citus_worker_lost_as_it_commits_is_transient_and_other_internal_errors_are_not(
+    database_url: str,
+) -> None:
+    lost = _raised(database_url, _raising("XX000", CITUS_COMMIT_UNCONFIRMED))
+    other = _raised(database_url, _raising("XX000", "could not find a plan"))
+
+    assert lost.sqlstate == other.sqlstate == "XX000"
+    assert is_transient(lost)
+    assert not is_transient(other)
 
 
 def test_a_citus_worker_refusing_the_role_is_permanent(database_url: str) -> None:

@@ -107,6 +107,11 @@ _LOGIN_REFUSED = re.compile(
 )
 
 
+# Citus reports a worker lost as it was told to commit as an internal error (XX000): whether the
+# worker committed is not known, as when a single server's connection breaks during a COMMIT.
+_COMMIT_UNCONFIRMED = re.compile(r"^could not commit transaction for shard \d+ on ")
+
+
 def is_transient(error: BaseException | None) -> bool:
     """Whether ``error`` (psycopg's, or the pool's) is a fault a retry may outlive, not an
     error of the request or of the database's state."""
@@ -120,6 +125,8 @@ def is_transient(error: BaseException | None) -> bool:
         return isinstance(error, psycopg.OperationalError)
     if state.startswith("08") and _LOGIN_REFUSED.search(str(error)):
         return False
+    if state == "XX000":
+        return bool(_COMMIT_UNCONFIRMED.match(str(error)))
     return state.startswith(_TRANSIENT_CLASSES) or state in _TRANSIENT_STATES
 
 
