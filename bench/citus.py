@@ -37,7 +37,7 @@ end, and never drops the database). Three parts:
    p50, p99 and max latency before, during and after the move (by each answer's arrival); the
    answers that are not 201 (only 503 with Retry-After is allowed); rows lost (a 201's customer
    not in the table) and rows without a 201; deliveries lost, sent twice, or out of each
-   writer's order.
+   writer's order; the source worker's CPU a second, before and during the move command.
 
 Anything not as it must be (an error answer, a row lost, a delivery lost or doubled, a failed
 load) fails the run: FAILED in the table, exit 1. Prints tables and writes
@@ -95,10 +95,11 @@ from harness.tools import ensure_pgbench, ensure_wrk, git_state, load_average, m
 from dealbase.config import parse_rate
 from dealbase.db.database import Database
 from dealbase.ops import admin
+from dealbase.platform.events.service import number_all_committed
 from dealbase.tenancy.registry.placement import Node, tenant_node
 from dealbase.tenancy.registry.spare_schemas import prepare_spare_schema
 from dealbase.tenancy.registry.tenants import create_tenant
-from dealbase.tenancy.scope import Rate
+from dealbase.tenancy.scope import Rate, Scope
 
 DEFAULT_CITUS = "postgresql://postgres@127.0.0.1:9700/dealbase"
 SINGLE, CLUSTER = "single", "cluster"
@@ -855,6 +856,13 @@ def move_part(
     seconds = _seed_batches(base_url, tenant, customers)
     figures["seed_seconds"] = round(seconds, 2)
     figures["seed_customers_per_second"] = round(customers / seconds, 1)
+    # Their events get positions once read (the events feed, a webhook endpoint's creation),
+    # a thousand a statement: numbered here, timed, before the endpoint below would.
+    started = time.perf_counter()
+    scope = Scope(tenant_id=uuid.UUID(tenant.tenant_id), schema=tenant.schema)
+    with cluster.database.unit_of_work(scope) as uow:
+        number_all_committed(uow, [uuid.UUID(tenant.department_id)])
+    figures["numbering_seconds"] = round(time.perf_counter() - started, 2)
     analyze(cluster, tenant.schema)
     with ExitStack() as stack:
         receiver = webhooks.Receiver(logs / "receiver.log")
@@ -871,16 +879,25 @@ def move_part(
         worker = Worker(cluster, logs / "worker-cluster.log")
         stack.callback(worker.service.stop)
         source = tenant_node(cluster.url, tenant.schema)
+        if source is None:
+            raise SeedFailed(f"{tenant.schema} is not a distributed schema")
         target = next(node for node in _workers(cluster.url) if node != source)
         say(f"move: {WRITERS} writers for {settings.seconds} s, then the move {source} -> {target}")
+        # The source worker's CPU in each window: what the copy costs it beside the writes.
+        source_server = postmasters(cluster)[f"worker {source.port}"]
+        cpu_at: list[float] = []
         with Writers(base_url, tenant.headers) as writers:
             time.sleep(1)  # the writers' first requests (connections, a warm server)
             before_start = time.monotonic()
+            cpu_at.append(cpu_of_tree(source_server))
             time.sleep(settings.seconds)
+            command_start = time.monotonic()
+            cpu_at.append(cpu_of_tree(source_server))
             moved, took = cluster.cli(
                 "tenant", "move", tenant.tenant_id, "--node", str(target), "--mode", "auto"
             )
             move_end = time.monotonic()
+            cpu_at.append(cpu_of_tree(source_server))
             # The move itself, as the command timed it (its start-up and lookup left out).
             move_start = move_end - float(moved["seconds"])
             time.sleep(settings.seconds)
@@ -899,6 +916,14 @@ def move_part(
             before=_window(answers, before_start, move_start),
             during=_window(answers, move_start, move_end),
             after=_window(answers, move_end, after_end),
+            # CPU seconds a second of the source worker's server: while only the writers ran,
+            # and from the move command's start to the move's end (its start-up included).
+            source_cpu_per_second_before=round(
+                (cpu_at[1] - cpu_at[0]) / (command_start - before_start), 3
+            ),
+            source_cpu_per_second_during_the_command=round(
+                (cpu_at[2] - cpu_at[1]) / (move_end - command_start), 3
+            ),
         )
         statuses = Counter(a.status for a in answers)
         figures["statuses"] = {str(k): v for k, v in sorted(statuses.items())}
@@ -994,7 +1019,9 @@ def delete_tenants(cluster: Place, made: Made) -> None:
 def places(settings: BenchSettings, citus_url: str, stack: ExitStack) -> Iterator[dict[str, Place]]:
     single_url = stack.enter_context(scratch_database(settings.database_server))
     single = Place(SINGLE, single_url, False, Database(single_url, pool_size=4))
-    cluster = Place(CLUSTER, citus_url, True, Database(citus_url, pool_size=4))
+    cluster = Place(
+        CLUSTER, citus_url, True, Database(citus_url, pool_size=4, distributed_schemas=True)
+    )
     try:
         yield {SINGLE: single, CLUSTER: cluster}
     finally:
@@ -1083,6 +1110,12 @@ def tables(document: dict[str, Any]) -> str:
             f" {move['rows_without_a_201']}; deliveries {move['deliveries']}, lost"
             f" {move['deliveries_lost']}, sent twice {move['deliveries_duplicated']}, out of"
             f" order {move['deliveries_out_of_writer_order']}"
+        )
+        lines.append(
+            f"source worker CPU s/s: {move['source_cpu_per_second_before']} before,"
+            f" {move['source_cpu_per_second_during_the_command']} during the move command;"
+            f" seeded in {move['seed_seconds']} s, its events numbered in"
+            f" {move['numbering_seconds']} s"
         )
     elif move:
         lines.append(f"move: FAILED: {move.get('failure')}")
