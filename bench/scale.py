@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -116,8 +117,11 @@ def _timed(call: Callable[[], Any]) -> tuple[Any, float]:
     return result, _ms(time.perf_counter() - started)
 
 
-def provision(database: Database, tenants: int, keys_file: Path) -> list[dict[str, Any]]:
-    """Creates the tenants block by block; writes one "<key> <department>" line per tenant."""
+def provision(
+    database: Database, tenants: int, keys_file: Path, *, distributed: bool = False
+) -> list[dict[str, Any]]:
+    """Creates the tenants block by block; writes one "<key> <department>" line per tenant.
+    ``distributed``: on a Citus cluster, every tenant (and spare) a distributed schema."""
     block_size = max(1, tenants // 10)
     rate = Rate(per_second=parse_rate(GENEROUS_RATE), burst=int(GENEROUS_BURST))
     blocks = []
@@ -126,11 +130,15 @@ def provision(database: Database, tenants: int, keys_file: Path) -> list[dict[st
         while made < tenants:
             size = min(block_size, tenants - made)
             without_spare = max(1, size // 10)
-            created, created_without_spare, spares_made = [], [], []
+            created: list[float] = []
+            created_without_spare: list[float] = []
+            spares_made: list[float] = []
 
             def make_tenant(timings: list[float]) -> None:
                 nonlocal made
-                tenant, took = _timed(lambda: create_tenant(database, f"scale-{made:06d}"))
+                tenant, took = _timed(
+                    lambda: create_tenant(database, f"scale-{made:06d}", distributed=distributed)
+                )
                 timings.append(took)
                 department = admin.create_department(database, tenant.id, "Sales")
                 key = admin.issue_key(database, tenant.id, department.id, "scale", rate)
@@ -140,16 +148,13 @@ def provision(database: Database, tenants: int, keys_file: Path) -> list[dict[st
             for _ in range(without_spare):
                 make_tenant(created_without_spare)
             for _ in range(size - without_spare):
-                with database.control() as connection:
-                    _, took = _timed(
-                        lambda connection=connection, wanted=size: prepare_spare_schema(
-                            connection, wanted, distributed=False
-                        )
-                    )
+                _, took = _timed(
+                    partial(prepare_spare_schema, database, size, distributed=distributed)
+                )
                 spares_made.append(took)
             for _ in range(size - without_spare):
                 make_tenant(created)
-            block = {
+            block: dict[str, Any] = {
                 "tenants_before": made - size,
                 "tenants_after": made,
                 "create_with_spare_ms": _percentiles(created),
@@ -167,8 +172,14 @@ def provision(database: Database, tenants: int, keys_file: Path) -> list[dict[st
     return blocks
 
 
-def _cli(database_url: str, *arguments: str) -> tuple[dict[str, Any] | None, float]:
-    environment = {**clean_environment(), "DEALBASE_DATABASE_URL": database_url}
+def dealbase_cli(
+    database_url: str, *arguments: str, environment: dict[str, str] | None = None
+) -> tuple[dict[str, Any] | None, float]:
+    environment = {
+        **clean_environment(),
+        **(environment or {}),
+        "DEALBASE_DATABASE_URL": database_url,
+    }
     started = time.perf_counter()
     result = subprocess.run(
         [venv_tool("dealbase"), *arguments],
@@ -183,12 +194,14 @@ def _cli(database_url: str, *arguments: str) -> tuple[dict[str, Any] | None, flo
     return (json.loads(result.stdout) if "--json" in arguments else None), took
 
 
-def migrate_figures(database_url: str) -> dict[str, Any]:
-    _, start_up = _cli(database_url, "--help")
-    summary, no_op = _cli(database_url, "migrate", "--json")
+def migrate_figures(database_url: str, environment: dict[str, str] | None = None) -> dict[str, Any]:
+    _, start_up = dealbase_cli(database_url, "--help", environment=environment)
+    summary, no_op = dealbase_cli(database_url, "migrate", "--json", environment=environment)
     if summary is None or summary["visited"]:
         raise RuntimeError(f"migrate with nothing pending visited schemas: {summary}")
-    every, every_seconds = _cli(database_url, "migrate", "--all", "--json")
+    every, every_seconds = dealbase_cli(
+        database_url, "migrate", "--all", "--json", environment=environment
+    )
     if every is None or every["failed"]:
         raise RuntimeError(f"migrate --all failed: {every}")
     return {
@@ -227,12 +240,16 @@ def tenant_tree_with_added_revision() -> Iterator[None]:
                 cache.cache_clear()
 
 
-def added_migration(database: Database, concurrency: int) -> dict[str, Any]:
+def added_migration(
+    database: Database, concurrency: int, *, distributed: bool = False
+) -> dict[str, Any]:
     with tenant_tree_with_added_revision():
         with database.control() as connection:
             schemas = runner.schemas_behind(connection)
         started = time.perf_counter()
-        results = runner.upgrade_tenants(database.url, schemas, concurrency=concurrency)
+        results = runner.upgrade_tenants(
+            database.url, schemas, concurrency=concurrency, distributed=distributed
+        )
         took = time.perf_counter() - started
     failed = [result for result in results if not result.ok]
     if failed:
@@ -278,14 +295,18 @@ def catalog(database_url: str) -> dict[str, Any]:
     import psycopg
 
     with psycopg.connect(database_url) as connection:
-        relations, attributes, catalog_bytes, database_bytes = connection.execute(
+        counts = connection.execute(
             "SELECT (SELECT count(*) FROM pg_class), (SELECT count(*) FROM pg_attribute),"
             " (SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c"
             "   JOIN pg_namespace n ON n.oid = c.relnamespace"
             "  WHERE n.nspname = 'pg_catalog' AND c.relkind = 'r'),"
             " pg_database_size(current_database())"
         ).fetchone()
-        (shared_buffers,) = connection.execute("SHOW shared_buffers").fetchone()
+        shown = connection.execute("SHOW shared_buffers").fetchone()
+    if counts is None or shown is None:
+        raise RuntimeError("the catalog query answered no row")
+    relations, attributes, catalog_bytes, database_bytes = counts
+    (shared_buffers,) = shown
     return {
         "pg_class_rows": relations,
         "pg_attribute_rows": attributes,
@@ -446,7 +467,7 @@ def provisioned_figures(
     url: str, arguments: argparse.Namespace, concurrency: int, keys_file: Path
 ) -> dict[str, Any]:
     """Provisioning, `migrate` and the added migration on the new database."""
-    _cli(url, "migrate", "--json")
+    dealbase_cli(url, "migrate", "--json")
     database = Database(url, pool_size=2)
     figures: dict[str, Any] = {}
     try:
