@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lock run test test-under-load lint typecheck pytest migrate demo clean bench bench-scale profile
+.PHONY: install lock run test test-under-load lint typecheck pytest migrate demo clean bench bench-scale bench-citus-scale profile
 
 # What is installed is what uv.lock says, exactly (hashes included): the lock is made with uv,
 # which the first `make install` installs for the project in .tools/ (pinned here). `make lock`
@@ -135,6 +135,13 @@ bench-scale: $(BENCH_STAMP)
 # 10,000 customers moved under writes and webhook deliveries. The cluster: ../shared/citus/.
 bench-citus: $(BENCH_STAMP)
 	$(BIN)/python bench/citus.py
+
+# bench-scale's provisioning and migrations on the Citus cluster, in a database of its own there,
+# then `dealbase tenant rebalance` under four writers (bench/README.md, "citus_scale.py").
+# CROWDED tenants are made on one worker alone to give the rebalancer something to move.
+CROWDED ?= 300
+bench-citus-scale: $(BENCH_STAMP)
+	$(BIN)/python bench/citus_scale.py --tenants $(N) --crowded $(CROWDED)
 
 profile: $(BENCH_STAMP)
 	@test -n "$(SCENARIO)" || { echo "usage: make profile SCENARIO=<name>; the names: $(BIN)/python bench/run.py profile --help" >&2; exit 2; }
