@@ -64,6 +64,7 @@ from dealbase.tenancy.scope import Rate
 DEFAULT_CITUS = "postgresql://postgres@127.0.0.1:9700/dealbase"
 WRITERS = 4
 TENANTS_PER_WRITER = 4
+TENANTS_PER_CONNECTION = 50
 # Spares made by the bench only, so that the figures see only what it makes.
 ENVIRONMENT = {
     "DEALBASE_CITUS_SCHEMA_SHARDING": "true",
@@ -427,7 +428,15 @@ def main() -> int:
         figures["citus"] = row[0] if row else None
         _, seconds = scale.dealbase_cli(url, "migrate", "--json", environment=ENVIRONMENT)
         figures["migrate_fresh_s"] = round(seconds, 2)
-        database = Database(url, pool_size=2, distributed_schemas=True)
+        # Citus keeps, in each coordinator session, a connection to the worker for every role
+        # the session used (citus.max_cached_conns_per_worker is per user): a session working
+        # as hundreds of tenant roles fills the workers' max_connections. Retired sooner here.
+        database = Database(
+            url,
+            pool_size=2,
+            distributed_schemas=True,
+            tenants_per_connection=TENANTS_PER_CONNECTION,
+        )
         try:
             figures["provisioning"] = scale.provision(
                 database, arguments.tenants, Path(work) / "keys.txt", distributed=True
