@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import Insert, Select, func, insert, literal, select, text
+from sqlalchemy import Insert, func, insert, literal, select, text
 
 from dealbase.db import transactions
 from dealbase.db.database import PREPARE_AFTER, Database
@@ -242,38 +242,3 @@ def test_without_pipelines_each_statement_is_an_exchange_of_its_own_in_one_trans
     assert sent[-1] == ["COMMIT"]
     assert role.rows().scalar_one() == tenant_role(world.tenant.schema)
     assert _customer_count(database, world.tenant.scope) == 1
-
-
-def _fail_before(database: Database, world: TenantWorld, statement: Select[Any]) -> None:
-    """A unit of work of one round trip whose first statement fails, ``statement`` after it."""
-    with database.unit_of_work(world.tenant.scope) as uow:
-        uow.connection.defer(
-            insert(customers).values(created_at=func.now(), updated_at=func.now()),
-            {"id": new_id(), "department_id": world.department.id, "last_name": None},
-        )
-        uow.connection.commit_with_next()
-        uow.connection.execute(statement)
-
-
-def test_a_statement_prepared_in_a_failed_round_trip_runs_again_afterwards(
-    database_url: str, world: TenantWorld
-) -> None:
-    # The read reaches psycopg's threshold in the round trip whose first statement fails:
-    # PostgreSQL skips its Parse, and the name psycopg gave it must not outlive the failure.
-    own = Database(database_url, pool_size=1, max_overflow=0)
-    names = select(departments.c.name).where(departments.c.id == world.department.id)
-    scope = world.tenant.scope
-    try:
-        for _ in range(PREPARE_AFTER):
-            with own.unit_of_work(scope) as uow:
-                uow.connection.execute(names).scalar_one()
-        with pytest.raises(psycopg.errors.NotNullViolation):
-            _fail_before(own, world, names)
-        found = []
-        for _ in range(2):
-            with own.unit_of_work(scope) as uow:
-                found.append(uow.connection.execute(names).scalar_one())
-    finally:
-        own.dispose()
-
-    assert found == [world.department.name] * 2

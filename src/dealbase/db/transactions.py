@@ -66,7 +66,6 @@ class _Call:
 
 _BEGIN = _Call("BEGIN", ())
 _COMMIT = _Call("COMMIT", ())
-_DEALLOCATE_ALL = "DEALLOCATE ALL"
 
 
 class Deferred:
@@ -274,11 +273,10 @@ class TenantConnection:
         distributed schema, only when it is one statement: ``_implicit_allowed``)."""
         deferred, self._deferred = self._deferred, []
         ends = commit
-        implicit = False
         if self._begun:
             opening = []
         elif commit and self._pipelines and self._implicit_allowed(len(deferred) + len(calls)):
-            opening, commit, implicit = self._opening(), False, True
+            opening, commit = self._opening(), False
         else:
             opening = [_BEGIN, *self._opening()]
         self._begun = True
@@ -294,8 +292,6 @@ class TenantConnection:
             results = self._round_trip(sent)
         except psycopg.Error as failed:
             self._forget_session()
-            if implicit and len(sent) > 1:
-                self._forget_prepared()
             for each in deferred:
                 error = None if each.meaning is None else meant(failed, each.meaning)
                 if error is not None:
@@ -316,18 +312,6 @@ class TenantConnection:
         several on a distributed schema: Citus commits a statement run outside a transaction
         block on the worker as it ends, so a later statement's failure would leave it."""
         return statements <= 1 or not self._distributed
-
-    def _forget_prepared(self) -> None:
-        """After an implicit transaction's pipeline failed. PostgreSQL skipped the statements
-        after the error, their Parse too, while psycopg may hold one of them as prepared under a
-        name the server never had; ``DEALLOCATE ALL``, which psycopg watches for, empties both.
-        (An explicit transaction's ROLLBACK empties psycopg's, as it watches for that too.)"""
-        connection = self._connection
-        with contextlib.suppress(psycopg.Error):  # a broken connection is the pool's to drop
-            if isinstance(connection, psycopg.AsyncConnection):
-                await_(psycopg.AsyncRawCursor(connection).execute(_DEALLOCATE_ALL, prepare=False))
-            else:
-                psycopg.RawCursor(connection).execute(_DEALLOCATE_ALL, prepare=False)
 
     def execute_after_commit(self, statement: ClauseElement, parameters: Mapping[str, Any]) -> bool:
         """Runs ``statement`` in a transaction of its own as the tenant's role, once this one
