@@ -97,7 +97,7 @@ def create_app(
             lock_timeout_ms=settings.db_lock_timeout_ms,
             acquire_timeout_seconds=settings.db_acquire_timeout_ms / 1000,
         ),
-        tenants_per_connection=settings.db_tenants_per_connection,
+        tenants_per_connection=settings.tenants_per_connection(),
         tenant_affinity=not settings.db_pgbouncer,
         sessions=not settings.db_pgbouncer,
         pipelines=not settings.db_pgbouncer,

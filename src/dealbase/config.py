@@ -15,6 +15,12 @@ _ORIGIN = re.compile(
 )
 
 
+# How many tenant schemas a pooled connection works in before it is replaced, by default
+# (``Settings.tenants_per_connection``).
+TENANTS_PER_CONNECTION = 250
+TENANTS_PER_CONNECTION_ON_A_CLUSTER = 16
+
+
 def cors_origins_of(value: str) -> list[str]:
     """``DEALBASE_CORS_ORIGINS`` as a list (empty: CORS off)."""
     return [origin.strip() for origin in value.split(",") if origin.strip()]
@@ -109,15 +115,17 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     db_pool_size: int = Field(default=10, ge=1, le=200)
     db_max_overflow: int = Field(default=10, ge=0, le=200)
-    db_tenants_per_connection: int = Field(
-        default=250,
+    db_tenants_per_connection: int | None = Field(
+        default=None,
         ge=1,
         le=1_000_000,
         description=(
             "A pooled connection is replaced once it has worked in this many tenant schemas:"
             " PostgreSQL keeps the catalog entries of every relation a backend touched (about"
             " 115 kB a tenant), so this bounds each backend's memory however many tenants there"
-            " are."
+            " are; on a Citus cluster it also bounds the connections each coordinator session"
+            " keeps to a worker, one for every tenant role it worked as. 250 by default, 16 with"
+            " CITUS_SCHEMA_SHARDING (docs/scaling.md)."
         ),
     )
     db_pgbouncer: bool = Field(
@@ -311,6 +319,17 @@ class Settings(BaseSettings):
             " private, link-local): for development and tests only."
         ),
     )
+
+    def tenants_per_connection(self) -> int:
+        """``db_tenants_per_connection``, or its default: lower on a Citus cluster, where a
+        coordinator session opens its connections to a worker as the statement's role, the
+        tenant's, and keeps one for each role it has worked as (``citus.max_cached_conns_per_worker``
+        is per role): a pooled connection's tenants are then worker connections held."""
+        if self.db_tenants_per_connection is not None:
+            return self.db_tenants_per_connection
+        if self.citus_schema_sharding:
+            return TENANTS_PER_CONNECTION_ON_A_CLUSTER
+        return TENANTS_PER_CONNECTION
 
     @field_validator("database_url", "database_listen_url")
     @classmethod
