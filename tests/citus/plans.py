@@ -26,7 +26,6 @@ NOT_ROUTED_YET = {
     "WITH found AS": "an upsert by external id, alone or in a batch",
     "WITH given AS": "a deal's create with new customers",
     "WITH first_step AS MATERIALIZED": "a deal's create in its department's first step",
-    "WITH last_position AS MATERIALIZED": "a webhook endpoint created",
 }
 # And in the webhook worker's visit.
 WORKER_NOT_ROUTED_YET = {"WITH behind AS": "the scan for new events to deliver"}

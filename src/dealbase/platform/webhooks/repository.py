@@ -4,9 +4,9 @@ import uuid
 from collections.abc import Mapping
 from datetime import timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, insert, select, update
 
-from dealbase.db.statements import Record
+from dealbase.db.statements import Record, built_once
 from dealbase.db.transactions import TenantConnection
 from dealbase.ids import new_id
 from dealbase.platform.pagination import PageRequest
@@ -51,12 +51,40 @@ def columns_of(fields: Mapping[str, object]) -> dict[str, object]:
     return {("event_types" if name == "events" else name): value for name, value in fields.items()}
 
 
+# On a distributed schema, a new endpoint's start (``insert_endpoint``): the department's last
+# position, as the endpoint's INSERT reads it on a single server. Nothing when the department
+# has no position yet: the INSERT's 0 stays.
+_START_AT_LAST_POSITION = built_once(
+    update(webhook_endpoints)
+    .where(
+        webhook_endpoints.c.id == bindparam("endpoint_id"),
+        event_positions.c.department_id == webhook_endpoints.c.department_id,
+    )
+    .values(scanned_position=event_positions.c.last_position)
+)
+
+
 def insert_endpoint(
     connection: TenantConnection,
     department_id: uuid.UUID,
     fields: Mapping[str, object],
     secret: str,
 ) -> WebhookEndpoint:
+    """The new endpoint, whose delivery starts with the department's next event: its start is
+    the department's last position, read by the statement that writes it.
+
+    On a single server one statement, the INSERT reading the position. On a distributed schema
+    Citus would pull that INSERT ... SELECT through the coordinator (its target list has
+    ``now()``), so two statements in one round trip, each routed whole: the INSERT ... VALUES
+    of the endpoint at 0, then the UPDATE that moves it to the last position."""
+    endpoint_id = new_id()
+    given = {**columns_of(fields), "id": endpoint_id, "department_id": department_id}
+    stamps = {"created_at": func.now(), "updated_at": func.now()}
+    if connection.distributed:
+        values = {**given, "secret": secret, "scanned_position": 0, **stamps}
+        inserted = connection.defer(insert(webhook_endpoints).values(values).returning(*_READ), {})
+        connection.execute(_START_AT_LAST_POSITION, {"endpoint_id": endpoint_id})
+        return to_endpoint(inserted.rows().mappings().one())
     last_position = lookup(
         select(event_positions.c.last_position).where(
             event_positions.c.department_id == department_id
@@ -64,16 +92,12 @@ def insert_endpoint(
         "last_position",
     )
     values = {
-        **columns_of(fields),
-        "id": new_id(),
-        "department_id": department_id,
+        **given,
         "secret": secret,
-        # Delivery starts with the department's next event.
         "scanned_position": func.coalesce(
             select(last_position.c.last_position).scalar_subquery(), 0
         ),
-        "created_at": func.now(),
-        "updated_at": func.now(),
+        **stamps,
     }
     row = (
         connection.execute(
