@@ -12,9 +12,12 @@ from sqlalchemy import (
     BindParameter,
     Boolean,
     ColumnElement,
+    Integer,
     and_,
     bindparam,
     case,
+    cast,
+    column,
     delete,
     func,
     insert,
@@ -26,6 +29,7 @@ from sqlalchemy import (
     union_all,
     update,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from dealbase.db.statements import Record, built_once
@@ -62,9 +66,24 @@ _NEW_UUID7: ColumnElement[uuid.UUID] = literal_column(
 )
 
 
-def _scan_statement() -> Any:
-    """Deliveries of the events each enabled endpoint has not yet seen, in one statement."""
-    behind = (
+# The columns of a delivery a scan makes, in the order its statements give them.
+_MADE = (
+    "id",
+    "endpoint_id",
+    "event_id",
+    "event_type",
+    "position",
+    "state",
+    "next_attempt_at",
+    "created_at",
+    "started_at",
+)
+
+
+def _behind_query() -> Any:
+    """The enabled endpoints with events they have not seen: each one's position so far
+    (``since``) and its department's last (``upto``), the endpoint locked."""
+    return (
         select(
             _endpoints.c.id,
             _endpoints.c.department_id,
@@ -82,62 +101,121 @@ def _scan_statement() -> Any:
         # worker for its events again. Locked in id order, so that two scans never deadlock.
         .order_by(_endpoints.c.id)
         .with_for_update(of=_endpoints)
-        .cte("behind")
     )
-    advanced = (
+
+
+def _advance(behind: Any) -> Any:
+    """Each endpoint of ``behind`` moved past what it saw."""
+    return (
         update(_endpoints)
         .where(_endpoints.c.id == behind.c.id)
         .values(scanned_position=behind.c.upto)
-        .cte("advanced")
     )
+
+
+def _unseen(behind: Any, delivery_id: ColumnElement[uuid.UUID]) -> Any:
+    """The deliveries (``_MADE``'s columns, the id ``delivery_id``) of the events each endpoint
+    of ``behind`` subscribes to and has not seen, pending and due at the parameter ``now``."""
     subscribed = or_(
         events.c.type == func.any(behind.c.event_types),
         behind.c.event_types == literal([ALL_EVENTS], _endpoints.c.event_types.type),
     )
     return (
-        pg_insert(_deliveries)
-        .from_select(
-            [
-                "id",
-                "endpoint_id",
-                "event_id",
-                "event_type",
-                "position",
-                "state",
-                "next_attempt_at",
-                "created_at",
-                "started_at",
-            ],
-            select(
-                _NEW_UUID7,
-                behind.c.id,
-                events.c.id,
-                events.c.type,
-                # Only an ordered endpoint's deliveries keep their place in line.
-                case((behind.c.ordered, events.c.position), else_=None),
-                literal("pending"),
-                bindparam("now"),
-                bindparam("now"),
-                bindparam("now"),
-            )
-            .join_from(
-                behind,
-                events,
-                and_(
-                    events.c.department_id == behind.c.department_id,
-                    events.c.position > behind.c.since,
-                    events.c.position <= behind.c.upto,
-                ),
-            )
-            .where(subscribed)
-            .order_by(behind.c.id, events.c.position),
+        select(
+            delivery_id,
+            behind.c.id,
+            events.c.id,
+            events.c.type,
+            # Only an ordered endpoint's deliveries keep their place in line.
+            case((behind.c.ordered, events.c.position), else_=None),
+            literal("pending"),
+            bindparam("now"),
+            bindparam("now"),
+            bindparam("now"),
         )
+        .join_from(
+            behind,
+            events,
+            and_(
+                events.c.department_id == behind.c.department_id,
+                events.c.position > behind.c.since,
+                events.c.position <= behind.c.upto,
+            ),
+        )
+        .where(subscribed)
+        .order_by(behind.c.id, events.c.position)
+    )
+
+
+def _scan_statement() -> Any:
+    """Deliveries of the events each enabled endpoint has not yet seen, in one statement."""
+    behind = _behind_query().cte("behind")
+    return (
+        pg_insert(_deliveries)
+        .from_select(list(_MADE), _unseen(behind, _NEW_UUID7))
         .on_conflict_do_nothing(index_elements=["endpoint_id", "event_id"])
-        .add_cte(advanced)
+        .add_cte(_advance(behind).cte("advanced"))
+    )
+
+
+def _advance_statement() -> Any:
+    """A distributed schema's scan is two statements that Citus routes whole, where it runs
+    ``_scan_statement`` as subplans whose rows it pulls through the coordinator (for the
+    data-modifying CTE, and for the volatile functions of the ids in an INSERT ... SELECT).
+
+    The first moves the endpoints on, and answers where each stood."""
+    behind = _behind_query().subquery("behind")
+    return _advance(behind).returning(_endpoints.c.id, behind.c.since)
+
+
+def _make_statement() -> Any:
+    """The second: the deliveries of the endpoints the first moved on (the parameters
+    ``endpoint_ids`` and each one's ``since``), between where each stood and where it stands.
+
+    Their ids are numbered from one the worker makes (``ids.new_id``, the parameter ``first``):
+    the k-th delivery's is it with k in its last four bytes, the same UUIDv7 (its version and
+    variant are in the bytes before), and in the order made, as the single server's clock
+    readings are. Different scans' differ in the twelve bytes before (the millisecond, the
+    process's counter and 30 random bits)."""
+    seen = (
+        func.unnest(
+            bindparam("endpoint_ids", type_=ARRAY(_endpoints.c.id.type)),
+            bindparam("since", type_=ARRAY(_endpoints.c.scanned_position.type)),
+        )
+        .table_valued(
+            column("endpoint_id", _endpoints.c.id.type),
+            column("since", _endpoints.c.scanned_position.type),
+        )
+        .render_derived(name="seen")
+    )
+    behind = (
+        select(
+            _endpoints.c.id,
+            _endpoints.c.department_id,
+            _endpoints.c.event_types,
+            _endpoints.c.ordered,
+            seen.c.since,
+            _endpoints.c.scanned_position.label("upto"),
+        )
+        .join_from(seen, _endpoints, _endpoints.c.id == seen.c.endpoint_id)
+        .subquery("behind")
+    )
+    number = func.row_number().over(order_by=(behind.c.id, events.c.position))
+    first = func.uuid_send(bindparam("first", type_=_deliveries.c.id.type))
+    bytes_ = func.overlay(
+        first, func.int4send(cast(number, Integer)), literal_column("13"), literal_column("4")
+    )
+    numbered = cast(func.encode(bytes_, literal_column("'hex'")), _deliveries.c.id.type)
+    return (
+        pg_insert(_deliveries)
+        .from_select(list(_MADE), _unseen(behind, numbered))
+        .on_conflict_do_nothing(index_elements=["endpoint_id", "event_id"])
     )
 
 
 _SCAN = built_once(_scan_statement())
+_ADVANCE = built_once(_advance_statement())
+_MAKE = built_once(_make_statement())
 
 
 def subscribing_departments(connection: TenantConnection) -> list[uuid.UUID]:
@@ -150,8 +228,28 @@ def subscribing_departments(connection: TenantConnection) -> list[uuid.UUID]:
 
 def scan(connection: TenantConnection, now: datetime) -> None:
     """Makes a pending delivery, due ``now``, of every event an enabled endpoint subscribes to
-    and has not seen, and moves each endpoint past what it saw."""
-    connection.execute(_SCAN, {"now": now})
+    and has not seen, and moves each endpoint past what it saw.
+
+    One statement on a single server. On a distributed schema two, each routed whole to the
+    tenant's worker: the first moves the endpoints on and answers where each stood; the second,
+    which needs that, makes the deliveries. It goes with the transaction's next round trip (the
+    worker's lease, in a step), so the scan costs no round trip more there; both commit, or
+    neither."""
+    if not connection.distributed:
+        connection.execute(_SCAN, {"now": now})
+        return
+    advanced = connection.execute(_ADVANCE).all()
+    if advanced:
+        endpoint_ids, since = zip(*advanced, strict=True)
+        connection.defer(
+            _MAKE,
+            {
+                "endpoint_ids": list(endpoint_ids),
+                "since": list(since),
+                "first": new_id(),
+                "now": now,
+            },
+        )
 
 
 def _due(now: BindParameter[datetime], deliveries: Any) -> ColumnElement[bool]:
