@@ -59,7 +59,20 @@ def fault_of(error: BaseException) -> Fault | None:
     if kind is None:
         return None
     diag = error.diag
-    return Fault(kind, diag.table_name, diag.column_name, diag.constraint_name)
+    return Fault(kind, diag.table_name, diag.column_name, _constraint_of(diag))
+
+
+# Citus passes a worker's error on without the fields that name what failed; its message names
+# the constraint as the shard's: the constraint's name and the shard's id.
+_WORKERS_CONTEXT = "while executing command on "
+_SHARD_CONSTRAINT = re.compile(r'constraint "(?P<name>.+)_\d+"')
+
+
+def _constraint_of(diag: psycopg.errors.Diagnostic) -> str | None:
+    if diag.constraint_name is not None or _WORKERS_CONTEXT not in (diag.context or ""):
+        return diag.constraint_name
+    named = _SHARD_CONSTRAINT.search(diag.message_primary or "")
+    return None if named is None else named["name"]
 
 
 def meant(error: BaseException, meaning: ErrorMeaning) -> Exception | None:
