@@ -22,7 +22,6 @@ _TENANT_SCHEMA = re.compile(r'"?t_[0-9a-f]{32}"?\.')
 # function's value (Citus 13.2 fails to send such a statement to the worker whole, and the
 # MATERIALIZED CTE that works around it pulls the row through the coordinator).
 NOT_ROUTED_YET = {
-    "WITH locked AS": "a record's PATCH or DELETE with its event",
     "WITH found AS": "an upsert by external id, alone or in a batch",
     "WITH given AS": "a deal's create with new customers",
     "WITH first_step AS MATERIALIZED": "a deal's create in its department's first step",

@@ -20,6 +20,13 @@ It answers one row when the row was found (none: the record is not the caller's)
 reference checks, then ``changed``'s columns, all null when the UPDATE wrote nothing (a version
 the caller did not expect, or an unknown reference), and whether the worker is to be woken for
 the events.
+
+On a Citus distributed schema each data-modifying CTE would be a subplan, its rows pulled
+through the coordinator. There the change is ``routed``: the UPDATE of ``locked`` (a subquery)
+makes in its RETURNING what ``shown``, ``changed`` and the events' CTEs make (the same
+builders), and the events it made are inserted by statements of their own, as the outbox
+inserts its events there, once its answer is back: a second round trip. Answers, errors and
+events are the same on both (``tests/citus/test_record_changes.py``).
 """
 
 from __future__ import annotations
@@ -50,12 +57,13 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSON, JSONB, UUID, array
-from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.sql.selectable import CompoundSelect, FromClause, NamedFromClause
+from sqlalchemy.sql.dml import ReturningUpdate, Update
+from sqlalchemy.sql.elements import BindParameter, ColumnElement
+from sqlalchemy.sql.selectable import CompoundSelect, FromClause, NamedFromClause, ScalarSelect
 
-from dealbase.db.statements import built_once
+from dealbase.db.statements import Record, built_once
 from dealbase.platform.event_types import EventType
-from dealbase.platform.events.repository import recorded_rows
+from dealbase.platform.events.repository import recorded_rows, wakes_in
 
 # The record's JSON made by PostgreSQL from a row of its table, or of a CTE returning its
 # columns (``resources.customer_json_kept_sql``, ``deal_json_text_sql``...), as text.
@@ -132,36 +140,10 @@ def parameters(
 
 def _statement(record: ChangedRecord, shape: Shape) -> Select[Any]:
     table = record.table
-    given = {name: bindparam(name, type_=table.c[name].type) for name in shape.fields}
-    checked = {name: ref for name, ref in record.references.items() if name in given}
-    known = [
-        or_(
-            given[name].is_(None),
-            exists().where(ref.c.id == given[name], ref.c.department_id == table.c.department_id),
-        ).label(f"known_{name}")
-        for name, ref in checked.items()
-    ]
-    locked = (
-        select(*table.c, record.json_sql(table).label("shown_before"), *known)
-        .where(
-            table.c.id == bindparam("record_id", type_=table.c.id.type),
-            # Not ``department_id``: a parameter named as a column of the table would be one
-            # more column the UPDATE sets.
-            table.c.department_id == bindparam("caller_department_id", type_=table.c.id.type)
-            if shape.one_department
-            else true(),
-        )
-        .with_for_update(of=table)
-        .cte("locked")
-    )
-    conditions: list[ColumnElement[bool]] = [table.c.id == locked.c.id]
-    conditions.extend(locked.c[f"known_{name}"] for name in checked)
-    if shape.versioned:
-        conditions.append(table.c.version == any_(bindparam("versions", type_=ARRAY(Integer))))
+    given = _given(record, shape)
+    locked = _locked(record, shape, given).cte("locked")
     written = (
-        update(table)
-        .where(*conditions)
-        .values({**given, "updated_at": func.now(), "version": table.c.version + 1})
+        _written(record, shape, given, locked)
         .returning(
             *table.c,
             *(literal_column(name) for name in record.json_columns),
@@ -177,7 +159,7 @@ def _statement(record: ChangedRecord, shape: Shape) -> Select[Any]:
     recorded, wakes = recorded_rows(_events(record, shape, changed), locked.c.department_id)
     return (
         select(
-            *(locked.c[f"known_{name}"] for name in checked),
+            *(locked.c[f"known_{name}"] for name in _checked(record, shape)),
             *(changed.c[column.name] for column in table.c),
             changed.c.shown,
             changed.c.changed_fields,
@@ -186,6 +168,192 @@ def _statement(record: ChangedRecord, shape: Shape) -> Select[Any]:
         .select_from(locked.outerjoin(changed, true()))
         .add_cte(recorded)
     )
+
+
+def _given(record: ChangedRecord, shape: Shape) -> dict[str, BindParameter[Any]]:
+    """The values the change gives, as parameters named after their columns."""
+    return {name: bindparam(name, type_=record.table.c[name].type) for name in shape.fields}
+
+
+def _checked(record: ChangedRecord, shape: Shape) -> list[str]:
+    """The references the change gives."""
+    return [name for name in record.references if name in shape.fields]
+
+
+def _known(
+    record: ChangedRecord, shape: Shape, given: Mapping[str, BindParameter[Any]]
+) -> list[ColumnElement[bool]]:
+    """For each reference the change gives, whether it names a row of the record's department,
+    or none (``known_<field>``)."""
+    table = record.table
+    return [
+        or_(
+            given[name].is_(None),
+            exists().where(
+                record.references[name].c.id == given[name],
+                record.references[name].c.department_id == table.c.department_id,
+            ),
+        ).label(f"known_{name}")
+        for name in _checked(record, shape)
+    ]
+
+
+def _owned(record: ChangedRecord, shape: Shape) -> list[ColumnElement[bool]]:
+    """The record's row, of the caller's department when it has one."""
+    table = record.table
+    return [
+        table.c.id == bindparam("record_id", type_=table.c.id.type),
+        # Not ``department_id``: a parameter named as a column of the table would be one
+        # more column the UPDATE sets.
+        table.c.department_id == bindparam("caller_department_id", type_=table.c.id.type)
+        if shape.one_department
+        else true(),
+    ]
+
+
+def _locked(
+    record: ChangedRecord, shape: Shape, given: Mapping[str, BindParameter[Any]]
+) -> Select[Any]:
+    """The row, locked, with its JSON as it is (``shown_before``) and its references' checks."""
+    table = record.table
+    return (
+        select(
+            *table.c, record.json_sql(table).label("shown_before"), *_known(record, shape, given)
+        )
+        .where(*_owned(record, shape))
+        .with_for_update(of=table)
+    )
+
+
+def _written(
+    record: ChangedRecord,
+    shape: Shape,
+    given: Mapping[str, BindParameter[Any]],
+    locked: FromClause,
+) -> Update:
+    """The new version of the ``locked`` row, only if it is at a version ``expected`` admits
+    and every reference is known."""
+    table = record.table
+    conditions: list[ColumnElement[bool]] = [table.c.id == locked.c.id]
+    conditions.extend(locked.c[f"known_{name}"] for name in _checked(record, shape))
+    if shape.versioned:
+        conditions.append(table.c.version == any_(bindparam("versions", type_=ARRAY(Integer))))
+    return (
+        update(table)
+        .where(*conditions)
+        .values({**given, "updated_at": func.now(), "version": table.c.version + 1})
+    )
+
+
+@dataclass(frozen=True)
+class Routed:
+    """A change as statements Citus routes whole to a distributed schema's worker, where the
+    CTEs of ``statement`` that write would each be a subplan through the coordinator: both sent
+    in one round trip (``records.update_later``)."""
+
+    # ``_locked``'s row judged and written by one UPDATE (``locked`` its subquery), returning
+    # the row and ``change``: ``{"shown": ..., "changed_fields": [...], "events": [...]}``, the
+    # JSON after, the fields that changed and the events to record (``_events``' rows, as
+    # ``events.repository.record_texts_later`` takes them), made by one subquery.
+    update: ReturningUpdate[Any]
+    # Read after it: the row's reference checks, and whether the worker is to be woken for
+    # events of its department; no row when the record is not the caller's.
+    check: Select[Any]
+
+
+_ROUTED: dict[tuple[str, Shape], Routed] = {}
+
+
+def routed(record: ChangedRecord, shape: Shape) -> Routed:
+    """``statement``'s change of ``record`` for ``shape`` on a distributed schema, built once."""
+    key = (record.noun, shape)
+    built = _ROUTED.get(key)
+    if built is None:
+        if len(_ROUTED) >= _KEPT:
+            _ROUTED.clear()
+        built = _ROUTED[key] = _routed(record, shape)
+    return built
+
+
+def _routed(record: ChangedRecord, shape: Shape) -> Routed:
+    table = record.table
+    given = _given(record, shape)
+    locked = _locked(record, shape, given).subquery("locked")
+    written = _written(record, shape, given, locked).returning(
+        *table.c,
+        *(literal_column(name) for name in record.json_columns),
+        _change(record, shape, locked).label("change"),
+    )
+    checks: list[ColumnElement[Any]] = [*_known(record, shape, given)]
+    checks.append(wakes_in(table.c.department_id).label("wakes"))
+    check: Select[Any] = select(*checks).where(*_owned(record, shape))
+    return Routed(built_once(written), built_once(check))
+
+
+def _change(record: ChangedRecord, shape: Shape, locked: FromClause) -> ScalarSelect[Any]:
+    """``Routed.update``'s ``change``: what ``statement``'s ``shown``, ``changed`` and events
+    make of the row it wrote, made by a subquery of its RETURNING (Citus refuses a function
+    there, but not in a subquery; its CTEs are the worker's). ``shown`` is materialized: the
+    JSON after is made once, not once more for each field ``changed`` compares."""
+    table = record.table
+    shown = (
+        select(table.c.department_id, record.json_sql(table).label("shown"), locked.c.shown_before)
+        .correlate(table, locked)
+        .cte("shown")
+        .prefix_with("MATERIALIZED")
+    )
+    changed = select(shown, _changed_fields(shown, shape.fields).label("changed_fields")).cte(
+        "changed"
+    )
+    made = _events(record, shape, changed).subquery("made")
+    recorded = select(
+        made.c.id.label("event_id"),
+        made.c.department_id,
+        made.c.type,
+        cast(made.c.data, Text).label("data"),
+        made.c.changed_fields,
+        cast(made.c.previous, Text).label("previous"),
+    ).subquery("recorded")
+    listed = select(func.json_agg(literal_column(recorded.name))).select_from(recorded)
+    return (
+        select(
+            func.json_build_object(
+                literal_column("'shown'"),
+                changed.c.shown,
+                literal_column("'changed_fields'"),
+                changed.c.changed_fields,
+                literal_column("'events'"),
+                listed.scalar_subquery(),
+            )
+        )
+        .add_cte(shown, changed, nest_here=True)
+        .scalar_subquery()
+    )
+
+
+def routed_row(written: Record | None, check: Record | None) -> Record | None:
+    """``statement``'s answer row from ``Routed``'s two, with the events to record
+    (``events``)."""
+    if written is None:
+        if check is None:
+            return None
+        return {**check, "id": None, "changed_fields": None, "events": []}
+    change = written["change"]
+    events = [
+        {
+            **event,
+            "event_id": uuid.UUID(event["event_id"]),
+            "department_id": uuid.UUID(event["department_id"]),
+        }
+        for event in change["events"] or ()
+    ]
+    return {
+        **(check or {"wakes": False}),
+        **{name: value for name, value in written.items() if name != "change"},
+        "shown": change["shown"],
+        "changed_fields": change["changed_fields"],
+        "events": events,
+    }
 
 
 def previous_values(

@@ -36,6 +36,7 @@ from dealbase.platform.batches.models import Batch, Fields, Outcome, Result, Wri
 from dealbase.platform.batches.service import savepoint
 from dealbase.platform.batches.upserts import Judging
 from dealbase.platform.event_types import EventType
+from dealbase.platform.events import repository as event_repository
 from dealbase.platform.events import service as events
 from dealbase.platform.record_changes import ChangedRecord, JsonSql
 from dealbase.platform.resources import JsonObject
@@ -202,7 +203,11 @@ def update_later(
 
     One statement (``record_changes``) sent with the unit of work's next round trip: with the
     COMMIT, when nothing else runs. Its row is read once it has gone: the record's columns, its
-    JSON text (``shown``), the fields that changed."""
+    JSON text (``shown``), the fields that changed.
+
+    On a distributed schema, two statements Citus routes whole (``record_changes.Routed``),
+    sent now: the events they make are inserted with the next round trip (with the COMMIT, when
+    nothing else runs), which their answer must have reached first; a second round trip."""
     scope = uow.scope
     versions = None if expected is None else expected.versions
     shape = record_changes.Shape(
@@ -219,18 +224,27 @@ def update_later(
         new_ids(len(event_names)),
         scope.tenant_id,
     )
-    written = uow.connection.defer(
-        record_changes.statement(record.changes, shape),
-        values,
-        meaning=record.rows.external_id_meaning,
+    connection, meaning = uow.connection, record.rows.external_id_meaning
+    if connection.distributed:
+        routed = record_changes.routed(record.changes, shape)
+        written = connection.defer(routed.update, values, meaning=meaning)
+        check = connection.defer(routed.check, values)
+        row = record_changes.routed_row(
+            written.rows().mappings().first(), check.rows().mappings().first()
+        )
+        if row is not None:
+            event_repository.record_texts_later(connection, row["events"])
+        events.recorded_by_statement(uow, lambda: _wakes(row))
+        return AfterCommit(lambda: _written(record, row, record_id))
+    deferred = connection.defer(
+        record_changes.statement(record.changes, shape), values, meaning=meaning
     )
-    events.recorded_by_statement(uow, lambda: _wakes(written))
-    return AfterCommit(lambda: _written(record, written, record_id))
+    events.recorded_by_statement(uow, lambda: _wakes(deferred.rows().mappings().first()))
+    return AfterCommit(lambda: _written(record, deferred.rows().mappings().first(), record_id))
 
 
-def _written(record: SyncedRecord[Model, Any], written: Deferred, record_id: uuid.UUID) -> Record:
+def _written(record: SyncedRecord[Model, Any], row: Record | None, record_id: uuid.UUID) -> Record:
     """The row ``update_later``'s statement wrote, or why it wrote none."""
-    row = written.rows().mappings().first()
     if row is None:
         raise record.rows.not_found(record_id)
     if row["id"] is None:
@@ -241,8 +255,7 @@ def _written(record: SyncedRecord[Model, Any], written: Deferred, record_id: uui
     return row
 
 
-def _wakes(written: Deferred) -> bool:
-    row = written.rows().mappings().first()
+def _wakes(row: Record | None) -> bool:
     return row is not None and bool(row["changed_fields"]) and bool(row["wakes"])
 
 

@@ -201,6 +201,12 @@ def _wakes_in(department: ColumnElement[Any]) -> ColumnElement[bool]:
     )
 
 
+def wakes_in(department: ColumnElement[Any]) -> ColumnElement[bool]:
+    """Whether the worker is to be woken for events recorded in ``department`` (a column or a
+    parameter): for a statement that reads it beside the write whose events another records."""
+    return _wakes_in(department)
+
+
 # Whether the worker is to be woken for events recorded in the department the parameter
 # ``department_id`` names (``Outbox.wake_if``), or in any of those ``departments`` names.
 WAKES_IN_DEPARTMENT = built_once(
@@ -307,6 +313,16 @@ _RECORD_EACH = built_once(
 )
 _CLAIM = built_once(_claim_statement())
 _NUMBER = built_once(_number_statement())
+
+
+def record_texts_later(connection: TenantConnection, recorded: Sequence[Record]) -> None:
+    """Events made by PostgreSQL, as ``_RECORD_EACH`` takes them (``event_id``,
+    ``department_id``, ``type``, ``changed_fields``; ``data`` and ``previous`` as JSON text,
+    kept as they are), inserted a statement each with the unit of work's next round trip: on a
+    distributed schema, statements Citus routes whole, where the statement that made them
+    cannot insert them without a subplan (``record_changes.Routed``)."""
+    if recorded:
+        connection.defer(_RECORD_EACH, list(recorded))
 
 
 # Told the tenant schema of each transaction that committed events, right after its COMMIT, on
