@@ -15,7 +15,7 @@ from dealbase.platform import records
 from dealbase.platform.activities import repository as activities_repository
 from dealbase.platform.batches.models import Batch, Result, Write, single_upsert
 from dealbase.platform.customers import repository as customers_repository
-from dealbase.platform.deals import repository
+from dealbase.platform.deals import creation, repository
 from dealbase.platform.deals.models import (
     CustomerLink,
     Deal,
@@ -60,9 +60,9 @@ def create(uow: UnitOfWork, fields: DealCreate) -> Deal:
     element of ``customers``, linked in request order. An external id (the deal's or a
     customer's) that another record of its kind in the department has is ExternalIdTaken."""
     inserted = _insert(uow, fields, as_json=False)
-    deal = repository.created(inserted, uow.scope.tenant_id)  # sent now: a failure is raised here
+    deal = creation.created(inserted, uow.scope.tenant_id)  # sent now: a failure is raised here
     # Once written: a batch's operation that failed is rolled back to its savepoint.
-    events.recorded_by_statement(uow, lambda: repository.created_wakes(inserted))
+    events.recorded_by_statement(uow, lambda: creation.created_wakes(inserted))
     return deal
 
 
@@ -74,19 +74,19 @@ def create_later_as_json(
     work's next round trip: with the COMMIT, when nothing else runs. Its failures are raised
     by that round trip."""
     inserted = _insert(uow, fields, as_json=True)
-    events.recorded_by_statement(uow, lambda: repository.created_wakes(inserted))
-    return AfterCommit(lambda: repository.created_as_json(inserted))
+    events.recorded_by_statement(uow, lambda: creation.created_wakes(inserted))
+    return AfterCommit(lambda: creation.created_as_json(inserted))
 
 
 def _insert(uow: UnitOfWork, fields: DealCreate, *, as_json: bool) -> Deferred:
     """The deal, its customers, their links and their events: one statement
-    (``repository.defer_create``)."""
+    (``creation.defer_create``)."""
     scope = uow.scope
 
     def meaning(fault: Fault) -> Exception | None:
         return _create_failure(fault, fields.external_id)
 
-    return repository.defer_create(
+    return creation.defer_create(
         uow.connection, scope.tenant_id, department_of(scope), fields, meaning, as_json=as_json
     )
 
