@@ -51,6 +51,13 @@ class Fault:
 ErrorMeaning = Callable[[Fault], Exception | None]
 
 
+# What a message names, as PostgreSQL quotes it ('column "step_id" of relation "deals"').
+_NAMED = re.compile(r'\b(relation|table|column|constraint) "([^"]+)"')
+# The suffix of a shard's name, and of its constraints': its table's or constraint's, then
+# "_" and the shard's id.
+_SHARD_SUFFIX = re.compile(r"_[0-9]+$")
+
+
 def fault_of(error: BaseException) -> Fault | None:
     """``error`` as a Fault when it is one of the kinds a caller may mean something by."""
     if not isinstance(error, psycopg.Error):
@@ -59,20 +66,23 @@ def fault_of(error: BaseException) -> Fault | None:
     if kind is None:
         return None
     diag = error.diag
-    return Fault(kind, diag.table_name, diag.column_name, _constraint_of(diag))
+    if diag.table_name is None and diag.column_name is None and diag.constraint_name is None:
+        return _relayed(kind, diag.message_primary or "")
+    return Fault(kind, diag.table_name, diag.column_name, diag.constraint_name)
 
 
-# Citus passes a worker's error on without the fields that name what failed; its message names
-# the constraint as the shard's: the constraint's name and the shard's id.
-_WORKERS_CONTEXT = "while executing command on "
-_SHARD_CONSTRAINT = re.compile(r'constraint "(?P<name>.+)_\d+"')
-
-
-def _constraint_of(diag: psycopg.errors.Diagnostic) -> str | None:
-    if diag.constraint_name is not None or _WORKERS_CONTEXT not in (diag.context or ""):
-        return diag.constraint_name
-    named = _SHARD_CONSTRAINT.search(diag.message_primary or "")
-    return None if named is None else named["name"]
+def _relayed(kind: FaultKind, message: str) -> Fault:
+    """A fault a Citus coordinator passed on from a worker: with the worker's message, but
+    without the fields that name the table, column and constraint, which the message names (the
+    shard's, which end in its id)."""
+    named: dict[str, str] = {}
+    for noun, name in _NAMED.findall(message):
+        if noun == "column":
+            named.setdefault("column", name)
+        else:
+            key = "constraint" if noun == "constraint" else "table"
+            named.setdefault(key, _SHARD_SUFFIX.sub("", name))
+    return Fault(kind, named.get("table"), named.get("column"), named.get("constraint"))
 
 
 def meant(error: BaseException, meaning: ErrorMeaning) -> Exception | None:
