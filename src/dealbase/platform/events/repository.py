@@ -121,6 +121,22 @@ def _transaction_sequence() -> ColumnElement[int]:
     )
 
 
+def _transaction_sequence_at_once() -> ColumnElement[int]:
+    """``_transaction_sequence`` for an ``INSERT ... VALUES`` Citus routes whole, which
+    evaluates it on the coordinator: one cast of the setting's text, an expression Citus
+    evaluates whole. It evaluates a ``COALESCE``'s arguments one by one instead, the
+    ``set_config`` of a new number included where the setting holds one already: the setting
+    moved on at every statement, and a transaction's third event took a number of its own."""
+    taken = func.current_setting(_SEQUENCE_SETTING, true())
+    return cast(
+        func.coalesce(
+            func.nullif(taken, ""),
+            func.set_config(_SEQUENCE_SETTING, cast(event_sequence.next_value(), Text), true()),
+        ),
+        BigInteger,
+    )
+
+
 def recorded_alone(event_type: EventType, data: ColumnElement[Any]) -> Insert:
     """An insert of one event of ``event_type`` in the department the parameter
     ``department_id`` names, its id the parameter ``event_id`` and its data ``data`` (made of
@@ -131,22 +147,54 @@ def recorded_alone(event_type: EventType, data: ColumnElement[Any]) -> Insert:
     )
 
 
+def recorded_together(
+    recorded: Sequence[tuple[EventType, ColumnElement[Any], ColumnElement[Any]]],
+) -> Insert:
+    """``recorded_alone`` of several events, each given by its type, its id and its data (made
+    of the statement's parameters), in one ``INSERT ... VALUES`` of a row each, in their order:
+    for a write of several records (a deal and its new customers)."""
+    return insert(events).values(
+        [
+            _event_row(
+                event_id,
+                literal(event_type, Text),
+                data,
+                cast(null(), ARRAY(Text)),
+                cast(null(), JSON),
+            )
+            for event_type, event_id, data in recorded
+        ]
+    )
+
+
 def _one_event(
     event_type: ColumnElement[str],
     data: ColumnElement[Any],
     changed_fields: ColumnElement[Any],
     previous: ColumnElement[Any],
 ) -> Insert:
-    return insert(events).values(
-        id=bindparam("event_id", type_=UUID(as_uuid=True)),
-        sequence=_transaction_sequence(),
-        department_id=bindparam("department_id", type_=UUID(as_uuid=True)),
-        type=event_type,
-        data=data,
-        changed_fields=changed_fields,
-        previous=previous,
-        created_at=func.now(),
-    )
+    event_id = bindparam("event_id", type_=UUID(as_uuid=True))
+    return insert(events).values(**_event_row(event_id, event_type, data, changed_fields, previous))
+
+
+def _event_row(
+    event_id: ColumnElement[Any],
+    event_type: ColumnElement[str],
+    data: ColumnElement[Any],
+    changed_fields: ColumnElement[Any],
+    previous: ColumnElement[Any],
+) -> dict[str, ColumnElement[Any]]:
+    """An event's row, in the department the parameter ``department_id`` names."""
+    return {
+        "id": event_id,
+        "sequence": _transaction_sequence_at_once(),
+        "department_id": bindparam("department_id", type_=UUID(as_uuid=True)),
+        "type": event_type,
+        "data": data,
+        "changed_fields": changed_fields,
+        "previous": previous,
+        "created_at": func.now(),
+    }
 
 
 def _inserted_events(recorded: Select[Any] | CompoundSelect[Any], *, returning: bool) -> CTE:
