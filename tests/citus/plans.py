@@ -23,8 +23,6 @@ _TENANT_SCHEMA = re.compile(r'"?t_[0-9a-f]{32}"?\.')
 # MATERIALIZED CTE that works around it pulls the row through the coordinator).
 NOT_ROUTED_YET = {
     "WITH found AS": "an upsert by external id, alone or in a batch",
-    "WITH given AS": "a deal's create with new customers",
-    "WITH first_step AS MATERIALIZED": "a deal's create in its department's first step",
 }
 # And in the webhook worker's visit.
 WORKER_NOT_ROUTED_YET: dict[str, str] = {}

@@ -30,6 +30,7 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.dialects.postgresql import JSON, UUID, aggregate_order_by
+from sqlalchemy.sql.base import ReadOnlyColumnCollection
 from sqlalchemy.sql.selectable import NamedFromClause
 
 from dealbase.db.statements import tenant_function
@@ -205,9 +206,19 @@ def new_deal_json_sql(row: FromClause, customers_json: ColumnElement[Any]) -> Co
     its customers' JSON array (each customer's kept JSON, in link order). A new deal
     is unassigned: no employee, so no employee's name. ``tests/platform/test_resources.py``
     holds it equal to ``deal_json``."""
+    return new_deal_json_of(row.c, customers_json)
+
+
+def new_deal_json_of(
+    values: Mapping[str, ColumnElement[Any]] | ReadOnlyColumnCollection[str, Any],
+    customers_json: ColumnElement[Any],
+) -> ColumnElement[Any]:
+    """``new_deal_json_sql`` of a deal given by its values (parameters, ``now()``), by name,
+    rather than read from a row: what a statement that does not insert the deal itself sends
+    (a distributed schema's create: ``deals.creation``)."""
     pairs: list[Any] = []
     for name in _DEAL_NAMES:
-        value = cast(null(), Text) if name == "employee_name" else _json_sql(row.c[name])
+        value = cast(null(), Text) if name == "employee_name" else _json_sql(values[name])
         pairs.extend((literal_column(f"'{name}'"), value))
     pairs.extend((literal_column("'customers'"), customers_json))
     return func.json_build_object(*pairs)

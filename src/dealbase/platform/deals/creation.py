@@ -1,10 +1,11 @@
-"""A deal's create with its new customers, their links and their events (moved from the
-repository, which it outgrew)."""
+"""A deal's create with its new customers, their links and their events: one statement on a
+single server; on a distributed schema, statements Citus routes whole to the tenant's worker."""
 
 from __future__ import annotations
 
 import functools
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -25,6 +26,7 @@ from sqlalchemy import (
     union_all,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSON, UUID, aggregate_order_by
+from sqlalchemy.sql.dml import Insert, ReturningInsert
 
 from dealbase.db.faults import ErrorMeaning
 from dealbase.db.statements import built_once
@@ -32,11 +34,20 @@ from dealbase.db.transactions import Deferred, TenantConnection
 from dealbase.ids import new_ids
 from dealbase.platform.customers.repository import to_customer
 from dealbase.platform.deals.models import Deal, DealCreate
-from dealbase.platform.deals.repository import to_deal
-from dealbase.platform.events.repository import recorded_rows
-from dealbase.platform.resources import CUSTOMER_JSON_COLUMN, new_deal_json_sql
+from dealbase.platform.deals.repository import first_step, first_step_query, to_deal
+from dealbase.platform.events.repository import (
+    WAKES_IN_DEPARTMENT,
+    recorded_rows,
+    recorded_together,
+)
+from dealbase.platform.resources import (
+    CUSTOMER_JSON_COLUMN,
+    customer_json_of,
+    new_deal_json_of,
+    new_deal_json_sql,
+)
 from dealbase.platform.rows import insert_reading, lookup
-from dealbase.platform.tables import customers, deal_customers, deals, steps
+from dealbase.platform.tables import customers, deal_customers, deals, events
 
 # A new deal's own fields (``DealCreate``'s but its customers), and a new customer's (every
 # column but the server's own), as their tables name them.
@@ -68,13 +79,7 @@ def _create_statement(as_json: bool) -> Select[Any]:
     department_id = bindparam("department_id", type_=deals.c.department_id.type)
     deal_id = bindparam("id", type_=deals.c.id.type)
     # Looked up as Citus plans it (``rows.lookup``).
-    first_step = lookup(
-        select(steps.c.id)
-        .where(steps.c.department_id == department_id)
-        .order_by(steps.c.position)
-        .limit(1),
-        "first_step",
-    )
+    first_step = lookup(first_step_query(), "first_step")
     new_deal = (
         insert_reading(
             deals,
@@ -196,6 +201,124 @@ def _create_statement(as_json: bool) -> Select[Any]:
     return built_once(statement.add_cte(new_links, recorded))
 
 
+# On a distributed schema: the deal given its step, its customers, their links and their
+# events, each an ``INSERT ... VALUES`` (of a row per customer, per event), their data made by
+# PostgreSQL from the same values (``customer_json_of``, ``new_deal_json_of``) where the single
+# server's statement reads them from the rows it inserted. The deal's values are parameters
+# named after its columns, each customer's ``customer_<index>_<column>``. The deal's insert
+# returns its columns (``as_json``: its id and version).
+_DEAL_VALUES = {
+    name: bindparam(name, type_=deals.c[name].type)
+    for name in ("id", "department_id", "step_id", *_NEW_DEAL_FIELDS)
+}
+_ROUTED_DEAL = {
+    as_json: built_once(
+        insert(deals)
+        .values(created_at=func.now(), updated_at=func.now(), **_DEAL_VALUES)
+        .returning(*((deals.c.id, deals.c.version) if as_json else deals.c))
+    )
+    for as_json in (False, True)
+}
+# A new row's timestamp, typed as its column: ``new_deal_json_of`` shows it as JSON does.
+_NOW = func.now(type_=deals.c.created_at.type)
+
+
+def _customer_parameter(index: int, name: str) -> str:
+    """The name of the parameter of customer ``index``'s ``name`` (a column, or ``event_id``)."""
+    return f"customer_{index}_{name}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Routed:
+    """The statements of a create with a number of customers, but the deal's insert: its
+    customers' (returning their columns but with ``as_json``) and their links' (None without
+    customers), and its events' (each customer's customer.created, then deal.created; with
+    ``as_json`` returning their data as JSON text, the deal's last: REST's answer)."""
+
+    customers: ReturningInsert[Any] | Insert | None
+    links: Insert | None
+    events: ReturningInsert[Any] | Insert
+
+
+@functools.lru_cache(maxsize=32)
+def _routed(count: int, as_json: bool) -> _Routed:
+    """Built once per number of customers: a statement of a row per customer."""
+    given = [
+        {
+            name: bindparam(_customer_parameter(index, name), type_=customers.c[name].type)
+            for name in _NEW_CUSTOMER_COLUMNS
+        }
+        for index in range(count)
+    ]
+    shown = [
+        customer_json_of({**values, "created_at": func.now(), "updated_at": func.now()})
+        for values in given
+    ]
+    deal_shown = new_deal_json_of(
+        {
+            **_DEAL_VALUES,
+            "employee_id": cast(null(), deals.c.employee_id.type),
+            "created_at": _NOW,
+            "updated_at": _NOW,
+        },
+        func.json_build_array(*shown) if shown else literal_column("'[]'::json"),
+    )
+    events_inserted: ReturningInsert[Any] | Insert = recorded_together(
+        [
+            *(
+                (
+                    "customer.created",
+                    bindparam(_customer_parameter(index, "event_id"), type_=UUID(as_uuid=True)),
+                    data,
+                )
+                for index, data in enumerate(shown)
+            ),
+            ("deal.created", bindparam("event_id", type_=UUID(as_uuid=True)), deal_shown),
+        ]
+    )
+    if as_json:
+        events_inserted = events_inserted.returning(cast(events.c.data, Text))
+    if not given:
+        return _Routed(None, None, built_once(events_inserted))
+    customers_inserted: ReturningInsert[Any] | Insert = insert(customers).values(
+        [
+            {
+                **values,
+                "department_id": _DEAL_VALUES["department_id"],
+                "created_at": func.now(),
+                "updated_at": func.now(),
+            }
+            for values in given
+        ]
+    )
+    if not as_json:
+        customers_inserted = customers_inserted.returning(*customers.c)
+    links = insert(deal_customers).values(
+        [
+            {
+                "deal_id": _DEAL_VALUES["id"],
+                "customer_id": values["id"],
+                "position": literal(place, deal_customers.c.position.type),
+            }
+            for place, values in enumerate(given, start=1)
+        ]
+    )
+    return _Routed(built_once(customers_inserted), built_once(links), built_once(events_inserted))
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    """What ``defer_create`` sent: on one server its one statement (``deal``); on a distributed
+    schema the deal's insert, its customers' (None without customers), its events' (with
+    ``as_json``: their data, the deal's last, REST's answer) and whether the worker is to be
+    woken."""
+
+    deal: Deferred
+    customers: Deferred | None = None
+    shown: Deferred | None = None
+    wakes: Deferred | None = None
+
+
 def defer_create(
     connection: TenantConnection,
     tenant_id: uuid.UUID,
@@ -204,13 +327,22 @@ def defer_create(
     meaning: ErrorMeaning,
     *,
     as_json: bool,
-) -> Deferred:
+) -> Created:
     """``_create_statement``, sent with the unit of work's next round trip; ``meaning`` says
-    what its failure means (``create_failure``)."""
+    what its failure means (``create_failure``). On a distributed schema, ``_defer_routed``'s
+    statements."""
     count = len(fields.customers)
     # In increasing order: the customers' ids, the deal's, then the events' (their ids order
     # them within the transaction: the customers', then the deal's).
     ids = new_ids(2 * count + 2)
+    values: dict[str, object] = {name: getattr(fields, name) for name in _NEW_DEAL_FIELDS}
+    values.update(id=ids[count], department_id=department_id, event_id=ids[-1])
+    if connection.distributed:
+        given = [
+            {**customer.model_dump(), "id": ids[index], "event_id": ids[count + 1 + index]}
+            for index, customer in enumerate(fields.customers)
+        ]
+        return _defer_routed(connection, values, given, meaning, as_json=as_json)
     given = [
         {
             **customer.model_dump(exclude_none=True),
@@ -220,20 +352,55 @@ def defer_create(
         }
         for index, customer in enumerate(fields.customers)
     ]
-    values: dict[str, object] = {name: getattr(fields, name) for name in _NEW_DEAL_FIELDS}
-    values.update(
-        id=ids[count],
-        department_id=department_id,
-        customers=orjson.dumps(given).decode(),
-        event_id=ids[-1],
-        tenant_id=str(tenant_id),
-    )
-    return connection.defer(_create_statement(as_json), values, meaning=meaning)
+    values.update(customers=orjson.dumps(given).decode(), tenant_id=str(tenant_id))
+    return Created(connection.defer(_create_statement(as_json), values, meaning=meaning))
 
 
-def created(inserted: Deferred, tenant_id: uuid.UUID) -> Deal:
+def _defer_routed(
+    connection: TenantConnection,
+    deal: dict[str, object],
+    given: list[dict[str, object]],
+    meaning: ErrorMeaning,
+    *,
+    as_json: bool,
+) -> Created:
+    """The create on a distributed schema, in two round trips: the department's first step
+    read now (the deal's event shows it, and Citus routes no statement whole that both reads
+    it and stamps ``now()``), then the deal, its customers, their links and their events sent
+    with the next round trip (the COMMIT, when nothing else runs). No first step: the deal's
+    insert fails on its NOT NULL ``step_id``, as the single server's statement does."""
+    department_id = deal["department_id"]
+    assert isinstance(department_id, uuid.UUID)
+    deal = {**deal, "step_id": first_step(connection, department_id)}
+    inserted = connection.defer(_ROUTED_DEAL[as_json], deal, meaning=meaning)
+    routed = _routed(len(given), as_json)
+    # The deal's values and its customers': each insert sets every column it is given a value
+    # of, and none is named as a column one of them leaves out (a deal's employee_id and
+    # version, a customer's version, an event's position).
+    values = {
+        **deal,
+        **{
+            _customer_parameter(index, name): value
+            for index, customer in enumerate(given)
+            for name, value in customer.items()
+        },
+    }
+    customers_inserted = None
+    if routed.customers is not None and routed.links is not None:
+        customers_inserted = connection.defer(routed.customers, values)
+        connection.defer(routed.links, values)
+    recorded = connection.defer(routed.events, values)
+    wakes = connection.defer(WAKES_IN_DEPARTMENT, {"department_id": department_id})
+    return Created(inserted, customers_inserted, recorded if as_json else None, wakes)
+
+
+def created(inserted: Created, tenant_id: uuid.UUID) -> Deal:
     """The deal ``defer_create(as_json=False)`` inserted, with its customers."""
-    rows = inserted.rows().mappings().all()
+    if inserted.wakes is not None:
+        added = () if inserted.customers is None else inserted.customers.rows().mappings()
+        found = [to_customer(row, tenant_id) for row in added]
+        return to_deal(inserted.deal.rows().mappings().one(), found)
+    rows = inserted.deal.rows().mappings().all()
     found = [
         to_customer(
             {
@@ -248,13 +415,17 @@ def created(inserted: Deferred, tenant_id: uuid.UUID) -> Deal:
     return to_deal(rows[0], found)
 
 
-def created_as_json(inserted: Deferred) -> tuple[uuid.UUID, int, str]:
+def created_as_json(inserted: Created) -> tuple[uuid.UUID, int, str]:
     """The deal ``defer_create(as_json=True)`` inserted: its id, version and JSON text."""
-    row = inserted.rows().one()
+    row = inserted.deal.rows().one()
+    if inserted.shown is not None:
+        return row[0], row[1], inserted.shown.rows().all()[-1][0]
     return row[0], row[1], row[2]
 
 
-def created_wakes(inserted: Deferred) -> bool:
+def created_wakes(inserted: Created) -> bool:
     """Whether the worker is to be woken for the events ``defer_create`` recorded."""
-    row = inserted.rows().first()
+    if inserted.wakes is not None:
+        return bool(inserted.wakes.rows().scalar())
+    row = inserted.deal.rows().first()
     return row is not None and bool(row[-1])

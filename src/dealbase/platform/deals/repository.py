@@ -44,18 +44,38 @@ from dealbase.platform.tables import deal_customers, deals, employees, steps
 rows = OwnedRows(deals, "deal")
 
 
+def first_step_query() -> Select[Any]:
+    """The first step (lowest position) of the department the parameter ``department_id``
+    names: where a new deal starts unless told otherwise."""
+    return (
+        select(steps.c.id)
+        .where(
+            steps.c.department_id == bindparam("department_id", type_=deals.c.department_id.type)
+        )
+        .order_by(steps.c.position)
+        .limit(1)
+    )
+
+
+_FIRST_STEP = built_once(first_step_query())
+
+
+def first_step(connection: TenantConnection, department_id: uuid.UUID) -> uuid.UUID | None:
+    """The department's first step, None when it has none: read by a statement of its own on
+    a distributed schema, where Citus routes no insert whole that both reads it and stamps
+    ``now()`` (``rows.lookup``)."""
+    found: uuid.UUID | None = connection.execute(
+        _FIRST_STEP, {"department_id": department_id}
+    ).scalar()
+    return found
+
+
 @functools.lru_cache(maxsize=64)
 def _insert_deal_statement(columns: tuple[str, ...], in_first_step: bool) -> Any:
     """Built once per set of columns a caller gives: building a statement costs more CPU than
     running it."""
     department_id = bindparam("department_id", type_=deals.c.department_id.type)
-    first_step = lookup(
-        select(steps.c.id)
-        .where(steps.c.department_id == department_id)
-        .order_by(steps.c.position)
-        .limit(1),
-        "first_step",
-    )
+    first_step = lookup(first_step_query(), "first_step")
     values = {
         "id": bindparam("id", type_=deals.c.id.type),
         "department_id": department_id,
@@ -73,6 +93,23 @@ def _insert_deal_statement(columns: tuple[str, ...], in_first_step: bool) -> Any
     )
 
 
+@functools.lru_cache(maxsize=64)
+def _insert_deal_values_statement(columns: tuple[str, ...]) -> Any:
+    """``_insert_deal_statement`` on a distributed schema: an ``INSERT ... VALUES``, its step
+    given, which Citus routes whole (it pulls an ``INSERT ... SELECT`` that stamps ``now()``
+    through the coordinator)."""
+    values = {
+        name: bindparam(name, type_=deals.c[name].type)
+        for name in ("id", "department_id", "step_id", *columns)
+    }
+    return built_once(
+        pg_insert(deals)
+        .values(created_at=func.now(), updated_at=func.now(), **values)
+        .on_conflict_do_nothing(index_elements=[deals.c.department_id, deals.c.external_id])
+        .returning(*deals.c)
+    )
+
+
 def insert_deal(
     connection: TenantConnection,
     department_id: uuid.UUID,
@@ -82,18 +119,22 @@ def insert_deal(
     """The new deal's row, in ``step_id`` or else the department's first step (found by the
     same statement; none: a NOT NULL violation of ``step_id``); None when another deal of the
     department has its external id (ON CONFLICT DO NOTHING: the transaction stays usable, and a
-    concurrent insert of the same external id is waited for)."""
-    return connection.execute(*_deal_insert(department_id, step_id, values)).mappings().first()
+    concurrent insert of the same external id is waited for).
 
-
-def _deal_insert(
-    department_id: uuid.UUID, step_id: uuid.UUID | None, values: dict[str, object]
-) -> tuple[Any, dict[str, object]]:
-    statement = _insert_deal_statement(tuple(sorted(values)), step_id is None)
+    On a distributed schema the first step is read by a round trip of its own before
+    (``first_step``), and the insert is given it."""
+    columns = tuple(sorted(values))
     parameters = {**values, "id": new_id(), "department_id": department_id}
-    if step_id is not None:
+    if connection.distributed:
+        if step_id is None:
+            step_id = first_step(connection, department_id)
+        statement = _insert_deal_values_statement(columns)
         parameters["step_id"] = step_id
-    return statement, parameters
+    else:
+        statement = _insert_deal_statement(columns, step_id is None)
+        if step_id is not None:
+            parameters["step_id"] = step_id
+    return connection.execute(statement, parameters).mappings().first()
 
 
 def link_customer(connection: TenantConnection, deal_id: uuid.UUID, customer_id: uuid.UUID) -> bool:

@@ -8,7 +8,6 @@ from pydantic import BaseModel
 
 from dealbase.db.faults import Fault, faults_meaning
 from dealbase.db.statements import Record
-from dealbase.db.transactions import Deferred
 from dealbase.db.units import AfterCommit, UnitOfWork
 from dealbase.errors import Conflict, ExternalIdTaken, Invalid, NotFound
 from dealbase.platform import records
@@ -71,16 +70,18 @@ def create_later_as_json(
 ) -> AfterCommit[tuple[uuid.UUID, int, str]]:
     """``create``'s deal as its id, its version and the JSON text ``resources.deal_json``
     would make, made by PostgreSQL (REST's answer), from one statement sent with the unit of
-    work's next round trip: with the COMMIT, when nothing else runs. Its failures are raised
-    by that round trip."""
+    work's next round trip: with the COMMIT, when nothing else runs (on a distributed schema,
+    after a round trip that reads the department's first step). Its failures are raised by
+    that round trip."""
     inserted = _insert(uow, fields, as_json=True)
     events.recorded_by_statement(uow, lambda: creation.created_wakes(inserted))
     return AfterCommit(lambda: creation.created_as_json(inserted))
 
 
-def _insert(uow: UnitOfWork, fields: DealCreate, *, as_json: bool) -> Deferred:
+def _insert(uow: UnitOfWork, fields: DealCreate, *, as_json: bool) -> creation.Created:
     """The deal, its customers, their links and their events: one statement
-    (``creation.defer_create``)."""
+    (``creation.defer_create``); on a distributed schema, after a round trip that reads the
+    department's first step, statements Citus routes whole."""
     scope = uow.scope
 
     def meaning(fault: Fault) -> Exception | None:
@@ -93,11 +94,12 @@ def _insert(uow: UnitOfWork, fields: DealCreate, *, as_json: bool) -> Deferred:
 
 def _create_failure(fault: Fault, external_id: str | None) -> Exception | None:
     """What a failure of a create's statement means: an external id taken (the deal's, else a
-    customer's), or a department without steps for the deal to start in."""
+    customer's), or a department without steps for the deal to start in. A unique violation is
+    told by its constraint: Citus passes a worker's on without the table's name."""
     if fault.kind == "unique":
-        if fault.table == "deals":
+        if fault.constraint == "deals_external_id_key":
             return _taken(external_id)
-        if fault.table == "customers":
+        if fault.constraint == "customers_external_id_key":
             return customers_repository.external_id_taken()
     return _no_steps_meant(fault)
 
