@@ -394,7 +394,7 @@ def _judged(
 ) -> dict[int, _Judged[Model]]:
     """Each write's verdict (``upserts.judged``), by index, with the record it names, locked."""
     rows = uow.connection.execute(
-        upserts.judged_statement(record.judging),
+        upserts.judged_statement(record.judging, routed=uow.connection.distributed),
         upserts.parameters(record.judging, many, department_id).values,
     ).mappings()
     judged = list(rows)

@@ -4,8 +4,9 @@ the SQL that judges a batch of writes (``judged``), and the errors they answer (
 
 The records the writes name are locked and read by their external ids (``SELECT ... FOR
 UPDATE``, in id order) in the statement that judges them. A record written in bulk is then
-inserted or changed by the same statement; one written one at a time reads the verdicts and
-writes each in turn. An insert whose external id another transaction inserted after the lookup
+inserted or changed by the same statement (on a distributed schema, by the statements that
+follow it: ``routed_writes``); one written one at a time reads the verdicts and writes each in
+turn. An insert whose external id another transaction inserted after the lookup
 (and committed) fails on the unique key: in bulk, the statement fails and the unit of work runs
 again, its lookup now finding the record (``RunAgain``); one at a time, the insert inserts
 nothing (``ON CONFLICT DO NOTHING``) and the write is judged again. So two transactions
@@ -18,7 +19,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 import orjson
 from pydantic import BaseModel
@@ -43,7 +44,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSON, UUID, array
 from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.sql.selectable import CTE, TableValuedAlias
+from sqlalchemy.sql.selectable import CTE, NamedFromClause, Subquery, TableValuedAlias
 
 from dealbase.db.statements import built_once
 from dealbase.errors import DomainError, ExternalIdTaken, Invalid, PreconditionFailed
@@ -165,7 +166,21 @@ def found_column(name: str) -> str:
     return f"found_{name}"
 
 
-def judged(judging: Judging, shown_before: JsonSql | None = None) -> CTE:
+@overload
+def judged(
+    judging: Judging, shown_before: JsonSql | None = None, *, routed: Literal[False] = False
+) -> CTE: ...
+
+
+@overload
+def judged(
+    judging: Judging, shown_before: JsonSql | None = None, *, routed: Literal[True]
+) -> Subquery: ...
+
+
+def judged(
+    judging: Judging, shown_before: JsonSql | None = None, *, routed: bool = False
+) -> CTE | Subquery:
     """The CTE ``judged`` of a statement over the writes (its ``parameters``): each write's
     columns (``ordinal``, ``new_id``, ``event_id``, its fields), the fields it changes
     (``changed_fields``: given, and different), its ``verdict``, for each reference whether the
@@ -176,12 +191,17 @@ def judged(judging: Judging, shown_before: JsonSql | None = None) -> CTE:
 
     What comes after reads the record a write names from it, never by joining two CTEs:
     PostgreSQL cannot tell how many rows a CTE holds, and a nested loop over two of a thousand
-    rows each cost a batch 120 ms."""
+    rows each cost a batch 120 ms.
+
+    ``routed``: the same as a subquery of subqueries, for a statement that only reads it (on a
+    distributed schema): Citus routes a SELECT of subqueries over the writes' function and the
+    schema's tables whole to the tenant's worker, where it plans a CTE that locks rows as a
+    subplan of its own."""
     table = judging.table
     department_id = bindparam(DEPARTMENT, type_=table.c.department_id.type)
     given = _given(judging)
     json_columns: list[ColumnElement[Any]] = [literal_column(name) for name in judging.json_columns]
-    found = (
+    locking = (
         select(*table.c, *judging.read_columns, *(json_columns if shown_before else ()))
         .where(
             table.c.department_id == department_id,
@@ -191,8 +211,8 @@ def judged(judging: Judging, shown_before: JsonSql | None = None) -> CTE:
         )
         .order_by(table.c.id)
         .with_for_update(of=table)
-        .cte("found")
     )
+    found = _named(locking, "found", routed)
     differing = [
         case(
             (
@@ -214,15 +234,15 @@ def judged(judging: Judging, shown_before: JsonSql | None = None) -> CTE:
         ]
     )
     read = [*table.c, *judging.read_columns]
-    compared = (
+    compared = _named(
         select(
             given,
             changed_fields.label("changed_fields"),
             *(found.c[column.name].label(found_column(column.name)) for column in read),
             *before,
-        )
-        .select_from(given.outerjoin(found, found.c.external_id == given.c.external_id))
-        .cte("compared")
+        ).select_from(given.outerjoin(found, found.c.external_id == given.c.external_id)),
+        "compared",
+        routed,
     )
     found_id = compared.c[found_column("id")]
     versions = compared.c[found_column("version")]
@@ -252,22 +272,27 @@ def judged(judging: Judging, shown_before: JsonSql | None = None) -> CTE:
         ).label(f"known_{name}")
         for name, ref in judging.references.items()
     ]
-    return select(compared, verdict.label("verdict"), *known).cte("judged")
+    return _named(select(compared, verdict.label("verdict"), *known), "judged", routed)
 
 
-_JUDGED: dict[str, Select[Any]] = {}
+def _named(query: Select[Any], name: str, routed: bool) -> CTE | Subquery:
+    return query.subquery(name) if routed else query.cte(name)
 
 
-def judged_statement(judging: Judging) -> Select[Any]:
+_JUDGED: dict[tuple[str, bool], Select[Any]] = {}
+
+
+def judged_statement(judging: Judging, *, routed: bool = False) -> Select[Any]:
     """Each write's ``ordinal``, ``verdict``, ``changed_fields`` and ``known_<field>`` checks,
     with the record it names (its columns and ``read_columns``, by their own names; all null
     when none), in the order of the writes: ``judged`` alone, for a record written one write at
-    a time. Built once per table."""
-    built = _JUDGED.get(judging.table.name)
+    a time (``routed``: of subqueries, on a distributed schema). Built once per table."""
+    key = (judging.table.name, routed)
+    built = _JUDGED.get(key)
     if built is None:
-        verdicts = judged(judging)
+        verdicts = judged(judging, routed=True) if routed else judged(judging)
         read = [*judging.table.c, *judging.read_columns]
-        built = _JUDGED[judging.table.name] = built_once(
+        built = _JUDGED[key] = built_once(
             select(
                 verdicts.c.ordinal,
                 verdicts.c.verdict,
@@ -279,7 +304,7 @@ def judged_statement(judging: Judging) -> Select[Any]:
     return built
 
 
-def references_known(judging: Judging, judged: CTE) -> ColumnElement[bool]:
+def references_known(judging: Judging, judged: NamedFromClause) -> ColumnElement[bool]:
     """Whether every id a judged write gives a reference names a row of the department."""
     checks = [judged.c[f"known_{name}"] for name in judging.references]
     return and_(*checks) if checks else literal_column("true", Boolean)
