@@ -31,7 +31,7 @@ from dealbase.platform.validation import validated
 from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields
 from dealbase.tenancy.scope import Scope
-from tests.citus.plans import NOT_ROUTED_YET, assert_routed_whole, statements_sent
+from tests.citus.plans import assert_routed_whole, statements_sent
 from tests.platform.test_resources import EVERY_FIELD
 from tests.support import TenantWorld, build_tenant
 
@@ -238,7 +238,7 @@ def test_a_create_is_two_round_trips_of_statements_routed_whole(
         "INSERT INTO deal_customers",
         "INSERT INTO events",
     ]
-    assert_routed_whole(citus_url, sent, set())
+    assert_routed_whole(citus_url, sent)
 
 
 def test_a_customer_create_beside_it_keeps_its_own_event_and_one_sequence(
@@ -305,7 +305,7 @@ def test_an_upserted_deal_starts_where_it_does_on_a_single_server(
     where: str,
 ) -> None:
     """Its insert is given the first step read before it, or the step the body names; each of
-    its statements is routed whole (but the upsert's own, ``NOT_ROUTED_YET``)."""
+    its statements is routed whole."""
     found: dict[str, tuple[str, Any]] = {}
     for server in SERVERS:
         database, world = on(server)
@@ -327,8 +327,7 @@ def test_an_upserted_deal_starts_where_it_does_on_a_single_server(
                 assert result.record is not None
                 found[server] = (result.outcome, step_ids.index(result.record.step_id))
         if server == "distributed schema":
-            routed = [each for each in sent if not each.sql.startswith(tuple(NOT_ROUTED_YET))]
-            assert_routed_whole(citus_url, routed, set())
+            assert_routed_whole(citus_url, sent)
 
     assert found["distributed schema"] == found["single server"]
     outcome, detail = found["single server"]

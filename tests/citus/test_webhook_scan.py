@@ -27,7 +27,7 @@ from dealbase.tenancy.coordination import wakeups
 from dealbase.tenancy.scope import Scope
 from dealbase.worker.delivery import DeliveryWorker
 from dealbase.worker.sending import Sender
-from tests.citus.plans import WORKER_NOT_ROUTED_YET, assert_routed_whole, statements_sent
+from tests.citus.plans import assert_routed_whole, statements_sent
 from tests.support import TenantWorld
 from tests.worker.conftest import ALLOW_PRIVATE, Receiver, add_endpoint, receiver
 
@@ -61,7 +61,7 @@ def test_a_visit_of_the_webhook_worker_sends_only_statements_routed_whole(
         asyncio.run(visit())
 
     assert len(receiver.requests) == 2
-    assert_routed_whole(citus_url, sent, set(WORKER_NOT_ROUTED_YET))
+    assert_routed_whole(citus_url, sent)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ record's create with its event in one statement) stay in its service.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast
@@ -30,7 +30,7 @@ from dealbase.db.units import AfterCommit, RunAgain, UnitOfWork
 from dealbase.errors import DomainError, ExternalIdTaken, Invalid, Unavailable
 from dealbase.ids import new_ids
 from dealbase.platform import record_changes
-from dealbase.platform.batches import bulk_writes, upserts
+from dealbase.platform.batches import bulk_writes, routed_writes, upserts
 from dealbase.platform.batches import service as batches
 from dealbase.platform.batches.models import Batch, Fields, Outcome, Result, Write
 from dealbase.platform.batches.service import savepoint
@@ -351,7 +351,9 @@ def apply_writes(
     ``InBulk``: one statement judges and writes them all, with their events
     (``batches.bulk_writes``), sent with the unit of work's next round trip (with the COMMIT,
     when nothing else runs); the results once it has gone. A failed write is not written; when
-    not ``isolated`` (an atomic batch), none is if one fails.
+    not ``isolated`` (an atomic batch), none is if one fails. On a distributed schema, by the
+    same rules, one statement judges them now and a few write them, with the next round trip
+    (``batches.routed_writes``): two round trips whatever their number.
 
     ``OneByOne``: one statement judges them, then each is applied in turn (by the record's
     ``insert``, or ``update``), now. A write that fails is rolled back to its savepoint when
@@ -442,30 +444,56 @@ def _in_bulk(
     *,
     atomic: bool,
 ) -> AfterCommit[dict[int, Result[Model]]]:
+    """On a distributed schema the writes are judged now, and written with the next round
+    trip by statements Citus routes whole (``batches.routed_writes``)."""
+    department_id = department_of(uow.scope)
+    by_index = {write.index: write for write in writes}
+    if uow.connection.distributed:
+        answered = routed_writes.write(
+            uow,
+            record.judging,
+            record.noun,
+            record.json_sql,
+            writes,
+            department_id,
+            atomic=atomic,
+            shown=lambda row: record.as_json(record.to_model(uow, row)),
+            meaning=lambda fault: _raced(record.noun, fault),
+        )
+        return AfterCommit(lambda: _bulk_results(record, uow, answered(), by_index, {}))
     statement = bulk_writes.statement(record.judging, record.noun, record.json_sql, atomic=atomic)
-    judgement = upserts.parameters(record.judging, writes, department_of(uow.scope))
+    judgement = upserts.parameters(record.judging, writes, department_id)
     written = uow.connection.defer(
         statement, judgement.values, meaning=lambda fault: _raced(record.noun, fault)
     )
     events.recorded_by_statement(uow, lambda: _bulk_wakes(written))
-    by_index = {write.index: write for write in writes}
     by_new_id = {record_id: by_index[index] for index, record_id in judgement.new_ids.items()}
+    return AfterCommit(
+        lambda: _bulk_results(record, uow, written.rows().mappings(), by_index, by_new_id)
+    )
 
-    def results() -> dict[int, Result[Model]]:
-        answered: dict[int, Result[Model]] = {}
-        for row in written.rows().mappings():
-            ordinal = row["ordinal"]
-            write = by_new_id[row["id"]] if ordinal is None else by_index[ordinal]
-            verdict = row["verdict"]
-            error = upserts.error_of(record.noun, write, verdict, row, record.judging)
-            if error is not None:
-                answered[write.index] = Result.failed(error)
-            elif row["wrote"] or verdict == upserts.UNCHANGED:
-                # (Else another write of an atomic batch failed, and none was written.)
-                answered[write.index] = Result(_OUTCOMES[verdict], record.to_model(uow, row))
-        return answered
 
-    return AfterCommit(results)
+def _bulk_results(
+    record: SyncedRecord[Model, Fields],
+    uow: UnitOfWork,
+    rows: Iterable[Record],
+    by_index: Mapping[int, Write[Fields]],
+    by_new_id: Mapping[uuid.UUID, Write[Fields]],
+) -> dict[int, Result[Model]]:
+    """Each write's result from the rows its writes answered (``bulk_writes``): a new record's
+    with a null ordinal is told by its id (``by_new_id``)."""
+    answered: dict[int, Result[Model]] = {}
+    for row in rows:
+        ordinal = row["ordinal"]
+        write = by_new_id[row["id"]] if ordinal is None else by_index[ordinal]
+        verdict = row["verdict"]
+        error = upserts.error_of(record.noun, write, verdict, row, record.judging)
+        if error is not None:
+            answered[write.index] = Result.failed(error)
+        elif row["wrote"] or verdict == upserts.UNCHANGED:
+            # (Else another write of an atomic batch failed, and none was written.)
+            answered[write.index] = Result(_OUTCOMES[verdict], record.to_model(uow, row))
+    return answered
 
 
 _OUTCOMES: dict[str, Outcome] = {
@@ -477,9 +505,11 @@ _OUTCOMES: dict[str, Outcome] = {
 
 def _raced(noun: str, fault: Fault) -> RunAgain | None:
     """A bulk insert that met an external id another transaction inserted after the lookup:
-    the unit of work runs again, and its lookup finds that record."""
-    taken = external_id_taken(noun, fault)
-    if taken is None:
+    the unit of work runs again, and its lookup finds that record. A Citus worker's unique
+    violation reaches the client without the constraint's name: of the unique keys of the
+    writes' tables, only the external id's can be met, their ids being new."""
+    relayed = fault.kind == "unique" and fault.constraint is None
+    if not relayed and external_id_taken(noun, fault) is None:
         return None
     return RunAgain(
         ExternalIdTaken(

@@ -1,8 +1,8 @@
 """A batch's creates and upserts of a record written in bulk (customers, activities), or a single
-upsert of one, as one statement that travels with its unit of work's COMMIT: the writes judged
-(``upserts.judged``: the records they name locked and read), the new records inserted, the
-changed ones written, their events recorded in the order of the writes, and one row a write
-answered.
+upsert of one, as one statement that travels with its unit of work's COMMIT (on a distributed
+schema, ``routed_writes`` instead): the writes judged (``upserts.judged``: the records they
+name locked and read), the new records inserted, the changed ones written, their events
+recorded in the order of the writes, and one row a write answered.
 
 Its CTEs after ``judged``:
 
@@ -49,7 +49,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.sql.selectable import CompoundSelect
+from sqlalchemy.sql.selectable import CompoundSelect, NamedFromClause
 
 from dealbase.db.statements import built_once
 from dealbase.platform.batches import upserts
@@ -112,16 +112,7 @@ def _statement(
         .where(table.c.id == found_id, judged.c.verdict == CHANGE, *writable)
         .values(
             {
-                **{
-                    name: case(
-                        (
-                            literal_column(f"'{name}'") == any_(judged.c.changed_fields),
-                            judged.c[name],
-                        ),
-                        else_=table.c[name],
-                    )
-                    for name in fields
-                },
+                **changed_columns(judging, judged),
                 "updated_at": func.now(),
                 "version": table.c.version + 1,
             }
@@ -190,6 +181,20 @@ def _statement(
         ),
     )
     return answered.add_cte(recorded)
+
+
+def changed_columns(judging: Judging, changes: NamedFromClause) -> dict[str, ColumnElement[Any]]:
+    """What an UPDATE of a record's table sets each of its fields to from ``changes``, a row
+    of a change (the fields it changes, ``changed_fields``, and their values): the change's
+    value for those, the row's own for the others."""
+    table = judging.table
+    return {
+        name: case(
+            (literal_column(f"'{name}'") == any_(changes.c.changed_fields), changes.c[name]),
+            else_=table.c[name],
+        )
+        for name in judging.fields
+    }
 
 
 def _columns(table: Table, row: Any) -> list[ColumnElement[Any]]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 from sqlalchemy import (
+    TIMESTAMP,
     BigInteger,
     Text,
     bindparam,
@@ -123,18 +124,14 @@ def _transaction_sequence() -> ColumnElement[int]:
 
 def _transaction_sequence_at_once() -> ColumnElement[int]:
     """``_transaction_sequence`` for an ``INSERT ... VALUES`` Citus routes whole, which
-    evaluates it on the coordinator: one cast of the setting's text, an expression Citus
-    evaluates whole. It evaluates a ``COALESCE``'s arguments one by one instead, the
-    ``set_config`` of a new number included where the setting holds one already: the setting
-    moved on at every statement, and a transaction's third event took a number of its own."""
-    taken = func.current_setting(_SEQUENCE_SETTING, true())
-    return cast(
-        func.coalesce(
-            func.nullif(taken, ""),
-            func.set_config(_SEQUENCE_SETTING, cast(event_sequence.next_value(), Text), true()),
-        ),
-        BigInteger,
-    )
+    evaluates its functions on the coordinator, each argument of a ``COALESCE`` on its own: the
+    ``set_config`` of a new number would run where the setting holds one already, and a
+    transaction's later events take numbers of their own. So the setting is always set, to the
+    number it holds or else the next: a number of the sequence may go unused, and the
+    transaction keeps its first."""
+    taken = func.nullif(func.current_setting(_SEQUENCE_SETTING, true()), "")
+    kept = func.coalesce(taken, cast(event_sequence.next_value(), Text))
+    return cast(func.set_config(_SEQUENCE_SETTING, kept, true()), BigInteger)
 
 
 def recorded_alone(event_type: EventType, data: ColumnElement[Any]) -> Insert:
@@ -371,6 +368,41 @@ def record_texts_later(connection: TenantConnection, recorded: Sequence[Record])
     cannot insert them without a subplan (``record_changes.Routed``)."""
     if recorded:
         connection.defer(_RECORD_EACH, list(recorded))
+
+
+_RECORDED_AT: dict[int, Insert] = {}
+
+
+def recorded_at(rows: int) -> Insert:
+    """An insert of ``rows`` events given whole, all of the department the parameter
+    ``department_id`` names, at the time ``created_at`` gives, one INSERT ... VALUES that Citus
+    routes whole: the events of writes that wrote that time into their rows, as one statement's
+    would be of its ``now()`` (``batches.routed_writes``). The n-th's id, type, data, changed
+    fields and previous values (the JSON texts) are the parameters ``event_id_<n>``,
+    ``type_<n>``, ``data_<n>``, ``changed_fields_<n>``, ``previous_<n>``. Built once per
+    number of rows."""
+    built = _RECORDED_AT.get(rows)
+    if built is None:
+        department_id = bindparam("department_id", type_=UUID(as_uuid=True))
+        created_at = bindparam("created_at", type_=TIMESTAMP(timezone=True))
+        built = _RECORDED_AT[rows] = built_once(
+            insert(events).values(
+                [
+                    {
+                        "id": bindparam(f"event_id_{n}", type_=UUID(as_uuid=True)),
+                        "sequence": _transaction_sequence_at_once(),
+                        "department_id": department_id,
+                        "type": bindparam(f"type_{n}", type_=Text),
+                        "data": cast(bindparam(f"data_{n}", type_=Text), JSON),
+                        "changed_fields": bindparam(f"changed_fields_{n}", type_=ARRAY(Text)),
+                        "previous": cast(bindparam(f"previous_{n}", type_=Text), JSON),
+                        "created_at": created_at,
+                    }
+                    for n in range(rows)
+                ]
+            )
+        )
+    return built
 
 
 # Told the tenant schema of each transaction that committed events, right after its COMMIT, on
