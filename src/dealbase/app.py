@@ -80,8 +80,9 @@ def create_app(
     settings: Settings | None = None, *, clock: Callable[[], float] = time.monotonic
 ) -> FastAPI:
     """The app. ``clock`` is the monotonic clock, in seconds, of the rate limits the process
-    keeps itself (the in-process limiter and the failed-authentication allowance): tests move it
-    instead of waiting. The Redis limiter keeps Redis's clock."""
+    keeps itself (the in-process limiter and the failed-authentication allowance) and of how
+    long a tenant's placement on a Citus worker is believed (``CITUS_READS_ON_WORKERS``): tests
+    move it instead of waiting. The Redis limiter keeps Redis's clock."""
     settings = settings or load_settings()
     configure_logging(settings.log_format, settings.log_level)
     database_url = settings.database_url or embedded_database_url(settings.data_dir)
@@ -92,6 +93,8 @@ def create_app(
         prepared_statements=settings.db_prepared_statements and not settings.db_pgbouncer,
         startup_options=not settings.db_pgbouncer,
         distributed_schemas=settings.citus_schema_sharding,
+        reads_on_workers=settings.citus_reads_on_workers,
+        clock=clock,
         limits=DatabaseLimits(
             statement_timeout_ms=settings.db_statement_timeout_ms,
             lock_timeout_ms=settings.db_lock_timeout_ms,

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, FilePath, ValidationError, field_validator
+from pydantic import Field, FilePath, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # A browser's Origin: a scheme, a host and perhaps a port; no path.
@@ -182,6 +182,15 @@ class Settings(BaseSettings):
             " cluster, a distributed schema that lives on one node and can move (docs/scaling.md)."
         ),
     )
+    citus_reads_on_workers: bool = Field(
+        default=False,
+        description=(
+            "With CITUS_SCHEMA_SHARDING: serve each single-statement read on a connection to the"
+            " worker that holds the tenant's schema, as pg_dist_node names it (DATABASE_URL with"
+            " that node's host and port), not through the coordinator; writes stay on the"
+            " coordinator. The servers must reach the workers there. Not behind DB_PGBOUNCER."
+        ),
+    )
     rate_limit_key: str = Field(
         default="10/s", description="Default rate per API key, as N/s (a key may have its own)."
     )
@@ -338,6 +347,18 @@ class Settings(BaseSettings):
             return None
         if not value.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
             raise ValueError("must be a postgresql:// URL")
+        return value
+
+    @field_validator("citus_reads_on_workers")
+    @classmethod
+    def _reads_on_workers(cls, value: bool, info: ValidationInfo) -> bool:
+        # Refused rather than ignored: an operator who turns it on expects it to work.
+        if value and not info.data.get("citus_schema_sharding"):
+            raise ValueError("needs DEALBASE_CITUS_SCHEMA_SHARDING=true")
+        if value and info.data.get("db_pgbouncer"):
+            # The reads would connect to the workers directly, without the time limits that
+            # pgbouncer's connect_query sets (no startup options) and past the pooler.
+            raise ValueError("does not go with DEALBASE_DB_PGBOUNCER=true")
         return value
 
     @field_validator("rate_limit_key", "rate_limit_tenant", "rate_limit_auth_failures")

@@ -8,6 +8,7 @@ import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from time import monotonic
 from typing import Any, TypeVar
 
 import psycopg
@@ -23,6 +24,7 @@ from dealbase.db.sessions import Sessions
 from dealbase.db.statements import StatementCache, StatementListener
 from dealbase.db.transactions import TenantConnection
 from dealbase.db.units import RUNS, AfterCommit, RunAgain, UnitOfWork
+from dealbase.db.worker_reads import Placements, WorkerNode, WorkerReads, node_of_schema
 from dealbase.tenancy.scope import Scope, tenant_role
 
 T = TypeVar("T")
@@ -120,6 +122,10 @@ class Database:
     role and the settings of the unit of work that last committed on it (``Sessions``). ``pipelines=False`` sends a round trip's statements
     one at a time, each transaction with its ``BEGIN`` and ``COMMIT``, for a pooler that loses
     track of pipelines (pgbouncer in transaction mode, ``TenantConnection``).
+    ``reads_on_workers=True`` (with ``distributed_schemas``, on a Citus cluster reached
+    directly) serves ``read`` on a pool of connections to the worker that holds the tenant's
+    schema (``worker_reads``), where each schema lives looked up on the coordinator and believed
+    for a while by ``clock`` (monotonic, in seconds).
     """
 
     def __init__(
@@ -136,7 +142,11 @@ class Database:
         sessions: bool = True,
         pipelines: bool = True,
         distributed_schemas: bool = False,
+        reads_on_workers: bool = False,
+        clock: Callable[[], float] = monotonic,
     ) -> None:
+        if reads_on_workers and not distributed_schemas:
+            raise ValueError("reads on the workers need distributed schemas (a Citus cluster)")
         self.url = database_url
         # Tenant schemas are Citus distributed schemas (``TenantConnection.distributed``).
         self.distributed_schemas = distributed_schemas
@@ -190,9 +200,6 @@ class Database:
         )
         # Opened by ``open``, in the event loop it then belongs to.
         self._async_pool_loop: asyncio.AbstractEventLoop | None = None
-        self._pool_check: asyncio.Task[None] | None = None
-        self._conninfo = libpq_url(database_url)
-        self._connection_settings = unit_of_work_settings
         self.async_pool = TenantAffinePool(
             libpq_url(database_url),
             tenants=self._connection_tenants,
@@ -202,6 +209,22 @@ class Database:
             kwargs=unit_of_work_settings,
             name="units-of-work-on-the-event-loop",
         )
+        # Each tenant's reads on its worker's pool, the same but for the host and port.
+        self.worker_reads = (
+            WorkerReads(
+                libpq_url(database_url),
+                Placements(self._node_of_schema, clock=clock),
+                tenants=self._connection_tenants,
+                max_size=pool_size + max_overflow,
+                timeout=limits.acquire_timeout_seconds,
+                max_lifetime=1800,
+                kwargs=unit_of_work_settings,
+            )
+            if reads_on_workers
+            else None
+        )
+        # The task checking each pool's idle connections, when one runs.
+        self._pool_checks: dict[TenantAffinePool, asyncio.Task[None]] = {}
         self.statements = StatementCache()
         # Called with the SQL of every statement a unit of work runs (tests count them).
         self.statement_listeners: list[StatementListener] = []
@@ -247,19 +270,28 @@ class Database:
         """Opens the asynchronous pool in the running event loop, which it then belongs to (the
         server's: the app's lifespan opens it)."""
         self.async_pool.open()
+        if self.worker_reads is not None:
+            self.worker_reads.open()
         self._async_pool_loop = asyncio.get_running_loop()
 
     @asynccontextmanager
-    async def unit_of_work_on_event_loop(self, scope: Scope) -> AsyncIterator[UnitOfWork]:
+    async def unit_of_work_on_event_loop(
+        self, scope: Scope, *, on_worker: bool = False
+    ) -> AsyncIterator[UnitOfWork]:
         """``unit_of_work`` on the asynchronous pool; its work goes through ``run_on_event_loop``.
+        ``on_worker``: on the pool of the worker holding the tenant's schema, with
+        ``reads_on_workers`` (a read's).
 
         On any loop but the pool's (a test client driving the app without its lifespan starts
         one per request) the unit of work gets a connection of its own, closed with it.
         """
         connection: psycopg.AsyncConnection[Any] | None = None
         with database_faults():
+            pool = self.async_pool
             try:
-                connection = await self._take(scope.schema if self._tenant_affinity else None)
+                if on_worker and self.worker_reads is not None:
+                    pool = await self.worker_reads.pool_of(scope.schema) or pool
+                connection = await self._take(pool, scope.schema if self._tenant_affinity else None)
                 try:
                     if self._tenant_affinity and self.on_connection_warmth is not None:
                         self.on_connection_warmth(
@@ -274,39 +306,57 @@ class Database:
                     await _rolled_back(connection)
                     raise
                 finally:
-                    await self._give_back(connection)
+                    await self._give_back(pool, connection)
             except psycopg.OperationalError:
                 lost = connection is not None and connection.broken
                 if lost and self._async_pool_loop is asyncio.get_running_loop():
                     # Its peers in the pool likely broke alike (PostgreSQL restarted): drop
                     # them now rather than fail one request each. (Not after a timeout or a
                     # deadlock: the connection is fine then.)
-                    self._check_pool_soon()
+                    self._check_pool_soon(pool)
                 raise
 
-    async def _take(self, schema: str | None = None) -> psycopg.AsyncConnection[Any]:
-        """A connection of the asynchronous pool (warm for ``schema`` when one is idle), or on
-        any loop but the pool's one of its own; ``_give_back`` returns or closes it. No context
-        manager: psycopg_pool's ``connection()`` made taking and giving back a connection cost
-        15 µs instead of 5 to 10 (bench/README.md)."""
+    async def _take(
+        self, pool: TenantAffinePool, schema: str | None = None
+    ) -> psycopg.AsyncConnection[Any]:
+        """A connection of ``pool`` (warm for ``schema`` when one is idle), or on any loop but
+        the pools' one of its own, with the pool's conninfo and settings; ``_give_back`` returns
+        or closes it. No context manager: psycopg_pool's ``connection()`` made taking and giving
+        back a connection cost 15 µs instead of 5 to 10 (bench/README.md)."""
         if asyncio.get_running_loop() is self._async_pool_loop:
-            return await self.async_pool.take(schema)
-        return await psycopg.AsyncConnection.connect(self._conninfo, **self._connection_settings)
+            return await pool.take(schema)
+        return await psycopg.AsyncConnection.connect(pool.conninfo, **pool.kwargs)
 
-    async def _give_back(self, connection: psycopg.AsyncConnection[Any]) -> None:
+    async def _give_back(
+        self, pool: TenantAffinePool, connection: psycopg.AsyncConnection[Any]
+    ) -> None:
         if asyncio.get_running_loop() is self._async_pool_loop:
-            await self.async_pool.give_back(connection)
+            await pool.give_back(connection)
         else:
             await connection.close()
 
-    def _check_pool_soon(self) -> None:
-        if self._pool_check is None or self._pool_check.done():
-            self._pool_check = asyncio.get_running_loop().create_task(self.async_pool.check())
+    def _check_pool_soon(self, pool: TenantAffinePool) -> None:
+        check = self._pool_checks.get(pool)
+        if check is None or check.done():
+            self._pool_checks[pool] = asyncio.get_running_loop().create_task(pool.check())
+
+    async def _node_of_schema(self, schema: str) -> WorkerNode | None:
+        """Where ``schema`` lives, asked of the coordinator on a connection of its pool."""
+        connection = await self._take(self.async_pool)
+        try:
+            return await node_of_schema(connection, schema)
+        finally:
+            await self._give_back(self.async_pool, connection)
 
     def pool_usage(self) -> tuple[int, int, int]:
-        """The event loop's pool: connections in use, idle, and requests waiting for one."""
+        """The event loop's pools (the coordinator's, and the workers' with
+        ``reads_on_workers``): connections in use, idle, and requests waiting for one."""
         stats = self.async_pool.stats()
-        return stats.size - stats.idle, stats.idle, stats.waiting
+        usage = stats.size - stats.idle, stats.idle, stats.waiting
+        if self.worker_reads is None:
+            return usage
+        on_workers = self.worker_reads.usage()
+        return usage[0] + on_workers[0], usage[1] + on_workers[1], usage[2] + on_workers[2]
 
     async def ping(self) -> None:
         """Returns once PostgreSQL answers a statement on the event loop's pool; raises
@@ -314,19 +364,20 @@ class Database:
         with database_faults():
             try:
                 async with asyncio.timeout(self.limits.acquire_timeout_seconds):
-                    connection = await self._take()
+                    connection = await self._take(self.async_pool)
                     try:
                         await connection.execute("SELECT 1")
                     finally:
-                        await self._give_back(connection)
+                        await self._give_back(self.async_pool, connection)
             except TimeoutError as exc:
                 raise PoolTimeout("PostgreSQL did not answer in time") from exc
 
     async def read(self, scope: Scope, work: Callable[[UnitOfWork], T]) -> T:
         """``run`` for a read that one statement answers: ``BEGIN``, the role switch, the
         statement and ``COMMIT`` in one round trip (``TenantConnection.commit_with_next``); a
-        second statement of ``work`` is refused."""
-        async with self.unit_of_work_on_event_loop(scope) as uow:
+        second statement of ``work`` is refused. With ``reads_on_workers``, on the worker that
+        holds the tenant's schema."""
+        async with self.unit_of_work_on_event_loop(scope, on_worker=True) as uow:
             uow.connection.commit_with_next()
             return await run_on_event_loop(work, uow)
 
@@ -367,6 +418,8 @@ class Database:
         """Closes every pool; call it in the event loop ``open`` ran in."""
         if self._async_pool_loop is not None:
             await self.async_pool.close()
+            if self.worker_reads is not None:
+                await self.worker_reads.close()
             self._async_pool_loop = None
         self.dispose()
 
