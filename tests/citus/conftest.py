@@ -214,12 +214,29 @@ def cluster_bounced_client(
         yield client
 
 
-@pytest.fixture(params=["direct", "through-pgbouncer"])
+@pytest.fixture(scope="session")
+def cluster_reads_on_workers_client(
+    cluster_database: Database, cluster_settings: Settings
+) -> Iterator[TestClient]:
+    """The cluster's app serving its reads on the tenants' workers (CITUS_READS_ON_WORKERS)."""
+    settings = cluster_settings.model_copy(update={"citus_reads_on_workers": True})
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        yield client
+
+
+_CLUSTER_CLIENTS = {
+    "direct": "cluster_client",
+    "through-pgbouncer": "cluster_bounced_client",
+    "reads-on-workers": "cluster_reads_on_workers_client",
+}
+
+
+@pytest.fixture(params=list(_CLUSTER_CLIENTS))
 def cluster_client_either_way(request: pytest.FixtureRequest) -> TestClient:
-    """The cluster's app reached directly, then through pgbouncer in transaction mode: a test
-    taking it runs once each way, and must pass the same both times."""
-    name = "cluster_client" if request.param == "direct" else "cluster_bounced_client"
-    client: TestClient = request.getfixturevalue(name)
+    """The cluster's app reached directly, through pgbouncer in transaction mode, and directly
+    with its reads on the tenants' workers: a test taking it runs once each way, and must pass
+    the same every time."""
+    client: TestClient = request.getfixturevalue(_CLUSTER_CLIENTS[request.param])
     return client
 
 

@@ -292,9 +292,9 @@ def test_a_query_reads_in_one_transaction_and_returns_its_connection_with_the_re
     opened = []
     unit_of_work = database.unit_of_work_on_event_loop
 
-    def counted(scope: Scope) -> AbstractAsyncContextManager[UnitOfWork]:
+    def counted(scope: Scope, *, reading: bool = False) -> AbstractAsyncContextManager[UnitOfWork]:
         opened.append(scope)
-        return unit_of_work(scope)
+        return unit_of_work(scope, reading=reading)
 
     monkeypatch.setattr(database, "unit_of_work_on_event_loop", counted)
     data_of(client, DEALS_QUERY, {"first": 50}, crowded.key.headers)

@@ -276,11 +276,11 @@ class Database:
 
     @asynccontextmanager
     async def unit_of_work_on_event_loop(
-        self, scope: Scope, *, on_worker: bool = False
+        self, scope: Scope, *, reading: bool = False
     ) -> AsyncIterator[UnitOfWork]:
         """``unit_of_work`` on the asynchronous pool; its work goes through ``run_on_event_loop``.
-        ``on_worker``: on the pool of the worker holding the tenant's schema, with
-        ``reads_on_workers`` (a read's).
+        ``reading``: its work only reads, and with ``reads_on_workers`` runs on the pool of the
+        worker holding the tenant's schema.
 
         On any loop but the pool's (a test client driving the app without its lifespan starts
         one per request) the unit of work gets a connection of its own, closed with it.
@@ -289,7 +289,7 @@ class Database:
         with database_faults():
             pool = self.async_pool
             try:
-                if on_worker and self.worker_reads is not None:
+                if reading and self.worker_reads is not None:
                     pool = await self.worker_reads.pool_of(scope.schema) or pool
                 connection = await self._take(pool, scope.schema if self._tenant_affinity else None)
                 try:
@@ -377,7 +377,7 @@ class Database:
         statement and ``COMMIT`` in one round trip (``TenantConnection.commit_with_next``); a
         second statement of ``work`` is refused. With ``reads_on_workers``, on the worker that
         holds the tenant's schema."""
-        async with self.unit_of_work_on_event_loop(scope, on_worker=True) as uow:
+        async with self.unit_of_work_on_event_loop(scope, reading=True) as uow:
             uow.connection.commit_with_next()
             return await run_on_event_loop(work, uow)
 

@@ -61,7 +61,7 @@ class GraphQLContext(BaseContext):
         async with self._turn:
             if self._reading is None:
                 self._reading = await self._reads.enter_async_context(
-                    self.database.unit_of_work_on_event_loop(self.scope)
+                    self.database.unit_of_work_on_event_loop(self.scope, reading=True)
                 )
             try:
                 return await run_on_event_loop(work, self._reading.narrowed_to(narrowed))
