@@ -39,6 +39,9 @@ end, and never drops the database). Three parts:
    not in the table) and rows without a 201; deliveries lost, sent twice, or out of each
    writer's order; the source worker's CPU a second, before and during the move command.
 
+--worker-reads serves the cluster's reads (REST reads, GraphQL queries) on the tenant's worker
+(DEALBASE_CITUS_READS_ON_WORKERS=true), writes still through the coordinator.
+
 Anything not as it must be (an error answer, a row lost, a delivery lost or doubled, a failed
 load) fails the run: FAILED in the table, exit 1. Prints tables and writes
 bench/results/citus-<date>.json.
@@ -154,13 +157,18 @@ class Place:
     url: str
     distributed: bool
     database: Database
+    # The cluster's reads served by the tenant's worker (DEALBASE_CITUS_READS_ON_WORKERS).
+    reads_on_workers: bool = False
 
     def environment(self) -> dict[str, str]:
         """A dealbase process's settings for this place (beside the bench's own)."""
-        return {
+        environment = {
             **COMMON_ENVIRONMENT,
             "DEALBASE_CITUS_SCHEMA_SHARDING": "true" if self.distributed else "false",
         }
+        if self.reads_on_workers:
+            environment["DEALBASE_CITUS_READS_ON_WORKERS"] = "true"
+        return environment
 
     def cli(self, *arguments: str) -> tuple[Any, float]:
         """`dealbase ARGUMENTS --json`; its answer and its seconds (start-up included)."""
@@ -1016,11 +1024,17 @@ def delete_tenants(cluster: Place, made: Made) -> None:
 
 
 @contextmanager
-def places(settings: BenchSettings, citus_url: str, stack: ExitStack) -> Iterator[dict[str, Place]]:
+def places(
+    settings: BenchSettings, citus_url: str, stack: ExitStack, *, reads_on_workers: bool = False
+) -> Iterator[dict[str, Place]]:
     single_url = stack.enter_context(scratch_database(settings.database_server))
     single = Place(SINGLE, single_url, False, Database(single_url, pool_size=4))
     cluster = Place(
-        CLUSTER, citus_url, True, Database(citus_url, pool_size=4, distributed_schemas=True)
+        CLUSTER,
+        citus_url,
+        True,
+        Database(citus_url, pool_size=4, distributed_schemas=True),
+        reads_on_workers=reads_on_workers,
     )
     try:
         yield {SINGLE: single, CLUSTER: cluster}
@@ -1157,6 +1171,7 @@ def run(arguments: argparse.Namespace) -> int:
             "rounds": arguments.rounds,
             "move_customers": arguments.move_customers,
             "parts": sorted(parts),
+            "worker_reads": arguments.worker_reads,
         },
         "versions": {
             SINGLE: server_versions(settings.database_server, settings.redis_url),
@@ -1166,7 +1181,12 @@ def run(arguments: argparse.Namespace) -> int:
     made = Made()
     results = RESULTS / f"citus-{stamp}.json"
     try:
-        with ExitStack() as stack, places(settings, arguments.citus_url, stack) as where:
+        with (
+            ExitStack() as stack,
+            places(
+                settings, arguments.citus_url, stack, reads_on_workers=arguments.worker_reads
+            ) as where,
+        ):
             stack.callback(delete_tenants, where[CLUSTER], made)
             if "provisioning" in parts:
                 document["provisioning"] = {
@@ -1242,6 +1262,12 @@ def main() -> int:
     )
     parser.add_argument(
         "--parts", default="provisioning requests move", help="any of provisioning, requests, move"
+    )
+    parser.add_argument(
+        "--worker-reads",
+        action="store_true",
+        help="the cluster's dealbase serves reads on the tenants' workers"
+        " (DEALBASE_CITUS_READS_ON_WORKERS=true)",
     )
     arguments = parser.parse_args()
     arguments.citus_url = (
