@@ -131,12 +131,18 @@ def test_reads_on_the_tenants_worker_answer_as_through_the_coordinator(
     assert node is not None
     database = _database_of(reading_client)
     before = _reads_on(database).get(WorkerNode(node.host, node.port), 0)
+    coordinator_before = database.async_pool.stats().requests
 
     on_the_worker = _answers(reading_client, cluster_world)
 
     assert on_the_worker == _answers(cluster_client, cluster_world)
-    # Three reads (the dashboard's page and loaders share one transaction) on the worker's pool.
+    # Three reads (the dashboard's page and loaders share one transaction) on the worker's pool;
+    # the coordinator's only for the one lookup of where the schema lives.
     assert _reads_on(database)[WorkerNode(node.host, node.port)] == before + 3
+    assert database.async_pool.stats().requests == coordinator_before + 1
+    _answers(reading_client, cluster_world)
+    assert _reads_on(database)[WorkerNode(node.host, node.port)] == before + 6
+    assert database.async_pool.stats().requests == coordinator_before + 1
     assert (
         _served_by_this_process(
             database_on(citus_url, node.host, node.port, database="dealbase"), schema
