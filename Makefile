@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lock run test test-under-load lint typecheck pytest migrate demo clean bench bench-scale bench-citus-scale profile
+.PHONY: install lock run test test-under-load lint typecheck pytest migrate demo clean bench bench-scale bench-citus-scale bench-citus-network profile
 
 # What is installed is what uv.lock says, exactly (hashes included): the lock is made with uv,
 # which the first `make install` installs for the project in .tools/ (pinned here). `make lock`
@@ -142,6 +142,13 @@ bench-citus: $(BENCH_STAMP)
 CROWDED ?= 300
 bench-citus-scale: $(BENCH_STAMP)
 	$(BIN)/python bench/citus_scale.py --tenants $(N) --crowded $(CROWDED)
+
+# What a request costs with DELAY_MS (each way) between the Citus coordinator and its workers,
+# made by user-space TCP proxies (bench/harness/delay.py; the kernel here has no netem), in a
+# database of its own on the cluster (bench/citus_network.py's docstring).
+DELAY_MS ?= 0.5
+bench-citus-network: $(BENCH_STAMP)
+	$(BIN)/python bench/citus_network.py --delay-ms $(DELAY_MS)
 
 profile: $(BENCH_STAMP)
 	@test -n "$(SCENARIO)" || { echo "usage: make profile SCENARIO=<name>; the names: $(BIN)/python bench/run.py profile --help" >&2; exit 2; }
