@@ -26,6 +26,7 @@ from dealbase.config import Settings
 from dealbase.db.database import Database
 from dealbase.db.proxy import through_a_proxy
 from dealbase.migrations.runner import upgrade_control
+from dealbase.tenancy.registry.placement import Node
 from tests.ops.conftest import CliRun, RunCli, invoke_cli
 from tests.support import (
     IN_CI,
@@ -253,3 +254,30 @@ def deliveries_by_state(citus_url: str, schema: str) -> Counter[str]:
             f'SELECT state, count(*) FROM "{schema}".webhook_deliveries GROUP BY state'
         ).fetchall()
     return Counter(dict(rows))
+
+
+def workers(citus_url: str) -> list[Node]:
+    """The cluster's workers, by port."""
+    with psycopg.connect(citus_url) as connection:
+        rows = connection.execute(
+            "SELECT nodename, nodeport FROM pg_dist_node"
+            " WHERE noderole = 'primary' AND groupid <> 0 ORDER BY nodeport"
+        ).fetchall()
+    return [Node(host, port) for host, port in rows]
+
+
+def wakeups(citus_url: str, schema: str) -> int:
+    """How many webhook wakeups of the schema wait in ``control``."""
+    with psycopg.connect(citus_url) as connection:
+        row = connection.execute(
+            "SELECT count(*) FROM control.webhook_wakeups WHERE schema_name = %s", [schema]
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def forget_wakeups(citus_url: str, schema: str) -> None:
+    """Removes the schema's wakeups: no webhook worker serves the shared cluster's test tenants,
+    and one left behind would be another test's to find."""
+    with psycopg.connect(citus_url) as connection:
+        connection.execute("DELETE FROM control.webhook_wakeups WHERE schema_name = %s", [schema])

@@ -22,6 +22,7 @@ from dealbase.platform.tables import customers as customers_table
 from dealbase.platform.webhooks import deliveries
 from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields
+from tests.citus.conftest import forget_wakeups, wakeups
 from tests.support import TenantWorld
 
 
@@ -50,15 +51,6 @@ def _transaction_commands(notices: list[str]) -> list[str]:
     ]
 
 
-def _wakeups(citus_url: str, schema: str) -> int:
-    with psycopg.connect(citus_url) as connection:
-        row = connection.execute(
-            "SELECT count(*) FROM control.webhook_wakeups WHERE schema_name = %s", [schema]
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 def test_a_write_that_wakes_the_webhook_worker_commits_in_one_phase(
     logged: tuple[Database, list[str]], cluster_world: TenantWorld, citus_url: str
 ) -> None:
@@ -68,7 +60,7 @@ def test_a_write_that_wakes_the_webhook_worker_commits_in_one_phase(
         endpoint = endpoints.create(
             uow, Checked(WebhookEndpointFields(url="https://8.8.8.8/hooks", events=["*"]))
         )
-    woken = _wakeups(citus_url, scope.schema)
+    woken = wakeups(citus_url, scope.schema)
 
     notices.clear()
     try:
@@ -77,14 +69,9 @@ def test_a_write_that_wakes_the_webhook_worker_commits_in_one_phase(
 
         assert any("webhook_deliveries" in each for each in notices), notices
         assert _transaction_commands(notices) == ["BEGIN", "COMMIT"], "\n".join(notices)
-        assert _wakeups(citus_url, scope.schema) == woken + 1
+        assert wakeups(citus_url, scope.schema) == woken + 1
     finally:
-        # No webhook worker serves the shared cluster's tests' tenants: a wakeup left behind
-        # would be another test's to find.
-        with psycopg.connect(citus_url) as connection:
-            connection.execute(
-                "DELETE FROM control.webhook_wakeups WHERE schema_name = %s", [scope.schema]
-            )
+        forget_wakeups(citus_url, scope.schema)
 
 
 def test_a_customers_create_is_one_transaction_on_its_worker(

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 from unittest import mock
 
-import psycopg
 import pytest
 from sqlalchemy import Text, cast, delete, func, select
 
@@ -31,6 +30,7 @@ from dealbase.platform.validation import validated
 from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields
 from dealbase.tenancy.scope import Scope
+from tests.citus.conftest import forget_wakeups, wakeups
 from tests.citus.plans import assert_routed_whole, statements_sent
 from tests.platform.test_resources import EVERY_FIELD
 from tests.support import TenantWorld, build_tenant
@@ -263,19 +263,6 @@ def test_a_customer_create_beside_it_keeps_its_own_event_and_one_sequence(
     assert len(sequences) == 1, sequences
 
 
-def _wakeups(citus_url: str, schema: str, *, clear: bool = False) -> int:
-    with psycopg.connect(citus_url) as connection:
-        row = connection.execute(
-            "SELECT count(*) FROM control.webhook_wakeups WHERE schema_name = %s", [schema]
-        ).fetchone()
-        if clear:
-            connection.execute(
-                "DELETE FROM control.webhook_wakeups WHERE schema_name = %s", [schema]
-            )
-    assert row is not None
-    return int(row[0])
-
-
 def test_a_create_wakes_the_webhook_worker_where_an_endpoint_listens(
     on: Callable[[str], tuple[Database, TenantWorld]], citus_url: str
 ) -> None:
@@ -284,17 +271,17 @@ def test_a_create_wakes_the_webhook_worker_where_an_endpoint_listens(
     with database.unit_of_work(scope) as uow:
         deals.create_later_as_json(uow, _deal([]))
     try:
-        assert _wakeups(citus_url, scope.schema) == 0
+        assert wakeups(citus_url, scope.schema) == 0
         with database.unit_of_work(scope) as uow:
             endpoints.create(
                 uow, Checked(WebhookEndpointFields(url="https://8.8.8.8/hooks", events=["*"]))
             )
-        woken = _wakeups(citus_url, scope.schema)
+        woken = wakeups(citus_url, scope.schema)
         with database.unit_of_work(scope) as uow:
             deals.create_later_as_json(uow, _deal([{"last_name": "A"}]))
-        assert _wakeups(citus_url, scope.schema) == woken + 1
+        assert wakeups(citus_url, scope.schema) == woken + 1
     finally:
-        _wakeups(citus_url, scope.schema, clear=True)
+        forget_wakeups(citus_url, scope.schema)
 
 
 @pytest.mark.parametrize("where", ["its first step", "a step given", "no step"])

@@ -22,12 +22,13 @@ import psycopg
 import pytest
 
 from dealbase.db.database import Database
-from dealbase.tenancy.registry.placement import Node, tenant_node
+from dealbase.tenancy.registry.placement import tenant_node
 from dealbase.tenancy.registry.tenants import create_tenant
 from tests.citus.conftest import (
     deliveries_by_state,
     migrated_cluster_database,
     own_cluster_database,
+    workers,
 )
 from tests.ops.conftest import RunCli
 from tests.support import (
@@ -69,15 +70,6 @@ def citus_url(citus_url: str) -> Iterator[str]:
 def cluster_database(citus_url: str) -> Iterator[Database]:
     with migrated_cluster_database(citus_url) as database:
         yield database
-
-
-def _workers(citus_url: str) -> list[Node]:
-    with psycopg.connect(citus_url) as connection:
-        rows = connection.execute(
-            "SELECT nodename, nodeport FROM pg_dist_node"
-            " WHERE noderole = 'primary' AND groupid <> 0 ORDER BY nodeport"
-        ).fetchall()
-    return [Node(host, port) for host, port in rows]
 
 
 class Writers:
@@ -163,7 +155,7 @@ def test_a_tenant_moved_while_it_works_loses_no_write_and_sends_no_delivery_twic
     assert endpoint.status_code == 201, endpoint.text
     schema = cluster_world.tenant.schema
     source = tenant_node(citus_url, schema)
-    (target,) = [node for node in _workers(citus_url) if node != source]
+    (target,) = [node for node in workers(citus_url) if node != source]
     worker, log = start_worker(citus_url, tmp_path, DEALBASE_CITUS_SCHEMA_SHARDING="true")
     try:
         with Writers(served_cluster, headers) as writers:
@@ -210,7 +202,7 @@ def _schemas_per_worker(citus_url: str) -> Counter[int]:
 def test_rebalance_spreads_fifty_new_tenants_over_the_workers(
     citus_url: str, cluster_database: Database, run_on_cluster: RunCli
 ) -> None:
-    first, *others = _workers(citus_url)
+    first, *others = workers(citus_url)
     before = _schemas_per_worker(citus_url)
     with psycopg.connect(citus_url, autocommit=True) as connection:
         # New schemas go to the first worker only. The background rebalancer looks for its

@@ -22,6 +22,7 @@ from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields
 from dealbase.rest_api.responses import API_PREFIX
+from tests.citus.conftest import forget_wakeups, wakeups
 from tests.support import TenantWorld
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -136,15 +137,6 @@ def test_changes_answer_and_record_on_the_cluster_as_on_one_server(
     ]
 
 
-def _wakeups(citus_url: str, schema: str) -> int:
-    with psycopg.connect(citus_url) as connection:
-        row = connection.execute(
-            "SELECT count(*) FROM control.webhook_wakeups WHERE schema_name = %s", [schema]
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 def test_a_change_wakes_the_webhook_worker_when_a_value_changed(
     cluster_database: Database, cluster_world: TenantWorld, citus_url: str
 ) -> None:
@@ -155,15 +147,12 @@ def test_a_change_wakes_the_webhook_worker_when_a_value_changed(
         )
         customer = customers.create(uow, CustomerFields(last_name="Lovelace"))
     try:
-        woken = _wakeups(citus_url, scope.schema)
+        woken = wakeups(citus_url, scope.schema)
         with cluster_database.unit_of_work(scope) as uow:
             records.update(customers.RECORD, uow, customer.id, {"city": "Paris"})
-        assert _wakeups(citus_url, scope.schema) == woken + 1
+        assert wakeups(citus_url, scope.schema) == woken + 1
         with cluster_database.unit_of_work(scope) as uow:
             records.update(customers.RECORD, uow, customer.id, {"city": "Paris"})
-        assert _wakeups(citus_url, scope.schema) == woken + 1  # no event: nobody woken
+        assert wakeups(citus_url, scope.schema) == woken + 1  # no event: nobody woken
     finally:
-        with psycopg.connect(citus_url) as connection:
-            connection.execute(
-                "DELETE FROM control.webhook_wakeups WHERE schema_name = %s", [scope.schema]
-            )
+        forget_wakeups(citus_url, scope.schema)

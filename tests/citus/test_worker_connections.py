@@ -17,18 +17,10 @@ from dealbase.db.database import Database
 from dealbase.platform.tables import customers
 from dealbase.tenancy.registry.placement import Node
 from dealbase.tenancy.registry.tenants import Tenant, create_tenant
+from tests.citus.conftest import workers
 
 LIMIT = 2
 TENANTS = 5
-
-
-def _workers(citus_url: str) -> list[Node]:
-    with psycopg.connect(citus_url) as connection:
-        rows = connection.execute(
-            "SELECT nodename, nodeport FROM pg_dist_node WHERE noderole = 'primary'"
-            " AND groupid <> 0 ORDER BY nodeport"
-        ).fetchall()
-    return [Node(host, port) for host, port in rows]
 
 
 def _held(citus_url: str, workers: list[Node], session: int) -> int:
@@ -83,10 +75,10 @@ def test_a_coordinator_session_holds_a_worker_connection_for_each_tenant_it_work
 ) -> None:
     """Without a limit, the session's worker connections grow with its tenants: the reason for
     the limit (and the measure the next test takes)."""
-    workers = _workers(citus_url)
+    nodes = workers(citus_url)
     database = Database(citus_url, pool_size=1, max_overflow=0, distributed_schemas=True)
     try:
-        held = _read_in_each(database, tenants, citus_url, workers)
+        held = _read_in_each(database, tenants, citus_url, nodes)
     finally:
         database.dispose()
     assert max(held) > LIMIT, held
@@ -95,7 +87,7 @@ def test_a_coordinator_session_holds_a_worker_connection_for_each_tenant_it_work
 def test_the_pools_limit_of_tenants_bounds_the_worker_connections_a_session_holds(
     citus_url: str, tenants: list[Tenant]
 ) -> None:
-    workers = _workers(citus_url)
+    nodes = workers(citus_url)
     database = Database(
         citus_url,
         pool_size=1,
@@ -104,7 +96,7 @@ def test_the_pools_limit_of_tenants_bounds_the_worker_connections_a_session_hold
         tenants_per_connection=LIMIT,
     )
     try:
-        held = _read_in_each(database, tenants, citus_url, workers)
+        held = _read_in_each(database, tenants, citus_url, nodes)
     finally:
         database.dispose()
     assert max(held) <= LIMIT, held

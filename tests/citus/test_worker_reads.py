@@ -22,7 +22,8 @@ from dealbase.config import Settings
 from dealbase.db.database import Database, application_name
 from dealbase.db.worker_reads import PLACEMENT_SECONDS, Placements, WorkerNode
 from dealbase.ops import admin
-from dealbase.tenancy.registry.placement import Node, move_tenant, tenant_node
+from dealbase.tenancy.registry.placement import move_tenant, tenant_node
+from tests.citus.conftest import workers
 from tests.support import TenantWorld, build_tenant, database_on
 
 API = "/api/v1/integration"
@@ -162,15 +163,9 @@ def test_a_moved_tenant_is_read_right_at_once_and_on_its_new_worker_once_looked_
     _seeded(cluster_client, cluster_world)
     source = tenant_node(citus_url, schema)
     assert source is not None
-    with psycopg.connect(citus_url) as connection:
-        others = connection.execute(
-            "SELECT nodename, nodeport FROM pg_dist_node WHERE noderole = 'primary'"
-            " AND groupid <> 0 AND (nodename, nodeport) <> (%s, %s) ORDER BY nodeport",
-            (source.host, source.port),
-        ).fetchall()
-    if not others:
-        pytest.skip("a cluster of one worker: nowhere to move the tenant")
-    target = Node(others[0][0], others[0][1])
+    others = [node for node in workers(citus_url) if node != source]
+    assert others, "a cluster of one worker: nowhere to move the tenant"
+    target = others[0]
     database = _database_of(reading_client)
     expected = _answers(reading_client, cluster_world)
 
