@@ -32,7 +32,7 @@ from dealbase.db.pool import ConnectionTenants, TenantAffinePool
 PLACEMENT_SECONDS = 60.0
 
 # The worker holding the schema's tables, by Citus's catalog (readable by any role). Not the
-# citus_shards view, which asks every worker for its shards' sizes (70 ms). No row: the schema
+# citus_shards view, which asks every worker for its shards' sizes at each call. No row: the schema
 # is not distributed, or lives on the coordinator (group 0); it is read there.
 NODE_OF_SCHEMA = (
     "SELECT n.nodename, n.nodeport FROM pg_dist_schema d"

@@ -505,11 +505,8 @@ _OUTCOMES: dict[str, Outcome] = {
 
 def _raced(noun: str, fault: Fault) -> RunAgain | None:
     """A bulk insert that met an external id another transaction inserted after the lookup:
-    the unit of work runs again, and its lookup finds that record. A Citus worker's unique
-    violation reaches the client without the constraint's name: of the unique keys of the
-    writes' tables, only the external id's can be met, their ids being new."""
-    relayed = fault.kind == "unique" and fault.constraint is None
-    if not relayed and external_id_taken(noun, fault) is None:
+    the unit of work runs again, and its lookup finds that record."""
+    if external_id_taken(noun, fault) is None:
         return None
     return RunAgain(
         ExternalIdTaken(
