@@ -215,14 +215,16 @@ def targets(rounds: Sequence[Round]) -> list[dict[str, Any]]:
                 "met": None if value is None else value >= target.ratio,
             }
         )
+    # The tail target is dealbase's: a peer's own tail (the minimal service's, PostGraphile's) is
+    # in the table beside it, as a reading of the machine in the same minutes, not judged.
     tails = _per_scenario(
-        rounds, lambda outcome: outcome.tail if outcome.scenario.server != "pgbench" else None
+        rounds, lambda outcome: outcome.tail if outcome.scenario.server == "dealbase" else None
     )
     over = {name: tail for name, tail in tails.items() if tail > MAX_TAIL}
     worst = max(tails.items(), key=lambda item: item[1]) if tails else None
     checks.append(
         {
-            "target": f"p99 <= {MAX_TAIL:g} x p50 in every scenario",
+            "target": f"p99 <= {MAX_TAIL:g} x p50 in every dealbase scenario",
             "value": worst[1] if worst else None,
             "worst": worst[0] if worst else None,
             "over": sorted(over),

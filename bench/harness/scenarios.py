@@ -262,7 +262,7 @@ TARGETS = (
         "GraphQL dashboard >= 1.0 x the same deals by REST", "graphql_dashboard", "rest_deals", 1.0
     ),
 )
-MAX_TAIL = 4.0  # p99 at most 4 x p50 in every scenario
+MAX_TAIL = 4.0  # p99 at most 4 x p50 in every dealbase scenario
 # Under 5 % of the active backends' samples waiting on a lock, in every scenario: writers of one
 # department must not queue behind each other.
 MAX_LOCK_WAITS = 0.05
