@@ -3,6 +3,7 @@ committed, read in position order."""
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -12,6 +13,7 @@ import orjson
 from sqlalchemy import (
     TIMESTAMP,
     BigInteger,
+    Integer,
     Text,
     bindparam,
     cast,
@@ -526,8 +528,9 @@ def events_after(
     since: timedelta,
 ) -> list[Event]:
     """Up to ``limit`` of the department's events after the position, created within ``since``."""
-    query = _events_after(select(*_READ), department_id, after_position, filters, limit, since)
-    rows = connection.execute(query).mappings()
+    query = _events_after(as_json=False, typed=filters.types is not None, since=since)
+    values = _feed_values(department_id, after_position, filters, limit)
+    rows = connection.execute(query, values).mappings()
     return [_to_event(row, tenant_id) for row in rows]
 
 
@@ -542,28 +545,40 @@ def events_after_as_json(
 ) -> list[tuple[int, str]]:
     """``events_after``'s events as (position, the JSON text ``event_json`` would make, made
     by PostgreSQL)."""
-    shown = select(events.c.position, event_json_text_sql(events))
-    query = _events_after(shown, department_id, after_position, filters, limit, since)
-    rows = connection.execute(query, {"tenant_id": str(tenant_id)})
+    query = _events_after(as_json=True, typed=filters.types is not None, since=since)
+    values = _feed_values(department_id, after_position, filters, limit)
+    values["tenant_id"] = str(tenant_id)
+    rows = connection.execute(query, values)
     return [(position, text) for position, text in rows]
 
 
-def _events_after(
-    query: Select[Any],
-    department_id: uuid.UUID,
-    after_position: int,
-    filters: EventFilter,
-    limit: int,
-    since: timedelta,
-) -> Select[Any]:
-    query = query.where(
-        events.c.department_id == department_id,
-        events.c.position > after_position,
+def _feed_values(
+    department_id: uuid.UUID, after_position: int, filters: EventFilter, limit: int
+) -> dict[str, object]:
+    values: dict[str, object] = {
+        "department_id": department_id,
+        "after_position": after_position,
+        "limit": limit,
+    }
+    if filters.types is not None:
+        values["types"] = list(filters.types)
+    return values
+
+
+@functools.lru_cache(maxsize=8)
+def _events_after(*, as_json: bool, typed: bool, since: timedelta) -> Select[Any]:
+    """The feed's page: a department's events after a position (parameters ``department_id``,
+    ``after_position``, ``limit``, and ``types`` when ``typed``), built once per shape, so
+    that no feed read compiles its statement while the numbering's lock is held."""
+    shown = select(events.c.position, event_json_text_sql(events)) if as_json else select(*_READ)
+    query = shown.where(
+        events.c.department_id == bindparam("department_id", type_=UUID(as_uuid=True)),
+        events.c.position > bindparam("after_position", type_=BigInteger),
         events.c.created_at > func.now() - since,
     )
-    if filters.types is not None:
-        query = query.where(events.c.type.in_(filters.types))
-    return query.order_by(events.c.position).limit(limit)
+    if typed:
+        query = query.where(events.c.type == func.any(bindparam("types", type_=ARRAY(Text))))
+    return built_once(query.order_by(events.c.position).limit(bindparam("limit", type_=Integer)))
 
 
 # Rows one purge statement deletes at most: each statement stays well within the statement
