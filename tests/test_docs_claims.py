@@ -1,0 +1,135 @@
+"""What the docs say of the settings and the REST routes stays true to the code: every
+`DEALBASE_*` variable they name is a setting (or one the tests read), the configuration table
+lists every setting with its default, and the endpoint table and route count are the OpenAPI
+document's."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from dealbase.config import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+CONFIGURATION = ROOT / "docs" / "operations.md"
+API_GUIDE = ROOT / "docs" / "api.md"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+PREFIX = "/api/v1/integration"
+
+VARIABLE = re.compile(r"\bDEALBASE_[A-Z0-9_]*[A-Z0-9]\b")
+# A setting named without its prefix, as the docs do where the prefix is understood (DB_POOL_SIZE).
+SHORT_NAME = re.compile(
+    r"(?<![\w-])(?:DB|DATABASE|DATA|REDIS|RATE_LIMIT|GRAPHQL|LIVE|CITUS|METRICS|SHUTDOWN|WRITE"
+    r"|BODY|WEBHOOKS|SPARE|MIGRATE|LOG|CORS|GC|FREEZE|ROUTE)_[A-Z0-9_]*[A-Z0-9]\b"
+)
+SETTING_ROW = re.compile(r"^\| `(?P<name>DEALBASE_[A-Z0-9_]+)` \| (?P<default>.*?) \| .* \|$", re.M)
+ENDPOINT_ROW = re.compile(
+    r"^\| `(?P<method>GET|POST|PUT|PATCH|DELETE) (?P<path>/\S*)` \| (?P<statuses>.*) \|$", re.M
+)
+ROUTE_COUNT = re.compile(r"every integration route of the app \((?P<count>\d+),")
+
+
+def _settings() -> set[str]:
+    return {f"DEALBASE_{name.upper()}" for name in Settings.model_fields}
+
+
+def _named_in_docs() -> set[str]:
+    return {name for doc in DOCS for name in VARIABLE.findall(doc.read_text(encoding="utf-8"))}
+
+
+def _read_by_the_tests() -> set[str]:
+    """The tests' own variables (``DEALBASE_TEST_*``), which are no settings of the service."""
+    sources = (ROOT / "tests").rglob("*.py")
+    named = {name for source in sources for name in VARIABLE.findall(source.read_text("utf-8"))}
+    return {name for name in named if name.startswith("DEALBASE_TEST_")}
+
+
+def _operations() -> dict[tuple[str, str], set[str]]:
+    """The OpenAPI document's operations, each with its statuses; a path's parameters unnamed."""
+    document: dict[str, Any] = json.loads((ROOT / "openapi.json").read_text(encoding="utf-8"))
+    return {
+        (method.upper(), _unnamed(path.removeprefix(PREFIX))): set(operation["responses"])
+        for path, methods in document["paths"].items()
+        for method, operation in methods.items()
+        if method in {"get", "post", "put", "patch", "delete"}
+    }
+
+
+def _unnamed(path: str) -> str:
+    return re.sub(r"\{[^}]*\}", "{}", path)
+
+
+def _section(doc: Path, heading: str) -> str:
+    text = doc.read_text(encoding="utf-8")
+    return text.split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_every_variable_the_docs_name_is_a_setting_or_read_by_the_tests() -> None:
+    unknown = _named_in_docs() - _settings() - _read_by_the_tests()
+
+    assert sorted(unknown) == []
+
+
+def test_every_setting_the_docs_name_without_its_prefix_is_a_setting() -> None:
+    named = {name for doc in DOCS for name in SHORT_NAME.findall(doc.read_text("utf-8"))}
+
+    unknown = {f"DEALBASE_{name}" for name in named} - _settings()
+
+    assert sorted(unknown) == []
+
+
+def test_the_configuration_table_lists_every_setting_once() -> None:
+    rows = [row["name"] for row in SETTING_ROW.finditer(CONFIGURATION.read_text("utf-8"))]
+
+    assert sorted(rows) == sorted(_settings())
+
+
+def test_a_default_the_configuration_table_gives_as_one_value_is_the_settings() -> None:
+    text = CONFIGURATION.read_text(encoding="utf-8")
+    wrong = {}
+    for row in SETTING_ROW.finditer(text):
+        shown = re.fullmatch(r"`([^`]*)`", row["default"])
+        if shown is None:  # a default in words ("unset", "`true` under `dealbase serve`")
+            continue
+        default = Settings.model_fields[row["name"].removeprefix("DEALBASE_").lower()].default
+        if _as_written(default) != shown[1]:
+            wrong[row["name"]] = (shown[1], default)
+
+    assert wrong == {}
+
+
+def _as_written(value: object) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def test_the_api_guides_endpoint_table_is_the_openapi_documents_operations() -> None:
+    rows = ENDPOINT_ROW.finditer(_section(API_GUIDE, "## Endpoints"))
+
+    listed = [(row["method"], _unnamed(row["path"])) for row in rows]
+
+    assert sorted(listed) == sorted(_operations())
+
+
+def test_every_status_the_endpoint_table_gives_is_one_the_operation_documents() -> None:
+    operations = _operations()
+    undocumented = {}
+    for row in ENDPOINT_ROW.finditer(_section(API_GUIDE, "## Endpoints")):
+        operation = (row["method"], _unnamed(row["path"]))
+        statuses = set(re.findall(r"\b[1-5]\d\d\b", row["statuses"]))
+        if statuses - operations[operation]:
+            undocumented[operation] = sorted(statuses - operations[operation])
+
+    assert undocumented == {}
+
+
+def test_the_route_count_the_architecture_gives_is_the_openapi_documents() -> None:
+    counts = [int(m["count"]) for m in ROUTE_COUNT.finditer(ARCHITECTURE.read_text("utf-8"))]
+
+    assert counts == [len(_operations())]
