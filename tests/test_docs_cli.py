@@ -1,6 +1,6 @@
 """The README's section on the `dealbase` command stays true to `dealbase --help`: every
 command and option it names exists, every command the CLI has is in it, and what it says of
-`--json` holds."""
+`--json` holds. So does every `dealbase ...` line the docs show."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCS = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+CODE_BLOCK = re.compile(r"^```[^\n]*\n(?P<code>.*?)^```", re.M | re.S)
 
 # Run in a process of its own, with Typer's plain help (TYPER_USE_RICH is read as Typer is
 # imported): `dealbase <command> --help` for the whole tree of commands, each help page by the
@@ -90,6 +92,43 @@ def _named_in_readme() -> list[tuple[str, set[str]]]:
         assert words is not None, usage
         named.append((words[0], set(OPTION.findall(usage))))
     return named
+
+
+def _shown_in_docs() -> list[tuple[str, str, set[str]]]:
+    """Every `dealbase ...` a doc shows (a code block's line, its comment aside, or an inline
+    code span): the doc, the command's words as far as they name a command, its options."""
+    groups = {words.split()[0] for words in _commands() if " " in words}
+    shown = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        lines = [
+            line.split("#")[0] for block in CODE_BLOCK.findall(text) for line in block.split("\n")
+        ]
+        spans = re.findall(r"`([^`]+)`", CODE_BLOCK.sub("", text))
+        for line in lines + [" ".join(span.split()) for span in spans]:
+            used = re.match(r"\s*dealbase ([a-z][\w-]*)(?: ([a-z][\w-]*))?(?=\s|$)(.*)", line)
+            if used is None:
+                continue
+            group, command, rest = used.groups()
+            words = f"{group} {command}" if group in groups and command else group
+            if group not in groups and command:
+                rest = f"{command}{rest}"
+            shown.append((str(doc.relative_to(ROOT)), words, set(OPTION.findall(rest))))
+    return shown
+
+
+def test_every_command_the_docs_show_is_one_of_the_cli_with_options_it_takes() -> None:
+    commands = _commands()
+    shown = _shown_in_docs()
+
+    wrong = [
+        (doc, words, sorted(options - commands.get(words, set())))
+        for doc, words, options in shown
+        if words not in commands or options - commands[words]
+    ]
+
+    assert ("docs/operations.md", "tenant move", {"--node", "--mode", "--json"}) in shown
+    assert wrong == []
 
 
 def test_the_walk_reads_every_help_page_of_the_cli() -> None:
