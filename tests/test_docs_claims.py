@@ -1,7 +1,7 @@
-"""What the docs say of the settings and the REST routes stays true to the code: every
-`DEALBASE_*` variable they name is a setting (or one the tests read), the configuration table
-lists every setting with its default, and the endpoint table and route count are the OpenAPI
-document's."""
+"""What the docs say of the settings, the REST routes and the GraphQL root fields stays true to
+the code: every `DEALBASE_*` variable they name is a setting (or one the tests read), the
+configuration table lists every setting with its default, the endpoint table and route count
+are the OpenAPI document's, and graphql.md's fields are the SDL's."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from graphql import GraphQLObjectType, build_schema
+
 from dealbase.config import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,6 +19,8 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 CONFIGURATION = ROOT / "docs" / "operations.md"
 API_GUIDE = ROOT / "docs" / "api.md"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
+GRAPHQL_GUIDE = ROOT / "docs" / "graphql.md"
+SDL = ROOT / "src" / "dealbase" / "graphql_api" / "schema.graphql"
 PREFIX = "/api/v1/integration"
 
 VARIABLE = re.compile(r"\bDEALBASE_[A-Z0-9_]*[A-Z0-9]\b")
@@ -133,3 +137,41 @@ def test_the_route_count_the_architecture_gives_is_the_openapi_documents() -> No
     counts = [int(m["count"]) for m in ROUTE_COUNT.finditer(ARCHITECTURE.read_text("utf-8"))]
 
     assert counts == [len(_operations())]
+
+
+def _fields_with_arguments() -> dict[str, list[set[str]]]:
+    """Every field of the SDL's object types by name, with each one's arguments."""
+    schema = build_schema(SDL.read_text(encoding="utf-8"))
+    fields: dict[str, list[set[str]]] = {}
+    for kind in schema.type_map.values():
+        if isinstance(kind, GraphQLObjectType) and not kind.name.startswith("__"):
+            for name, field in kind.fields.items():
+                fields.setdefault(name, []).append(set(field.args))
+    return fields
+
+
+def test_every_field_graphql_md_shows_with_arguments_is_one_of_the_sdl() -> None:
+    """`deals(filter, orderBy, first, after)`: a field of that name takes those arguments."""
+    fields = _fields_with_arguments()
+    section = _section(GRAPHQL_GUIDE, "## What there is")
+    shown = re.findall(r"`([a-z]\w*)\(([\w, ]*)\)`", section)
+
+    wrong = [
+        f"{name}({arguments})"
+        for name, arguments in shown
+        if not any(set(arguments.split(", ")) <= taken for taken in fields.get(name, []))
+    ]
+
+    assert len(shown) > 10
+    assert wrong == []
+
+
+def test_every_root_field_of_the_sdl_is_in_graphql_md() -> None:
+    schema = build_schema(SDL.read_text(encoding="utf-8"))
+    roots = [schema.query_type, schema.mutation_type, schema.subscription_type]
+    section = _section(GRAPHQL_GUIDE, "## What there is")
+    shown = set(re.findall(r"`([a-z]\w*)[`(]", section))
+
+    missing = [name for root in roots if root for name in root.fields if name not in shown]
+
+    assert missing == []
