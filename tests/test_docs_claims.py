@@ -16,7 +16,7 @@ from dealbase.config import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-CONFIGURATION = ROOT / "docs" / "operations.md"
+CONFIGURATION = ROOT / "docs" / "operations" / "configuration.md"
 API_GUIDE = ROOT / "docs" / "api.md"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 GRAPHQL_GUIDE = ROOT / "docs" / "graphql.md"

@@ -127,7 +127,11 @@ def test_every_command_the_docs_show_is_one_of_the_cli_with_options_it_takes() -
         if words not in commands or options - commands[words]
     ]
 
-    assert ("docs/operations.md", "tenant move", {"--node", "--mode", "--json"}) in shown
+    assert (
+        "docs/operations/tenants-and-keys.md",
+        "tenant move",
+        {"--node", "--mode", "--json"},
+    ) in shown
     assert wrong == []
 
 

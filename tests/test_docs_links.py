@@ -1,5 +1,6 @@
 """Every link between the docs leads somewhere: a relative link's file exists, and its
-`#anchor` is a heading of that file (as GitHub makes anchors of headings)."""
+`#anchor` is a heading of that file (as GitHub makes anchors of headings); and every page can
+be found, from the README or from the operations index."""
 
 from __future__ import annotations
 
@@ -74,3 +75,21 @@ def test_every_anchor_a_link_names_is_a_heading_of_its_file() -> None:
             broken.append(f"{doc.relative_to(ROOT)}: {target}")
 
     assert broken == []
+
+
+def _linked_from(page: Path) -> set[Path]:
+    return {
+        (page.parent / target.partition("#")[0]).resolve()
+        for doc, target in _links()
+        if doc == page
+    }
+
+
+def test_every_page_of_docs_is_linked_from_the_readme_or_the_operations_index() -> None:
+    readme = _linked_from(ROOT / "README.md")
+    index = _linked_from(ROOT / "docs" / "operations.md")
+
+    pages = (ROOT / "docs").glob("*.md")
+    operations = (ROOT / "docs" / "operations").glob("*.md")
+    assert sorted(page.name for page in pages if page.resolve() not in readme) == []
+    assert sorted(page.name for page in operations if page.resolve() not in index) == []
