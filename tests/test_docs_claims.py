@@ -30,6 +30,11 @@ SHORT_NAME = re.compile(
     r"|BODY|WEBHOOKS|SPARE|MIGRATE|LOG|CORS|GC|FREEZE|ROUTE)_[A-Z0-9_]*[A-Z0-9]\b"
 )
 SETTING_ROW = re.compile(r"^\| `(?P<name>DEALBASE_[A-Z0-9_]+)` \| (?P<default>.*?) \| .* \|$", re.M)
+DEFAULTS_ROW = re.compile(
+    r"^\|(?:[^|\n]*\|)?? (?P<names>`DEALBASE_\w+`(?:, `DEALBASE_\w+`)*) \| (?P<values>[^|\n]+?) \|",
+    re.M,
+)
+PLAIN_VALUE = re.compile(r"\d{1,3}(?:,\d{3})*|\d+|on|off")
 ENDPOINT_ROW = re.compile(
     r"^\| `(?P<method>GET|POST|PUT|PATCH|DELETE) (?P<path>/\S*)` \| (?P<statuses>.*) \|$", re.M
 )
@@ -91,18 +96,36 @@ def test_the_configuration_table_lists_every_setting_once() -> None:
     assert sorted(rows) == sorted(_settings())
 
 
-def test_a_default_the_configuration_table_gives_as_one_value_is_the_settings() -> None:
-    text = CONFIGURATION.read_text(encoding="utf-8")
+def test_every_default_a_docs_table_gives_a_setting_is_the_settings() -> None:
+    """A table row that names settings and then their defaults as values (`10/s`, 2,000, on;
+    "16, 256" for two settings) gives the defaults of config.Settings. A default in words
+    ("unset", "`true` under `dealbase serve`") is not read."""
+    read = 0
     wrong = {}
-    for row in SETTING_ROW.finditer(text):
-        shown = re.fullmatch(r"`([^`]*)`", row["default"])
-        if shown is None:  # a default in words ("unset", "`true` under `dealbase serve`")
-            continue
-        default = Settings.model_fields[row["name"].removeprefix("DEALBASE_").lower()].default
-        if _as_written(default) != shown[1]:
-            wrong[row["name"]] = (shown[1], default)
+    for doc in DOCS:
+        for row in DEFAULTS_ROW.finditer(doc.read_text(encoding="utf-8")):
+            names = re.findall(r"DEALBASE_\w+", row["names"])
+            values = [_value(shown) for shown in row["values"].split(", ")]
+            if len(values) != len(names) or None in values:
+                continue
+            for name, value in zip(names, values, strict=True):
+                read += 1
+                default = Settings.model_fields[name.removeprefix("DEALBASE_").lower()].default
+                if _as_written(default) != value:
+                    wrong[f"{doc.name}: {name}"] = (value, default)
 
+    assert read > 50
     assert wrong == {}
+
+
+def _value(shown: str) -> str | None:
+    """A default as a table shows it, as Python writes it; None for one given in words."""
+    quoted = re.fullmatch(r"`([^`]*)`", shown)
+    if quoted:
+        return quoted[1]
+    if PLAIN_VALUE.fullmatch(shown):
+        return {"on": "true", "off": "false"}.get(shown, shown.replace(",", ""))
+    return None
 
 
 def _as_written(value: object) -> str:
