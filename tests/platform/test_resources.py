@@ -387,11 +387,11 @@ def test_a_feed_made_by_postgresql_is_the_events_as_the_api_shows_them(
         customers.delete(uow, customer.id, None)
     every = EventFilter()
     with database.unit_of_work(scope) as uow:
-        texts, next_cursor = event_service.feed_as_json(uow, every, 2, None)
+        texts, next_cursor = event_service.feed_as_json(uow, every, 2, None).read()
         page = event_service.feed(uow, every, 2, None)
-        rest_texts, rest_cursor = event_service.feed_as_json(uow, every, 100, next_cursor)
+        rest_texts, rest_cursor = event_service.feed_as_json(uow, every, 100, next_cursor).read()
         rest = event_service.feed(uow, every, 100, page.next_cursor)
-        empty = event_service.feed_as_json(uow, every, 100, rest_cursor)
+        empty = event_service.feed_as_json(uow, every, 100, rest_cursor).read()
     assert [json.loads(text) for text in texts] == [event_json(e) for e in page.items]
     assert [list(json.loads(text)) for text in texts] == [list(event_json(e)) for e in page.items]
     assert next_cursor == page.next_cursor

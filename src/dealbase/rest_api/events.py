@@ -11,6 +11,7 @@ from fastapi import APIRouter, Query, Request
 from pydantic import ConfigDict, Field
 from starlette.responses import Response
 
+from dealbase.db.units import AfterCommit, UnitOfWork
 from dealbase.edge.callers import AdmittedRoute, caller_of
 from dealbase.edge.database import database_of
 from dealbase.platform.event_types import EVENT_TYPES, EventType
@@ -110,9 +111,12 @@ async def list_events(
 ) -> Response:
     scope = caller_of(request)
     filters = EventFilter(types=_event_types(types))
-    texts, next_cursor = await database_of(request).run(
-        scope, lambda uow: service.feed_as_json(uow, filters, limit, after)
-    )
+
+    def page(uow: UnitOfWork) -> AfterCommit[tuple[list[str], str]]:
+        return service.feed_as_json(uow, filters, limit, after)
+
+    found: tuple[list[str], str] = await database_of(request).run(scope, page)
+    texts, next_cursor = found
     # PostgreSQL's JSON of each event, joined rather than parsed (``json_text_page``).
     body = b"".join(
         (

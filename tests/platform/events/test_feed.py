@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -81,7 +82,7 @@ def test_a_read_shows_the_events_another_reader_numbered_and_committed_while_it_
     numberer = ConcurrentNumberer(database, scope)
     real_events_after = repository.events_after
 
-    def events_after_then_another_numbers(*args: Any, **kwargs: Any) -> list[Event]:
+    def events_after_then_another_numbers(*args: Any, **kwargs: Any) -> Callable[[], list[Event]]:
         found = real_events_after(*args, **kwargs)
         if numberer.thread.ident is None:
             numberer.run_until_done_or_blocked()

@@ -493,6 +493,17 @@ def number_committed(
     position rows: whatever an earlier numbering of the same department committed, it sees.
     The rows stay locked until COMMIT; the department's writers never take them.
     """
+    numbering = number_committed_later(connection, department_ids, limit)
+    return 0 if numbering is None else int(numbering.rows().scalar_one())
+
+
+def number_committed_later(
+    connection: TenantConnection, department_ids: Sequence[uuid.UUID], limit: int
+) -> Deferred | None:
+    """``number_committed``'s claim sent now, its numbering with the next round trip (the
+    read that follows it, and the COMMIT, when nothing else runs): the position rows are held
+    for that one round trip, not for every turn of the server's work until the COMMIT. None
+    when no department has events to number."""
     claimed = [
         department_id
         for (department_id,) in connection.execute(
@@ -501,13 +512,8 @@ def number_committed(
         )
     ]
     if not claimed:
-        return 0
-    return int(
-        connection.execute(
-            _NUMBER,
-            {"departments": claimed, "limit": limit},
-        ).scalar_one()
-    )
+        return None
+    return connection.defer(_NUMBER, {"departments": claimed, "limit": limit})
 
 
 # What an event is to its readers; ``sequence`` only orders the numbering.
@@ -526,12 +532,13 @@ def events_after(
     filters: EventFilter,
     limit: int,
     since: timedelta,
-) -> list[Event]:
-    """Up to ``limit`` of the department's events after the position, created within ``since``."""
+) -> Callable[[], list[Event]]:
+    """Up to ``limit`` of the department's events after the position, created within ``since``:
+    the read sent with the next round trip, its events once read."""
     query = _events_after(as_json=False, typed=filters.types is not None, since=since)
     values = _feed_values(department_id, after_position, filters, limit)
-    rows = connection.execute(query, values).mappings()
-    return [_to_event(row, tenant_id) for row in rows]
+    read = connection.defer(query, values)
+    return lambda: [_to_event(row, tenant_id) for row in read.rows().mappings()]
 
 
 def events_after_as_json(
@@ -542,14 +549,14 @@ def events_after_as_json(
     filters: EventFilter,
     limit: int,
     since: timedelta,
-) -> list[tuple[int, str]]:
+) -> Callable[[], list[tuple[int, str]]]:
     """``events_after``'s events as (position, the JSON text ``event_json`` would make, made
     by PostgreSQL)."""
     query = _events_after(as_json=True, typed=filters.types is not None, since=since)
     values = _feed_values(department_id, after_position, filters, limit)
     values["tenant_id"] = str(tenant_id)
-    rows = connection.execute(query, values)
-    return [(position, text) for position, text in rows]
+    read = connection.defer(query, values)
+    return lambda: [(position, text) for position, text in read.rows()]
 
 
 def _feed_values(

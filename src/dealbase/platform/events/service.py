@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TypeVar
 
-from dealbase.db.units import UnitOfWork
+from dealbase.db.units import AfterCommit, UnitOfWork
 from dealbase.errors import Invalid
 from dealbase.ids import new_id
 from dealbase.platform.event_types import EventType
@@ -124,19 +124,22 @@ def feed(uow: UnitOfWork, filters: EventFilter, limit: int | None, after: str | 
     """
     found, next_cursor = _feed(
         uow, filters, limit, after, repository.events_after, lambda event: event.position
-    )
+    ).read()
     return EventPage(found, next_cursor)
 
 
 def feed_as_json(
     uow: UnitOfWork, filters: EventFilter, limit: int | None, after: str | None
-) -> tuple[list[str], str]:
+) -> AfterCommit[tuple[list[str], str]]:
     """``feed``'s events, each as the JSON text ``event_json`` would make, made by PostgreSQL,
-    and the next cursor."""
-    found, next_cursor = _feed(
-        uow, filters, limit, after, repository.events_after_as_json, lambda row: row[0]
-    )
-    return [text for _, text in found], next_cursor
+    and the next cursor: read with the COMMIT, when nothing else runs."""
+    page = _feed(uow, filters, limit, after, repository.events_after_as_json, lambda row: row[0])
+
+    def texts() -> tuple[list[str], str]:
+        found, next_cursor = page.read()
+        return [text for _, text in found], next_cursor
+
+    return AfterCommit(texts)
 
 
 def _feed(
@@ -144,9 +147,9 @@ def _feed(
     filters: EventFilter,
     limit: int | None,
     after: str | None,
-    events_after: Callable[..., list[R]],
+    events_after: Callable[..., Callable[[], list[R]]],
     position_of: Callable[[R], int],
-) -> tuple[list[R], str]:
+) -> AfterCommit[tuple[list[R], str]]:
     limit = page_size(limit)
     position = 0 if after is None else _position_after(after, filters)
     scope = uow.scope
@@ -155,13 +158,17 @@ def _feed(
     # Numbered first, then read: the numbering waits for any other reader numbering the same
     # department (its position row) and sees what that one committed, so the read that follows
     # (a new snapshot) holds every event committed before the request, whoever numbered it.
-    number_committed(uow, [department_id])
+    # The numbering and the read travel together, so the position row is held one round trip.
+    repository.number_committed_later(uow.connection, [department_id], NUMBERING_BATCH)
     found = events_after(
         uow.connection, scope.tenant_id, department_id, position, filters, limit, RETENTION
     )
-    if found:
-        position = position_of(found[-1])
-    return found, _cursor(position, filters)
+
+    def page() -> tuple[list[R], str]:
+        rows = found()
+        return rows, _cursor(position_of(rows[-1]) if rows else position, filters)
+
+    return AfterCommit(page)
 
 
 # Events numbered at most per department at a time: a reader that finds a night's sync waiting
