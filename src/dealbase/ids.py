@@ -24,7 +24,7 @@ def new_id() -> uuid.UUID:
 
 def new_ids(count: int) -> list[uuid.UUID]:
     """``count`` (up to 4,096) new ids, in increasing order: one reading of the clock and of
-    random bytes for them all (8 ids cost 100,000 instructions one by one, 45,000 at once)."""
+    random bytes for them all, which a deal's several ids would otherwise each pay for."""
     global _last_millis, _last_counter
     if not 0 < count <= _COUNTERS:
         raise ValueError(f"1 to {_COUNTERS} ids at a time, not {count}")

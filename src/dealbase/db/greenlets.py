@@ -3,9 +3,9 @@
 A unit of work's code is synchronous; its statements await on the event loop through
 SQLAlchemy's ``await_``, which hands each awaitable from the greenlet running the code to the
 greenlet driving it (the event loop's). SQLAlchemy's ``greenlet_spawn`` makes a new greenlet for
-every call: about 9 µs on this machine, against 1.3 to 1.7 µs to run the call in a greenlet made
-before (bench/README.md). Each thread keeps the greenlets its calls have finished with, since a
-greenlet runs only in the thread that made it.
+every call, which costs several times what running the call in a greenlet made before does. Each
+thread keeps the greenlets its calls have finished with, since a greenlet runs only in the
+thread that made it.
 """
 
 from __future__ import annotations

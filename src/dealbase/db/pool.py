@@ -25,12 +25,11 @@ class ConnectionTenants:
     tenant, and when one has seen enough of them.
 
     A PostgreSQL backend keeps the catalog entries of every relation it has touched until it
-    ends, about 115 kB a tenant (bench/README.md, "scale.py"): a connection that goes on serving
-    requests spread over thousands of tenants would hold a gigabyte. A connection that has worked
-    in ``limit`` tenants is retired: ``TenantAffinePool`` closes it when it is given back, and
-    psycopg_pool's synchronous pool, whose ``check`` callback is ``refuse_retired``, closes it
-    when it is next taken; either then opens another. With no limit, connections are only
-    remembered.
+    ends: a connection that goes on serving requests spread over thousands of tenants would hold
+    every tenant's catalog caches. A connection that has worked in ``limit`` tenants is retired:
+    ``TenantAffinePool`` closes it when it is given back, and psycopg_pool's synchronous pool,
+    whose ``check`` callback is ``refuse_retired``, closes it when it is next taken; either then
+    opens another. With no limit, connections are only remembered.
     """
 
     def __init__(self, limit: int | None) -> None:
@@ -93,16 +92,16 @@ class TenantAffinePool:
     connections, one that has already worked in the unit of work's tenant, when there is one.
 
     A backend's first unit of work in a tenant loads the catalog entries of the tenant's
-    relations (a `POST /customers` takes several times as long as on a warm backend,
-    bench/README.md, "scale.py"). A pool that hands out the idle connection that has waited
-    longest, as psycopg_pool's does, keeps requests spread over many tenants landing on backends
-    cold for them, and every backend ends up caching every tenant. Preferring a warm connection
+    relations, which makes it far dearer than the same unit of work on a warm backend. A pool
+    that hands out the idle connection that has waited longest, as psycopg_pool's does, keeps
+    requests spread over many tenants landing on backends cold for them, and every backend ends
+    up caching every tenant. Preferring a warm connection
     keeps each tenant on the few backends that served it, a busy tenant on all of them.
 
     ``take`` and ``give_back`` run in the event loop ``open`` ran in, and never in a thread.
     When a connection is idle, taking and giving one back are a few operations on a deque and
     a dict, with no await that suspends (psycopg_pool's coroutines and context managers cost
-    several times as much, bench/README.md).
+    more than the work they guard there).
 
     It opens no connection before the first caller asks: a caller that finds none idle, with
     fewer than ``max_size`` open, opens one itself (its place counted while it connects, so
@@ -112,9 +111,9 @@ class TenantAffinePool:
     connection given back goes straight to the caller that has waited longest: it runs on the
     event loop's next turn, and the one giving it back does not wait (psycopg_pool's queue
     handed it over turns later, and a worker whose callers outnumbered its connections answered
-    the few that waited late, bench/README.md). A place freed by a connection closed (below)
-    goes likewise to the caller queued longest, which opens a connection in it. Waiting and
-    opening together take at most ``timeout`` seconds, then PoolTimeout.
+    the few that waited late: the tail of its latency). A place freed by a connection closed
+    (below) goes likewise to the caller queued longest, which opens a connection in it. Waiting
+    and opening together take at most ``timeout`` seconds, then PoolTimeout.
 
     A connection given back closed or broken, in a transaction, past its lifetime
     (``max_lifetime``, less up to 5 % at random) or retired by ``tenants`` is closed, not

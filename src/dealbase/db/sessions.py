@@ -2,7 +2,7 @@
 the tenant's role a transaction runs as, and the settings a statement runs under.
 
 Each change is a statement of its own, and a round trip of two statements goes as a pipeline,
-which costs psycopg several times the CPU of one statement sent alone (bench/README.md). So a
+which costs psycopg far more CPU than one statement sent alone. So a
 connection of the event loop's pool keeps, for its session, the role and the settings of the
 last unit of work that committed on it (``Sessions``), and a unit of work that needs the same
 sends its statements alone. Without ``Sessions`` (behind pgbouncer in transaction mode, whose

@@ -4,8 +4,8 @@ machinery: a custom view's path (``api._Router.run``), beside Strawberry's.
 A dashboard sends the same few documents all day. Once a document's text is in the document
 cache, parsed and found valid within the cost budget, a request for it needs nothing Strawberry
 adds around an execution: its extensions (the guard that finds the document, the error mapping,
-the operation's metric), its execution context and its result processing were a quarter of the
-workers' CPU time for a page of customers whose JSON PostgreSQL builds (bench/README.md). Here
+the operation's metric), its execution context and its result processing were a large share of
+the workers' CPU time for a page of customers whose JSON PostgreSQL builds. Here
 the cached document is executed with the schema's own execution context class
 (``execution.CompilingExecutionContext``: each root field compiled to PostgreSQL's JSON or
 answered by its resolver), and the response is written around its result as Strawberry writes

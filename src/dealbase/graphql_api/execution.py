@@ -3,10 +3,10 @@
 A dashboard read resolves about 1,500 scalar fields that are attributes of their parent object
 (``Customer.lastName``, ``Step.kind``...). graphql-core runs each through the steps of a resolver
 that fetches data: a ``Path``, a ``GraphQLResolveInfo``, Strawberry's resolver wrapper, an
-awaitability check, ``complete_value``; together 60 % of a dashboard request's CPU time. For a
-field Strawberry resolves by reading an attribute, with no arguments, no extension and a scalar or
-enum type, the attribute is all the resolver could return, so the field's result is that value
-coerced by its type, computed here in one step for all such fields of an object.
+awaitability check, ``complete_value``; together the largest part of a dashboard request's CPU
+time. For a field Strawberry resolves by reading an attribute, with no arguments, no extension
+and a scalar or enum type, the attribute is all the resolver could return, so the field's result
+is that value coerced by its type, computed here in one step for all such fields of an object.
 
 Anything else, and any value this step cannot complete (``null`` for a non-null field, a value the
 scalar refuses), goes through graphql-core unchanged, which reports it as it always does. The

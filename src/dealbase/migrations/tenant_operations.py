@@ -2,9 +2,9 @@
 
 ``ALTER TABLE … ADD COLUMN … DEFAULT … NOT NULL`` makes PostgreSQL look for uses of the table's
 row type across the catalog (``find_composite_type_dependencies``), which holds every tenant's
-objects: 93 ms a table at 6,000 tenants (1.8 million ``pg_depend`` rows) against 4 ms without
-the default (bench/README.md, "scale.py"). Over ten thousand schemas, and in every new schema,
-which replays the history, that is the difference between seconds and many minutes.
+objects, so each such column costs more with every tenant; without the default it does not.
+Over ten thousand schemas, and in every new schema, which replays the history, that is the
+difference between seconds and many minutes.
 """
 
 from __future__ import annotations

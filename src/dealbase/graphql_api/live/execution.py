@@ -2,8 +2,8 @@
 
 A department's channel hands the same change to each of its subscribers (the same object:
 ``subscriptions.change_of`` makes one ``Change`` of it for all). graphql-core would execute the
-document's selection once per subscriber, about 100 us each: a thousand dashboards on one
-department would spend a tenth of a second of CPU on every change. The execution context of the
+document's selection once per subscriber, so the CPU a change costs would grow with the
+dashboards open on its department. The execution context of the
 live schema keeps each result by (operation, the variables its selection reads, root value),
 and a subscriber with the same document gets the result another subscriber's execution made.
 
@@ -103,7 +103,7 @@ def _read_below_root(
 class _Shared:
     """A per-event executor whose result another subscriber's execution made: graphql-core
     asks it only for ``execute_operation``, and a copy of the subscription's executor (what
-    graphql-core builds per event, 25 us) would be made for nothing."""
+    graphql-core builds per event) would be made for nothing."""
 
     __slots__ = ("result",)
 

@@ -11,9 +11,8 @@ class Freezing:
     they have settled, as the app's own are at startup (``app``).
 
     A full collection visits every tracked object not frozen, with the event loop stopped: a
-    worker holding 500 subscriptions holds about 150,000 objects (their tasks, streams,
-    executors, contexts), and its full collections took 200 to 450 ms on the bench machine
-    (bench/README.md, "live.py"): every subscriber's next change waited that long. Once
+    worker holding hundreds of subscriptions holds their tasks, streams, executors and contexts,
+    and every subscriber's next change waited for each of its full collections. Once
     ``after_opened`` connections have opened and none for ``settle_seconds``, the young
     garbage is collected and everything else frozen. Frozen objects are never visited, so the
     cycles of connections closed since stay; once more have closed than remain open, everything

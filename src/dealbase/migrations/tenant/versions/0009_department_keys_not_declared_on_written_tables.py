@@ -4,10 +4,10 @@ their ``department_id`` a foreign key of ``departments``.
 A declared key made PostgreSQL check each inserted row against its department's row with a
 ``FOR KEY SHARE`` lock: every writer of a department locked the same row, which PostgreSQL
 records as a multixact made anew by each locker (the row's lockers so far, and this one) under
-an exclusive lock of that row's page. Eight writers of one department: a sixth to a fifth of a
-customer's create in PostgreSQL (bench/README.md). Every row's department is
-its writer's scope (a department key's own, or one a tenant-wide key named and the unit of work
-found), and no department is ever deleted: nothing the key guarded against can happen.
+an exclusive lock of that row's page: writers of one department queued on it. Every row's
+department is its writer's scope (a department key's own, or one a tenant-wide key named and
+the unit of work found), and no department is ever deleted: nothing the key guarded against can
+happen.
 ``steps`` and ``employees`` keep theirs, and a deal's step and employee keep theirs, which
 also hold them to the deal's department.
 

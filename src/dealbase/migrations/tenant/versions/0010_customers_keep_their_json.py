@@ -2,15 +2,15 @@
 row is written (``api_json``, a stored generated column): REST's reads of customers send it as
 it is instead of building it per read.
 
-Building 50 customers' JSON was most of what a page of ``GET /customers`` cost PostgreSQL (270 of
-425 µs on one connection, a page read as that column 67) and the largest part of the page's gap
-to the baseline service (bench/README.md). Every write of a customer, by any route, goes through
-PostgreSQL's own computation of the column, so no write path can leave it stale.
+Building 50 customers' JSON was most of what a page of ``GET /customers`` cost PostgreSQL, and
+the largest part of the page's gap to the baseline service. Every write of a customer, by any
+route, goes through PostgreSQL's own computation of the column, so no write path can leave it
+stale.
 
 ``customer_api_json`` is the schema's function that builds it: ``IMMUTABLE`` as a generated
 column needs, which it is in fact (the timestamps written in UTC with an explicit format, nothing
 read from the session's settings or from other rows). PL/pgSQL, whose plan a session keeps; a
-SQL function there is planned at each call (a create cost 409 µs of PostgreSQL against 185). Its
+SQL function there is planned at each call, which made every create dearer. Its
 JSON is ``resources.customer_json``'s, name for name and in that order, the tenant's id written
 in from the schema's name (a tenant schema's name is its tenant's id);
 ``tests/platform/test_resources.py`` holds the column and ``customer_json`` equal. A later change of the customer's JSON is a migration that replaces the
