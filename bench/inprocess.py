@@ -1,7 +1,7 @@
 """The CPU one request costs the server, without HTTP, for A/B comparisons of the hot path.
 
-`make bench` measures throughput beside a peer, and its ratios move by ±30 % between runs on a
-shared machine; a change worth 5 % of a request's CPU does not show there. This calls the ASGI
+`make bench` measures throughput beside a peer, and its ratios move between runs on a shared
+machine by more than a small change of a request's CPU is worth. This calls the ASGI
 app directly on its own event loop, with its lifespan (pools, Redis limiter, key cache), 8
 requests at a time, and reports the CPU time per request for each round of the process, of
 the PostgreSQL backends serving its scratch database and of Redis (`harness/cpu.py`): the same
@@ -21,14 +21,13 @@ Redis rate limits), with no client in the process.
 
 `--instructions` counts the instructions the process executes for a number of requests under
 valgrind's callgrind instead of timing rounds: nearly the same count whatever else the machine
-does (runs of the same code differ by about 1 % alone, 2 % when two counts run at once, as the
-admissions' refresh follows the clock), so a change of 3 % shows, where the CPU rounds of a
-shared machine move by 30 %. Under valgrind a request takes about fifty times as
-long, so the clock of the local rate-limit admissions is slowed as much (`--slowdown`): they ask
-Redis as often per request as at full speed. The server's instructions a request, measured
-this way through uvicorn, were 1.55 times the baseline's where `make bench` read 1.56 times its
-CPU (bench/README.md): the count stands for the server's CPU. Compare counts of the same
-`--requests` (what a run does once, a refresh of the rate limits, spreads over them).
+does (two counts run at once differ a little more than two run alone, as the admissions' refresh
+follows the clock), so a change far smaller than the CPU rounds' spread shows. Valgrind slows a
+request by about `--slowdown` times, so the clock of the local rate-limit admissions is slowed
+as much: they ask Redis as often per request as at full speed. The count stands for the
+server's CPU: counted this way through uvicorn, dealbase's and the baseline's instructions a
+request stood in the ratio `make bench` read of their CPU (commit b841633). Compare counts of
+the same `--requests` (what a run does once, a refresh of the rate limits, spreads over them).
 
 Alternate two commits' rounds (a `git worktree` of the other and `PYTHONPATH`), several times:
 one pair of rounds says little.

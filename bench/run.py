@@ -465,18 +465,17 @@ def settle_database(database_url: str, schema: str) -> None:
     then CHECKPOINT, so that no load pays for the WAL the loads before it wrote.
 
     The machines this runs on have autovacuum off, so without it the planner would plan the
-    reads on the statistics of the seed, before the write scenarios added thousands of rows:
-    measured, a page of 50 deals then joined a full scan of the customers (78 ms) where, with
-    current statistics, it looks up its 150 (2 ms), whichever server asked.
+    reads on the statistics of the seed, before the write scenarios added thousands of rows: a
+    page of 50 deals then joined a full scan of the customers where, with current statistics, it
+    looks up its own, whichever server asked.
 
-    The write scenarios write about a gigabyte of WAL in three rounds (``max_wal_size``), so a
-    checkpoint began in some loads and not in the load beside them: `POST /deals` 0.58 of the
-    baseline in a round with none, 0.47 and 0.49 in two with one at work (`103218Z`). After
-    its own CHECKPOINT a load of 12 s meets none (the next is due 5 minutes later, or a
-    gigabyte on), and each pays the full-page images of the pages it changes first, as every
-    load does after a checkpoint in production. A role that may not CHECKPOINT (neither superuser
-    nor ``pg_checkpoint``) runs the loads without; the table's checkpoint column shows where
-    one began.
+    The write scenarios fill ``max_wal_size`` within a run, so a checkpoint began in some loads
+    and not in the load beside them, and a round with one at work read lower than a round
+    without (commit 254de27). After its own CHECKPOINT a load of 12 s meets none (the next is
+    due 5 minutes later, or a gigabyte on), and each pays the full-page images of the pages it
+    changes first, as every load does after a checkpoint in production. A role that may not
+    CHECKPOINT (neither superuser nor ``pg_checkpoint``) runs the loads without; the table's
+    checkpoint column shows where one began.
     """
     with psycopg.connect(database_url, autocommit=True) as connection:
         for table in ("customers", "deals", "deal_customers", "activities", "employees", "steps"):

@@ -28,10 +28,9 @@ processes leaves one idle and waits on the client between requests, and with fou
 both workers are likely to get some (the results file has each process's CPU). Not many more:
 the transactions of one department number their events in its one event-position row, so
 batches at once in one department partly take turns there, and on a 2-core machine more client
-threads take CPU from the server they measure. http.client, not httpx: on the 2-core machine
-httpx.Client spent about 1,000 µs of the client's CPU per request and http.client about 250 µs
-(the same PUT to a server that answers at once); at a few hundred PUTs a second httpx would take
-a quarter of a core from the one-at-a-time baseline's server, and the ratio would flatter the
+threads take CPU from the server they measure. http.client, not httpx: httpx.Client spends
+several times http.client's CPU on a request, so at a few hundred PUTs a second it would take a
+good part of a core from the one-at-a-time baseline's server, and the ratio would flatter the
 batches.
 
 Checked, not only timed (any failure fails the run, exit 1): every batch answers 200 with one

@@ -1,8 +1,8 @@
 """The CPU a measured load costs each party, per request: the server under test, PostgreSQL's
 backends serving the bench's database, Redis, and the load tool itself.
 
-Requests a second move by a tenth between two runs of one commit on a shared machine; CPU a
-request moves far less, since it does not depend on who else ran meanwhile. It also says where
+Requests a second move between two runs of one commit on a shared machine; CPU a request moves
+far less, since it does not depend on who else ran meanwhile. It also says where
 a difference between dealbase and its baseline lies (in the server's Python, in PostgreSQL, in
 Redis), which a ratio of requests a second cannot.
 
