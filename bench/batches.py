@@ -19,7 +19,6 @@ written one at a time (a deal: its own create, customers and first step) a few p
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -33,9 +32,10 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness.asgi import request, serving_settings, sized
+from harness.console import arguments_parser
 from harness.cpu import CpuUse
 from harness.stack import provision, scratch_database
-from inprocess import _post, _sized, serving_settings
 
 API = "/api/v1/integration"
 BATCH = 1_000
@@ -61,22 +61,8 @@ class Failed(Exception):
 async def _send(app: Any, method: str, path: str, payload: Any, headers: Any) -> tuple[int, Any]:
     body = json.dumps(payload).encode()
     answer: list[bytes] = []
-    if method == "PUT":
-        status = await _put(app, path, body, _sized(headers, body), answer)
-    else:
-        status = await _post(app, path, body, _sized(headers, body), answer)
+    status = await request(app, path, body, sized(headers, body), answer, method=method)
     return status, json.loads(b"".join(answer))
-
-
-async def _put(
-    app: Any, path: str, body: bytes, headers: list[tuple[bytes, bytes]], answer: list[bytes]
-) -> int:
-    """``_post``'s request as a PUT."""
-
-    async def as_put(scope: Any, receive: Any, send: Any) -> None:
-        await app({**scope, "method": "PUT"}, receive, send)
-
-    return await _post(as_put, path, body, headers, answer)
 
 
 def _label(round_: int, n: int, again: bool) -> str:
@@ -157,7 +143,7 @@ async def _measure(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = arguments_parser(__doc__)
     parser.add_argument("records", nargs="*", help=f"of {', '.join(BODIES)} (all by default)")
     parser.add_argument("--rounds", type=int, default=3)
     arguments = parser.parse_args()

@@ -50,190 +50,57 @@ bench/results/citus-<date>.json.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
-import threading
 import time
 import traceback
-import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from types import FrameType
-from typing import Any, TypeVar
-
-import httpx
-import orjson
-import psycopg
-from psycopg import sql
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import seed as seeding
-from harness.load import LoadFailed, Measurement, PgbenchLoad, WrkLoad, run_pgbench, run_wrk
-from harness.paths import QUERIES, RESULTS, ROOT, venv_tool
-from harness.processes import Service, ServiceFailed, log_tail
-from harness.settings import BenchSettings, SettingsError
-from harness.stack import (
-    GENEROUS_BURST,
-    GENEROUS_RATE,
-    REST_PREFIX,
-    Tenant,
-    clean_environment,
-    scratch_database,
-    server_versions,
-    start_dealbase,
+from harness.cluster import (
+    CLUSTER,
+    DEFAULT_CITUS,
+    SINGLE,
+    Made,
+    Place,
+    Served,
+    cluster_versions,
+    delete_tenants,
+    generous_rate,
+    places,
+    postmasters,
+    say,
+    serve,
 )
+from harness.console import arguments_parser
+from harness.figures import ms, percentiles
+from harness.load import LoadFailed, Measurement, PgbenchLoad, WrkLoad, run_pgbench, run_wrk
+from harness.paths import QUERIES, RESULTS, ROOT
+from harness.proc import machine_busy_seconds, tree_cpu_seconds
+from harness.processes import ServiceFailed, stop_on_sigterm
+from harness.settings import BenchSettings, SettingsError
+from harness.stack import REST_PREFIX, analyze, server_versions
+from harness.tenant_move import move_part
 from harness.tools import ensure_pgbench, ensure_wrk, git_state, load_average, machine
+from harness.writers import WRITERS
 
-from dealbase.config import parse_rate
-from dealbase.db.database import Database
 from dealbase.ops import admin
-from dealbase.platform.events.service import number_all_committed
-from dealbase.tenancy.registry.placement import Node, tenant_node
+from dealbase.tenancy.registry.placement import tenant_node
 from dealbase.tenancy.registry.spare_schemas import prepare_spare_schema
 from dealbase.tenancy.registry.tenants import create_tenant
-from dealbase.tenancy.scope import Rate, Scope
 
-DEFAULT_CITUS = "postgresql://postgres@127.0.0.1:9700/dealbase"
-SINGLE, CLUSTER = "single", "cluster"
 SPARES = 5
-WRITERS = 4
-BATCH = 1000
-CONCURRENCY = 8
-WORKER_READY = "dealbase worker: delivering webhooks"
-# After the writers stop: how long deliveries may take to arrive, and to show a duplicate.
-DELIVERY_STALL_SECONDS = 60.0
-DUPLICATE_GRACE_SECONDS = 3.0
-# Every dealbase process of the run: the cluster's tenants distributed (on the single server the
-# setting is off), webhooks to 127.0.0.1 allowed, and no spare schemas made by a worker, so that
-# the provisioning figures and the move see only what the run makes.
-COMMON_ENVIRONMENT = {
-    "DEALBASE_WEBHOOKS_ALLOW_PRIVATE": "true",
-    "DEALBASE_SPARE_TENANT_SCHEMAS": "0",
-}
-T = TypeVar("T")
-
-
-def say(message: str) -> None:
-    print(f"bench: citus: {message}", flush=True)
-
-
-def _ms(seconds: float) -> float:
-    return round(seconds * 1000, 2)
-
-
-def _percentiles(values: list[float]) -> dict[str, float | int]:
-    if not values:
-        return {"count": 0}
-    ordered = sorted(values)
-
-    def at(fraction: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))], 2)
-
-    return {
-        "count": len(ordered),
-        "p50": at(0.5),
-        "p95": at(0.95),
-        "p99": at(0.99),
-        "max": round(ordered[-1], 2),
-    }
-
-
-@dataclass
-class Place:
-    """Where dealbase runs: the single server's scratch database, or the cluster's."""
-
-    name: str
-    url: str
-    distributed: bool
-    database: Database
-    # The cluster's reads served by the tenant's worker (DEALBASE_CITUS_READS_ON_WORKERS).
-    reads_on_workers: bool = False
-
-    def environment(self) -> dict[str, str]:
-        """A dealbase process's settings for this place (beside the bench's own)."""
-        environment = {
-            **COMMON_ENVIRONMENT,
-            "DEALBASE_CITUS_SCHEMA_SHARDING": "true" if self.distributed else "false",
-        }
-        if self.reads_on_workers:
-            environment["DEALBASE_CITUS_READS_ON_WORKERS"] = "true"
-        return environment
-
-    def cli(self, *arguments: str) -> tuple[Any, float]:
-        """`dealbase ARGUMENTS --json`; its answer and its seconds (start-up included)."""
-        environment = {
-            **clean_environment(),
-            **self.environment(),
-            "DEALBASE_DATABASE_URL": self.url,
-            "DEALBASE_LOG_LEVEL": "warning",
-        }
-        started = time.perf_counter()
-        result = subprocess.run(
-            [venv_tool("dealbase"), *arguments, "--json"],
-            env=environment,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        seconds = time.perf_counter() - started
-        if result.returncode != 0:
-            raise RuntimeError(
-                f"{self.name}: dealbase {' '.join(arguments)} failed ({result.returncode}):"
-                f" {result.stderr.strip() or result.stdout.strip()}"
-            )
-        text = result.stdout.strip()
-        return (json.loads(text) if text else None), seconds
-
-
-@dataclass
-class Made:
-    """The cluster's tenants this run made, deleted at its end."""
-
-    tenants: list[uuid.UUID] = field(default_factory=list)
-
-
-def _rate() -> Rate:
-    return Rate(per_second=parse_rate(GENEROUS_RATE), burst=int(GENEROUS_BURST))
-
-
-def make_tenant(place: Place, made: Made, name: str, employees: int = 5) -> Tenant:
-    """A tenant with a department (its six default steps), employees and a key that never
-    refuses, as bench/harness/stack.py's provision makes it, in this process."""
-    database = place.database
-    tenant = create_tenant(database, name, distributed=place.distributed)
-    if place.distributed:
-        made.tenants.append(tenant.id)
-    department = admin.create_department(database, tenant.id, "Sales")
-    employee_ids = [
-        str(
-            admin.create_employee(
-                database, tenant.id, department.id, f"Employee {n}", f"employee{n}@example.com"
-            ).id
-        )
-        for n in range(1, employees + 1)
-    ]
-    key = admin.issue_key(database, tenant.id, department.id, "bench", _rate())
-    return Tenant(
-        tenant_id=str(tenant.id),
-        schema=tenant.schema,
-        department_id=str(department.id),
-        step_ids=tuple(str(step.id) for step in department.steps),
-        employee_ids=tuple(employee_ids),
-        key_id=str(key.key_id),
-        api_key=key.api_key,
-        department_keys=(f"{key.api_key} {department.id}",),
-    )
 
 
 # --- 1. provisioning ------------------------------------------------------------------------------
@@ -275,33 +142,33 @@ def provisioning(place: Place, made: Made, tenants: int, *, fresh: bool) -> dict
         tenant = create_tenant(
             place.database, f"citus-bench-{stamp}-{index:03d}", distributed=place.distributed
         )
-        created.append(_ms(time.perf_counter() - started))
+        created.append(ms(time.perf_counter() - started))
         if place.distributed:
             made.tenants.append(tenant.id)
         took_spare += tenant.schema in ready
         department = admin.create_department(place.database, tenant.id, "Sales")
-        admin.issue_key(place.database, tenant.id, department.id, "bench", _rate())
-        with_key.append(_ms(time.perf_counter() - started))
+        admin.issue_key(place.database, tenant.id, department.id, "bench", generous_rate())
+        with_key.append(ms(time.perf_counter() - started))
         schemas.append(tenant.schema)
-    figures["create_without_spare_ms"] = _percentiles(created)
-    figures["create_with_department_and_key_ms"] = _percentiles(with_key)
+    figures["create_without_spare_ms"] = percentiles(created)
+    figures["create_with_department_and_key_ms"] = percentiles(with_key)
     figures["created_taking_a_spare_anyway"] = took_spare
     spare_made, spare_taken, taken = [], [], 0
     for index in range(SPARES):
         started = time.perf_counter()
         schema = prepare_spare_schema(place.database, 1000, distributed=place.distributed)
-        spare_made.append(_ms(time.perf_counter() - started))
+        spare_made.append(ms(time.perf_counter() - started))
         started = time.perf_counter()
         tenant = create_tenant(
             place.database, f"citus-bench-{stamp}-spare-{index:03d}", distributed=place.distributed
         )
-        spare_taken.append(_ms(time.perf_counter() - started))
+        spare_taken.append(ms(time.perf_counter() - started))
         if place.distributed:
             made.tenants.append(tenant.id)
         taken += tenant.schema == schema
         schemas.append(tenant.schema)
-    figures["spare_made_ms"] = _percentiles(spare_made)
-    figures["create_taking_a_spare_ms"] = _percentiles(spare_taken)
+    figures["spare_made_ms"] = percentiles(spare_made)
+    figures["create_taking_a_spare_ms"] = percentiles(spare_taken)
     figures["spares_taken_by_these_tenants"] = taken
     if place.distributed:
         figures["placement"] = dict(
@@ -317,218 +184,6 @@ def provisioning(place: Place, made: Made, tenants: int, *, fresh: bool) -> dict
 
 
 # --- 2. requests ----------------------------------------------------------------------------------
-
-
-class SeedFailed(Exception):
-    pass
-
-
-async def _gather(calls: list[Callable[[], Awaitable[T]]]) -> list[T]:
-    gate = asyncio.Semaphore(CONCURRENCY)
-
-    async def one(call: Callable[[], Awaitable[T]]) -> T:
-        async with gate:
-            return await call()
-
-    return list(await asyncio.gather(*(one(call) for call in calls)))
-
-
-async def _seed(base_url: str, tenant: Tenant, settings: BenchSettings) -> dict[str, int]:
-    """bench/harness/seed.py's data, each deal made by external id and its customers linked."""
-    async with httpx.AsyncClient(
-        base_url=base_url + REST_PREFIX, headers=tenant.headers, timeout=60.0
-    ) as client:
-
-        async def send(method: str, path: str, body: dict[str, Any], status: int) -> Any:
-            response = await client.request(method, path, json=body)
-            if response.status_code != status:
-                raise SeedFailed(
-                    f"{method} {path} answered {response.status_code}, not {status}:"
-                    f" {response.text[:500]}"
-                )
-            return response.json()
-
-        deal_customers = await _gather(
-            [
-                partial(
-                    send,
-                    "POST",
-                    "/customers",
-                    {
-                        "last_name": f"Customer {index:04}.{n}",
-                        "first_name": "Ada",
-                        "company": f"Company {index % 17}",
-                        "email": f"c{index}.{n}@example.com",
-                        "city": "London",
-                    },
-                    201,
-                )
-                for index in range(settings.seed_deals)
-                for n in range(3)
-            ]
-        )
-        deals = await _gather(
-            [
-                partial(
-                    send,
-                    "PUT",
-                    f"/deals/by-external-id/bench-deal-{index:04}",
-                    {
-                        "name": f"Deal {index:04}",
-                        "volume": 1000 * (index + 1),
-                        "deal_origin": "bench",
-                    },
-                    201,
-                )
-                for index in range(settings.seed_deals)
-            ]
-        )
-        pairs = [
-            (deal_customers[index * 3 + n]["id"], deal["id"])
-            for index, deal in enumerate(deals)
-            for n in range(3)
-        ]
-
-        # One deal's links one after another, so its customers keep their order.
-        async def link(index: int, deal: dict[str, Any]) -> None:
-            for n in range(3):
-                customer = deal_customers[index * 3 + n]["id"]
-                await send("POST", f"/deals/{deal['id']}/customers", {"customer_id": customer}, 200)
-            await send(
-                "PATCH",
-                f"/deals/{deal['id']}",
-                {
-                    "step_id": tenant.step_ids[index % len(tenant.step_ids)],
-                    "employee_id": tenant.employee_ids[index % len(tenant.employee_ids)],
-                },
-                200,
-            )
-
-        await _gather([partial(link, index, deal) for index, deal in enumerate(deals)])
-        more = max(0, settings.seed_customers - len(pairs))
-        await _gather(
-            [
-                partial(
-                    send,
-                    "POST",
-                    "/customers",
-                    {
-                        "last_name": f"Customer {index:06}",
-                        "first_name": "Grace",
-                        "email": f"customer{index}@example.com",
-                        "city": "Arlington",
-                    },
-                    201,
-                )
-                for index in range(more)
-            ]
-        )
-        activities: list[Callable[[], Awaitable[Any]]] = []
-        for index, (customer_id, deal_id) in enumerate(pairs[: seeding.FIRST * 2]):
-            for n in range(settings.activities_per_customer):
-                activities.append(
-                    partial(
-                        send,
-                        "POST",
-                        "/activities",
-                        {
-                            "type": seeding.ACTIVITY_TYPES[
-                                (index + n) % len(seeding.ACTIVITY_TYPES)
-                            ],
-                            "customer_id": customer_id,
-                            "deal_id": deal_id,
-                            "employee_id": tenant.employee_ids[index % len(tenant.employee_ids)],
-                            "subject": f"Follow-up {n + 1}",
-                            "due_at": "2026-12-01T09:00:00Z",
-                        },
-                        201,
-                    )
-                )
-        await _gather(activities)
-    return {"deals": len(deals), "customers": len(pairs) + more, "activities": len(activities)}
-
-
-@dataclass
-class Served:
-    place: Place
-    tenant: Tenant
-    service: Service
-    seed: dict[str, int]
-    sizes: dict[str, int]
-
-
-def serve(place: Place, made: Made, settings: BenchSettings, logs: Path) -> Served:
-    tenant = make_tenant(place, made, f"citus-bench-{place.name}")
-    service, _ = start_dealbase(
-        place.url, settings, logs / f"dealbase-{place.name}.log", place.environment()
-    )
-    try:
-        say(f"{place.name}: dealbase serving on {service.base_url}; seeding {tenant.schema}")
-        seed = asyncio.run(_seed(service.base_url, tenant, settings))
-        sizes = seeding.check_dealbase(service.base_url, tenant)
-    except BaseException:
-        service.stop()
-        raise
-    say(f"{place.name}: seeded {seed}; every read answers the seeded data whole")
-    return Served(place, tenant, service, seed, sizes)
-
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _stat(pid: int) -> list[str] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text.rpartition(")")[2].split()
-
-
-def cpu_of_tree(pid: int) -> float:
-    """CPU seconds of a process, its children that have ended (which it waited for) and those
-    still running, to any depth: a server's workers, a PostgreSQL server's backends."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            fields = _stat(int(entry.name))
-            if fields:
-                children.setdefault(int(fields[1]), []).append(int(entry.name))
-    total, pending = 0.0, [pid]
-    while pending:
-        current = pending.pop()
-        fields = _stat(current)
-        if fields is None:
-            continue
-        total += sum(int(value) for value in fields[11:15]) / CLOCK_TICKS
-        pending.extend(children.get(current, ()))
-    return total
-
-
-def machine_busy() -> float:
-    """CPU seconds every core spent not idle, since boot."""
-    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    idle = values[3] + values[4]
-    return (sum(values[:8]) - idle) / CLOCK_TICKS
-
-
-def postmasters(place: Place) -> dict[str, int]:
-    """The PostgreSQL servers of the place (on this machine), by the parent of a backend:
-    the single server, or the coordinator and each worker."""
-    urls = {"postgres": place.url}
-    if place.distributed:
-        urls = {"coordinator": place.url}
-        base, _, rest = place.url.partition("@")
-        database = rest.partition("/")[2]
-        for node in _workers(place.url):
-            urls[f"worker {node.port}"] = f"{base}@{node.host}:{node.port}/{database}"
-    found = {}
-    for name, url in urls.items():
-        with psycopg.connect(url) as connection:
-            row = connection.execute("SELECT pg_backend_pid()").fetchone()
-        fields = _stat(int(row[0])) if row else None
-        if fields:
-            found[name] = int(fields[1])
-    return found
 
 
 @dataclass(frozen=True)
@@ -566,13 +221,6 @@ def _wrk_load(load: Load, served: Served) -> WrkLoad:
     return WrkLoad(load.script, served.service.base_url, environment)
 
 
-def analyze(place: Place, schema: str) -> None:
-    """As bench/run.py does before each scenario (autovacuum is off on these machines)."""
-    with psycopg.connect(place.url, autocommit=True) as connection:
-        for table in ("customers", "deals", "deal_customers", "activities", "employees", "steps"):
-            connection.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(schema, table)))
-
-
 def measure_load(
     tools: dict[str, str],
     load: Load,
@@ -580,7 +228,7 @@ def measure_load(
     settings: BenchSettings,
     nodes: dict[str, int],
 ) -> dict[str, Any]:
-    analyze(served.place, served.tenant.schema)
+    analyze(served.place.url, served.tenant.schema)
     run: Callable[[int], Measurement]
     if load.tool == "pgbench":
         tenant = served.tenant
@@ -604,13 +252,15 @@ def measure_load(
             if warm.errors:
                 record["failure"] = f"{warm.errors} errors in the warm-up: {warm.first_error}"
                 return record
-        cpu_before = {name: cpu_of_tree(pid) for name, pid in trees.items()}
-        busy_before = machine_busy()
+        cpu_before = {name: tree_cpu_seconds(pid) for name, pid in trees.items()}
+        busy_before = machine_busy_seconds()
         measured = run(settings.seconds)
-        busy = machine_busy() - busy_before
+        busy = machine_busy_seconds() - busy_before
         if measured.requests:
             record["cpu_ms_per_request"] = {
-                name: round((cpu_of_tree(pid) - cpu_before[name]) * 1000 / measured.requests, 2)
+                name: round(
+                    (tree_cpu_seconds(pid) - cpu_before[name]) * 1000 / measured.requests, 2
+                )
                 for name, pid in trees.items()
             }
             record["cpu_ms_per_request"]["machine"] = round(busy * 1000 / measured.requests, 2)
@@ -690,357 +340,7 @@ def requests_part(
 # --- 3. moving a tenant under load ----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Answer:
-    writer: int
-    sequence: int
-    started: float
-    ended: float
-    status: int
-    customer_id: str | None
-    retry_after: str | None
-    text: str
-
-
-class Writers:
-    """WRITERS clients creating customers one after another until stopped; every answer kept."""
-
-    def __init__(self, base_url: str, headers: dict[str, str]) -> None:
-        self.base_url = base_url
-        self.headers = headers
-        self.stop = threading.Event()
-        self.answers: list[Answer] = []
-        self.lock = threading.Lock()
-        self.threads = [
-            threading.Thread(target=self._write, args=(n,), daemon=True) for n in range(WRITERS)
-        ]
-
-    def _write(self, writer: int) -> None:
-        with httpx.Client(base_url=self.base_url, headers=self.headers, timeout=120) as client:
-            sequence = 0
-            while not self.stop.is_set():
-                sequence += 1
-                started = time.monotonic()
-                try:
-                    response = client.post(
-                        f"{REST_PREFIX}/customers",
-                        json={"last_name": f"move-w{writer}-{sequence:07d}"},
-                    )
-                except httpx.HTTPError as exc:
-                    answer = Answer(
-                        writer, sequence, started, time.monotonic(), 0, None, None, repr(exc)
-                    )
-                else:
-                    ok = response.status_code == 201
-                    answer = Answer(
-                        writer,
-                        sequence,
-                        started,
-                        time.monotonic(),
-                        response.status_code,
-                        response.json()["id"] if ok else None,
-                        response.headers.get("retry-after"),
-                        "" if ok else response.text[:300],
-                    )
-                with self.lock:
-                    self.answers.append(answer)
-
-    def __enter__(self) -> Writers:
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(timeout=150)
-
-
-def _window(answers: list[Answer], start: float, end: float) -> dict[str, Any]:
-    inside = [a for a in answers if start <= a.ended < end]
-    latencies = sorted(_ms(a.ended - a.started) for a in inside)
-    seconds = end - start
-    figures: dict[str, Any] = {
-        "seconds": round(seconds, 2),
-        "answers": len(inside),
-        "created": sum(a.status == 201 for a in inside),
-        "writes_per_second": round(sum(a.status == 201 for a in inside) / seconds, 1)
-        if seconds > 0
-        else None,
-    }
-    if latencies:
-        figures.update(
-            p50_ms=latencies[len(latencies) // 2],
-            p99_ms=latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
-            max_ms=latencies[-1],
-        )
-    return figures
-
-
-def _workers(url: str) -> list[Node]:
-    with psycopg.connect(url) as connection:
-        rows = connection.execute(
-            "SELECT nodename, nodeport FROM pg_dist_node"
-            " WHERE noderole = 'primary' AND groupid <> 0 ORDER BY nodeport"
-        ).fetchall()
-    return [Node(host, port) for host, port in rows]
-
-
-def _seed_batches(base_url: str, tenant: Tenant, customers: int) -> float:
-    """MOVE_CUSTOMERS customers by POST /customers/batch, BATCH at a time; the seconds."""
-    started = time.perf_counter()
-    with httpx.Client(
-        base_url=base_url + REST_PREFIX, headers=tenant.headers, timeout=300
-    ) as client:
-        for first in range(0, customers, BATCH):
-            operations = [
-                {
-                    "op": "create",
-                    "data": {
-                        "last_name": f"Held {index:06d}",
-                        "first_name": "Grace",
-                        "email": f"held{index}@example.com",
-                        "city": "Arlington",
-                    },
-                }
-                for index in range(first, min(first + BATCH, customers))
-            ]
-            response = client.post(
-                "/customers/batch",
-                content=orjson.dumps({"operations": operations}),
-                headers={"content-type": "application/json"},
-            )
-            results = response.json().get("results") if response.status_code == 200 else None
-            if not results or any(r.get("status") != 201 for r in results):
-                raise SeedFailed(
-                    f"POST /customers/batch answered {response.status_code}: {response.text[:500]}"
-                )
-    return time.perf_counter() - started
-
-
-class Worker:
-    """`dealbase worker` on the cluster, delivering webhooks."""
-
-    def __init__(self, place: Place, log_path: Path) -> None:
-        self.log_path = log_path
-        self.service = Service(
-            "worker",
-            [venv_tool("dealbase"), "worker"],
-            environment={
-                **clean_environment(),
-                **place.environment(),
-                "DEALBASE_DATABASE_URL": place.url,
-                "DEALBASE_LOG_FORMAT": "json",
-                "DEALBASE_LOG_LEVEL": "info",
-            },
-            log_path=log_path,
-            port=0,
-            cwd=ROOT,
-        )
-        deadline = time.monotonic() + 90
-        while WORKER_READY not in log_path.read_text(errors="replace"):
-            if self.service.process.poll() is not None or time.monotonic() > deadline:
-                self.service.stop()
-                raise ServiceFailed(f"dealbase worker did not start:\n{log_tail(log_path)}")
-            time.sleep(0.05)
-
-    def problems(self) -> list[str]:
-        text = self.log_path.read_text(errors="replace")
-        return [
-            line for line in text.splitlines() if '"level": "error"' in line or "Traceback" in line
-        ]
-
-
-def move_part(
-    cluster: Place, made: Made, settings: BenchSettings, logs: Path, customers: int, served: Served
-) -> dict[str, Any]:
-    import webhooks  # the receiver of bench/webhooks.py (it imports dealbase itself)
-
-    figures: dict[str, Any] = {"customers_held": customers, "writers": WRITERS}
-    failures: list[str] = []
-    tenant = make_tenant(cluster, made, "citus-bench-move", employees=0)
-    base_url = served.service.base_url
-    say(f"move: seeding {customers:,} customers into {tenant.schema} in batches of {BATCH}")
-    seconds = _seed_batches(base_url, tenant, customers)
-    figures["seed_seconds"] = round(seconds, 2)
-    figures["seed_customers_per_second"] = round(customers / seconds, 1)
-    # Their events get positions once read (the events feed, a webhook endpoint's creation),
-    # a thousand a statement: numbered here, timed, before the endpoint below would.
-    started = time.perf_counter()
-    scope = Scope(tenant_id=uuid.UUID(tenant.tenant_id), schema=tenant.schema)
-    with cluster.database.unit_of_work(scope) as uow:
-        number_all_committed(uow, [uuid.UUID(tenant.department_id)])
-    figures["numbering_seconds"] = round(time.perf_counter() - started, 2)
-    analyze(cluster, tenant.schema)
-    with ExitStack() as stack:
-        receiver = webhooks.Receiver(logs / "receiver.log")
-        stack.callback(receiver.stop)
-        tag = f"move-{tenant.schema}"
-        created = httpx.post(
-            f"{base_url}{REST_PREFIX}/webhooks",
-            json={"url": receiver.url(tag), "events": ["customer.created"], "ordered": True},
-            headers=tenant.headers,
-            timeout=60,
-        )
-        if created.status_code != 201:
-            raise SeedFailed(f"POST /webhooks answered {created.status_code}: {created.text[:500]}")
-        worker = Worker(cluster, logs / "worker-cluster.log")
-        stack.callback(worker.service.stop)
-        source = tenant_node(cluster.url, tenant.schema)
-        if source is None:
-            raise SeedFailed(f"{tenant.schema} is not a distributed schema")
-        target = next(node for node in _workers(cluster.url) if node != source)
-        say(f"move: {WRITERS} writers for {settings.seconds} s, then the move {source} -> {target}")
-        # The source worker's CPU in each window: what the copy costs it beside the writes.
-        source_server = postmasters(cluster)[f"worker {source.port}"]
-        cpu_at: list[float] = []
-        with Writers(base_url, tenant.headers) as writers:
-            time.sleep(1)  # the writers' first requests (connections, a warm server)
-            before_start = time.monotonic()
-            cpu_at.append(cpu_of_tree(source_server))
-            time.sleep(settings.seconds)
-            command_start = time.monotonic()
-            cpu_at.append(cpu_of_tree(source_server))
-            moved, took = cluster.cli(
-                "tenant", "move", tenant.tenant_id, "--node", str(target), "--mode", "auto"
-            )
-            move_end = time.monotonic()
-            cpu_at.append(cpu_of_tree(source_server))
-            # The move itself, as the command timed it (its start-up and lookup left out).
-            move_start = move_end - float(moved["seconds"])
-            time.sleep(settings.seconds)
-            after_end = time.monotonic()
-        # The command's own time around a move: the same command again, with nothing to move.
-        again, again_took = cluster.cli("tenant", "move", tenant.tenant_id, "--node", str(target))
-        answers = sorted(writers.answers, key=lambda a: a.ended)
-        figures.update(
-            source=str(source),
-            target=str(target),
-            placed_after=str(tenant_node(cluster.url, tenant.schema)),
-            move_seconds=moved["seconds"],
-            move_command_seconds=round(took, 2),
-            command_with_nothing_to_move_seconds=round(again_took, 2),
-            nothing_moved=again["from"] is None,
-            before=_window(answers, before_start, move_start),
-            during=_window(answers, move_start, move_end),
-            after=_window(answers, move_end, after_end),
-            # CPU seconds a second of the source worker's server: while only the writers ran,
-            # and from the move command's start to the move's end (its start-up included).
-            source_cpu_per_second_before=round(
-                (cpu_at[1] - cpu_at[0]) / (command_start - before_start), 3
-            ),
-            source_cpu_per_second_during_the_command=round(
-                (cpu_at[2] - cpu_at[1]) / (move_end - command_start), 3
-            ),
-        )
-        statuses = Counter(a.status for a in answers)
-        figures["statuses"] = {str(k): v for k, v in sorted(statuses.items())}
-        refused = [a for a in answers if a.status == 503 and a.retry_after]
-        unexpected = [a for a in answers if a.status != 201 and a not in refused]
-        figures["refused_503_with_retry_after"] = len(refused)
-        figures["unexpected_answers"] = len(unexpected)
-        if unexpected:
-            failures.append(
-                f"{len(unexpected)} answers neither 201 nor 503 with Retry-After, the first:"
-                f" {unexpected[0].status} {unexpected[0].text}"
-            )
-        answered = {a.customer_id for a in answers if a.customer_id}
-        with psycopg.connect(cluster.url) as connection:
-            stored = {
-                row[0]
-                for row in connection.execute(
-                    sql.SQL("SELECT id::text FROM {} WHERE last_name LIKE 'move-%'").format(
-                        sql.Identifier(tenant.schema, "customers")
-                    )
-                )
-            }
-            held = connection.execute(
-                sql.SQL("SELECT count(*) FROM {}").format(
-                    sql.Identifier(tenant.schema, "customers")
-                )
-            ).fetchone()
-        figures["rows_after"] = held[0] if held else None
-        figures["rows_lost"] = len(answered - stored)
-        figures["rows_without_a_201"] = len(stored - answered)
-        if answered - stored:
-            failures.append(f"{len(answered - stored)} rows answered 201 are not in the table")
-        # Deliveries: every created customer once, each writer's in its order.
-        receiver.wait_for(tag, len(answered), stall=DELIVERY_STALL_SECONDS)
-        time.sleep(DUPLICATE_GRACE_SECONDS)
-        arrivals = receiver.arrivals(tag)
-        delivered: Counter[str] = Counter()
-        last_sequence: dict[str, int] = {}
-        out_of_order = 0
-        for arrival in arrivals:
-            data = orjson.loads(arrival.body)["data"]
-            delivered[data["id"]] += 1
-            writer, _, number = data["last_name"].removeprefix("move-").partition("-")
-            if int(number) <= last_sequence.get(writer, 0):
-                out_of_order += 1
-            last_sequence[writer] = int(number)
-        figures["deliveries"] = len(arrivals)
-        figures["deliveries_lost"] = len(answered - set(delivered))
-        figures["deliveries_duplicated"] = sum(n - 1 for n in delivered.values() if n > 1)
-        figures["deliveries_of_rows_without_a_201"] = len(set(delivered) - answered)
-        figures["deliveries_out_of_writer_order"] = out_of_order
-        if figures["deliveries_lost"] or figures["deliveries_duplicated"] or out_of_order:
-            failures.append(
-                f"deliveries: {figures['deliveries_lost']} lost, {figures['deliveries_duplicated']}"
-                f" sent twice, {out_of_order} out of a writer's order"
-            )
-        figures["worker_errors"] = worker.problems()[:5]
-    figures["failures"] = failures
-    return figures
-
-
 # --- the run --------------------------------------------------------------------------------------
-
-
-def _cluster_versions(url: str) -> dict[str, Any]:
-    with psycopg.connect(url) as connection:
-        citus = connection.execute("SELECT citus_version()").fetchone()
-        nodes = connection.execute(
-            "SELECT nodename || ':' || nodeport, groupid FROM pg_dist_node ORDER BY nodeport"
-        ).fetchall()
-        settings: dict[str, str] = dict(
-            connection.execute(
-                "SELECT name, setting FROM pg_settings WHERE name IN ('max_connections',"
-                " 'shared_buffers', 'synchronous_commit', 'fsync', 'wal_level')"
-            ).fetchall()
-        )
-    return {
-        "citus": citus[0] if citus else None,
-        "nodes": [f"{name} (group {group})" for name, group in nodes],
-        "coordinator_settings": settings,
-    }
-
-
-def delete_tenants(cluster: Place, made: Made) -> None:
-    for tenant_id in made.tenants:
-        try:
-            admin.delete_tenant(cluster.database, tenant_id, distributed=True)
-        except Exception as exc:  # one left behind is said, not fatal
-            say(f"could not delete tenant {tenant_id} on the cluster: {exc}")
-
-
-@contextmanager
-def places(
-    settings: BenchSettings, citus_url: str, stack: ExitStack, *, reads_on_workers: bool = False
-) -> Iterator[dict[str, Place]]:
-    single_url = stack.enter_context(scratch_database(settings.database_server))
-    single = Place(SINGLE, single_url, False, Database(single_url, pool_size=4))
-    cluster = Place(
-        CLUSTER,
-        citus_url,
-        True,
-        Database(citus_url, pool_size=4, distributed_schemas=True),
-        reads_on_workers=reads_on_workers,
-    )
-    try:
-        yield {SINGLE: single, CLUSTER: cluster}
-    finally:
-        single.database.dispose()
-        cluster.database.dispose()
 
 
 def tables(document: dict[str, Any]) -> str:
@@ -1175,7 +475,7 @@ def run(arguments: argparse.Namespace) -> int:
         },
         "versions": {
             SINGLE: server_versions(settings.database_server, settings.redis_url),
-            CLUSTER: _cluster_versions(arguments.citus_url),
+            CLUSTER: cluster_versions(arguments.citus_url),
         },
     }
     made = Made()
@@ -1216,10 +516,10 @@ def run(arguments: argparse.Namespace) -> int:
                             arguments.move_customers,
                             served[CLUSTER],
                         )
-                    except (SeedFailed, seeding.SeedFailed, ServiceFailed, RuntimeError) as exc:
+                    except (seeding.SeedFailed, ServiceFailed, RuntimeError) as exc:
                         traceback.print_exc()
                         document["move"] = {"failure": f"{type(exc).__name__}: {exc}"}
-    except (SeedFailed, seeding.SeedFailed, ServiceFailed, RuntimeError) as exc:
+    except (seeding.SeedFailed, ServiceFailed, RuntimeError) as exc:
         traceback.print_exc()
         document["failure"] = f"{type(exc).__name__}: {exc}"
     finally:
@@ -1235,18 +535,8 @@ def run(arguments: argparse.Namespace) -> int:
     return 0
 
 
-def _stop_on_sigterm() -> None:
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
-
-
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=(__doc__ or "").split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = arguments_parser(__doc__)
     parser.add_argument(
         "--citus-url",
         default=None,
@@ -1273,7 +563,7 @@ def main() -> int:
     arguments.citus_url = (
         arguments.citus_url or os.environ.get("DEALBASE_BENCH_CITUS_URL") or DEFAULT_CITUS
     )
-    _stop_on_sigterm()
+    stop_on_sigterm()
     try:
         return run(arguments)
     except SettingsError as exc:

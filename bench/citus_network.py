@@ -6,7 +6,7 @@
 This machine's kernel has no netem qdisc, so the delay is made in user space: a TCP proxy for
 each worker (bench/harness/delay.py) forwards each direction's bytes DELAY_MS after reading them.
 The bench works in a database of its own on the cluster at DEALBASE_BENCH_CITUS_URL, made and
-dropped on every node with its tenant roles by bench/citus_scale.py's own_cluster_database
+dropped on every node with its tenant roles by bench/harness/cluster.py's own_cluster_database
 (the shared database's pg_dist_node is never touched). There the workers keep their own address
 in pg_dist_node, and pg_dist_poolinfo (on the coordinator only) sends the coordinator's
 connections to each worker through its proxy: every command the coordinator sends a worker,
@@ -58,17 +58,21 @@ from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import citus
-from citus_scale import own_cluster_database
+from harness import cluster
+from harness.cluster import own_cluster_database
+from harness.console import arguments_parser, sayer
 from harness.delay import DelayProxies
+from harness.figures import percentiles
 from harness.load import LoadFailed, WrkLoad, run_wrk
 from harness.paths import QUERIES, RESULTS
 from harness.processes import Service
 from harness.settings import BenchSettings
-from harness.stack import REST_PREFIX, Tenant, start_dealbase
-from harness.tools import ensure_wrk, git_state, load_average, machine
+from harness.stack import REST_PREFIX, Tenant, analyze, start_dealbase
+from harness.tools import close_results, ensure_wrk, results_header
 
 from dealbase.db.database import Database
+
+P50_P99 = (0.5, 0.99)
 
 DEFAULT_DELAY_MS = 0.5
 BATCH = 100
@@ -87,8 +91,7 @@ DEALS_BODY = {
 }
 
 
-def say(message: str) -> None:
-    print(f"citus-network: {message}", flush=True)
+say = sayer("citus-network")
 
 
 @dataclass(frozen=True)
@@ -198,15 +201,6 @@ class Client:
             client.close()
 
 
-def _percentiles(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    return {
-        "count": len(ordered),
-        "p50": round(statistics.median(ordered), 2),
-        "p99": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 2),
-    }
-
-
 def measure_kind(
     client: Client, proxies: DelayProxies, kind: Kind, count: int
 ) -> tuple[list[float], dict[str, Any]]:
@@ -220,7 +214,7 @@ def measure_kind(
 
 @contextmanager
 def servers(
-    place: citus.Place, settings: BenchSettings, logs: Path, name: str
+    place: cluster.Place, settings: BenchSettings, logs: Path, name: str
 ) -> Iterator[dict[bool, Service]]:
     """dealbase serving the place: reads through the coordinator (False), on the workers
     (True)."""
@@ -276,8 +270,12 @@ def requests_part(
 def summarize(runs: dict[str, Any], direct: dict[str, list[float]], delay: float) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     for name, run in runs.items():
-        at_0, at_delay = _percentiles(run["0"]), _percentiles(run["delay"])
-        entry: dict[str, Any] = {"direct": _percentiles(direct[name]), "0": at_0, "delay": at_delay}
+        at_0, at_delay = percentiles(run["0"], P50_P99), percentiles(run["delay"], P50_P99)
+        entry: dict[str, Any] = {
+            "direct": percentiles(direct[name], P50_P99),
+            "0": at_0,
+            "delay": at_delay,
+        }
         entry["difference_p50_ms"] = round(at_delay["p50"] - at_0["p50"], 2)
         entry["difference_p99_ms"] = round(at_delay["p99"] - at_0["p99"], 2)
         entry["round_trips_implied"] = round(entry["difference_p50_ms"] / (2 * delay * 1000), 1)
@@ -286,8 +284,8 @@ def summarize(runs: dict[str, Any], direct: dict[str, list[float]], delay: float
         entry["proxy_round_trips_per_request"] = round(
             sum(p["round_trips"] for p in proxy) / requests, 2
         )
-        lateness = [p["lateness_ms"] for p in proxy if p["lateness_ms"]]
-        achieved = [p["achieved_ms"] for p in proxy if p["achieved_ms"]]
+        lateness = [p["lateness_ms"] for p in proxy if p["lateness_ms"]["count"]]
+        achieved = [p["achieved_ms"] for p in proxy if p["achieved_ms"]["count"]]
         if lateness:
             entry["proxy_at_delay"] = {
                 "chunks": sum(p["chunks"] for p in proxy),
@@ -346,7 +344,7 @@ def _log_size(connection: psycopg.Connection[Any], path: str) -> int:
 
 
 def remote_commands_part(
-    place: citus.Place,
+    place: cluster.Place,
     settings: BenchSettings,
     logs: Path,
     tenant: Tenant,
@@ -454,16 +452,13 @@ def run(arguments: argparse.Namespace) -> int:
         settings = replace(settings, seconds=arguments.seconds)
     delay = arguments.delay_ms / 1000
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
-    document: dict[str, Any] = {
-        "started_at": stamp,
-        "delay_ms": arguments.delay_ms,
-        "requests_per_kind_and_delay": arguments.requests * arguments.rounds,
-        "rounds": arguments.rounds,
-        "settings": settings.as_dict(),
-        "machine": machine(),
-        "git": git_state(),
-        "load_average_before": load_average(),
-    }
+    document = results_header(
+        stamp,
+        delay_ms=arguments.delay_ms,
+        requests_per_kind_and_delay=arguments.requests * arguments.rounds,
+        rounds=arguments.rounds,
+        settings=settings.as_dict(),
+    )
     RESULTS.mkdir(exist_ok=True)
     logs = RESULTS / f"citus-network-{stamp}-logs"
     logs.mkdir(exist_ok=True)
@@ -474,12 +469,12 @@ def run(arguments: argparse.Namespace) -> int:
         say(f"database {url.rpartition('/')[2]}; proxies {proxies.ports} for {workers}")
         database = Database(url, pool_size=2, distributed_schemas=True)
         try:
-            place = citus.Place("network", url, True, database)
+            place = cluster.Place("network", url, True, database)
             place.cli("migrate")
-            served = citus.serve(place, citus.Made(), settings, logs)
+            served = cluster.serve(place, cluster.Made(), settings, logs)
             served.service.stop()
             tenant = served.tenant
-            citus.analyze(place, tenant.schema)
+            analyze(place.url, tenant.schema)
         finally:
             database.dispose()
         document["seed"] = served.seed
@@ -515,27 +510,19 @@ def run(arguments: argparse.Namespace) -> int:
         document["remote_commands"] = remote_commands_part(
             place, settings, logs, tenant, proxies, all_kinds, arguments.coordinator_log
         )
-    document["load_average_after"] = load_average()
-    path = RESULTS / f"citus-network-{stamp}.json"
-    path.write_text(json.dumps(document, indent=2))
-    print()
-    print(table(document))
-    print(f"\nfigures: {path}")
+    close_results("citus-network", stamp, document, table(document))
     return 0
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=(__doc__ or "").split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = arguments_parser(__doc__)
     parser.add_argument("--delay-ms", type=float, default=DEFAULT_DELAY_MS, help="each way")
     parser.add_argument("--requests", type=int, default=200, help="of each kind, a round")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--wrk", action="store_true", help="also wrk at each delay")
     parser.add_argument("--seconds", type=int, help="of each wrk run (BENCH_SECONDS)")
     parser.add_argument(
-        "--citus-url", default=os.environ.get("DEALBASE_BENCH_CITUS_URL", citus.DEFAULT_CITUS)
+        "--citus-url", default=os.environ.get("DEALBASE_BENCH_CITUS_URL", cluster.DEFAULT_CITUS)
     )
     parser.add_argument(
         "--coordinator-log",

@@ -54,9 +54,11 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness.asgi import request, serving_settings, sized
+from harness.console import arguments_parser
 from harness.cpu import CpuUse
 from harness.paths import BASELINES, QUERIES
-from harness.stack import GENEROUS_BURST, GENEROUS_RATE, provision, scratch_database
+from harness.stack import provision, scratch_database
 
 CUSTOMER = {
     "last_name": "Lovelace",
@@ -95,75 +97,6 @@ WITHOUT = {
 }
 
 
-def serving_settings(database: str, redis_url: str) -> dict[str, str]:
-    """The environment of an in-process server: the settings of `make bench`'s (JSON access
-    lines at info, Redis rate limits that never refuse) on ``database``."""
-    return {
-        "DEALBASE_DATABASE_URL": database,
-        "DEALBASE_REDIS_URL": redis_url,
-        "DEALBASE_LOG_FORMAT": "json",
-        "DEALBASE_LOG_LEVEL": "info",
-        "DEALBASE_RATE_LIMIT_KEY": GENEROUS_RATE,
-        "DEALBASE_RATE_LIMIT_KEY_BURST": GENEROUS_BURST,
-        "DEALBASE_RATE_LIMIT_TENANT": GENEROUS_RATE,
-        "DEALBASE_RATE_LIMIT_TENANT_BURST": GENEROUS_BURST,
-        "BASELINE_DATABASE_URL": database,
-    }
-
-
-async def _post(
-    app: Any,
-    path: str,
-    body: bytes,
-    headers: list[tuple[bytes, bytes]],
-    answer: list[bytes] | None = None,
-) -> int:
-    """A POST of ``body``; a GET when ``body`` is empty (``path`` may carry its query). The
-    response's body goes into ``answer`` when one is given."""
-    path, _, query = path.partition("?")
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST" if body else "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": query.encode(),
-        "root_path": "",
-        "headers": headers,
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 80),
-    }
-    sent = False
-    status = 0
-
-    async def receive() -> dict[str, Any]:
-        nonlocal sent
-        if sent:
-            await asyncio.Event().wait()  # the client never disconnects
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    async def send(message: dict[str, Any]) -> None:
-        nonlocal status
-        if message["type"] == "http.response.start":
-            status = message["status"]
-        elif answer is not None:
-            answer.append(message.get("body", b""))
-
-    await app(scope, receive, send)
-    return status
-
-
-def _sized(headers: list[tuple[bytes, bytes]], body: bytes) -> list[tuple[bytes, bytes]]:
-    """``headers`` with the content length of ``body``."""
-    return [
-        (name, str(len(body)).encode() if name == b"content-length" else value)
-        for name, value in headers
-    ]
-
-
 async def _calls(app: Any, path: str, body: bytes, headers: Any, n: int, by_function: bool) -> str:
     """Python and C calls a request makes (coroutine resumptions counted as calls), by
     package or by function: where the CPU goes without a sampler's noise."""
@@ -183,7 +116,7 @@ async def _calls(app: Any, path: str, body: bytes, headers: Any, n: int, by_func
     sys.setprofile(count)
     try:
         for _ in range(n):
-            await _post(app, path, body, headers)
+            await request(app, path, body, headers)
     finally:
         sys.setprofile(None)
     python = sum(value for key, value in calls.items() if key.startswith("python"))
@@ -214,18 +147,18 @@ async def _measure(
             deal = json.dumps(DEAL).encode()
             for _ in range(60):
                 assert (
-                    await _post(app, "/api/v1/integration/deals", deal, _sized(headers, deal))
+                    await request(app, "/api/v1/integration/deals", deal, sized(headers, deal))
                     == 201
                 )
         elif not body:  # 60 customers to read (the baseline has no deals)
             customer = json.dumps(CUSTOMER).encode()
             for _ in range(60):
                 answer: list[bytes] = []
-                created = await _post(
+                created = await request(
                     app,
                     "/api/v1/integration/customers",
                     customer,
-                    _sized(headers, customer),
+                    sized(headers, customer),
                     answer,
                 )
                 assert created == 201
@@ -233,7 +166,7 @@ async def _measure(
             path = path.replace("{id}", json.loads(b"".join(answer))["id"])
         expected = 200 if path == "/graphql" or not body else 201
         for _ in range(50):  # warm: the key cached, statements prepared, pools full
-            status = await _post(app, path, body, headers)
+            status = await request(app, path, body, headers)
             assert status == expected, f"{path} answered {status}"
         if calls:
             return await _calls(app, path, body, headers, 100, calls == "function")
@@ -246,7 +179,7 @@ async def _measure(
 
             async def client() -> None:
                 for _ in range(n // CONCURRENCY):
-                    await _post(app, path, body, headers)
+                    await request(app, path, body, headers)
 
             with CpuUse(None, database) as used:
                 await asyncio.gather(*(client() for _ in range(CONCURRENCY)))
@@ -267,7 +200,7 @@ async def _instrumented(app: Any, path: str, body: bytes, headers: Any, n: int) 
 
     async def client() -> None:
         for _ in range(n // CONCURRENCY):
-            await _post(app, path, body, headers)
+            await request(app, path, body, headers)
 
     instrument = ["callgrind_control", "--instr=on", str(os.getpid())]
     subprocess.run(instrument, check=True, capture_output=True)
@@ -332,7 +265,7 @@ def _count_instructions(arguments: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = arguments_parser(__doc__)
     parser.add_argument("server", choices=("dealbase", "baseline"))
     parser.add_argument("--path", default="/api/v1/integration/customers")
     parser.add_argument("--get", metavar="PATH", help="GET PATH (with its query) instead")

@@ -49,34 +49,33 @@ import asyncio
 import base64
 import contextlib
 import os
-import signal
 import statistics
 import subprocess
 import sys
 import time
-import traceback
 import zlib
 from array import array
 from collections import Counter
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import IO, Any
 
 import httpx
 import orjson
+from harness.console import arguments_parser, sayer
 from harness.cpu import CpuUse
+from harness.figures import number, percentile
 from harness.paths import RESULTS, ROOT
+from harness.proc import cpu_seconds
 from harness.processes import Service, ServiceFailed
-from harness.profiling import ProfileFailed, start_recording, stop_recording, summarize
-from harness.settings import BenchSettings, SettingsError
+from harness.profiling import start_recording, stop_recording, summarize
+from harness.settings import BenchSettings
 from harness.stack import REST_PREFIX, Tenant, provision, scratch_database, start_dealbase
+from harness.standalone import PartsReport, run_alone, stamp
 from harness.tools import ensure_py_spy, load_average
 
 THIS = Path(__file__).resolve()
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # What a dashboard's feed selects (docs/graphql.md's example).
 CHANGES = (
     "subscription Changes { changes { cursor type resource kind recordId departmentId"
@@ -98,8 +97,7 @@ STALL_SECONDS = 30.0
 SETTLE_SECONDS = 1.0
 
 
-def say(message: str) -> None:
-    print(f"bench: live: {message}", flush=True)
+say = sayer("bench: live")
 
 
 # --- the subscribers' process ------------------------------------------------------------------
@@ -548,10 +546,6 @@ def write(base_url: str, tenant: Tenant, rate: int, count: int, label: str) -> W
 # --- figures ------------------------------------------------------------------------------------
 
 
-def percentile(ordered: list[float] | array[float], fraction: float) -> float:
-    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
-
-
 @dataclass
 class Phase:
     """One measured phase: the writes, and (with subscribers) their deliveries."""
@@ -685,21 +679,15 @@ def _deliveries(phase: Phase, writes: Writes, dump: dict[str, Any], subscribers:
 
 
 @dataclass
-class Report:
+class Report(PartsReport):
     phases: list[Phase] = field(default_factory=list)
-    settings: dict[str, Any] = field(default_factory=dict)
-    load_average: dict[str, Any] = field(default_factory=dict)
     target_p99_ms: float = 250.0
-    failure: str | None = None
 
-    @property
-    def failures(self) -> list[str]:
-        found = [f"{phase.name}: {phase.failure}" for phase in self.phases if phase.failure]
-        return ([self.failure] if self.failure else []) + found
+    def parts(self) -> dict[str, list[Any]]:
+        return {"phases": self.phases}
 
-    @property
-    def ok(self) -> bool:
-        return not self.failures
+    def more(self) -> dict[str, Any]:
+        return {"target": self.target()}
 
     def live(self) -> Phase | None:
         return next((phase for phase in self.phases if phase.subscribers), None)
@@ -716,19 +704,6 @@ class Report:
             "met": met,
         }
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "settings": self.settings,
-            "load_average": self.load_average,
-            "phases": [asdict(phase) for phase in self.phases],
-            "target": self.target(),
-            "failures": self.failures,
-        }
-
-
-def _num(value: float | None, digits: int = 0) -> str:
-    return "—" if value is None else f"{value:,.{digits}f}"
-
 
 def tables(report: Report) -> str:
     lines = [
@@ -743,10 +718,10 @@ def tables(report: Report) -> str:
             f"| {phase.name}{' (FAILED)' if phase.failure else ''} | {phase.subscribers:,} |"
             f" {phase.writes:,} ({phase.writes_per_second:,.1f}) |"
             f" {phase.write_p50_ms:,.1f} / {phase.write_p99_ms:,.1f} |"
-            f" {_num(phase.cpu_us_per_write.get('server'))} |"
-            f" {_num(phase.cpu_us_per_write.get('postgres'))} |"
-            f" {_num(per_event.get('server'), 1) if per_event else '—'} |"
-            f" {_num(per_event.get('subscribers'), 1) if per_event else '—'} |"
+            f" {number(phase.cpu_us_per_write.get('server'))} |"
+            f" {number(phase.cpu_us_per_write.get('postgres'))} |"
+            f" {number(per_event.get('server'), 1) if per_event else '—'} |"
+            f" {number(per_event.get('subscribers'), 1) if per_event else '—'} |"
             f" {phase.delivered:,} of {phase.expected:,} | {phase.lost:,} | {phase.duplicated:,} |"
         )
     for phase in report.phases:
@@ -770,9 +745,9 @@ def tables(report: Report) -> str:
         )
         for label, spread in rows:
             lines.append(
-                f"| {label} | {_num(spread.get('p50'), 1)} | {_num(spread.get('p90'), 1)} |"
-                f" {_num(spread.get('p99'), 1)} | {_num(spread.get('max'), 1)} |"
-                f" {_num(spread.get('min'), 1)} |"
+                f"| {label} | {number(spread.get('p50'), 1)} | {number(spread.get('p90'), 1)} |"
+                f" {number(spread.get('p99'), 1)} | {number(spread.get('max'), 1)} |"
+                f" {number(spread.get('min'), 1)} |"
             )
     if live and baseline:
         server_live = live.cpu_us_per_write.get("server")
@@ -786,7 +761,9 @@ def tables(report: Report) -> str:
             )
     target = report.target()
     verdict = {True: "met", False: "MISSED", None: "no figure"}[target["met"]]
-    lines.append(f"target: {target['label']}: {verdict} ({_num(target['p99_ms_from_sent'], 1)} ms)")
+    lines.append(
+        f"target: {target['label']}: {verdict} ({number(target['p99_ms_from_sent'], 1)} ms)"
+    )
     loads = report.load_average
     lines.append(
         f"load average (1, 5, 15 min): {loads.get('before')} before, {loads.get('after')} after"
@@ -806,15 +783,6 @@ class Options:
     logs: Path
     stamp: str
     profile: bool = False
-
-
-def _cpu_of(pid: int) -> float | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def _connections_per_worker(server: Service) -> list[int]:
@@ -871,7 +839,7 @@ class Bench:
         expected_total = 0
         if subscribers is not None:
             expected_total = subscribers.status()["received"] + count * subscribers.count
-        client_before = _cpu_of(subscribers.pid) if subscribers else None
+        client_before = cpu_seconds(subscribers.pid) if subscribers else None
         writer_before = time.process_time()
         started = time.monotonic()
         with CpuUse(self.server.pid, self.database) as cpu:
@@ -882,7 +850,7 @@ class Bench:
         writer_used = time.process_time() - writer_before
         client_used = None
         if subscribers is not None and client_before is not None:
-            after = _cpu_of(subscribers.pid)
+            after = cpu_seconds(subscribers.pid)
             client_used = None if after is None else after - client_before
         _write_figures(phase, writes)
         phase.window_seconds = window
@@ -1020,11 +988,11 @@ class Bench:
             return
         text = (
             f"{phase.name}: {phase.writes} writes ({phase.writes_per_second:,.1f}/s), server"
-            f" {_num(phase.cpu_us_per_write.get('server'))} µs CPU/write"
+            f" {number(phase.cpu_us_per_write.get('server'))} µs CPU/write"
         )
         if phase.subscribers:
             text += (
-                f", {_num(phase.cpu_us_per_event.get('server'), 1)} µs/event delivered; delay"
+                f", {number(phase.cpu_us_per_event.get('server'), 1)} µs/event delivered; delay"
                 f" from send p50 {phase.from_sent['p50']:,.1f} ms, p99"
                 f" {phase.from_sent['p99']:,.1f} ms; {phase.lost} lost, {phase.duplicated} twice"
             )
@@ -1057,18 +1025,10 @@ def measure(options: Options) -> Report:
     return report
 
 
-def _stop_on_sigterm() -> None:
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
-
-
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=(__doc__ or "").split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Settings: BENCH_LIVE_SUBSCRIBERS, BENCH_LIVE_RATE, BENCH_LIVE_DEFLATE,"
+    parser = arguments_parser(
+        __doc__,
+        "Settings: BENCH_LIVE_SUBSCRIBERS, BENCH_LIVE_RATE, BENCH_LIVE_DEFLATE,"
         " BENCH_SECONDS, BENCH_WORKERS, BENCH_POOL_SIZE (bench/README.md).",
     )
     commands = parser.add_subparsers(dest="command")
@@ -1084,33 +1044,17 @@ def main() -> int:
     if arguments.command == "subscribe":
         subscribe(arguments)
         return 0
-    _stop_on_sigterm()
-    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
-    try:
-        settings = BenchSettings.from_environment()
-        report = measure(Options(settings, RESULTS / f"{stamp}-logs", stamp, arguments.profile))
-    except SettingsError as exc:
-        print(f"bench: live: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("bench: live: interrupted; server stopped, scratch database dropped", file=sys.stderr)
-        return 130
-    except (ServiceFailed, ProfileFailed) as exc:
-        print(f"bench: live: FAILED: {exc}", file=sys.stderr)
-        return 1
-    except Exception:
-        traceback.print_exc()
-        return 1
-    print()
-    print(tables(report))
-    if arguments.json:
-        arguments.json.write_text(
-            orjson.dumps(report.as_dict(), option=orjson.OPT_INDENT_2).decode()
-        )
-    if not report.ok:
-        print("\nbench: live: FAILED:\n  " + "\n  ".join(report.failures), file=sys.stderr)
-        return 1
-    return 0
+    run = stamp()
+    return run_alone(
+        "live",
+        lambda: measure(
+            Options(
+                BenchSettings.from_environment(), RESULTS / f"{run}-logs", run, arguments.profile
+            )
+        ),
+        tables,
+        arguments.json,
+    )
 
 
 if __name__ == "__main__":

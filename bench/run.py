@@ -29,9 +29,7 @@ Settings come from the environment; bench/README.md lists them.
 
 from __future__ import annotations
 
-import argparse
 import math
-import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -39,16 +37,16 @@ from contextlib import ExitStack, suppress
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import psycopg
 from harness import seed as seeding
+from harness.console import arguments_parser, sayer
 from harness.cpu import CpuUse
 from harness.load import LoadFailed, Measurement, PgbenchLoad, WrkLoad, run_pgbench, run_wrk
 from harness.lock_waits import LockWaits
 from harness.paths import QUERIES, RESULTS, ROOT
-from harness.processes import Service, ServiceFailed
+from harness.processes import Service, ServiceFailed, stop_on_sigterm
 from harness.profiling import ProfileFailed, start_recording, stop_recording, summarize
 from harness.report import (
     Outcome,
@@ -57,7 +55,6 @@ from harness.report import (
     table,
     targets,
     targets_text,
-    write_results,
 )
 from harness.scenarios import (
     DEALBASE_SCENARIOS,
@@ -77,6 +74,7 @@ from harness.settings import BenchSettings, SettingsError
 from harness.stack import (
     REST_PREFIX,
     Tenant,
+    analyze,
     provision,
     scratch_database,
     server_versions,
@@ -96,22 +94,11 @@ from harness.tools import (
     load_average,
     machine,
     versions,
+    write_results,
 )
 from harness.wal import WalWritten
-from psycopg import sql
 
-
-def say(message: str) -> None:
-    print(f"bench: {message}", flush=True)
-
-
-def _stop_on_sigterm() -> None:
-    """SIGTERM unwinds like Ctrl-C, so servers stop and the scratch database is dropped."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
+say = sayer("bench")
 
 
 class Run:
@@ -477,11 +464,12 @@ def settle_database(database_url: str, schema: str) -> None:
     CHECKPOINT (neither superuser nor ``pg_checkpoint``) runs the loads without; the table's
     checkpoint column shows where one began.
     """
-    with psycopg.connect(database_url, autocommit=True) as connection:
-        for table in ("customers", "deals", "deal_customers", "activities", "employees", "steps"):
-            connection.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(schema, table)))
-        with suppress(psycopg.errors.InsufficientPrivilege):
-            connection.execute("CHECKPOINT")
+    analyze(database_url, schema)
+    with (
+        psycopg.connect(database_url, autocommit=True) as connection,
+        suppress(psycopg.errors.InsufficientPrivilege),
+    ):
+        connection.execute("CHECKPOINT")
 
 
 def _run_scenarios(
@@ -644,17 +632,16 @@ def profile(settings: BenchSettings, name: str) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=(__doc__ or "").split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Scenarios: " + ", ".join([*(s.name for s in select(())), *OWN_TABLES]),
+    parser = arguments_parser(
+        __doc__,
+        "Scenarios: " + ", ".join([*(s.name for s in select(())), *OWN_TABLES]),
     )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("bench", help="every scenario (or BENCH_SCENARIOS), one table")
     profiler = commands.add_parser("profile", help="one dealbase scenario under py-spy")
     profiler.add_argument("--scenario", required=True, help=", ".join(DEALBASE_SCENARIOS))
     arguments = parser.parse_args()
-    _stop_on_sigterm()
+    stop_on_sigterm()
     try:
         settings = BenchSettings.from_environment()
         if arguments.command == "profile":

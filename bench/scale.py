@@ -31,11 +31,9 @@ Prints one table and writes bench/results/scale-<date>.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,19 +50,21 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness.console import arguments_parser, sayer
+from harness.figures import ms, percentiles
 from harness.load import WrkLoad, run_wrk
-from harness.paths import RESULTS, venv_tool
+from harness.paths import RESULTS
 from harness.settings import BenchSettings
 from harness.stack import (
     GENEROUS_BURST,
     GENEROUS_RATE,
     REST_PREFIX,
-    clean_environment,
+    dealbase_cli,
     drop_database,
     scratch_database,
     start_dealbase,
 )
-from harness.tools import ensure_wrk, git_state, load_average, machine
+from harness.tools import close_results, ensure_wrk, results_header
 
 from dealbase.config import parse_rate
 from dealbase.db.database import Database
@@ -92,29 +92,13 @@ def upgrade() -> None:
 '''
 
 
-def say(message: str) -> None:
-    print(f"scale: {message}", flush=True)
-
-
-def _ms(seconds: float) -> float:
-    return round(seconds * 1000, 2)
-
-
-def _percentiles(values: list[float]) -> dict[str, float | int]:
-    if not values:
-        return {"count": 0}
-    ordered = sorted(values)
-
-    def at(fraction: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))], 2)
-
-    return {"count": len(ordered), "p50": at(0.5), "p95": at(0.95), "max": round(ordered[-1], 2)}
+say = sayer("scale")
 
 
 def _timed(call: Callable[[], Any]) -> tuple[Any, float]:
     started = time.perf_counter()
     result = call()
-    return result, _ms(time.perf_counter() - started)
+    return result, ms(time.perf_counter() - started)
 
 
 def provision(
@@ -157,9 +141,9 @@ def provision(
             block: dict[str, Any] = {
                 "tenants_before": made - size,
                 "tenants_after": made,
-                "create_with_spare_ms": _percentiles(created),
-                "create_without_spare_ms": _percentiles(created_without_spare),
-                "make_spare_ms": _percentiles(spares_made),
+                "create_with_spare_ms": percentiles(created, (0.5, 0.95)),
+                "create_without_spare_ms": percentiles(created_without_spare, (0.5, 0.95)),
+                "make_spare_ms": percentiles(spares_made, (0.5, 0.95)),
             }
             blocks.append(block)
             say(
@@ -170,28 +154,6 @@ def provision(
                 f" {block['make_spare_ms'].get('p50')}/{block['make_spare_ms'].get('p95')} ms"
             )
     return blocks
-
-
-def dealbase_cli(
-    database_url: str, *arguments: str, environment: dict[str, str] | None = None
-) -> tuple[dict[str, Any] | None, float]:
-    environment = {
-        **clean_environment(),
-        **(environment or {}),
-        "DEALBASE_DATABASE_URL": database_url,
-    }
-    started = time.perf_counter()
-    result = subprocess.run(
-        [venv_tool("dealbase"), *arguments],
-        env=environment,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    took = time.perf_counter() - started
-    if result.returncode != 0:
-        raise RuntimeError(f"dealbase {' '.join(arguments)} failed: {result.stderr.strip()}")
-    return (json.loads(result.stdout) if "--json" in arguments else None), took
 
 
 def migrate_figures(database_url: str, environment: dict[str, str] | None = None) -> dict[str, Any]:
@@ -258,7 +220,7 @@ def added_migration(
         "schemas": len(schemas),
         "concurrency": concurrency,
         "seconds": round(took, 2),
-        "per_schema_ms": _ms(took / max(1, len(schemas))),
+        "per_schema_ms": ms(took / max(1, len(schemas))),
     }
 
 
@@ -482,10 +444,7 @@ def provisioned_figures(
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=(__doc__ or "").split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = arguments_parser(__doc__)
     parser.add_argument("--tenants", type=int, default=1000)
     parser.add_argument("--seconds", type=int, help="of each wrk run (default BENCH_SECONDS)")
     parser.add_argument("--no-http", action="store_true", help="skip the POST /customers part")
@@ -527,13 +486,7 @@ def main() -> int:
         settings = replace(settings, seconds=arguments.seconds)
     concurrency = int(os.environ.get("DEALBASE_MIGRATE_CONCURRENCY", "4"))
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
-    figures: dict[str, Any] = {
-        "tenants": arguments.tenants,
-        "started_at": stamp,
-        "machine": machine(),
-        "git": git_state(),
-        "load_average_before": load_average(),
-    }
+    figures = results_header(stamp, tenants=arguments.tenants)
     spread_options: dict[str, Any] = {
         "steady_warmup": arguments.steady_warmup,
         "tenants_per_connection": arguments.tenants_per_connection,
@@ -564,12 +517,7 @@ def main() -> int:
             figures["catalog"] = catalog(url)
             if arguments.keep:
                 say(f"kept: --reuse {url} --keys {keys_file}")
-    figures["load_average_after"] = load_average()
-    path = RESULTS / f"scale-{stamp}.json"
-    path.write_text(json.dumps(figures, indent=2))
-    print()
-    print(report(figures))
-    print(f"\nfigures: {path}")
+    close_results("scale", stamp, figures, report(figures))
     return 0
 
 

@@ -47,32 +47,32 @@ changed one.
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import itertools
-import os
-import signal
 import statistics
 import sys
 import threading
 import time
-import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any, Literal
 
 import httpx
 import orjson
 import psycopg
+from harness.console import arguments_parser, sayer
+from harness.figures import number, percentile
 from harness.paths import RESULTS
-from harness.processes import Service, ServiceFailed
-from harness.settings import BenchSettings, SettingsError
+from harness.proc import cpu_seconds, process_tree
+from harness.processes import Service
+from harness.settings import BenchSettings
 from harness.stack import REST_PREFIX, Tenant, provision, scratch_database, start_dealbase
+from harness.stack import analyze as analyze_tenant
+from harness.standalone import PartsReport, run_alone, stamp
 from harness.tools import load_average
 from psycopg import sql
 
@@ -92,13 +92,11 @@ WARMUP_CUSTOMERS = 400
 WARMUP_BATCH = 100
 # Problems listed in a failure or a finding, at most.
 SHOWN = 5
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 Mode = Literal["batch", "single"]
 
 
-def say(message: str) -> None:
-    print(f"bench: sync: {message}", flush=True)
+say = sayer("bench: sync")
 
 
 # --- the customers -----------------------------------------------------------------------------
@@ -392,33 +390,6 @@ def drive(
 # --- CPU of the server and its database --------------------------------------------------------
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """User and system CPU of a process so far; None if it is gone or hidden."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
-def process_tree(root: int) -> list[int]:
-    """`root` and every process under it (dealbase serve's workers), from /proc."""
-    parents: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    tree, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        tree.append(pid)
-        todo.extend(parents.get(pid, ()))
-    return tree
-
-
 class CpuMeter:
     """CPU used by dealbase's processes and by the PostgreSQL backends serving them (found by
     the application_name each process's connections carry; PostgreSQL on this host)."""
@@ -530,12 +501,8 @@ def graphql_total(base_url: str, tenant: Tenant) -> int | str:
 def analyze(database: str, tenants: Sequence[Tenant]) -> None:
     """ANALYZE the synced tables before each run, as autovacuum would keep them (it is off on
     these machines): run 2 then meets 100,000 rows planned as 100,000, not as the empty table."""
-    with psycopg.connect(database, autocommit=True) as connection:
-        for tenant in tenants:
-            for table in ("customers", "events"):
-                connection.execute(
-                    sql.SQL("ANALYZE {}").format(sql.Identifier(tenant.schema, table))
-                )
+    for tenant in tenants:
+        analyze_tenant(database, tenant.schema, ("customers", "events"))
 
 
 def _listed(problems: list[str]) -> str:
@@ -614,10 +581,6 @@ def _events(counts: Mapping[str, int]) -> str:
 # --- figures -----------------------------------------------------------------------------------
 
 
-def percentile(ordered: list[float], fraction: float) -> float:
-    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
-
-
 @dataclass
 class Pass:
     """One mode's run of the sync (or of its sample)."""
@@ -660,37 +623,18 @@ class Pass:
 
 
 @dataclass
-class Report:
+class Report(PartsReport):
     passes: list[Pass] = field(default_factory=list)
-    settings: dict[str, Any] = field(default_factory=dict)
-    load_average: dict[str, Any] = field(default_factory=dict)
-    failure: str | None = None  # one outside the passes (the stack, the warm-up)
 
-    @property
-    def failures(self) -> list[str]:
-        found = [f"{row.name}: {row.failure}" for row in self.passes if row.failure]
-        return found + ([self.failure] if self.failure else [])
+    def parts(self) -> dict[str, list[Any]]:
+        return {"passes": self.passes}
 
-    @property
-    def ok(self) -> bool:
-        return not self.failures
+    def more(self) -> dict[str, Any]:
+        return {"findings": self.findings}
 
     @property
     def findings(self) -> list[str]:
         return [f"{row.name}: {finding}" for row in self.passes for finding in row.findings]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "settings": self.settings,
-            "load_average": self.load_average,
-            "passes": [asdict(row) for row in self.passes],
-            "findings": self.findings,
-            "failures": self.failures,
-        }
-
-
-def _num(value: float | None, digits: int = 0) -> str:
-    return "—" if value is None else f"{value:,.{digits}f}"
 
 
 def _whole(row: Pass) -> str:
@@ -727,10 +671,10 @@ def tables(report: Report) -> str:
         lines.append(
             f"| {row.name} | {row.customers:,} | {row.requests:,} |"
             f" {row.customers_per_second:,.0f} | {_whole(row)} |"
-            f" {_num(row.ratio, 2) if row.compare_to else '—'} | {row.compare_to or ''} |"
+            f" {number(row.ratio, 2) if row.compare_to else '—'} | {row.compare_to or ''} |"
             f" {row.request_p50_ms:,.1f} / {row.request_p99_ms:,.1f} | {_tenths(row)} |"
-            f" {_num(row.client_cpu_us)} | {_num(row.dealbase_cpu_us)} |"
-            f" {_num(row.database_cpu_us)} | {outcomes} |"
+            f" {number(row.client_cpu_us)} | {number(row.dealbase_cpu_us)} |"
+            f" {number(row.database_cpu_us)} | {outcomes} |"
         )
     clients = report.settings.get("clients")
     lines.append(
@@ -942,49 +886,21 @@ def measure(options: Options) -> Report:
     return report
 
 
-def _stop_on_sigterm() -> None:
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
-
-
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=(__doc__ or "").split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Settings: BENCH_SYNC_CUSTOMERS, BENCH_SYNC_SINGLE_CUSTOMERS, BENCH_SYNC_BATCH,"
+    parser = arguments_parser(
+        __doc__,
+        "Settings: BENCH_SYNC_CUSTOMERS, BENCH_SYNC_SINGLE_CUSTOMERS, BENCH_SYNC_BATCH,"
         " BENCH_SYNC_CLIENTS, BENCH_WORKERS, BENCH_POOL_SIZE (bench/README.md).",
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     arguments = parser.parse_args()
-    _stop_on_sigterm()
-    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
-    try:
-        settings = BenchSettings.from_environment()
-        report = measure(Options(settings, RESULTS / f"{stamp}-logs"))
-    except SettingsError as exc:
-        print(f"bench: sync: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("bench: sync: interrupted; server stopped, scratch database dropped", file=sys.stderr)
-        return 130
-    except ServiceFailed as exc:
-        print(f"bench: sync: FAILED: {exc}", file=sys.stderr)
-        return 1
-    except Exception:
-        traceback.print_exc()
-        return 1
-    print()
-    print(tables(report))
-    if arguments.json:
-        arguments.json.write_text(
-            orjson.dumps(report.as_dict(), option=orjson.OPT_INDENT_2).decode()
-        )
-    if not report.ok:
-        print("\nbench: sync: FAILED:\n  " + "\n  ".join(report.failures), file=sys.stderr)
-        return 1
-    return 0
+    logs = RESULTS / f"{stamp()}-logs"
+    return run_alone(
+        "sync",
+        lambda: measure(Options(BenchSettings.from_environment(), logs)),
+        tables,
+        arguments.json,
+    )
 
 
 if __name__ == "__main__":

@@ -40,31 +40,31 @@ arrivals must also be in commit order.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 import signal
 import statistics
 import sys
 import time
-import traceback
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from pathlib import Path
-from types import FrameType
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import orjson
 import psycopg
+from harness.console import arguments_parser, sayer
+from harness.figures import number, percentile
 from harness.paths import RESULTS, ROOT, venv_tool
+from harness.proc import cpu_seconds
 from harness.processes import Service, ServiceFailed, free_port, log_tail
-from harness.profiling import ProfileFailed, start_recording, stop_recording, summarize
+from harness.profiling import start_recording, stop_recording, summarize
 from harness.settings import DEFAULT_SERVER
 from harness.stack import clean_environment, scratch_database
+from harness.standalone import PartsReport, run_alone, stamp
 from harness.tools import ensure_py_spy, load_average
 
 from dealbase.db.database import Database, application_name
@@ -92,11 +92,9 @@ POLL_INTERVAL_S = WorkerLimits().poll_interval.total_seconds()
 EVENTS_PER_UNIT = 100
 # A part whose receiver saw nothing new for this long has lost what is still missing.
 STALL_SECONDS = 30.0
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def say(message: str) -> None:
-    print(f"bench: webhooks: {message}", flush=True)
+say = sayer("bench: webhooks")
 
 
 # --- the receiver: its own process, answers every POST /hooks/<tag> with 204 -------------------
@@ -261,16 +259,6 @@ class Receiver:
 # --- processes' CPU ----------------------------------------------------------------------------
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """User and system CPU of a process (all its threads) so far; None if it is gone or hidden."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
 def backends_cpu(observer: psycopg.Connection[Any], client_pid: int) -> float | None:
     """CPU of the PostgreSQL backends serving a dealbase process's connections (read while they
     are open; PostgreSQL on this host)."""
@@ -291,30 +279,28 @@ def backends_cpu(observer: psycopg.Connection[Any], client_pid: int) -> float | 
 
 
 class Worker:
-    """`dealbase worker` on the scratch database; `poll_interval` (an experiment, not what
-    `make bench` measures) runs the same worker through this file with another poll interval,
-    which the command does not take."""
+    """`dealbase worker` on a database, with ``environment`` beside its own settings;
+    `poll_interval` (an experiment, not what `make bench` measures) runs the same worker through
+    this file with another poll interval, which the command does not take."""
 
     def __init__(
         self,
         database_url: str,
         log_path: Path,
-        deliveries_per_step: int,
+        deliveries_per_step: int | None = None,
         poll_interval: float | None = None,
+        environment: dict[str, str] | None = None,
     ) -> None:
-        command = [
-            venv_tool("dealbase"),
-            "worker",
-            "--deliveries-per-step",
-            str(deliveries_per_step),
-        ]
+        command = [venv_tool("dealbase"), "worker"]
+        if deliveries_per_step is not None:
+            command += ["--deliveries-per-step", str(deliveries_per_step)]
         if poll_interval is not None:
             command = [
                 sys.executable,
                 str(THIS),
                 "worker",
                 "--deliveries-per-step",
-                str(deliveries_per_step),
+                str(deliveries_per_step or DEFAULT_STEP),
                 "--poll-interval",
                 str(poll_interval),
             ]
@@ -324,6 +310,7 @@ class Worker:
             command,
             environment={
                 **clean_environment(),
+                **(environment or {}),
                 "DEALBASE_DATABASE_URL": database_url,
                 "DEALBASE_WEBHOOKS_ALLOW_PRIVATE": "true",
                 "DEALBASE_LOG_FORMAT": "json",
@@ -352,14 +339,14 @@ class Worker:
             time.sleep(0.01)
         raise ServiceFailed(f"dealbase worker did not start within {timeout:.0f} s")
 
-    def failures(self) -> str:
-        """Lines of its log that say something went wrong."""
+    def problems(self, levels: tuple[str, ...] = ("error", "warning")) -> list[str]:
+        """Lines of its log at these levels, and tracebacks: what went wrong."""
+        marks = [f'"level": "{level}"' for level in levels] + ["Traceback"]
         text = self.log_path.read_text(errors="replace")
-        return "\n".join(
-            line
-            for line in text.splitlines()
-            if '"level": "error"' in line or '"level": "warning"' in line or "Traceback" in line
-        )
+        return [line for line in text.splitlines() if any(mark in line for mark in marks)]
+
+    def failures(self) -> str:
+        return "\n".join(self.problems())
 
     def stop(self) -> None:
         self.service.stop()
@@ -450,10 +437,6 @@ def signed_headers(secret: str, message_id: str, body: bytes) -> dict[str, str]:
 # --- figures ------------------------------------------------------------------------------------
 
 
-def percentile(ordered: list[float], fraction: float) -> float:
-    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
-
-
 @dataclass
 class Throughput:
     """One throughput run: the peer's or the worker's."""
@@ -503,33 +486,12 @@ class Delay:
 
 
 @dataclass
-class Report:
+class Report(PartsReport):
     throughput: list[Throughput] = field(default_factory=list)
     delay: list[Delay] = field(default_factory=list)
-    settings: dict[str, Any] = field(default_factory=dict)
-    load_average: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def failures(self) -> list[str]:
-        rows: list[Throughput | Delay] = [*self.throughput, *self.delay]
-        return [f"{row.name}: {row.failure}" for row in rows if row.failure]
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "settings": self.settings,
-            "load_average": self.load_average,
-            "throughput": [asdict(row) for row in self.throughput],
-            "delay": [asdict(row) for row in self.delay],
-            "failures": self.failures,
-        }
-
-
-def _num(value: float | None, digits: int = 0) -> str:
-    return "—" if value is None else f"{value:,.{digits}f}"
+    def parts(self) -> dict[str, list[Any]]:
+        return {"throughput": self.throughput, "delay": self.delay}
 
 
 def tables(report: Report) -> str:
@@ -544,9 +506,9 @@ def tables(report: Report) -> str:
             figure = "FAILED" if row.failure else f"{row.events_per_second:,.0f}"
             order = {True: "yes", False: "NO", None: ""}[row.in_order]
             lines.append(
-                f"| {row.name} | {figure} | {_num(row.ratio, 2) if row.compare_to else '—'} |"
-                f" {row.compare_to or ''} | {_num(row.sender_cpu_us)} |"
-                f" {_num(row.database_cpu_us)} | {_num(row.receiver_cpu_us)} |"
+                f"| {row.name} | {figure} | {number(row.ratio, 2) if row.compare_to else '—'} |"
+                f" {row.compare_to or ''} | {number(row.sender_cpu_us)} |"
+                f" {number(row.database_cpu_us)} | {number(row.receiver_cpu_us)} |"
                 f" {row.requests:,} ({row.distinct:,} of {row.events:,}) | {order} |"
             )
     if report.delay:
@@ -569,7 +531,7 @@ def tables(report: Report) -> str:
             lines.append(
                 f"| {waited.name} | {waited.received:,} | {waited.p50_ms:,.1f} | {waited.p90_ms:,.1f} |"
                 f" {waited.p99_ms:,.1f} | {waited.max_ms:,.1f} |"
-                f" {_num(waited.ratio, 1) if waited.compare_to else '—'} | {waited.compare_to or ''} |"
+                f" {number(waited.ratio, 1) if waited.compare_to else '—'} | {waited.compare_to or ''} |"
                 f" {created} |"
             )
     for row in report.throughput:
@@ -783,7 +745,7 @@ class Bench:
             return
         say(
             f"{row.name}: {row.events_per_second:,.0f} events/s ({row.distinct} events in"
-            f" {row.seconds:.2f} s), {_num(row.sender_cpu_us)} µs CPU/event"
+            f" {row.seconds:.2f} s), {number(row.sender_cpu_us)} µs CPU/event"
         )
 
     # Delay --------------------------------------------------------------------------------------
@@ -948,18 +910,8 @@ def measure(options: Options) -> Report:
     return report
 
 
-def _stop_on_sigterm() -> None:
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
-
-
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=(__doc__ or "").split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = arguments_parser(__doc__)
     commands = parser.add_subparsers(dest="command")
     receiver = commands.add_parser("receive", help="(internal) the receiver's process")
     receiver.add_argument("--port", type=int, required=True)
@@ -996,40 +948,21 @@ def main() -> int:
     if arguments.command == "worker":
         run_worker(arguments.deliveries_per_step, arguments.poll_interval)
         return 0
-    _stop_on_sigterm()
-    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ")
+    run = stamp()
     parts = tuple(part.strip() for part in arguments.parts.split(",") if part.strip())
     options = Options(
         server=arguments.server,
         events=arguments.events,
         rate=arguments.rate,
         delay_seconds=arguments.delay_seconds,
-        logs=RESULTS / f"{stamp}-logs",
-        stamp=stamp,
+        logs=RESULTS / f"{run}-logs",
+        stamp=run,
         deliveries_per_step=arguments.deliveries_per_step,
         parts=parts,
         profile=arguments.profile,
         poll_interval=arguments.poll_interval,
     )
-    try:
-        report = measure(options)
-    except KeyboardInterrupt:
-        print("bench: webhooks: interrupted; scratch database dropped", file=sys.stderr)
-        return 130
-    except (ServiceFailed, ProfileFailed) as exc:
-        print(f"bench: webhooks: FAILED: {exc}", file=sys.stderr)
-        return 1
-    except Exception:
-        traceback.print_exc()
-        return 1
-    print()
-    print(tables(report))
-    if arguments.json:
-        arguments.json.write_text(json.dumps(report.as_dict(), indent=2) + "\n")
-    if not report.ok:
-        print("\nbench: webhooks: FAILED:\n  " + "\n  ".join(report.failures), file=sys.stderr)
-        return 1
-    return 0
+    return run_alone("webhooks", lambda: measure(options), tables, arguments.json)
 
 
 if __name__ == "__main__":

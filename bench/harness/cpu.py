@@ -26,7 +26,6 @@ import resource
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from psycopg.conninfo import conninfo_to_dict
 
@@ -111,12 +110,7 @@ class CpuUse:
         self._thread.start()
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
         self._look(first=False)

@@ -12,10 +12,10 @@ directions, each a reader thread and a sender thread: the reader stamps each chu
 not asyncio's millisecond epoll timeouts) until the chunk is due, the stamp plus the delay, and
 sends it. A delay of 0 keeps the same path, so the proxy's own cost is in both figures.
 
-The proxies run in a process of their own (`python bench/harness/delay.py HOST:PORT...`), so
-that the caller's Python never holds their GIL; it takes `delay SECONDS`, `figures` and `stop`,
-one a line on its stdin, and answers one JSON line each, the first being the ports. Its threads'
-timer slack is 1 us (prctl) rather than 50 us.
+The proxies run in a process of their own (`python -m harness.delay SECONDS HOST:PORT...` in
+bench/), so that the caller's Python never holds their GIL; it takes `delay SECONDS`, `figures`
+and `stop`, one a line on its stdin, and answers one JSON line each, the first being the ports.
+Its threads' timer slack is 1 us (prctl) rather than 50 us.
 
 figures(): the delay set, the chunks sent, each one's lateness (sent minus due: what the
 timer and the scheduler added to the delay) and its achieved delay (sent minus read), p50, p99
@@ -38,6 +38,9 @@ from queue import SimpleQueue
 from types import TracebackType
 from typing import Any
 
+from harness.figures import percentiles
+from harness.paths import BENCH
+
 CHUNK = 65536
 PR_SET_TIMERSLACK = 29
 
@@ -59,28 +62,21 @@ class Recorder:
 
     def figures(self) -> dict[str, Any]:
         with self.lock:
-            lateness, achieved = sorted(self.lateness), sorted(self.achieved)
             figures = {
                 "delay_ms": self.delay * 1000,
-                "chunks": len(lateness),
+                "chunks": len(self.lateness),
                 "bytes": self.bytes,
                 "connections": self.connections,
                 "round_trips": self.round_trips,
-                "lateness_ms": _percentiles(lateness),
-                "achieved_ms": _percentiles(achieved),
+                "lateness_ms": percentiles(ms_of(self.lateness), (0.5, 0.99), digits=3),
+                "achieved_ms": percentiles(ms_of(self.achieved), (0.5, 0.99), digits=3),
             }
             self._reset()
         return figures
 
 
-def _percentiles(ordered: list[float]) -> dict[str, float]:
-    if not ordered:
-        return {}
-
-    def at(fraction: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] * 1000, 3)
-
-    return {"p50": at(0.5), "p99": at(0.99), "max": round(ordered[-1] * 1000, 3)}
+def ms_of(seconds: list[float]) -> list[float]:
+    return [value * 1000 for value in seconds]
 
 
 class Connection:
@@ -189,10 +185,12 @@ class DelayProxies:
         self._process = subprocess.Popen(
             [
                 sys.executable,
-                __file__,
+                "-m",
+                "harness.delay",
                 str(self.delay),
                 *(f"{host}:{port}" for host, port in self.targets),
             ],
+            cwd=BENCH,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

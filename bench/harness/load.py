@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.figures import percentile
 from harness.paths import PGBENCH_SCRIPTS, WRK_SCRIPTS
 from harness.settings import BenchSettings
 
@@ -116,10 +117,6 @@ class PgbenchLoad:
     protocol: str = "prepared"
 
 
-def _percentile(ordered: list[float], fraction: float) -> float:
-    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
-
-
 def run_pgbench(
     pgbench: str, load: PgbenchLoad, settings: BenchSettings, seconds: int
 ) -> Measurement:
@@ -180,9 +177,9 @@ def run_pgbench(
         requests=transactions,
         seconds=float(seconds),
         requests_per_second=float(tps.group(1)),
-        p50_ms=_percentile(ordered, 0.50),
-        p90_ms=_percentile(ordered, 0.90),
-        p99_ms=_percentile(ordered, 0.99),
+        p50_ms=percentile(ordered, 0.50),
+        p90_ms=percentile(ordered, 0.90),
+        p99_ms=percentile(ordered, 0.99),
         mean_ms=statistics.fmean(ordered),
         max_ms=ordered[-1],
         errors=failures,

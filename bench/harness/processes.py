@@ -11,6 +11,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import IO
 
 import httpx
@@ -18,6 +19,15 @@ import httpx
 
 class ServiceFailed(Exception):
     pass
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C, so servers stop and scratch databases are dropped."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def free_port() -> int:

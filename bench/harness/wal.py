@@ -13,8 +13,6 @@ runs its loads one at a time).
 
 from __future__ import annotations
 
-from types import TracebackType
-
 import psycopg
 
 _READ = (
@@ -48,12 +46,7 @@ class WalWritten:
             self.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_: object) -> None:
         if not self._before:
             return
         try:
