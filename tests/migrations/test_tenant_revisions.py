@@ -217,7 +217,7 @@ def test_t0010_keeps_in_each_customer_made_before_it_the_json_the_api_shows(
             ),
             {"id": customer_id, "department": department_id},
         )
-        upgrade_tenant(connection, schema)
+        upgrade_tenant(connection, schema, "t0010")
         kept = connection.execute(
             text(f'SELECT api_json::text FROM "{schema}".customers')
         ).scalar_one()
@@ -262,7 +262,7 @@ def test_t0011_computes_each_customers_json_as_before_and_keeps_event_positions_
         before = connection.execute(
             text(f'SELECT api_json::text FROM "{schema}".customers')
         ).scalar_one()
-        upgrade_tenant(connection, schema)
+        upgrade_tenant(connection, schema, "t0011")
         # Written again, the column is computed by the new function.
         connection.execute(text(f'UPDATE "{schema}".customers SET note = note'))
         after = connection.execute(
@@ -289,3 +289,37 @@ def test_t0011_computes_each_customers_json_as_before_and_keeps_event_positions_
     assert after == before
     assert refused
     assert positions == [1, 2, None, None]
+
+
+def test_t0012_leaves_customers_without_kept_json_and_the_schema_without_its_function_and_type(
+    database: Database,
+) -> None:
+    schema = _scratch_schema()
+    customer_id, department_id = uuid.uuid4(), uuid.uuid4()
+    kept = (
+        "SELECT (SELECT count(*) FROM pg_proc WHERE proname = 'customer_api_json'"
+        "  AND pronamespace = CAST(:schema AS regnamespace)),"
+        " (SELECT count(*) FROM pg_type WHERE typname = 'customer_api_shape'"
+        "  AND typnamespace = CAST(:schema AS regnamespace)),"
+        " (SELECT count(*) FROM information_schema.columns"
+        "  WHERE table_schema = CAST(:schema AS text) AND column_name = 'api_json')"
+    )
+    with database.control() as connection:
+        upgrade_tenant(connection, schema, "t0011")
+        connection.execute(
+            text(
+                f'INSERT INTO "{schema}".customers'
+                " (id, department_id, last_name, created_at, updated_at)"
+                " VALUES (:id, :department, 'Lovelace', now(), now())"
+            ),
+            {"id": customer_id, "department": department_id},
+        )
+        before = connection.execute(text(kept), {"schema": schema}).one()
+        upgrade_tenant(connection, schema)
+        after = connection.execute(text(kept), {"schema": schema}).one()
+        names = connection.execute(text(f'SELECT id, last_name FROM "{schema}".customers')).all()
+        _drop(connection, schema)
+
+    assert tuple(before) == (1, 1, 1)
+    assert tuple(after) == (0, 0, 0)
+    assert [tuple(row) for row in names] == [(customer_id, "Lovelace")]

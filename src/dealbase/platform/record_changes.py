@@ -66,7 +66,7 @@ from dealbase.platform.event_types import EventType
 from dealbase.platform.events.repository import recorded_rows, wakes_in
 
 # The record's JSON made by PostgreSQL from a row of its table, or of a CTE returning its
-# columns (``resources.customer_json_kept_sql``, ``deal_json_text_sql``...), as text.
+# columns, as text (``shapes.Shape.text_of_row``).
 JsonSql = Callable[[NamedFromClause], ColumnElement[str]]
 
 
@@ -77,8 +77,6 @@ class ChangedRecord:
     table: Table
     noun: str
     json_sql: JsonSql
-    # Columns besides its table's that ``json_sql`` reads from a row (a customer's kept JSON).
-    json_columns: tuple[str, ...]
     # Each field that names a row of another table, which must be of the record's department.
     references: Mapping[str, Table]
     # Events a change of one field is besides ``<noun>.updated``.
@@ -144,11 +142,7 @@ def _statement(record: ChangedRecord, shape: Shape) -> Select[Any]:
     locked = _locked(record, shape, given).cte("locked")
     written = (
         _written(record, shape, given, locked)
-        .returning(
-            *table.c,
-            *(literal_column(name) for name in record.json_columns),
-            locked.c.shown_before,
-        )
+        .returning(*table.c, locked.c.shown_before)
         .cte("written")
     )
     # The JSON after, made once (a deal's reads its employee and customers).
@@ -280,9 +274,7 @@ def _routed(record: ChangedRecord, shape: Shape) -> Routed:
     given = _given(record, shape)
     locked = _locked(record, shape, given).subquery("locked")
     written = _written(record, shape, given, locked).returning(
-        *table.c,
-        *(literal_column(name) for name in record.json_columns),
-        _change(record, shape, locked).label("change"),
+        *table.c, _change(record, shape, locked).label("change")
     )
     checks: list[ColumnElement[Any]] = [*_known(record, shape, given)]
     checks.append(wakes_in(table.c.department_id).label("wakes"))

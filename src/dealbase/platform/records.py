@@ -38,9 +38,9 @@ from dealbase.platform.batches.upserts import Judging
 from dealbase.platform.event_types import EventType
 from dealbase.platform.events import repository as event_repository
 from dealbase.platform.events import service as events
-from dealbase.platform.record_changes import ChangedRecord, JsonSql
-from dealbase.platform.resources import JsonObject
+from dealbase.platform.record_changes import ChangedRecord
 from dealbase.platform.rows import OwnedRows, external_id_taken, ids_in_department
+from dealbase.platform.shapes import JsonObject, Shape
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
 
@@ -94,10 +94,9 @@ class SyncedRecord(Generic[Model, Fields]):
     rows: OwnedRows  # its table's rows, and its noun ("activity": errors, event types)
     # A row of its table as its read model (a deal's reads its customers).
     to_model: Callable[[UnitOfWork, Record], Model]
-    # As its events (and REST) show it: ``resources.<noun>_json``.
-    as_json: Callable[[Model], JsonObject]
-    # The same JSON made by PostgreSQL from a row (``resources.<noun>_json_text_sql``...).
-    json_sql: JsonSql
+    # Its JSON, as its events and REST show it (``resources.<NOUN>``): made of a read model in
+    # Python, and of a row by PostgreSQL.
+    shape: Shape
     # The model an upsert's data passes: its fields' order is the order a change's events
     # name them in.
     upsert_model: type[BaseModel]
@@ -111,8 +110,6 @@ class SyncedRecord(Generic[Model, Fields]):
     before_delete: Callable[[UnitOfWork, uuid.UUID], None] = _no_side_effects
     # Read before its delete when its row alone cannot show it as it was (a deal's customers).
     deleted_as: Callable[[UnitOfWork, uuid.UUID], Model] | None = None
-    # Columns besides its table's that ``json_sql`` reads from a row (a customer's kept JSON).
-    json_columns: tuple[str, ...] = ()
     # Columns besides its table's that ``to_model`` reads from a row (a deal's employee's name).
     read_columns: tuple[ColumnElement[Any], ...] = ()
     noun: str = field(init=False)
@@ -125,7 +122,7 @@ class SyncedRecord(Generic[Model, Fields]):
         table = self.rows.table
         object.__setattr__(self, "noun", self.rows.noun)
         changes = ChangedRecord(
-            table, self.noun, self.json_sql, self.json_columns, self.references, self.field_events
+            table, self.noun, self.shape.text_of_row, self.references, self.field_events
         )
         object.__setattr__(self, "changes", changes)
         fields = tuple(
@@ -133,10 +130,13 @@ class SyncedRecord(Generic[Model, Fields]):
             for name in self.upsert_model.model_fields
             if name in table.c and name != "external_id"
         )
-        judging = Judging(table, fields, self.references, self.read_columns, self.json_columns)
+        judging = Judging(table, fields, self.references, self.read_columns)
         object.__setattr__(self, "judging", judging)
         if isinstance(self.writes, InBulk) and self.field_events:
             raise ValueError("a record written in bulk records no field events")
+
+    def as_json(self, model: Model) -> JsonObject:
+        return self.shape.as_json(model)
 
     def event(self, happened: str) -> EventType:
         return cast(EventType, f"{self.noun}.{happened}")
@@ -397,7 +397,7 @@ def _judged(
     """Each write's verdict (``upserts.judged``), by index, with the record it names, locked."""
     rows = uow.connection.execute(
         upserts.judged_statement(record.judging, routed=uow.connection.distributed),
-        upserts.parameters(record.judging, many, department_id).values,
+        upserts.parameters(record.judging, many, department_id, uow.scope.tenant_id).values,
     ).mappings()
     judged = list(rows)
     found = writes.models(uow, [row for row in judged if row["id"] is not None])
@@ -453,7 +453,7 @@ def _in_bulk(
             uow,
             record.judging,
             record.noun,
-            record.json_sql,
+            record.shape.text_of_row,
             writes,
             department_id,
             atomic=atomic,
@@ -461,8 +461,10 @@ def _in_bulk(
             meaning=lambda fault: _raced(record.noun, fault),
         )
         return AfterCommit(lambda: _bulk_results(record, uow, answered(), by_index, {}))
-    statement = bulk_writes.statement(record.judging, record.noun, record.json_sql, atomic=atomic)
-    judgement = upserts.parameters(record.judging, writes, department_id)
+    statement = bulk_writes.statement(
+        record.judging, record.noun, record.shape.text_of_row, atomic=atomic
+    )
+    judgement = upserts.parameters(record.judging, writes, department_id, uow.scope.tenant_id)
     written = uow.connection.defer(
         statement, judgement.values, meaning=lambda fault: _raced(record.noun, fault)
     )

@@ -1,6 +1,7 @@
 """Customers, deals, activities, steps, departments and events as JSON objects: exactly what the
-REST API answers with and what events carry as ``data``, built here once (in Python and in
-PostgreSQL's SQL) so the two can never drift apart.
+REST API answers with and what events carry as ``data``. A record's shape is declared once here
+(``CUSTOMER``, ``DEAL``, ``ACTIVITY``: ``shapes.shape_of`` its read model), and every rendering,
+in Python and in PostgreSQL's SQL, is made of that declaration (``platform.shapes``).
 
 The REST wire models (``rest_api/schemas.py``) describe this shape in the OpenAPI document; a
 test holds them to it.
@@ -8,17 +9,10 @@ test holds them to it.
 
 from __future__ import annotations
 
-import dataclasses
-import operator
-import uuid
-from collections.abc import Callable, Mapping
-from datetime import UTC, date, datetime
 from typing import Any
 
 from sqlalchemy import (
-    TIMESTAMP,
     ColumnElement,
-    Date,
     FromClause,
     Text,
     bindparam,
@@ -26,55 +20,32 @@ from sqlalchemy import (
     cast,
     func,
     literal_column,
-    null,
     select,
 )
-from sqlalchemy.dialects.postgresql import JSON, UUID, aggregate_order_by
-from sqlalchemy.sql.base import ReadOnlyColumnCollection
-from sqlalchemy.sql.selectable import NamedFromClause
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 
-from dealbase.db.statements import tenant_function
 from dealbase.platform.activities.models import Activity
 from dealbase.platform.customers.models import Customer
 from dealbase.platform.deals.models import Deal
-from dealbase.platform.tables import customers, deal_customers, employees, steps
+from dealbase.platform.shapes import (
+    TENANT_ID,
+    Linked,
+    LookedUp,
+    column_value,
+    shape_of,
+)
 
-JsonObject = dict[str, Any]
-
-
-def format_timestamp(value: datetime) -> str:
-    """ISO 8601 in UTC with exactly six fractional digits and ``Z``, as the document's rule 3."""
-    # isoformat, unlike strftime's %Y, pads years before 1000 to four digits.
-    return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
-
-
-def json_value(value: object) -> Any:
-    """One attribute of a read model as JSON shows it."""
-    if isinstance(value, datetime):
-        return format_timestamp(value)
-    if isinstance(value, uuid.UUID | date):
-        return str(value)
-    return value
-
-
-def _shown(read_model: type, hidden: frozenset[str]) -> tuple[str, ...]:
-    return tuple(field.name for field in dataclasses.fields(read_model) if field.name not in hidden)
-
-
-def _shape(names: tuple[str, ...]) -> Callable[[object], JsonObject]:
-    """The attributes ``names`` of a read model as JSON shows them. Read all at once, and only
-    those neither text nor null converted: every write route shapes its record twice (its
-    event's data and its response)."""
-    read = operator.attrgetter(*names)
-
-    def shape(value: object) -> JsonObject:
-        return {
-            name: item if item is None or type(item) is str else json_value(item)
-            for name, item in zip(names, read(value), strict=True)
-        }
-
-    return shape
-
+# Imported from here by the modules that write the API's timestamps and JSON objects.
+from dealbase.platform.shapes import JsonObject as JsonObject
+from dealbase.platform.shapes import format_timestamp as format_timestamp
+from dealbase.platform.tables import (
+    activities,
+    customers,
+    deal_customers,
+    deals,
+    employees,
+    steps,
+)
 
 # The integration document's customer and activity have no department (an integration reaches
 # only its own); no resource shows its version, which travels as the ETag header.
@@ -82,163 +53,41 @@ CUSTOMER_HIDDEN = frozenset({"department_id", "version"})
 DEAL_HIDDEN = frozenset({"version"})
 ACTIVITY_HIDDEN = frozenset({"department_id", "version"})
 
-_CUSTOMER_NAMES = _shown(Customer, CUSTOMER_HIDDEN)
-_customer_shape = _shape(_CUSTOMER_NAMES)
-_DEAL_NAMES = _shown(Deal, DEAL_HIDDEN | {"customers"})
-_deal_shape = _shape(_DEAL_NAMES)
-_ACTIVITY_NAMES = _shown(Activity, ACTIVITY_HIDDEN)
-_activity_shape = _shape(_ACTIVITY_NAMES)
+CUSTOMER = shape_of(Customer, customers, hidden=CUSTOMER_HIDDEN, sources={"tenant_id": TENANT_ID})
+DEAL = shape_of(
+    Deal,
+    deals,
+    hidden=DEAL_HIDDEN,
+    sources={
+        "employee_name": LookedUp(employees, key="employee_id", value="name"),
+        # In the order they were linked.
+        "customers": Linked(
+            CUSTOMER, deal_customers, parent="deal_id", child="customer_id", order="position"
+        ),
+    },
+)
+ACTIVITY = shape_of(Activity, activities, hidden=ACTIVITY_HIDDEN)
 
 
 def customer_json(customer: Customer) -> JsonObject:
-    return _customer_shape(customer)
-
-
-# The column in which a customer's row keeps ``customer_json`` of it (migration t0010).
-CUSTOMER_JSON_COLUMN = "api_json"
-
-
-def customer_json_kept_sql(row: NamedFromClause) -> ColumnElement[str]:
-    """``customer_json`` of a customers row (``row``: the table or an alias of it) as JSON text,
-    read from the row: PostgreSQL keeps it there, in the column ``api_json`` it computes at
-    every write (migration t0010), so a read sends it without building it.
-    ``tests/platform/test_resources.py`` holds it equal to ``customer_json``."""
-    return cast(literal_column(f"{row.name}.{CUSTOMER_JSON_COLUMN}"), Text)
-
-
-# The arguments of the schema's function that computes a row's ``api_json`` (migration t0010,
-# ``customer_api_json``): the JSON's names, in its order, but the tenant's id, which the
-# function holds itself.
-_CUSTOMER_JSON_ARGUMENTS = tuple(name for name in _CUSTOMER_NAMES if name != "tenant_id")
-
-
-def customer_json_of(values: Mapping[str, ColumnElement[Any]]) -> ColumnElement[Any]:
-    """``customer_json`` of a customer given by its values (parameters, ``now()``) rather than
-    read from its row, by the function that computes the row's ``api_json``: what a statement
-    that writes the row cannot read back without a subquery, which Citus does not route
-    whole."""
-    arguments = (values[name] for name in _CUSTOMER_JSON_ARGUMENTS)
-    return tenant_function("customer_api_json", *arguments, type_=JSON)
-
-
-def _pairs(row: FromClause, names: tuple[str, ...]) -> list[Any]:
-    pairs: list[Any] = []
-    for name, value in _named(row, names):
-        # The names are the read model's own identifiers, written as they are.
-        pairs.extend((literal_column(f"'{name}'"), value))
-    return pairs
-
-
-def _named(row: FromClause, names: tuple[str, ...]) -> list[tuple[str, ColumnElement[Any]]]:
-    """Each of ``names`` with its value of ``row`` as JSON shows it (the tenant's id, which no
-    row holds, the parameter ``tenant_id``)."""
-    return [
-        (
-            name,
-            bindparam("tenant_id", type_=Text) if name == "tenant_id" else _json_sql(row.c[name]),
-        )
-        for name in names
-    ]
-
-
-def row_json(row: FromClause, named: list[tuple[str, ColumnElement[Any]]]) -> ColumnElement[Any]:
-    """The object of ``named``'s names and values, in their order, as ``json``: ``row_to_json``
-    of a row of one column per name (the names are the read model's own identifiers), computed
-    from ``row``. It costs PostgreSQL about two thirds of what ``json_build_object`` of the
-    same pairs does (a page of 50 customers: 0.17 against 0.26 ms), which looks up each
-    argument's type on every call, and writes no spaces."""
-    shown = select(*(value.label(name) for name, value in named)).correlate(row).subquery("shown")
-    return select(func.row_to_json(literal_column("shown"))).select_from(shown).scalar_subquery()
-
-
-def _json_sql(column: ColumnElement[Any]) -> ColumnElement[Any]:
-    kind = column.type
-    if isinstance(kind, TIMESTAMP):
-        return func.to_char(func.timezone("UTC", column), 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
-    if isinstance(kind, Date):
-        return func.to_char(column, "YYYY-MM-DD")
-    if isinstance(kind, UUID):
-        return cast(column, Text)
-    return column
-
-
-def deal_json_text_sql(row: FromClause) -> ColumnElement[str]:
-    """``deal_json`` of a deals row as JSON text made by PostgreSQL, names in its order: the
-    employee's name and the customers (in link order; each ``customer_json``'s
-    object, the tenant's id the parameter ``tenant_id``) read by the same statement.
-    ``tests/platform/test_resources.py`` holds the two equal."""
-    named: list[tuple[str, ColumnElement[Any]]] = []
-    for name in _DEAL_NAMES:
-        if name == "employee_name":
-            employee = employees.alias()
-            value: Any = (
-                select(employee.c.name)
-                .where(employee.c.id == row.c.employee_id)
-                .correlate(row)
-                .scalar_subquery()
-            )
-        else:
-            value = _json_sql(row.c[name])
-        named.append((name, value))
-    # Each link's customer by its key: a deal has a few.
-    links, customer = deal_customers.alias(), customers.alias()
-    item = (
-        select(row_json(customer, _named(customer, _CUSTOMER_NAMES)))
-        .where(customer.c.id == links.c.customer_id)
-        .scalar_subquery()
-    )
-    linked = func.json_agg(aggregate_order_by(item, links.c.position))
-    named.append(
-        (
-            "customers",
-            select(func.coalesce(linked, literal_column("'[]'::json")))
-            .where(links.c.deal_id == row.c.id)
-            .correlate(row)
-            .scalar_subquery(),
-        )
-    )
-    return cast(row_json(row, named), Text)
-
-
-def new_deal_json_sql(row: FromClause, customers_json: ColumnElement[Any]) -> ColumnElement[Any]:
-    """``deal_json`` of a deal that its own statement inserts, as a ``json`` value with names in
-    its order: ``row`` returns the deal's columns (a CTE of the insert), ``customers_json`` is
-    its customers' JSON array (each customer's kept JSON, in link order). A new deal
-    is unassigned: no employee, so no employee's name. ``tests/platform/test_resources.py``
-    holds it equal to ``deal_json``."""
-    return new_deal_json_of(row.c, customers_json)
-
-
-def new_deal_json_of(
-    values: Mapping[str, ColumnElement[Any]] | ReadOnlyColumnCollection[str, Any],
-    customers_json: ColumnElement[Any],
-) -> ColumnElement[Any]:
-    """``new_deal_json_sql`` of a deal given by its values (parameters, ``now()``), by name,
-    rather than read from a row: what a statement that does not insert the deal itself sends
-    (a distributed schema's create: ``deals.creation``)."""
-    pairs: list[Any] = []
-    for name in _DEAL_NAMES:
-        value = cast(null(), Text) if name == "employee_name" else _json_sql(values[name])
-        pairs.extend((literal_column(f"'{name}'"), value))
-    pairs.extend((literal_column("'customers'"), customers_json))
-    return func.json_build_object(*pairs)
+    return CUSTOMER.as_json(customer)
 
 
 def deal_json(deal: Deal) -> JsonObject:
     """A deal with its customers, in the order they were linked."""
-    shown = _deal_shape(deal)
-    shown["customers"] = [_customer_shape(customer) for customer in deal.customers]
-    return shown
+    return DEAL.as_json(deal)
 
 
 def activity_json(activity: Activity) -> JsonObject:
-    return _activity_shape(activity)
+    return ACTIVITY.as_json(activity)
 
 
-def activity_json_text_sql(row: FromClause) -> ColumnElement[str]:
-    """``activity_json`` of an activities row as JSON text made by PostgreSQL, names in its
-    order. ``tests/platform/test_resources.py`` holds the two equal."""
-    return cast(row_json(row, _named(row, _ACTIVITY_NAMES)), Text)
+def _pairs(row: FromClause, names: tuple[str, ...]) -> list[Any]:
+    pairs: list[Any] = []
+    for name in names:
+        # The names are the wire model's own identifiers, written as they are.
+        pairs.extend((literal_column(f"'{name}'"), column_value(row.c[name])))
+    return pairs
 
 
 # A step and a department as the REST API shows them (``rest_api.schemas.StepOut``,
@@ -271,7 +120,7 @@ def department_json_text_sql(department: FromClause) -> ColumnElement[str]:
     pipeline order, made by PostgreSQL."""
     pairs: list[Any] = []
     for name in ("id", "name", "steps", "created_at", "updated_at"):
-        value = _steps_of(department.c.id) if name == "steps" else _json_sql(department.c[name])
+        value = _steps_of(department.c.id) if name == "steps" else column_value(department.c[name])
         pairs.extend((literal_column(f"'{name}'"), value))
     return cast(func.json_build_object(*pairs), Text)
 
@@ -284,7 +133,7 @@ def event_json_text_sql(row: FromClause) -> ColumnElement[str]:
     pairs: list[Any] = []
     for name in ("id", "type", "created_at", "tenant_id", "department_id", "data"):
         value = (
-            bindparam("tenant_id", type_=Text) if name == "tenant_id" else _json_sql(row.c[name])
+            bindparam("tenant_id", type_=Text) if name == "tenant_id" else column_value(row.c[name])
         )
         pairs.extend((literal_column(f"'{name}'"), value))
     changed = [

@@ -72,7 +72,9 @@ def test_the_routed_judging_statement_judges_as_the_single_servers(
     writes = _writes(plural, customer_id)
 
     with database.unit_of_work(scope) as uow:
-        values = upserts.parameters(record.judging, writes, world.department.id).values
+        values = upserts.parameters(
+            record.judging, writes, world.department.id, world.tenant.id
+        ).values
         judged = [
             list(uow.connection.execute(statement, values).mappings())
             for statement in (

@@ -14,7 +14,7 @@ from dealbase.ids import new_id
 from dealbase.platform.activities.models import Activity, ActivityFilter
 from dealbase.platform.listing import BY_ID, ListFilters, Rule, Shape, equal
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.resources import activity_json_text_sql
+from dealbase.platform.resources import ACTIVITY
 from dealbase.platform.rows import OwnedRows, in_bound_department, owned_by
 from dealbase.platform.tables import activities
 
@@ -71,7 +71,7 @@ def get_activity(
 @functools.lru_cache(maxsize=2)
 def _one_as_json(one_department: bool) -> Select[Any]:
     return built_once(
-        select(activities.c.version, activity_json_text_sql(activities)).where(
+        select(activities.c.version, ACTIVITY.text_of_row(activities)).where(
             activities.c.id == bindparam("activity_id", type_=activities.c.id.type),
             in_bound_department(activities, one_department),
         )
@@ -104,7 +104,7 @@ def _page_query(shape: Shape, after: bool, as_json: bool) -> Select[Any]:
     """Up to ``limit`` activities of a list in id order: the rows, or each one's id and JSON
     text."""
     columns: tuple[Any, ...] = (
-        (activities.c.id, activity_json_text_sql(activities)) if as_json else tuple(activities.c)
+        (activities.c.id, ACTIVITY.text_of_row(activities)) if as_json else tuple(activities.c)
     )
     query = select(*columns).where(*ACTIVITY_FILTERS.conditions(shape))
     if after:

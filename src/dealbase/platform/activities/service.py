@@ -13,7 +13,7 @@ from dealbase.platform.activities.models import Activity, ActivityFields, Activi
 from dealbase.platform.batches.models import Batch, Result, single_upsert
 from dealbase.platform.events import service as events
 from dealbase.platform.pagination import Page, page_request
-from dealbase.platform.resources import activity_json, activity_json_text_sql
+from dealbase.platform.resources import ACTIVITY
 from dealbase.platform.tables import activities, customers, deals, employees
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
@@ -21,8 +21,7 @@ from dealbase.platform.versioning import Expected
 RECORD: records.SyncedRecord[Activity, ActivityFields] = records.SyncedRecord(
     rows=repository.rows,
     to_model=lambda uow, row: repository.to_activity(row),
-    as_json=activity_json,
-    json_sql=activity_json_text_sql,
+    shape=ACTIVITY,
     upsert_model=ActivityFields,
     writes=records.IN_BULK,
     references={"customer_id": customers, "deal_id": deals, "employee_id": employees},
@@ -41,7 +40,7 @@ def create(uow: UnitOfWork, fields: ActivityFields) -> Activity:
             f"Another activity of the department has the external id {fields.external_id!r};"
             " to change that activity, upsert it by its external id."
         )
-    events.record(uow, "activity.created", department_id, activity_json(activity))
+    events.record(uow, "activity.created", department_id, RECORD.as_json(activity))
     return activity
 
 
@@ -53,8 +52,7 @@ def get(uow: UnitOfWork, activity_id: uuid.UUID) -> Activity:
 
 
 def get_as_json(uow: UnitOfWork, activity_id: uuid.UUID) -> tuple[int, str]:
-    """``get``'s activity as its version and the JSON text ``resources.activity_json`` would
-    make, made by PostgreSQL."""
+    """``get``'s activity as its version and its JSON text made by PostgreSQL."""
     found = repository.get_activity_as_json(uow.connection, uow.scope.department_id, activity_id)
     if found is None:
         raise repository.rows.not_found(activity_id)
@@ -72,8 +70,7 @@ def list_page(
 def list_page_as_json(
     uow: UnitOfWork, filters: ActivityFilter, limit: int | None, cursor: str | None
 ) -> Page[str]:
-    """``list_page`` with each activity as the JSON text ``resources.activity_json`` would
-    make, made by PostgreSQL in one statement."""
+    """``list_page`` with each activity as its JSON text made by PostgreSQL in one statement."""
     page = page_request(limit, cursor, filters)
     rows = repository.list_activities_as_json(
         uow.connection, uow.scope.department_id, filters, page

@@ -87,7 +87,6 @@ def _statement(
         writable.append(~exists().where(failed))
     department_id = bindparam(DEPARTMENT, type_=table.c.department_id.type)
     fields = judging.fields
-    returned = (*table.c, *(literal_column(name) for name in judging.json_columns))
     inserted = (
         pg_insert(table)
         .from_select(
@@ -103,7 +102,7 @@ def _statement(
             .where(judged.c.verdict == INSERT, *writable)
             .order_by(judged.c.external_id),
         )
-        .returning(*returned)
+        .returning(*table.c)
         .cte("inserted")
     )
     found_id = judged.c[upserts.found_column("id")]
@@ -118,7 +117,7 @@ def _statement(
             }
         )
         .returning(
-            *returned,
+            *table.c,
             judged.c.ordinal,
             judged.c.event_id,
             judged.c.changed_fields,

@@ -71,7 +71,7 @@ from dealbase.platform.batches.upserts import (
 from dealbase.platform.events import service as events
 from dealbase.platform.events.repository import WAKES_IN_DEPARTMENT, recorded_at
 from dealbase.platform.record_changes import JsonSql, previous_values
-from dealbase.platform.resources import JsonObject
+from dealbase.platform.shapes import JsonObject
 
 # The parameter of the writes' time: the judging statement's ``now()``.
 WRITTEN_AT = "written_at"
@@ -221,7 +221,7 @@ def write(
     (each with its write's ``ordinal``). ``shown`` is the record's JSON of a row of its table,
     its events' data; ``meaning``, what an insert's failure means."""
     connection = uow.connection
-    judgement = upserts.parameters(judging, writes, department_id)
+    judgement = upserts.parameters(judging, writes, department_id, uow.scope.tenant_id)
     judged = list(
         connection.execute(_judging(judging, noun, json_sql), judgement.values).mappings()
     )

@@ -78,8 +78,6 @@ class Judging:
     references: Mapping[str, Table]
     # Columns besides its table's that a row of it is read with (a deal's employee's name).
     read_columns: tuple[ColumnElement[Any], ...] = ()
-    # Columns besides its table's that its JSON is made from (a customer's kept JSON).
-    json_columns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -92,14 +90,14 @@ class Judgement:
 
 
 def parameters(
-    judging: Judging, writes: Sequence[Write[Any]], department_id: uuid.UUID
+    judging: Judging, writes: Sequence[Write[Any]], department_id: uuid.UUID, tenant_id: uuid.UUID
 ) -> Judgement:
     """The values of a statement made with ``judged``: the writes as one JSON text (one
     parameter whatever their number), each with the new id it would be inserted with and its
     event's id, and their fields as their model's values as JSON shows them, which PostgreSQL
     reads back as the columns' types; each new id's event id (``event_ids``, a JSON object: a
     created event's id found without joining the writes); the external ids they name; their
-    department."""
+    department; the tenant's id (a record's JSON may show it)."""
     ids = new_ids(2 * len(writes))
     rows = []
     for number, write in enumerate(writes):
@@ -128,6 +126,7 @@ def parameters(
                 write.external_id for write in writes if write.external_id is not None
             ],
             DEPARTMENT: department_id,
+            "tenant_id": str(tenant_id),
         },
         {write.index: ids[2 * number] for number, write in enumerate(writes)},
     )
@@ -200,9 +199,8 @@ def judged(
     table = judging.table
     department_id = bindparam(DEPARTMENT, type_=table.c.department_id.type)
     given = _given(judging)
-    json_columns: list[ColumnElement[Any]] = [literal_column(name) for name in judging.json_columns]
     locking = (
-        select(*table.c, *judging.read_columns, *(json_columns if shown_before else ()))
+        select(*table.c, *judging.read_columns)
         .where(
             table.c.department_id == department_id,
             # An array of its own, not the writes' relation: Citus fails to read back what a

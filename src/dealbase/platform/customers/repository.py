@@ -15,12 +15,11 @@ from sqlalchemy import (
     bindparam,
     cast,
     func,
-    literal_column,
     or_,
     select,
 )
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.sql.dml import ReturningInsert
+from sqlalchemy.sql.dml import Insert, ReturningInsert
 
 from dealbase.db.faults import Fault
 from dealbase.db.statements import Record, Rows, built_once
@@ -35,17 +34,13 @@ from dealbase.platform.events.repository import (
 )
 from dealbase.platform.listing import ListFilters, Rule, Shape, equal
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.resources import (
-    CUSTOMER_JSON_COLUMN,
-    customer_json_kept_sql,
-    customer_json_of,
-)
+from dealbase.platform.resources import CUSTOMER
 from dealbase.platform.rows import (
     OwnedRows,
     in_bound_department,
     owned_by,
 )
-from dealbase.platform.tables import customers, deal_customers
+from dealbase.platform.tables import customers, deal_customers, events
 
 # Its rows as every department-owned, versioned record's are read and written.
 rows = OwnedRows(customers, "customer")
@@ -76,11 +71,6 @@ def external_id_taken() -> ExternalIdTaken:
     )
 
 
-# The JSON a customer's row keeps (not a column of ``tables.customers``: PostgreSQL computes it,
-# and nothing reads it as a field of the read model).
-_API_JSON: ColumnElement[Any] = literal_column(CUSTOMER_JSON_COLUMN)
-
-
 # The customer's own values, as parameters named after its columns.
 _GIVEN = {
     name: bindparam(name, type_=customers.c[name].type)
@@ -89,61 +79,67 @@ _GIVEN = {
 
 
 def _insert_statement(as_json: bool) -> ReturningInsert[Any]:
-    """A new customer, returned with its JSON text (the row's ``api_json``, migration t0010):
-    its columns, or as JSON only those an answer needs besides it (27 fewer to send and load)."""
+    """A new customer: its columns, or (``as_json``) only those an answer needs besides its
+    JSON, which its event's insert returns (27 fewer to send and load)."""
     columns = (customers.c.id, customers.c.version) if as_json else customers.c
     return (
         insert(customers)
         .values(created_at=func.now(), updated_at=func.now(), **_GIVEN)
-        .returning(*columns, cast(_API_JSON, Text).label("shown"))
+        .returning(*columns)
     )
 
 
 def _insert_recorded_statement(as_json: bool) -> Select[Any]:
-    """``_insert_statement`` and its customer.created event in one statement, its data the
-    row's JSON, with whether the worker is to be woken (read last)."""
+    """A new customer and its customer.created event in one statement, its data the row's
+    JSON (made once), with the row's JSON text (``shown``) and whether the worker is to be woken
+    (read last)."""
     inserted = (
         insert(customers)
         .values(created_at=func.now(), updated_at=func.now(), **_GIVEN)
-        .returning(*customers.c, _API_JSON)
+        .returning(*customers.c)
         .cte("inserted")
     )
+    shown = select(inserted, CUSTOMER.json_of_row(inserted).label("shown")).cte("shown")
     recorded, wakes = recorded_with(
-        inserted,
+        shown,
         "customer.created",
-        inserted.c.api_json,
+        shown.c.shown,
         bindparam("department_id", type_=customers.c.department_id.type),
     )
     columns = (customers.c.id, customers.c.version) if as_json else customers.c
     return select(
-        *(inserted.c[column.name] for column in columns),
-        cast(inserted.c.api_json, Text).label("shown"),
+        *(shown.c[column.name] for column in columns),
+        cast(shown.c.shown, Text).label("shown"),
         wakes.label("wakes"),
     ).add_cte(recorded)
 
 
 # A new customer and its customer.created event: on one server one statement; on a distributed
-# schema three (the customer, its event with the JSON the row computes of the same values, and
+# schema three (the customer, its event with the JSON PostgreSQL makes of the same values, and
 # whether the worker is to be woken), each of which Citus routes whole.
 _INSERT_RECORDED = {
     as_json: built_once(_insert_recorded_statement(as_json)) for as_json in (False, True)
 }
 _INSERT = {as_json: built_once(_insert_statement(as_json)) for as_json in (False, True)}
-_RECORD_CREATED = built_once(
-    recorded_alone(
-        "customer.created",
-        customer_json_of({**_GIVEN, "created_at": func.now(), "updated_at": func.now()}),
-    )
+_CREATED_EVENT = recorded_alone(
+    "customer.created",
+    CUSTOMER.json_of_values({**_GIVEN, "created_at": func.now(), "updated_at": func.now()}),
 )
+# Its event's insert, returning the event's data as text when the create answers its JSON.
+_RECORD_CREATED: dict[bool, Insert | ReturningInsert[Any]] = {
+    False: built_once(_CREATED_EVENT),
+    True: built_once(_CREATED_EVENT.returning(cast(events.c.data, Text))),
+}
 
 
 @dataclass(frozen=True, slots=True)
 class Inserted:
     """A customer ``defer_insert_recorded`` inserts, and where it learns whether its event wakes
-    the worker: a statement of its own, or (None) the last column of the insert's."""
+    the worker and its JSON text: statements of their own, or (None) the insert's columns."""
 
     row: Deferred
     wakes: Deferred | None
+    shown: Deferred | None
 
 
 def _external_id_meaning(fault: Fault) -> ExternalIdTaken | None:
@@ -152,6 +148,7 @@ def _external_id_meaning(fault: Fault) -> ExternalIdTaken | None:
 
 def defer_insert_recorded(
     connection: TenantConnection,
+    tenant_id: uuid.UUID,
     department_id: uuid.UUID,
     fields: CustomerFields,
     *,
@@ -168,14 +165,15 @@ def defer_insert_recorded(
         "id": customer_id,
         "department_id": department_id,
         "event_id": event_id,
+        "tenant_id": str(tenant_id),
     }
     if not connection.distributed:
         row = connection.defer(_INSERT_RECORDED[as_json], values, meaning=_external_id_meaning)
-        return Inserted(row, None)
+        return Inserted(row, None, None)
     row = connection.defer(_INSERT[as_json], values, meaning=_external_id_meaning)
-    connection.defer(_RECORD_CREATED, values)
+    shown = connection.defer(_RECORD_CREATED[as_json], values)
     wakes = connection.defer(WAKES_IN_DEPARTMENT, {"department_id": department_id})
-    return Inserted(row, wakes)
+    return Inserted(row, wakes, shown)
 
 
 def recorded(inserted: Inserted, tenant_id: uuid.UUID) -> Customer:
@@ -186,6 +184,8 @@ def recorded(inserted: Inserted, tenant_id: uuid.UUID) -> Customer:
 def recorded_as_json(inserted: Inserted) -> tuple[uuid.UUID, int, str]:
     """``recorded``'s customer as its id, its version and its JSON text made by PostgreSQL."""
     row = inserted.row.rows().mappings().one()
+    if inserted.shown is not None:
+        return (row["id"], row["version"], inserted.shown.rows().scalar_one())
     return (row["id"], row["version"], row["shown"])
 
 
@@ -199,7 +199,7 @@ def recorded_wakes(inserted: Inserted) -> bool:
 @functools.lru_cache(maxsize=2)
 def _one_as_json(one_department: bool) -> Select[Any]:
     return built_once(
-        select(customers.c.version, customer_json_kept_sql(customers)).where(
+        select(customers.c.version, CUSTOMER.text_of_row(customers)).where(
             customers.c.id == bindparam("customer_id", type_=customers.c.id.type),
             in_bound_department(customers, one_department),
         )
@@ -207,10 +207,13 @@ def _one_as_json(one_department: bool) -> Select[Any]:
 
 
 def get_customer_as_json(
-    connection: TenantConnection, department_id: uuid.UUID | None, customer_id: uuid.UUID
+    connection: TenantConnection,
+    tenant_id: uuid.UUID,
+    department_id: uuid.UUID | None,
+    customer_id: uuid.UUID,
 ) -> tuple[int, str] | None:
-    """``get_customer``'s customer as its version and the JSON text its row keeps."""
-    values: dict[str, Any] = {"customer_id": customer_id}
+    """``get_customer``'s customer as its version and its JSON text made by PostgreSQL."""
+    values: dict[str, Any] = {"customer_id": customer_id, "tenant_id": str(tenant_id)}
     if department_id is not None:
         values["department_id"] = department_id
     row = connection.execute(_one_as_json(department_id is not None), values).first()
@@ -272,7 +275,7 @@ def _page_query(shape: Shape, after: bool, as_json: bool) -> Select[Any]:
     """Up to ``limit`` customers of a list in id order, after the id ``after`` when paging on:
     the rows, or each one's id and JSON text."""
     columns: tuple[Any, ...] = (
-        (customers.c.id, customer_json_kept_sql(customers)) if as_json else tuple(customers.c)
+        (customers.c.id, CUSTOMER.text_of_row(customers)) if as_json else tuple(customers.c)
     )
     query = select(*columns).where(*CUSTOMER_FILTERS.conditions(shape))
     if after:
@@ -286,10 +289,14 @@ def _page(
     filters: CustomerFilter,
     page: PageRequest,
     *,
-    as_json: bool,
+    tenant_id: uuid.UUID | None = None,
 ) -> Rows:
+    """A page's rows, or (given the tenant's id, which their JSON shows) each one's id and JSON
+    text."""
     shape, values = CUSTOMER_FILTERS.shape_and_values(department_id, filters)
-    query = _page_query(shape, page.after is not None, as_json)
+    query = _page_query(shape, page.after is not None, tenant_id is not None)
+    if tenant_id is not None:
+        values["tenant_id"] = str(tenant_id)
     values["limit"] = page.limit + 1
     if page.after is not None:
         values["after"] = page.after
@@ -304,19 +311,20 @@ def list_customers(
     page: PageRequest,
 ) -> list[Customer]:
     """Up to ``page.limit + 1`` customers in id order (the extra one tells there is more)."""
-    rows = _page(connection, department_id, filters, page, as_json=False)
+    rows = _page(connection, department_id, filters, page)
     return [to_customer(row, tenant_id) for row in rows.mappings()]
 
 
 def list_customers_as_json(
     connection: TenantConnection,
+    tenant_id: uuid.UUID,
     department_id: uuid.UUID | None,
     filters: CustomerFilter,
     page: PageRequest,
 ) -> list[tuple[uuid.UUID, str]]:
-    """``list_customers``, each customer as the JSON text its row keeps (its id beside it, for
-    the cursor)."""
-    rows = _page(connection, department_id, filters, page, as_json=True)
+    """``list_customers``, each customer as its JSON text made by PostgreSQL (its id beside it,
+    for the cursor)."""
+    rows = _page(connection, department_id, filters, page, tenant_id=tenant_id)
     return [(customer_id, text) for customer_id, text in rows]
 
 

@@ -14,11 +14,7 @@ from dealbase.platform.customers.models import Customer, CustomerFields, Custome
 from dealbase.platform.deals import repository as deals_repository
 from dealbase.platform.events import service as events
 from dealbase.platform.pagination import Page, page_request
-from dealbase.platform.resources import (
-    CUSTOMER_JSON_COLUMN,
-    customer_json,
-    customer_json_kept_sql,
-)
+from dealbase.platform.resources import CUSTOMER
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
 
@@ -28,9 +24,7 @@ T = TypeVar("T")
 RECORD: records.SyncedRecord[Customer, CustomerFields] = records.SyncedRecord(
     rows=repository.rows,
     to_model=lambda uow, row: repository.to_customer(row, uow.scope.tenant_id),
-    as_json=customer_json,
-    json_sql=customer_json_kept_sql,
-    json_columns=(CUSTOMER_JSON_COLUMN,),
+    shape=CUSTOMER,
     upsert_model=CustomerFields,
     writes=records.IN_BULK,
     # While its links still exist: the deals it is linked to change with it.
@@ -57,8 +51,8 @@ def create_later(uow: UnitOfWork, fields: CustomerFields) -> AfterCommit[Custome
 def create_later_as_json(
     uow: UnitOfWork, fields: CustomerFields
 ) -> AfterCommit[tuple[uuid.UUID, int, str]]:
-    """``create_later``'s customer as its id, its version and the JSON text
-    ``resources.customer_json`` would make, made by PostgreSQL (REST's answer)."""
+    """``create_later``'s customer as its id, its version and its JSON text made by PostgreSQL
+    (REST's answer)."""
     inserted = _insert_recorded(uow, fields, as_json=True)
     return AfterCommit(lambda: repository.recorded_as_json(inserted))
 
@@ -68,7 +62,7 @@ def _insert_recorded(
 ) -> repository.Inserted:
     scope = uow.scope
     inserted = repository.defer_insert_recorded(
-        uow.connection, department_of(scope), fields, as_json=as_json
+        uow.connection, scope.tenant_id, department_of(scope), fields, as_json=as_json
     )
     events.recorded_by_statement(uow, lambda: repository.recorded_wakes(inserted))
     return inserted
@@ -85,10 +79,11 @@ def get(uow: UnitOfWork, customer_id: uuid.UUID) -> Customer:
 
 
 def get_as_json(uow: UnitOfWork, customer_id: uuid.UUID) -> tuple[int, str]:
-    """``get``'s customer as its version and the JSON text ``resources.customer_json`` would
-    make, as PostgreSQL keeps it in the customer's row."""
+    """``get``'s customer as its version and its JSON text made by PostgreSQL."""
     scope = uow.scope
-    found = repository.get_customer_as_json(uow.connection, scope.department_id, customer_id)
+    found = repository.get_customer_as_json(
+        uow.connection, scope.tenant_id, scope.department_id, customer_id
+    )
     if found is None:
         raise repository.rows.not_found(customer_id)
     return found
@@ -108,12 +103,13 @@ def list_page(
 def list_page_as_json(
     uow: UnitOfWork, filters: CustomerFilter, limit: int | None, cursor: str | None
 ) -> Page[str]:
-    """``list_page`` with each customer as the JSON text ``resources.customer_json`` would
-    make, as PostgreSQL keeps it in the customer's row (a page of REST's list, written without
-    a read model)."""
+    """``list_page`` with each customer as its JSON text made by PostgreSQL (a page of REST's
+    list, written without a read model)."""
     page = page_request(limit, cursor, filters)
     scope = uow.scope
-    rows = repository.list_customers_as_json(uow.connection, scope.department_id, filters, page)
+    rows = repository.list_customers_as_json(
+        uow.connection, scope.tenant_id, scope.department_id, filters, page
+    )
     found = page.page_of(rows, lambda row: row[0], filters)
     return Page([text for _, text in found.items], found.next_cursor, found.cursors)
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from sqlalchemy import (
+    ColumnElement,
     Integer,
     Select,
     Text,
@@ -40,12 +42,7 @@ from dealbase.platform.events.repository import (
     recorded_rows,
     recorded_together,
 )
-from dealbase.platform.resources import (
-    CUSTOMER_JSON_COLUMN,
-    customer_json_of,
-    new_deal_json_of,
-    new_deal_json_sql,
-)
+from dealbase.platform.resources import CUSTOMER, DEAL
 from dealbase.platform.rows import insert_reading, lookup
 from dealbase.platform.tables import customers, deal_customers, deals, events
 
@@ -118,16 +115,16 @@ def _create_statement(as_json: bool) -> Select[Any]:
                 func.now(),
             ).select_from(given.join(new_deal, true())),
         )
-        # With each one's JSON, which PostgreSQL computed for its row (migration t0010).
-        .returning(*customers.c, literal_column(CUSTOMER_JSON_COLUMN))
+        .returning(*customers.c)
         .cte("new_customers")
     )
+    # With each one's JSON, made once.
     shown_customers = (
         select(
             new_customers,
             given.c.position,
             given.c.event_id,
-            new_customers.c[CUSTOMER_JSON_COLUMN].label("shown"),
+            CUSTOMER.json_of_row(new_customers).label("shown"),
         )
         .join_from(new_customers, given, given.c.id == new_customers.c.id)
         .cte("shown_customers")
@@ -151,9 +148,8 @@ def _create_statement(as_json: bool) -> Select[Any]:
             literal_column("'[]'::json"),
         )
     ).scalar_subquery()
-    shown_deal = select(new_deal, new_deal_json_sql(new_deal, listed).label("shown")).cte(
-        "shown_deal"
-    )
+    columns = {column_.name: column_ for column_ in new_deal.c}
+    shown_deal = select(new_deal, _new_deal_json(columns, listed).label("shown")).cte("shown_deal")
     no_fields = cast(null(), ARRAY(Text)).label("changed_fields")
     no_previous = cast(null(), JSON).label("previous")
     recorded, wakes = recorded_rows(
@@ -201,10 +197,21 @@ def _create_statement(as_json: bool) -> Select[Any]:
     return built_once(statement.add_cte(new_links, recorded))
 
 
+def _new_deal_json(
+    values: Mapping[str, ColumnElement[Any]], customers_json: ColumnElement[Any]
+) -> ColumnElement[Any]:
+    """The JSON of a new deal given by its values (by name: a row's columns, or parameters and
+    ``now()``) and its customers' JSON array (in link order). A new deal is unassigned: no
+    employee, so no employee's name."""
+    return DEAL.built_object_of(
+        {**values, "employee_name": cast(null(), Text), "customers": customers_json}
+    )
+
+
 # On a distributed schema: the deal given its step, its customers, their links and their
 # events, each an ``INSERT ... VALUES`` (of a row per customer, per event), their data made by
-# PostgreSQL from the same values (``customer_json_of``, ``new_deal_json_of``) where the single
-# server's statement reads them from the rows it inserted. The deal's values are parameters
+# PostgreSQL from the same values (``Shape.json_of_values``, ``_new_deal_json``) where the single
+# server's statement makes them of the rows it inserted. The deal's values are parameters
 # named after its columns, each customer's ``customer_<index>_<column>``. The deal's insert
 # returns its columns (``as_json``: its id and version).
 _DEAL_VALUES = {
@@ -219,8 +226,6 @@ _ROUTED_DEAL = {
     )
     for as_json in (False, True)
 }
-# A new row's timestamp, typed as its column: ``new_deal_json_of`` shows it as JSON does.
-_NOW = func.now(type_=deals.c.created_at.type)
 
 
 def _customer_parameter(index: int, name: str) -> str:
@@ -251,15 +256,15 @@ def _routed(count: int, as_json: bool) -> _Routed:
         for index in range(count)
     ]
     shown = [
-        customer_json_of({**values, "created_at": func.now(), "updated_at": func.now()})
+        CUSTOMER.json_of_values({**values, "created_at": func.now(), "updated_at": func.now()})
         for values in given
     ]
-    deal_shown = new_deal_json_of(
+    deal_shown = _new_deal_json(
         {
             **_DEAL_VALUES,
             "employee_id": cast(null(), deals.c.employee_id.type),
-            "created_at": _NOW,
-            "updated_at": _NOW,
+            "created_at": func.now(),
+            "updated_at": func.now(),
         },
         func.json_build_array(*shown) if shown else literal_column("'[]'::json"),
     )
@@ -336,7 +341,9 @@ def defer_create(
     # them within the transaction: the customers', then the deal's).
     ids = new_ids(2 * count + 2)
     values: dict[str, object] = {name: getattr(fields, name) for name in _NEW_DEAL_FIELDS}
-    values.update(id=ids[count], department_id=department_id, event_id=ids[-1])
+    values.update(
+        id=ids[count], department_id=department_id, event_id=ids[-1], tenant_id=str(tenant_id)
+    )
     if connection.distributed:
         given = [
             {**customer.model_dump(), "id": ids[index], "event_id": ids[count + 1 + index]}
@@ -352,7 +359,7 @@ def defer_create(
         }
         for index, customer in enumerate(fields.customers)
     ]
-    values.update(customers=orjson.dumps(given).decode(), tenant_id=str(tenant_id))
+    values["customers"] = orjson.dumps(given).decode()
     return Created(connection.defer(_create_statement(as_json), values, meaning=meaning))
 
 

@@ -27,9 +27,7 @@ from dealbase.platform.customers.models import Customer
 from dealbase.platform.deals.models import Deal, DealFilter
 from dealbase.platform.listing import KeysetOrder, ListFilters, Rule, Shape, equal
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.resources import (
-    deal_json_text_sql,
-)
+from dealbase.platform.resources import DEAL
 from dealbase.platform.rows import (
     OwnedRows,
     in_bound_department,
@@ -168,12 +166,7 @@ def unlink_customer(
 
 
 # A deal's employee's name, read with its row (``records.SyncedRecord.read_columns``).
-EMPLOYEE_NAME = (
-    select(employees.c.name)
-    .where(employees.c.id == deals.c.employee_id)
-    .scalar_subquery()
-    .label("employee_name")
-)
+EMPLOYEE_NAME = DEAL.derived["employee_name"](deals).label("employee_name")
 
 
 def _with_employee_name() -> Select[tuple[object, ...]]:
@@ -276,7 +269,7 @@ def list_deal_rows(
 def _json_page_query(shape: Shape, order_by: str, after: bool) -> Select[Any]:
     order = deal_order(order_by)
     keys = order.keys(deals)
-    query = select(deals.c.id, keys[0], deal_json_text_sql(deals)).where(
+    query = select(deals.c.id, keys[0], DEAL.text_of_row(deals)).where(
         *DEAL_FILTERS.conditions(shape)
     )
     if after:
@@ -306,7 +299,7 @@ def list_deals_as_json(
 @functools.lru_cache(maxsize=2)
 def _one_as_json(one_department: bool) -> Select[Any]:
     return built_once(
-        select(deals.c.version, deal_json_text_sql(deals)).where(
+        select(deals.c.version, DEAL.text_of_row(deals)).where(
             deals.c.id == bindparam("deal_id", type_=deals.c.id.type),
             in_bound_department(deals, one_department),
         )

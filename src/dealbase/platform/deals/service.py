@@ -24,7 +24,7 @@ from dealbase.platform.deals.models import (
 )
 from dealbase.platform.events import service as events
 from dealbase.platform.pagination import Page, page_request
-from dealbase.platform.resources import deal_json, deal_json_text_sql
+from dealbase.platform.resources import DEAL, deal_json
 from dealbase.platform.tables import employees, steps
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
@@ -196,8 +196,7 @@ RECORD: records.SyncedRecord[Deal, DealCreate | DealUpsert] = records.SyncedReco
     rows=repository.rows,
     # Read again, with its customers and its employee's name.
     to_model=lambda uow, row: get(uow, row["id"]),
-    as_json=deal_json,
-    json_sql=deal_json_text_sql,
+    shape=DEAL,
     upsert_model=DealUpsert,
     writes=records.OneByOne(
         insert=lambda uow, department_id, fields: (

@@ -61,7 +61,8 @@ from dealbase.platform.reads.models import (
     SchemaKey,
     TotalCount,
 )
-from dealbase.platform.resources import row_json
+from dealbase.platform.resources import CUSTOMER, DEAL
+from dealbase.platform.shapes import row_json
 from dealbase.platform.tables import (
     activities,
     customers,
@@ -76,16 +77,6 @@ Row = FromClause
 # The entries one object may have: json_build_object takes at most 100 arguments, two an entry.
 MAX_ENTRIES = 50
 Derived = Callable[[Row], ColumnElement[Any]]
-
-
-def _employee_name(row: Row) -> ColumnElement[Any]:
-    employee = employees.alias()
-    return (
-        select(employee.c.name)
-        .where(employee.c.id == row.c.employee_id)
-        .correlate(row)
-        .scalar_subquery()
-    )
 
 
 def _deals_in_step(row: Row, figure: Callable[[Row], ColumnElement[Any]]) -> ColumnElement[Any]:
@@ -106,9 +97,10 @@ _TABLES: Mapping[str, Table] = {
     "pipeline_step": steps,
 }
 _DERIVED: Mapping[str, Mapping[str, Derived]] = {
-    # No row holds the tenant's id: the caller's scope does.
-    "customer": {"tenant_id": lambda row: bindparam("tenant_id", type_=Text)},
-    "deal": {"employee_name": _employee_name},
+    # As their JSON shapes make them (the tenant's id, which the caller's scope holds; a deal's
+    # employee's name).
+    "customer": CUSTOMER.derived,
+    "deal": DEAL.derived,
     # The deals now in the step, summed by PostgreSQL (``pipeline.board``'s figures).
     "pipeline_step": {
         "deal_count": lambda row: _deals_in_step(row, lambda deal: func.count(deal.c.id)),
