@@ -1,6 +1,7 @@
 """JSON made by PostgreSQL (the event a customer's create records in the same statement, REST's
 reads of customers, deals, activities, steps, the department and the events feed) is the JSON
-the API answers with, value for value and name for name."""
+the API answers with, value for value and name for name: each record's both made of its one
+declaration (``resources.CUSTOMER``, ``DEAL``, ``ACTIVITY``)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from dealbase.platform.deals.models import DealCreate, DealFilter, DealPatch
 from dealbase.platform.events import service as event_service
 from dealbase.platform.events.models import EventFilter, event_json
 from dealbase.platform.pipeline import service as pipeline
-from dealbase.platform.resources import activity_json, customer_json, deal_json
+from dealbase.platform.resources import ACTIVITY, CUSTOMER, DEAL
 from dealbase.platform.tables import events
 from dealbase.platform.validation import validated
 from dealbase.rest_api.schemas import DepartmentOut, StepList
@@ -58,6 +59,14 @@ EVERY_FIELD: dict[str, Any] = {
 }
 
 
+def test_the_customer_given_every_field_gives_every_field_of_its_declaration() -> None:
+    """So the equalities below cover a field added to the customer's declaration."""
+    made_by_the_server = {"id", "created_at", "updated_at"}
+    stored = {each.name for each in CUSTOMER.fields if each.source is None}
+
+    assert set(EVERY_FIELD) == stored - made_by_the_server
+
+
 def _created_with_its_event(
     database: Database, world: TenantWorld, fields: dict[str, Any]
 ) -> tuple[dict[str, Any], Any]:
@@ -68,7 +77,7 @@ def _created_with_its_event(
         (data,) = uow.connection.execute(
             select(events.c.data).where(events.c.data["id"].astext == str(customer.id))
         ).one()
-    return customer_json(customer), data
+    return CUSTOMER.as_json(customer), data
 
 
 @pytest.mark.parametrize(
@@ -112,7 +121,7 @@ def _listed_both_ways(
     database: Database, world: TenantWorld, created: list[dict[str, Any]]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The department's customers as the list's JSON text made by PostgreSQL, parsed in its
-    order, and as ``customer_json`` of the read models."""
+    order, and as the declaration makes them of the read models."""
     scope = world.tenant.scope.in_department(world.department.id)
     with database.unit_of_work(scope) as uow:
         for fields in created:
@@ -121,7 +130,7 @@ def _listed_both_ways(
     with database.unit_of_work(scope) as uow:
         texts = customers.list_page_as_json(uow, every, 100, None).items
         models = customers.list_page(uow, every, 100, None).items
-    return [json.loads(text) for text in texts], [customer_json(model) for model in models]
+    return [json.loads(text) for text in texts], [CUSTOMER.as_json(model) for model in models]
 
 
 def test_a_list_made_by_postgresql_is_the_customers_as_the_api_shows_them_in_their_order(
@@ -172,19 +181,18 @@ def test_one_customer_made_by_postgresql_is_the_customer_as_the_api_shows_it_at_
         created = customers.create(uow, CustomerFields.model_validate_json(json.dumps(EVERY_FIELD)))
     with database.unit_of_work(scope) as uow:
         version, text = customers.get_as_json(uow, created.id)
-        shown = customer_json(customers.get(uow, created.id))
+        shown = CUSTOMER.as_json(customers.get(uow, created.id))
 
     assert version == created.version
     assert json.loads(text) == shown
     assert list(json.loads(text)) == list(shown)
 
 
-def test_every_write_of_a_customer_leaves_its_row_keeping_the_json_the_api_shows(
+def test_every_write_of_a_customer_leaves_it_listed_by_postgresql_as_the_api_shows_it(
     database: Database, make_tenant: Callable[..., TenantWorld]
 ) -> None:
-    """The JSON a customer's row keeps (migration t0010) follows every route that writes one:
-    a change, a clearing, an upsert of one that exists and of a new one, a batch, a deal's
-    new customers."""
+    """After every route that writes a customer: a change, a clearing, an upsert of one that
+    exists and of a new one, a batch, a deal's new customers."""
     world = make_tenant()
     scope = world.tenant.scope.in_department(world.department.id)
     with database.unit_of_work(scope) as uow:
@@ -221,21 +229,23 @@ def test_every_write_of_a_customer_leaves_its_row_keeping_the_json_the_api_shows
         )
     every = CustomerFilter()
     with database.unit_of_work(scope) as uow:
-        kept = [
+        listed = [
             json.loads(text) for text in customers.list_page_as_json(uow, every, 100, None).items
         ]
-        shown = [customer_json(model) for model in customers.list_page(uow, every, 100, None).items]
+        shown = [
+            CUSTOMER.as_json(model) for model in customers.list_page(uow, every, 100, None).items
+        ]
 
-    assert [each["last_name"] for each in kept] == [
+    assert [each["last_name"] for each in listed] == [
         "Upserted 'x'",
         "New",
         "Batched",
         "Dealt",
     ]
-    assert kept[0]["first_name"] == "Changed ✓" and kept[0]["note"] is None
-    assert kept[1]["title"] == "Dr"
-    assert kept == shown
-    assert [list(each) for each in kept] == [list(each) for each in shown]
+    assert listed[0]["first_name"] == "Changed ✓" and listed[0]["note"] is None
+    assert listed[1]["title"] == "Dr"
+    assert listed == shown
+    assert [list(each) for each in listed] == [list(each) for each in shown]
 
 
 def test_a_create_made_by_postgresql_is_the_customer_as_the_api_shows_it(
@@ -247,7 +257,7 @@ def test_a_create_made_by_postgresql_is_the_customer_as_the_api_shows_it(
         # Read before the COMMIT, as a keyed create does (the insert goes then).
         customer_id, version, text = customers.create_later_as_json(uow, fields).read()
     with database.unit_of_work(scope) as uow:
-        shown = customer_json(customers.get(uow, customer_id))
+        shown = CUSTOMER.as_json(customers.get(uow, customer_id))
 
     assert version == 1
     assert json.loads(text) == shown
@@ -287,16 +297,18 @@ def test_deals_made_by_postgresql_are_the_deals_as_the_api_shows_them_in_every_o
             shown = deals.list_page(uow, filters, 2, None)
             following = deals.list_page_as_json(uow, filters, 100, made.next_cursor)
             rest = deals.list_page(uow, filters, 100, shown.next_cursor)
-        assert [json.loads(text) for text in made.items] == [deal_json(d) for d in shown.items]
+        assert [json.loads(text) for text in made.items] == [DEAL.as_json(d) for d in shown.items]
         assert [list(json.loads(text)) for text in made.items] == [
-            list(deal_json(d)) for d in shown.items
+            list(DEAL.as_json(d)) for d in shown.items
         ]
         assert (made.next_cursor, made.cursors) == (shown.next_cursor, shown.cursors)
-        assert [json.loads(text) for text in following.items] == [deal_json(d) for d in rest.items]
+        assert [json.loads(text) for text in following.items] == [
+            DEAL.as_json(d) for d in rest.items
+        ]
     with database.unit_of_work(scope) as uow:
         one = shown.items[0]
         version, text = deals.get_as_json(uow, one.id)
-    assert (version, json.loads(text)) == (one.version, deal_json(one))
+    assert (version, json.loads(text)) == (one.version, DEAL.as_json(one))
 
 
 def test_activities_made_by_postgresql_are_the_activities_as_the_api_shows_them(
@@ -333,18 +345,20 @@ def test_activities_made_by_postgresql_are_the_activities_as_the_api_shows_them(
         shown = activities.list_page(uow, every, 2, None)
         following = activities.list_page_as_json(uow, every, 100, made.next_cursor)
         rest = activities.list_page(uow, every, 100, shown.next_cursor)
-    assert [json.loads(text) for text in made.items] == [activity_json(a) for a in shown.items]
+    assert [json.loads(text) for text in made.items] == [ACTIVITY.as_json(a) for a in shown.items]
     assert [list(json.loads(text)) for text in made.items] == [
-        list(activity_json(a)) for a in shown.items
+        list(ACTIVITY.as_json(a)) for a in shown.items
     ]
     assert (made.next_cursor, made.cursors) == (shown.next_cursor, shown.cursors)
-    assert [json.loads(text) for text in following.items] == [activity_json(a) for a in rest.items]
+    assert [json.loads(text) for text in following.items] == [
+        ACTIVITY.as_json(a) for a in rest.items
+    ]
     assert len(made.items) + len(following.items) == 3
     for one in (*shown.items, *rest.items):
         with database.unit_of_work(scope) as uow:
             version, text = activities.get_as_json(uow, one.id)
-        assert (version, json.loads(text)) == (one.version, activity_json(one))
-        assert list(json.loads(text)) == list(activity_json(one))
+        assert (version, json.loads(text)) == (one.version, ACTIVITY.as_json(one))
+        assert list(json.loads(text)) == list(ACTIVITY.as_json(one))
 
 
 def test_a_department_and_its_steps_made_by_postgresql_are_as_their_wire_models_show_them(
