@@ -113,15 +113,19 @@ _PYTHON: Mapping[Kind, Callable[[Any], Any] | None] = {
     Kind.DATE: date.isoformat,
     Kind.TIMESTAMP: format_timestamp,
 }
-_TIMESTAMP_TEXT = 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'
+# Written into the statement's text rather than bound: the driver adapts each bound value on
+# every run of a statement.
+_UTC = literal_column("'UTC'", Text)
+_TIMESTAMP_TEXT = literal_column("""'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'""", Text)
+_DATE_TEXT = literal_column("'YYYY-MM-DD'", Text)
 
 
 def sql_value(value: ColumnElement[Any], kind: Kind) -> ColumnElement[Any]:
     """``value`` (a column, a parameter, ``now()``) as the JSON shows a value of ``kind``."""
     if kind is Kind.TIMESTAMP:
-        return func.to_char(func.timezone("UTC", value), _TIMESTAMP_TEXT)
+        return func.to_char(func.timezone(_UTC, value), _TIMESTAMP_TEXT)
     if kind is Kind.DATE:
-        return func.to_char(value, "YYYY-MM-DD")
+        return func.to_char(value, _DATE_TEXT)
     if kind is Kind.ID:
         return cast(value, Text)
     return value
