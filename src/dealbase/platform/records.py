@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast
 
 from pydantic import BaseModel
-from sqlalchemy import ColumnElement, Table
+from sqlalchemy import ColumnElement, Select, Table, bindparam, select
 
 from dealbase.db.faults import Fault
-from dealbase.db.statements import Record
+from dealbase.db.statements import Record, built_once
 from dealbase.db.transactions import Deferred
 from dealbase.db.units import AfterCommit, RunAgain, UnitOfWork
 from dealbase.errors import DomainError, ExternalIdTaken, Invalid, Unavailable
@@ -39,7 +39,12 @@ from dealbase.platform.event_types import EventType
 from dealbase.platform.events import repository as event_repository
 from dealbase.platform.events import service as events
 from dealbase.platform.record_changes import ChangedRecord
-from dealbase.platform.rows import OwnedRows, external_id_taken, ids_in_department
+from dealbase.platform.rows import (
+    OwnedRows,
+    external_id_taken,
+    ids_in_department,
+    in_bound_department,
+)
 from dealbase.platform.shapes import JsonObject, Shape
 from dealbase.platform.validation import department_of
 from dealbase.platform.versioning import Expected
@@ -117,6 +122,8 @@ class SyncedRecord(Generic[Model, Fields]):
     changes: ChangedRecord = field(init=False)
     # What its creates and upserts are judged against (``batches.upserts``).
     judging: Judging = field(init=False)
+    # Its version and JSON text by id (``get_as_json``), for a caller with a department or not.
+    one_as_json: Mapping[bool, Select[Any]] = field(init=False)
 
     def __post_init__(self) -> None:
         table = self.rows.table
@@ -132,6 +139,19 @@ class SyncedRecord(Generic[Model, Fields]):
         )
         judging = Judging(table, fields, self.references, self.read_columns)
         object.__setattr__(self, "judging", judging)
+        object.__setattr__(
+            self,
+            "one_as_json",
+            {
+                one_department: built_once(
+                    select(table.c.version, self.shape.text_of_row(table)).where(
+                        table.c.id == bindparam("record_id", type_=table.c.id.type),
+                        in_bound_department(table, one_department),
+                    )
+                )
+                for one_department in (False, True)
+            },
+        )
         if isinstance(self.writes, InBulk) and self.field_events:
             raise ValueError("a record written in bulk records no field events")
 
@@ -155,6 +175,22 @@ class SyncedRecord(Generic[Model, Fields]):
         ]
         if unknown:
             raise Invalid.unknown_references(unknown, f"the {self.noun}'s department")
+
+
+def get_as_json(
+    record: SyncedRecord[Any, Any], uow: UnitOfWork, record_id: uuid.UUID
+) -> tuple[int, str]:
+    """The record, if the caller may see it (else NotFound), as its version and its JSON text
+    made by PostgreSQL (REST's read of one)."""
+    scope = uow.scope
+    values: dict[str, object] = {"record_id": record_id, "tenant_id": str(scope.tenant_id)}
+    if scope.department_id is not None:
+        values["department_id"] = scope.department_id
+    statement = record.one_as_json[scope.department_id is not None]
+    row = uow.connection.execute(statement, values).first()
+    if row is None:
+        raise record.rows.not_found(record_id)
+    return row[0], row[1]
 
 
 def update(

@@ -15,7 +15,7 @@ from dealbase.platform.activities.models import Activity, ActivityFilter
 from dealbase.platform.listing import BY_ID, ListFilters, Rule, Shape, equal
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.resources import ACTIVITY
-from dealbase.platform.rows import OwnedRows, in_bound_department, owned_by
+from dealbase.platform.rows import OwnedRows, owned_by
 from dealbase.platform.tables import activities
 
 # Its rows as every department-owned, versioned record's are read and written.
@@ -66,27 +66,6 @@ def get_activity(
         .first()
     )
     return None if row is None else to_activity(row)
-
-
-@functools.lru_cache(maxsize=2)
-def _one_as_json(one_department: bool) -> Select[Any]:
-    return built_once(
-        select(activities.c.version, ACTIVITY.text_of_row(activities)).where(
-            activities.c.id == bindparam("activity_id", type_=activities.c.id.type),
-            in_bound_department(activities, one_department),
-        )
-    )
-
-
-def get_activity_as_json(
-    connection: TenantConnection, department_id: uuid.UUID | None, activity_id: uuid.UUID
-) -> tuple[int, str] | None:
-    """``get_activity``'s activity as its version and its JSON text made by PostgreSQL."""
-    values: dict[str, Any] = {"activity_id": activity_id}
-    if department_id is not None:
-        values["department_id"] = department_id
-    row = connection.execute(_one_as_json(department_id is not None), values).first()
-    return None if row is None else (row[0], row[1])
 
 
 ACTIVITY_FILTERS = ListFilters(

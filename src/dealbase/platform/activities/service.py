@@ -53,10 +53,7 @@ def get(uow: UnitOfWork, activity_id: uuid.UUID) -> Activity:
 
 def get_as_json(uow: UnitOfWork, activity_id: uuid.UUID) -> tuple[int, str]:
     """``get``'s activity as its version and its JSON text made by PostgreSQL."""
-    found = repository.get_activity_as_json(uow.connection, uow.scope.department_id, activity_id)
-    if found is None:
-        raise repository.rows.not_found(activity_id)
-    return found
+    return records.get_as_json(RECORD, uow, activity_id)
 
 
 def list_page(

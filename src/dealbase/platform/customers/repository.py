@@ -37,7 +37,6 @@ from dealbase.platform.pagination import PageRequest
 from dealbase.platform.resources import CUSTOMER
 from dealbase.platform.rows import (
     OwnedRows,
-    in_bound_department,
     owned_by,
 )
 from dealbase.platform.tables import customers, deal_customers, events
@@ -194,30 +193,6 @@ def recorded_wakes(inserted: Inserted) -> bool:
     if inserted.wakes is None:
         return bool(inserted.row.rows().one()[-1])
     return bool(inserted.wakes.rows().scalar())
-
-
-@functools.lru_cache(maxsize=2)
-def _one_as_json(one_department: bool) -> Select[Any]:
-    return built_once(
-        select(customers.c.version, CUSTOMER.text_of_row(customers)).where(
-            customers.c.id == bindparam("customer_id", type_=customers.c.id.type),
-            in_bound_department(customers, one_department),
-        )
-    )
-
-
-def get_customer_as_json(
-    connection: TenantConnection,
-    tenant_id: uuid.UUID,
-    department_id: uuid.UUID | None,
-    customer_id: uuid.UUID,
-) -> tuple[int, str] | None:
-    """``get_customer``'s customer as its version and its JSON text made by PostgreSQL."""
-    values: dict[str, Any] = {"customer_id": customer_id, "tenant_id": str(tenant_id)}
-    if department_id is not None:
-        values["department_id"] = department_id
-    row = connection.execute(_one_as_json(department_id is not None), values).first()
-    return None if row is None else (row[0], row[1])
 
 
 def get_customer(

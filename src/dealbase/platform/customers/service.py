@@ -80,13 +80,7 @@ def get(uow: UnitOfWork, customer_id: uuid.UUID) -> Customer:
 
 def get_as_json(uow: UnitOfWork, customer_id: uuid.UUID) -> tuple[int, str]:
     """``get``'s customer as its version and its JSON text made by PostgreSQL."""
-    scope = uow.scope
-    found = repository.get_customer_as_json(
-        uow.connection, scope.tenant_id, scope.department_id, customer_id
-    )
-    if found is None:
-        raise repository.rows.not_found(customer_id)
-    return found
+    return records.get_as_json(RECORD, uow, customer_id)
 
 
 def list_page(

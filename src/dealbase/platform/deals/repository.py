@@ -30,7 +30,6 @@ from dealbase.platform.pagination import PageRequest
 from dealbase.platform.resources import DEAL
 from dealbase.platform.rows import (
     OwnedRows,
-    in_bound_department,
     in_department,
     insert_reading,
     lookup,
@@ -294,30 +293,6 @@ def list_deals_as_json(
     return [
         (row[0], row[1] if by_volume else None, row[2]) for row in connection.execute(query, values)
     ]
-
-
-@functools.lru_cache(maxsize=2)
-def _one_as_json(one_department: bool) -> Select[Any]:
-    return built_once(
-        select(deals.c.version, DEAL.text_of_row(deals)).where(
-            deals.c.id == bindparam("deal_id", type_=deals.c.id.type),
-            in_bound_department(deals, one_department),
-        )
-    )
-
-
-def get_deal_as_json(
-    connection: TenantConnection,
-    tenant_id: uuid.UUID,
-    department_id: uuid.UUID | None,
-    deal_id: uuid.UUID,
-) -> tuple[int, str] | None:
-    """A deal (customers included) as its version and JSON text made by PostgreSQL."""
-    values: dict[str, Any] = {"deal_id": deal_id, "tenant_id": str(tenant_id)}
-    if department_id is not None:
-        values["department_id"] = department_id
-    row = connection.execute(_one_as_json(department_id is not None), values).first()
-    return None if row is None else (row[0], row[1])
 
 
 def count_deals(

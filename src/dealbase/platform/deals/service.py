@@ -157,13 +157,7 @@ def _row_sort(row: tuple[uuid.UUID, int | None, str]) -> int:
 
 def get_as_json(uow: UnitOfWork, deal_id: uuid.UUID) -> tuple[int, str]:
     """``get``'s deal as its version and the JSON text ``resources.deal_json`` would make."""
-    scope = uow.scope
-    found = repository.get_deal_as_json(
-        uow.connection, scope.tenant_id, scope.department_id, deal_id
-    )
-    if found is None:
-        raise repository.rows.not_found(deal_id)
-    return found
+    return records.get_as_json(RECORD, uow, deal_id)
 
 
 def _sorted_volume(deal: Deal) -> int:
