@@ -1,14 +1,19 @@
-"""The limiters the rate-limit tests over HTTP run against: a real Redis, and the in-process one."""
+"""Fixtures of the REST tests: the limiters the rate-limit tests run against (a real Redis, and
+the in-process one), each synced record in turn, and employees."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 
 import pytest
 
+from dealbase.db.database import Database
+from dealbase.ops import admin
 from tests.redis_support import shared_redis_url
 from tests.rest_api.rate_limit_support import limiter
 from tests.rest_api.records_support import RECORDS, SyncedApi
+from tests.support import TenantWorld
 
 __all__ = ["limiter"]  # the fixture, for the tests of this folder
 
@@ -23,3 +28,16 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def record(request: pytest.FixtureRequest) -> SyncedApi:
     """Each synced record in turn (customers, deals, activities)."""
     return RECORDS[request.param]
+
+
+@pytest.fixture
+def employee_of(database: Database) -> Callable[[TenantWorld, int], uuid.UUID]:
+    """``employee_of(world, department)``: a new employee, Eve, of ``world``'s department at
+    that index."""
+
+    def make_employee(world: TenantWorld, department: int = 0) -> uuid.UUID:
+        return admin.create_employee(
+            database, world.tenant.id, world.departments[department].id, "Eve", None
+        ).id
+
+    return make_employee

@@ -12,7 +12,8 @@ from fastapi.testclient import TestClient
 API = "/api/v1/integration"
 
 
-def _a_customer(client: TestClient, headers: dict[str, str]) -> str:
+def a_customer(client: TestClient, headers: dict[str, str]) -> str:
+    """The id of a new customer of the headers' department (an activity's required parent)."""
     response = client.post(f"{API}/customers", json={"last_name": "Lovelace"}, headers=headers)
     assert response.status_code == 201, response.text
     customer: str = response.json()["id"]
@@ -70,6 +71,26 @@ class SyncedApi:
             headers=headers,
         )
 
+    def upsert_operation(self, external_id: str, label: str = "L", **fields: Any) -> dict[str, Any]:
+        """A batch's upsert of ``external_id``; ``fields`` holds the rest of its data."""
+        data = {self.label: label, **fields}
+        return {"op": "upsert", "external_id": external_id, "data": data}
+
+    def create_operation(self, label: str = "L", **fields: Any) -> dict[str, Any]:
+        """A batch's create; ``fields`` holds the rest of its data."""
+        return {"op": "create", "data": {self.label: label, **fields}}
+
+    def listed(self, client: TestClient, headers: dict[str, str]) -> list[dict[str, Any]]:
+        """Every record of the headers' department, as its list pages give them, oldest first."""
+        found: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"limit": 100}
+        while True:
+            page = client.get(f"{API}/{self.plural}", params=params, headers=headers).json()
+            found += page["data"]
+            if page["next_cursor"] is None:
+                return found
+            params["cursor"] = page["next_cursor"]
+
     def labels(
         self, client: TestClient, headers: dict[str, str], external_id: str | None = None
     ) -> list[str]:
@@ -85,6 +106,6 @@ RECORDS = {
         "activities",
         "activity",
         "subject",
-        lambda client, headers: {"type": "call", "customer_id": _a_customer(client, headers)},
+        lambda client, headers: {"type": "call", "customer_id": a_customer(client, headers)},
     ),
 }

@@ -10,62 +10,24 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.rest_api.records_support import API, RECORDS, a_customer
 from tests.rest_api.test_events import all_events
 from tests.support import TenantWorld
 
-API = "/api/v1/integration"
+ACTIVITY = RECORDS["activities"]
 ACTIVITIES = f"{API}/activities"
-BATCH = f"{ACTIVITIES}/batch"
 
 
 @pytest.fixture
 def customer_id(client: TestClient, world: TenantWorld) -> str:
-    return customer_of(client, world.key.headers)
-
-
-def customer_of(client: TestClient, headers: dict[str, str]) -> str:
-    response = client.post(f"{API}/customers", json={"last_name": "Lovelace"}, headers=headers)
-    assert response.status_code == 201, response.text
-    customer: str = response.json()["id"]
-    return customer
-
-
-def put(
-    client: TestClient, world: TenantWorld, external_id: str, body: dict[str, Any], **headers: str
-) -> Any:
-    return client.put(
-        f"{ACTIVITIES}/by-external-id/{external_id}",
-        json=body,
-        headers={**world.key.headers, **headers},
-    )
-
-
-def send(
-    client: TestClient,
-    world: TenantWorld,
-    operations: list[dict[str, Any]],
-    *,
-    atomic: bool = False,
-) -> Any:
-    return client.post(
-        BATCH,
-        params={"atomic": "true"} if atomic else None,
-        json={"operations": operations},
-        headers=world.key.headers,
-    )
-
-
-def activities_of(client: TestClient, world: TenantWorld) -> list[dict[str, Any]]:
-    page = client.get(ACTIVITIES, params={"limit": 100}, headers=world.key.headers).json()
-    found: list[dict[str, Any]] = page["data"]
-    return found
+    return a_customer(client, world.key.headers)
 
 
 def test_an_upsert_creates_the_activity_then_changes_only_the_fields_it_gives(
     client: TestClient, world: TenantWorld, customer_id: str
 ) -> None:
     body = {"type": "call", "customer_id": customer_id, "subject": "Quote", "note": "n"}
-    created = put(client, world, "call-1", body)
+    created = ACTIVITY.put(client, world.key.headers, "call-1", body)
 
     assert created.status_code == 201, created.text
     first = created.json()
@@ -73,9 +35,9 @@ def test_an_upsert_creates_the_activity_then_changes_only_the_fields_it_gives(
     assert created.headers["etag"] == '"1"'
     assert (first["external_id"], first["subject"], first["note"]) == ("call-1", "Quote", "n")
 
-    changed = put(
+    changed = ACTIVITY.put(
         client,
-        world,
+        world.key.headers,
         "call-1",
         {"type": "call", "customer_id": customer_id, "done_at": "2026-12-01T10:00:00+01:00"},
     )
@@ -100,11 +62,13 @@ def test_an_upsert_that_changes_nothing_writes_nothing(
     client: TestClient, world: TenantWorld, customer_id: str
 ) -> None:
     body = {"type": "call", "customer_id": customer_id, "due_at": "2026-12-01T09:00:00Z"}
-    first = put(client, world, "call-1", body)
+    first = ACTIVITY.put(client, world.key.headers, "call-1", body)
 
-    again = put(client, world, "call-1", body)
+    again = ACTIVITY.put(client, world.key.headers, "call-1", body)
     # The same moment in another offset is the same value.
-    shifted = put(client, world, "call-1", {**body, "due_at": "2026-12-01T10:00:00+01:00"})
+    shifted = ACTIVITY.put(
+        client, world.key.headers, "call-1", {**body, "due_at": "2026-12-01T10:00:00+01:00"}
+    )
 
     for response in (again, shifted):
         assert response.status_code == 200
@@ -120,9 +84,9 @@ def test_an_upsert_checks_the_references_as_create_and_update_do(
     client: TestClient, make_tenant: Callable[..., TenantWorld]
 ) -> None:
     world = make_tenant(departments=2)
-    own = customer_of(client, world.keys[0].headers)
-    foreign = customer_of(client, world.keys[1].headers)
-    put(client, world, "existing", {"type": "note", "customer_id": own})
+    own = a_customer(client, world.keys[0].headers)
+    foreign = a_customer(client, world.keys[1].headers)
+    ACTIVITY.put(client, world.key.headers, "existing", {"type": "note", "customer_id": own})
 
     for external_id in ("new", "existing"):
         for body, field in (
@@ -130,15 +94,17 @@ def test_an_upsert_checks_the_references_as_create_and_update_do(
             ({"type": "note", "customer_id": own, "deal_id": str(uuid.uuid4())}, "deal_id"),
             ({"type": "note", "customer_id": own, "employee_id": str(uuid.uuid4())}, "employee_id"),
         ):
-            response = put(client, world, external_id, body)
+            response = ACTIVITY.put(client, world.key.headers, external_id, body)
             assert response.status_code == 422, (external_id, field)
             assert [(e["field"], e["code"]) for e in response.json()["errors"]] == [
                 (field, "not_found")
             ]
-        missing = put(client, world, external_id, {"type": "note"})
+        missing = ACTIVITY.put(client, world.key.headers, external_id, {"type": "note"})
         assert missing.status_code == 422
         assert [e["field"] for e in missing.json()["errors"]] == ["customer_id"]
-    assert [activity["external_id"] for activity in activities_of(client, world)] == ["existing"]
+    assert [activity["external_id"] for activity in ACTIVITY.listed(client, world.key.headers)] == [
+        "existing"
+    ]
 
 
 def test_a_batch_fails_alone_an_activity_of_an_unknown_deal_or_type(
@@ -147,7 +113,11 @@ def test_a_batch_fails_alone_an_activity_of_an_unknown_deal_or_type(
     def data(**fields: Any) -> dict[str, Any]:
         return {"type": "call", "customer_id": customer_id, **fields}
 
-    send(client, world, [{"op": "upsert", "external_id": e, "data": data()} for e in ("t", "k")])
+    ACTIVITY.batch(
+        client,
+        world.key.headers,
+        [{"op": "upsert", "external_id": e, "data": data()} for e in ("t", "k")],
+    )
     operations = [
         {"op": "upsert", "external_id": "a", "data": data()},
         {"op": "create", "data": data(external_id="t")},
@@ -157,7 +127,7 @@ def test_a_batch_fails_alone_an_activity_of_an_unknown_deal_or_type(
         {"op": "upsert", "external_id": "c", "data": data(type="lunch")},
     ]
 
-    response = send(client, world, operations)
+    response = ACTIVITY.batch(client, world.key.headers, operations)
 
     assert response.status_code == 200, response.text
     body = response.json()
@@ -180,7 +150,7 @@ def test_a_batch_fails_alone_an_activity_of_an_unknown_deal_or_type(
         ("operations[5].data.type", "invalid_choice")
     ]
     assert results[4]["data"]["subject"] == "Kept"
-    assert sorted(str(a["external_id"]) for a in activities_of(client, world)) == [
+    assert sorted(str(a["external_id"]) for a in ACTIVITY.listed(client, world.key.headers)) == [
         "None",
         "a",
         "k",
@@ -196,7 +166,7 @@ def test_an_atomic_batch_names_an_activitys_unknown_customer_and_writes_nothing(
         {"op": "create", "data": {"type": "call", "customer_id": str(uuid.uuid4())}},
     ]
 
-    response = send(client, world, operations, atomic=True)
+    response = ACTIVITY.batch(client, world.key.headers, operations, atomic=True)
 
     assert response.status_code == 422
     body = response.json()
@@ -205,9 +175,9 @@ def test_an_atomic_batch_names_an_activitys_unknown_customer_and_writes_nothing(
         (1, "validation_failed")
     ]
     assert body["failures"][0]["error"]["errors"][0]["field"] == "operations[1].data.customer_id"
-    assert activities_of(client, world) == []
+    assert ACTIVITY.listed(client, world.key.headers) == []
     assert [event["type"] for event in all_events(client, world)] == ["customer.created"]
 
-    accepted = send(client, world, operations[:1], atomic=True)
+    accepted = ACTIVITY.batch(client, world.key.headers, operations[:1], atomic=True)
     assert accepted.status_code == 200
     assert accepted.json()["summary"]["created"] == 1

@@ -9,8 +9,6 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from dealbase.db.database import Database
-from dealbase.ops import admin
 from tests.support import TenantWorld
 
 API = "/api/v1/integration"
@@ -72,16 +70,6 @@ def test_deleted_customer_is_gone_everywhere_and_leaves_its_deals(
         assert response.status_code == 404, method
     after = client.get(f"{API}/deals/{deal['id']}", headers=world.key.headers).json()
     assert [c["id"] for c in after["customers"]] == [kept["id"]]
-
-
-@pytest.fixture
-def employee_of(database: Database) -> Callable[[TenantWorld, int], uuid.UUID]:
-    def make_employee(world: TenantWorld, department: int = 0) -> uuid.UUID:
-        return admin.create_employee(
-            database, world.tenant.id, world.departments[department].id, "Eve", None
-        ).id
-
-    return make_employee
 
 
 def test_deal_patch_moves_assigns_and_unassigns(

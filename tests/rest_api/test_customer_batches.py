@@ -11,19 +11,14 @@ from fastapi.testclient import TestClient
 
 from dealbase.edge.request_edge import MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES
 from dealbase.platform.batches.models import MAX_OPERATIONS
+from tests.rest_api.records_support import API, RECORDS
 from tests.rest_api.test_events import all_events
 from tests.support import TenantWorld
 
-CUSTOMERS = "/api/v1/integration/customers"
+CUSTOMERS = f"{API}/customers"
 BATCH = f"{CUSTOMERS}/batch"
-
-
-def upsert(external_id: str, **data: Any) -> dict[str, Any]:
-    return {"op": "upsert", "external_id": external_id, "data": {"last_name": "L", **data}}
-
-
-def create(**data: Any) -> dict[str, Any]:
-    return {"op": "create", "data": {"last_name": "L", **data}}
+CUSTOMER = RECORDS["customers"]
+upsert, create = CUSTOMER.upsert_operation, CUSTOMER.create_operation
 
 
 def send(
@@ -34,26 +29,9 @@ def send(
     atomic: bool = False,
     headers: dict[str, str] | None = None,
 ) -> Any:
-    return client.post(
-        BATCH,
-        params={"atomic": "true"} if atomic else None,
-        json={"operations": operations},
-        headers={**world.key.headers, **(headers or {})},
+    return CUSTOMER.batch(
+        client, {**world.key.headers, **(headers or {})}, operations, atomic=atomic
     )
-
-
-def customers_of(client: TestClient, world: TenantWorld) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
-    cursor = None
-    while True:
-        params: dict[str, Any] = (
-            {"limit": 100} if cursor is None else {"limit": 100, "cursor": cursor}
-        )
-        page = client.get(CUSTOMERS, params=params, headers=world.key.headers).json()
-        found += page["data"]
-        cursor = page["next_cursor"]
-        if cursor is None:
-            return found
 
 
 def test_a_batch_of_a_thousand_upserts_creates_them_all_in_order(
@@ -71,21 +49,21 @@ def test_a_batch_of_a_thousand_upserts_creates_them_all_in_order(
         f"shop-{n:04}" for n in range(1000)
     ]
     assert [r["data"]["first_name"] for r in body["results"]] == [f"N{n}" for n in range(1000)]
-    assert len(customers_of(client, world)) == 1000
+    assert len(CUSTOMER.listed(client, world.key.headers)) == 1000
 
 
 def test_a_second_sync_updates_the_changed_and_leaves_the_rest(
     client: TestClient, world: TenantWorld
 ) -> None:
     send(client, world, [upsert(f"shop-{n}", city="London") for n in range(10)])
-    before = {c["external_id"]: c for c in customers_of(client, world)}
+    before = {c["external_id"]: c for c in CUSTOMER.listed(client, world.key.headers)}
 
     operations = [upsert(f"shop-{n}", city="Paris" if n < 3 else "London") for n in range(10)]
     body = send(client, world, operations).json()
 
     assert body["summary"] == {"created": 0, "updated": 3, "unchanged": 7, "failed": 0}
     assert [r["outcome"] for r in body["results"]] == ["updated"] * 3 + ["unchanged"] * 7
-    after = {c["external_id"]: c for c in customers_of(client, world)}
+    after = {c["external_id"]: c for c in CUSTOMER.listed(client, world.key.headers)}
     assert len(after) == 10
     for n in range(10):
         key = f"shop-{n}"
@@ -123,7 +101,7 @@ def test_a_malformed_batch_is_refused_whole(
 
     assert response.status_code == 422, response.text
     assert field in [error["field"] for error in response.json()["errors"]]
-    assert customers_of(client, world) == []
+    assert CUSTOMER.listed(client, world.key.headers) == []
 
 
 def test_a_batch_body_may_be_larger_than_other_bodies_up_to_its_own_limit(
@@ -161,4 +139,4 @@ def test_an_idempotency_key_replays_a_batch_and_tells_its_modes_apart(
     assert replay.headers["idempotent-replayed"] == "true"
     assert other_mode.status_code == 422
     assert other_mode.json()["code"] == "idempotency_key_reused"
-    assert len(customers_of(client, world)) == 2
+    assert len(CUSTOMER.listed(client, world.key.headers)) == 2

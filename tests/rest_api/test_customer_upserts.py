@@ -3,34 +3,24 @@ its own id, and external ids on the other customer operations."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi.testclient import TestClient
 
+from tests.rest_api.records_support import API, RECORDS
 from tests.rest_api.test_events import all_events
 from tests.support import TenantWorld
 
-CUSTOMERS = "/api/v1/integration/customers"
+CUSTOMERS = f"{API}/customers"
 
 
-def put(
-    client: TestClient,
-    world: TenantWorld,
-    external_id: str,
-    body: dict[str, Any],
-    **headers: str,
-) -> Any:
-    return client.put(
-        f"{CUSTOMERS}/by-external-id/{external_id}",
-        json=body,
-        headers={**world.key.headers, **headers},
-    )
+CUSTOMER = RECORDS["customers"]
 
 
 def test_an_upsert_of_a_new_external_id_creates_the_customer(
     client: TestClient, world: TenantWorld
 ) -> None:
-    response = put(client, world, "shop-1", {"last_name": "Lovelace", "city": "London"})
+    response = CUSTOMER.put(
+        client, world.key.headers, "shop-1", {"last_name": "Lovelace", "city": "London"}
+    )
 
     assert response.status_code == 201, response.text
     body = response.json()
@@ -44,9 +34,13 @@ def test_an_upsert_of_a_new_external_id_creates_the_customer(
 def test_an_upsert_of_a_known_external_id_changes_only_the_fields_it_gives(
     client: TestClient, world: TenantWorld
 ) -> None:
-    first = put(client, world, "shop-1", {"last_name": "Lovelace", "city": "London"}).json()
+    first = CUSTOMER.put(
+        client, world.key.headers, "shop-1", {"last_name": "Lovelace", "city": "London"}
+    ).json()
 
-    response = put(client, world, "shop-1", {"last_name": "King", "email": "ada@example.com"})
+    response = CUSTOMER.put(
+        client, world.key.headers, "shop-1", {"last_name": "King", "email": "ada@example.com"}
+    )
 
     assert response.status_code == 200, response.text
     body = response.json()
@@ -64,10 +58,14 @@ def test_an_upsert_of_a_known_external_id_changes_only_the_fields_it_gives(
 def test_an_upsert_that_changes_nothing_writes_nothing(
     client: TestClient, world: TenantWorld
 ) -> None:
-    first = put(client, world, "shop-1", {"last_name": "Lovelace", "city": "London"})
+    first = CUSTOMER.put(
+        client, world.key.headers, "shop-1", {"last_name": "Lovelace", "city": "London"}
+    )
 
-    again = put(client, world, "shop-1", {"last_name": "Lovelace", "city": "London"})
-    subset = put(client, world, "shop-1", {"last_name": "Lovelace"})
+    again = CUSTOMER.put(
+        client, world.key.headers, "shop-1", {"last_name": "Lovelace", "city": "London"}
+    )
+    subset = CUSTOMER.put(client, world.key.headers, "shop-1", {"last_name": "Lovelace"})
 
     for response in (again, subset):
         assert response.status_code == 200
@@ -77,9 +75,9 @@ def test_an_upsert_that_changes_nothing_writes_nothing(
 
 
 def test_upserts_are_events_as_single_writes_are(client: TestClient, world: TenantWorld) -> None:
-    put(client, world, "shop-1", {"last_name": "Lovelace", "city": "London"})
+    CUSTOMER.put(client, world.key.headers, "shop-1", {"last_name": "Lovelace", "city": "London"})
     body = {"city": "Paris", "last_name": "Lovelace", "first_name": "Ada"}
-    updated = put(client, world, "shop-1", body).json()
+    updated = CUSTOMER.put(client, world.key.headers, "shop-1", body).json()
 
     events = all_events(client, world)
 
@@ -91,10 +89,10 @@ def test_upserts_are_events_as_single_writes_are(client: TestClient, world: Tena
 
 
 def test_an_upsert_body_is_what_creating_takes(client: TestClient, world: TenantWorld) -> None:
-    put(client, world, "shop-1", {"last_name": "Lovelace"})
+    CUSTOMER.put(client, world.key.headers, "shop-1", {"last_name": "Lovelace"})
 
     # The same request must serve both cases, so last_name is required even for an update.
-    response = put(client, world, "shop-1", {"city": "Paris"})
+    response = CUSTOMER.put(client, world.key.headers, "shop-1", {"city": "Paris"})
 
     assert response.status_code == 422
     assert [e["field"] for e in response.json()["errors"]] == ["last_name"]
@@ -105,12 +103,14 @@ def test_an_external_id_outside_the_documented_characters_is_refused(
 ) -> None:
     # ("." and "..", which clients resolve as path steps, are checked in tests/platform/batches.)
     for bad in ("with%20space", "%C3%A9t%C3%A9", "x" * 256, "a%2Fb", "a%3Fb"):
-        response = put(client, world, bad, {"last_name": "A"})
+        response = CUSTOMER.put(client, world.key.headers, bad, {"last_name": "A"})
         assert response.status_code in (404, 422), (bad, response.status_code)
         if response.status_code == 422:
             assert response.json()["errors"][0]["field"] == "external_id"
     for good in ("erp:42", "a.b_c-d~e", "ada@example.com", "x" * 255):
-        assert put(client, world, good, {"last_name": "A"}).status_code == 201, good
+        assert (
+            CUSTOMER.put(client, world.key.headers, good, {"last_name": "A"}).status_code == 201
+        ), good
 
 
 def test_an_external_id_ending_in_a_newline_is_refused_in_the_path(
@@ -118,7 +118,7 @@ def test_an_external_id_ending_in_a_newline_is_refused_in_the_path(
 ) -> None:
     # The document's pattern ends at the end of the text; Python's $ also matches before a
     # last "\n", so the check must take the whole text.
-    response = put(client, world, "abc%0A", {"last_name": "A"})
+    response = CUSTOMER.put(client, world.key.headers, "abc%0A", {"last_name": "A"})
 
     assert response.status_code == 422
     problem = response.json()
@@ -132,7 +132,7 @@ def test_an_external_id_ending_in_a_newline_is_refused_in_the_path(
 def test_a_patch_may_set_or_clear_an_external_id_but_not_take_anothers(
     client: TestClient, world: TenantWorld
 ) -> None:
-    put(client, world, "shop-1", {"last_name": "Lovelace"})
+    CUSTOMER.put(client, world.key.headers, "shop-1", {"last_name": "Lovelace"})
     other = client.post(CUSTOMERS, json={"last_name": "B"}, headers=world.key.headers).json()
     path = f"{CUSTOMERS}/{other['id']}"
 
@@ -146,9 +146,9 @@ def test_a_patch_may_set_or_clear_an_external_id_but_not_take_anothers(
 
 
 def test_lists_filter_by_external_id_exactly(client: TestClient, world: TenantWorld) -> None:
-    put(client, world, "Shop-1", {"last_name": "Upper"})
-    put(client, world, "shop-1", {"last_name": "Lower"})
-    put(client, world, "shop-10", {"last_name": "Longer"})
+    CUSTOMER.put(client, world.key.headers, "Shop-1", {"last_name": "Upper"})
+    CUSTOMER.put(client, world.key.headers, "shop-1", {"last_name": "Lower"})
+    CUSTOMER.put(client, world.key.headers, "shop-10", {"last_name": "Longer"})
 
     found = client.get(CUSTOMERS, params={"external_id": "shop-1"}, headers=world.key.headers)
 

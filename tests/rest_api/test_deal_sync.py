@@ -5,74 +5,24 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 
-from dealbase.db.database import Database
-from dealbase.ops import admin
+from tests.rest_api.records_support import API, RECORDS
 from tests.rest_api.test_events import all_events
 from tests.support import TenantWorld
 
-API = "/api/v1/integration"
+DEAL = RECORDS["deals"]
 DEALS = f"{API}/deals"
-BATCH = f"{DEALS}/batch"
-
-
-def put(
-    client: TestClient, world: TenantWorld, external_id: str, body: dict[str, Any], **headers: str
-) -> Any:
-    return client.put(
-        f"{DEALS}/by-external-id/{external_id}",
-        json=body,
-        headers={**world.key.headers, **headers},
-    )
-
-
-def send(
-    client: TestClient,
-    world: TenantWorld,
-    operations: list[dict[str, Any]],
-    *,
-    atomic: bool = False,
-) -> Any:
-    return client.post(
-        BATCH,
-        params={"atomic": "true"} if atomic else None,
-        json={"operations": operations},
-        headers=world.key.headers,
-    )
-
-
-def upsert(external_id: str, **data: Any) -> dict[str, Any]:
-    return {"op": "upsert", "external_id": external_id, "data": {"name": "D", **data}}
-
-
-def create(**data: Any) -> dict[str, Any]:
-    return {"op": "create", "data": {"name": "D", **data}}
-
-
-def deals_of(client: TestClient, world: TenantWorld) -> list[dict[str, Any]]:
-    page = client.get(DEALS, params={"limit": 100}, headers=world.key.headers).json()
-    found: list[dict[str, Any]] = page["data"]
-    return found
-
-
-@pytest.fixture
-def employee_of(database: Database) -> Callable[[TenantWorld, int], uuid.UUID]:
-    def make_employee(world: TenantWorld, department: int = 0) -> uuid.UUID:
-        return admin.create_employee(
-            database, world.tenant.id, world.departments[department].id, "Eve", None
-        ).id
-
-    return make_employee
+upsert, create = DEAL.upsert_operation, DEAL.create_operation
 
 
 def test_an_upsert_creates_the_deal_then_changes_only_the_fields_it_gives(
     client: TestClient, world: TenantWorld
 ) -> None:
-    created = put(client, world, "order-1", {"name": "Engines", "volume": 10, "note": "n"})
+    created = DEAL.put(
+        client, world.key.headers, "order-1", {"name": "Engines", "volume": 10, "note": "n"}
+    )
 
     assert created.status_code == 201, created.text
     first = created.json()
@@ -84,7 +34,9 @@ def test_an_upsert_creates_the_deal_then_changes_only_the_fields_it_gives(
     assert first["step_id"] == str(world.department.steps[0].id)
     assert (first["employee_id"], first["customers"]) == (None, [])
 
-    changed = put(client, world, "order-1", {"name": "Engines", "volume": 20, "deal_origin": "x"})
+    changed = DEAL.put(
+        client, world.key.headers, "order-1", {"name": "Engines", "volume": 20, "deal_origin": "x"}
+    )
 
     assert changed.status_code == 200, changed.text
     assert changed.headers["etag"] == '"2"'
@@ -104,11 +56,11 @@ def test_an_upsert_creates_the_deal_then_changes_only_the_fields_it_gives(
 def test_an_upsert_that_changes_nothing_writes_nothing(
     client: TestClient, world: TenantWorld
 ) -> None:
-    first = put(client, world, "order-1", {"name": "Engines", "volume": 10})
+    first = DEAL.put(client, world.key.headers, "order-1", {"name": "Engines", "volume": 10})
     step_id = first.json()["step_id"]
 
-    again = put(client, world, "order-1", {"name": "Engines", "volume": 10})
-    subset = put(client, world, "order-1", {"name": "Engines", "step_id": step_id})
+    again = DEAL.put(client, world.key.headers, "order-1", {"name": "Engines", "volume": 10})
+    subset = DEAL.put(client, world.key.headers, "order-1", {"name": "Engines", "step_id": step_id})
 
     for response in (again, subset):
         assert response.status_code == 200
@@ -122,11 +74,11 @@ def test_an_upsert_moves_and_assigns_with_the_events_a_patch_makes(
 ) -> None:
     first_step, last_step = world.department.steps[0], world.department.steps[-1]
     employee = employee_of(world, 0)
-    put(client, world, "order-1", {"name": "Engines"})
+    DEAL.put(client, world.key.headers, "order-1", {"name": "Engines"})
 
-    moved = put(
+    moved = DEAL.put(
         client,
-        world,
+        world.key.headers,
         "order-1",
         {"name": "Engines", "step_id": str(last_step.id), "employee_id": str(employee)},
     )
@@ -146,7 +98,9 @@ def test_an_upsert_moves_and_assigns_with_the_events_a_patch_makes(
     assert events[2]["previous"] == {"step_id": str(first_step.id)}
     assert events[3]["previous"] == {"employee_id": None}
 
-    unassigned = put(client, world, "order-1", {"name": "Engines", "employee_id": None}).json()
+    unassigned = DEAL.put(
+        client, world.key.headers, "order-1", {"name": "Engines", "employee_id": None}
+    ).json()
 
     assert (unassigned["employee_id"], unassigned["step_id"]) == (None, str(last_step.id))
 
@@ -157,9 +111,9 @@ def test_a_new_deal_starts_in_the_step_and_with_the_employee_the_upsert_names(
     step = world.department.steps[-1]
     employee = employee_of(world, 0)
 
-    response = put(
+    response = DEAL.put(
         client,
-        world,
+        world.key.headers,
         "order-1",
         {"name": "D", "step_id": str(step.id), "employee_id": str(employee)},
     )
@@ -181,7 +135,7 @@ def test_a_step_or_employee_of_another_department_is_422_naming_the_field(
     world = make_tenant(departments=2)
     other_step = world.departments[1].steps[0].id
     other_employee = employee_of(world, 1)
-    put(client, world, "existing", {"name": "D"})
+    DEAL.put(client, world.key.headers, "existing", {"name": "D"})
 
     for external_id in ("new", "existing"):
         for field, value in (
@@ -189,18 +143,20 @@ def test_a_step_or_employee_of_another_department_is_422_naming_the_field(
             ("employee_id", other_employee),
             ("step_id", uuid.uuid4()),
         ):
-            response = put(client, world, external_id, {"name": "D", field: str(value)})
+            response = DEAL.put(
+                client, world.key.headers, external_id, {"name": "D", field: str(value)}
+            )
             assert response.status_code == 422, (external_id, field)
             assert [(e["field"], e["code"]) for e in response.json()["errors"]] == [
                 (field, "not_found")
             ]
-    assert [deal["external_id"] for deal in deals_of(client, world)] == ["existing"]
+    assert [deal["external_id"] for deal in DEAL.listed(client, world.key.headers)] == ["existing"]
 
 
 def test_an_upsert_body_has_no_customers_and_keeps_the_linked_ones(
     client: TestClient, world: TenantWorld
 ) -> None:
-    deal = put(client, world, "order-1", {"name": "D"}).json()
+    deal = DEAL.put(client, world.key.headers, "order-1", {"name": "D"}).json()
     customer = client.put(
         f"{API}/customers/by-external-id/c-1", json={"last_name": "Ada"}, headers=world.key.headers
     ).json()
@@ -211,8 +167,8 @@ def test_an_upsert_body_has_no_customers_and_keeps_the_linked_ones(
     )
     assert linked.status_code == 200, linked.text
 
-    with_customers = put(client, world, "order-1", {"name": "D", "customers": []})
-    renamed = put(client, world, "order-1", {"name": "E"})
+    with_customers = DEAL.put(client, world.key.headers, "order-1", {"name": "D", "customers": []})
+    renamed = DEAL.put(client, world.key.headers, "order-1", {"name": "E"})
 
     assert with_customers.status_code == 422
     assert [(e["field"], e["code"]) for e in with_customers.json()["errors"]] == [
@@ -223,21 +179,21 @@ def test_an_upsert_body_has_no_customers_and_keeps_the_linked_ones(
 
 
 def test_step_id_may_be_omitted_but_not_null(client: TestClient, world: TenantWorld) -> None:
-    existing = put(client, world, "existing", {"name": "D"}).json()
+    existing = DEAL.put(client, world.key.headers, "existing", {"name": "D"}).json()
 
     for external_id in ("new", "existing"):
-        response = put(client, world, external_id, {"name": "D", "step_id": None})
+        response = DEAL.put(client, world.key.headers, external_id, {"name": "D", "step_id": None})
         assert response.status_code == 422, external_id
         assert [(e["field"], e["code"]) for e in response.json()["errors"]] == [
             ("step_id", "cannot_clear")
         ]
-    assert deals_of(client, world) == [existing]
+    assert DEAL.listed(client, world.key.headers) == [existing]
 
 
 def test_creating_with_a_taken_external_id_is_a_conflict_and_writes_nothing(
     client: TestClient, world: TenantWorld
 ) -> None:
-    put(client, world, "order-1", {"name": "First"})
+    DEAL.put(client, world.key.headers, "order-1", {"name": "First"})
     client.put(
         f"{API}/customers/by-external-id/c-1", json={"last_name": "A"}, headers=world.key.headers
     )
@@ -269,7 +225,7 @@ def test_creating_with_a_taken_external_id_is_a_conflict_and_writes_nothing(
     # The deal's own external id is the one named when both are taken.
     assert "Another deal" in both_taken.json()["detail"]
     assert "Another customer" in customer_taken.json()["detail"]
-    assert [deal["name"] for deal in deals_of(client, world)] == ["First"]
+    assert [deal["name"] for deal in DEAL.listed(client, world.key.headers)] == ["First"]
     customers = client.get(f"{API}/customers", headers=world.key.headers).json()["data"]
     assert [customer["last_name"] for customer in customers] == ["A"]
 
@@ -277,8 +233,8 @@ def test_creating_with_a_taken_external_id_is_a_conflict_and_writes_nothing(
 def test_a_patch_to_a_taken_external_id_is_a_conflict(
     client: TestClient, world: TenantWorld
 ) -> None:
-    put(client, world, "order-1", {"name": "First"})
-    other = put(client, world, "order-2", {"name": "Second"}).json()
+    DEAL.put(client, world.key.headers, "order-1", {"name": "First"})
+    other = DEAL.put(client, world.key.headers, "order-2", {"name": "Second"}).json()
 
     response = client.patch(
         f"{DEALS}/{other['id']}", json={"external_id": "order-1"}, headers=world.key.headers
@@ -291,7 +247,7 @@ def test_a_patch_to_a_taken_external_id_is_a_conflict(
 def test_a_batch_fails_alone_a_deal_of_an_unknown_step_or_an_upsert_with_customers(
     client: TestClient, world: TenantWorld
 ) -> None:
-    send(client, world, [upsert(e, volume=1) for e in ("taken", "kept", "same")])
+    DEAL.batch(client, world.key.headers, [upsert(e, volume=1) for e in ("taken", "kept", "same")])
     operations = [
         upsert("a"),
         create(external_id="taken"),
@@ -302,7 +258,7 @@ def test_a_batch_fails_alone_a_deal_of_an_unknown_step_or_an_upsert_with_custome
         upsert("d", customers=[]),
     ]
 
-    response = send(client, world, operations)
+    response = DEAL.batch(client, world.key.headers, operations)
 
     assert response.status_code == 200, response.text
     body = response.json()
@@ -327,7 +283,7 @@ def test_a_batch_fails_alone_a_deal_of_an_unknown_step_or_an_upsert_with_custome
     assert [c["last_name"] for c in results[3]["data"]["customers"]] == ["Ada"]
     assert results[4]["data"]["volume"] == 2
     assert all(r.get("data") is None for r in (results[1], results[2], results[6]))
-    assert sorted(deal["external_id"] for deal in deals_of(client, world)) == [
+    assert sorted(deal["external_id"] for deal in DEAL.listed(client, world.key.headers)) == [
         "a",
         "c",
         "kept",
@@ -347,12 +303,12 @@ def test_a_batch_fails_alone_a_deal_of_an_unknown_step_or_an_upsert_with_custome
 def test_an_atomic_batch_that_fails_undoes_the_customers_its_deals_made(
     client: TestClient, world: TenantWorld
 ) -> None:
-    send(client, world, [upsert("taken")])
+    DEAL.batch(client, world.key.headers, [upsert("taken")])
     invalid = [upsert("a"), create(volume=-1), upsert("b")]
     failing = [upsert("a"), create(customers=[{"last_name": "Ada"}]), create(external_id="taken")]
 
-    invalid_response = send(client, world, invalid, atomic=True)
-    failing_response = send(client, world, failing, atomic=True)
+    invalid_response = DEAL.batch(client, world.key.headers, invalid, atomic=True)
+    failing_response = DEAL.batch(client, world.key.headers, failing, atomic=True)
 
     assert invalid_response.status_code == 422
     assert invalid_response.json()["code"] == "batch_rejected"
@@ -365,7 +321,7 @@ def test_an_atomic_batch_that_fails_undoes_the_customers_its_deals_made(
     assert [(f["index"], f["error"]["code"], f["error"]["status"]) for f in body["failures"]] == [
         (2, "external_id_taken", 409)
     ]
-    assert [deal["external_id"] for deal in deals_of(client, world)] == ["taken"]
+    assert [deal["external_id"] for deal in DEAL.listed(client, world.key.headers)] == ["taken"]
     assert client.get(f"{API}/customers", headers=world.key.headers).json()["data"] == []
     assert [event["type"] for event in all_events(client, world)] == ["deal.created"]
 

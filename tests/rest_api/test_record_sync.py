@@ -185,21 +185,19 @@ def test_a_batch_of_a_record_written_in_bulk_costs_the_same_statements_whatever_
     required = record.required(client, headers)
 
     def send(operations: list[dict[str, Any]]) -> Any:
-        response = client.post(
-            f"{API}/{plural}/batch", json={"operations": operations}, headers=headers
-        )
+        response = record.batch(client, headers, operations)
         assert response.status_code == 200, response.text
         return response.json()
 
     def upsert(external_id: str, label: str = "L") -> dict[str, Any]:
-        return {"op": "upsert", "external_id": external_id, "data": record.body(required, label)}
+        return record.upsert_operation(external_id, label, **required)
 
     counts = {}
     for size in (10, MAX_OPERATIONS - 2):
         send([upsert(f"{size}-{n}") for n in range(size)])
         changed = [upsert(f"{size}-{n}", "X" if n % 2 else "L") for n in range(size)]
         tenant_statements.count = 0
-        create = {"op": "create", "data": record.body(required, "L")}
+        create = record.create_operation(**required)
         body = send([*changed, create, upsert(f"{size}-new")])
         counts[size] = tenant_statements.count
         assert body["summary"] == {
@@ -218,26 +216,21 @@ def test_by_default_a_failed_operation_of_a_batch_leaves_the_others_written(
 ) -> None:
     headers = world.key.headers
     required = record.required(client, headers)
+    upsert, create = record.upsert_operation, record.create_operation
 
-    def upsert(external_id: str, label: str = "L") -> dict[str, Any]:
-        return {"op": "upsert", "external_id": external_id, "data": record.body(required, label)}
-
-    def create(external_id: str | None = None, label: str = "L") -> dict[str, Any]:
-        data = record.body(required, label)
-        return {
-            "op": "create",
-            "data": data if external_id is None else {**data, "external_id": external_id},
-        }
-
-    record.batch(client, headers, [upsert("taken"), upsert("kept"), upsert("same")])
+    record.batch(
+        client,
+        headers,
+        [upsert(external_id, **required) for external_id in ("taken", "kept", "same")],
+    )
     before = _events(client, headers)
     operations = [
-        upsert("a"),
-        create("taken"),
-        upsert("b", "x" * 256),
-        create(),
-        upsert("kept", "Changed"),
-        upsert("same"),
+        upsert("a", **required),
+        create(**required, external_id="taken"),
+        upsert("b", "x" * 256, **required),
+        create(**required),
+        upsert("kept", "Changed", **required),
+        upsert("same", **required),
     ]
 
     response = record.batch(client, headers, operations)
@@ -275,13 +268,10 @@ def test_an_atomic_batch_with_failures_writes_nothing_and_names_them(
     required = record.required(client, headers)
 
     def upsert(external_id: str) -> dict[str, Any]:
-        return {"op": "upsert", "external_id": external_id, "data": record.body(required, "A")}
+        return record.upsert_operation(external_id, "A", **required)
 
     def create(external_id: str, label: str = "T") -> dict[str, Any]:
-        return {
-            "op": "create",
-            "data": {**record.body(required, label), "external_id": external_id},
-        }
+        return record.create_operation(label, **required, external_id=external_id)
 
     record.batch(client, headers, [upsert("taken"), upsert("also-taken")])
     before = _events(client, headers)
@@ -314,11 +304,10 @@ def test_an_atomic_batch_without_failures_writes_everything(
 ) -> None:
     headers = world.key.headers
     required = record.required(client, headers)
-    data = record.body(required, "L")
     operations = [
-        {"op": "upsert", "external_id": "a", "data": data},
-        {"op": "create", "data": data},
-        {"op": "create", "data": {**data, "external_id": "c"}},
+        record.upsert_operation("a", **required),
+        record.create_operation(**required),
+        record.create_operation(**required, external_id="c"),
     ]
 
     response = record.batch(client, headers, operations, atomic=True)
@@ -334,9 +323,9 @@ def test_an_external_id_named_twice_in_a_batch_fails_the_later_operations(
     headers = world.key.headers
     required = record.required(client, headers)
     operations = [
-        {"op": "upsert", "external_id": "a", "data": record.body(required, "First")},
-        {"op": "upsert", "external_id": "a", "data": record.body(required, "Second")},
-        {"op": "create", "data": {**record.body(required, "Third"), "external_id": "a"}},
+        record.upsert_operation("a", "First", **required),
+        record.upsert_operation("a", "Second", **required),
+        record.create_operation("Third", **required, external_id="a"),
     ]
 
     results = record.batch(client, headers, operations).json()["results"]
