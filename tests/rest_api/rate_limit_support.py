@@ -35,6 +35,20 @@ T = TypeVar("T")
 PATIENT_TIMEOUT_MS = 10_000
 
 
+# One request every 5 s: nothing refills while a test runs, so every count is exact.
+SLOW = "0.2/s"
+
+
+def slow_limits(key_burst: int, tenant_burst: int) -> dict[str, Any]:
+    """The key's and the tenant's limits at one request in 5 s, with these bursts."""
+    return {
+        "rate_limit_key": SLOW,
+        "rate_limit_key_burst": key_burst,
+        "rate_limit_tenant": SLOW,
+        "rate_limit_tenant_burst": tenant_burst,
+    }
+
+
 def patient(update: dict[str, Any]) -> dict[str, Any]:
     """``update`` with the patient Redis timeout, unless it sets one."""
     return {"redis_timeout_ms": PATIENT_TIMEOUT_MS, **update}
@@ -57,6 +71,11 @@ class Limiter:
 
     redis_url: str | None  # None: in the process
     clock: Callable[[], float]  # the app's clock (create_app's): the test's own in the process
+
+    @property
+    def app_options(self) -> dict[str, Any]:
+        """What ``serving`` (and the helpers that pass to it) takes to keep the buckets here."""
+        return {"redis_url": self.redis_url, "clock": self.clock}
 
     def wait(self, seconds: float) -> None:
         if isinstance(self.clock, FakeClock):

@@ -104,9 +104,7 @@ def _query(client: TestClient, credentials: dict[str, str], address: str) -> htt
 def test_past_its_allowance_an_address_is_refused_before_any_key_lookup(
     settings: Settings, world: TenantWorld, limiter: Limiter, guesser: str
 ) -> None:
-    with behind_proxy(
-        settings, redis_url=limiter.redis_url, clock=limiter.clock, **SLOW_REFILL
-    ) as client:
+    with behind_proxy(settings, **limiter.app_options, **SLOW_REFILL) as client:
         failed = [
             _create(client, _guess(world), guesser),
             _query(client, _guess(world), guesser),
@@ -139,9 +137,7 @@ def test_a_flood_of_bad_keys_from_one_address_leaves_other_addresses_served(
     settings: Settings, world: TenantWorld, limiter: Limiter, guesser: str
 ) -> None:
     neighbour = _address()
-    with behind_proxy(
-        settings, redis_url=limiter.redis_url, clock=limiter.clock, **SLOW_REFILL
-    ) as client:
+    with behind_proxy(settings, **limiter.app_options, **SLOW_REFILL) as client:
         started = limiter.clock()
         flood = all_at_once([lambda: _create(client, _guess(world), guesser)] * 30)
         served = all_at_once(
@@ -166,9 +162,7 @@ def test_a_flood_of_bad_keys_from_one_address_leaves_other_addresses_served(
 def test_good_keys_never_spend_the_allowance(
     settings: Settings, world: TenantWorld, limiter: Limiter, guesser: str
 ) -> None:
-    with behind_proxy(
-        settings, redis_url=limiter.redis_url, clock=limiter.clock, **SLOW_REFILL
-    ) as client:
+    with behind_proxy(settings, **limiter.app_options, **SLOW_REFILL) as client:
         served = [_create(client, world.key.headers, guesser) for _ in range(15)]
         served += [_query(client, world.key.headers, guesser) for _ in range(5)]
         guesses = [_create(client, _guess(world), guesser) for _ in range(4)]
@@ -181,7 +175,7 @@ def test_an_address_is_served_again_after_its_retry_after(
     settings: Settings, world: TenantWorld, limiter: Limiter, guesser: str
 ) -> None:
     fast: dict[str, Any] = {"rate_limit_auth_failures": "2/s", "rate_limit_auth_failures_burst": 2}
-    with behind_proxy(settings, redis_url=limiter.redis_url, clock=limiter.clock, **fast) as client:
+    with behind_proxy(settings, **limiter.app_options, **fast) as client:
         guesses = [_create(client, _guess(world), guesser) for _ in range(2)]
         refused = _create(client, world.key.headers, guesser)
         retry_after = assert_rate_limited(refused)

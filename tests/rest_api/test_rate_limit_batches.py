@@ -41,13 +41,12 @@ from tests.rest_api.rate_limit_support import (
     has_rate_limit_headers,
     patient,
     policies,
+    slow_limits,
     state,
 )
 from tests.support import TenantWorld
 
 BATCH = f"{API}/test-batches"
-# One request every 5 s: nothing refills while a test runs, so every count is exact.
-SLOW = "0.2/s"
 
 
 class Batch(BaseModel):
@@ -90,15 +89,7 @@ def _send(client: TestClient, world: TenantWorld, operations: int) -> httpx.Resp
 def test_a_batch_counts_one_request_per_hundred_operations(
     settings: Settings, world: TenantWorld, limiter: Limiter
 ) -> None:
-    with serving_batches(
-        settings,
-        redis_url=limiter.redis_url,
-        clock=limiter.clock,
-        rate_limit_key=SLOW,
-        rate_limit_key_burst=25,
-        rate_limit_tenant=SLOW,
-        rate_limit_tenant_burst=1000,
-    ) as client:
+    with serving_batches(settings, **limiter.app_options, **slow_limits(25, 1000)) as client:
         started = time.monotonic()
         sizes = [1, 100, 101, 1000, 1000]
         admitted = [_send(client, world, operations) for operations in sizes]
@@ -128,15 +119,7 @@ def test_the_customers_batch_route_is_charged_by_its_size(
     settings: Settings, world: TenantWorld, limiter: Limiter
 ) -> None:
     operations = [{"op": "create", "data": {"last_name": f"L{n}"}} for n in range(250)]
-    with serving_batches(
-        settings,
-        redis_url=limiter.redis_url,
-        clock=limiter.clock,
-        rate_limit_key=SLOW,
-        rate_limit_key_burst=25,
-        rate_limit_tenant=SLOW,
-        rate_limit_tenant_burst=1000,
-    ) as client:
+    with serving_batches(settings, **limiter.app_options, **slow_limits(25, 1000)) as client:
         response = client.post(
             f"{API}/customers/batch", json={"operations": operations}, headers=world.key.headers
         )
@@ -151,13 +134,7 @@ def test_a_batch_dearer_than_a_burst_costs_the_burst(
 ) -> None:
     bursts = {"key": 100, "tenant": 100, policy: burst}
     with serving_batches(
-        settings,
-        redis_url=limiter.redis_url,
-        clock=limiter.clock,
-        rate_limit_key=SLOW,
-        rate_limit_key_burst=bursts["key"],
-        rate_limit_tenant=SLOW,
-        rate_limit_tenant_burst=bursts["tenant"],
+        settings, **limiter.app_options, **slow_limits(bursts["key"], bursts["tenant"])
     ) as client:
         largest = _send(client, world, 1000)
         next_one = _send(client, world, 1)

@@ -49,8 +49,7 @@ def test_concurrent_burst_admits_exactly_the_burst(
 ) -> None:
     with serving(
         settings,
-        redis_url=limiter.redis_url,
-        clock=limiter.clock,
+        **limiter.app_options,
         rate_limit_key="0.2/s",
         rate_limit_key_burst=10,
     ) as client:
@@ -71,8 +70,7 @@ def test_tenant_limit_caps_concurrent_requests_of_two_keys(
     world = make_tenant(departments=2)
     with serving(
         settings,
-        redis_url=limiter.redis_url,
-        clock=limiter.clock,
+        **limiter.app_options,
         rate_limit_key="0.2/s",
         rate_limit_key_burst=10,
         rate_limit_tenant="0.2/s",
@@ -107,8 +105,7 @@ def test_429_is_a_problem_with_retry_after_after_which_the_request_passes(
 ) -> None:
     with serving(
         settings,
-        redis_url=limiter.redis_url,
-        clock=limiter.clock,
+        **limiter.app_options,
         rate_limit_key="1/s",
         rate_limit_key_burst=2,
     ) as client:
@@ -141,8 +138,7 @@ def test_every_authenticated_response_carries_the_headers_and_r_counts_down(
     took = []  # after each response, the seconds since the first request, on the app's clock
     with serving(
         settings,
-        redis_url=limiter.redis_url,
-        clock=limiter.clock,
+        **limiter.app_options,
         rate_limit_key="0.5/s",  # one request every 2 s
         rate_limit_key_burst=8,
         rate_limit_tenant="0.5/s",
@@ -203,8 +199,7 @@ def test_graphql_requests_are_admitted_and_refused_like_rest(
     headers = world.key.headers
     with serving(
         settings,
-        redis_url=limiter.redis_url,
-        clock=limiter.clock,
+        **limiter.app_options,
         rate_limit_key="0.5/s",
         rate_limit_key_burst=3,
     ) as client:

@@ -54,8 +54,7 @@ def app_client(settings: Settings, limiter: Limiter) -> Iterator[TestClient]:
     """Generous defaults (1000/s, burst 50), so a key's own rate is what limits it."""
     with serving(
         settings,
-        redis_url=limiter.redis_url,
-        clock=limiter.clock,
+        **limiter.app_options,
         rate_limit_key="1000/s",
         rate_limit_key_burst=50,
     ) as client:
