@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -51,3 +52,119 @@ def tenant_wide_headers(database: Database, world: TenantWorld) -> dict[str, str
     """A tenant-wide dashboard key of ``world``'s tenant: no X-Department-Id needed."""
     issued = admin.issue_key(database, world.tenant.id, None, "dashboard")
     return {"X-Api-Key": issued.api_key}
+
+
+def only_error(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The one error of an operation that was refused whole, and so returned no data."""
+    assert body["data"] is None, body
+    (error,) = body["errors"]
+    found: dict[str, Any] = error
+    return found
+
+
+def field_errors(errors: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Each of ``errors`` (an error's ``extensions.errors``, a failure's ``errors``) as its field
+    and its code."""
+    return [(item["field"], item["code"]) for item in errors]
+
+
+def _field_of(record: str) -> str:
+    return record[0].lower() + record[1:]
+
+
+def upsert_mutation(record: str, input_type: str, selection: str) -> str:
+    """The document of ``upsert<record>`` (``$externalId``, ``$input``, and ``$d``, the
+    department a tenant-wide key names): its outcome and the record's ``selection``."""
+    return f"""
+mutation ($externalId: String!, $input: {input_type}!, $d: UUID) {{
+  upsert{record}(externalId: $externalId, input: $input, departmentId: $d) {{
+    outcome
+    {_field_of(record)} {{ {selection} }}
+  }}
+}}
+"""
+
+
+def batch_mutation(record: str, plural: str, selection: str) -> str:
+    """The document of ``batch<plural>`` (``$operations``, ``$atomic``, ``$d``): each result's
+    outcome, the record's ``selection`` and the error, and the summary."""
+    return f"""
+mutation ($operations: [{record}OperationInput!]!, $atomic: Boolean! = false, $d: UUID) {{
+  batch{plural}(operations: $operations, atomic: $atomic, departmentId: $d) {{
+    results {{
+      index outcome
+      {_field_of(record)} {{ {selection} }}
+      error {{ code message errors {{ field code message }} }}
+    }}
+    summary {{ created updated unchanged failed }}
+  }}
+}}
+"""
+
+
+def external_ids(client: TestClient, world: TenantWorld, plural: str) -> list[str | None]:
+    """The external ids of the department's ``plural`` (its REST path), as REST lists them,
+    oldest first."""
+    response = client.get(
+        f"/api/v1/integration/{plural}", params={"limit": 100}, headers=world.key.headers
+    )
+    return [record["external_id"] for record in response.json()["data"]]
+
+
+@dataclass(frozen=True)
+class SyncMutations:
+    """A synced record's ``upsert<record>`` and ``batch<plural>`` as the tests send them: each
+    answer selects the record's ``upsert_selection`` or ``batch_selection``; the required text
+    field ``label`` is ``"L"`` unless a test gives it; a batch operation holds its data under
+    ``data``, or (deals) under ``create`` or ``upsert`` as its ``op``."""
+
+    record: str
+    plural: str
+    input_type: str
+    upsert_selection: str
+    batch_selection: str
+    label: str
+    data_under_op: bool = False
+
+    @property
+    def field(self) -> str:
+        """The record's field in each answer (``customer``)."""
+        return _field_of(self.record)
+
+    @property
+    def upsert_document(self) -> str:
+        return upsert_mutation(self.record, self.input_type, self.upsert_selection)
+
+    @property
+    def batch_document(self) -> str:
+        return batch_mutation(self.record, self.plural, self.batch_selection)
+
+    def upsert(
+        self, client: TestClient, headers: Mapping[str, str], external_id: str, **fields: Any
+    ) -> dict[str, Any]:
+        """The answer of an upsert that must succeed: its outcome and the record."""
+        variables = {"externalId": external_id, "input": {self.label: "L", **fields}}
+        found: dict[str, Any] = data_of(client, self.upsert_document, variables, headers)[
+            f"upsert{self.record}"
+        ]
+        return found
+
+    def batch(
+        self,
+        client: TestClient,
+        headers: Mapping[str, str],
+        operations: list[dict[str, Any]],
+        **variables: Any,
+    ) -> dict[str, Any]:
+        """The JSON body of a batch (``variables``: ``atomic``, ``d``)."""
+        return gql(client, self.batch_document, {"operations": operations, **variables}, headers)
+
+    def upsert_operation(self, external_id: str, **data: Any) -> dict[str, Any]:
+        key = "upsert" if self.data_under_op else "data"
+        return {"op": "UPSERT", "externalId": external_id, key: {self.label: "L", **data}}
+
+    def create_operation(self, **data: Any) -> dict[str, Any]:
+        return {
+            "op": "CREATE",
+            "create" if self.data_under_op else "data": {self.label: "L", **data},
+        }

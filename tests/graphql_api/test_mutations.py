@@ -14,6 +14,7 @@ from dealbase.db.database import Database
 from dealbase.ops.admin import create_employee, issue_key
 from dealbase.platform.tables import activities, customers, deal_customers, deals
 from tests.graphql_api import support
+from tests.graphql_api.support import field_errors, only_error
 from tests.support import Credentials, TenantWorld
 
 GRAPHQL = "/graphql"
@@ -55,22 +56,6 @@ def data_of(result: dict[str, Any]) -> dict[str, Any]:
     assert "errors" not in result, result["errors"]
     data: dict[str, Any] = result["data"]
     return data
-
-
-def only_error(result: dict[str, Any]) -> dict[str, Any]:
-    """The one error of a refused mutation, which returned no data."""
-    assert result["data"] is None, result
-    (error,) = result["errors"]
-    found: dict[str, Any] = error
-    return found
-
-
-def field_errors(error: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(item["field"], item["code"]) for item in error["extensions"]["errors"]]
-
-
-def rest_field_errors(problem: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(item["field"], item["code"]) for item in problem["errors"]]
 
 
 def rest_get(client: TestClient, key: Credentials, path: str) -> Any:
@@ -190,7 +175,7 @@ def test_last_name_cannot_be_cleared_with_the_rest_code(
     )
 
     assert error["extensions"]["code"] == "validation_failed"
-    assert field_errors(error) == [("lastName", "cannot_clear")]
+    assert field_errors(error["extensions"]["errors"]) == [("lastName", "cannot_clear")]
     assert "last_name" not in error["message"]
     assert error["path"] == ["updateCustomer"]
     rest = client.patch(
@@ -198,7 +183,7 @@ def test_last_name_cannot_be_cleared_with_the_rest_code(
     )
     assert rest.status_code == 422
     assert rest.json()["code"] == error["extensions"]["code"]
-    assert rest_field_errors(rest.json()) == [("last_name", "cannot_clear")]
+    assert field_errors(rest.json()["errors"]) == [("last_name", "cannot_clear")]
     assert rest_get(client, world.key, f"/customers/{made['id']}").json()["last_name"] == "Hopper"
 
 
@@ -336,7 +321,7 @@ def test_update_deal_refusals_name_the_field_as_rest_does(
     )
 
     assert error["extensions"]["code"] == "validation_failed"
-    assert field_errors(error) == [(field, code)]
+    assert field_errors(error["extensions"]["errors"]) == [(field, code)]
     snake = {"stepId": "step_id"}.get(field, field)
     rest = client.patch(
         f"{API}/deals/{made['id']}",
@@ -345,7 +330,7 @@ def test_update_deal_refusals_name_the_field_as_rest_does(
     )
     assert rest.status_code == 422
     assert rest.json()["code"] == "validation_failed"
-    assert rest_field_errors(rest.json()) == [(snake, code)]
+    assert field_errors(rest.json()["errors"]) == [(snake, code)]
     assert rest_get(client, world.key, f"/deals/{made['id']}").json() == made
 
 
@@ -379,14 +364,14 @@ def test_move_deal_to_a_step_of_another_department_names_step_id(
     )
 
     assert error["extensions"]["code"] == "validation_failed"
-    assert field_errors(error) == [("stepId", "not_found")]
+    assert field_errors(error["extensions"]["errors"]) == [("stepId", "not_found")]
     rest = client.patch(
         f"{API}/deals/{made['id']}",
         json={"step_id": foreign_step["id"]},
         headers=world.keys[0].headers,
     )
     assert (rest.status_code, rest.json()["code"]) == (422, "validation_failed")
-    assert rest_field_errors(rest.json()) == [("step_id", "not_found")]
+    assert field_errors(rest.json()["errors"]) == [("step_id", "not_found")]
     assert (
         rest_get(client, world.keys[0], f"/deals/{made['id']}").json()["step_id"]
         == (made["step_id"])
@@ -442,7 +427,7 @@ def test_assign_deal_to_an_employee_of_another_department_names_employee_id(
     )
 
     assert error["extensions"]["code"] == "validation_failed"
-    assert field_errors(error) == [("employeeId", "not_found")]
+    assert field_errors(error["extensions"]["errors"]) == [("employeeId", "not_found")]
     assert rest_get(client, world.keys[0], f"/deals/{made['id']}").json()["employee_id"] is None
 
 
@@ -499,7 +484,7 @@ def test_link_a_customer_of_another_department_names_customer_id(
     )
 
     assert error["extensions"]["code"] == "validation_failed"
-    assert field_errors(error) == [("customerId", "not_found")]
+    assert field_errors(error["extensions"]["errors"]) == [("customerId", "not_found")]
     assert rest_get(client, world.keys[0], f"/deals/{made['id']}").json()["customers"] == []
 
 
@@ -515,7 +500,7 @@ def test_bad_nested_customer_names_its_camel_case_path_and_writes_nothing(
     error = only_error(gql(client, world.key.headers, CREATE_DEAL, {"input": sent}))
 
     assert error["extensions"]["code"] == "validation_failed"
-    assert field_errors(error) == [("customers[2].lastName", "blank")]
+    assert field_errors(error["extensions"]["errors"]) == [("customers[2].lastName", "blank")]
     assert "customers[2].lastName" in error["message"]
     assert "last_name" not in error["message"]
     assert row_counts(database, world) == before
@@ -525,7 +510,7 @@ def test_bad_nested_customer_names_its_camel_case_path_and_writes_nothing(
         headers=world.key.headers,
     )
     assert (rest.status_code, rest.json()["code"]) == (422, "validation_failed")
-    assert rest_field_errors(rest.json()) == [("customers[1].last_name", "blank")]
+    assert field_errors(rest.json()["errors"]) == [("customers[1].last_name", "blank")]
     assert row_counts(database, world) == before
 
 
@@ -552,7 +537,7 @@ def test_a_tenant_wide_key_creates_in_the_department_it_names(
     assert rest_get(client, world.keys[0], f"/deals/{made['id']}").status_code == 404
     nowhere = only_error(gql(client, dashboard, CREATE_DEAL, {"input": {"name": "Engines"}}))
     assert nowhere["extensions"]["code"] == "validation_failed"
-    assert field_errors(nowhere) == [("departmentId", "missing")]
+    assert field_errors(nowhere["extensions"]["errors"]) == [("departmentId", "missing")]
 
 
 def test_a_department_key_cannot_change_another_departments_deal(
@@ -659,14 +644,14 @@ def test_activity_naming_another_departments_customer_names_customer_id(
     )
 
     assert error["extensions"]["code"] == "validation_failed"
-    assert field_errors(error) == [("customerId", "not_found")]
+    assert field_errors(error["extensions"]["errors"]) == [("customerId", "not_found")]
     rest = client.post(
         f"{API}/activities",
         json={"type": "call", "customer_id": foreign["id"]},
         headers=world.keys[0].headers,
     )
     assert (rest.status_code, rest.json()["code"]) == (422, "validation_failed")
-    assert rest_field_errors(rest.json()) == [("customer_id", "not_found")]
+    assert field_errors(rest.json()["errors"]) == [("customer_id", "not_found")]
     assert row_counts(database, world) == before
 
 
@@ -686,7 +671,7 @@ def test_activity_cannot_clear_its_customer(client: TestClient, world: TenantWor
     )
 
     assert error["extensions"]["code"] == "validation_failed"
-    assert field_errors(error) == [("customerId", "cannot_clear")]
+    assert field_errors(error["extensions"]["errors"]) == [("customerId", "cannot_clear")]
     assert rest_get(client, world.key, f"/activities/{made['id']}").json() == made
 
 

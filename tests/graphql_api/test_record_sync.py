@@ -1,10 +1,12 @@
 """The sync mutations every synced record has (upsert<Record>, batch<Record>s), as each answers
-them alike: an upsert's outcomes, and a tenant-wide key naming the department it writes in
-before anything else is judged or written. What is particular to one record is in
+them alike: an upsert's outcomes, its invalid input named by field, a tenant-wide key naming
+the department it writes in (before anything else is judged or written), and an external id's
+reach (one department of one tenant). What is particular to one record is in
 test_sync_mutations (customers) and test_sync_deals_and_activities."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -13,15 +15,32 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dealbase.db.database import Database
-from tests.graphql_api.support import data_of, gql, tenant_wide_headers
+from tests.graphql_api.support import (
+    SyncMutations,
+    codes_of,
+    data_of,
+    external_ids,
+    field_errors,
+    gql,
+    only_error,
+    tenant_wide_headers,
+)
 from tests.graphql_api.test_sync_deals_and_activities import (
+    ACTIVITY,
     BATCH_ACTIVITIES,
     BATCH_DEALS,
+    DEAL,
     UPSERT_ACTIVITY,
     UPSERT_DEAL,
     deal_upsert,
 )
-from tests.graphql_api.test_sync_mutations import BATCH_CUSTOMERS, UPSERT_CUSTOMER, create, upsert
+from tests.graphql_api.test_sync_mutations import (
+    BATCH_CUSTOMERS,
+    CUSTOMER,
+    UPSERT_CUSTOMER,
+    create,
+    upsert,
+)
 from tests.support import TenantWorld
 
 API = "/api/v1/integration"
@@ -81,51 +100,39 @@ def test_a_tenant_wide_key_must_name_a_department(
 
 @dataclass(frozen=True)
 class SyncedGraphQL:
-    """A synced record as its upsert mutation takes it: ``label`` and ``other`` are two of its
-    optional or changeable fields (GraphQL's names), ``required`` the rest of a valid input in the
+    """A synced record as its upsert mutation takes it: ``other`` is an optional or changeable
+    field beside its label (GraphQL's names), ``required`` the rest of a valid input in the
     department of the headers."""
 
-    name: str  # "Customer": upsertCustomer, CustomerInput, the field customer
-    input_type: str
+    mutations: SyncMutations
     plural: str  # its REST path
-    label: str
     other: tuple[str, Any]
     required: Callable[[TestClient, dict[str, str]], dict[str, Any]] = lambda client, headers: {}
+
+    @property
+    def label(self) -> str:
+        return self.mutations.label
 
     def upsert(
         self, client: TestClient, headers: dict[str, str], external_id: str, **fields: Any
     ) -> dict[str, Any]:
-        field = self.name[0].lower() + self.name[1:]
-        document = f"""
-        mutation ($externalId: String!, $input: {self.input_type}!) {{
-          upsert{self.name}(externalId: $externalId, input: $input) {{
-            outcome
-            {field} {{ id externalId departmentId version {self.label} {self.other[0]} }}
-          }}
-        }}
-        """
-        variables = {"externalId": external_id, "input": fields}
-        answer: dict[str, Any] = data_of(client, document, variables, headers)[f"upsert{self.name}"]
-        return {"outcome": answer["outcome"], **answer[field]}
+        """The upsert's outcome, and the record as it answers it."""
+        answer = self.mutations.upsert(client, headers, external_id, **fields)
+        return {"outcome": answer["outcome"], **answer[self.mutations.field]}
 
 
-def _a_customer(client: TestClient, headers: dict[str, str]) -> dict[str, Any]:
-    response = client.post(f"{API}/customers", json={"last_name": "C"}, headers=headers)
-    return {"type": "CALL", "customerId": response.json()["id"]}
+def _a_customer_and_a_deal(client: TestClient, headers: dict[str, str]) -> dict[str, Any]:
+    """What an activity names, in the department of ``headers``: its customer, and a deal."""
+    customer = client.post(f"{API}/customers", json={"last_name": "C"}, headers=headers)
+    deal = client.post(f"{API}/deals", json={"name": "D"}, headers=headers)
+    return {"type": "CALL", "customerId": customer.json()["id"], "dealId": deal.json()["id"]}
 
 
 SYNCED = {
-    "customers": SyncedGraphQL(
-        "Customer", "CustomerInput", "customers", "lastName", ("city", "London")
-    ),
-    "deals": SyncedGraphQL("Deal", "DealUpsertInput", "deals", "name", ("volume", 100)),
+    "customers": SyncedGraphQL(CUSTOMER, "customers", ("city", "London")),
+    "deals": SyncedGraphQL(DEAL, "deals", ("volume", 100)),
     "activities": SyncedGraphQL(
-        "Activity",
-        "ActivityInput",
-        "activities",
-        "subject",
-        ("note", "Bring the drawings"),
-        _a_customer,
+        ACTIVITY, "activities", ("note", "Bring the drawings"), _a_customer_and_a_deal
     ),
 }
 
@@ -159,3 +166,119 @@ def test_an_upsert_creates_then_changes_only_the_fields_it_gives_then_leaves_unc
     assert unchanged == {**updated, "outcome": "UNCHANGED"}
     rest = client.get(f"{API}/{record.plural}/{created['id']}", headers=headers)
     assert rest.headers["etag"] == '"2"'
+
+
+@pytest.mark.parametrize(
+    ("plural", "external_id", "fields", "expected"),
+    [
+        ("customers", "a b", {}, [("externalId", "invalid_format")]),
+        ("customers", "crm-1", {"externalId": "crm-2"}, [("externalId", "mismatch")]),
+        ("customers", "crm-1", {"email": "not an email"}, [("email", "invalid_format")]),
+        ("customers", "crm-1", {"lastName": " "}, [("lastName", "blank")]),
+        ("deals", "erp-1", {"stepId": None}, [("stepId", "cannot_clear")]),
+        ("deals", "erp-1", {"stepId": str(uuid.uuid4())}, [("stepId", "not_found")]),
+        ("deals", "erp-1", {"volume": -1}, [("volume", "out_of_range")]),
+        ("deals", "erp-1", {"externalId": "erp-2"}, [("externalId", "mismatch")]),
+    ],
+    ids=[
+        "customer-bad-external-id",
+        "customer-other-external-id",
+        "customer-bad-email",
+        "customer-blank-last-name",
+        "deal-null-step",
+        "deal-unknown-step",
+        "deal-negative-volume",
+        "deal-other-external-id",
+    ],
+)
+def test_an_invalid_upsert_names_its_fields_and_writes_nothing(
+    client: TestClient,
+    world: TenantWorld,
+    plural: str,
+    external_id: str,
+    fields: dict[str, Any],
+    expected: list[tuple[str, str]],
+) -> None:
+    mutations = SYNCED[plural].mutations
+    variables = {"externalId": external_id, "input": {mutations.label: "L", **fields}}
+
+    error = only_error(gql(client, mutations.upsert_document, variables, world.key.headers))
+
+    assert error["extensions"]["code"] == "validation_failed"
+    assert field_errors(error["extensions"]["errors"]) == expected
+    assert error["path"] == [f"upsert{mutations.record}"]
+    assert external_ids(client, world, plural) == []
+
+
+@pytest.mark.parametrize("plural", sorted(SYNCED))
+def test_a_tenant_wide_key_writes_in_the_department_it_names(
+    client: TestClient, database: Database, make_tenant: Callable[..., TenantWorld], plural: str
+) -> None:
+    record = SYNCED[plural]
+    mutations = record.mutations
+    world = make_tenant(departments=2)
+    wide = tenant_wide_headers(database, world)
+    owner, bystander = world.keys[1].headers, world.keys[0].headers
+    second = str(world.departments[1].id)
+    # The references an activity names are the named department's.
+    fields = {**record.required(client, owner), mutations.label: "W"}
+
+    upserted = data_of(
+        client,
+        mutations.upsert_document,
+        {"externalId": "wide", "input": fields, "d": second},
+        wide,
+    )[f"upsert{mutations.record}"][mutations.field]
+    batched = data_of(
+        client,
+        mutations.batch_document,
+        {"operations": [mutations.upsert_operation("wide", **fields)], "d": second},
+        wide,
+    )[f"batch{mutations.plural}"]
+
+    assert upserted["departmentId"] == second
+    assert [result["outcome"] for result in batched["results"]] == ["UNCHANGED"]
+    path = f"{API}/{record.plural}/{upserted['id']}"
+    assert client.get(path, headers=owner).status_code == 200
+    assert client.get(path, headers=bystander).status_code == 404
+
+
+@pytest.mark.parametrize("plural", sorted(SYNCED))
+def test_an_external_id_names_a_record_of_one_department_of_one_tenant(
+    client: TestClient, make_tenant: Callable[..., TenantWorld], plural: str
+) -> None:
+    record = SYNCED[plural]
+    mutations = record.mutations
+    home, other = make_tenant(departments=2), make_tenant()
+    mine_headers, neighbour_headers = home.keys[0].headers, home.keys[1].headers
+
+    def fields(headers: dict[str, str], label: str) -> dict[str, Any]:
+        return {**record.required(client, headers), mutations.label: label}
+
+    own = fields(mine_headers, "Home")
+    mine = record.upsert(client, mine_headers, "sync-1", **own)
+
+    neighbour = record.upsert(
+        client, neighbour_headers, "sync-1", **fields(neighbour_headers, "Next door")
+    )
+    foreign = mutations.batch(
+        client,
+        other.key.headers,
+        [mutations.upsert_operation("sync-1", **fields(other.key.headers, "Abroad"))],
+    )
+    seen = gql(
+        client,
+        f"query ($id: UUID!) {{ {mutations.field}(id: $id) {{ id }} }}",
+        {"id": mine["id"]},
+        other.key.headers,
+    )
+
+    assert neighbour["outcome"] == "CREATED"
+    assert neighbour["id"] != mine["id"]
+    (result,) = foreign["data"][f"batch{mutations.plural}"]["results"]
+    assert result["outcome"] == "CREATED"
+    assert result[mutations.field]["id"] != mine["id"]
+    assert codes_of(seen) == ["not_found"]
+    # The first is as its own department left it.
+    again = record.upsert(client, mine_headers, "sync-1", **own)
+    assert (again["outcome"], again["version"]) == ("UNCHANGED", 1)

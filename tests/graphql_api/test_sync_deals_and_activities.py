@@ -4,6 +4,7 @@ services over GraphQL, as test_sync_mutations tests the customers'."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -11,68 +12,40 @@ from fastapi.testclient import TestClient
 
 from dealbase.db.database import Database
 from dealbase.ops import admin
-from tests.graphql_api.support import codes_of, data_of, gql, tenant_wide_headers
+from tests.graphql_api.support import (
+    SyncMutations,
+    data_of,
+    external_ids,
+    field_errors,
+    gql,
+    only_error,
+)
 from tests.support import TenantWorld
 
 API = "/api/v1/integration"
 
-UPSERT_DEAL = """
-mutation ($externalId: String!, $input: DealUpsertInput!, $d: UUID) {
-  upsertDeal(externalId: $externalId, input: $input, departmentId: $d) {
-    outcome
-    deal { id externalId departmentId name volume stepId employeeId version customers { lastName } }
-  }
-}
-"""
-BATCH_DEALS = """
-mutation ($operations: [DealOperationInput!]!, $atomic: Boolean! = false, $d: UUID) {
-  batchDeals(operations: $operations, atomic: $atomic, departmentId: $d) {
-    results {
-      index outcome
-      deal { id externalId name volume version customers { lastName } }
-      error { code message errors { field code message } }
-    }
-    summary { created updated unchanged failed }
-  }
-}
-"""
-UPSERT_ACTIVITY = """
-mutation ($externalId: String!, $input: ActivityInput!, $d: UUID) {
-  upsertActivity(externalId: $externalId, input: $input, departmentId: $d) {
-    outcome
-    activity { id externalId departmentId type subject customerId version }
-  }
-}
-"""
-BATCH_ACTIVITIES = """
-mutation ($operations: [ActivityOperationInput!]!, $atomic: Boolean! = false, $d: UUID) {
-  batchActivities(operations: $operations, atomic: $atomic, departmentId: $d) {
-    results {
-      index outcome
-      activity { id externalId type subject version }
-      error { code message errors { field code message } }
-    }
-    summary { created updated unchanged failed }
-  }
-}
-"""
-
-
-def only_error(body: dict[str, Any]) -> dict[str, Any]:
-    assert body["data"] is None, body
-    (error,) = body["errors"]
-    found: dict[str, Any] = error
-    return found
-
-
-def field_errors(errors: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    return [(item["field"], item["code"]) for item in errors]
-
-
-def listed(client: TestClient, world: TenantWorld, resource: str) -> list[str | None]:
-    """The external ids of the department's deals or activities, as REST lists them."""
-    response = client.get(f"{API}/{resource}", params={"limit": 100}, headers=world.key.headers)
-    return [record["external_id"] for record in response.json()["data"]]
+DEAL = SyncMutations(
+    "Deal",
+    "Deals",
+    "DealUpsertInput",
+    upsert_selection=(
+        "id externalId departmentId name volume stepId employeeId version customers { lastName }"
+    ),
+    batch_selection="id externalId name volume version customers { lastName }",
+    label="name",
+    data_under_op=True,
+)
+ACTIVITY = SyncMutations(
+    "Activity",
+    "Activities",
+    "ActivityInput",
+    upsert_selection="id externalId departmentId type subject note customerId version",
+    batch_selection="id externalId type subject version",
+    label="subject",
+)
+UPSERT_DEAL, BATCH_DEALS = DEAL.upsert_document, DEAL.batch_document
+deal_upsert, deal_create = DEAL.upsert_operation, DEAL.create_operation
+UPSERT_ACTIVITY, BATCH_ACTIVITIES = ACTIVITY.upsert_document, ACTIVITY.batch_document
 
 
 def steps_of(client: TestClient, world: TenantWorld) -> list[str]:
@@ -83,28 +56,6 @@ def steps_of(client: TestClient, world: TenantWorld) -> list[str]:
 # --- deals ---------------------------------------------------------------------------------
 
 
-def upsert_deal(
-    client: TestClient, headers: dict[str, str], external_id: str, **fields: Any
-) -> dict[str, Any]:
-    variables = {"externalId": external_id, "input": {"name": "D", **fields}}
-    found: dict[str, Any] = data_of(client, UPSERT_DEAL, variables, headers)["upsertDeal"]
-    return found
-
-
-def deal_upsert(external_id: str, **data: Any) -> dict[str, Any]:
-    return {"op": "UPSERT", "externalId": external_id, "upsert": {"name": "D", **data}}
-
-
-def deal_create(**data: Any) -> dict[str, Any]:
-    return {"op": "CREATE", "create": {"name": "D", **data}}
-
-
-def batch_deals(
-    client: TestClient, headers: dict[str, str], operations: list[dict[str, Any]], **variables: Any
-) -> dict[str, Any]:
-    return gql(client, BATCH_DEALS, {"operations": operations, **variables}, headers)
-
-
 def test_a_deal_upsert_starts_in_the_first_step_then_moves_and_assigns_it(
     client: TestClient, database: Database, world: TenantWorld
 ) -> None:
@@ -112,9 +63,9 @@ def test_a_deal_upsert_starts_in_the_first_step_then_moves_and_assigns_it(
     first, second, *_ = steps_of(client, world)
     employee = admin.create_employee(database, world.tenant.id, world.department.id, "Eve", None)
 
-    created = upsert_deal(client, headers, "erp-1", volume=100)
-    updated = upsert_deal(client, headers, "erp-1", stepId=second, employeeId=str(employee.id))
-    unchanged = upsert_deal(client, headers, "erp-1", stepId=second)
+    created = DEAL.upsert(client, headers, "erp-1", volume=100)
+    updated = DEAL.upsert(client, headers, "erp-1", stepId=second, employeeId=str(employee.id))
+    unchanged = DEAL.upsert(client, headers, "erp-1", stepId=second)
 
     assert created["outcome"] == "CREATED"
     deal = created["deal"]
@@ -134,34 +85,12 @@ def test_a_deal_upsert_starts_in_the_first_step_then_moves_and_assigns_it(
     assert client.get(f"{API}/deals/{deal['id']}", headers=headers).json()["step_id"] == second
 
 
-@pytest.mark.parametrize(
-    ("fields", "expected"),
-    [
-        ({"stepId": None}, [("stepId", "cannot_clear")]),
-        ({"stepId": str(uuid.uuid4())}, [("stepId", "not_found")]),
-        ({"volume": -1}, [("volume", "out_of_range")]),
-        ({"externalId": "erp-2"}, [("externalId", "mismatch")]),
-    ],
-    ids=["null-step", "unknown-step", "negative-volume", "other-external-id"],
-)
-def test_an_invalid_deal_upsert_names_its_fields_and_writes_nothing(
-    client: TestClient, world: TenantWorld, fields: dict[str, Any], expected: list[tuple[str, str]]
-) -> None:
-    variables = {"externalId": "erp-1", "input": {"name": "D", **fields}}
-
-    error = only_error(gql(client, UPSERT_DEAL, variables, world.key.headers))
-
-    assert error["extensions"]["code"] == "validation_failed"
-    assert field_errors(error["extensions"]["errors"]) == expected
-    assert listed(client, world, "deals") == []
-
-
 def test_a_deal_batch_reports_each_operation_and_names_fields_in_create_or_upsert(
     client: TestClient, world: TenantWorld
 ) -> None:
     headers = world.key.headers
-    upsert_deal(client, headers, "taken")
-    upsert_deal(client, headers, "kept", volume=1)
+    DEAL.upsert(client, headers, "taken")
+    DEAL.upsert(client, headers, "kept", volume=1)
     operations = [
         deal_upsert("a"),
         deal_create(externalId="taken"),
@@ -171,7 +100,7 @@ def test_a_deal_batch_reports_each_operation_and_names_fields_in_create_or_upser
         deal_create(customers=[{"lastName": " "}]),
     ]
 
-    body = batch_deals(client, headers, operations)
+    body = DEAL.batch(client, headers, operations)
 
     assert "errors" not in body, body["errors"]
     found = body["data"]["batchDeals"]
@@ -198,17 +127,17 @@ def test_a_deal_batch_reports_each_operation_and_names_fields_in_create_or_upser
     assert (results[4]["deal"]["volume"], results[4]["deal"]["version"]) == (2, 2)
     assert [r["deal"] is None for r in results] == [False, True, True, False, False, True]
     assert found["summary"] == {"created": 2, "updated": 1, "unchanged": 0, "failed": 3}
-    assert listed(client, world, "deals") == ["taken", "kept", "a", "c"]
+    assert external_ids(client, world, "deals") == ["taken", "kept", "a", "c"]
 
 
 def test_an_atomic_deal_batch_with_a_failure_writes_nothing(
     client: TestClient, world: TenantWorld
 ) -> None:
     headers = world.key.headers
-    upsert_deal(client, headers, "taken")
+    DEAL.upsert(client, headers, "taken")
 
-    invalid = batch_deals(client, headers, [deal_upsert("a"), deal_create(volume=-1)], atomic=True)
-    failing = batch_deals(
+    invalid = DEAL.batch(client, headers, [deal_upsert("a"), deal_create(volume=-1)], atomic=True)
+    failing = DEAL.batch(
         client,
         headers,
         [
@@ -229,7 +158,7 @@ def test_an_atomic_deal_batch_with_a_failure_writes_nothing(
     [failure] = error["extensions"]["failures"]
     assert failure["index"] == 2
     assert field_errors(failure["errors"]) == [("operations[2].upsert.stepId", "not_found")]
-    assert listed(client, world, "deals") == ["taken"]
+    assert external_ids(client, world, "deals") == ["taken"]
     assert client.get(f"{API}/customers", headers=headers).json()["data"] == []
 
 
@@ -254,13 +183,13 @@ def test_a_malformed_deal_batch_is_refused_whole(
     operation: dict[str, Any],
     expected: list[tuple[str, str]],
 ) -> None:
-    error = only_error(batch_deals(client, world.key.headers, [deal_upsert("ok"), operation]))
+    error = only_error(DEAL.batch(client, world.key.headers, [deal_upsert("ok"), operation]))
 
     assert error["extensions"]["code"] == "validation_failed"
     assert field_errors(error["extensions"]["errors"]) == [
         (field.replace("[0]", "[1]"), code) for field, code in expected
     ]
-    assert listed(client, world, "deals") == []
+    assert external_ids(client, world, "deals") == []
 
 
 # --- activities ----------------------------------------------------------------------------
@@ -295,7 +224,7 @@ def test_an_activity_batch_reports_each_operation_and_an_atomic_one_writes_nothi
     atomic = gql(
         client, BATCH_ACTIVITIES, {"operations": failing, "atomic": True}, world.key.headers
     )
-    written_atomically = listed(client, world, "activities")
+    written_atomically = external_ids(client, world, "activities")
     body = data_of(client, BATCH_ACTIVITIES, {"operations": failing}, world.key.headers)
 
     error = only_error(atomic)
@@ -316,84 +245,23 @@ def test_an_activity_batch_reports_each_operation_and_an_atomic_one_writes_nothi
         "unchanged": 0,
         "failed": 1,
     }
-    assert listed(client, world, "activities") == ["a", "c"]
+    assert external_ids(client, world, "activities") == ["a", "c"]
 
 
-# --- scoping -------------------------------------------------------------------------------
+# --- scoping (the rules every record answers alike are in test_record_sync) ---------------
 
 
-def test_a_tenant_wide_key_syncs_deals_and_activities_in_the_department_it_names(
-    client: TestClient, database: Database, make_tenant: Any
+def test_an_activity_cannot_name_another_tenants_customer(
+    client: TestClient, make_tenant: Callable[..., TenantWorld]
 ) -> None:
-    world: TenantWorld = make_tenant(departments=2)
-    wide = tenant_wide_headers(database, world)
-    second = str(world.departments[1].id)
-    customer = client.post(
-        f"{API}/customers", json={"last_name": "C"}, headers=world.keys[1].headers
-    ).json()
-
-    deal = data_of(
-        client, UPSERT_DEAL, {"externalId": "w", "input": {"name": "W"}, "d": second}, wide
-    )["upsertDeal"]["deal"]
-    activity = data_of(
-        client,
-        UPSERT_ACTIVITY,
-        {
-            "externalId": "w",
-            "input": {"type": "NOTE", "customerId": customer["id"], "dealId": deal["id"]},
-            "d": second,
-        },
-        wide,
-    )["upsertActivity"]["activity"]
-
-    assert (deal["departmentId"], activity["departmentId"]) == (second, second)
-    owner, bystander = world.keys[1].headers, world.keys[0].headers
-    for path in (f"{API}/deals/{deal['id']}", f"{API}/activities/{activity['id']}"):
-        assert client.get(path, headers=owner).status_code == 200
-        assert client.get(path, headers=bystander).status_code == 404
-
-
-def test_deal_and_activity_external_ids_belong_to_their_tenant(
-    client: TestClient, make_tenant: Any
-) -> None:
-    home: TenantWorld = make_tenant()
-    other: TenantWorld = make_tenant()
-    mine = upsert_deal(client, home.key.headers, "erp-1", volume=1)
+    home, other = make_tenant(), make_tenant()
     customer_id = new_customer(client, home)
-    activity = data_of(
-        client,
-        UPSERT_ACTIVITY,
-        {"externalId": "task-1", "input": {"type": "CALL", "customerId": customer_id}},
-        home.key.headers,
-    )["upsertActivity"]["activity"]
+    variables = {"externalId": "task-1", "input": {"type": "CALL", "customerId": customer_id}}
+    ACTIVITY.upsert(client, home.key.headers, "task-1", customerId=customer_id, type="CALL")
 
-    theirs = batch_deals(client, other.key.headers, [deal_upsert("erp-1", volume=2)])
-    foreign_activity = gql(
-        client,
-        UPSERT_ACTIVITY,
-        {"externalId": "task-1", "input": {"type": "CALL", "customerId": customer_id}},
-        other.key.headers,
-    )
-    seen_deal = gql(
-        client,
-        "query ($id: UUID!) { deal(id: $id) { id } }",
-        {"id": mine["deal"]["id"]},
-        other.key.headers,
-    )
-    seen_activity = gql(
-        client,
-        "query ($id: UUID!) { activity(id: $id) { id } }",
-        {"id": activity["id"]},
-        other.key.headers,
-    )
+    foreign = gql(client, UPSERT_ACTIVITY, variables, other.key.headers)
 
-    (result,) = theirs["data"]["batchDeals"]["results"]
-    assert result["outcome"] == "CREATED"
-    assert result["deal"]["id"] != mine["deal"]["id"]
-    # Their key cannot name our customer: it does not exist for them.
-    assert [
-        (e["field"], e["code"]) for e in only_error(foreign_activity)["extensions"]["errors"]
-    ] == [("customerId", "not_found")]
-    assert codes_of(seen_deal) == codes_of(seen_activity) == ["not_found"]
-    again = upsert_deal(client, home.key.headers, "erp-1", volume=1)
-    assert (again["outcome"], again["deal"]["version"]) == ("UNCHANGED", 1)
+    # It does not exist for their key.
+    assert field_errors(only_error(foreign)["extensions"]["errors"]) == [
+        ("customerId", "not_found")
+    ]

@@ -9,119 +9,45 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dealbase.config import Settings
-from dealbase.db.database import Database
 from dealbase.platform.batches.models import MAX_OPERATIONS
-from tests.graphql_api.support import codes_of, data_of, gql, tenant_wide_headers
-from tests.rest_api.rate_limit_support import State, serving, state
+from tests.graphql_api.support import (
+    SyncMutations,
+    codes_of,
+    data_of,
+    external_ids,
+    field_errors,
+    only_error,
+)
+from tests.rest_api.rate_limit_support import State, serving, slow_limits, state
 from tests.support import FakeClock, TenantWorld
 
-API = "/api/v1/integration"
-
-UPSERT_CUSTOMER = """
-mutation ($externalId: String!, $input: CustomerInput!, $d: UUID) {
-  upsertCustomer(externalId: $externalId, input: $input, departmentId: $d) {
-    outcome
-    customer { id externalId departmentId lastName firstName city version }
-  }
-}
-"""
-BATCH_CUSTOMERS = """
-mutation ($operations: [CustomerOperationInput!]!, $atomic: Boolean! = false, $d: UUID) {
-  batchCustomers(operations: $operations, atomic: $atomic, departmentId: $d) {
-    results {
-      index outcome
-      customer { id externalId lastName city version }
-      error { code message errors { field code message } }
-    }
-    summary { created updated unchanged failed }
-  }
-}
-"""
-
-
-def upsert(external_id: str, **data: Any) -> dict[str, Any]:
-    return {"op": "UPSERT", "externalId": external_id, "data": {"lastName": "L", **data}}
-
-
-def create(**data: Any) -> dict[str, Any]:
-    return {"op": "CREATE", "data": {"lastName": "L", **data}}
-
-
-def upsert_customer(
-    client: TestClient, headers: dict[str, str], external_id: str, **fields: Any
-) -> dict[str, Any]:
-    variables = {"externalId": external_id, "input": {"lastName": "L", **fields}}
-    found: dict[str, Any] = data_of(client, UPSERT_CUSTOMER, variables, headers)["upsertCustomer"]
-    return found
-
-
-def batch(
-    client: TestClient,
-    headers: dict[str, str],
-    operations: list[dict[str, Any]],
-    **variables: Any,
-) -> dict[str, Any]:
-    return gql(client, BATCH_CUSTOMERS, {"operations": operations, **variables}, headers)
-
-
-def external_ids(client: TestClient, world: TenantWorld) -> list[str]:
-    """The external ids of the department's customers, as REST lists them, oldest first."""
-    response = client.get(f"{API}/customers", params={"limit": 100}, headers=world.key.headers)
-    return [customer["external_id"] for customer in response.json()["data"]]
-
-
-def only_error(body: dict[str, Any]) -> dict[str, Any]:
-    assert body["data"] is None, body
-    (error,) = body["errors"]
-    found: dict[str, Any] = error
-    return found
-
-
-def field_errors(error: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(item["field"], item["code"]) for item in error["extensions"]["errors"]]
+CUSTOMER = SyncMutations(
+    "Customer",
+    "Customers",
+    "CustomerInput",
+    upsert_selection="id externalId departmentId lastName firstName city version",
+    batch_selection="id externalId lastName city version",
+    label="lastName",
+)
+UPSERT_CUSTOMER, BATCH_CUSTOMERS = CUSTOMER.upsert_document, CUSTOMER.batch_document
+upsert, create = CUSTOMER.upsert_operation, CUSTOMER.create_operation
 
 
 # --- upserts -------------------------------------------------------------------------------
 
 
 def test_an_upsert_null_clears_a_field(client: TestClient, world: TenantWorld) -> None:
-    upsert_customer(client, world.key.headers, "crm-1", city="London")
+    CUSTOMER.upsert(client, world.key.headers, "crm-1", city="London")
 
-    cleared = upsert_customer(client, world.key.headers, "crm-1", city=None)
+    cleared = CUSTOMER.upsert(client, world.key.headers, "crm-1", city=None)
 
     assert (cleared["outcome"], cleared["customer"]["city"]) == ("UPDATED", None)
-
-
-@pytest.mark.parametrize(
-    ("external_id", "fields", "expected"),
-    [
-        ("a b", {}, [("externalId", "invalid_format")]),
-        ("crm-1", {"externalId": "crm-2"}, [("externalId", "mismatch")]),
-        ("crm-1", {"email": "not an email"}, [("email", "invalid_format")]),
-        ("crm-1", {"lastName": " "}, [("lastName", "blank")]),
-    ],
-)
-def test_an_invalid_upsert_names_its_fields_and_writes_nothing(
-    client: TestClient,
-    world: TenantWorld,
-    external_id: str,
-    fields: dict[str, Any],
-    expected: list[tuple[str, str]],
-) -> None:
-    variables = {"externalId": external_id, "input": {"lastName": "L", **fields}}
-
-    error = only_error(gql(client, UPSERT_CUSTOMER, variables, world.key.headers))
-
-    assert error["extensions"]["code"] == "validation_failed"
-    assert field_errors(error) == expected
-    assert error["path"] == ["upsertCustomer"]
-    assert external_ids(client, world) == []
 
 
 def test_an_upsert_may_repeat_its_external_id_in_its_input(
     client: TestClient, world: TenantWorld
 ) -> None:
-    found = upsert_customer(client, world.key.headers, "crm-1", externalId="crm-1")
+    found = CUSTOMER.upsert(client, world.key.headers, "crm-1", externalId="crm-1")
 
     assert (found["outcome"], found["customer"]["externalId"]) == ("CREATED", "crm-1")
 
@@ -161,14 +87,14 @@ def test_a_batch_creates_and_upserts_in_order_and_a_second_sync_updates_the_chan
         2,
     )
     assert again["summary"] == {"created": 0, "updated": 1, "unchanged": 4, "failed": 0}
-    assert external_ids(client, world) == [*(f"shop-{n}" for n in range(5)), "new"]
+    assert external_ids(client, world, "customers") == [*(f"shop-{n}" for n in range(5)), "new"]
 
 
 def test_by_default_a_failed_operation_leaves_the_others_written(
     client: TestClient, world: TenantWorld
 ) -> None:
     headers = world.key.headers
-    upsert_customer(client, headers, "taken")
+    CUSTOMER.upsert(client, headers, "taken")
     operations = [
         upsert("a"),
         create(email="not an email"),
@@ -178,7 +104,7 @@ def test_by_default_a_failed_operation_leaves_the_others_written(
         create(externalId="c"),
     ]
 
-    body = batch(client, headers, operations)
+    body = CUSTOMER.batch(client, headers, operations)
 
     assert "errors" not in body, body["errors"]
     found = body["data"]["batchCustomers"]
@@ -207,19 +133,21 @@ def test_by_default_a_failed_operation_leaves_the_others_written(
         ("operations[4].externalId", "duplicate_item")
     ]
     assert found["summary"] == {"created": 2, "updated": 0, "unchanged": 0, "failed": 4}
-    assert external_ids(client, world) == ["taken", "a", "c"]
+    assert external_ids(client, world, "customers") == ["taken", "a", "c"]
 
 
 def test_an_atomic_batch_with_a_failure_writes_nothing_and_names_every_failure(
     client: TestClient, world: TenantWorld
 ) -> None:
     headers = world.key.headers
-    upsert_customer(client, headers, "taken")
+    CUSTOMER.upsert(client, headers, "taken")
 
-    invalid = batch(
+    invalid = CUSTOMER.batch(
         client, headers, [upsert("a"), create(email="bad"), upsert("b", lastName=" ")], atomic=True
     )
-    conflicting = batch(client, headers, [upsert("a"), create(externalId="taken")], atomic=True)
+    conflicting = CUSTOMER.batch(
+        client, headers, [upsert("a"), create(externalId="taken")], atomic=True
+    )
 
     error = only_error(invalid)
     assert error["extensions"]["code"] == "batch_rejected"
@@ -246,18 +174,18 @@ def test_an_atomic_batch_with_a_failure_writes_nothing_and_names_every_failure(
             "errors": [],
         }
     ]
-    assert external_ids(client, world) == ["taken"]
+    assert external_ids(client, world, "customers") == ["taken"]
 
 
 def test_an_atomic_batch_without_failures_writes_everything(
     client: TestClient, world: TenantWorld
 ) -> None:
-    body = batch(
+    body = CUSTOMER.batch(
         client, world.key.headers, [upsert("a"), create(), create(externalId="c")], atomic=True
     )
 
     assert body["data"]["batchCustomers"]["summary"]["created"] == 3
-    assert external_ids(client, world) == ["a", None, "c"]
+    assert external_ids(client, world, "customers") == ["a", None, "c"]
 
 
 @pytest.mark.parametrize(
@@ -280,11 +208,11 @@ def test_a_malformed_batch_is_refused_whole(
     operations: list[dict[str, Any]],
     expected: list[tuple[str, str]],
 ) -> None:
-    error = only_error(batch(client, world.key.headers, [*operations]))
+    error = only_error(CUSTOMER.batch(client, world.key.headers, [*operations]))
 
     assert error["extensions"]["code"] == "validation_failed"
-    assert field_errors(error) == expected
-    assert external_ids(client, world) == []
+    assert field_errors(error["extensions"]["errors"]) == expected
+    assert external_ids(client, world, "customers") == []
 
 
 def test_a_batch_of_a_thousand_operations_is_written(
@@ -300,13 +228,13 @@ def test_a_batch_of_a_thousand_operations_is_written(
 def test_an_operation_missing_a_required_field_is_refused_by_graphql_before_anything_runs(
     client: TestClient, world: TenantWorld
 ) -> None:
-    body = batch(client, world.key.headers, [upsert("a"), {"op": "CREATE", "data": {}}])
+    body = CUSTOMER.batch(client, world.key.headers, [upsert("a"), {"op": "CREATE", "data": {}}])
 
     assert codes_of(body) == ["validation_failed"]
     assert [e["field"] for e in body["errors"][0]["extensions"]["errors"]] == [
         "operations[1].data.lastName"
     ]
-    assert external_ids(client, world) == []
+    assert external_ids(client, world, "customers") == []
 
 
 def test_a_batch_counts_one_request_per_hundred_operations(
@@ -314,15 +242,7 @@ def test_a_batch_counts_one_request_per_hundred_operations(
 ) -> None:
     """As REST's batches: ceil(250 / 100) = 3 of the key's 25, with the in-process limiter on a
     clock that stands still, so a slow batch refills nothing between its two charges."""
-    with serving(
-        settings,
-        clock=FakeClock(),
-        redis_url=None,
-        rate_limit_key="0.2/s",
-        rate_limit_key_burst=25,
-        rate_limit_tenant="0.2/s",
-        rate_limit_tenant_burst=1000,
-    ) as served:
+    with serving(settings, clock=FakeClock(), redis_url=None, **slow_limits(25, 1000)) as served:
         response = served.post(
             "/graphql",
             json={
@@ -335,59 +255,3 @@ def test_a_batch_counts_one_request_per_hundred_operations(
     assert response.status_code == 200, response.text
     assert "errors" not in response.json()
     assert state(response) == State("key", 22, 15)
-
-
-# --- scoping -------------------------------------------------------------------------------
-
-
-def test_a_tenant_wide_key_writes_in_the_department_it_names(
-    client: TestClient, database: Database, make_tenant: Any
-) -> None:
-    world: TenantWorld = make_tenant(departments=2)
-    wide = tenant_wide_headers(database, world)
-    second = str(world.departments[1].id)
-
-    upserted = data_of(
-        client,
-        UPSERT_CUSTOMER,
-        {"externalId": "wide", "input": {"lastName": "W"}, "d": second},
-        wide,
-    )["upsertCustomer"]
-    batched = data_of(
-        client, BATCH_CUSTOMERS, {"operations": [upsert("wide", lastName="W")], "d": second}, wide
-    )
-
-    assert upserted["customer"]["departmentId"] == second
-    assert [r["outcome"] for r in batched["batchCustomers"]["results"]] == ["UNCHANGED"]
-    owner, bystander = world.keys[1].headers, world.keys[0].headers
-    path = f"{API}/customers/{upserted['customer']['id']}"
-    assert client.get(path, headers=owner).status_code == 200
-    assert client.get(path, headers=bystander).status_code == 404
-
-
-def test_external_ids_belong_to_their_department_and_tenant(
-    client: TestClient, make_tenant: Any
-) -> None:
-    home: TenantWorld = make_tenant(departments=2)
-    other: TenantWorld = make_tenant()
-    mine = upsert_customer(client, home.keys[0].headers, "crm-1", city="Home")
-
-    neighbour = upsert_customer(client, home.keys[1].headers, "crm-1", city="Next door")
-    foreign = batch(client, other.key.headers, [upsert("crm-1", city="Abroad")])
-    customer_id = mine["customer"]["id"]
-    seen = gql(
-        client,
-        "query ($id: UUID!) { customer(id: $id) { id } }",
-        {"id": customer_id},
-        other.key.headers,
-    )
-
-    assert neighbour["outcome"] == "CREATED"
-    assert neighbour["customer"]["id"] != customer_id
-    (result,) = foreign["data"]["batchCustomers"]["results"]
-    assert result["outcome"] == "CREATED"
-    assert result["customer"]["id"] != customer_id
-    assert codes_of(seen) == ["not_found"]
-    # The first customer is as its own department left it.
-    again = upsert_customer(client, home.keys[0].headers, "crm-1", city="Home")
-    assert (again["outcome"], again["customer"]["version"]) == ("UNCHANGED", 1)
