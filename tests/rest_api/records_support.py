@@ -12,6 +12,15 @@ from fastapi.testclient import TestClient
 API = "/api/v1/integration"
 
 
+def refused_fields(response: Any) -> list[tuple[str, str]]:
+    """The fields a 422 validation problem names, each with its code."""
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["code"] == "validation_failed"
+    return [(error["field"], error["code"]) for error in problem["errors"]]
+
+
 def a_customer(client: TestClient, headers: dict[str, str]) -> str:
     """The id of a new customer of the headers' department (an activity's required parent)."""
     response = client.post(f"{API}/customers", json={"last_name": "Lovelace"}, headers=headers)

@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dealbase.platform.tables import CUSTOMER_TEXT_FIELDS
+from tests.rest_api.records_support import refused_fields
 from tests.support import TenantWorld
 
 CUSTOMERS = "/api/v1/integration/customers"
@@ -89,13 +90,7 @@ def test_server_managed_fields_cannot_be_sent(
 def test_bad_field_is_422_naming_the_field(
     client: TestClient, world: TenantWorld, body: dict[str, Any], field: str, code: str
 ) -> None:
-    response = create(client, world, body)
-
-    assert response.status_code == 422
-    assert response.headers["content-type"] == "application/problem+json"
-    problem = response.json()
-    assert problem["code"] == "validation_failed"
-    assert [(e["field"], e["code"]) for e in problem["errors"]] == [(field, code)]
+    assert refused_fields(create(client, world, body)) == [(field, code)]
 
 
 def test_birthday_in_the_future_is_rejected(client: TestClient, world: TenantWorld) -> None:

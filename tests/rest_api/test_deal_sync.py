@@ -1,14 +1,16 @@
 """PUT /deals/by-external-id/{external_id} and POST /deals/batch: a sync's deals, created or
-changed by the client's own ids, one at a time or up to a thousand per request."""
+changed by the client's own ids, one at a time or up to a thousand per request; and the
+references a deal's write may name, by PUT or PATCH."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
 
+import pytest
 from fastapi.testclient import TestClient
 
-from tests.rest_api.records_support import API, RECORDS
+from tests.rest_api.records_support import API, RECORDS, refused_fields
 from tests.rest_api.test_events import all_events
 from tests.support import TenantWorld
 
@@ -127,30 +129,33 @@ def test_a_new_deal_starts_in_the_step_and_with_the_employee_the_upsert_names(
     assert [event["type"] for event in all_events(client, world)] == ["deal.created"]
 
 
+@pytest.mark.parametrize("write", ["PATCH", "PUT of a new deal", "PUT of an existing deal"])
 def test_a_step_or_employee_of_another_department_is_422_naming_the_field(
     client: TestClient,
     make_tenant: Callable[..., TenantWorld],
     employee_of: Callable[[TenantWorld, int], uuid.UUID],
+    write: str,
 ) -> None:
     world = make_tenant(departments=2)
-    other_step = world.departments[1].steps[0].id
-    other_employee = employee_of(world, 1)
-    DEAL.put(client, world.key.headers, "existing", {"name": "D"})
+    headers = world.key.headers
+    existing = DEAL.put(client, headers, "existing", {"name": "D"}).json()
+    references = [
+        ("step_id", world.departments[1].steps[0].id),
+        ("employee_id", employee_of(world, 1)),
+        ("step_id", uuid.uuid4()),
+        ("employee_id", uuid.uuid4()),
+    ]
 
-    for external_id in ("new", "existing"):
-        for field, value in (
-            ("step_id", other_step),
-            ("employee_id", other_employee),
-            ("step_id", uuid.uuid4()),
-        ):
-            response = DEAL.put(
-                client, world.key.headers, external_id, {"name": "D", field: str(value)}
-            )
-            assert response.status_code == 422, (external_id, field)
-            assert [(e["field"], e["code"]) for e in response.json()["errors"]] == [
-                (field, "not_found")
-            ]
-    assert [deal["external_id"] for deal in DEAL.listed(client, world.key.headers)] == ["existing"]
+    for field, value in references:
+        if write == "PATCH":
+            path = f"{DEALS}/{existing['id']}"
+            response = client.patch(path, json={field: str(value)}, headers=headers)
+        else:
+            external_id = "new" if write == "PUT of a new deal" else "existing"
+            response = DEAL.put(client, headers, external_id, {"name": "D", field: str(value)})
+        assert refused_fields(response) == [(field, "not_found")], field
+
+    assert DEAL.listed(client, headers) == [existing]
 
 
 def test_an_upsert_body_has_no_customers_and_keeps_the_linked_ones(

@@ -10,6 +10,7 @@ from sqlalchemy import func, select
 
 from dealbase.db.database import Database
 from dealbase.platform.tables import customers, deal_customers, deals
+from tests.rest_api.records_support import refused_fields
 from tests.support import TenantWorld
 
 DEALS = "/api/v1/integration/deals"
@@ -112,10 +113,7 @@ def test_new_deal_starts_in_the_first_step_of_the_callers_department(
 def test_bad_deal_field_is_422_naming_the_field(
     client: TestClient, world: TenantWorld, body: dict[str, Any], field: str, code: str
 ) -> None:
-    response = create(client, world, body)
-
-    assert response.status_code == 422
-    assert [(e["field"], e["code"]) for e in response.json()["errors"]] == [(field, code)]
+    assert refused_fields(create(client, world, body)) == [(field, code)]
 
 
 def test_largest_volume_and_a_hundred_customers_are_accepted(
