@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -101,7 +101,9 @@ def reader(
     return client if request.param == "compiled" else resolvers_only
 
 
+@pytest.fixture
 def compiled(reader: TestClient, client: TestClient) -> bool:
+    """Whether the reader compiles the root fields it can."""
     return reader is client
 
 
@@ -159,28 +161,31 @@ def crowded(database: Database) -> TenantWorld:
     return world
 
 
-def run(
-    client: TestClient,
-    counter: StatementCounter,
-    query: str,
-    first: int,
-    headers: dict[str, str],
-) -> tuple[int, dict[str, Any]]:
-    data_of(client, query, {"first": first}, headers)  # warms the key cache for this key
-    with counter.measure():
-        found = data_of(client, query, {"first": first}, headers)
-    return counter.count, found
+Cost = Callable[..., tuple[int, dict[str, Any]]]
+
+
+@pytest.fixture
+def cost(reader: TestClient, statements: StatementCounter) -> Cost:
+    """``cost(query, headers, **variables)``: the statements the reader sends for the query once
+    the key cache is warm for ``headers``, and the query's data."""
+
+    def measured(
+        query: str, headers: dict[str, str], **variables: Any
+    ) -> tuple[int, dict[str, Any]]:
+        data_of(reader, query, variables, headers)  # warms the key cache for this key
+        with statements.measure():
+            found = data_of(reader, query, variables, headers)
+        return statements.count, found
+
+    return measured
 
 
 def test_a_page_of_deals_with_nested_fields_costs_the_same_statements_at_any_size(
-    reader: TestClient,
-    client: TestClient,
-    crowded: TenantWorld,
-    statements: StatementCounter,
+    crowded: TenantWorld, cost: Cost, compiled: bool
 ) -> None:
     counts = {}
     for first in PAGE_SIZES:
-        counts[first], found = run(reader, statements, DEALS_QUERY, first, crowded.key.headers)
+        counts[first], found = cost(DEALS_QUERY, crowded.key.headers, first=first)
         nodes = [edge["node"] for edge in found["deals"]["edges"]]
         assert len(nodes) == first
         # The page really asks every loader: customers, steps, employees and activities.
@@ -193,18 +198,15 @@ def test_a_page_of_deals_with_nested_fields_costs_the_same_statements_at_any_siz
 
     assert counts[5] == counts[50] == counts[100], counts
     # Compiled, the root field is one statement; through the loaders, a batch per kind.
-    assert (counts[100] == 1) if compiled(reader, client) else (0 < counts[100] <= 12), counts
+    assert (counts[100] == 1) if compiled else (0 < counts[100] <= 12), counts
 
 
 def test_a_page_of_customers_with_their_deals_and_activities_costs_the_same_at_any_size(
-    reader: TestClient,
-    client: TestClient,
-    crowded: TenantWorld,
-    statements: StatementCounter,
+    crowded: TenantWorld, cost: Cost, compiled: bool
 ) -> None:
     counts = {}
     for first in PAGE_SIZES:
-        counts[first], found = run(reader, statements, CUSTOMERS_QUERY, first, crowded.key.headers)
+        counts[first], found = cost(CUSTOMERS_QUERY, crowded.key.headers, first=first)
         nodes = [edge["node"] for edge in found["customers"]["edges"]]
         assert len(nodes) == first
         assert all(len(node["deals"]) == 1 for node in nodes)
@@ -212,14 +214,11 @@ def test_a_page_of_customers_with_their_deals_and_activities_costs_the_same_at_a
             assert {len(node["activities"]) for node in nodes} == {0, 2}
 
     assert counts[5] == counts[50] == counts[100], counts
-    assert (counts[100] == 1) if compiled(reader, client) else (0 < counts[100] <= 10), counts
+    assert (counts[100] == 1) if compiled else (0 < counts[100] <= 10), counts
 
 
 def test_the_count_is_paid_once_however_deep_the_nesting(
-    reader: TestClient,
-    client: TestClient,
-    crowded: TenantWorld,
-    statements: StatementCounter,
+    crowded: TenantWorld, cost: Cost, compiled: bool
 ) -> None:
     """Deals' customers' deals, and activities' deals and customers: still one batch each."""
     query = """query($first: Int!) {
@@ -229,12 +228,10 @@ def test_the_count_is_paid_once_however_deep_the_nesting(
       } } }
     }"""
 
-    counts = {
-        first: run(reader, statements, query, first, crowded.key.headers)[0] for first in (5, 100)
-    }
+    counts = {first: cost(query, crowded.key.headers, first=first)[0] for first in (5, 100)}
 
     assert counts[5] == counts[100], counts
-    if compiled(reader, client):
+    if compiled:
         assert counts[100] == 1, counts
 
 
@@ -248,11 +245,7 @@ query($endpointId: UUID!, $first: Int!) {
 
 
 def test_a_page_of_webhook_deliveries_with_their_attempts_costs_the_same_at_any_size(
-    reader: TestClient,
-    client: TestClient,
-    world: TenantWorld,
-    database: Database,
-    statements: StatementCounter,
+    client: TestClient, world: TenantWorld, database: Database, cost: Cost
 ) -> None:
     response = client.post(
         "/api/v1/integration/webhooks",
@@ -270,12 +263,7 @@ def test_a_page_of_webhook_deliveries_with_their_attempts_costs_the_same_at_any_
 
     counts = {}
     for first in PAGE_SIZES:
-        data_of(reader, DELIVERIES_QUERY, {**variables, "first": first}, world.key.headers)
-        with statements.measure():
-            found = data_of(
-                reader, DELIVERIES_QUERY, {**variables, "first": first}, world.key.headers
-            )
-        counts[first] = statements.count
+        counts[first], found = cost(DELIVERIES_QUERY, world.key.headers, **variables, first=first)
         edges = found["webhookDeliveries"]["edges"]
         assert len(edges) == first
         assert all(len(edge["node"]["attempts"]) == 1 for edge in edges)
