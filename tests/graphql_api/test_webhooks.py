@@ -11,9 +11,9 @@ from strawberry.utils.str_converters import to_camel_case
 
 from dealbase.db.database import Database
 from dealbase.platform.webhooks.delivery_models import Response
-from tests.delivery_support import lease, record, scan
+from tests.delivery_support import lease, new_endpoint, one_event_delivery, record
 from tests.graphql_api.support import codes_of, data_of, gql, tenant_wide_headers
-from tests.support import Credentials, TenantWorld
+from tests.support import TenantWorld
 
 API = "/api/v1/integration"
 WEBHOOKS = f"{API}/webhooks"
@@ -159,14 +159,6 @@ mutation($endpointId: UUID!, $deliveryId: UUID!) {{
 """
 
 
-def rest_endpoint(client: TestClient, key: Credentials, **fields: Any) -> str:
-    response = client.post(
-        WEBHOOKS, json={"url": PUBLIC_URL, "events": ["*"], **fields}, headers=key.headers
-    )
-    assert response.status_code == 201, response.text
-    return str(response.json()["id"])
-
-
 def moment(timestamp: str) -> datetime:
     return datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
 
@@ -175,7 +167,7 @@ def test_a_tenant_wide_key_sends_tests_and_pages_the_log_newest_first(
     client: TestClient, world: TenantWorld, database: Database
 ) -> None:
     headers = tenant_wide_headers(database, world)
-    endpoint_id = rest_endpoint(client, world.key, events=["deal.created"])
+    endpoint_id = new_endpoint(client, world.key, events=["deal.created"])
 
     sent = [
         data_of(client, SEND_TEST, {"endpointId": endpoint_id}, headers)["sendTestWebhook"]
@@ -232,11 +224,8 @@ def with_moments(node: dict[str, Any]) -> dict[str, Any]:
 def test_the_log_shows_what_rest_shows(
     client: TestClient, world: TenantWorld, database: Database
 ) -> None:
-    endpoint_id = rest_endpoint(client, world.key)
-    client.post(f"{API}/customers", json={"last_name": "Lovelace"}, headers=world.key.headers)
     start = datetime.now(UTC)
-    scan(database, world, start)
-    (outgoing,) = lease(database, world, start)
+    endpoint_id, outgoing = one_event_delivery(client, database, world, start)
     record(database, world, outgoing, Response(503, 40, "The endpoint answered 503."), start)
     data_of(client, SEND_TEST, {"endpointId": endpoint_id}, world.key.headers)
 
@@ -261,11 +250,8 @@ def test_the_log_shows_what_rest_shows(
 def test_redeliver_makes_a_failed_delivery_pending_and_due_now(
     client: TestClient, world: TenantWorld, database: Database
 ) -> None:
-    endpoint_id = rest_endpoint(client, world.key)
-    client.post(f"{API}/customers", json={"last_name": "Lovelace"}, headers=world.key.headers)
     start = datetime.now(UTC)
-    scan(database, world, start)
-    (outgoing,) = lease(database, world, start)
+    endpoint_id, outgoing = one_event_delivery(client, database, world, start)
     # Answered 410: the delivery fails at once (and the endpoint is disabled).
     record(database, world, outgoing, Response(410, 9, "The endpoint answered 410."), start)
     client.patch(f"{WEBHOOKS}/{endpoint_id}", json={"enabled": True}, headers=world.key.headers)
@@ -288,7 +274,7 @@ def test_another_departments_or_tenants_deliveries_are_not_found(
 ) -> None:
     owner = make_tenant(departments=2)
     other_tenant = make_tenant()
-    endpoint_id = rest_endpoint(client, owner.key)
+    endpoint_id = new_endpoint(client, owner.key)
     delivery_id = data_of(client, SEND_TEST, {"endpointId": endpoint_id}, owner.key.headers)[
         "sendTestWebhook"
     ]["id"]
@@ -300,7 +286,7 @@ def test_another_departments_or_tenants_deliveries_are_not_found(
             assert codes_of(result) == ["not_found"], operation
             assert result["data"] is None
     # A delivery of the other department's endpoint, under the caller's own endpoint.
-    theirs = rest_endpoint(client, owner.keys[1])
+    theirs = new_endpoint(client, owner.keys[1])
     result = gql(
         client, REDELIVER, {"endpointId": theirs, "deliveryId": delivery_id}, owner.keys[1].headers
     )

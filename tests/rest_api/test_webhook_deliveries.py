@@ -19,15 +19,21 @@ from sqlalchemy import func, select
 
 from dealbase.db.database import Database
 from dealbase.platform.resources import format_timestamp
-from dealbase.platform.webhooks.delivery_models import Outgoing, Response
+from dealbase.platform.webhooks.delivery_models import Response
 from dealbase.rest_api.schemas import TIMESTAMP_PATTERN, WebhookDeliveryOut
 from dealbase.tenancy.control_tables import webhook_wakeups
-from tests.delivery_support import lease, record, scan
+from tests.delivery_support import (
+    add_customer,
+    lease,
+    new_endpoint,
+    one_event_delivery,
+    record,
+    scan,
+)
 from tests.support import Credentials, TenantWorld
 
 API = "/api/v1/integration"
 WEBHOOKS = f"{API}/webhooks"
-PUBLIC_URL = "https://8.8.8.8/hooks/dealbase"
 DELIVERY_FIELDS = [
     "id", "webhook_endpoint_id", "event_id", "event_type", "state", "attempt_count",
     "next_attempt_at", "created_at", "delivered_at", "attempts",
@@ -37,14 +43,6 @@ TIMESTAMP = re.compile(TIMESTAMP_PATTERN)
 # 5 s after the first failure, then doubling (platform/webhooks/retries.py), with no jitter.
 FIRST_RETRY = timedelta(seconds=5)
 GIVE_UP_AFTER = timedelta(days=3)
-
-
-def new_endpoint(client: TestClient, key: Credentials, **body: Any) -> str:
-    response = client.post(
-        WEBHOOKS, json={"url": PUBLIC_URL, "events": ["*"], **body}, headers=key.headers
-    )
-    assert response.status_code == 201, response.text
-    return str(response.json()["id"])
 
 
 def send_test(client: TestClient, key: Credentials, endpoint_id: str) -> dict[str, Any]:
@@ -67,22 +65,6 @@ def redeliver(client: TestClient, key: Credentials, endpoint_id: str, delivery_i
     return client.post(
         f"{WEBHOOKS}/{endpoint_id}/deliveries/{delivery_id}/redeliver", headers=key.headers
     )
-
-
-def add_customer(client: TestClient, key: Credentials) -> None:
-    response = client.post(f"{API}/customers", json={"last_name": "Lovelace"}, headers=key.headers)
-    assert response.status_code == 201, response.text
-
-
-def one_event_delivery(
-    client: TestClient, database: Database, world: TenantWorld, now: datetime
-) -> tuple[str, Outgoing]:
-    """An endpoint with the delivery of one event, leased at ``now``."""
-    endpoint_id = new_endpoint(client, world.key)
-    add_customer(client, world.key)
-    scan(database, world, now)
-    (outgoing,) = lease(database, world, now)
-    return endpoint_id, outgoing
 
 
 def near_now(timestamp: str) -> bool:
