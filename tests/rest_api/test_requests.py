@@ -207,24 +207,8 @@ def test_a_client_gone_before_its_body_arrived_is_499_not_an_internal_error(
 ) -> None:
     app = client.app
     sent: list[Message] = []
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": CUSTOMERS,
-        "raw_path": CUSTOMERS.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [
-            *[(name.lower().encode(), value.encode()) for name, value in world.key.headers.items()],
-            (b"content-type", b"application/json"),
-            (b"content-length", b"100"),
-        ],
-        "client": ("127.0.0.1", 1),
-        "server": ("testserver", 80),
-    }
+    # A body of 100 bytes announced, none of it sent.
+    scope = _post_scope(CUSTOMERS, world.key.headers, bytes(100))
 
     async def gone() -> Message:
         return {"type": "http.disconnect"}
