@@ -24,7 +24,7 @@ import psycopg
 import pytest
 import structlog
 from psycopg import sql
-from sqlalchemy import text
+from sqlalchemy import Table, func, select, text
 from structlog.testing import capture_logs
 
 from dealbase.db.database import Database
@@ -34,6 +34,7 @@ from dealbase.platform.pipeline.models import Department
 from dealbase.tenancy.control_tables import CONTROL_SCHEMA
 from dealbase.tenancy.registry.tenants import Tenant, create_tenant
 from dealbase.tenancy.roles import TENANT_OWNER_ROLE, TENANTS_GROUP_ROLE, ensure_shared_roles
+from dealbase.tenancy.scope import Scope
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -109,14 +110,36 @@ def scratch_database(server: str, label: str) -> Iterator[str]:
 
 
 @contextmanager
+def database_at(url: str, pool_size: int = 1) -> Iterator[Database]:
+    """A ``Database`` at ``url`` (of one connection unless told), disposed after the block."""
+    database = Database(url, pool_size=pool_size)
+    try:
+        yield database
+    finally:
+        database.dispose()
+
+
+def control_at_head(database: Database) -> None:
+    """Upgrades ``database``'s control schema to head, as ``dealbase migrate`` does first."""
+    with database.control() as connection:
+        upgrade_control(connection)
+
+
+@contextmanager
 def migrated_scratch_database(server: str, label: str) -> Iterator[str]:
     """``scratch_database``, its control schema at head; tests make their own tenants."""
     with scratch_database(server, label) as url:
-        database = Database(url, pool_size=1)
-        with database.control() as connection:
-            upgrade_control(connection)
-        database.dispose()
+        with database_at(url) as database:
+            control_at_head(database)
         yield url
+
+
+@contextmanager
+def own_database_at_head(server: str, label: str) -> Iterator[Database]:
+    """A ``Database`` of two connections on a database of its own on ``server``, its control
+    schema at head: what a test makes there no other test's tenants can take."""
+    with migrated_scratch_database(server, label) as url, database_at(url, pool_size=2) as own:
+        yield own
 
 
 @contextmanager
@@ -139,12 +162,8 @@ def non_superuser_login(
         if version is not None and int(version[0]) >= 160000:
             # Made here if no test made them yet: one made by a test in parallel after this
             # grant would leave the login role without the option (an order-dependent failure).
-            superuser = Database(postgres_server, pool_size=1)
-            try:
-                with superuser.control() as connection:
-                    ensure_shared_roles(connection)
-            finally:
-                superuser.dispose()
+            with database_at(postgres_server) as superuser, superuser.control() as connection:
+                ensure_shared_roles(connection)
             for shared in (TENANT_OWNER_ROLE, TENANTS_GROUP_ROLE):
                 admin_connection.execute(
                     sql.SQL(
@@ -277,6 +296,22 @@ def build_tenant(
     return TenantWorld(tenant, tuple(made), tuple(keys))
 
 
+# How long a test waits for what holds within milliseconds (a notice, a reconnection) before it
+# fails: a bound for failing, not a margin to pass.
+CONDITION_TIMEOUT_S = 10.0
+
+
+def wait_until(
+    condition: Callable[[], bool], what: str, seconds: float = CONDITION_TIMEOUT_S
+) -> None:
+    """Returns once ``condition()`` holds; fails, saying ``what`` did not come, after
+    ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not after {seconds} s"
+        time.sleep(0.01)
+
+
 def wait_until_a_transaction_waits_for_a_lock(
     database: Database, seconds: float = 10, *, or_until: Callable[[], bool] = lambda: False
 ) -> None:
@@ -296,6 +331,13 @@ def wait_until_a_transaction_waits_for_a_lock(
             return
         assert time.monotonic() < deadline, f"no transaction waited on a lock in {seconds} s"
         time.sleep(0.01)
+
+
+def row_count(database: Database, scope: Scope, table: Table) -> int:
+    """How many rows of ``table`` a unit of work in ``scope`` sees."""
+    with database.unit_of_work(scope) as uow:
+        count: int = uow.connection.execute(select(func.count()).select_from(table)).scalar_one()
+        return count
 
 
 class FakeClock:

@@ -21,7 +21,7 @@ from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields
 from dealbase.worker.spares import SpareSchemaKeeper
 from tests.ops.conftest import invoke_cli
-from tests.support import TenantWorld, scratch_database
+from tests.support import TenantWorld, database_at, scratch_database
 
 _TENANT_SCHEMA = re.compile(r'"?t_[0-9a-f]{32}"?\.')
 _CONTROL_SCHEMA = re.compile(r"\bcontrol\.")
@@ -141,11 +141,8 @@ def test_with_the_setting_on_tenant_schemas_are_created_distributed_and_control_
         }
         assert invoke_cli(("migrate",), env).exit_code == 0
         if spares == "1":  # the worker makes spares with the same setting
-            database = Database(url, pool_size=1)
-            try:
+            with database_at(url) as database:
                 SpareSchemaKeeper(database, 1, distributed=True).prepare_one()
-            finally:
-                database.dispose()
         created = invoke_cli(("tenant", "create", "distributed", "--json"), env)
         plain = invoke_cli(
             ("tenant", "create", "plain", "--json"),

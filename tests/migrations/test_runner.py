@@ -21,6 +21,7 @@ from dealbase.ops import admin
 from dealbase.tenancy.control_tables import CONTROL_SCHEMA
 from dealbase.tenancy.registry.tenants import Tenant, create_tenant
 from tests.ops.conftest import CliRun, invoke_cli
+from tests.support import database_at
 
 TENANT_HEAD = head_revision("tenant")
 CONTROL_HEAD = head_revision("control")
@@ -63,6 +64,13 @@ def _relations(database: Database, schema: str) -> dict[str, int]:
         return {str(name): int(oid) for name, oid in rows}
 
 
+def _assert_at_head_with(database: Database, tenants: list[Tenant], relations: set[str]) -> None:
+    """Each tenant's schema is at the head revision, with exactly these relations."""
+    for tenant in tenants:
+        assert _revision(database, tenant.schema) == TENANT_HEAD, tenant.schema
+        assert set(_relations(database, tenant.schema)) == relations, tenant.schema
+
+
 def _execute(database: Database, sql: str) -> None:
     with database.control() as connection:
         connection.execute(text(sql))
@@ -93,11 +101,8 @@ def test_migrate_on_an_empty_database_creates_the_control_schema_at_head(
     run = _migrate(empty_database_url, tmp_path)
 
     assert run.json() == {"tenants": 0, "visited": 0, "migrated": 0, "failed": [], "repaired": []}
-    database = Database(empty_database_url, pool_size=1)
-    try:
+    with database_at(empty_database_url) as database:
         assert _revision(database, CONTROL_SCHEMA) == CONTROL_HEAD
-    finally:
-        database.dispose()
 
 
 def test_migrate_all_brings_every_tenant_schema_to_head(
@@ -114,9 +119,7 @@ def test_migrate_all_brings_every_tenant_schema_to_head(
     assert run.json() == {"tenants": 3, "visited": 3, "migrated": 3, "failed": [], "repaired": []}
     assert run.stderr == ""
     assert _revision(migrated_database, CONTROL_SCHEMA) == CONTROL_HEAD
-    for tenant in tenants:
-        assert _revision(migrated_database, tenant.schema) == TENANT_HEAD, tenant.schema
-        assert set(_relations(migrated_database, tenant.schema)) == reference, tenant.schema
+    _assert_at_head_with(migrated_database, tenants, reference)
 
 
 def test_migrating_many_tenants_at_once_puts_each_tenant_tree_in_its_own_schema(
@@ -137,9 +140,7 @@ def test_migrating_many_tenants_at_once_puts_each_tenant_tree_in_its_own_schema(
         "failed": [],
         "repaired": [],
     }
-    for tenant in tenants:
-        assert _revision(migrated_database, tenant.schema) == TENANT_HEAD, tenant.schema
-        assert set(_relations(migrated_database, tenant.schema)) == reference, tenant.schema
+    _assert_at_head_with(migrated_database, tenants, reference)
 
 
 def test_migrate_again_is_a_no_op_that_keeps_schemas_and_data(

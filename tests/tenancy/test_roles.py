@@ -20,7 +20,13 @@ from dealbase.platform.tables import customers as customers_table
 from dealbase.tenancy.registry.tenants import create_tenant
 from dealbase.tenancy.roles import TENANT_OWNER_ROLE, ensure_roles, inheriting_login_role
 from dealbase.tenancy.scope import tenant_role
-from tests.support import TenantWorld, non_superuser_login, scratch_database
+from tests.support import (
+    TenantWorld,
+    control_at_head,
+    database_at,
+    non_superuser_login,
+    own_database_at_head,
+)
 
 
 def test_a_unit_of_work_runs_as_its_tenants_role_and_the_connection_returns_as_the_login_role(
@@ -91,29 +97,24 @@ def test_the_service_login_role_holds_no_privilege_on_any_tenant_schema(
 ) -> None:
     """Provisioned by a login role that is not a superuser: it can switch to each tenant's role
     for a unit of work, but on its own it can neither read nor write any tenant's tables."""
-    with non_superuser_login(postgres_server) as (login, url):
-        database = Database(url, pool_size=1)
-        try:
-            with database.control() as connection:
-                upgrade_control(connection)
-            tenant = create_tenant(database, "provisioned by the service's login role")
-            department = admin.create_department(database, tenant.id, "Sales")
-            with database.unit_of_work(tenant.scope.in_department(department.id)) as uow:
-                assert uow.connection.execute(select(func.current_user())).scalar() == tenant.schema
-            with psycopg.connect(url, autocommit=True) as connection:
-                privileges = connection.execute(
-                    "SELECT has_schema_privilege(%(login)s, n.oid, 'USAGE'),"
-                    " has_table_privilege(%(login)s, c.oid, 'SELECT'),"
-                    " has_table_privilege(%(login)s, c.oid, 'INSERT')"
-                    " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-                    " WHERE n.nspname = %(schema)s AND c.relname = 'customers'",
-                    {"login": login, "schema": tenant.schema},
-                ).fetchone()
-                assert privileges == (False, False, False)
-                with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                    connection.execute(f'SELECT count(*) FROM "{tenant.schema}".departments')
-        finally:
-            database.dispose()
+    with non_superuser_login(postgres_server) as (login, url), database_at(url) as database:
+        control_at_head(database)
+        tenant = create_tenant(database, "provisioned by the service's login role")
+        department = admin.create_department(database, tenant.id, "Sales")
+        with database.unit_of_work(tenant.scope.in_department(department.id)) as uow:
+            assert uow.connection.execute(select(func.current_user())).scalar() == tenant.schema
+        with psycopg.connect(url, autocommit=True) as connection:
+            privileges = connection.execute(
+                "SELECT has_schema_privilege(%(login)s, n.oid, 'USAGE'),"
+                " has_table_privilege(%(login)s, c.oid, 'SELECT'),"
+                " has_table_privilege(%(login)s, c.oid, 'INSERT')"
+                " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = %(schema)s AND c.relname = 'customers'",
+                {"login": login, "schema": tenant.schema},
+            ).fetchone()
+            assert privileges == (False, False, False)
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                connection.execute(f'SELECT count(*) FROM "{tenant.schema}".departments')
 
 
 def test_the_control_upgrade_lets_the_login_role_switch_to_the_owner_before_any_tenant(
@@ -121,12 +122,8 @@ def test_the_control_upgrade_lets_the_login_role_switch_to_the_owner_before_any_
 ) -> None:
     """migrate's workers then upgrade tenants in parallel without racing to grant it."""
     with non_superuser_login(postgres_server) as (login, url):
-        database = Database(url, pool_size=1)
-        try:
-            with database.control() as connection:
-                upgrade_control(connection)
-        finally:
-            database.dispose()
+        with database_at(url) as database:
+            control_at_head(database)
         with psycopg.connect(url) as connection:
             member = connection.execute(
                 "SELECT pg_has_role(%s, %s, 'MEMBER')", [login, TENANT_OWNER_ROLE]
@@ -138,15 +135,14 @@ def test_the_control_upgrade_lets_the_login_role_switch_to_the_owner_before_any_
 def test_migrate_names_a_login_role_that_would_inherit_every_tenants_privileges(
     postgres_server: str, inherit: bool
 ) -> None:
-    with non_superuser_login(postgres_server, inherit=inherit) as (login, url):
-        database = Database(url, pool_size=1)
-        try:
-            with database.control() as connection:
-                upgrade_control(connection)
-                version = connection.execute(text("SHOW server_version_num")).scalar_one()
-                named = inheriting_login_role(connection)
-        finally:
-            database.dispose()
+    with (
+        non_superuser_login(postgres_server, inherit=inherit) as (login, url),
+        database_at(url) as database,
+        database.control() as connection,
+    ):
+        upgrade_control(connection)
+        version = connection.execute(text("SHOW server_version_num")).scalar_one()
+        named = inheriting_login_role(connection)
     # From PostgreSQL 16 each membership is granted without inheritance, whatever the role says.
     assert named == (login if inherit and int(version) < 160000 else None)
 
@@ -180,12 +176,8 @@ def _shape(database_url: str, schema: str) -> set[tuple[str, str, str]]:
 
 @pytest.fixture
 def own_database(postgres_server: str) -> Iterator[Database]:
-    with scratch_database(postgres_server, "roles") as url:
-        database = Database(url, pool_size=2)
-        with database.control() as connection:
-            upgrade_control(connection)
+    with own_database_at_head(postgres_server, "roles") as database:
         yield database
-        database.dispose()
 
 
 def test_migrate_repairs_drifted_grants_and_recreates_missing_roles_then_changes_nothing(

@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from dealbase.db.database import Database
 from dealbase.errors import Conflict, Invalid, NotFound
-from dealbase.migrations.runner import lock_schema, upgrade_control, upgrade_tenant
+from dealbase.migrations.runner import lock_schema, upgrade_tenant
 from dealbase.ops import admin
 from dealbase.tenancy.callers.api_keys import list_audit, list_keys, load_credentials
 from dealbase.tenancy.control_tables import tenant_audit, tenants, webhook_wakeups
@@ -28,6 +28,8 @@ from dealbase.tenancy.registry.tenants import (
 )
 from tests.support import (
     TenantWorld,
+    control_at_head,
+    database_at,
     non_superuser_login,
     schema_and_role_exist,
     wait_until_a_transaction_waits_for_a_lock,
@@ -277,17 +279,12 @@ def test_a_migration_that_listed_the_tenant_before_its_deletion_does_not_recreat
 def test_a_login_role_that_is_not_a_superuser_deletes_a_tenant(postgres_server: str) -> None:
     """As in production: the login role becomes the owner to drop the schema, and drops the
     role it created."""
-    with non_superuser_login(postgres_server) as (_, url):
-        database = Database(url, pool_size=1)
-        try:
-            with database.control() as connection:
-                upgrade_control(connection)
-            tenant = create_tenant(database, "deleted by the service's login role")
-            admin.create_department(database, tenant.id, "Sales")
+    with non_superuser_login(postgres_server) as (_, url), database_at(url) as database:
+        control_at_head(database)
+        tenant = create_tenant(database, "deleted by the service's login role")
+        admin.create_department(database, tenant.id, "Sales")
 
-            with database.control() as connection:
-                lifecycle.delete_tenant(connection, tenant.id, actor=ACTOR)
+        with database.control() as connection:
+            lifecycle.delete_tenant(connection, tenant.id, actor=ACTOR)
 
-            assert schema_and_role_exist(url, tenant.schema) == (False, False)
-        finally:
-            database.dispose()
+        assert schema_and_role_exist(url, tenant.schema) == (False, False)

@@ -11,14 +11,14 @@ from sqlalchemy import text
 
 from dealbase.db.database import Database
 from dealbase.errors import Conflict
-from dealbase.migrations.runner import head_revision, upgrade_control, upgrade_tenant
+from dealbase.migrations.runner import head_revision, upgrade_tenant
 from dealbase.ops import admin
 from dealbase.tenancy.registry.spare_schemas import prepare_spare_schema
 from dealbase.tenancy.registry.tenants import create_tenant
 from dealbase.tenancy.scope import schema_for_tenant
 from dealbase.worker.spares import SpareSchemaKeeper
 from tests.migrations.test_runner import _migrate
-from tests.support import scratch_database
+from tests.support import own_database_at_head
 
 TENANT_HEAD = head_revision("tenant")
 
@@ -26,12 +26,8 @@ TENANT_HEAD = head_revision("tenant")
 @pytest.fixture
 def database(postgres_server: str) -> Iterator[Database]:
     """A database of its own: the spares made here must not be taken by other tests' tenants."""
-    with scratch_database(postgres_server, "spares") as url:
-        database = Database(url, pool_size=2)
-        with database.control() as connection:
-            upgrade_control(connection)
+    with own_database_at_head(postgres_server, "spares") as database:
         yield database
-        database.dispose()
 
 
 def _prepare(database: Database, wanted: int) -> str | None:
