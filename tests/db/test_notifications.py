@@ -4,7 +4,6 @@ and an app, with its key cache and its live hub, holds that one connection and n
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,18 +18,9 @@ from dealbase.db.database import Database, libpq_url
 from dealbase.db.notifications import APPLICATION_NAME, Notifications, Subscriber
 from dealbase.ops import admin
 from tests.graphql_api.live_support import CHANGES, LiveSocket, create_customer, live_socket
-from tests.support import TenantWorld, build_tenant, migrated_scratch_database
+from tests.support import TenantWorld, build_tenant, migrated_scratch_database, wait_until
 
 API = "/api/v1/integration"
-# A bound for failing, not a margin to pass: each condition holds within milliseconds.
-WAIT_SECONDS = 10.0
-
-
-def _until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not after {WAIT_SECONDS} s"
-        time.sleep(0.01)
 
 
 def _backends(database_url: str, application_name: str) -> list[int]:
@@ -90,22 +80,22 @@ def test_subscribers_share_one_connection_and_each_is_told_when_it_is_lost_and_b
     listening.subscribe(second.subscriber)
     listening.start()
     try:
-        _until(lambda: first.ups == second.ups == 1, "both are told the channels are heard")
+        wait_until(lambda: first.ups == second.ups == 1, "both are told the channels are heard")
         assert len(_backends(database_url, name)) == 1
         for channel in (first_channel, shared, second_channel):
             _notify(database_url, channel, "before")
-        _until(lambda: len(first.notices) == len(second.notices) == 2, "each hears its own")
+        wait_until(lambda: len(first.notices) == len(second.notices) == 2, "each hears its own")
         assert first.notices == [(first_channel, "before"), (shared, "before")]
         assert second.notices == [(shared, "before"), (second_channel, "before")]
 
         lost = _backends(database_url, name)
         _terminate(database_url, lost)
-        _until(lambda: first.ups == second.ups == 2, "both are told it is back")
+        wait_until(lambda: first.ups == second.ups == 2, "both are told it is back")
         assert first.downs >= 1 and second.downs >= 1
         backends = _backends(database_url, name)
         assert len(backends) == 1 and backends != lost
         _notify(database_url, shared, "after")
-        _until(
+        wait_until(
             lambda: (shared, "after") in first.notices and (shared, "after") in second.notices,
             "both hear after",
         )
@@ -123,19 +113,19 @@ def test_a_subscriber_that_comes_later_is_listened_for_on_the_same_connection(
     listening.subscribe(early.subscriber)
     listening.start()
     try:
-        _until(lambda: early.ups == 1, "the first is heard")
+        wait_until(lambda: early.ups == 1, "the first is heard")
         before = _backends(database_url, name)
         listening.subscribe(late.subscriber)
-        _until(lambda: late.ups == 1, "the later one is heard")
+        wait_until(lambda: late.ups == 1, "the later one is heard")
         (channel,) = late.subscriber.channels
         _notify(database_url, channel, "late")
-        _until(lambda: late.notices == [(channel, "late")], "the later one hears its notice")
+        wait_until(lambda: late.notices == [(channel, "late")], "the later one hears its notice")
         assert _backends(database_url, name) == before
         listening.unsubscribe(late.subscriber)
         _notify(database_url, channel, "gone")
         (early_channel,) = early.subscriber.channels
         _notify(database_url, early_channel, "still")
-        _until(lambda: early.notices == [(early_channel, "still")], "the first still hears")
+        wait_until(lambda: early.notices == [(early_channel, "still")], "the first still hears")
         assert late.notices == [(channel, "late")]
     finally:
         listening.stop()
@@ -167,7 +157,7 @@ def test_an_app_holds_one_listen_connection_for_key_changes_and_live_signals(
     )
     try:
         with TestClient(app, raise_server_exceptions=False) as client:
-            _until(lambda: len(_backends(own_database, APPLICATION_NAME)) == 1, "listening")
+            wait_until(lambda: len(_backends(own_database, APPLICATION_NAME)) == 1, "listening")
             with live_socket(client, init=world.key.headers) as socket:
                 socket.subscribe("1", CHANGES)
                 _revoked_and_refused(client, database, world, "before")
@@ -176,7 +166,7 @@ def test_an_app_holds_one_listen_connection_for_key_changes_and_live_signals(
 
                 lost = _backends(own_database, APPLICATION_NAME)
                 _terminate(own_database, lost)
-                _until(
+                wait_until(
                     lambda: _backends(own_database, APPLICATION_NAME) not in ([], lost),
                     "the listener is back",
                 )
@@ -200,9 +190,9 @@ def _revoked_and_refused(
         assert client.get(f"{API}/customers", headers=headers).status_code == 200
         return cache.get(issued.key_id) is not None
 
-    _until(cached, "the key is cached (the cache trusted)")
+    wait_until(cached, "the key is cached (the cache trusted)")
     admin.revoke_key(database, issued.key_id)
-    _until(lambda: cache.get(issued.key_id) is None, "the revocation's notice drops the key")
+    wait_until(lambda: cache.get(issued.key_id) is None, "the revocation's notice drops the key")
     assert client.get(f"{API}/customers", headers=headers).status_code == 401
 
 

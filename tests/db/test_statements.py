@@ -20,15 +20,7 @@ from dealbase.db.statements import StatementCache, built_once
 from dealbase.ids import new_id
 from dealbase.platform.tables import customers
 from dealbase.tenancy.scope import Scope
-from tests.support import TenantWorld
-
-
-def _customer_count(database: Database, scope: Scope) -> int:
-    with database.unit_of_work(scope) as uow:
-        count: int = uow.connection.execute(
-            select(func.count()).select_from(customers)
-        ).scalar_one()
-        return count
+from tests.support import TenantWorld, row_count
 
 
 def _insert_customer(last_name: str, department_id: uuid.UUID) -> tuple[Insert, dict[str, object]]:
@@ -44,8 +36,8 @@ def test_a_statement_lands_in_the_schema_of_the_unit_of_works_tenant(
     with database.unit_of_work(first.tenant.scope) as uow:
         uow.connection.execute(statement, values)
 
-    assert _customer_count(database, first.tenant.scope) == 1
-    assert _customer_count(database, second.tenant.scope) == 0
+    assert row_count(database, first.tenant.scope, customers) == 1
+    assert row_count(database, second.tenant.scope, customers) == 0
 
 
 def test_a_statement_is_rendered_for_each_tenants_schema_with_its_own_values(

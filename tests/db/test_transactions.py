@@ -20,8 +20,8 @@ from dealbase.db.sessions import SWITCH_TO_ROLE
 from dealbase.db.units import UnitOfWork
 from dealbase.ids import new_id
 from dealbase.platform.tables import customers, departments
-from dealbase.tenancy.scope import Scope, tenant_role
-from tests.support import TenantWorld
+from dealbase.tenancy.scope import tenant_role
+from tests.support import TenantWorld, row_count
 
 
 @contextmanager
@@ -49,12 +49,13 @@ def _insert_customer(last_name: str, department_id: uuid.UUID) -> tuple[Insert, 
     return statement, {"id": new_id(), "department_id": department_id, "last_name": last_name}
 
 
-def _customer_count(database: Database, scope: Scope) -> int:
-    with database.unit_of_work(scope) as uow:
-        count: int = uow.connection.execute(
-            select(func.count()).select_from(customers)
-        ).scalar_one()
-        return count
+def _insert_again_after_another(
+    database: Database, world: TenantWorld, written: tuple[Insert, dict[str, object]]
+) -> None:
+    """One unit of work that inserts a new customer, then the customer ``written`` again."""
+    with database.unit_of_work(world.tenant.scope) as uow:
+        uow.connection.defer(*_insert_customer("Hopper", world.department.id))
+        uow.connection.defer(*written)
 
 
 def test_a_deferred_statement_goes_before_the_next_statement_in_its_round_trip(
@@ -83,7 +84,7 @@ def test_reading_a_deferred_statement_before_anything_else_ran_sends_it_with_the
         assert deferred.rows().all() == [("Lovelace",)]
         assert [trip[:2] for trip in sent] == [["BEGIN", SWITCH_TO_ROLE]]
 
-    assert _customer_count(database, world.tenant.scope) == 1
+    assert row_count(database, world.tenant.scope, customers) == 1
 
 
 def test_discarding_forgets_only_what_was_deferred_after_the_mark_and_has_not_gone(
@@ -124,17 +125,12 @@ def test_a_unit_of_work_in_one_round_trip_is_an_implicit_transaction_as_the_tena
     [trip] = sent
     assert trip[0] == SWITCH_TO_ROLE and "BEGIN" not in trip and "COMMIT" not in trip
     assert role.rows().scalar_one() == tenant_role(world.tenant.schema)
-    assert _customer_count(database, world.tenant.scope) == 1
+    assert row_count(database, world.tenant.scope, customers) == 1
 
     # Two statements in one round trip, the second refused: neither is written.
-    def both_in_one_round_trip() -> None:
-        with database.unit_of_work(world.tenant.scope) as uow:
-            uow.connection.defer(*_insert_customer("Hopper", world.department.id))
-            uow.connection.defer(statement, values)  # the first customer's id again
-
     with pytest.raises(psycopg.errors.UniqueViolation):
-        both_in_one_round_trip()
-    assert _customer_count(database, world.tenant.scope) == 1
+        _insert_again_after_another(database, world, (statement, values))
+    assert row_count(database, world.tenant.scope, customers) == 1
 
 
 def test_a_statement_that_commits_with_it_is_the_unit_of_works_last(
@@ -145,7 +141,7 @@ def test_a_statement_that_commits_with_it_is_the_unit_of_works_last(
         uow.connection.commit_with_next()
         uow.connection.execute(statement, values)
         # Committed with it: another transaction sees the row at once.
-        assert _customer_count(database, world.tenant.scope) == 1
+        assert row_count(database, world.tenant.scope, customers) == 1
         with pytest.raises(RuntimeError, match="no statement may follow"):
             uow.connection.execute(select(func.count()).select_from(customers))
 
@@ -226,14 +222,8 @@ def test_without_pipelines_each_statement_is_an_exchange_of_its_own_in_one_trans
         with round_trips_sent(monkeypatch) as sent, own.unit_of_work(world.tenant.scope) as uow:
             uow.connection.defer(statement, values)
             role = uow.connection.defer(select(func.current_user()), {})
-
-        def both_in_one_round_trip() -> None:
-            with own.unit_of_work(world.tenant.scope) as uow:
-                uow.connection.defer(*_insert_customer("Hopper", world.department.id))
-                uow.connection.defer(statement, values)  # the first customer's id again
-
         with pytest.raises(psycopg.errors.UniqueViolation):
-            both_in_one_round_trip()
+            _insert_again_after_another(own, world, (statement, values))
     finally:
         own.dispose()
 
@@ -241,4 +231,4 @@ def test_without_pipelines_each_statement_is_an_exchange_of_its_own_in_one_trans
     assert [trip[0] for trip in sent][:2] == ["BEGIN", SWITCH_TO_ROLE]
     assert sent[-1] == ["COMMIT"]
     assert role.rows().scalar_one() == tenant_role(world.tenant.schema)
-    assert _customer_count(database, world.tenant.scope) == 1
+    assert row_count(database, world.tenant.scope, customers) == 1

@@ -4,7 +4,6 @@ stale loads."""
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -20,18 +19,7 @@ from dealbase.errors import TenantSuspended, Unauthenticated
 from dealbase.ops import admin
 from dealbase.tenancy.callers.api_keys import KEY_CHANGES_CHANNEL, load_credentials, parse_api_key
 from dealbase.tenancy.callers.authentication import Authenticator, KeyCache, KeyChangeListener
-from tests.support import TenantWorld
-
-# How long a test waits for the listener (a notice, a reconnection) before it fails: a bound for
-# failing, not a margin to pass (each takes milliseconds).
-LISTENER_TIMEOUT_S = 10.0
-
-
-def _wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + LISTENER_TIMEOUT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not after {LISTENER_TIMEOUT_S} s"
-        time.sleep(0.01)
+from tests.support import TenantWorld, wait_until
 
 
 @pytest.fixture
@@ -56,7 +44,7 @@ def test_revocation_notice_drops_the_cached_key(
 
     admin.revoke_key(database, world.key.key_id)
 
-    _wait_until(lambda: listening_cache.get(world.key.key_id) is None, "the key is dropped")
+    wait_until(lambda: listening_cache.get(world.key.key_id) is None, "the key is dropped")
 
 
 def test_untrusted_cache_stores_nothing(database: Database, world: TenantWorld) -> None:
@@ -102,7 +90,7 @@ def test_listener_that_cannot_connect_leaves_the_cache_untrusted(
     listening.start(wait_seconds=0)
     try:
         # Its first attempt has failed (and it waits to try again).
-        _wait_until(
+        wait_until(
             lambda: any(entry["event"] == "listener_down" for entry in capture.entries),
             "the listener reports its failure",
         )
@@ -140,7 +128,7 @@ def test_lost_listener_connection_forgets_every_cached_key(
             {"pids": list(before)},
         )
 
-    _wait_until(lambda: bool(_listener_pids(database) - before), "the listener reconnects")
+    wait_until(lambda: bool(_listener_pids(database) - before), "the listener reconnects")
 
     assert listening_cache.get(world.key.key_id) is None
 
@@ -156,7 +144,7 @@ def _cache_keys(database: Database, cache: KeyCache, *worlds: TenantWorld) -> No
 
 def _until_dropped(cache: KeyCache, key_id: uuid.UUID) -> None:
     """Returns once the notice that drops the key has been applied (and any other it carried)."""
-    _wait_until(lambda: cache.get(key_id) is None, "the key is dropped")
+    wait_until(lambda: cache.get(key_id) is None, "the key is dropped")
 
 
 def test_a_tenant_notice_drops_every_key_of_that_tenant_and_no_other(
