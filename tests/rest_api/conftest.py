@@ -1,5 +1,5 @@
 """Fixtures of the REST tests: the limiters the rate-limit tests run against (a real Redis, and
-the in-process one), each synced record in turn, and employees."""
+the in-process one), each synced record in turn, employees, and a tenant a module's tests share."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dealbase.ops import admin
 from tests.redis_support import shared_redis_url
 from tests.rest_api.rate_limit_support import limiter
 from tests.rest_api.records_support import RECORDS, SyncedApi
-from tests.support import TenantWorld
+from tests.support import TenantWorld, build_tenant
 
 __all__ = ["limiter"]  # the fixture, for the tests of this folder
 
@@ -41,3 +41,10 @@ def employee_of(database: Database) -> Callable[[TenantWorld, int], uuid.UUID]:
         ).id
 
     return make_employee
+
+
+@pytest.fixture(scope="module")
+def shared(database: Database) -> TenantWorld:
+    """One tenant for a module's tests that write nothing another of them reads (refused
+    requests; activities of a customer of their own)."""
+    return build_tenant(database)

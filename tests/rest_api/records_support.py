@@ -108,6 +108,33 @@ class SyncedApi:
         return [item[self.label] for item in page["data"]]
 
 
+@dataclass(frozen=True)
+class SyncingKey:
+    """A synced record's routes as one department's key calls them: each body holds the rest of
+    a valid record in that department (``required``) beside the record's label."""
+
+    client: TestClient
+    record: SyncedApi
+    headers: dict[str, str]
+    required: dict[str, Any]
+
+    def put(
+        self,
+        external_id: str,
+        label: str,
+        conditions: dict[str, str] | None = None,
+        /,
+        **fields: Any,
+    ) -> Any:
+        """The PUT by ``external_id``, with the conditional headers ``conditions``; ``fields``
+        (the body's own ``external_id`` among them) go into the body."""
+        body = self.record.body(self.required, label, **fields)
+        return self.record.put(self.client, self.headers, external_id, body, **(conditions or {}))
+
+    def labels(self, external_id: str | None = None) -> list[str]:
+        return self.record.labels(self.client, self.headers, external_id)
+
+
 RECORDS = {
     "customers": SyncedApi("customers", "customer", "last_name"),
     "deals": SyncedApi("deals", "deal", "name", names_every_failure=False),

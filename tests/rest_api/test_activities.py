@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from dealbase.db.database import Database
 from dealbase.ops.admin import create_employee
-from tests.support import Credentials, TenantWorld, build_tenant
+from tests.support import Credentials, TenantWorld
 
 API = "/api/v1/integration"
 ACTIVITIES = f"{API}/activities"
@@ -74,12 +74,6 @@ def listed_ids(client: TestClient, key: Credentials, **params: str) -> list[str]
 
 def field_codes(response: Any) -> list[tuple[str, str]]:
     return [(error["field"], error["code"]) for error in response.json()["errors"]]
-
-
-@pytest.fixture(scope="module")
-def shared(database: Database) -> TenantWorld:
-    """One tenant for the tests that need nothing but a customer to name."""
-    return build_tenant(database)
 
 
 @pytest.fixture(scope="module")
@@ -443,14 +437,10 @@ def test_deleting_a_customer_deletes_its_activities_and_only_those(
 def test_a_moment_outside_the_utc_years_1_to_9999_is_422_not_an_error(
     client: TestClient, world: TenantWorld, moment: str
 ) -> None:
-    customer = client.post(
-        f"{API}/customers", json={"last_name": "A"}, headers=world.key.headers
-    ).json()
+    customer_id = new_customer(client, world.key, "A")
 
-    response = client.post(
-        f"{API}/activities",
-        json={"type": "task", "customer_id": customer["id"], "due_at": moment},
-        headers=world.key.headers,
+    response = create(
+        client, world.key, {"type": "task", "customer_id": customer_id, "due_at": moment}
     )
     listed = client.get(
         f"{API}/customers", params={"updated_since": moment}, headers=world.key.headers
@@ -463,18 +453,16 @@ def test_a_moment_outside_the_utc_years_1_to_9999_is_422_not_an_error(
 def test_moments_before_the_year_1000_keep_four_year_digits(
     client: TestClient, world: TenantWorld
 ) -> None:
-    customer = client.post(
-        f"{API}/customers", json={"last_name": "A"}, headers=world.key.headers
-    ).json()
+    customer_id = new_customer(client, world.key, "A")
 
-    response = client.post(
-        f"{API}/activities",
-        json={
+    response = create(
+        client,
+        world.key,
+        {
             "type": "meeting",
-            "customer_id": customer["id"],
+            "customer_id": customer_id,
             "due_at": "0188-01-26T03:16:18.289-12:25",
         },
-        headers=world.key.headers,
     )
 
     assert response.json()["due_at"] == "0188-01-26T15:41:18.289000Z"
@@ -482,14 +470,10 @@ def test_moments_before_the_year_1000_keep_four_year_digits(
 
 @pytest.mark.parametrize("moment", [0, 1700000000, 1.5, True, "1700000000"])
 def test_a_number_is_not_a_moment(client: TestClient, world: TenantWorld, moment: object) -> None:
-    customer = client.post(
-        f"{API}/customers", json={"last_name": "A"}, headers=world.key.headers
-    ).json()
+    customer_id = new_customer(client, world.key, "A")
 
-    response = client.post(
-        f"{API}/activities",
-        json={"type": "call", "customer_id": customer["id"], "done_at": moment},
-        headers=world.key.headers,
+    response = create(
+        client, world.key, {"type": "call", "customer_id": customer_id, "done_at": moment}
     )
 
     assert (response.status_code, response.json()["errors"][0]["code"]) == (422, "invalid_datetime")

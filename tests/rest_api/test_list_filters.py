@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from dealbase.db.database import Database
 from dealbase.ops.admin import create_employee
-from tests.support import TenantWorld, build_tenant
+from tests.support import TenantWorld
 
 API = "/api/v1/integration"
 CUSTOMERS = f"{API}/customers"
@@ -76,12 +76,6 @@ def with_offset(timestamp: str, hours: float) -> str:
     """The same instant as the API's ``...Z`` timestamp, written with another UTC offset."""
     offset = timezone(timedelta(hours=hours))
     return datetime.fromisoformat(timestamp).astimezone(offset).isoformat()
-
-
-@pytest.fixture(scope="module")
-def shared(database: Database) -> TenantWorld:
-    """One tenant for the tests that only send refused requests, which write nothing."""
-    return build_tenant(database)
 
 
 # --- customers ----------------------------------------------------------------------------------

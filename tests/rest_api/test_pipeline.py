@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from dealbase.db.database import Database
 from dealbase.ops.admin import create_employee
 from dealbase.platform.pipeline.models import DEFAULT_STEPS
-from tests.support import TenantWorld, build_tenant
+from tests.support import TenantWorld
 
 API = "/api/v1/integration"
 TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
@@ -36,12 +36,6 @@ def employ(database: Database, world: TenantWorld, names: list[str], index: int 
         str(create_employee(database, world.tenant.id, department_id, name, None).id)
         for name in names
     ]
-
-
-@pytest.fixture(scope="module")
-def shared(database: Database) -> TenantWorld:
-    """One tenant for the tests that only send refused requests, which write nothing."""
-    return build_tenant(database)
 
 
 def test_steps_are_the_departments_steps_in_order_with_positions_from_1(
