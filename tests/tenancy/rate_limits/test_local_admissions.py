@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -114,6 +115,43 @@ async def _spent_now(redis_url: str, prefix: str, key: uuid.UUID) -> tuple[int, 
     return BIG.burst - key_bucket.remaining, BIG.burst - tenant_bucket.remaining
 
 
+@dataclass(frozen=True)
+class Process:
+    """A process's LocalAdmissions over a CountingLimiter (``shared``), on a clock the test
+    moves, with the loop its checks run on and the Redis keys its buckets are kept under."""
+
+    runner: asyncio.Runner
+    shared: CountingLimiter
+    admissions: LocalAdmissions
+    clock: FakeClock
+    redis_url: str
+    prefix: str
+
+    def check(
+        self, key: uuid.UUID, rate: Rate = BIG, tenant_rate: Rate = BIG, **options: int
+    ) -> Verdict:
+        """The verdict on a request of ``key`` (of the tenant TENANT), run to its end."""
+        return self.runner.run(self.admissions.check(key, rate, TENANT, tenant_rate, **options))
+
+    def spent(self, key: uuid.UUID) -> tuple[int, int]:
+        return _spent(self.runner, self.redis_url, self.prefix, key)
+
+    async def spent_now(self, key: uuid.UUID) -> tuple[int, int]:
+        return await _spent_now(self.redis_url, self.prefix, key)
+
+
+@pytest.fixture
+def process(
+    runner: asyncio.Runner,
+    shared: CountingLimiter,
+    admissions: LocalAdmissions,
+    clock: FakeClock,
+    redis_url: str,
+    prefix: str,
+) -> Process:
+    return Process(runner, shared, admissions, clock, redis_url, prefix)
+
+
 def _at_once(check: Coroutine[Any, Any, Verdict]) -> Verdict:
     """The verdict of a check that finishes in its first step: it waited for nothing, no turn
     of the event loop, so no answer from Redis. Fails when the check would have waited."""
@@ -124,42 +162,30 @@ def _at_once(check: Coroutine[Any, Any, Verdict]) -> Verdict:
 
 
 def test_a_key_far_from_its_limits_is_admitted_without_asking_until_the_refresh(
-    runner: asyncio.Runner,
-    redis_url: str,
-    prefix: str,
-    shared: CountingLimiter,
-    admissions: LocalAdmissions,
-    clock: FakeClock,
+    process: Process,
 ) -> None:
     key = uuid.uuid4()
-    verdicts = [runner.run(admissions.check(key, BIG, TENANT, BIG)) for _ in range(50)]
+    verdicts = [process.check(key) for _ in range(50)]
     assert all(verdict.allowed for verdict in verdicts)
-    assert shared.sent == 1
+    assert process.shared.sent == 1
     # The answers count down as Redis's would.
     assert [v.buckets[0].remaining for v in verdicts[:3]] == [999, 998, 997]
-    assert _spent(runner, redis_url, prefix, key) == (1, 1)
+    assert process.spent(key) == (1, 1)
 
     # The refreshing request is admitted here too; its check of nothing carries the 49 owed
     # and its own unit.
-    clock.advance(REFRESH_SECONDS)
-    assert runner.run(admissions.check(key, BIG, TENANT, BIG)).allowed
-    runner.run(admissions.refreshed())
-    assert (shared.sent, shared.carried) == (2, 50)
-    assert _spent(runner, redis_url, prefix, key) == (51, 51)
+    process.clock.advance(REFRESH_SECONDS)
+    assert process.check(key).allowed
+    process.runner.run(process.admissions.refreshed())
+    assert (process.shared.sent, process.shared.carried) == (2, 50)
+    assert process.spent(key) == (51, 51)
     # What Redis said is fresh again: admitted here, nothing sent.
-    verdict = runner.run(admissions.check(key, BIG, TENANT, BIG))
-    assert shared.sent == 2
+    verdict = process.check(key)
+    assert process.shared.sent == 2
     assert verdict.buckets[0].remaining == BIG.burst - 52
 
 
-def test_the_refreshing_request_is_answered_before_redis_is_asked(
-    runner: asyncio.Runner,
-    redis_url: str,
-    prefix: str,
-    shared: CountingLimiter,
-    admissions: LocalAdmissions,
-    clock: FakeClock,
-) -> None:
+def test_the_refreshing_request_is_answered_before_redis_is_asked(process: Process) -> None:
     """The request past REFRESH_SECONDS finishes without a turn of the event loop while its
     refresh is held; the requests after it, while the refresh is on its way, start no other;
     the refresh, let go, spends the units it carries (the later ones stay owed)."""
@@ -167,35 +193,29 @@ def test_the_refreshing_request_is_answered_before_redis_is_asked(
 
     async def requests() -> None:
         for _ in range(10):
-            await admissions.check(key, BIG, TENANT, BIG)
-        clock.advance(REFRESH_SECONDS)
-        held = shared.held = asyncio.Event()
+            await process.admissions.check(key, BIG, TENANT, BIG)
+        process.clock.advance(REFRESH_SECONDS)
+        held = process.shared.held = asyncio.Event()
 
-        verdict = _at_once(admissions.check(key, BIG, TENANT, BIG))
+        verdict = _at_once(process.admissions.check(key, BIG, TENANT, BIG))
         assert verdict.allowed
         assert verdict.buckets[0].remaining == BIG.burst - 11
         for _ in range(5):
-            assert _at_once(admissions.check(key, BIG, TENANT, BIG)).allowed
+            assert _at_once(process.admissions.check(key, BIG, TENANT, BIG)).allowed
         await asyncio.sleep(0)  # the refresh's task reaches Redis's door and waits there
-        assert (shared.sent, shared.answered) == (2, 1)
-        assert await _spent_now(redis_url, prefix, key) == (1, 1)
+        assert (process.shared.sent, process.shared.answered) == (2, 1)
+        assert await process.spent_now(key) == (1, 1)
 
         held.set()
-        await admissions.refreshed()
-        assert (shared.sent, shared.carried, shared.answered) == (2, 10, 2)
-        assert await _spent_now(redis_url, prefix, key) == (11, 11)
+        await process.admissions.refreshed()
+        assert (process.shared.sent, process.shared.carried, process.shared.answered) == (2, 10, 2)
+        assert await process.spent_now(key) == (11, 11)
 
-    runner.run(requests())
+    process.runner.run(requests())
 
 
 def test_a_refresh_redis_does_not_answer_is_logged_and_the_requests_wait_once_stale(
-    runner: asyncio.Runner,
-    redis_url: str,
-    prefix: str,
-    shared: CountingLimiter,
-    admissions: LocalAdmissions,
-    clock: FakeClock,
-    monkeypatch: pytest.MonkeyPatch,
+    process: Process, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Redis gone (a limiter on a closed port): the refreshing request is admitted, the
     refresh's fault logged, not raised; no other refresh is started; once what Redis said is
@@ -203,31 +223,31 @@ def test_a_refresh_redis_does_not_answer_is_logged_and_the_requests_wait_once_st
     carries every unit owed meanwhile."""
     key = uuid.uuid4()
     for _ in range(10):
-        runner.run(admissions.check(key, BIG, TENANT, BIG))
-    gone = _limiter(closed_port_url(), prefix)
-    admissions.shared = gone
-    clock.advance(REFRESH_SECONDS)
+        process.check(key)
+    gone = _limiter(closed_port_url(), process.prefix)
+    process.admissions.shared = gone
+    process.clock.advance(REFRESH_SECONDS)
     with logs_of(monkeypatch, local_admissions) as logs:
-        assert runner.run(admissions.check(key, BIG, TENANT, BIG)).allowed
-        runner.run(admissions.refreshed())
+        assert process.check(key).allowed
+        process.runner.run(process.admissions.refreshed())
         assert [(entry["event"], entry["log_level"], entry["units"]) for entry in logs] == [
             ("rate_limit_refresh_failed", "warning", 10)
         ]
         assert gone.sent == 1
         for _ in range(5):
-            assert runner.run(admissions.check(key, BIG, TENANT, BIG)).allowed
+            assert process.check(key).allowed
         assert gone.sent == 1
 
-        clock.advance(STALE_SECONDS)
+        process.clock.advance(STALE_SECONDS)
         with pytest.raises(RateLimiterUnavailable):
-            runner.run(admissions.check(key, BIG, TENANT, BIG))
+            process.check(key)
         assert gone.sent == 2
 
-        admissions.shared = shared
-        assert runner.run(admissions.check(key, BIG, TENANT, BIG)).allowed
-    runner.run(gone.close())
-    assert (shared.sent, shared.carried) == (2, 15)
-    assert _spent(runner, redis_url, prefix, key) == (17, 17)
+        process.admissions.shared = process.shared
+        assert process.check(key).allowed
+    process.runner.run(gone.close())
+    assert (process.shared.sent, process.shared.carried) == (2, 15)
+    assert process.spent(key) == (17, 17)
 
 
 def test_closing_waits_for_the_refresh_on_its_way_then_spends_what_is_still_owed(
@@ -261,70 +281,47 @@ def test_closing_waits_for_the_refresh_on_its_way_then_spends_what_is_still_owed
     assert _spent(runner, redis_url, prefix, key) == (16, 16)
 
 
-def test_a_process_admits_a_quarter_of_what_was_left_before_asking_again(
-    runner: asyncio.Runner,
-    shared: CountingLimiter,
-    admissions: LocalAdmissions,
-) -> None:
+def test_a_process_admits_a_quarter_of_what_was_left_before_asking_again(process: Process) -> None:
     key = uuid.uuid4()
     for _ in range(1 + 999 // LOCAL_SHARE):
-        runner.run(admissions.check(key, BIG, TENANT, Rate(0.001, 100_000)))
-    assert shared.sent == 1
-    runner.run(admissions.check(key, BIG, TENANT, Rate(0.001, 100_000)))
-    assert (shared.sent, shared.carried) == (2, 999 // LOCAL_SHARE)
+        process.check(key, BIG, Rate(0.001, 100_000))
+    assert process.shared.sent == 1
+    process.check(key, BIG, Rate(0.001, 100_000))
+    assert (process.shared.sent, process.shared.carried) == (2, 999 // LOCAL_SHARE)
 
 
-def test_near_a_limit_every_request_is_asked_and_the_burst_holds_exactly(
-    runner: asyncio.Runner,
-    shared: CountingLimiter,
-    admissions: LocalAdmissions,
-) -> None:
+def test_near_a_limit_every_request_is_asked_and_the_burst_holds_exactly(process: Process) -> None:
     key = uuid.uuid4()
-    verdicts = [runner.run(admissions.check(key, SMALL, TENANT, BIG)) for _ in range(120)]
-    assert shared.sent == 120
+    verdicts = [process.check(key, SMALL, BIG) for _ in range(120)]
+    assert process.shared.sent == 120
     assert sum(verdict.allowed for verdict in verdicts) == SMALL.burst
 
 
-def test_what_redis_said_too_long_ago_admits_nothing(
-    runner: asyncio.Runner,
-    shared: CountingLimiter,
-    admissions: LocalAdmissions,
-    clock: FakeClock,
-) -> None:
+def test_what_redis_said_too_long_ago_admits_nothing(process: Process) -> None:
     key = uuid.uuid4()
-    runner.run(admissions.check(key, BIG, TENANT, BIG))
-    clock.advance(STALE_SECONDS)
-    runner.run(admissions.check(key, BIG, TENANT, BIG))
-    runner.run(admissions.check(key, BIG, TENANT, BIG))
-    assert shared.sent == 2  # the second answer is fresh again: the third is admitted here
+    process.check(key)
+    process.clock.advance(STALE_SECONDS)
+    process.check(key)
+    process.check(key)
+    assert process.shared.sent == 2  # the second answer is fresh again: the third is admitted here
 
 
-def test_a_changed_rate_is_asked_in_redis(
-    runner: asyncio.Runner,
-    shared: CountingLimiter,
-    admissions: LocalAdmissions,
-) -> None:
+def test_a_changed_rate_is_asked_in_redis(process: Process) -> None:
     key = uuid.uuid4()
-    runner.run(admissions.check(key, BIG, TENANT, BIG))
+    process.check(key)
     lowered = Rate(0.001, 500)
-    verdict = runner.run(admissions.check(key, lowered, TENANT, BIG))
-    assert shared.sent == 2
+    verdict = process.check(key, lowered, BIG)
+    assert process.shared.sent == 2
     assert verdict.buckets[0].rate == lowered
 
 
-def test_a_batch_is_asked_in_redis_and_carries_what_is_owed(
-    runner: asyncio.Runner,
-    redis_url: str,
-    prefix: str,
-    shared: CountingLimiter,
-    admissions: LocalAdmissions,
-) -> None:
+def test_a_batch_is_asked_in_redis_and_carries_what_is_owed(process: Process) -> None:
     key = uuid.uuid4()
     for _ in range(10):
-        runner.run(admissions.check(key, BIG, TENANT, BIG))
-    runner.run(admissions.check(key, BIG, TENANT, BIG, cost=25, prepaid=1))
-    assert (shared.sent, shared.carried) == (2, 9)
-    assert _spent(runner, redis_url, prefix, key) == (10 + 24, 10 + 24)
+        process.check(key)
+    process.check(key, cost=25, prepaid=1)
+    assert (process.shared.sent, process.shared.carried) == (2, 9)
+    assert process.spent(key) == (10 + 24, 10 + 24)
 
 
 def test_closing_spends_in_redis_what_was_admitted_here(
@@ -380,10 +377,7 @@ def test_two_processes_taking_turns_on_a_key_admit_its_burst_and_spend_every_uni
 
 
 def test_keys_forgotten_past_the_bound_leave_one_record_of_their_tenant(
-    runner: asyncio.Runner,
-    shared: CountingLimiter,
-    admissions: LocalAdmissions,
-    monkeypatch: pytest.MonkeyPatch,
+    process: Process, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Past MAX_REMEMBERED keys, those owing nothing are forgotten; a tenant's keys still share
     one record of it, so what its keys admit here is held to one quarter of its budget."""
@@ -391,9 +385,9 @@ def test_keys_forgotten_past_the_bound_leave_one_record_of_their_tenant(
     tenant_rate = Rate(per_second=0.001, burst=400)
     keys = [uuid.uuid4() for _ in range(4)]
     for key in keys:
-        runner.run(admissions.check(key, BIG, TENANT, tenant_rate))
-    assert shared.sent == 4
+        process.check(key, BIG, tenant_rate)
+    assert process.shared.sent == 4
     for turn in range(150):
-        runner.run(admissions.check(keys[2 + turn % 2], BIG, TENANT, tenant_rate))
+        process.check(keys[2 + turn % 2], BIG, tenant_rate)
     # About 396 left when last heard: a quarter, 99, admitted here before the next check.
-    assert shared.sent > 4
+    assert process.shared.sent > 4
