@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -147,6 +148,29 @@ class Observer:
         assert _deal_count(self.socket.next_data("observed")) == deals
 
 
+@dataclass(frozen=True)
+class Subscriber:
+    """The subscriber's key (``_limited_key``), and the app's verdicts on it."""
+
+    key: Credentials
+    verdicts: Verdicts
+
+
+@pytest.fixture
+def subscriber(
+    paced: TestClient, database: Database, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
+) -> Subscriber:
+    key = _limited_key(database, world)
+    return Subscriber(key, Verdicts(_admission(paced), key.key_id, monkeypatch))
+
+
+@pytest.fixture
+def observer(paced: TestClient, world: TenantWorld) -> Iterator[Observer]:
+    """The writer's own board subscription, open while the test runs."""
+    with live_socket(paced, init=world.key.headers) as watching:
+        yield Observer(watching)
+
+
 def _spend_the_burst(
     client: TestClient,
     world: TenantWorld,
@@ -170,22 +194,17 @@ def _spend_the_burst(
 def test_a_keys_board_runs_at_most_its_burst_then_its_rate_and_then_shows_the_newest_board(
     paced: TestClient,
     loop_clock: LoopClock,
-    database: Database,
     world: TenantWorld,
-    monkeypatch: pytest.MonkeyPatch,
+    subscriber: Subscriber,
+    observer: Observer,
 ) -> None:
     """The clock still: the connection and the subscribe spend two of the key's four units, the
     boards after the first two changes the other two. The third change's board is refused and
     waits, and the three changes after it replace it. Once the clock has moved past the retry
     time one board runs, the newest: six changes ran three boards, what the burst and one
     second allow, where each change ran one before."""
-    key = _limited_key(database, world)
-    verdicts = Verdicts(_admission(paced), key.key_id, monkeypatch)
-    with (
-        live_socket(paced, init=world.key.headers) as watching,
-        live_socket(paced, init=key.headers) as socket,
-    ):
-        observer = Observer(watching)
+    verdicts = subscriber.verdicts
+    with live_socket(paced, init=subscriber.key.headers) as socket:
         boards = _spend_the_burst(paced, world, observer, socket, verdicts)
         for deals in (4, 5, 6):
             _write_deal(paced, world, observer, deals)
@@ -203,20 +222,15 @@ def test_a_keys_board_runs_at_most_its_burst_then_its_rate_and_then_shows_the_ne
 def test_a_refused_board_neither_closes_the_subscription_nor_sends_an_error(
     paced: TestClient,
     loop_clock: LoopClock,
-    database: Database,
     world: TenantWorld,
-    monkeypatch: pytest.MonkeyPatch,
+    subscriber: Subscriber,
+    observer: Observer,
 ) -> None:
     """While its board waits for the key's rate, the WebSocket answers a ping, and nothing came
     before the pong (no error, no complete); once the clock moves, the board comes as a `next`
     without errors, and the subscription goes on: the next refused board comes in its turn."""
-    key = _limited_key(database, world)
-    verdicts = Verdicts(_admission(paced), key.key_id, monkeypatch)
-    with (
-        live_socket(paced, init=world.key.headers) as watching,
-        live_socket(paced, init=key.headers) as socket,
-    ):
-        observer = Observer(watching)
+    verdicts = subscriber.verdicts
+    with live_socket(paced, init=subscriber.key.headers) as socket:
         _spend_the_burst(paced, world, observer, socket, verdicts)
         socket.send({"type": "ping"})
         assert socket.receive() == {"type": "pong"}
@@ -237,20 +251,15 @@ def test_a_refused_board_neither_closes_the_subscription_nor_sends_an_error(
 def test_on_the_event_stream_too_a_refused_board_waits_for_the_keys_rate_then_is_the_newest(
     paced: TestClient,
     loop_clock: LoopClock,
-    database: Database,
     world: TenantWorld,
-    monkeypatch: pytest.MonkeyPatch,
+    subscriber: Subscriber,
+    observer: Observer,
 ) -> None:
     """A stream spends one unit when it opens (it has no subscribe of its own), so three boards
     pass before the fourth change's is refused; the stream stays open, and once the clock has
     moved past the retry time its next event is the newest board, without errors."""
-    key = _limited_key(database, world)
-    verdicts = Verdicts(_admission(paced), key.key_id, monkeypatch)
-    with (
-        live_socket(paced, init=world.key.headers) as watching,
-        stream(paced, key.headers, BOARD) as events,
-    ):
-        observer = Observer(watching)
+    verdicts = subscriber.verdicts
+    with stream(paced, subscriber.key.headers, BOARD) as events:
         boards = [_deal_count(events.next_event().data["data"])]
         for deals in (1, 2, 3):
             _write_deal(paced, world, observer, deals)
