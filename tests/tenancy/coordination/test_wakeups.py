@@ -29,6 +29,13 @@ def rows_of(database: Database, schema: str) -> list[tuple[datetime, uuid.UUID |
         return [(row.due_at, row.claimed_by) for row in found]
 
 
+def wake(database: Database, world: TenantWorld) -> str:
+    """Wakes the worker for ``world``'s schema in a unit of work of the tenant's; the schema."""
+    with database.unit_of_work(world.tenant.scope) as uow:
+        uow.connection.execute(wakeups.WAKEUP)
+    return world.tenant.schema
+
+
 def test_a_unit_of_work_wakes_the_worker_for_its_own_schema_once_it_commits(
     database: Database, world: TenantWorld
 ) -> None:
@@ -43,8 +50,7 @@ def test_a_unit_of_work_wakes_the_worker_for_its_own_schema_once_it_commits(
         wake_and_fail()
     assert rows_of(database, schema) == []
 
-    with database.unit_of_work(world.tenant.scope) as uow:
-        uow.connection.execute(wakeups.WAKEUP)
+    wake(database, world)
 
     [(due_at, claimed_by)] = rows_of(database, schema)
     assert claimed_by is None and due_at <= datetime.now(UTC)
@@ -80,11 +86,8 @@ def test_a_tenant_role_may_add_its_own_wakeup_and_do_nothing_else_in_control(
 def test_a_claimed_wakeup_is_no_other_workers_until_its_lease_lapses(
     database: Database, world: TenantWorld
 ) -> None:
-    schema = world.tenant.schema
-    with database.unit_of_work(world.tenant.scope) as uow:
-        uow.connection.execute(wakeups.WAKEUP)
-    with database.unit_of_work(world.tenant.scope) as uow:
-        uow.connection.execute(wakeups.WAKEUP)
+    wake(database, world)
+    schema = wake(database, world)
     first, second = uuid.uuid4(), uuid.uuid4()
     now = datetime.now(UTC)
 
@@ -102,9 +105,7 @@ def test_a_claimed_wakeup_is_no_other_workers_until_its_lease_lapses(
 def test_ending_a_visit_deletes_its_claim_and_schedules_the_next_retry_once(
     database: Database, world: TenantWorld
 ) -> None:
-    schema = world.tenant.schema
-    with database.unit_of_work(world.tenant.scope) as uow:
-        uow.connection.execute(wakeups.WAKEUP)
+    schema = wake(database, world)
     worker, now = uuid.uuid4(), datetime.now(UTC)
     retry = now + timedelta(minutes=5)
     with database.control() as connection:
