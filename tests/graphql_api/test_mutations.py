@@ -43,6 +43,15 @@ fragment A on Activity {
 """
 
 
+def returning(fragment: str, field: str, arguments: dict[str, str]) -> str:
+    """The document of the mutation ``field``, its ``arguments`` declared as named (name: GraphQL
+    type) and passed on, which answers the fields of ``fragment`` (its first definition)."""
+    declared = ", ".join(f"${name}: {kind}" for name, kind in arguments.items())
+    passed = ", ".join(f"{name}: ${name}" for name in arguments)
+    spread = fragment.split()[1]  # "fragment C on Customer ..."
+    return f"mutation ({declared}) {{ {field}({passed}) {{ ...{spread} }} }}\n{fragment}"
+
+
 def gql(
     client: TestClient,
     headers: dict[str, str],
@@ -86,19 +95,9 @@ def row_counts(database: Database, world: TenantWorld) -> dict[str, int]:
 
 # --- customers ---------------------------------------------------------------------------
 
-CREATE_CUSTOMER = (
-    """
-mutation ($input: CustomerInput!) { createCustomer(input: $input) { ...C } }
-"""
-    + CUSTOMER
-)
-UPDATE_CUSTOMER = (
-    """
-mutation ($id: UUID!, $changes: CustomerChanges!) {
-  updateCustomer(id: $id, changes: $changes) { ...C }
-}
-"""
-    + CUSTOMER
+CREATE_CUSTOMER = returning(CUSTOMER, "createCustomer", {"input": "CustomerInput!"})
+UPDATE_CUSTOMER = returning(
+    CUSTOMER, "updateCustomer", {"id": "UUID!", "changes": "CustomerChanges!"}
 )
 DELETE_CUSTOMER = "mutation ($id: UUID!) { deleteCustomer(id: $id) }"
 
@@ -200,49 +199,13 @@ def test_delete_customer_then_rest_finds_nothing(client: TestClient, world: Tena
 
 # --- deals -------------------------------------------------------------------------------
 
-CREATE_DEAL = (
-    """
-mutation ($input: DealInput!, $departmentId: UUID) {
-  createDeal(input: $input, departmentId: $departmentId) { ...D }
-}
-"""
-    + DEAL
-)
-UPDATE_DEAL = (
-    """
-mutation ($id: UUID!, $changes: DealChanges!) { updateDeal(id: $id, changes: $changes) { ...D } }
-"""
-    + DEAL
-)
-MOVE_DEAL = (
-    """
-mutation ($id: UUID!, $stepId: UUID!) { moveDeal(id: $id, stepId: $stepId) { ...D } }
-"""
-    + DEAL
-)
-ASSIGN_DEAL = (
-    """
-mutation ($id: UUID!, $employeeId: UUID) { assignDeal(id: $id, employeeId: $employeeId) { ...D } }
-"""
-    + DEAL
-)
+CREATE_DEAL = returning(DEAL, "createDeal", {"input": "DealInput!", "departmentId": "UUID"})
+UPDATE_DEAL = returning(DEAL, "updateDeal", {"id": "UUID!", "changes": "DealChanges!"})
+MOVE_DEAL = returning(DEAL, "moveDeal", {"id": "UUID!", "stepId": "UUID!"})
+ASSIGN_DEAL = returning(DEAL, "assignDeal", {"id": "UUID!", "employeeId": "UUID"})
 DELETE_DEAL = "mutation ($id: UUID!) { deleteDeal(id: $id) }"
-LINK = (
-    """
-mutation ($dealId: UUID!, $customerId: UUID!) {
-  linkCustomer(dealId: $dealId, customerId: $customerId) { ...D }
-}
-"""
-    + DEAL
-)
-UNLINK = (
-    """
-mutation ($dealId: UUID!, $customerId: UUID!) {
-  unlinkCustomer(dealId: $dealId, customerId: $customerId) { ...D }
-}
-"""
-    + DEAL
-)
+LINK = returning(DEAL, "linkCustomer", {"dealId": "UUID!", "customerId": "UUID!"})
+UNLINK = returning(DEAL, "unlinkCustomer", {"dealId": "UUID!", "customerId": "UUID!"})
 
 
 def new_deal(client: TestClient, key: Credentials, **fields: Any) -> dict[str, Any]:
@@ -557,19 +520,9 @@ def test_a_department_key_cannot_change_another_departments_deal(
 
 # --- activities --------------------------------------------------------------------------
 
-CREATE_ACTIVITY = (
-    """
-mutation ($input: ActivityInput!) { createActivity(input: $input) { ...A } }
-"""
-    + ACTIVITY
-)
-UPDATE_ACTIVITY = (
-    """
-mutation ($id: UUID!, $changes: ActivityChanges!) {
-  updateActivity(id: $id, changes: $changes) { ...A }
-}
-"""
-    + ACTIVITY
+CREATE_ACTIVITY = returning(ACTIVITY, "createActivity", {"input": "ActivityInput!"})
+UPDATE_ACTIVITY = returning(
+    ACTIVITY, "updateActivity", {"id": "UUID!", "changes": "ActivityChanges!"}
 )
 DELETE_ACTIVITY = "mutation ($id: UUID!) { deleteActivity(id: $id) }"
 
