@@ -3,6 +3,7 @@ tests of what every one answers alike; ``record`` (conftest.py) runs a test once
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,9 @@ class SyncedApi:
     required: Callable[[TestClient, dict[str, str]], dict[str, Any]] = lambda client, headers: {}
     # An atomic batch names every failed operation (written in bulk), or its first (one by one).
     names_every_failure: bool = True
+    # What fails one upsert of a batch by this record's own rules: the fields it adds to a valid
+    # body, and the field and code its failure names.
+    own_failures: tuple[tuple[dict[str, Any], str, str], ...] = ()
 
     def body(self, required: dict[str, Any], label: str, **fields: Any) -> dict[str, Any]:
         return {**required, self.label: label, **fields}
@@ -131,17 +135,52 @@ class SyncingKey:
         body = self.record.body(self.required, label, **fields)
         return self.record.put(self.client, self.headers, external_id, body, **(conditions or {}))
 
+    def upsert(self, external_id: str, label: str = "L", /, **fields: Any) -> dict[str, Any]:
+        """A batch's upsert of a valid record, ``fields`` in place of its own."""
+        return self.record.upsert_operation(external_id, label, **{**self.required, **fields})
+
+    def create(self, label: str = "L", /, **fields: Any) -> dict[str, Any]:
+        """A batch's create of a valid record, ``fields`` in place of its own."""
+        return self.record.create_operation(label, **{**self.required, **fields})
+
+    def batch(self, operations: list[dict[str, Any]], *, atomic: bool = False) -> Any:
+        return self.record.batch(self.client, self.headers, operations, atomic=atomic)
+
     def labels(self, external_id: str | None = None) -> list[str]:
         return self.record.labels(self.client, self.headers, external_id)
 
+    def events(self) -> list[tuple[str, str | None]]:
+        """The department's events, each as its type and its record's external id."""
+        page = self.client.get(f"{API}/events", params={"limit": 100}, headers=self.headers)
+        return [(event["type"], event["data"].get("external_id")) for event in page.json()["data"]]
+
 
 RECORDS = {
-    "customers": SyncedApi("customers", "customer", "last_name"),
-    "deals": SyncedApi("deals", "deal", "name", names_every_failure=False),
+    "customers": SyncedApi(
+        "customers",
+        "customer",
+        "last_name",
+        own_failures=(({"email": "not an email"}, "email", "invalid_format"),),
+    ),
+    "deals": SyncedApi(
+        "deals",
+        "deal",
+        "name",
+        names_every_failure=False,
+        own_failures=(
+            ({"step_id": str(uuid.uuid4())}, "step_id", "not_found"),
+            # An upsert leaves the deal's customers alone: it cannot name them.
+            ({"customers": []}, "customers", "unknown_field"),
+        ),
+    ),
     "activities": SyncedApi(
         "activities",
         "activity",
         "subject",
         lambda client, headers: {"type": "call", "customer_id": a_customer(client, headers)},
+        own_failures=(
+            ({"deal_id": str(uuid.uuid4())}, "deal_id", "not_found"),
+            ({"type": "lunch"}, "type", "invalid_choice"),
+        ),
     ),
 }

@@ -17,29 +17,46 @@ from tests.rest_api.records_support import API, RECORDS, SyncedApi, SyncingKey, 
 from tests.support import TenantWorld
 
 
-def _events(client: TestClient, headers: dict[str, str]) -> list[tuple[str, str | None]]:
-    """The department's events, each as its type and its record's external id."""
-    page = client.get(f"{API}/events", params={"limit": 100}, headers=headers).json()
-    return [(event["type"], event["data"].get("external_id")) for event in page["data"]]
-
-
 @pytest.fixture
 def syncing(client: TestClient, world: TenantWorld, record: SyncedApi) -> SyncingKey:
     """Each record's routes as the key of ``world``'s department calls them."""
     return SyncingKey(client, record, world.key.headers, record.required(client, world.key.headers))
 
 
-def test_if_match_needs_the_record_at_that_version(syncing: SyncingKey) -> None:
+@pytest.mark.parametrize(
+    ("external_id", "condition", "status"),
+    [
+        ("sync-1", {"If-Match": '"7"'}, 412),
+        ("sync-2", {"If-Match": "*"}, 412),
+        ("sync-1", {"If-Match": '"1"'}, 200),
+        ("sync-1", {"If-None-Match": '"1"'}, 412),
+        ("sync-1", {"If-None-Match": '"5", "6"'}, 200),
+        ("sync-2", {"If-None-Match": '"1"'}, 201),
+    ],
+    ids=[
+        "if-match-another-version",
+        "if-match-any-where-none-is",
+        "if-match-its-version",
+        "if-none-match-its-version",
+        "if-none-match-other-versions",
+        "if-none-match-where-none-is",
+    ],
+)
+def test_a_conditional_put_is_written_only_where_its_condition_holds(
+    syncing: SyncingKey, external_id: str, condition: dict[str, str], status: int
+) -> None:
+    """After sync-1 was put once (version 1): If-Match needs the record at one of its versions
+    (any, for *); If-None-Match refuses it at one of them."""
     syncing.put("sync-1", "A")
 
-    stale = syncing.put("sync-1", "B", {"If-Match": '"7"'})
-    missing = syncing.put("sync-2", "B", {"If-Match": "*"})
-    current = syncing.put("sync-1", "B", {"If-Match": '"1"'})
+    response = syncing.put(external_id, "B", condition)
 
-    assert (stale.status_code, missing.status_code, current.status_code) == (412, 412, 200)
-    assert stale.json()["code"] == missing.json()["code"] == "precondition_failed"
-    assert current.json()[syncing.record.label] == "B"
-    assert syncing.labels("sync-2") == []
+    assert response.status_code == status
+    if status == 412:
+        assert response.json()["code"] == "precondition_failed"
+        assert syncing.labels(external_id) == (["A"] if external_id == "sync-1" else [])
+    else:
+        assert response.json()[syncing.record.label] == "B"
 
 
 def test_if_none_match_star_only_creates(syncing: SyncingKey) -> None:
@@ -49,17 +66,6 @@ def test_if_none_match_star_only_creates(syncing: SyncingKey) -> None:
     assert (created.status_code, again.status_code) == (201, 412)
     assert again.json()["code"] == "precondition_failed"
     assert syncing.labels() == ["A"]
-
-
-def test_if_none_match_with_etags_refuses_only_at_those_versions(syncing: SyncingKey) -> None:
-    syncing.put("sync-1", "A")
-
-    at_it = syncing.put("sync-1", "B", {"If-None-Match": '"1"'})
-    elsewhere = syncing.put("sync-1", "B", {"If-None-Match": '"5", "6"'})
-    new = syncing.put("sync-2", "C", {"If-None-Match": '"1"'})
-
-    assert (at_it.status_code, elsewhere.status_code, new.status_code) == (412, 200, 201)
-    assert elsewhere.json()[syncing.record.label] == "B"
 
 
 def test_creating_with_a_taken_external_id_is_a_conflict_and_writes_nothing(
@@ -190,28 +196,24 @@ def test_a_batch_of_a_record_written_in_bulk_costs_the_same_statements_whatever_
 
 
 def test_by_default_a_failed_operation_of_a_batch_leaves_the_others_written(
-    client: TestClient, world: TenantWorld, record: SyncedApi
+    syncing: SyncingKey,
 ) -> None:
-    headers = world.key.headers
-    required = record.required(client, headers)
-    upsert, create = record.upsert_operation, record.create_operation
-
-    record.batch(
-        client,
-        headers,
-        [upsert(external_id, **required) for external_id in ("taken", "kept", "same")],
-    )
-    before = _events(client, headers)
+    record, upsert, create = syncing.record, syncing.upsert, syncing.create
+    own = record.own_failures
+    syncing.batch([upsert(external_id) for external_id in ("taken", "kept", "same")])
+    before = syncing.events()
     operations = [
-        upsert("a", **required),
-        create(**required, external_id="taken"),
-        upsert("b", "x" * 256, **required),
-        create(**required),
-        upsert("kept", "Changed", **required),
-        upsert("same", **required),
+        upsert("a"),
+        create(external_id="taken"),
+        upsert("b", "x" * 256),
+        create(),
+        upsert("kept", "Changed"),
+        upsert("same"),
+        # Then an upsert failed by each of the record's own rules.
+        *(upsert(f"own-{n}", **fields) for n, (fields, _, _) in enumerate(own)),
     ]
 
-    response = record.batch(client, headers, operations)
+    response = syncing.batch(operations)
 
     assert response.status_code == 200, response.text
     body = response.json()
@@ -223,16 +225,21 @@ def test_by_default_a_failed_operation_of_a_batch_leaves_the_others_written(
         (201, "created"),
         (200, "updated"),
         (200, "unchanged"),
+        *[(422, "failed")] * len(own),
     ]
-    assert body["summary"] == {"created": 2, "updated": 1, "unchanged": 1, "failed": 2}
+    assert body["summary"] == {"created": 2, "updated": 1, "unchanged": 1, "failed": 2 + len(own)}
     assert results[1]["error"]["code"] == "external_id_taken"
-    assert [(e["field"], e["pointer"]) for e in results[2]["error"]["errors"]] == [
-        (f"operations[2].data.{record.label}", f"/operations/2/data/{record.label}")
-    ]
-    assert all(r.get("data") is None for r in results[1:3])
+    named = [(record.label, "too_long"), *((field, code) for _, field, code in own)]
+    for index, (field, code) in zip([2, *range(6, 6 + len(own))], named, strict=True):
+        assert [
+            (e["field"], e["code"], e["pointer"]) for e in results[index]["error"]["errors"]
+        ] == [(f"operations[{index}].data.{field}", code, f"/operations/{index}/data/{field}")], (
+            field
+        )
+    assert all(r.get("data") is None for r in [*results[1:3], *results[6:]])
     assert results[4]["data"][record.label] == "Changed"
-    assert sorted(record.labels(client, headers)) == sorted(["L", "Changed", "L", "L", "L"])
-    assert _events(client, headers)[len(before) :] == [
+    assert sorted(syncing.labels()) == sorted(["L", "Changed", "L", "L", "L"])
+    assert syncing.events()[len(before) :] == [
         (f"{record.noun}.created", "a"),
         (f"{record.noun}.created", None),
         (f"{record.noun}.updated", "kept"),
@@ -240,25 +247,18 @@ def test_by_default_a_failed_operation_of_a_batch_leaves_the_others_written(
 
 
 def test_an_atomic_batch_with_failures_writes_nothing_and_names_them(
-    client: TestClient, world: TenantWorld, record: SyncedApi
+    syncing: SyncingKey,
 ) -> None:
-    headers = world.key.headers
-    required = record.required(client, headers)
+    record, upsert, create = syncing.record, syncing.upsert, syncing.create
+    syncing.batch([upsert("taken", "A"), upsert("also-taken", "A")])
+    before = syncing.events()
 
-    def upsert(external_id: str) -> dict[str, Any]:
-        return record.upsert_operation(external_id, "A", **required)
-
-    def create(external_id: str, label: str = "T") -> dict[str, Any]:
-        return record.create_operation(label, **required, external_id=external_id)
-
-    record.batch(client, headers, [upsert("taken"), upsert("also-taken")])
-    before = _events(client, headers)
-
-    conflicting = record.batch(
-        client, headers, [upsert("a"), create("taken"), create("also-taken")], atomic=True
+    conflicting = syncing.batch(
+        [upsert("a", "A"), create("T", external_id="taken"), create("T", external_id="also-taken")],
+        atomic=True,
     )
-    refused = record.batch(
-        client, headers, [upsert("a"), create("b", "x" * 256), upsert("c")], atomic=True
+    refused = syncing.batch(
+        [upsert("a", "A"), create("x" * 256, external_id="b"), upsert("c", "A")], atomic=True
     )
 
     assert conflicting.status_code == refused.status_code == 422
@@ -273,40 +273,30 @@ def test_an_atomic_batch_with_failures_writes_nothing_and_names_them(
     assert [(f["index"], f["error"]["errors"][0]["field"]) for f in refused.json()["failures"]] == [
         (1, f"operations[1].data.{record.label}")
     ]
-    assert record.labels(client, headers) == ["A", "A"]
-    assert _events(client, headers) == before
+    assert syncing.labels() == ["A", "A"]
+    assert syncing.events() == before
 
 
-def test_an_atomic_batch_without_failures_writes_everything(
-    client: TestClient, world: TenantWorld, record: SyncedApi
-) -> None:
-    headers = world.key.headers
-    required = record.required(client, headers)
-    operations = [
-        record.upsert_operation("a", **required),
-        record.create_operation(**required),
-        record.create_operation(**required, external_id="c"),
-    ]
+def test_an_atomic_batch_without_failures_writes_everything(syncing: SyncingKey) -> None:
+    operations = [syncing.upsert("a"), syncing.create(), syncing.create(external_id="c")]
 
-    response = record.batch(client, headers, operations, atomic=True)
+    response = syncing.batch(operations, atomic=True)
 
     assert response.status_code == 200, response.text
     assert response.json()["summary"] == {"created": 3, "updated": 0, "unchanged": 0, "failed": 0}
-    assert record.labels(client, headers) == ["L", "L", "L"]
+    assert syncing.labels() == ["L", "L", "L"]
 
 
 def test_an_external_id_named_twice_in_a_batch_fails_the_later_operations(
-    client: TestClient, world: TenantWorld, record: SyncedApi
+    syncing: SyncingKey,
 ) -> None:
-    headers = world.key.headers
-    required = record.required(client, headers)
     operations = [
-        record.upsert_operation("a", "First", **required),
-        record.upsert_operation("a", "Second", **required),
-        record.create_operation("Third", **required, external_id="a"),
+        syncing.upsert("a", "First"),
+        syncing.upsert("a", "Second"),
+        syncing.create("Third", external_id="a"),
     ]
 
-    results = record.batch(client, headers, operations).json()["results"]
+    results = syncing.batch(operations).json()["results"]
 
     assert [r["outcome"] for r in results] == ["created", "failed", "failed"]
     assert [r["error"]["errors"][0]["field"] for r in results[1:]] == [
@@ -314,4 +304,4 @@ def test_an_external_id_named_twice_in_a_batch_fails_the_later_operations(
         "operations[2].data.external_id",
     ]
     assert {r["error"]["errors"][0]["code"] for r in results[1:]} == {"duplicate_item"}
-    assert record.labels(client, headers) == ["First"]
+    assert syncing.labels() == ["First"]
