@@ -159,12 +159,13 @@ class SyncMutations:
         """The JSON body of a batch (``variables``: ``atomic``, ``d``)."""
         return gql(client, self.batch_document, {"operations": operations, **variables}, headers)
 
+    def data_key(self, op: str) -> str:
+        """Where an operation ``op`` (UPSERT, CREATE) of a batch holds its data."""
+        return op.lower() if self.data_under_op else "data"
+
     def upsert_operation(self, external_id: str, **data: Any) -> dict[str, Any]:
-        key = "upsert" if self.data_under_op else "data"
+        key = self.data_key("UPSERT")
         return {"op": "UPSERT", "externalId": external_id, key: {self.label: "L", **data}}
 
     def create_operation(self, **data: Any) -> dict[str, Any]:
-        return {
-            "op": "CREATE",
-            "create" if self.data_under_op else "data": {self.label: "L", **data},
-        }
+        return {"op": "CREATE", self.data_key("CREATE"): {self.label: "L", **data}}

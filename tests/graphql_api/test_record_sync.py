@@ -1,5 +1,6 @@
 """The sync mutations every synced record has (upsert<Record>, batch<Record>s), as each answers
-them alike: an upsert's outcomes, its invalid input named by field, a tenant-wide key naming
+them alike: an upsert's outcomes, its invalid input named by field, a batch's failed operations
+(each record's own rules among them) beside the written ones, a tenant-wide key naming
 the department it writes in (before anything else is judged or written), and an external id's
 reach (one department of one tenant). What is particular to one record is in
 test_sync_mutations (customers) and test_sync_deals_and_activities."""
@@ -108,6 +109,9 @@ class SyncedGraphQL:
     plural: str  # its REST path
     other: tuple[str, Any]
     required: Callable[[TestClient, dict[str, str]], dict[str, Any]] = lambda client, headers: {}
+    # What fails one operation of a batch by this record's own rules: the operation (UPSERT,
+    # CREATE), the fields it adds to a valid input, and the field and code its failure names.
+    own_failures: tuple[tuple[str, dict[str, Any], str, str], ...] = ()
 
     @property
     def label(self) -> str:
@@ -129,10 +133,30 @@ def _a_customer_and_a_deal(client: TestClient, headers: dict[str, str]) -> dict[
 
 
 SYNCED = {
-    "customers": SyncedGraphQL(CUSTOMER, "customers", ("city", "London")),
-    "deals": SyncedGraphQL(DEAL, "deals", ("volume", 100)),
+    "customers": SyncedGraphQL(
+        CUSTOMER,
+        "customers",
+        ("city", "London"),
+        own_failures=(
+            ("CREATE", {"email": "not an email"}, "email", "invalid_format"),
+            ("UPSERT", {"firstName": "x" * 256}, "firstName", "too_long"),
+        ),
+    ),
+    "deals": SyncedGraphQL(
+        DEAL,
+        "deals",
+        ("volume", 100),
+        own_failures=(
+            ("UPSERT", {"stepId": str(uuid.uuid4())}, "stepId", "not_found"),
+            ("CREATE", {"customers": [{"lastName": " "}]}, "customers[0].lastName", "blank"),
+        ),
+    ),
     "activities": SyncedGraphQL(
-        ACTIVITY, "activities", ("note", "Bring the drawings"), _a_customer_and_a_deal
+        ACTIVITY,
+        "activities",
+        ("note", "Bring the drawings"),
+        _a_customer_and_a_deal,
+        own_failures=(("UPSERT", {"dealId": str(uuid.uuid4())}, "dealId", "not_found"),),
     ),
 }
 
@@ -282,3 +306,68 @@ def test_an_external_id_names_a_record_of_one_department_of_one_tenant(
     # The first is as its own department left it.
     again = record.upsert(client, mine_headers, "sync-1", **own)
     assert (again["outcome"], again["version"]) == ("UNCHANGED", 1)
+
+
+@pytest.mark.parametrize("plural", sorted(SYNCED))
+def test_by_default_a_failed_operation_of_a_batch_leaves_the_others_written(
+    client: TestClient, world: TenantWorld, plural: str
+) -> None:
+    record = SYNCED[plural]
+    mutations = record.mutations
+    headers = world.key.headers
+    required = record.required(client, headers)
+    for external_id in ("taken", "kept"):
+        record.upsert(client, headers, external_id, **required)
+    own = record.own_failures
+
+    def own_failure(n: int, op: str, fields: dict[str, Any]) -> dict[str, Any]:
+        data = {**required, **fields}  # the failing fields in place of the valid ones
+        if op == "CREATE":
+            return mutations.create_operation(**data)
+        return mutations.upsert_operation(f"own-{n}", **data)
+
+    body = mutations.batch(
+        client,
+        headers,
+        [
+            mutations.upsert_operation("a", **required),
+            mutations.create_operation(**required, externalId="taken"),
+            mutations.upsert_operation("a", **required, **{record.label: "Twice"}),
+            mutations.upsert_operation("kept", **required, **{record.label: "Changed"}),
+            mutations.create_operation(**required, externalId="c"),
+            *(own_failure(n, op, fields) for n, (op, fields, _, _) in enumerate(own)),
+        ],
+    )
+
+    assert "errors" not in body, body["errors"]
+    found = body["data"][f"batch{mutations.plural}"]
+    results = found["results"]
+    assert [r["outcome"] for r in results] == [
+        "CREATED",
+        "FAILED",
+        "FAILED",
+        "UPDATED",
+        "CREATED",
+        *["FAILED"] * len(own),
+    ]
+    assert [r[mutations.field] is None for r in results] == [
+        False,
+        True,
+        True,
+        False,
+        False,
+        *[True] * len(own),
+    ]
+    assert (results[1]["error"]["code"], results[1]["error"]["errors"]) == ("external_id_taken", [])
+    assert field_errors(results[2]["error"]["errors"]) == [
+        ("operations[2].externalId", "duplicate_item")
+    ]
+    assert results[3][mutations.field][record.label] == "Changed"
+    for index, (op, _, field, code) in enumerate(own, start=5):
+        error = results[index]["error"]
+        assert (error["code"], bool(error["message"])) == ("validation_failed", True), field
+        assert field_errors(error["errors"]) == [
+            (f"operations[{index}].{mutations.data_key(op)}.{field}", code)
+        ]
+    assert found["summary"] == {"created": 2, "updated": 1, "unchanged": 0, "failed": 2 + len(own)}
+    assert external_ids(client, world, plural) == ["taken", "kept", "a", "c"]

@@ -90,52 +90,6 @@ def test_a_batch_creates_and_upserts_in_order_and_a_second_sync_updates_the_chan
     assert external_ids(client, world, "customers") == [*(f"shop-{n}" for n in range(5)), "new"]
 
 
-def test_by_default_a_failed_operation_leaves_the_others_written(
-    client: TestClient, world: TenantWorld
-) -> None:
-    headers = world.key.headers
-    CUSTOMER.upsert(client, headers, "taken")
-    operations = [
-        upsert("a"),
-        create(email="not an email"),
-        create(externalId="taken"),
-        upsert("b", firstName="x" * 256),
-        upsert("a", city="twice"),
-        create(externalId="c"),
-    ]
-
-    body = CUSTOMER.batch(client, headers, operations)
-
-    assert "errors" not in body, body["errors"]
-    found = body["data"]["batchCustomers"]
-    results = found["results"]
-    assert [r["outcome"] for r in results] == [
-        "CREATED",
-        "FAILED",
-        "FAILED",
-        "FAILED",
-        "FAILED",
-        "CREATED",
-    ]
-    assert [r["customer"] is None for r in results] == [False, True, True, True, True, False]
-    invalid_email = results[1]["error"]
-    assert invalid_email["code"] == "validation_failed"
-    assert [(e["field"], e["code"]) for e in invalid_email["errors"]] == [
-        ("operations[1].data.email", "invalid_format")
-    ]
-    assert invalid_email["message"]
-    assert results[2]["error"]["code"] == "external_id_taken"
-    assert results[2]["error"]["errors"] == []
-    assert [(e["field"], e["code"]) for e in results[3]["error"]["errors"]] == [
-        ("operations[3].data.firstName", "too_long")
-    ]
-    assert [(e["field"], e["code"]) for e in results[4]["error"]["errors"]] == [
-        ("operations[4].externalId", "duplicate_item")
-    ]
-    assert found["summary"] == {"created": 2, "updated": 0, "unchanged": 0, "failed": 4}
-    assert external_ids(client, world, "customers") == ["taken", "a", "c"]
-
-
 def test_an_atomic_batch_with_a_failure_writes_nothing_and_names_every_failure(
     client: TestClient, world: TenantWorld
 ) -> None:
