@@ -114,17 +114,21 @@ def external_ids(client: TestClient, world: TenantWorld, plural: str) -> list[st
 @dataclass(frozen=True)
 class SyncMutations:
     """A synced record's ``upsert<record>`` and ``batch<plural>`` as the tests send them: each
-    answer selects the record's ``upsert_selection`` or ``batch_selection``; the required text
-    field ``label`` is ``"L"`` unless a test gives it; a batch operation holds its data under
-    ``data``, or (deals) under ``create`` or ``upsert`` as its ``op``."""
+    answer selects the record's id, external id, department, version, its required text field
+    ``label`` and its ``fields``; ``label`` is ``"L"`` unless a test gives it; a batch operation
+    holds its data under ``data``, or (deals) under ``create`` or ``upsert`` as its ``op``."""
 
     record: str
-    plural: str
     input_type: str
-    upsert_selection: str
-    batch_selection: str
     label: str
+    fields: str
+    irregular_plural: str | None = None  # else the record's name and an s
     data_under_op: bool = False
+
+    @property
+    def plural(self) -> str:
+        """As in ``batch<plural>``."""
+        return self.irregular_plural or f"{self.record}s"
 
     @property
     def field(self) -> str:
@@ -132,12 +136,16 @@ class SyncMutations:
         return _field_of(self.record)
 
     @property
+    def selection(self) -> str:
+        return f"id externalId departmentId version {self.label} {self.fields}"
+
+    @property
     def upsert_document(self) -> str:
-        return upsert_mutation(self.record, self.input_type, self.upsert_selection)
+        return upsert_mutation(self.record, self.input_type, self.selection)
 
     @property
     def batch_document(self) -> str:
-        return batch_mutation(self.record, self.plural, self.batch_selection)
+        return batch_mutation(self.record, self.plural, self.selection)
 
     def upsert(
         self, client: TestClient, headers: Mapping[str, str], external_id: str, **fields: Any

@@ -26,22 +26,13 @@ API = "/api/v1/integration"
 
 DEAL = SyncMutations(
     "Deal",
-    "Deals",
     "DealUpsertInput",
-    upsert_selection=(
-        "id externalId departmentId name volume stepId employeeId version customers { lastName }"
-    ),
-    batch_selection="id externalId name volume version customers { lastName }",
-    label="name",
+    "name",
+    "volume stepId employeeId customers { lastName }",
     data_under_op=True,
 )
 ACTIVITY = SyncMutations(
-    "Activity",
-    "Activities",
-    "ActivityInput",
-    upsert_selection="id externalId departmentId type subject note customerId version",
-    batch_selection="id externalId type subject version",
-    label="subject",
+    "Activity", "ActivityInput", "subject", "type note customerId", irregular_plural="Activities"
 )
 UPSERT_DEAL, BATCH_DEALS = DEAL.upsert_document, DEAL.batch_document
 deal_upsert, deal_create = DEAL.upsert_operation, DEAL.create_operation

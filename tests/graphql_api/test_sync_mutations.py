@@ -21,14 +21,7 @@ from tests.graphql_api.support import (
 from tests.rest_api.rate_limit_support import State, serving, slow_limits, state
 from tests.support import FakeClock, TenantWorld
 
-CUSTOMER = SyncMutations(
-    "Customer",
-    "Customers",
-    "CustomerInput",
-    upsert_selection="id externalId departmentId lastName firstName city version",
-    batch_selection="id externalId lastName city version",
-    label="lastName",
-)
+CUSTOMER = SyncMutations("Customer", "CustomerInput", "lastName", "firstName city")
 UPSERT_CUSTOMER, BATCH_CUSTOMERS = CUSTOMER.upsert_document, CUSTOMER.batch_document
 upsert, create = CUSTOMER.upsert_operation, CUSTOMER.create_operation
 
