@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.rest_api.test_events import all_events
 from tests.support import TenantWorld
 
 API = "/api/v1/integration"
@@ -106,7 +107,7 @@ def test_deal_required_fields_cannot_be_cleared(
     assert response.json()["errors"][0]["code"] == "cannot_clear"
 
 
-def test_link_appends_an_existing_customer_once_and_unlink_removes_it(
+def test_link_appends_an_existing_customer_once_and_unlink_removes_it_each_a_deal_update(
     client: TestClient, world: TenantWorld
 ) -> None:
     deal = make(client, world, "/deals", {"name": "D", "customers": [{"last_name": "First"}]})
@@ -128,6 +129,13 @@ def test_link_appends_an_existing_customer_once_and_unlink_removes_it(
         client.get(f"{API}/customers/{customer['id']}", headers=world.key.headers).status_code
         == 200
     )
+    link_event, unlink_event = all_events(client, world)[-2:]  # linking again is no change
+    assert link_event["type"] == unlink_event["type"] == "deal.updated"
+    assert link_event["changed_fields"] == unlink_event["changed_fields"] == ["customers"]
+    assert link_event["previous"] == {"customers": deal["customers"]}
+    assert link_event["data"] == linked.json()
+    assert unlink_event["previous"] == {"customers": linked.json()["customers"]}
+    assert unlink_event["data"] == after
 
 
 def test_linking_an_unknown_or_foreign_customer_is_422(
