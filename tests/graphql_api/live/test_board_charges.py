@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,7 @@ from tests.graphql_api.live_support import (
     BOARD,
     WAIT_SECONDS,
     LiveSocket,
+    Stream,
     live_socket,
     stream,
 )
@@ -118,42 +120,45 @@ def _limited_key(database: Database, world: TenantWorld) -> Credentials:
     return Credentials(issued.key_id, issued.api_key, world.department.id)
 
 
-def _write_deal(client: TestClient, world: TenantWorld, observer: Observer, volume: int) -> None:
-    """A change of a deal, by the department's own key (not the subscriber's), once the hub has
-    read the board after it (``observer``)."""
-    response = client.post(
-        f"{API}/deals",
-        json={"name": f"Deal {volume}", "volume": volume, "customers": []},
-        headers=world.key.headers,
-    )
-    assert response.status_code == 201, response.text
-    observer.saw(volume)
-
-
 def _deal_count(data: dict[str, Any]) -> int:
     count: int = data["pipelineBoard"]["steps"][0]["dealCount"]
     return count
 
 
 class Observer:
-    """A board subscription of the writer's key: once it has the board after a change, the
-    subscriber's board after that change is in the hub too (the channel hands it to both)."""
+    """The writer: the department's own key (not the subscriber's), and a board subscription of
+    it. Once it has the board after a change, the subscriber's board after that change is in the
+    hub too (the channel hands it to both)."""
 
-    def __init__(self, socket: LiveSocket) -> None:
-        self.socket = socket
+    def __init__(self, client: TestClient, world: TenantWorld, socket: LiveSocket) -> None:
+        self.client, self.world, self.socket = client, world, socket
         socket.subscribe("observed", OBSERVED)
         socket.next_data("observed")
 
-    def saw(self, deals: int) -> None:
-        assert _deal_count(self.socket.next_data("observed")) == deals
+    def write_deal(self, volume: int) -> None:
+        """A change of a deal, once the hub has read the board after it."""
+        response = self.client.post(
+            f"{API}/deals",
+            json={"name": f"Deal {volume}", "volume": volume, "customers": []},
+            headers=self.world.key.headers,
+        )
+        assert response.status_code == 201, response.text
+        assert _deal_count(self.socket.next_data("observed")) == volume
 
 
 @dataclass(frozen=True)
 class Subscriber:
     """The subscriber's key (``_limited_key``), and the app's verdicts on it."""
 
+    client: TestClient
     key: Credentials
     verdicts: Verdicts
+
+    def socket(self) -> AbstractContextManager[LiveSocket]:
+        return live_socket(self.client, init=self.key.headers)
+
+    def stream(self, document: str) -> AbstractContextManager[Stream]:
+        return stream(self.client, self.key.headers, document)
 
 
 @pytest.fixture
@@ -161,42 +166,32 @@ def subscriber(
     paced: TestClient, database: Database, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
 ) -> Subscriber:
     key = _limited_key(database, world)
-    return Subscriber(key, Verdicts(_admission(paced), key.key_id, monkeypatch))
+    return Subscriber(paced, key, Verdicts(_admission(paced), key.key_id, monkeypatch))
 
 
 @pytest.fixture
 def observer(paced: TestClient, world: TenantWorld) -> Iterator[Observer]:
     """The writer's own board subscription, open while the test runs."""
     with live_socket(paced, init=world.key.headers) as watching:
-        yield Observer(watching)
+        yield Observer(paced, world, watching)
 
 
-def _spend_the_burst(
-    client: TestClient,
-    world: TenantWorld,
-    observer: Observer,
-    socket: LiveSocket,
-    verdicts: Verdicts,
-) -> list[int]:
+def _spend_the_burst(observer: Observer, socket: LiveSocket, verdicts: Verdicts) -> list[int]:
     """Subscribes ``socket`` to the board and changes deals until its key is refused a board:
     the first board and the next two pass (the connection and the subscribe spent the other two
     of the burst of four), the third change's waits. The deal counts of the boards received."""
     socket.subscribe("1", BOARD)
     boards = [_deal_count(socket.next_data("1"))]
     for deals in (1, 2):
-        _write_deal(client, world, observer, deals)
+        observer.write_deal(deals)
         boards.append(_deal_count(socket.next_data("1")))
-    _write_deal(client, world, observer, 3)
+    observer.write_deal(3)
     verdicts.wait_for_a_refusal()
     return boards
 
 
 def test_a_keys_board_runs_at_most_its_burst_then_its_rate_and_then_shows_the_newest_board(
-    paced: TestClient,
-    loop_clock: LoopClock,
-    world: TenantWorld,
-    subscriber: Subscriber,
-    observer: Observer,
+    loop_clock: LoopClock, subscriber: Subscriber, observer: Observer
 ) -> None:
     """The clock still: the connection and the subscribe spend two of the key's four units, the
     boards after the first two changes the other two. The third change's board is refused and
@@ -204,10 +199,10 @@ def test_a_keys_board_runs_at_most_its_burst_then_its_rate_and_then_shows_the_ne
     time one board runs, the newest: six changes ran three boards, what the burst and one
     second allow, where each change ran one before."""
     verdicts = subscriber.verdicts
-    with live_socket(paced, init=subscriber.key.headers) as socket:
-        boards = _spend_the_burst(paced, world, observer, socket, verdicts)
+    with subscriber.socket() as socket:
+        boards = _spend_the_burst(observer, socket, verdicts)
         for deals in (4, 5, 6):
-            _write_deal(paced, world, observer, deals)
+            observer.write_deal(deals)
         while_refused = list(verdicts.given)
         loop_clock.advance(RETRY_S)
         boards.append(_deal_count(socket.next_data("1")))
@@ -220,18 +215,14 @@ def test_a_keys_board_runs_at_most_its_burst_then_its_rate_and_then_shows_the_ne
 
 
 def test_a_refused_board_neither_closes_the_subscription_nor_sends_an_error(
-    paced: TestClient,
-    loop_clock: LoopClock,
-    world: TenantWorld,
-    subscriber: Subscriber,
-    observer: Observer,
+    loop_clock: LoopClock, subscriber: Subscriber, observer: Observer
 ) -> None:
     """While its board waits for the key's rate, the WebSocket answers a ping, and nothing came
     before the pong (no error, no complete); once the clock moves, the board comes as a `next`
     without errors, and the subscription goes on: the next refused board comes in its turn."""
     verdicts = subscriber.verdicts
-    with live_socket(paced, init=subscriber.key.headers) as socket:
-        _spend_the_burst(paced, world, observer, socket, verdicts)
+    with subscriber.socket() as socket:
+        _spend_the_burst(observer, socket, verdicts)
         socket.send({"type": "ping"})
         assert socket.receive() == {"type": "pong"}
         loop_clock.advance(RETRY_S)
@@ -239,7 +230,7 @@ def test_a_refused_board_neither_closes_the_subscription_nor_sends_an_error(
         assert (after_the_wait["id"], after_the_wait["type"]) == ("1", "next"), after_the_wait
         assert "errors" not in after_the_wait["payload"]
         # The second's unit is spent: the next board is refused too, and comes a second later.
-        _write_deal(paced, world, observer, 4)
+        observer.write_deal(4)
         verdicts.wait_for_refusals(2)
         loop_clock.advance(RETRY_S)
         next_turn = socket.next_data("1")
@@ -249,24 +240,20 @@ def test_a_refused_board_neither_closes_the_subscription_nor_sends_an_error(
 
 
 def test_on_the_event_stream_too_a_refused_board_waits_for_the_keys_rate_then_is_the_newest(
-    paced: TestClient,
-    loop_clock: LoopClock,
-    world: TenantWorld,
-    subscriber: Subscriber,
-    observer: Observer,
+    loop_clock: LoopClock, subscriber: Subscriber, observer: Observer
 ) -> None:
     """A stream spends one unit when it opens (it has no subscribe of its own), so three boards
     pass before the fourth change's is refused; the stream stays open, and once the clock has
     moved past the retry time its next event is the newest board, without errors."""
     verdicts = subscriber.verdicts
-    with stream(paced, subscriber.key.headers, BOARD) as events:
+    with subscriber.stream(BOARD) as events:
         boards = [_deal_count(events.next_event().data["data"])]
         for deals in (1, 2, 3):
-            _write_deal(paced, world, observer, deals)
+            observer.write_deal(deals)
             boards.append(_deal_count(events.next_event().data["data"]))
-        _write_deal(paced, world, observer, 4)
+        observer.write_deal(4)
         verdicts.wait_for_a_refusal()
-        _write_deal(paced, world, observer, 5)
+        observer.write_deal(5)
         while_refused = list(verdicts.given)
         loop_clock.advance(RETRY_S)
         newest = events.next_event()
