@@ -12,8 +12,8 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -117,6 +117,18 @@ def database_at(url: str, pool_size: int = 1) -> Iterator[Database]:
         yield database
     finally:
         database.dispose()
+
+
+@asynccontextmanager
+async def opened_database(url: str) -> AsyncIterator[Database]:
+    """A ``Database`` at ``url`` of one connection and no overflow, opened on the running event
+    loop and closed after the block."""
+    database = Database(url, pool_size=1, max_overflow=0)
+    await database.open()
+    try:
+        yield database
+    finally:
+        await database.close()
 
 
 def control_at_head(database: Database) -> None:

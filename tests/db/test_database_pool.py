@@ -22,7 +22,7 @@ from dealbase.db.pool import PoolStats, TenantAffinePool
 from dealbase.db.units import UnitOfWork
 from dealbase.errors import DatabaseUnavailable
 from dealbase.tenancy.scope import Scope
-from tests.support import TenantWorld
+from tests.support import TenantWorld, opened_database
 
 
 def _pid_in(uow: UnitOfWork) -> int:
@@ -75,9 +75,7 @@ def test_a_connection_given_back_in_a_transaction_is_closed_and_the_next_caller_
     scope = make_tenant().tenant.scope
 
     async def statuses() -> tuple[bool, TransactionStatus, bool, tuple[int, int, int]]:
-        database = Database(database_url, pool_size=1, max_overflow=0)
-        await database.open()
-        try:
+        async with opened_database(database_url) as database:
             connection = await database.async_pool.take(scope.schema)
             await connection.execute("BEGIN")
             await database.async_pool.give_back(connection)
@@ -85,8 +83,6 @@ def test_a_connection_given_back_in_a_transaction_is_closed_and_the_next_caller_
             status = TransactionStatus(again.pgconn.transaction_status)
             await database.async_pool.give_back(again)
             usage = database.pool_usage()
-        finally:
-            await database.close()
         return connection.closed, status, again is connection, usage
 
     closed, status, same, usage = asyncio.run(statuses())
@@ -102,9 +98,7 @@ def test_a_connection_given_back_while_another_unit_of_work_waits_goes_to_it(
     first, second = (make_tenant().tenant.scope for _ in range(2))
 
     async def both() -> list[int]:
-        database = Database(database_url, pool_size=1, max_overflow=0)
-        await database.open()
-        try:
+        async with opened_database(database_url) as database:
             held, release = asyncio.Event(), asyncio.Event()
 
             async def holding(scope: Scope) -> int:
@@ -124,8 +118,6 @@ def test_a_connection_given_back_while_another_unit_of_work_waits_goes_to_it(
                 return waiters
 
             results = await asyncio.gather(holding(first), waiting(second))
-        finally:
-            await database.close()
         return list(results)
 
     _, waiters = asyncio.run(both())
@@ -179,10 +171,8 @@ def test_a_connection_given_back_reaches_the_caller_queued_for_it_on_the_loops_n
     scope = make_tenant().tenant.scope
 
     async def turns() -> tuple[bool, bool, int]:
-        database = Database(database_url, pool_size=1, max_overflow=0)
-        await database.open()
-        pool = database.async_pool
-        try:
+        async with opened_database(database_url) as database:
+            pool = database.async_pool
             held, queued = await _one_held_one_queued(pool, scope.schema)
             await pool.give_back(held)
             served_at_once = queued.done()
@@ -191,8 +181,6 @@ def test_a_connection_given_back_reaches_the_caller_queued_for_it_on_the_loops_n
             connection = await queued
             pid = connection.info.backend_pid
             await pool.give_back(connection)
-        finally:
-            await database.close()
         return served_at_once, served_next_turn, pid
 
     served_at_once, served_next_turn, pid = asyncio.run(turns())
@@ -248,10 +236,8 @@ def test_a_caller_cancelled_as_it_is_handed_a_connection_gives_the_connection_ba
     scope = make_tenant().tenant.scope
 
     async def given_back() -> tuple[bool, int, tuple[int, int, int]]:
-        database = Database(database_url, pool_size=1, max_overflow=0)
-        await database.open()
-        pool = database.async_pool
-        try:
+        async with opened_database(database_url) as database:
+            pool = database.async_pool
             held, queued = await _one_held_one_queued(pool, scope.schema)
             await pool.give_back(held)  # handed to the queued caller, which has not run yet
             queued.cancel()
@@ -260,8 +246,6 @@ def test_a_caller_cancelled_as_it_is_handed_a_connection_gives_the_connection_ba
             async with asyncio.timeout(WAIT_SECONDS):
                 pid = await database.run(scope, _pid_in)
             usage = database.pool_usage()
-        finally:
-            await database.close()
         return queued.cancelled(), pid, usage
 
     cancelled, pid, usage = asyncio.run(given_back())

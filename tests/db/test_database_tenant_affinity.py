@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 from dealbase.db.database import Database, run_on_event_loop
 from dealbase.db.units import UnitOfWork
 from dealbase.tenancy.scope import Scope
-from tests.support import TenantWorld
+from tests.support import TenantWorld, opened_database
 
 T = TypeVar("T")
 
@@ -116,9 +116,7 @@ def test_a_unit_of_work_begun_in_a_task_ends_in_the_task_that_awaited_it(
     scope = make_tenant().tenant.scope
 
     async def begun_in_a_task_ended_here() -> int:
-        database = Database(database_url, pool_size=1, max_overflow=0)
-        await database.open()
-        try:
+        async with opened_database(database_url) as database:
             stack = AsyncExitStack()
 
             async def begin() -> UnitOfWork:
@@ -131,7 +129,5 @@ def test_a_unit_of_work_begun_in_a_task_ends_in_the_task_that_awaited_it(
             again = await database.run(scope, _pid_in)
             assert again == pid
             return pid
-        finally:
-            await database.close()
 
     assert asyncio.run(begun_in_a_task_ended_here()) > 0

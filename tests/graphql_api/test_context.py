@@ -11,10 +11,9 @@ import psycopg
 import pytest
 from sqlalchemy import func, literal_column, select
 
-from dealbase.db.database import Database
 from dealbase.db.units import UnitOfWork
 from dealbase.graphql_api.context import GraphQLContext
-from tests.support import TenantWorld
+from tests.support import TenantWorld, opened_database
 
 
 def _divided_by_zero(uow: UnitOfWork) -> int:
@@ -45,18 +44,16 @@ def test_a_read_after_one_whose_statement_failed_runs_in_a_new_transaction(
     scope = make_tenant().tenant.scope
 
     async def reads() -> tuple[int, int, int]:
-        database = Database(database_url, pool_size=1, max_overflow=0)
-        await database.open()
-        context = GraphQLContext(request_id="", caller=scope, database=database)
-        try:
-            first = await context.run(_transaction_id)
-            shared = await context.run(_transaction_id)
-            with pytest.raises(psycopg.errors.DivisionByZero):
-                await context.run(_divided_by_zero)
-            after = await context.run(_transaction_id)
-        finally:
-            await context.close()
-            await database.close()
+        async with opened_database(database_url) as database:
+            context = GraphQLContext(request_id="", caller=scope, database=database)
+            try:
+                first = await context.run(_transaction_id)
+                shared = await context.run(_transaction_id)
+                with pytest.raises(psycopg.errors.DivisionByZero):
+                    await context.run(_divided_by_zero)
+                after = await context.run(_transaction_id)
+            finally:
+                await context.close()
         return first, shared, after
 
     first, shared, after = asyncio.run(reads())
@@ -74,22 +71,20 @@ def test_a_read_after_a_field_cancelled_mid_statement_runs_in_a_new_transaction(
     scope = make_tenant().tenant.scope
 
     async def reads() -> tuple[int, int]:
-        database = Database(database_url, pool_size=1, max_overflow=0)
-        await database.open()
-        context = GraphQLContext(request_id="", caller=scope, database=database)
-        try:
-            first = await context.run(_transaction_id)
-            asleep = asyncio.ensure_future(context.run(_asleep))
-            async with await psycopg.AsyncConnection.connect(database_url) as watching:
-                while await _statements_asleep(watching) == 0:
-                    await asyncio.sleep(0.01)
-            asleep.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await asleep
-            after = await context.run(_transaction_id)
-        finally:
-            await context.close()
-            await database.close()
+        async with opened_database(database_url) as database:
+            context = GraphQLContext(request_id="", caller=scope, database=database)
+            try:
+                first = await context.run(_transaction_id)
+                asleep = asyncio.ensure_future(context.run(_asleep))
+                async with await psycopg.AsyncConnection.connect(database_url) as watching:
+                    while await _statements_asleep(watching) == 0:
+                        await asyncio.sleep(0.01)
+                asleep.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await asleep
+                after = await context.run(_transaction_id)
+            finally:
+                await context.close()
         return first, after
 
     first, after = asyncio.run(reads())
