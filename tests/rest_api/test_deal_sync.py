@@ -20,6 +20,14 @@ DEALS = f"{API}/deals"
 upsert, create = DEAL.upsert_operation, DEAL.create_operation
 
 
+def put_placed(
+    client: TestClient, world: TenantWorld, step_id: uuid.UUID, employee_id: uuid.UUID
+) -> Any:
+    """A PUT of the deal order-1 that names its step and its employee."""
+    body = {"name": "Engines", "step_id": str(step_id), "employee_id": str(employee_id)}
+    return DEAL.put(client, world.key.headers, "order-1", body)
+
+
 def placement(deal: dict[str, Any]) -> tuple[str, str | None, str | None]:
     """Where a deal stands: its step, and its employee's id and name."""
     return deal["step_id"], deal["employee_id"], deal["employee_name"]
@@ -84,12 +92,7 @@ def test_an_upsert_moves_and_assigns_with_the_events_a_patch_makes(
     employee = employee_of(world, 0)
     DEAL.put(client, world.key.headers, "order-1", {"name": "Engines"})
 
-    moved = DEAL.put(
-        client,
-        world.key.headers,
-        "order-1",
-        {"name": "Engines", "step_id": str(last_step.id), "employee_id": str(employee)},
-    )
+    moved = put_placed(client, world, last_step.id, employee)
 
     assert moved.status_code == 200, moved.text
     body = moved.json()
@@ -117,12 +120,7 @@ def test_a_new_deal_starts_in_the_step_and_with_the_employee_the_upsert_names(
     step = world.department.steps[-1]
     employee = employee_of(world, 0)
 
-    response = DEAL.put(
-        client,
-        world.key.headers,
-        "order-1",
-        {"name": "D", "step_id": str(step.id), "employee_id": str(employee)},
-    )
+    response = put_placed(client, world, step.id, employee)
 
     assert response.status_code == 201, response.text
     body = response.json()
