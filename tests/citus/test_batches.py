@@ -6,10 +6,8 @@ the batch's size, and the same new external id upserted by transactions at once 
 from __future__ import annotations
 
 import re
-import threading
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -18,10 +16,15 @@ from sqlalchemy import distinct, func, select, text
 
 from dealbase.db import transactions
 from dealbase.db.database import Database
-from dealbase.db.units import UnitOfWork
 from dealbase.platform.tables import events
 from tests.citus.plans import assert_routed_whole, statements_sent
-from tests.platform.batches.test_upsert_races import RECORDS, Synced, _parent, _written
+from tests.platform.batches.test_upsert_races import (
+    RECORDS,
+    Synced,
+    _written,
+    upsert_meeting_an_uncommitted_insert,
+    upserts_at_once,
+)
 from tests.support import TenantWorld, wait_until_a_transaction_waits_for_a_lock
 
 API = "/api/v1/integration"
@@ -217,24 +220,13 @@ def test_a_batch_makes_as_many_round_trips_whatever_its_size(
 def test_many_upserts_of_one_new_external_id_at_once_make_one_record(
     cluster_database: Database, cluster_world: TenantWorld, record: str
 ) -> None:
-    synced, world = RECORDS[record], cluster_world
-    scope = world.tenant.scope.in_department(world.department.id)
-    parent = _parent(cluster_database, scope, synced)
-    writers = 3
-    start = threading.Barrier(writers)
+    synced = RECORDS[record]
 
-    def upsert(writer: int) -> str:
-        start.wait(10)
-        return cluster_database.run_here(
-            scope, lambda uow: synced.upsert(uow, "sync-2", f"W{writer}", parent)
-        )
-
-    with ThreadPoolExecutor(writers) as pool:
-        outcomes = sorted(pool.map(upsert, range(writers), timeout=60))
+    outcomes = upserts_at_once(cluster_database, cluster_world, synced)
 
     assert outcomes.count("created") == 1
     assert set(outcomes) <= {"created", "updated"}
-    assert len(_written(cluster_database, world, synced, "sync-2")) == 1
+    assert len(_written(cluster_database, cluster_world, synced, "sync-2")) == 1
 
 
 def _lock_waits(database: Database) -> Callable[[], bool]:
@@ -253,30 +245,16 @@ def test_a_bulk_upsert_that_meets_an_uncommitted_insert_waits_runs_again_and_upd
     cluster_database: Database, cluster_world: TenantWorld, record: str
 ) -> None:
     synced: Synced = RECORDS[record]
-    scope = cluster_world.tenant.scope.in_department(cluster_world.department.id)
-    parent = _parent(cluster_database, scope, synced)
-    first_inserted = threading.Event()
 
-    def first(uow: UnitOfWork) -> str:
-        outcome = synced.upsert(uow, "sync-1", "First", parent)
-        first_inserted.set()
-        # Held open until the second, having found no record, waits in its own insert.
-        wait_until_a_transaction_waits_for_a_lock(
+    outcome = upsert_meeting_an_uncommitted_insert(
+        cluster_database,
+        cluster_world,
+        synced,
+        lambda: wait_until_a_transaction_waits_for_a_lock(
             cluster_database, 30, or_until=_lock_waits(cluster_database)
-        )
-        return outcome
-
-    def second() -> str:
-        assert first_inserted.wait(10)
-        return cluster_database.run_here(
-            scope, lambda uow: synced.upsert(uow, "sync-1", "Second", parent)
-        )
-
-    with ThreadPoolExecutor(2) as pool:
-        firsts = pool.submit(cluster_database.run_here, scope, first)
-        seconds = pool.submit(second)
-        assert firsts.result(timeout=60) == "created"
-        outcome = seconds.result(timeout=60)
+        ),
+        timeout=60,
+    )
 
     assert outcome == "updated"
     assert _written(cluster_database, cluster_world, synced, "sync-1") == [("Second", 2)]

@@ -86,9 +86,15 @@ def _written(
         return [(row[0], row[1]) for row in rows]
 
 
-def test_an_upsert_that_meets_an_uncommitted_insert_waits_and_updates(
-    database: Database, world: TenantWorld, record: Synced
-) -> None:
+def upsert_meeting_an_uncommitted_insert(
+    database: Database,
+    world: TenantWorld,
+    record: Synced,
+    until_the_second_waits: Callable[[], None],
+    timeout: float = 30,
+) -> str:
+    """The outcome of an upsert of sync-1 ("Second") that meets the insert of sync-1 ("First")
+    by another transaction, held open until ``until_the_second_waits`` returns."""
     scope = world.tenant.scope.in_department(world.department.id)
     parent = _parent(database, scope, record)
     first_inserted = threading.Event()
@@ -97,7 +103,7 @@ def test_an_upsert_that_meets_an_uncommitted_insert_waits_and_updates(
         outcome = record.upsert(uow, "sync-1", "First", parent)
         first_inserted.set()
         # Held open until the second, having found no record, waits in its own insert.
-        wait_until_a_transaction_waits_for_a_lock(database)
+        until_the_second_waits()
         return outcome
 
     def second() -> str:
@@ -108,17 +114,12 @@ def test_an_upsert_that_meets_an_uncommitted_insert_waits_and_updates(
     with ThreadPoolExecutor(2) as pool:
         firsts = pool.submit(database.run_here, scope, first)
         seconds = pool.submit(second)
-        assert firsts.result(timeout=30) == "created"
-        outcome = seconds.result(timeout=30)
-
-    # It waited for the first's commit in its insert (the first commits only once it waits).
-    assert outcome == "updated"
-    assert _written(database, world, record, "sync-1") == [("Second", 2)]
+        assert firsts.result(timeout=timeout) == "created"
+        return seconds.result(timeout=timeout)
 
 
-def test_many_upserts_of_one_new_external_id_at_once_make_one_record(
-    database: Database, world: TenantWorld, record: Synced
-) -> None:
+def upserts_at_once(database: Database, world: TenantWorld, record: Synced) -> list[str]:
+    """The outcomes, sorted, of three transactions that upsert sync-2 at once."""
     scope = world.tenant.scope.in_department(world.department.id)
     parent = _parent(database, scope, record)
     writers = 3
@@ -131,7 +132,25 @@ def test_many_upserts_of_one_new_external_id_at_once_make_one_record(
         )
 
     with ThreadPoolExecutor(writers) as pool:
-        outcomes = sorted(pool.map(upsert, range(writers), timeout=60))
+        return sorted(pool.map(upsert, range(writers), timeout=60))
+
+
+def test_an_upsert_that_meets_an_uncommitted_insert_waits_and_updates(
+    database: Database, world: TenantWorld, record: Synced
+) -> None:
+    outcome = upsert_meeting_an_uncommitted_insert(
+        database, world, record, lambda: wait_until_a_transaction_waits_for_a_lock(database)
+    )
+
+    # It waited for the first's commit in its insert (the first commits only once it waits).
+    assert outcome == "updated"
+    assert _written(database, world, record, "sync-1") == [("Second", 2)]
+
+
+def test_many_upserts_of_one_new_external_id_at_once_make_one_record(
+    database: Database, world: TenantWorld, record: Synced
+) -> None:
+    outcomes = upserts_at_once(database, world, record)
 
     assert outcomes.count("created") == 1
     assert set(outcomes) <= {"created", "updated"}
