@@ -17,6 +17,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import make_url
 
+from dealbase.config import Settings
 from dealbase.db.faults import database_faults
 from dealbase.db.greenlets import run_in_greenlet
 from dealbase.db.pool import ConnectionTenants, TenantAffinePool
@@ -67,6 +68,14 @@ class DatabaseLimits:
     lock_timeout_ms: int = 3_000
     # Waiting for a pooled connection, and for PostgreSQL to accept a new one.
     acquire_timeout_seconds: float = 3.0
+
+    @classmethod
+    def of(cls, settings: Settings) -> DatabaseLimits:
+        return cls(
+            statement_timeout_ms=settings.db_statement_timeout_ms,
+            lock_timeout_ms=settings.db_lock_timeout_ms,
+            acquire_timeout_seconds=settings.db_acquire_timeout_ms / 1000,
+        )
 
     def connection_options(self) -> str:
         return (
@@ -231,6 +240,42 @@ class Database:
         # Called as each unit of work on the event loop starts, with whether its connection had
         # already worked in its tenant (the metrics count both); not with tenant affinity off.
         self.on_connection_warmth: Callable[[bool], None] | None = None
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        database_url: str,
+        *,
+        pool_size: int,
+        max_overflow: int,
+        limits: DatabaseLimits | None = None,
+        reads_on_workers: bool = False,
+        clock: Callable[[], float] = monotonic,
+    ) -> Database:
+        """The Database the settings describe, at ``database_url`` (``settings.database_url``,
+        or the embedded server's the caller started): through pgbouncer in transaction mode,
+        with each of its restrictions; on a Citus cluster, on distributed schemas.
+
+        The pool's size is the caller's, since the server, a webhook worker and an operator's
+        command each need their own; ``limits`` are the settings' unless given.
+        """
+        through_pgbouncer = settings.db_pgbouncer
+        return cls(
+            database_url,
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+            prepared_statements=settings.db_prepared_statements and not through_pgbouncer,
+            startup_options=not through_pgbouncer,
+            limits=DatabaseLimits.of(settings) if limits is None else limits,
+            tenants_per_connection=settings.tenants_per_connection(),
+            tenant_affinity=not through_pgbouncer,
+            sessions=not through_pgbouncer,
+            pipelines=not through_pgbouncer,
+            distributed_schemas=settings.citus_schema_sharding,
+            reads_on_workers=reads_on_workers,
+            clock=clock,
+        )
 
     @contextmanager
     def unit_of_work(self, scope: Scope) -> Iterator[UnitOfWork]:

@@ -8,6 +8,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from dealbase.config import Settings
+
 _servers: dict[Path, Any] = {}
 # Where pgserver lists the processes holding a server (it stops the server when the last exits).
 _HOLDERS = ".handle_pids.json"
@@ -52,3 +54,8 @@ def embedded_database_url(data_dir: Path) -> str:
             )
     uri: str = _servers[folder].get_uri()
     return uri
+
+
+def database_url_of(settings: Settings) -> str:
+    """``DEALBASE_DATABASE_URL``, else the embedded server's, started (or joined) here."""
+    return settings.database_url or embedded_database_url(settings.data_dir)
