@@ -19,7 +19,7 @@ from dealbase.config import load_settings
 from dealbase.db.database import Database
 from dealbase.graphql_api.live.protocol import MAX_MESSAGE_BYTES
 from dealbase.ops import admin, serving
-from dealbase.ops.cli import SERVER_GC_YOUNG_THRESHOLD
+from dealbase.ops.cli.top_level import SERVER_GC_YOUNG_THRESHOLD
 from dealbase.tenancy.callers.api_keys import parse_api_key, record_uses
 from dealbase.tenancy.callers.authentication import KeyCache
 from dealbase.tenancy.control_tables import api_keys
