@@ -21,7 +21,7 @@ from dealbase.db.database import Database
 from dealbase.ops.admin import create_employee
 from dealbase.platform.event_types import EVENT_TYPES
 from dealbase.platform.webhooks.delivery_models import TEST_EVENT_TYPE
-from dealbase.rest_api.openapi import carries_changes
+from dealbase.rest_api.openapi_webhooks import carries_changes
 from tests.support import TenantWorld
 
 API = "/api/v1/integration"

@@ -1,26 +1,25 @@
 """The OpenAPI document: FastAPI's, plus the request bodies our routes parse themselves and the
-webhooks the worker sends (OpenAPI 3.1 ``webhooks``)."""
+webhooks the worker sends (``openapi_webhooks``); the parameters, headers and problem responses
+the routes declare."""
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
 from fastapi import FastAPI, Path, Query
+from fastapi.openapi.constants import REF_TEMPLATE
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode
 
 from dealbase.edge.problems import PROBLEM_MEDIA_TYPE
-from dealbase.platform.event_types import EVENT_TYPES
 from dealbase.platform.pagination import CURSOR_PATTERN, MAX_PAGE_SIZE
 from dealbase.platform.validation import EXTERNAL_ID_MAX_LENGTH, EXTERNAL_ID_PATTERN
-from dealbase.platform.webhooks.delivery_models import TEST_EVENT_TYPE
-from dealbase.rest_api.schemas import ActivityOut, CustomerOut, DealOut, Problem
+from dealbase.rest_api.openapi_webhooks import webhooks
+from dealbase.rest_api.schemas import Problem
 
-_REF = "#/components/schemas/{model}"
 _BODY_MODELS: list[type[BaseModel]] = [Problem]
 
 ETAG_HEADER = {"description": "The resource's version, for If-Match.", "schema": {"type": "string"}}
@@ -123,7 +122,7 @@ def json_request_body(model: type[BaseModel], example: dict[str, Any]) -> dict[s
             "required": True,
             "content": {
                 "application/json": {
-                    "schema": {"$ref": _REF.format(model=model.__name__)},
+                    "schema": {"$ref": REF_TEMPLATE.format(model=model.__name__)},
                     "example": example,
                 }
             },
@@ -135,7 +134,9 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {
         status: {
             "description": _STATUS_TEXT[status],
-            "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": _REF.format(model="Problem")}}},
+            "content": {
+                PROBLEM_MEDIA_TYPE: {"schema": {"$ref": REF_TEMPLATE.format(model="Problem")}}
+            },
         }
         for status in statuses
     }
@@ -184,54 +185,71 @@ def install_openapi(app: FastAPI) -> None:
     def build() -> dict[str, Any]:
         if app.openapi_schema is not None:
             return app.openapi_schema
-        document = get_openapi(
-            title=app.title,
-            version=app.version,
-            description=app.description,
-            routes=app.routes,
-        )
-        schemas = document.setdefault("components", {}).setdefault("schemas", {})
-        # FastAPI's schemas of the response models are written without a single null (it
-        # encodes the document with exclude_none), their examples' nulls included: pydantic's
-        # own replace them, as it writes the request bodies' too.
-        modes: list[tuple[type[BaseModel], JsonSchemaMode]] = [
-            *((model, "serialization") for model in _response_models(app)),
-            *((model, "validation") for model in _BODY_MODELS),
-        ]
-        for model, mode in modes:
-            schema = model.model_json_schema(ref_template=_REF, mode=mode)
-            schemas.update(schema.pop("$defs", {}))
-            schemas[model.__name__] = schema
-        # FastAPI documents its own 422 body for routes with parameters; ours is a problem.
-        schemas.pop("HTTPValidationError", None)
-        schemas.pop("ValidationError", None)
-        for path_item in document.get("paths", {}).values():
-            for operation in path_item.values():
-                responses = operation.get("responses", {})
-                if "422" not in responses:
-                    continue
-                if _judges_more_than_its_path(operation):
-                    responses["422"] = problem_responses(422)[422]
-                else:
-                    del responses["422"]
-        _link_creates_to_their_resource(document["paths"])
-        _add_edge_responses(document["paths"])
-        _optional_parameters_absent_when_not_sent(document["paths"])
-        _describe_absent_fields(document)
-        document["webhooks"] = webhooks(schemas)
-        document["tags"] = TAGS
-        # Relative: the paths are served where this document is (OpenAPI 3.1, 4.8.5.1).
-        document["servers"] = [{"url": "/", "description": "The server this document is from."}]
-        # The edge reads the credentials itself (edge/callers.py), so FastAPI sees no security
-        # dependency: every operation needs both headers together (one requirement, AND).
-        document["components"]["securitySchemes"] = SECURITY_SCHEMES
-        for path_item in document.get("paths", {}).values():
-            for operation in path_item.values():
-                operation["security"] = [{name: [] for name in SECURITY_SCHEMES}]
+        document = _document(app)
         app.openapi_schema = document
         return document
 
     app.openapi = build  # type: ignore[method-assign]
+
+
+def _document(app: FastAPI) -> dict[str, Any]:
+    document = get_openapi(
+        title=app.title,
+        version=app.version,
+        description=app.description,
+        routes=app.routes,
+    )
+    schemas = _add_model_schemas(document, app)
+    _problems_for_broken_rules(document["paths"])
+    _link_creates_to_their_resource(document["paths"])
+    _add_edge_responses(document["paths"])
+    _optional_parameters_absent_when_not_sent(document["paths"])
+    _describe_absent_fields(document)
+    document["webhooks"] = webhooks(schemas)
+    document["tags"] = TAGS
+    # Relative: the paths are served where this document is (OpenAPI 3.1, 4.8.5.1).
+    document["servers"] = [{"url": "/", "description": "The server this document is from."}]
+    # The edge reads the credentials itself (edge/callers.py), so FastAPI sees no security
+    # dependency: every operation needs both headers together (one requirement, AND).
+    document["components"]["securitySchemes"] = SECURITY_SCHEMES
+    for path_item in document["paths"].values():
+        for operation in path_item.values():
+            operation["security"] = [{name: [] for name in SECURITY_SCHEMES}]
+    return document
+
+
+def _add_model_schemas(document: dict[str, Any], app: FastAPI) -> dict[str, Any]:
+    """The component schemas of the response models and of the request bodies the routes
+    parse themselves, as pydantic writes them; returns the document's component schemas."""
+    schemas: dict[str, Any] = document.setdefault("components", {}).setdefault("schemas", {})
+    # FastAPI's schemas of the response models are written without a single null (it encodes
+    # the document with exclude_none), their examples' nulls included: pydantic's own replace
+    # them, as it writes the request bodies' too.
+    modes: list[tuple[type[BaseModel], JsonSchemaMode]] = [
+        *((model, "serialization") for model in _response_models(app)),
+        *((model, "validation") for model in _BODY_MODELS),
+    ]
+    for model, mode in modes:
+        schema = model.model_json_schema(ref_template=REF_TEMPLATE, mode=mode)
+        schemas.update(schema.pop("$defs", {}))
+        schemas[model.__name__] = schema
+    # FastAPI documents its own 422 body for routes with parameters; ours is a problem.
+    schemas.pop("HTTPValidationError", None)
+    schemas.pop("ValidationError", None)
+    return schemas
+
+
+def _problems_for_broken_rules(paths: dict[str, Any]) -> None:
+    """A 422 is a problem, on the operations that can answer it; the others lose FastAPI's."""
+    for path_item in paths.values():
+        for operation in path_item.values():
+            responses = operation.get("responses", {})
+            if "422" not in responses:
+                continue
+            if _judges_more_than_its_path(operation):
+                responses["422"] = problem_responses(422)[422]
+            else:
+                del responses["422"]
 
 
 def _judges_more_than_its_path(operation: dict[str, Any]) -> bool:
@@ -416,7 +434,7 @@ def _request_body_roles(paths: dict[str, Any], schemas: dict[str, Any]) -> dict[
             return
         reference = node.get("$ref")
         if isinstance(reference, str):
-            name = reference.removeprefix(_REF.format(model=""))
+            name = reference.removeprefix(REF_TEMPLATE.format(model=""))
             if role not in roles.setdefault(name, set()):
                 roles[name].add(role)
                 visit(schemas[name], role)
@@ -430,180 +448,3 @@ def _request_body_roles(paths: dict[str, Any], schemas: dict[str, Any]) -> dict[
             for media in operation.get("requestBody", {}).get("content", {}).values():
                 visit(media["schema"], _ROLE_OF_METHOD[method])
     return roles
-
-
-# The REST schema of each event's ``data``, by the resource its type names.
-_RESOURCE_SCHEMAS: dict[str, type[BaseModel]] = {
-    "customer": CustomerOut,
-    "deal": DealOut,
-    "activity": ActivityOut,
-}
-
-# What happened, by the part of the type after the resource.
-_WHAT_HAPPENED = {
-    "created": "A {resource} was created. `data` is the {resource} as its GET returns it.",
-    "updated": (
-        "A {resource}'s values changed. `data` is the {resource} after the change;"
-        " `changed_fields` names the fields that changed and `previous` holds their values before."
-    ),
-    "deleted": "A {resource} was deleted. `data` is the {resource} as it was just before.",
-    "step_changed": (
-        "A {resource} moved to another pipeline step (sent beside `deal.updated`). `data` is the"
-        ' {resource} after the move; `changed_fields` is `["step_id"]` and `previous` holds the'
-        " step before."
-    ),
-    "assigned": (
-        "A {resource} was assigned to another employee or unassigned (sent beside"
-        " `deal.updated`). `data` is the {resource} after the change; `changed_fields` is"
-        ' `["employee_id"]` and `previous` holds the employee before (`null`: unassigned).'
-    ),
-}
-
-
-def carries_changes(event_type: str) -> bool:
-    """Whether events of this type have ``changed_fields`` and ``previous``: every change of an
-    existing resource does (the updates, ``deal.step_changed``, ``deal.assigned``); a creation
-    and a deletion do not."""
-    return not event_type.endswith((".created", ".deleted"))
-
-
-WEBHOOK_HEADERS: list[dict[str, Any]] = [
-    {
-        "name": "webhook-id",
-        "in": "header",
-        "required": True,
-        "description": "The event's `id`: the same on every attempt and on a redelivery. Use it"
-        " to ignore a delivery you have already processed.",
-        "schema": {"type": "string", "format": "uuid"},
-    },
-    {
-        "name": "webhook-timestamp",
-        "in": "header",
-        "required": True,
-        "description": "When this attempt was sent, in Unix seconds. Reject a request more than"
-        " 5 minutes from your clock.",
-        "schema": {"type": "integer", "minimum": 0},
-    },
-    {
-        "name": "webhook-signature",
-        "in": "header",
-        "required": True,
-        "description": "Standard Webhooks signature: `v1,` and the base64 of the HMAC-SHA256 of"
-        " `{webhook-id}.{webhook-timestamp}.{body}`, keyed with the base64-decoded part of the"
-        " endpoint's secret after `whsec_`. For 24 hours after a secret rotation it holds two"
-        " signatures separated by a space, the new secret's first.",
-        "schema": {
-            "type": "string",
-            "pattern": r"^v1,[A-Za-z0-9+/]{43}=( v1,[A-Za-z0-9+/]{43}=)?$",
-        },
-    },
-]
-
-WEBHOOK_RESPONSES: dict[str, dict[str, str]] = {
-    "2XX": {
-        "description": "Delivered: any 2xx answer within 10 seconds. The body is ignored.",
-    },
-    "410": {
-        "description": "Gone: the endpoint is disabled at once (`enabled: false`, with a"
-        " `disabled_reason`). Its pending deliveries wait until it is enabled again.",
-    },
-    "default": {
-        "description": "Any other status (a 3xx too: redirects are not followed), or no answer"
-        " within 10 seconds: the attempt failed and the delivery is retried with exponential"
-        " backoff for up to 3 days. A 429 or 503 with `Retry-After` is not retried before then.",
-    },
-}
-
-
-def _ref(model: type[BaseModel]) -> dict[str, str]:
-    return {"$ref": _REF.format(model=model.__name__)}
-
-
-def event_payload_schema(event_type: str) -> dict[str, Any]:
-    """An event of one type as a webhook delivers it: the events feed's ``EventOut`` with its
-    ``type`` fixed and its ``data`` the resource's REST schema."""
-    # Imported here: rest_api.events imports this module.
-    from dealbase.rest_api.events import EventOut
-
-    resource, _, _ = event_type.partition(".")
-    narrowed: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "type": {"const": event_type},
-            "data": _ref(_RESOURCE_SCHEMAS[resource]),
-        },
-    }
-    if carries_changes(event_type):
-        narrowed["properties"]["changed_fields"] = {
-            "type": "array",
-            "items": {"type": "string"},
-            "minItems": 1,
-        }
-        narrowed["properties"]["previous"] = {"type": "object"}
-        narrowed["required"] = ["changed_fields", "previous"]
-    return {"allOf": [_ref(EventOut), narrowed]}
-
-
-def webhook_test_payload_schema(schemas: dict[str, Any]) -> dict[str, Any]:
-    """The ``webhook.test`` event: ``EventOut``'s envelope (copied from it: its ``type`` admits
-    only the feed's types) around ``{"webhook_endpoint_id": ...}``."""
-    from dealbase.rest_api.events import EventOut
-
-    envelope = schemas[EventOut.__name__]
-    properties = {
-        name: copy.deepcopy(schema)
-        for name, schema in envelope["properties"].items()
-        if name not in {"changed_fields", "previous"}
-    }
-    properties["type"] = {"const": TEST_EVENT_TYPE}
-    properties["data"] = {
-        "type": "object",
-        "properties": {
-            "webhook_endpoint_id": {
-                "type": "string",
-                "format": "uuid",
-                "description": "The endpoint the test was sent to.",
-            }
-        },
-        "required": ["webhook_endpoint_id"],
-    }
-    return {"type": "object", "properties": properties, "required": list(envelope["required"])}
-
-
-def _webhook(event_type: str, description: str, payload: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "post": {
-            "tags": ["webhooks"],
-            "summary": f"`{event_type}` event",
-            "description": description,
-            "operationId": "webhook_" + event_type.replace(".", "_"),
-            # The worker's request carries no API key: the receiver checks its signature
-            # (webhook-signature), which the parameters describe.
-            "security": [],
-            "parameters": copy.deepcopy(WEBHOOK_HEADERS),
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": payload}},
-            },
-            "responses": copy.deepcopy(WEBHOOK_RESPONSES),
-        }
-    }
-
-
-def webhooks(schemas: dict[str, Any]) -> dict[str, Any]:
-    """One webhook per event type: what the worker POSTs to a subscribed endpoint."""
-    entries: dict[str, Any] = {}
-    for event_type in EVENT_TYPES:
-        resource, _, happened = event_type.partition(".")
-        description = (
-            _WHAT_HAPPENED[happened].format(resource=resource)
-            + "\n\nThe body is the event exactly as one item of `GET /events` shows it."
-        )
-        entries[event_type] = _webhook(event_type, description, event_payload_schema(event_type))
-    entries[TEST_EVENT_TYPE] = _webhook(
-        TEST_EVENT_TYPE,
-        "Sent by `POST /webhooks/{id}/test` to that endpoint only, whatever its `events`; it is"
-        " not in the events feed. `data` names the endpoint.",
-        webhook_test_payload_schema(schemas),
-    )
-    return entries
