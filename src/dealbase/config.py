@@ -89,7 +89,7 @@ class Settings(BaseSettings):
             "Find a request's route by a lookup (edge/route_index.py) and call a REST route"
             " straight from the request edge, past Starlette's exception layer, FastAPI's exit"
             " stack and the router's scan; off, every request goes through them as FastAPI"
-            " routes it (bench/README.md measures both)."
+            " routes it."
         ),
     )
     freeze_startup_objects: bool = Field(
@@ -121,8 +121,8 @@ class Settings(BaseSettings):
         le=1_000_000,
         description=(
             "A pooled connection is replaced once it has worked in this many tenant schemas:"
-            " PostgreSQL keeps the catalog entries of every relation a backend touched (about"
-            " 115 kB a tenant), so this bounds each backend's memory however many tenants there"
+            " PostgreSQL keeps the catalog entries of every relation a backend touched, so this"
+            " bounds each backend's memory however many tenants there"
             " are; on a Citus cluster it also bounds the connections each coordinator session"
             " keeps to a worker, one for every tenant role it worked as. 250 by default, 16 with"
             " CITUS_SCHEMA_SHARDING (docs/scaling.md)."

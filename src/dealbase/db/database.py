@@ -366,8 +366,8 @@ class Database:
     ) -> psycopg.AsyncConnection[Any]:
         """A connection of ``pool`` (warm for ``schema`` when one is idle), or on any loop but
         the pools' one of its own, with the pool's conninfo and settings; ``_give_back`` returns
-        or closes it. No context manager: psycopg_pool's ``connection()`` made taking and giving
-        back a connection cost 15 µs instead of 5 to 10 (bench/README.md)."""
+        or closes it. No context manager: psycopg_pool's ``connection()`` adds a generator's
+        context manager to taking and giving back a connection, on every unit of work."""
         if asyncio.get_running_loop() is self._async_pool_loop:
             return await pool.take(schema)
         return await psycopg.AsyncConnection.connect(pool.conninfo, **pool.kwargs)

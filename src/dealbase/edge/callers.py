@@ -61,8 +61,8 @@ class AdmittedRoute(APIRoute):
     Its optional query and header parameters (the lists' filters and page, If-Match,
     If-None-Match, Idempotency-Key) stay in its signature, where the OpenAPI document reads
     them, but are read by ``_reading_parameters``: FastAPI goes through every header
-    and query parameter a request carries for them, even when none of them is sent (about 50
-    of a create's 760 Python calls, 11 % of a customer page's CPU: bench/README.md).
+    and query parameter a request carries for them, even when none of them is sent, a cost
+    every request of the route would pay.
 
     A route whose endpoint then takes nothing else but the request (no body parameter, no
     dependency: a create, a list, a read, a patch) is called without FastAPI's request handler and its wrapper
@@ -218,9 +218,9 @@ def _reading_parameters(declared: Dependant) -> Callable[..., Awaitable[Any]]:
                 values[field.name] = None
                 continue
             if one_value:
-                # What request_params_to_args does for such a field once it has walked every
-                # header or query parameter of the request for another kind of field: about
-                # 80 Python calls a parameter (bench/README.md).
+                # What request_params_to_args does for such a field, without walking every
+                # header or query parameter of the request first, as it does for another kind
+                # of field.
                 value, wrong = field.validate(sent.get(alias), values, loc=(_WHERE[where], alias))
                 values[field.name] = value
             else:

@@ -28,7 +28,7 @@ def rate_limit_headers(verdict: Verdict) -> list[tuple[bytes, bytes]]:
 @lru_cache(maxsize=1024)
 def _policy_field(*limits: tuple[str, Rate]) -> bytes:
     """The ``RateLimit-Policy`` of these limits, written once for each (the same rates serve
-    request after request: writing it cost each about 10,000 instructions)."""
+    request after request, and writing it for each was a cost of its own)."""
     return ", ".join(
         f'"{policy}";q={rate.burst};w={max(1, math.ceil(rate.window_seconds))}'
         for policy, rate in limits

@@ -17,7 +17,7 @@ from dealbase.platform.versioning import Expected
 
 # The conditional headers are declared as route parameters (the OpenAPI document shows them;
 # ``AdmittedRoute`` reads them, validated by these fields when sent), not as dependencies: a
-# dependency costs every request that names it about 0.05 ms of CPU in FastAPI's resolver
+# dependency costs every request that names it a pass of FastAPI's resolver
 # (docs/architecture.md).
 CONDITION_MAX_LENGTH = 1024
 

@@ -3,9 +3,8 @@ the transports report to them through ``LiveReports``, as the layers below repor
 ``Metrics``, so that ``graphql_api`` does not import prometheus_client.
 
 Messages sent are counted in plain numbers and written with the requests (``Metrics``'s once a
-second and before a scrape): a subscriber's message is the live path's unit, 50,000 a second at
-the capacity docs/graphql.md gives, and a multiprocess value's increment costs a lock and a
-write into its file."""
+second and before a scrape): a subscriber's message is the live path's unit, its most
+frequent event, and a multiprocess value's increment costs a lock and a write into its file."""
 
 from __future__ import annotations
 

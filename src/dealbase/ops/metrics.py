@@ -12,7 +12,7 @@ prometheus_client.
 Requests, units of work and key lookups are counted in plain numbers of the process and
 written to prometheus_client's values once a second (``keep_up``), and before the process
 answers a scrape: a value of the multiprocess files costs a lock, a check of the process id and
-a write into the file, and a request made six of them (bench/README.md). Counters take a sum;
+a write into the file, and a request made several of them. Counters take a sum;
 the duration histogram takes one observation at a time (its only public way in), so each
 request's duration is kept until then and observed then. A scrape may so miss up to a second
 of another worker's requests, which the next scrape has.

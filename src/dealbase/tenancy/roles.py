@@ -51,7 +51,7 @@ _PRIVILEGES_BY_RELATION_KIND = {
 # Roles are looked up with ``to_regrole`` (the role cache), never by joining ``pg_roles`` on a
 # name: such a join is planned on the shared catalogs' statistics, which nothing may have
 # gathered since the first tenants, as a nested loop of sequential scans, quadratic in the number
-# of tenant roles (12 ms a check at 300 tenants). The same goes for ``pg_get_userbyid``.
+# of tenant roles. The same goes for ``pg_get_userbyid``.
 # A tenant role is a plain role, able to log in on a cluster only: anything more is drift to undo.
 _PLAIN_ATTRIBUTES = "NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS"
 

@@ -75,8 +75,8 @@ class Scope:
 
     def logged_ids(self) -> dict[str, str | None]:
         """``tenant_id``, ``department_id`` and ``key_id`` as a log line names them, written once
-        for the Scope (a key's Scope serves all its requests; a UUID's text costs about 7,000
-        instructions)."""
+        for the Scope (a key's Scope serves all its requests, and writing a UUID's text is not
+        cheap)."""
         if self._logged_ids is None:
             ids = (self.tenant_id, self.department_id, self.key_id)
             written = dict(

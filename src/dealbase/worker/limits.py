@@ -25,8 +25,7 @@ class WorkerLimits:
     # tenant does not hold a worker's slot; a claim lapses after this plus a delivery lease.
     visit_budget: timedelta = timedelta(seconds=30)
     # How often an idle worker looks for wakeups: at sparse traffic, the delay from commit to
-    # delivery is half of it on average (bench/README.md, "Webhook delivery"). One indexed
-    # query a poll.
+    # delivery is half of it on average. One indexed query a poll.
     poll_interval: timedelta = timedelta(milliseconds=250)
     # How often the events older than the feed keeps are purged (by one worker of all), and how
     # often a worker asks whether that is its turn.

@@ -35,7 +35,7 @@ MAX_REMEMBERED_ADDRESSES = 100_000
 
 
 # A server sees few distinct client addresses at a time (its proxies, its integrations): each
-# is parsed once rather than on every request (1.5 % of a GET's profile, bench/README.md).
+# is parsed once rather than on every request.
 @functools.lru_cache(maxsize=4096)
 def client_address(host: str | None) -> str | None:
     """The address a request's failures count against: its IPv4 address (also when written as

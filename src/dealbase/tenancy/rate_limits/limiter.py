@@ -42,8 +42,8 @@ from dealbase.tenancy.scope import Rate
 
 # Bucket and Verdict are not frozen: a frozen dataclass sets each field through
 # ``object.__setattr__``, and every request a process admits itself makes two buckets and a
-# verdict (15K of the 43K instructions of ``LocalAdmissions.check``, bench/README.md). Nothing
-# changes them once made.
+# verdict: a large share of ``LocalAdmissions.check``'s work went there. Nothing changes them
+# once made.
 @dataclass(slots=True)
 class Bucket:
     """One limit's answer: ``remaining`` units (a request is one) could be spent now, the bucket is
@@ -125,8 +125,8 @@ end
 
 
 # KEYS: the key's bucket, the tenant's; ARGV: one string of figures separated by spaces (one
-# argument rather than seven: redis-py encodes each argument of a command on its own, a fifth of
-# a check's CPU with seven): interval and burst of each, then the cost and the
+# argument rather than seven: redis-py encodes each argument of a command on its own, a
+# noticeable part of a check's CPU with seven): interval and burst of each, then the cost and the
 # units of it prepaid (as gcra.gcra), then the units owed: admitted by the process without asking
 # (``LocalAdmissions``), spent from both buckets first whatever the verdict, past an empty
 # bucket too (as a failure's spend). A bucket holds "<TAT>:<interval it was set at>", rescaled when

@@ -1,7 +1,7 @@
 """Requests of a key far from its limits, admitted by the server process without asking Redis.
 
 Asking Redis for every request is a round trip, a turn of the event loop and Redis's own work:
-about a tenth of the CPU a `GET /customers/{id}` costs the machine (bench/README.md). A key that
+a share of the CPU the cheapest requests cost the machine that they should not pay. A key that
 is far from both of its limits gains nothing from being asked about one request at a time, so
 the process answers it itself, from what Redis last said of the key's and its tenant's buckets,
 and counts what it admitted as owed. The next check it does send for the key carries the owed

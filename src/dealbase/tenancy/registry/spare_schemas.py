@@ -1,7 +1,7 @@
 """Spare tenant schemas: made ahead of time by the worker, taken by ``create_tenant``.
 
-A new tenant schema is some fifty relations and forty index builds: about 100 ms of DDL, most of
-it PostgreSQL syncing each new index file to disk (bench/README.md, "scale.py"). Made ahead of
+A new tenant schema is some fifty relations and forty index builds, most of their time spent by
+PostgreSQL syncing each new index file to disk. Made ahead of
 time, each with its role and grants, at the tenant tree's head, a spare turns creating a tenant
 into taking a row and registering it: no DDL on that path. A spare's name is a tenant schema's
 name, derived from an id the tenant then takes, so schema and id still match.
