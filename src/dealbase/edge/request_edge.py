@@ -111,106 +111,54 @@ class RequestEdge:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id: str | None = None
-        declared = expect = b""
-        seen: set[bytes] = set()
-        repeated: set[bytes] = set()
-        received = scope["headers"]
-        trimmed: list[tuple[bytes, bytes]] | None = None
-        for index, (raw_name, raw_value) in enumerate(received):
-            value = raw_value
-            if value[:1] in _WHITE_SPACE or value[-1:] in _WHITE_SPACE:
-                # A field value's surrounding white space is not part of it (RFC 9110, 5.5):
-                # a key pasted with a trailing space is still the key.
-                value = value.strip(b" \t")
-                trimmed = trimmed if trimmed is not None else list(received)
-                trimmed[index] = (raw_name, value)
-            name = raw_name.lower()
-            if name in SINGLE_VALUED:
-                (repeated if name in seen else seen).add(name)
-                if name == b"content-length":
-                    declared = value
-            elif name == b"x-request-id":
-                if request_id is None:
-                    candidate = value.decode("latin-1")
-                    request_id = candidate if _CLIENT_REQUEST_ID.fullmatch(candidate) else ""
-            elif name == b"expect":
-                expect = value
+        head = _RequestHead(scope["headers"])
         method = scope["method"]
-        if trimmed is not None or method == "HEAD":
+        if head.trimmed is not None or method == "HEAD":
             # The app's own view of the request; the server keeps its own (uvicorn sends no
             # body for a HEAD, by its scope).
-            scope = {**scope, "headers": trimmed if trimmed is not None else received}
+            headers = head.trimmed if head.trimmed is not None else scope["headers"]
+            scope = {**scope, "headers": headers}
             if method == "HEAD":
                 # HEAD wherever GET is served: the GET runs, and only its head is sent.
                 scope["method"] = "GET"
-        # 32 random hex digits: ``uuid.uuid4().hex``'s, without its UUID (15,000 instructions
-        # against 1,400).
-        request_id = request_id or os.urandom(16).hex()
+        # 32 random hex digits: ``uuid.uuid4().hex``'s, without the cost of building its UUID.
+        request_id = head.request_id or os.urandom(16).hex()
         state = scope.setdefault("state", {})
         state["request_id"] = request_id
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(request_id=request_id)
         started = time.perf_counter()
-        status = 500
-        answering = False
-
-        async def answer(message: Message) -> None:
-            nonlocal status, answering
-            if message["type"] == "http.response.start":
-                answering = True
-                status = message["status"]
-                headers = [*message.get("headers", [])]
-                verdict = state.get(VERDICT_STATE)
-                if isinstance(verdict, Verdict):
-                    headers.extend(rate_limit_headers(verdict))
-                headers.append((b"x-request-id", request_id.encode()))
-                if self.draining.begun:
-                    headers.append((b"connection", b"close"))
-                message["headers"] = headers
-            elif method == "HEAD" and message["type"] == "http.response.body":
-                message = {**message, "body": b""}
-            await send(message)
-
+        answer = _Answer(send, state, request_id, method == "HEAD", self.draining)
         try:
-            if repeated:
-                names = ", ".join(sorted(name.decode() for name in repeated))
-                refusal = problem(
-                    Request(scope),
-                    400,
-                    "repeated_header",
-                    "Repeated header",
-                    f"Send each of these headers once: {names}.",
-                )
-                await refusal(scope, receive, answer)
+            if head.repeated:
+                await _refuse_repeated(scope, receive, answer, head.repeated)
                 return
-            await self._guarded(scope, receive, answer, declared, expect, lambda: answering)
+            await self._guarded(scope, receive, answer, head.declared, head.expect)
         finally:
-            seconds = time.perf_counter() - started
-            route = getattr(scope.get("route"), "path", UNMATCHED)
-            caller = state.get(CALLER_STATE)
-            self.log(
-                {
-                    "method": method,
-                    "path": scope["path"],
-                    "route": route,
-                    "status": status,
-                    "duration_ms": round(seconds * 1000, 2),
-                    # The key's id, never its secret.
-                    **(caller.logged_ids() if caller else _NO_CALLER),
-                }
-            )
-            if self.observe is not None:
-                self.observe(route, method, status, seconds)
+            self._account(scope, state, method, answer.status, time.perf_counter() - started)
+
+    def _account(
+        self, scope: Scope, state: dict[str, Any], method: str, status: int, seconds: float
+    ) -> None:
+        """The request's access line and its metrics."""
+        route = getattr(scope.get("route"), "path", UNMATCHED)
+        caller = state.get(CALLER_STATE)
+        self.log(
+            {
+                "method": method,
+                "path": scope["path"],
+                "route": route,
+                "status": status,
+                "duration_ms": round(seconds * 1000, 2),
+                # The key's id, never its secret.
+                **(caller.logged_ids() if caller else _NO_CALLER),
+            }
+        )
+        if self.observe is not None:
+            self.observe(route, method, status, seconds)
 
     async def _guarded(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        declared: bytes,
-        expect: bytes,
-        answering: Callable[[], bool],
+        self, scope: Scope, receive: Receive, answer: _Answer, declared: bytes, expect: bytes
     ) -> None:
         """The app, with the request's body capped (a declared length past the cap is refused
         before any of it is read)."""
@@ -219,56 +167,165 @@ class RequestEdge:
             # A client that waits for 100 Continue has sent no body: refused before it does.
             if expect.lower() != b"100-continue" and int(declared) <= DRAIN_BYTES:
                 await _drain(receive, 0)
-            await _refuse(scope, receive, send, max_bytes)
+            await _refuse(scope, receive, answer, max_bytes)
             return
-        received = 0
-        body_ended = False
-        body_due = asyncio.get_running_loop().time() + self.body_seconds
-        late_bodies = self._late_bodies
-
-        async def counting_receive() -> Message:
-            nonlocal received, body_ended
-            if body_ended:
-                # Past the body, a server's receive waits for the client to go: not bounded.
-                return await receive()
-            message = await late_bodies.receive(receive, body_due)
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                body_ended = not message.get("more_body", False)
-                if received > max_bytes:
-                    raise _TooLarge
-            return message
-
-        if not self._routes_found:
-            self._routes = _Routes.behind(self.app)
-            self._routes_found = True
-        routes = self._routes
+        due = asyncio.get_running_loop().time() + self.body_seconds
+        body = _CountedBody(receive, max_bytes, due, self._late_bodies)
+        routes = self._routes_behind()
         route = routes.direct(scope) if routes is not None else None
         try:
-            await (self.app if route is None else route.app)(scope, counting_receive, send)
+            await (self.app if route is None else route.app)(scope, body.receive, answer)
         except _TooLarge:
-            if answering():
+            if answer.answering:
                 raise
-            if not body_ended:
+            if not body.ended:
                 # After its last part, a server's receive waits for the client to go.
-                await _drain(receive, received)
-            await _refuse(scope, receive, send, max_bytes)
+                await _drain(receive, body.received)
+            await _refuse(scope, receive, answer, max_bytes)
         except _BodyLate:
-            if answering():
+            if answer.answering:
                 raise
-            late = problem(
-                Request(scope),
-                408,
-                "request_timeout",
-                "Request timeout",
-                f"The request's body did not arrive within {self.body_seconds:g} seconds.",
-                # The body's rest may still come: the connection cannot carry another request.
-                headers={"Connection": "close"},
-            )
-            await late(scope, receive, send)
+            await self._refuse_late_body(scope, receive, answer)
         finally:
             if route is None and routes is not None and routes.handlers is None:
                 routes.learn(scope)
+
+    def _routes_behind(self) -> _Routes | None:
+        if not self._routes_found:
+            self._routes = _Routes.behind(self.app)
+            self._routes_found = True
+        return self._routes
+
+    async def _refuse_late_body(self, scope: Scope, receive: Receive, send: Send) -> None:
+        late = problem(
+            Request(scope),
+            408,
+            "request_timeout",
+            "Request timeout",
+            f"The request's body did not arrive within {self.body_seconds:g} seconds.",
+            # The body's rest may still come: the connection cannot carry another request.
+            headers={"Connection": "close"},
+        )
+        await late(scope, receive, send)
+
+
+class _RequestHead:
+    """What the edge reads of a request's headers, in one pass over them."""
+
+    __slots__ = ("declared", "expect", "repeated", "request_id", "trimmed")
+
+    def __init__(self, received: list[tuple[bytes, bytes]]) -> None:
+        # The client's X-Request-Id: "" when it is not sane, None when it sent none.
+        self.request_id: str | None = None
+        # Content-Length and Expect, as sent.
+        self.declared = self.expect = b""
+        self.repeated: set[bytes] = set()
+        # The headers with their values' surrounding white space removed, when any had some.
+        self.trimmed: list[tuple[bytes, bytes]] | None = None
+        seen: set[bytes] = set()
+        for index, (raw_name, raw_value) in enumerate(received):
+            value = raw_value
+            if value[:1] in _WHITE_SPACE or value[-1:] in _WHITE_SPACE:
+                # A field value's surrounding white space is not part of it (RFC 9110, 5.5):
+                # a key pasted with a trailing space is still the key.
+                value = value.strip(b" \t")
+                self.trimmed = self.trimmed if self.trimmed is not None else list(received)
+                self.trimmed[index] = (raw_name, value)
+            name = raw_name.lower()
+            if name in SINGLE_VALUED:
+                (self.repeated if name in seen else seen).add(name)
+                if name == b"content-length":
+                    self.declared = value
+            elif name == b"x-request-id":
+                if self.request_id is None:
+                    candidate = value.decode("latin-1")
+                    self.request_id = candidate if _CLIENT_REQUEST_ID.fullmatch(candidate) else ""
+            elif name == b"expect":
+                self.expect = value
+
+
+class _Answer:
+    """The ``send`` the app answers through: the answer's head gets the request's RateLimit
+    headers and id (and ``Connection: close`` once the server drains), a HEAD's body is
+    dropped, and its status is kept for the access line."""
+
+    __slots__ = ("answering", "draining", "head_only", "request_id", "send", "state", "status")
+
+    def __init__(
+        self,
+        send: Send,
+        state: dict[str, Any],
+        request_id: str,
+        head_only: bool,
+        draining: Draining,
+    ) -> None:
+        self.send = send
+        self.state = state
+        self.request_id = request_id
+        self.head_only = head_only
+        self.draining = draining
+        # 500 until the app starts an answer.
+        self.status = 500
+        self.answering = False
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.answering = True
+            self.status = message["status"]
+            headers = [*message.get("headers", [])]
+            verdict = self.state.get(VERDICT_STATE)
+            if isinstance(verdict, Verdict):
+                headers.extend(rate_limit_headers(verdict))
+            headers.append((b"x-request-id", self.request_id.encode()))
+            if self.draining.begun:
+                headers.append((b"connection", b"close"))
+            message["headers"] = headers
+        elif self.head_only and message["type"] == "http.response.body":
+            message = {**message, "body": b""}
+        await self.send(message)
+
+
+class _CountedBody:
+    """The request's ``receive``, counting its body's bytes against the cap (``_TooLarge``
+    past it) and giving up on a body not in by ``due`` (``_BodyLate``)."""
+
+    __slots__ = ("due", "ended", "late_bodies", "max_bytes", "received", "server_receive")
+
+    def __init__(
+        self, receive: Receive, max_bytes: int, due: float, late_bodies: _LateBodies
+    ) -> None:
+        self.server_receive = receive
+        self.max_bytes = max_bytes
+        self.due = due
+        self.late_bodies = late_bodies
+        self.received = 0
+        self.ended = False
+
+    async def receive(self) -> Message:
+        if self.ended:
+            # Past the body, a server's receive waits for the client to go: not bounded.
+            return await self.server_receive()
+        message = await self.late_bodies.receive(self.server_receive, self.due)
+        if message["type"] == "http.request":
+            self.received += len(message.get("body", b""))
+            self.ended = not message.get("more_body", False)
+            if self.received > self.max_bytes:
+                raise _TooLarge
+        return message
+
+
+async def _refuse_repeated(
+    scope: Scope, receive: Receive, send: Send, repeated: set[bytes]
+) -> None:
+    names = ", ".join(sorted(name.decode() for name in repeated))
+    refusal = problem(
+        Request(scope),
+        400,
+        "repeated_header",
+        "Repeated header",
+        f"Send each of these headers once: {names}.",
+    )
+    await refusal(scope, receive, send)
 
 
 class _BodyWait:
@@ -331,9 +388,8 @@ class _Routes:
     """The routes behind the edge, when only Starlette's exception layer, FastAPI's exit stack
     and a router with a ``RouteIndex`` stand between them: a route ``CALLED_DIRECTLY`` is called
     from here, given the exception handlers the exception layer would have put in its scope.
-    Called this way a create went from 1,153K to 1,060K instructions (bench/README.md), for
-    nothing such a route uses of the layers: it maps its errors itself, and needs no exit stack
-    (it closes no file). The handlers are those the layer put in the scope of a request it
+    Called this way a request skips two layers' work, none of which such a route uses: it maps
+    its errors itself, and needs no exit stack (it closes no file). The handlers are those the layer put in the scope of a request it
     served (``learn``): until one has gone through it, every request does."""
 
     def __init__(self, index: RouteIndex) -> None:
