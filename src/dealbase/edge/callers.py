@@ -190,18 +190,7 @@ def _reading_parameters(declared: Dependant) -> Callable[..., Awaitable[Any]]:
     assert endpoint is not None
     assert declared.request_param_name is not None
     request_name = declared.request_param_name
-    # (field, name in the request, where: 0 path, 1 query, 2 headers, whether it is one value)
-    fields = [
-        *((field, field.alias, 0, _one_value(field.field_info)) for field in declared.path_params),
-        *(
-            (field, get_validation_alias(field), 1, _one_value(field.field_info))
-            for field in declared.query_params
-        ),
-        *(
-            (field, get_validation_alias(field), 2, _one_value(field.field_info))
-            for field in declared.header_params
-        ),
-    ]
+    fields = _parameter_fields(declared)
 
     async def with_parameters(**values: Any) -> Any:
         request = values[request_name]
@@ -235,6 +224,22 @@ def _reading_parameters(declared: Dependant) -> Callable[..., Awaitable[Any]]:
 
 
 _WHERE = ("path", "query", "header")
+
+
+def _parameter_fields(declared: Dependant) -> list[tuple[Any, str, int, bool]]:
+    """The endpoint's parameters in FastAPI's order, each as (field, name in the request,
+    where: 0 path, 1 query, 2 headers, whether it is one value)."""
+    return [
+        *((field, field.alias, 0, _one_value(field.field_info)) for field in declared.path_params),
+        *(
+            (field, get_validation_alias(field), 1, _one_value(field.field_info))
+            for field in declared.query_params
+        ),
+        *(
+            (field, get_validation_alias(field), 2, _one_value(field.field_info))
+            for field in declared.header_params
+        ),
+    ]
 
 
 # The kinds of parameter a request gives as one text (alone, or optional): any other (a list, a
