@@ -55,80 +55,9 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        registry = self.registry
-        self._requests = Counter(
-            "dealbase_http_requests",
-            "HTTP requests answered, by route template (unmatched: no route), method, status.",
-            ["route", "method", "status"],
-            registry=registry,
-        )
-        self._request_seconds = Histogram(
-            "dealbase_http_request_duration_seconds",
-            "Time from a request's arrival to its response's last byte, by route and method.",
-            ["route", "method"],
-            buckets=DURATION_BUCKETS,
-            registry=registry,
-        )
-        self._pool_connections = Gauge(
-            "dealbase_db_pool_connections",
-            "Connections of the request pools, in use or idle, summed over live workers.",
-            ["state"],
-            multiprocess_mode="livesum",
-            registry=registry,
-        )
-        self._pool_waiting = Gauge(
-            "dealbase_db_pool_waiting_requests",
-            "Requests waiting for a pooled connection, summed over live workers.",
-            multiprocess_mode="livesum",
-            registry=registry,
-        )
-        self._units_of_work = Counter(
-            "dealbase_db_units_of_work",
-            "Units of work on the request pools, by whether their connection had already worked"
-            " in their tenant (warm: the tenant's catalog entries cached in its backend) or not.",
-            ["connection"],
-            registry=registry,
-        )
-        self._rate_limit_refusals = Counter(
-            "dealbase_rate_limit_refusals",
-            "Requests refused 429 by a rate limit.",
-            registry=registry,
-        )
-        self._auth_failure_refusals = Counter(
-            "dealbase_auth_failure_refusals",
-            "Requests refused 429 before authentication: their client address failed it too often.",
-            registry=registry,
-        )
-        self._rate_limiter_faults = Counter(
-            "dealbase_rate_limiter_faults",
-            "Requests whose rate limits could not be checked (Redis unreachable or slow).",
-            registry=registry,
-        )
-        self._key_lookups = Counter(
-            "dealbase_key_cache_lookups",
-            "API key lookups, by whether the process's key cache answered (hit) or not (miss).",
-            ["result"],
-            registry=registry,
-        )
-        self._graphql_operations = Counter(
-            "dealbase_graphql_operations",
-            "GraphQL operations run, by operation name (anonymous, other) and type.",
-            ["operation", "type"],
-            registry=registry,
-        )
-        self._graphql_errors = Counter(
-            "dealbase_graphql_errors",
-            "Errors in GraphQL responses, by extensions.code.",
-            ["code"],
-            registry=registry,
-        )
-        self._graphql_root_fields = Counter(
-            "dealbase_graphql_root_fields",
-            "Query root fields run, by field and path: compiled (one SQL statement building the"
-            " JSON) or resolvers.",
-            ["field", "path"],
-            registry=registry,
-        )
+        self._declare_request_metrics()
+        self._declare_admission_metrics()
+        self._declare_graphql_metrics()
         self._operation_names: set[str] = set()
         # Each (route, method, status)'s two series: ``labels`` checks and builds its key on
         # every call.
@@ -143,6 +72,87 @@ class Metrics:
         self._unwritten_hits = self._unwritten_misses = 0
         # What other parts count the same way, each written by its own writer with these.
         self._other_writers: list[Callable[[], None]] = []
+
+    def _declare_request_metrics(self) -> None:
+        """The requests, and the database work they do."""
+        self._requests = Counter(
+            "dealbase_http_requests",
+            "HTTP requests answered, by route template (unmatched: no route), method, status.",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self._request_seconds = Histogram(
+            "dealbase_http_request_duration_seconds",
+            "Time from a request's arrival to its response's last byte, by route and method.",
+            ["route", "method"],
+            buckets=DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self._pool_connections = Gauge(
+            "dealbase_db_pool_connections",
+            "Connections of the request pools, in use or idle, summed over live workers.",
+            ["state"],
+            multiprocess_mode="livesum",
+            registry=self.registry,
+        )
+        self._pool_waiting = Gauge(
+            "dealbase_db_pool_waiting_requests",
+            "Requests waiting for a pooled connection, summed over live workers.",
+            multiprocess_mode="livesum",
+            registry=self.registry,
+        )
+        self._units_of_work = Counter(
+            "dealbase_db_units_of_work",
+            "Units of work on the request pools, by whether their connection had already worked"
+            " in their tenant (warm: the tenant's catalog entries cached in its backend) or not.",
+            ["connection"],
+            registry=self.registry,
+        )
+
+    def _declare_admission_metrics(self) -> None:
+        """The rate limits' refusals and faults, and the key cache's lookups."""
+        self._rate_limit_refusals = Counter(
+            "dealbase_rate_limit_refusals",
+            "Requests refused 429 by a rate limit.",
+            registry=self.registry,
+        )
+        self._auth_failure_refusals = Counter(
+            "dealbase_auth_failure_refusals",
+            "Requests refused 429 before authentication: their client address failed it too often.",
+            registry=self.registry,
+        )
+        self._rate_limiter_faults = Counter(
+            "dealbase_rate_limiter_faults",
+            "Requests whose rate limits could not be checked (Redis unreachable or slow).",
+            registry=self.registry,
+        )
+        self._key_lookups = Counter(
+            "dealbase_key_cache_lookups",
+            "API key lookups, by whether the process's key cache answered (hit) or not (miss).",
+            ["result"],
+            registry=self.registry,
+        )
+
+    def _declare_graphql_metrics(self) -> None:
+        self._graphql_operations = Counter(
+            "dealbase_graphql_operations",
+            "GraphQL operations run, by operation name (anonymous, other) and type.",
+            ["operation", "type"],
+            registry=self.registry,
+        )
+        self._graphql_errors = Counter(
+            "dealbase_graphql_errors",
+            "Errors in GraphQL responses, by extensions.code.",
+            ["code"],
+            registry=self.registry,
+        )
+        self._graphql_root_fields = Counter(
+            "dealbase_graphql_root_fields",
+            "Query root fields run, by field and path: compiled (one SQL statement building the"
+            " JSON) or resolvers.",
+            ["field", "path"],
+            registry=self.registry,
+        )
 
     def request_answered(self, route: str, method: str, status: int, seconds: float) -> None:
         durations = self._unwritten.get((route, method, status))

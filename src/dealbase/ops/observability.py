@@ -143,6 +143,13 @@ def configure_logging(log_format: str, level: str) -> None:
         logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+    _configure_standard_loggers(shared, renderer, threshold)
+    _json_lines = _JsonLines(threshold) if log_format == "json" else None
+
+
+def _configure_standard_loggers(shared: list[Any], renderer: Any, threshold: int) -> None:
+    """The standard library's loggers (uvicorn's, the libraries') write through the same
+    processors and renderer as structlog's."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
@@ -172,4 +179,3 @@ def configure_logging(log_format: str, level: str) -> None:
     access.propagate = False
     for name, quiet in _QUIET.items():
         logging.getLogger(name).setLevel(max(quiet, threshold))
-    _json_lines = _JsonLines(threshold) if log_format == "json" else None

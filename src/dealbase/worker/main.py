@@ -8,6 +8,8 @@ import signal
 import ssl
 import sys
 
+from prometheus_client import start_http_server
+
 from dealbase.config import Settings, SettingsError
 from dealbase.db.database import Database
 from dealbase.platform.webhooks.addresses import AddressPolicy
@@ -23,8 +25,6 @@ def run_worker(settings: Settings, database_url: str, limits: WorkerLimits) -> N
     Raises ``SettingsError`` when the certificate authorities to trust hold none OpenSSL can
     read, before anything starts."""
     if settings.metrics_port is not None:
-        from prometheus_client import start_http_server
-
         start_http_server(settings.metrics_port, addr=settings.host)
     asyncio.run(_deliver_until_stopped(settings, database_url, limits))
 

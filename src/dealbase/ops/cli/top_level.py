@@ -61,7 +61,6 @@ def migrate(
     with database.control() as connection:
         live = [tenant.schema for tenant in list_tenants(connection)]
         schemas = live if every_tenant else schemas_behind(connection)
-    tenant_count = len(live)
     results = _upgrade_with_progress(
         database,
         schemas,
@@ -69,6 +68,15 @@ def migrate(
         distributed=settings.citus_schema_sharding,
         show=not as_json,
     )
+    any_failed = _report_migrations(as_json, len(live), results)
+    _warn_of_an_inheriting_login_role(database)
+    if any_failed:
+        raise typer.Exit(1)
+
+
+def _report_migrations(as_json: bool, tenant_count: int, results: list[TenantMigration]) -> bool:
+    """Prints what the run did (the repairs too, without --json) and each failure on stderr;
+    returns whether any tenant schema failed."""
     failed = sorted((r for r in results if not r.ok), key=lambda r: r.schema)
     repaired = sorted((r for r in results if r.repairs), key=lambda r: r.schema)
     summary = {
@@ -92,6 +100,10 @@ def migrate(
                 typer.echo(f"repaired tenant schema {result.schema}: {repair}")
     for result in failed:
         typer.echo(f"error: tenant schema {result.schema} failed: {result.error}", err=True)
+    return bool(failed)
+
+
+def _warn_of_an_inheriting_login_role(database: Database) -> None:
     with database.control() as connection:
         inheriting = inheriting_login_role(connection)
     if inheriting:
@@ -100,8 +112,6 @@ def migrate(
             f" make it NOINHERIT (ALTER ROLE {inheriting} NOINHERIT), docs/security.md",
             err=True,
         )
-    if failed:
-        raise typer.Exit(1)
 
 
 def _upgrade_with_progress(
