@@ -37,6 +37,10 @@ T = TypeVar("T")
 PREPARE_AFTER = 5
 
 
+# How long any pool keeps a connection before it opens a new one instead.
+_CONNECTION_LIFETIME_SECONDS = 1800
+
+
 def application_name(pid: int) -> str:
     return f"dealbase pid={pid}"
 
@@ -112,6 +116,110 @@ def _finished(work: Callable[[UnitOfWork], T | AfterCommit[T]], uow: UnitOfWork)
     return result
 
 
+def _connection_settings(
+    limits: DatabaseLimits, prepared_statements: bool, startup_options: bool
+) -> dict[str, Any]:
+    """What every connection of the Database is opened with."""
+    settings: dict[str, Any] = {
+        # Operators (and tests) see in pg_stat_activity which process holds a connection.
+        "application_name": application_name(os.getpid()),
+        "prepare_threshold": PREPARE_AFTER if prepared_statements else None,
+        "connect_timeout": max(1, round(limits.acquire_timeout_seconds)),
+    }
+    if startup_options:
+        settings["options"] = limits.connection_options()
+    return settings
+
+
+def _control_engine(
+    database_url: str,
+    pool_size: int,
+    max_overflow: int,
+    limits: DatabaseLimits,
+    connection_settings: dict[str, Any],
+) -> Engine:
+    """SQLAlchemy's engine, for the control schema."""
+    return create_engine(
+        sqlalchemy_url(database_url),
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        pool_recycle=_CONNECTION_LIFETIME_SECONDS,
+        # A connection that broke while idle (PostgreSQL restarted) is replaced, not used.
+        pool_pre_ping=True,
+        pool_timeout=limits.acquire_timeout_seconds,
+        connect_args=connection_settings,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _UnitOfWorkPools:
+    """The pools units of work run on: alike, but for where and how a connection is taken."""
+
+    conninfo: str
+    max_size: int
+    limits: DatabaseLimits
+    # Every connection's settings (``_connection_settings``), and autocommit.
+    settings: dict[str, Any]
+    tenants: ConnectionTenants
+
+    @classmethod
+    def of(
+        cls,
+        database_url: str,
+        max_size: int,
+        limits: DatabaseLimits,
+        connection_settings: dict[str, Any],
+        tenants: ConnectionTenants,
+    ) -> _UnitOfWorkPools:
+        # Units of work open their transaction themselves, with the switch to the tenant's role
+        # and their first statement, or run as one implicit transaction (``TenantConnection``):
+        # psycopg would send a BEGIN of its own first, and sync the pipeline after it.
+        settings = {**connection_settings, "autocommit": True}
+        return cls(libpq_url(database_url), max_size, limits, settings, tenants)
+
+    def synchronous(self) -> ConnectionPool:
+        """The CLI's and the tests' pool (``unit_of_work``)."""
+        # reconnect_timeout: a failed attempt to connect is retried with a growing delay for
+        # this long, and no other attempt starts meanwhile; kept short, the first request after
+        # PostgreSQL is back connects at once instead of after the delay reached while it was
+        # down.
+        return ConnectionPool(
+            self.conninfo,
+            min_size=0,
+            max_size=self.max_size,
+            max_lifetime=_CONNECTION_LIFETIME_SECONDS,
+            kwargs=self.settings,
+            # A connection retired by ConnectionTenants is closed when next taken.
+            check=self.tenants.refuse_retired,
+            name="units-of-work",
+            open=True,
+            timeout=self.limits.acquire_timeout_seconds,
+            reconnect_timeout=self.limits.acquire_timeout_seconds,
+        )
+
+    def on_the_event_loop(self) -> TenantAffinePool:
+        return TenantAffinePool(
+            self.conninfo,
+            tenants=self.tenants,
+            max_size=self.max_size,
+            timeout=self.limits.acquire_timeout_seconds,
+            max_lifetime=_CONNECTION_LIFETIME_SECONDS,
+            kwargs=self.settings,
+            name="units-of-work-on-the-event-loop",
+        )
+
+    def on_the_workers(self, placements: Placements) -> WorkerReads:
+        return WorkerReads(
+            self.conninfo,
+            placements,
+            tenants=self.tenants,
+            max_size=self.max_size,
+            timeout=self.limits.acquire_timeout_seconds,
+            max_lifetime=_CONNECTION_LIFETIME_SECONDS,
+            kwargs=self.settings,
+        )
+
+
 class Database:
     """Units of work (tenant data) on psycopg pools; the control schema through SQLAlchemy.
 
@@ -165,70 +273,24 @@ class Database:
         self._pipelines = pipelines
         self.limits = limits
         self._connection_tenants = ConnectionTenants(tenants_per_connection)
-        # Operators (and tests) see in pg_stat_activity which process holds a connection.
-        connection_settings: dict[str, Any] = {
-            "application_name": application_name(os.getpid()),
-            "prepare_threshold": PREPARE_AFTER if prepared_statements else None,
-            "connect_timeout": max(1, round(limits.acquire_timeout_seconds)),
-        }
-        if startup_options:
-            connection_settings["options"] = limits.connection_options()
-        # Units of work open their transaction themselves, with the switch to the tenant's role
-        # and their first statement, or run as one implicit transaction (``TenantConnection``):
-        # psycopg would send a BEGIN of its own first, and sync the pipeline after it.
-        unit_of_work_settings = {**connection_settings, "autocommit": True}
-        self.engine: Engine = create_engine(
-            sqlalchemy_url(database_url),
-            pool_size=pool_size,
-            max_overflow=max_overflow,
-            pool_recycle=1800,
-            # A connection that broke while idle (PostgreSQL restarted) is replaced, not used.
-            pool_pre_ping=True,
-            pool_timeout=limits.acquire_timeout_seconds,
-            connect_args=connection_settings,
+        connection_settings = _connection_settings(limits, prepared_statements, startup_options)
+        self.engine: Engine = _control_engine(
+            database_url, pool_size, max_overflow, limits, connection_settings
         )
-        # reconnect_timeout: a failed attempt to connect is retried with a growing delay for
-        # this long, and no other attempt starts meanwhile; kept short, the first request after
-        # PostgreSQL is back connects at once instead of after the delay reached while it was
-        # down (16 s after 30 s down).
-        pool_timeouts: dict[str, Any] = {
-            "timeout": limits.acquire_timeout_seconds,
-            "reconnect_timeout": limits.acquire_timeout_seconds,
-        }
-        self.pool: ConnectionPool = ConnectionPool(
-            libpq_url(database_url),
-            min_size=0,
-            max_size=pool_size + max_overflow,
-            max_lifetime=1800,
-            kwargs=unit_of_work_settings,
-            # A connection retired by ConnectionTenants is closed when next taken.
-            check=self._connection_tenants.refuse_retired,
-            name="units-of-work",
-            open=True,
-            **pool_timeouts,
+        pools = _UnitOfWorkPools.of(
+            database_url,
+            pool_size + max_overflow,
+            limits,
+            connection_settings,
+            self._connection_tenants,
         )
+        self.pool: ConnectionPool = pools.synchronous()
         # Opened by ``open``, in the event loop it then belongs to.
         self._async_pool_loop: asyncio.AbstractEventLoop | None = None
-        self.async_pool = TenantAffinePool(
-            libpq_url(database_url),
-            tenants=self._connection_tenants,
-            max_size=pool_size + max_overflow,
-            timeout=limits.acquire_timeout_seconds,
-            max_lifetime=1800,
-            kwargs=unit_of_work_settings,
-            name="units-of-work-on-the-event-loop",
-        )
+        self.async_pool = pools.on_the_event_loop()
         # Each tenant's reads on its worker's pool, the same but for the host and port.
         self.worker_reads = (
-            WorkerReads(
-                libpq_url(database_url),
-                Placements(self._node_of_schema, clock=clock),
-                tenants=self._connection_tenants,
-                max_size=pool_size + max_overflow,
-                timeout=limits.acquire_timeout_seconds,
-                max_lifetime=1800,
-                kwargs=unit_of_work_settings,
-            )
+            pools.on_the_workers(Placements(self._node_of_schema, clock=clock))
             if reads_on_workers
             else None
         )
