@@ -20,8 +20,9 @@ from dealbase.db.database import Database
 from dealbase.graphql_api.live.protocol import MAX_MESSAGE_BYTES
 from dealbase.ops import admin, serving
 from dealbase.ops.cli.top_level import SERVER_GC_YOUNG_THRESHOLD
-from dealbase.tenancy.callers.api_keys import parse_api_key, record_uses
+from dealbase.tenancy.callers.api_keys import parse_api_key
 from dealbase.tenancy.callers.authentication import KeyCache
+from dealbase.tenancy.callers.key_usage import record_uses
 from dealbase.tenancy.control_tables import api_keys
 from dealbase.tenancy.scope import schema_for_tenant
 from tests.ops.conftest import CliRun, RunCli, invoke_cli

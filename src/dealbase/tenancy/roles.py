@@ -21,7 +21,10 @@ again on a tenant whose roles and grants are as they should be writes nothing.
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, text
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import Connection, Row, text
 
 from dealbase.db.sessions import switch_to
 from dealbase.tenancy.scope import tenant_role
@@ -250,55 +253,43 @@ def _adopt(connection: Connection, schema: str) -> list[str]:
     return [f"gave {kind.lower()} {name} to {TENANT_OWNER_ROLE}" for kind, name in objects]
 
 
+# Each privilege a role other than the owner holds on the schema and on each of its relations:
+# a row a privilege, or one without a grantee for an object on which none is held.
+_GRANTS_HELD = text(
+    """
+    SELECT 'SCHEMA', 's', quote_ident(n.nspname), '', grantee, privilege
+      FROM pg_namespace n
+      LEFT JOIN LATERAL (
+          SELECT CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END
+                     AS grantee, a.privilege_type AS privilege
+            FROM aclexplode(n.nspacl) a
+           WHERE a.grantee <> n.nspowner) acl ON true
+     WHERE n.nspname = :schema
+    UNION ALL
+    SELECT 'RELATION', c.relkind::text, format('%I.%I', n.nspname, c.relname), c.relname,
+           grantee, privilege
+      -- The schema's relations through their dependency on it (an index lookup), not by
+      -- scanning pg_class, which holds every tenant's.
+      FROM pg_namespace n
+      JOIN pg_depend d ON d.refclassid = 'pg_namespace'::regclass AND d.refobjid = n.oid
+                      AND d.classid = 'pg_class'::regclass
+      JOIN pg_class c ON c.oid = d.objid
+      LEFT JOIN LATERAL (
+          SELECT CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END
+                     AS grantee, a.privilege_type AS privilege
+            FROM aclexplode(c.relacl) a
+           WHERE a.grantee <> c.relowner) acl ON true
+     WHERE n.nspname = :schema AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+    """
+)
+
+
 def repair_grants(connection: Connection, schema: str) -> list[str]:
     """Makes the schema's grants exactly these: its tenant role may use the schema and read and
     write its tables; no other role (PUBLIC included) holds any privilege on them. Runs as the
     owner; returns what it changed."""
     role = tenant_role(schema)
-    granted = connection.execute(
-        text(
-            """
-            SELECT 'SCHEMA', 's', quote_ident(n.nspname), '', grantee, privilege
-              FROM pg_namespace n
-              LEFT JOIN LATERAL (
-                  SELECT CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END
-                             AS grantee, a.privilege_type AS privilege
-                    FROM aclexplode(n.nspacl) a
-                   WHERE a.grantee <> n.nspowner) acl ON true
-             WHERE n.nspname = :schema
-            UNION ALL
-            SELECT 'RELATION', c.relkind::text, format('%I.%I', n.nspname, c.relname), c.relname,
-                   grantee, privilege
-              -- The schema's relations through their dependency on it (an index lookup), not by
-              -- scanning pg_class, which holds every tenant's.
-              FROM pg_namespace n
-              JOIN pg_depend d ON d.refclassid = 'pg_namespace'::regclass AND d.refobjid = n.oid
-                              AND d.classid = 'pg_class'::regclass
-              JOIN pg_class c ON c.oid = d.objid
-              LEFT JOIN LATERAL (
-                  SELECT CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END
-                             AS grantee, a.privilege_type AS privilege
-                    FROM aclexplode(c.relacl) a
-                   WHERE a.grantee <> c.relowner) acl ON true
-             WHERE n.nspname = :schema AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
-            """
-        ),
-        {"schema": schema},
-    ).all()
-    held: dict[tuple[str, str], set[tuple[str, str]]] = {}
-    expected: dict[tuple[str, str], frozenset[str]] = {}
-    for kind, relkind, name, bare_name, grantee, privilege in granted:
-        if kind == "SCHEMA":
-            target, privileges = ("SCHEMA", name), _SCHEMA_PRIVILEGES
-        else:
-            keyword, privileges = _PRIVILEGES_BY_RELATION_KIND[relkind]
-            target = (keyword, name)
-            if bare_name == MIGRATION_TABLE:
-                privileges = frozenset()
-        expected[target] = privileges
-        grants = held.setdefault(target, set())
-        if grantee is not None:
-            grants.add((grantee, privilege))
+    held, expected = _held_and_expected(connection.execute(_GRANTS_HELD, {"schema": schema}))
     changes = []
     for target, privileges in expected.items():
         wanted = {(role, privilege) for privilege in privileges}
@@ -314,6 +305,31 @@ def repair_grants(connection: Connection, schema: str) -> list[str]:
             )
         changes.append(f"reset the grants on {keyword.lower()} {name}")
     return changes
+
+
+_Target = tuple[str, str]
+
+
+def _held_and_expected(
+    granted: Iterable[Row[Any]],
+) -> tuple[dict[_Target, set[tuple[str, str]]], dict[_Target, frozenset[str]]]:
+    """The (grantee, privilege) pairs each object's grants hold, and the privileges its tenant
+    role should hold, by (keyword, name): ``("SCHEMA", name)``, ``("TABLE", name)``..."""
+    held: dict[_Target, set[tuple[str, str]]] = {}
+    expected: dict[_Target, frozenset[str]] = {}
+    for kind, relkind, name, bare_name, grantee, privilege in granted:
+        if kind == "SCHEMA":
+            target, privileges = ("SCHEMA", name), _SCHEMA_PRIVILEGES
+        else:
+            keyword, privileges = _PRIVILEGES_BY_RELATION_KIND[relkind]
+            target = (keyword, name)
+            if bare_name == MIGRATION_TABLE:
+                privileges = frozenset()
+        expected[target] = privileges
+        grants = held.setdefault(target, set())
+        if grantee is not None:
+            grants.add((grantee, privilege))
+    return held, expected
 
 
 def inheriting_login_role(connection: Connection) -> str | None:

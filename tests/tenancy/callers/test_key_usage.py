@@ -22,8 +22,7 @@ from dealbase.config import Settings
 from dealbase.db.database import Database, DatabaseLimits
 from dealbase.migrations.runner import upgrade_control
 from dealbase.tenancy.callers import api_keys as api_keys_module
-from dealbase.tenancy.callers.api_keys import record_uses
-from dealbase.tenancy.callers.key_usage import FLUSH_INTERVAL_SECONDS, KeyUseRecorder
+from dealbase.tenancy.callers.key_usage import FLUSH_INTERVAL_SECONDS, KeyUseRecorder, record_uses
 from dealbase.tenancy.control_tables import api_keys, tenants
 from tests.support import TenantWorld, scratch_database
 

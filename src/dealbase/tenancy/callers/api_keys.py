@@ -22,8 +22,7 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, bindparam, column, func, insert, or_, select, update
-from sqlalchemy.dialects.postgresql import ARRAY, TIMESTAMP, UUID
+from sqlalchemy import Connection, RowMapping, func, insert, select, update
 
 from dealbase.errors import (
     Conflict,
@@ -246,16 +245,7 @@ def issue_key(
 
     With ``expires_in``, the key is refused from ``now() + expires_in`` on.
     """
-    if name is not None and (len(name) > MAX_KEY_NAME_LENGTH or "\x00" in name):
-        raise Invalid.of(
-            "name", "too_long", f"A key name has at most {MAX_KEY_NAME_LENGTH} characters."
-        )
-    if expires_in is not None and not timedelta(0) < expires_in <= MAX_KEY_LIFETIME:
-        raise Invalid.of(
-            "expires_in",
-            "out_of_range",
-            f"A key expires after more than 0 seconds and at most {MAX_KEY_LIFETIME.days} days.",
-        )
+    _check_name_and_lifetime(name, expires_in)
     key_id, secret = new_id(), _new_secret()
     row = (
         connection.execute(
@@ -288,6 +278,19 @@ def issue_key(
         },
     )
     return IssuedKey(key_id, _format_key(key_id, secret), tenant_id, department_id)
+
+
+def _check_name_and_lifetime(name: str | None, expires_in: timedelta | None) -> None:
+    if name is not None and (len(name) > MAX_KEY_NAME_LENGTH or "\x00" in name):
+        raise Invalid.of(
+            "name", "too_long", f"A key name has at most {MAX_KEY_NAME_LENGTH} characters."
+        )
+    if expires_in is not None and not timedelta(0) < expires_in <= MAX_KEY_LIFETIME:
+        raise Invalid.of(
+            "expires_in",
+            "out_of_range",
+            f"A key expires after more than 0 seconds and at most {MAX_KEY_LIFETIME.days} days.",
+        )
 
 
 def _info(row: RowMapping) -> KeyInfo:
@@ -468,41 +471,6 @@ def _replace_secret(
     )
 
 
-def record_uses(connection: Connection, last_uses: Mapping[uuid.UUID, datetime]) -> None:
-    """Moves each key's ``last_used_at`` forward to its last use, in one statement.
-
-    A row whose ``last_used_at`` is already as late (another process wrote it) is not
-    rewritten; a key that no longer exists is skipped.
-    """
-    if not last_uses:
-        return
-    # In key order: two processes writing overlapping keys lock the rows in the same order,
-    # instead of deadlocking.
-    key_ids = sorted(last_uses)
-    uses = (
-        func.unnest(
-            bindparam("key_ids", key_ids, type_=ARRAY(UUID(as_uuid=True))),
-            bindparam(
-                "used_at",
-                [last_uses[key_id] for key_id in key_ids],
-                type_=ARRAY(TIMESTAMP(timezone=True)),
-            ),
-        )
-        .table_valued(
-            column("key_id", UUID(as_uuid=True)), column("used_at", TIMESTAMP(timezone=True))
-        )
-        .render_derived(name="uses")
-    )
-    connection.execute(
-        update(api_keys)
-        .where(
-            api_keys.c.id == uses.c.key_id,
-            or_(api_keys.c.last_used_at.is_(None), api_keys.c.last_used_at < uses.c.used_at),
-        )
-        .values(last_used_at=uses.c.used_at)
-    )
-
-
 def load_credentials(connection: Connection, key_id: uuid.UUID) -> KeyCredentials | None:
     row = connection.execute(
         select(
@@ -574,6 +542,11 @@ def scope_for_request(
         return Scope(
             credentials.tenant_id, credentials.schema, None, credentials.key_id, credentials.rate
         )
+    return _department_scope(credentials, department_header)
+
+
+def _department_scope(credentials: KeyCredentials, department_header: str | None) -> Scope:
+    """A department key's Scope, for a request whose X-Department-Id names its department."""
     if department_header is None:
         raise Unauthenticated(AUTHENTICATION_FAILED)
     if (

@@ -11,15 +11,17 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from functools import partial
 
 import structlog
 from anyio import to_thread
+from sqlalchemy import Connection, bindparam, column, func, or_, update
+from sqlalchemy.dialects.postgresql import ARRAY, TIMESTAMP, UUID
 
 from dealbase.db.database import Database
-from dealbase.tenancy.callers.api_keys import record_uses
+from dealbase.tenancy.control_tables import api_keys
 
 log = structlog.get_logger(__name__)
 
@@ -89,3 +91,38 @@ class KeyUseRecorder:
         while True:
             await self._sleep(self.flush_interval_seconds)
             await to_thread.run_sync(self.flush)
+
+
+def record_uses(connection: Connection, last_uses: Mapping[uuid.UUID, datetime]) -> None:
+    """Moves each key's ``last_used_at`` forward to its last use, in one statement.
+
+    A row whose ``last_used_at`` is already as late (another process wrote it) is not
+    rewritten; a key that no longer exists is skipped.
+    """
+    if not last_uses:
+        return
+    # In key order: two processes writing overlapping keys lock the rows in the same order,
+    # instead of deadlocking.
+    key_ids = sorted(last_uses)
+    uses = (
+        func.unnest(
+            bindparam("key_ids", key_ids, type_=ARRAY(UUID(as_uuid=True))),
+            bindparam(
+                "used_at",
+                [last_uses[key_id] for key_id in key_ids],
+                type_=ARRAY(TIMESTAMP(timezone=True)),
+            ),
+        )
+        .table_valued(
+            column("key_id", UUID(as_uuid=True)), column("used_at", TIMESTAMP(timezone=True))
+        )
+        .render_derived(name="uses")
+    )
+    connection.execute(
+        update(api_keys)
+        .where(
+            api_keys.c.id == uses.c.key_id,
+            or_(api_keys.c.last_used_at.is_(None), api_keys.c.last_used_at < uses.c.used_at),
+        )
+        .values(last_used_at=uses.c.used_at)
+    )
