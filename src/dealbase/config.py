@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Literal
+from urllib.parse import parse_qs, urlsplit
 
 from pydantic import Field, FilePath, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -24,6 +25,31 @@ TENANTS_PER_CONNECTION_ON_A_CLUSTER = 16
 def cors_origins_of(value: str) -> list[str]:
     """``DEALBASE_CORS_ORIGINS`` as a list (empty: CORS off)."""
     return [origin.strip() for origin in value.split(",") if origin.strip()]
+
+
+_REDIS_URL_SCHEMES = ("redis", "rediss", "unix")
+
+
+def check_redis_url(url: str) -> None:
+    """Raises ValueError, naming the problem, for a URL the rate limiter (``RedisLimiter``)
+    cannot connect with: redis://[[user]:password@]host[:port][/db], rediss:// (TLS, the
+    system's trusted certificates), unix://[[user]:password@]/path[?db=N].
+
+    The URL's query may name the database and nothing else: redis-py would take any of its
+    connection options from there (``ssl_cert_reqs=none`` among them), which RedisLimiter sets
+    itself."""
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    if parts.scheme not in _REDIS_URL_SCHEMES:
+        raise ValueError("Redis URL: the scheme must be redis://, rediss:// or unix://")
+    if set(query) - {"db"}:
+        raise ValueError(f"Redis URL: unsupported parameters {sorted(set(query) - {'db'})}")
+    path_db = [parts.path.strip("/")] if parts.scheme != "unix" and parts.path.strip("/") else []
+    db = query.get("db", path_db or ["0"])[-1]
+    if not db.isdigit():
+        raise ValueError(f"Redis URL: the database must be a number, not {db!r}")
+    if parts.username and parts.password is None:
+        raise ValueError("Redis URL: a user name without a password")
 
 
 class Settings(BaseSettings):
@@ -382,10 +408,8 @@ class Settings(BaseSettings):
             return None
         if not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("must be a redis://, rediss:// or unix:// URL")
-        # Checked here, with the limiter's own parser, so a URL it cannot use stops the service
-        # with the setting's name rather than a traceback from each worker.
-        from dealbase.tenancy.rate_limits.limiter import check_redis_url
-
+        # Checked here, with the rules the limiter checks its URL by, so a URL it cannot use
+        # stops the service with the setting's name rather than a traceback from each worker.
         check_redis_url(value)
         return value
 

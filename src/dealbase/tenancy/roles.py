@@ -22,7 +22,6 @@ again on a tenant whose roles and grants are as they should be writes nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from sqlalchemy import Connection, Row, text
 
@@ -310,8 +309,12 @@ def repair_grants(connection: Connection, schema: str) -> list[str]:
 _Target = tuple[str, str]
 
 
+# (kind, relkind, name, bare name, grantee, privilege): _GRANTS_HELD's rows.
+_Granted = Row[str, str, str, str, str | None, str | None]
+
+
 def _held_and_expected(
-    granted: Iterable[Row[Any]],
+    granted: Iterable[_Granted],
 ) -> tuple[dict[_Target, set[tuple[str, str]]], dict[_Target, frozenset[str]]]:
     """The (grantee, privilege) pairs each object's grants hold, and the privileges its tenant
     role should hold, by (keyword, name): ``("SCHEMA", name)``, ``("TABLE", name)``..."""
@@ -327,7 +330,7 @@ def _held_and_expected(
                 privileges = frozenset()
         expected[target] = privileges
         grants = held.setdefault(target, set())
-        if grantee is not None:
+        if grantee is not None and privilege is not None:  # both, or neither
             grants.add((grantee, privilege))
     return held, expected
 

@@ -28,7 +28,6 @@ import math
 import uuid
 from dataclasses import dataclass
 from typing import Protocol
-from urllib.parse import parse_qs, urlsplit
 
 import redis
 import redis.asyncio
@@ -37,6 +36,7 @@ from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
+from dealbase.config import check_redis_url
 from dealbase.tenancy.scope import Rate
 
 
@@ -208,29 +208,6 @@ local allow_at = math.max(tat, now) - interval * (tonumber(burst) - 1)
 return tostring(math.max(allow_at - now, 0))
 """
 )
-
-
-# The URL's query may name the database and nothing else: redis-py would take any of its
-# connection options from there (``ssl_cert_reqs=none`` among them), set below instead.
-_URL_SCHEMES = ("redis", "rediss", "unix")
-
-
-def check_redis_url(url: str) -> None:
-    """Raises ValueError, naming the problem, for a URL RedisLimiter cannot connect with:
-    redis://[[user]:password@]host[:port][/db], rediss:// (TLS, the system's trusted
-    certificates), unix://[[user]:password@]/path[?db=N]."""
-    parts = urlsplit(url)
-    query = parse_qs(parts.query)
-    if parts.scheme not in _URL_SCHEMES:
-        raise ValueError("Redis URL: the scheme must be redis://, rediss:// or unix://")
-    if set(query) - {"db"}:
-        raise ValueError(f"Redis URL: unsupported parameters {sorted(set(query) - {'db'})}")
-    path_db = [parts.path.strip("/")] if parts.scheme != "unix" and parts.path.strip("/") else []
-    db = query.get("db", path_db or ["0"])[-1]
-    if not db.isdigit():
-        raise ValueError(f"Redis URL: the database must be a number, not {db!r}")
-    if parts.username and parts.password is None:
-        raise ValueError("Redis URL: a user name without a password")
 
 
 class RedisLimiter:
