@@ -14,6 +14,7 @@ import os
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -244,29 +245,20 @@ class _RequestHead:
                 self.expect = value
 
 
+@dataclass(slots=True, eq=False)
 class _Answer:
     """The ``send`` the app answers through: the answer's head gets the request's RateLimit
     headers and id (and ``Connection: close`` once the server drains), a HEAD's body is
     dropped, and its status is kept for the access line."""
 
-    __slots__ = ("answering", "draining", "head_only", "request_id", "send", "state", "status")
-
-    def __init__(
-        self,
-        send: Send,
-        state: dict[str, Any],
-        request_id: str,
-        head_only: bool,
-        draining: Draining,
-    ) -> None:
-        self.send = send
-        self.state = state
-        self.request_id = request_id
-        self.head_only = head_only
-        self.draining = draining
-        # 500 until the app starts an answer.
-        self.status = 500
-        self.answering = False
+    send: Send
+    state: dict[str, Any]
+    request_id: str
+    head_only: bool
+    draining: Draining
+    # 500 until the app starts an answer.
+    status: int = 500
+    answering: bool = False
 
     async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start":
@@ -285,21 +277,17 @@ class _Answer:
         await self.send(message)
 
 
+@dataclass(slots=True, eq=False)
 class _CountedBody:
     """The request's ``receive``, counting its body's bytes against the cap (``_TooLarge``
     past it) and giving up on a body not in by ``due`` (``_BodyLate``)."""
 
-    __slots__ = ("due", "ended", "late_bodies", "max_bytes", "received", "server_receive")
-
-    def __init__(
-        self, receive: Receive, max_bytes: int, due: float, late_bodies: _LateBodies
-    ) -> None:
-        self.server_receive = receive
-        self.max_bytes = max_bytes
-        self.due = due
-        self.late_bodies = late_bodies
-        self.received = 0
-        self.ended = False
+    server_receive: Receive
+    max_bytes: int
+    due: float
+    late_bodies: _LateBodies
+    received: int = 0
+    ended: bool = False
 
     async def receive(self) -> Message:
         if self.ended:

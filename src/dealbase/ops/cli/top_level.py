@@ -192,8 +192,7 @@ def graphql_schema() -> None:
     typer.echo(build_schema(Settings(database_url=None)).as_str())
 
 
-# Above what a worker's requests in flight hold at once (Settings.gc_young_threshold): young
-# collections then run between requests rather than inside most of them.
+# Above what a worker's requests in flight hold at once (Settings.gc_young_threshold).
 SERVER_GC_YOUNG_THRESHOLD = 10_000
 
 
