@@ -27,11 +27,10 @@ from sqlalchemy import (
     null,
     select,
     true,
-    update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSON, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.sql.dml import Insert, ReturningInsert
+from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import CTE, CompoundSelect, Select
 
@@ -40,7 +39,7 @@ from dealbase.db.transactions import Deferred, TenantConnection
 from dealbase.platform.event_types import EventType
 from dealbase.platform.events.models import Event, EventFilter, NewEvent
 from dealbase.platform.resources import event_json_text_sql
-from dealbase.platform.tables import event_positions, event_sequence, events, webhook_endpoints
+from dealbase.platform.tables import event_sequence, events, webhook_endpoints
 from dealbase.tenancy.coordination.wakeups import WAKEUP
 
 
@@ -267,82 +266,6 @@ WAKES_IN_DEPARTMENTS = built_once(
 )
 
 
-_departments = bindparam("departments", type_=ARRAY(UUID(as_uuid=True)))
-
-
-def _claim_statement() -> ReturningInsert[Any]:
-    """Locks the position row of each department that has events to number (made at its first),
-    in department order: two numberings of the same departments never deadlock."""
-    wanted = (
-        func.unnest(_departments)
-        .table_valued(column("department_id", UUID(as_uuid=True)))
-        .render_derived(name="wanted")
-    )
-    unnumbered = exists().where(
-        events.c.department_id == wanted.c.department_id, events.c.position.is_(None)
-    )
-    claim = pg_insert(event_positions).from_select(
-        ["department_id", "last_position"],
-        select(wanted.c.department_id, literal(0, BigInteger))
-        .where(unnumbered)
-        .order_by(wanted.c.department_id),
-    )
-    return claim.on_conflict_do_update(
-        index_elements=[event_positions.c.department_id],
-        set_={"last_position": event_positions.c.last_position},
-    ).returning(event_positions.c.department_id)
-
-
-def _number_statement() -> Select[Any]:
-    """Numbers up to ``limit`` of each claimed department's unnumbered events, in the order
-    they were recorded, after its last position, and moves the position on; returns how many."""
-    claimed = (
-        func.unnest(_departments)
-        .table_valued(column("department_id", UUID(as_uuid=True)))
-        .render_derived(name="claimed")
-    )
-    batch = (
-        select(events.c.id, events.c.sequence)
-        .where(events.c.department_id == claimed.c.department_id, events.c.position.is_(None))
-        .order_by(events.c.sequence, events.c.id)
-        .limit(bindparam("limit"))
-        .lateral("batch")
-    )
-    pending = (
-        select(
-            claimed.c.department_id,
-            batch.c.id,
-            func.row_number()
-            .over(partition_by=claimed.c.department_id, order_by=(batch.c.sequence, batch.c.id))
-            .label("number"),
-        )
-        .select_from(claimed)
-        .join(batch, true())
-        .cte("pending")
-    )
-    numbered = (
-        update(events)
-        .where(
-            events.c.id == pending.c.id, event_positions.c.department_id == pending.c.department_id
-        )
-        .values(position=event_positions.c.last_position + pending.c.number)
-        .returning(events.c.department_id, events.c.position)
-        .cte("numbered")
-    )
-    last = (
-        select(numbered.c.department_id, func.max(numbered.c.position).label("position"))
-        .group_by(numbered.c.department_id)
-        .subquery("last")
-    )
-    moved = (
-        update(event_positions)
-        .where(event_positions.c.department_id == last.c.department_id)
-        .values(last_position=last.c.position)
-        .cte("moved")
-    )
-    return select(func.count()).select_from(numbered).add_cte(moved)
-
-
 # Built once: the same shapes for any number of events and departments.
 _RECORD = built_once(_record_statement())
 # One event, its values parameters (its data and previous values JSON text): ``Outbox`` on a
@@ -355,8 +278,6 @@ _RECORD_EACH = built_once(
         cast(bindparam("previous", type_=Text), JSON),
     )
 )
-_CLAIM = built_once(_claim_statement())
-_NUMBER = built_once(_number_statement())
 
 
 def record_texts_later(connection: TenantConnection, recorded: Sequence[Record]) -> None:
@@ -481,39 +402,6 @@ class Outbox:
                 listener(self.schema)
         if any(wakes() for wakes in self._wakes):
             connection.execute_after_commit(WAKEUP, {})
-
-
-def number_committed(
-    connection: TenantConnection, department_ids: Sequence[uuid.UUID], limit: int
-) -> int:
-    """Gives positions to up to ``limit`` events of each department that committed without one,
-    after the department's last position; returns how many.
-
-    Two statements, so that the second reads the events with a snapshot taken once it holds the
-    position rows: whatever an earlier numbering of the same department committed, it sees.
-    The rows stay locked until COMMIT; the department's writers never take them.
-    """
-    numbering = number_committed_later(connection, department_ids, limit)
-    return 0 if numbering is None else int(numbering.rows().scalar_one())
-
-
-def number_committed_later(
-    connection: TenantConnection, department_ids: Sequence[uuid.UUID], limit: int
-) -> Deferred | None:
-    """``number_committed``'s claim sent now, its numbering with the next round trip (the
-    read that follows it, and the COMMIT, when nothing else runs): the position rows are held
-    for that one round trip, not for every turn of the server's work until the COMMIT. None
-    when no department has events to number."""
-    claimed = [
-        department_id
-        for (department_id,) in connection.execute(
-            _CLAIM,
-            {"departments": list(department_ids)},
-        )
-    ]
-    if not claimed:
-        return None
-    return connection.defer(_NUMBER, {"departments": claimed, "limit": limit})
 
 
 # What an event is to its readers; ``sequence`` only orders the numbering.

@@ -23,7 +23,7 @@ from dealbase.db.units import AfterCommit, UnitOfWork
 from dealbase.errors import Invalid
 from dealbase.ids import new_id
 from dealbase.platform.event_types import EventType
-from dealbase.platform.events import repository
+from dealbase.platform.events import numbering, repository
 from dealbase.platform.events.models import (
     RETENTION_DAYS,
     EventFilter,
@@ -159,7 +159,7 @@ def _feed(
     # department (its position row) and sees what that one committed, so the read that follows
     # (a new snapshot) holds every event committed before the request, whoever numbered it.
     # The numbering and the read travel together, so the position row is held one round trip.
-    repository.number_committed_later(uow.connection, [department_id], NUMBERING_BATCH)
+    numbering.number_committed_later(uow.connection, [department_id], NUMBERING_BATCH)
     found = events_after(
         uow.connection, scope.tenant_id, department_id, position, filters, limit, RETENTION
     )
@@ -180,7 +180,7 @@ def number_committed(uow: UnitOfWork, department_ids: Sequence[uuid.UUID]) -> in
     """Numbers the committed events of those departments that have no position yet (up to
     ``NUMBERING_BATCH`` each); returns how many. Holds the departments' position rows until
     COMMIT: other readers of the same departments wait that long, writers never."""
-    return repository.number_committed(uow.connection, department_ids, NUMBERING_BATCH)
+    return numbering.number_committed(uow.connection, department_ids, NUMBERING_BATCH)
 
 
 def number_all_committed(uow: UnitOfWork, department_ids: Sequence[uuid.UUID]) -> None:
