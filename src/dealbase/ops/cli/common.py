@@ -65,7 +65,11 @@ def _help_when_bare(context: typer.Context) -> None:
 
 
 cli = typer.Typer(cls=_OneLineErrors, pretty_exceptions_enable=False, add_completion=False)
-cli.callback(invoke_without_command=True)(_help_when_bare)
+cli.callback(
+    invoke_without_command=True,
+    help="Operate dealbase: migrations, tenants and their departments, employees and keys, the"
+    " server and the webhook worker.",
+)(_help_when_bare)
 
 
 def command_group(help_text: str) -> typer.Typer:
