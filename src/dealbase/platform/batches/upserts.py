@@ -189,8 +189,8 @@ def judged(
     function of a row).
 
     What comes after reads the record a write names from it, never by joining two CTEs:
-    PostgreSQL cannot tell how many rows a CTE holds, and a nested loop over two of a thousand
-    rows each cost a batch 120 ms.
+    PostgreSQL cannot tell how many rows a CTE holds, and plans a nested loop over two of a
+    thousand rows each.
 
     ``routed``: the same as a subquery of subqueries, for a statement that only reads it (on a
     distributed schema): Citus routes a SELECT of subqueries over the writes' function and the

@@ -133,7 +133,7 @@ def _create_statement(as_json: bool) -> Select[Any]:
     # not from the request: Citus runs each of a statement's data-modifying CTEs as a statement
     # of its own, in the order they depend on each other, and the links' foreign keys look for
     # rows that went in before. From ``shown_customers``, which joined them to their positions
-    # already: one join fewer to start (89,000 instructions of PostgreSQL a deal).
+    # already: one join fewer for PostgreSQL to make.
     new_links = (
         insert(deal_customers)
         .from_select(

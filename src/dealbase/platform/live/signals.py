@@ -13,9 +13,8 @@ announcer sends the schemas gathered meanwhile in one ``pg_notify`` statement on
 its own (a ``Notifier``): one notifying transaction per batch of writes and per process, and at
 most one every ``ANNOUNCE_INTERVAL_SECONDS``. Announcing as soon as a commit came (a busy
 department commits a thousand times a second) cost nearly every write a notifying transaction in
-PostgreSQL and a wakeup of the announcer and of every server's listener: one department's
-``POST /customers`` ran at 0.45 of the baseline's against 0.57 with the interval
-(bench/README.md). A write made outside a server (the CLI) announces nothing; the hub's periodic
+PostgreSQL and a wakeup of the announcer and of every server's listener, which slowed a busy
+department's writes. A write made outside a server (the CLI) announces nothing; the hub's periodic
 read (``poll_seconds``) finds it.
 
 Both connections are held by threads of their own: their waits and round trips never take a

@@ -58,7 +58,7 @@ class RelatedList:
 class SchemaKey(str):
     """A key that is one of the schema's own names (a field's, ``__typename``), not an alias of
     the request's: an object whose keys all are may be written with them as column labels
-    (``row_to_json``), which costs PostgreSQL less than bound keys (bench/README.md)."""
+    (``row_to_json``), which costs PostgreSQL less than bound keys."""
 
     __slots__ = ()
 

@@ -266,7 +266,7 @@ class _Builder:
         """The object of ``entries``' keys and values, computed from ``row``."""
         if entries and all(isinstance(key, SchemaKey) for key, _ in entries):
             # The schema's names as labels: row_to_json costs PostgreSQL less than
-            # json_build_object (bench/README.md, "Compiled reads: labels").
+            # json_build_object, which looks up each argument's type at every call.
             return row_json(row, entries)
         pairs: list[ColumnElement[Any]] = []
         for key, value in entries:
@@ -354,8 +354,8 @@ class _Builder:
 
 def _json_array(items: Select[Any]) -> ColumnElement[Any]:
     """The JSON array of ``items``' one column, in their order: ``ARRAY`` of the ordered rows,
-    which costs PostgreSQL less than ``json_agg`` with an ``ORDER BY`` of its own over them (a
-    page of 50 customers with their deals and activities: bench/README.md); no rows, ``[]``."""
+    which costs PostgreSQL less than ``json_agg`` with an ``ORDER BY`` of its own over them;
+    no rows, ``[]``."""
     return func.array_to_json(func.array(items.scalar_subquery()))
 
 

@@ -34,22 +34,22 @@ _SHAPES_KEPT = 64
 # PostgreSQL then plans it once, generically, only where that plan does not look dearer than
 # one made for the values. A page's does (its size, ``row_limit`` and ``page_limit``, is a
 # value: the generic plan guesses a third of a list's rows where the values say 50), so it was
-# planned again on every run: 0.5 of the 1.7 ms a customers page with deals and activities cost
-# PostgreSQL. So the read asks for the generic plan.
+# planned again on every run, a large part of what the read cost PostgreSQL. So the read asks
+# for the generic plan.
 #
 # The generic plan cannot know which department it reads either: it guesses that a department
 # holds rows / departments of a table, and where one department is large (a tenant's other
 # department holding 12,000 deals beside this one's 60) it scans the whole table for the
 # department's count (``totalCount``) and reads its steps and employees by scans too, where the
-# department's index reaches its own: the dashboard's statement cost 1,775 µs of PostgreSQL's
-# CPU against 1,050 with the indexes (bench/README.md). Every list a read builds is reached by
+# department's index reaches its own, which costs the dashboard's statement far more. Every
+# list a read builds is reached by
 # an index that begins with its department (or its parent's id), so the plan is made without
 # sequential scans (``enable_seqscan`` off: a table without such an index is still scanned).
 #
 # And without JIT compilation: the generic plan's guesses (a tenth of a table's rows for a page,
 # each row's nested lists in turn) put its estimated cost past ``jit_above_cost`` once a tenant
-# has some 90,000 customers, and PostgreSQL then compiled the page's expressions at every
-# execution, 300 ms a page of 50 customers whose reading takes 1.3 ms.
+# has tens of thousands of customers, and PostgreSQL then compiled the page's expressions at
+# every execution, which took hundreds of times as long as reading the page.
 #
 # The settings hold for the reads' statements only: a connection that ran one keeps them until
 # a statement without them runs on it, which puts the server's back first (``db.sessions``).
