@@ -354,13 +354,15 @@ class Worker:
 
 def run_worker(deliveries_per_step: int, poll_interval: float) -> None:
     """`webhooks.py worker`: what `dealbase worker` runs, with another poll interval."""
-    from dealbase.ops import cli
+    from dealbase.config import Settings
+    from dealbase.ops.embedded_postgres import database_url_of
+    from dealbase.worker import main
 
-    settings = cli._settings()
+    settings = Settings()
     limits = WorkerLimits(
         deliveries_per_step=deliveries_per_step, poll_interval=timedelta(seconds=poll_interval)
     )
-    asyncio.run(cli._deliver_until_stopped(settings, limits))
+    main.run_worker(settings, database_url_of(settings), limits)
 
 
 # --- the scratch world: tenants, endpoints, events ----------------------------------------------
@@ -421,7 +423,7 @@ def event_messages(database: Database, place: Place) -> list[tuple[str, bytes]]:
             EventFilter(),
             10_000_000,
             timedelta(days=RETENTION_DAYS),
-        )
+        )()
     return [(str(event.id), orjson.dumps(event_json(event))) for event in found]
 
 
