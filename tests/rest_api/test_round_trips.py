@@ -254,3 +254,19 @@ def test_a_read_is_one_round_trip(
 
     # The read, its own transaction.
     assert trips == 1
+
+
+def test_a_feed_read_that_numbers_sends_its_numbering_read_and_commit_together(
+    client: TestClient, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _send(client, world, "POST", "/customers", {"last_name": "Warm"})
+    client.get(f"{API}/events", headers=world.key.headers)  # numbered, the key cached
+    _send(client, world, "POST", "/customers", {"last_name": "Unnumbered"})
+
+    trips = _round_trips(
+        monkeypatch, lambda: client.get(f"{API}/events", headers=world.key.headers), 200
+    )
+
+    # The claim of the department's position row (with BEGIN); then the numbering, the page
+    # and COMMIT in one, so the row is held for that round trip alone.
+    assert trips == 2
