@@ -152,3 +152,29 @@ def test_a_statement_built_once_with_other_parameter_names_or_an_in_list_is_rend
     for names in (["Ada"], ["Ada", "Grace", "Hedy"]):
         sql, values, _ = cache.render(listing, [{"names": names}], world.tenant.schema)
         assert sql.count("$") == len(names) and values == [names]
+
+
+def test_a_statement_built_once_with_an_in_list_is_compiled_once_and_expanded_per_call(
+    database: Database, make_tenant: Callable[..., TenantWorld]
+) -> None:
+    world = make_tenant()
+    cache = StatementCache()
+    listing = built_once(
+        select(customers.c.id).where(
+            customers.c.last_name.in_(bindparam("names", expanding=True)),
+            customers.c.city.in_(["Paris", "Rome"]),
+        )
+    )
+    rendered = [
+        cache.render(listing, [{"names": names}], world.tenant.schema)
+        for names in (["Ada"], ["Ada", "Grace", "Hedy"], ["Ada"])
+    ]
+
+    compiled = {id(entry) for _, _, entry in rendered}
+    assert len(compiled) == 1
+    assert [sql.count("$") for sql, _, _ in rendered] == [3, 5, 3]
+    assert [values for _, values, _ in rendered] == [
+        [["Ada", "Paris", "Rome"]],
+        [["Ada", "Grace", "Hedy", "Paris", "Rome"]],
+        [["Ada", "Paris", "Rome"]],
+    ]

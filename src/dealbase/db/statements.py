@@ -8,7 +8,8 @@ result metadata, pool proxies; docs/architecture.md, "Decisions and their reason
 statement is compiled with the tenant placeholder schema left as a token, and the tenant's
 schema is written into the text in its place, so the routing travels inside the statement and
 no ``search_path`` round trip is needed. A statement a module builds once (``built_once``) is
-compiled once, and its text kept per schema; any other is compiled each time it runs.
+compiled once, and its text kept per schema (unless an IN list makes its text per call); any
+other is compiled each time it runs.
 
 Statements are compiled with PostgreSQL's own placeholders (``$1``, SQLAlchemy's
 ``numeric_dollar`` paramstyle) and their values given as a sequence in that order, for
@@ -99,13 +100,14 @@ _GIVEN = object()
 
 @dataclass(slots=True)
 class _BuiltOnce:
-    """A ``built_once`` statement rendered for one set of parameter names."""
+    """A ``built_once`` statement compiled for one set of parameter names."""
 
     statement: ClauseElement
     entry: Compiled
     # Per placeholder, in order: its name, the value the statement holds itself (its literal)
-    # or ``_GIVEN``, and the converter of a given value.
-    slots: tuple[tuple[str, Any, Processor | None], ...]
+    # or ``_GIVEN``, and the converter of a given value; None when a render needs more than the
+    # given values (an IN list to expand, a computed default): only the compile is kept.
+    slots: tuple[tuple[str, Any, Processor | None], ...] | None
     sql_by_schema: dict[str, str]
 
 
@@ -141,10 +143,13 @@ class StatementCache:
         if statement in _BUILT_ONCE:
             names = tuple(parameters[0]) if parameters else ()
             known = self._built_once.get((id(statement), names))
-            if known is not None and known.statement is statement:
+            if known is None or known.statement is not statement:
+                sql, values, order, entry = self._render(statement, parameters, schema)
+                self._remember(statement, names, parameters, values, entry, sql, schema)
+            elif known.slots is None:
+                sql, values, order, entry = self._render(statement, parameters, schema, known.entry)
+            else:
                 return self._render_known(known, parameters, schema)
-            sql, values, order, entry = self._render(statement, parameters, schema)
-            self._remember(statement, names, parameters, values, entry, sql, schema)
         else:
             sql, values, order, entry = self._render(statement, parameters, schema)
         return sql, [[given[name] for name in order] for given in values], entry
@@ -153,6 +158,7 @@ class StatementCache:
         self, known: _BuiltOnce, parameters: Sequence[Mapping[str, Any]], schema: str
     ) -> Rendered:
         slots = known.slots
+        assert slots is not None
         values = [
             [
                 value
@@ -181,31 +187,27 @@ class StatementCache:
         sql: str,
         schema: str,
     ) -> None:
-        """Keeps what rendering ``statement`` again needs, when that is only the given values
-        and the statement's own fixed ones (no IN list, no escaped name, no computed default)."""
-        compiled = entry.compiled
-        if entry.expands:
-            return
-        if any(bind.callable is not None for bind in compiled.binds.values()):
-            return
-        first = parameters[0] if parameters else {}
-        fixed = {name: value for name, value in values[0].items() if name not in first}
-        if any(name in entry.bind_processors for name in fixed):
-            return
-        processors = entry.bind_processors
-        slots = tuple((name, fixed.get(name, _GIVEN), processors.get(name)) for name in entry.order)
-        known = _BuiltOnce(statement, entry, slots, {schema: sql})
+        """Keeps ``statement``'s compiled form, and what rendering it again needs when that is
+        only the given values and the statement's own fixed ones (no IN list, no escaped name,
+        no computed default)."""
+        slots = _slots(entry, parameters, values)
+        known = _BuiltOnce(statement, entry, slots, {} if slots is None else {schema: sql})
         with self._lock:
             if len(self._built_once) >= self._size:
                 self._built_once.clear()
             self._built_once[(id(statement), names)] = known
 
     def _render(
-        self, statement: ClauseElement, parameters: Sequence[Mapping[str, Any]], schema: str
+        self,
+        statement: ClauseElement,
+        parameters: Sequence[Mapping[str, Any]],
+        schema: str,
+        entry: Compiled | None = None,
     ) -> tuple[str, Sequence[Mapping[str, Any]], tuple[str, ...], Compiled]:
         """The SQL text for ``schema``, the values by name (converted), the names in the order
-        of the text's placeholders, and the compiled statement."""
-        entry = self._compile(statement, sorted(parameters[0]) if parameters else [])
+        of the text's placeholders, and the compiled statement (``entry``, or compiled now)."""
+        if entry is None:
+            entry = self._compile(statement, sorted(parameters[0]) if parameters else [])
         compiled = entry.compiled
         sql, order = compiled.string, entry.order
         processors = entry.bind_processors
@@ -258,6 +260,22 @@ class StatementCache:
             bool(compiled.literal_execute_params or compiled.post_compile_params),
             tuple(compiled.positiontup or ()),
         )
+
+
+def _slots(
+    entry: Compiled,
+    parameters: Sequence[Mapping[str, Any]],
+    values: Sequence[Mapping[str, Any]],
+) -> tuple[tuple[str, Any, Processor | None], ...] | None:
+    """``_BuiltOnce.slots`` of a statement rendered once with ``parameters`` into ``values``."""
+    if entry.expands or any(bind.callable is not None for bind in entry.compiled.binds.values()):
+        return None
+    first = parameters[0] if parameters else {}
+    fixed = {name: value for name, value in values[0].items() if name not in first}
+    processors = entry.bind_processors
+    if any(name in processors for name in fixed):
+        return None
+    return tuple((name, fixed.get(name, _GIVEN), processors.get(name)) for name in entry.order)
 
 
 class Rows:
