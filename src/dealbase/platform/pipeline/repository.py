@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -51,6 +51,24 @@ def to_employee(row: Record) -> Employee:
         row["created_at"],
         row["updated_at"],
     )
+
+
+def steps_by_ids(
+    connection: TenantConnection, department_id: uuid.UUID | None, step_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, Step]:
+    """Many steps the caller may see, by id, in one statement; unknown ids are left out."""
+    found = step_rows.by_ids(connection, department_id, step_ids)
+    return {row_id: to_step(row) for row_id, row in found.items()}
+
+
+def employees_by_ids(
+    connection: TenantConnection,
+    department_id: uuid.UUID | None,
+    employee_ids: Sequence[uuid.UUID],
+) -> dict[uuid.UUID, Employee]:
+    """Many employees the caller may see, by id, in one statement; unknown ids are left out."""
+    found = employee_rows.by_ids(connection, department_id, employee_ids)
+    return {row_id: to_employee(row) for row_id, row in found.items()}
 
 
 def insert_department(

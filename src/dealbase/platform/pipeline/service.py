@@ -114,15 +114,13 @@ def summary(uow: UnitOfWork, period: SummaryRange) -> PipelineSummary:
 
 
 def steps_by_ids(uow: UnitOfWork, step_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Step]:
-    rows = repository.step_rows.by_ids(uow.connection, uow.scope.department_id, step_ids)
-    return {row_id: repository.to_step(row) for row_id, row in rows.items()}
+    return repository.steps_by_ids(uow.connection, uow.scope.department_id, step_ids)
 
 
 def employees_by_ids(
     uow: UnitOfWork, employee_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, Employee]:
-    rows = repository.employee_rows.by_ids(uow.connection, uow.scope.department_id, employee_ids)
-    return {row_id: repository.to_employee(row) for row_id, row in rows.items()}
+    return repository.employees_by_ids(uow.connection, uow.scope.department_id, employee_ids)
 
 
 def departments_in_scope(uow: UnitOfWork) -> list[Department]:

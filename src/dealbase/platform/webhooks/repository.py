@@ -12,6 +12,7 @@ from dealbase.ids import new_id
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.rows import OwnedRows, in_department, insert_reading, lookup, owned_by
 from dealbase.platform.tables import event_positions, webhook_endpoints
+from dealbase.platform.versioning import Expected
 from dealbase.platform.webhooks.models import WebhookEndpoint
 
 # Its rows as every department-owned, versioned record's are read and written.
@@ -49,6 +50,29 @@ def to_endpoint(row: Record) -> WebhookEndpoint:
 def columns_of(fields: Mapping[str, object]) -> dict[str, object]:
     """The input's field names as the table's columns."""
     return {("event_types" if name == "events" else name): value for name, value in fields.items()}
+
+
+def update_endpoint(
+    connection: TenantConnection,
+    department_id: uuid.UUID | None,
+    endpoint_id: uuid.UUID,
+    changes: Mapping[str, object],
+    expected: Expected | None,
+) -> WebhookEndpoint:
+    """The endpoint with ``changes`` (its columns' values) as a new version, if the caller owns
+    it (else NotFound) and it is at a version ``expected`` admits (else PreconditionFailed)."""
+    _, row = rows.update(connection, department_id, endpoint_id, changes, expected)
+    return to_endpoint(row)
+
+
+def delete_endpoint(
+    connection: TenantConnection,
+    department_id: uuid.UUID | None,
+    endpoint_id: uuid.UUID,
+    expected: Expected | None,
+) -> None:
+    """Deletes the endpoint on the terms ``update_endpoint`` changes it."""
+    rows.delete(connection, department_id, endpoint_id, expected)
 
 
 # On a distributed schema, a new endpoint's start (``insert_endpoint``): the department's last

@@ -90,18 +90,17 @@ def update(
         # Three days of failures count again from the next failure.
         changes["failing_since"] = None
         uow.finisher(WakeWorker)
-    _, row = repository.rows.update(
+    return repository.update_endpoint(
         uow.connection,
         uow.scope.department_id,
         endpoint_id,
         repository.columns_of(changes),
         expected,
     )
-    return repository.to_endpoint(row)
 
 
 def delete(uow: UnitOfWork, endpoint_id: uuid.UUID, expected: Expected | None = None) -> None:
-    repository.rows.delete(uow.connection, uow.scope.department_id, endpoint_id, expected)
+    repository.delete_endpoint(uow.connection, uow.scope.department_id, endpoint_id, expected)
 
 
 def rotate_secret(
@@ -109,7 +108,7 @@ def rotate_secret(
 ) -> WithSecret:
     """A new secret; the one it replaces keeps signing for ``repository.ROTATION_OVERLAP``."""
     secret = new_secret()
-    _, row = repository.rows.update(
+    endpoint = repository.update_endpoint(
         uow.connection, uow.scope.department_id, endpoint_id, repository.rotation(secret), expected
     )
-    return WithSecret.of(repository.to_endpoint(row), secret)
+    return WithSecret.of(endpoint, secret)
