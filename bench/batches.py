@@ -13,7 +13,7 @@ access lines at info, metrics, Redis rate limits): a batch of BATCH upserts of n
 with every tenth changed. Every answer is checked (status, outcome of each result). The figure
 is the CPU a record of the process and of PostgreSQL's backends, and the ratio how many times
 cheaper a record of a batch is than one of a PUT (higher is better). A record whose batches are
-written in bulk (`records.IN_BULK`) costs the same few statements for the whole batch; one
+written in bulk (`record_writes.IN_BULK`) costs the same few statements for the whole batch; one
 written one at a time (a deal: its own create, customers and first step) a few per record.
 """
 

@@ -129,7 +129,7 @@ def test_a_create_answers_and_records_what_the_single_server_does(
         with database.unit_of_work(_scope(world)) as uow:
             deal_id, version, text = deals.create_later_as_json(uow, _deal(given, **fields)).read()
         with database.unit_of_work(_scope(world)) as uow:
-            shown = deal_json(deals.get(uow, deal_id))
+            shown = deal_json(deals.RECORD.get(uow, deal_id))
         recorded = _events(database, world)
 
         assert version == 1
@@ -152,7 +152,7 @@ def test_a_create_read_before_its_commit_is_the_deal_as_read_again(
     with database.unit_of_work(_scope(world)) as uow:
         created = deals.create(uow, _deal([{"last_name": "A"}, EVERY_FIELD, {"last_name": "C"}]))
     with database.unit_of_work(_scope(world)) as uow:
-        assert deals.get(uow, created.id) == created
+        assert deals.RECORD.get(uow, created.id) == created
     assert [customer_json(customer) for customer in created.customers] == [
         json.loads(data) for kind, data in _events(database, world) if kind == "customer.created"
     ]
@@ -307,7 +307,7 @@ def test_an_upserted_deal_starts_where_it_does_on_a_single_server(
         with statements_sent(monkeypatch) as sent:
             try:
                 with database.unit_of_work(scope) as uow:
-                    result = deals.upsert(uow, "deal-1", fields).read()
+                    result = deals.RECORD.upsert(uow, "deal-1", fields).read()
             except Conflict as conflict:
                 found[server] = ("conflict", str(conflict))
             else:

@@ -16,7 +16,6 @@ from fastapi.testclient import TestClient
 from dealbase.db.database import Database
 from dealbase.ids import new_id
 from dealbase.ops import admin
-from dealbase.platform import records
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.webhooks import service as endpoints
@@ -149,10 +148,10 @@ def test_a_change_wakes_the_webhook_worker_when_a_value_changed(
     try:
         woken = wakeups(citus_url, scope.schema)
         with cluster_database.unit_of_work(scope) as uow:
-            records.update(customers.RECORD, uow, customer.id, {"city": "Paris"})
+            customers.RECORD.change(uow, customer.id, {"city": "Paris"})
         assert wakeups(citus_url, scope.schema) == woken + 1
         with cluster_database.unit_of_work(scope) as uow:
-            records.update(customers.RECORD, uow, customer.id, {"city": "Paris"})
+            customers.RECORD.change(uow, customer.id, {"city": "Paris"})
         assert wakeups(citus_url, scope.schema) == woken + 1  # no event: nobody woken
     finally:
         forget_wakeups(citus_url, scope.schema)

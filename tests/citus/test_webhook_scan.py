@@ -130,7 +130,7 @@ def test_a_scan_makes_a_delivery_of_each_subscribed_event_after_the_endpoints_st
     with cluster_database.unit_of_work(scope) as uow:
         lovelace = customers.create(uow, CustomerFields(last_name="Lovelace"))
     with cluster_database.unit_of_work(scope) as uow:
-        customers.update(uow, lovelace.id, CustomerPatch(city="London"))
+        customers.RECORD.update(uow, lovelace.id, CustomerPatch(city="London"))
     with cluster_database.unit_of_work(scope) as uow:
         customers.create(uow, CustomerFields(last_name="Hopper"))
     now = datetime.now(UTC)

@@ -879,7 +879,9 @@ def test_pipeline_of_a_department_with_1000_deals_in_one_request(
             )
             step = steps[index % 5]  # the Lost step stays empty
             if step.position != 1:
-                deals_service.update(uow, deal.id, validated(DealPatch, {"step_id": str(step.id)}))
+                deals_service.RECORD.update(
+                    uow, deal.id, validated(DealPatch, {"step_id": str(step.id)})
+                )
             counts[step.id] += 1
             volumes[step.id] += volume or 0
             names_in[step.id].append(deal.name)

@@ -143,7 +143,7 @@ def crowded(database: Database) -> TenantWorld:
             changes: dict[str, Any] = {"step_id": str(steps[index % 4].id)}
             if index % 3:
                 changes["employee_id"] = str(employees[index % 3])
-            deals_service.update(uow, deal.id, validated(DealPatch, changes))
+            deals_service.RECORD.update(uow, deal.id, validated(DealPatch, changes))
             if index % 2 == 0:
                 for kind in ("call", "note"):
                     activities_service.create(

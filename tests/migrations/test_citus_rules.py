@@ -83,7 +83,7 @@ def test_no_statement_names_both_a_tenant_schema_and_the_control_schema(
         with database.unit_of_work(scope) as uow:
             customer = customers.create(uow, CustomerFields(last_name="Lovelace"))
         with database.unit_of_work(scope) as uow:
-            customers.update(uow, customer.id, CustomerPatch(city="London"))
+            customers.RECORD.update(uow, customer.id, CustomerPatch(city="London"))
             deliveries.send_test(uow, endpoints.list_page(uow, None, None).items[0].id)
     finally:
         database.statement_listeners.remove(statements.append)

@@ -46,7 +46,7 @@ def _activity(uow: UnitOfWork) -> uuid.UUID:
 
 
 # Each record's descriptor, and how to make one of it in a unit of work.
-MADE: dict[str, tuple[records.SyncedRecord[Any, Any], Callable[[UnitOfWork], uuid.UUID]]] = {
+MADE: dict[str, tuple[records.SyncedRecord[Any, Any, Any], Callable[[UnitOfWork], uuid.UUID]]] = {
     "customer": (customers.RECORD, _customer),
     "deal": (deals.RECORD, _deal),
     "activity": (activities.RECORD, _activity),
@@ -87,13 +87,13 @@ def test_a_delete_of_another_departments_record_is_not_found_before_any_side_eff
 
     watched = dataclasses.replace(record, before_delete=before_delete)
     with database.unit_of_work(stranger) as uow, pytest.raises(NotFound):
-        records.delete(watched, uow, record_id)
+        watched.delete(uow, record_id)
     with database.unit_of_work(owner) as uow:
-        records.delete(watched, uow, record_id)
+        watched.delete(uow, record_id)
 
     assert side_effects == [record_id]  # the owner's delete only
     with database.unit_of_work(owner) as uow:
-        assert records.by_ids(record, uow, [record_id]) == {}
+        assert record.by_ids(uow, [record_id]) == {}
         types = [event.type for event in events.feed(uow, EventFilter(), 100, None).items]
     assert types[-1] == f"{noun}.deleted"
 
@@ -114,7 +114,7 @@ def test_an_update_naming_rows_of_another_department_is_invalid_for_each_referen
     named = {name: elsewhere[name] for name in record.references if name != "employee_id"}
 
     with database.unit_of_work(owner) as uow, pytest.raises(Invalid) as refused:
-        records.update(record, uow, record_id, dict(named))
+        record.change(uow, record_id, dict(named))
 
     assert [error.field for error in refused.value.errors] == list(named)
     assert {error.code for error in refused.value.errors} <= {"not_found"}
@@ -128,10 +128,10 @@ def test_a_change_is_one_updated_event_with_the_values_before(
     field = {"customer": "city", "deal": "name", "activity": "subject"}[noun]
     with database.unit_of_work(scope) as uow:
         record_id = make(uow)
-        before = getattr(next(iter(records.by_ids(record, uow, [record_id]).values())), field)
+        before = getattr(next(iter(record.by_ids(uow, [record_id]).values())), field)
     with database.unit_of_work(scope) as uow:
-        changed = records.update(record, uow, record_id, {field: "Changed"})
-        unchanged = records.update(record, uow, record_id, {field: "Changed"})
+        changed = record.change(uow, record_id, {field: "Changed"})
+        unchanged = record.change(uow, record_id, {field: "Changed"})
     with database.unit_of_work(scope) as uow:
         feed = events.feed(uow, EventFilter(), 100, None).items
 

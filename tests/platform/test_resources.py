@@ -128,8 +128,8 @@ def _listed_both_ways(
             customers.create(uow, CustomerFields.model_validate_json(json.dumps(fields)))
     every = CustomerFilter()
     with database.unit_of_work(scope) as uow:
-        texts = customers.list_page_as_json(uow, every, 100, None).items
-        models = customers.list_page(uow, every, 100, None).items
+        texts = customers.RECORD.list_page_as_json(uow, every, 100, None).items
+        models = customers.RECORD.list_page(uow, every, 100, None).items
     return [json.loads(text) for text in texts], [CUSTOMER.as_json(model) for model in models]
 
 
@@ -180,8 +180,8 @@ def test_one_customer_made_by_postgresql_is_the_customer_as_the_api_shows_it_at_
     with database.unit_of_work(scope) as uow:
         created = customers.create(uow, CustomerFields.model_validate_json(json.dumps(EVERY_FIELD)))
     with database.unit_of_work(scope) as uow:
-        version, text = customers.get_as_json(uow, created.id)
-        shown = CUSTOMER.as_json(customers.get(uow, created.id))
+        version, text = customers.RECORD.get_as_json(uow, created.id)
+        shown = CUSTOMER.as_json(customers.RECORD.get(uow, created.id))
 
     assert version == created.version
     assert json.loads(text) == shown
@@ -197,14 +197,16 @@ def test_every_write_of_a_customer_leaves_it_listed_by_postgresql_as_the_api_sho
     scope = world.tenant.scope.in_department(world.department.id)
     with database.unit_of_work(scope) as uow:
         changed = customers.create(uow, CustomerFields.model_validate_json(json.dumps(EVERY_FIELD)))
-        customers.update(
+        customers.RECORD.update(
             uow,
             changed.id,
             validated(CustomerPatch, {"first_name": "Changed ✓", "note": None, "city": "Paris"}),
         )
-        customers.upsert(uow, "crm-1", validated(CustomerFields, {"last_name": "Upserted 'x'"}))
-        customers.upsert(uow, "crm-new", validated(CustomerFields, {"last_name": "New"}))
-        customers.batch(
+        customers.RECORD.upsert(
+            uow, "crm-1", validated(CustomerFields, {"last_name": "Upserted 'x'"})
+        )
+        customers.RECORD.upsert(uow, "crm-new", validated(CustomerFields, {"last_name": "New"}))
+        customers.RECORD.batch(
             uow,
             validated(
                 Batch,
@@ -230,10 +232,12 @@ def test_every_write_of_a_customer_leaves_it_listed_by_postgresql_as_the_api_sho
     every = CustomerFilter()
     with database.unit_of_work(scope) as uow:
         listed = [
-            json.loads(text) for text in customers.list_page_as_json(uow, every, 100, None).items
+            json.loads(text)
+            for text in customers.RECORD.list_page_as_json(uow, every, 100, None).items
         ]
         shown = [
-            CUSTOMER.as_json(model) for model in customers.list_page(uow, every, 100, None).items
+            CUSTOMER.as_json(model)
+            for model in customers.RECORD.list_page(uow, every, 100, None).items
         ]
 
     assert [each["last_name"] for each in listed] == [
@@ -257,7 +261,7 @@ def test_a_create_made_by_postgresql_is_the_customer_as_the_api_shows_it(
         # Read before the COMMIT, as a keyed create does (the insert goes then).
         customer_id, version, text = customers.create_later_as_json(uow, fields).read()
     with database.unit_of_work(scope) as uow:
-        shown = CUSTOMER.as_json(customers.get(uow, customer_id))
+        shown = CUSTOMER.as_json(customers.RECORD.get(uow, customer_id))
 
     assert version == 1
     assert json.loads(text) == shown
@@ -287,16 +291,16 @@ def test_deals_made_by_postgresql_are_the_deals_as_the_api_shows_them_in_every_o
                 ),
             )
             if index % 2:
-                deals.update(
+                deals.RECORD.update(
                     uow, created.id, validated(DealPatch, {"employee_id": str(employee.id)})
                 )
     for order in ("created_asc", "created_desc", "volume_asc", "volume_desc"):
         filters = DealFilter(order_by=order)
         with database.unit_of_work(scope) as uow:
-            made = deals.list_page_as_json(uow, filters, 2, None)
-            shown = deals.list_page(uow, filters, 2, None)
-            following = deals.list_page_as_json(uow, filters, 100, made.next_cursor)
-            rest = deals.list_page(uow, filters, 100, shown.next_cursor)
+            made = deals.RECORD.list_page_as_json(uow, filters, 2, None)
+            shown = deals.RECORD.list_page(uow, filters, 2, None)
+            following = deals.RECORD.list_page_as_json(uow, filters, 100, made.next_cursor)
+            rest = deals.RECORD.list_page(uow, filters, 100, shown.next_cursor)
         assert [json.loads(text) for text in made.items] == [DEAL.as_json(d) for d in shown.items]
         assert [list(json.loads(text)) for text in made.items] == [
             list(DEAL.as_json(d)) for d in shown.items
@@ -307,7 +311,7 @@ def test_deals_made_by_postgresql_are_the_deals_as_the_api_shows_them_in_every_o
         ]
     with database.unit_of_work(scope) as uow:
         one = shown.items[0]
-        version, text = deals.get_as_json(uow, one.id)
+        version, text = deals.RECORD.get_as_json(uow, one.id)
     assert (version, json.loads(text)) == (one.version, DEAL.as_json(one))
 
 
@@ -341,10 +345,10 @@ def test_activities_made_by_postgresql_are_the_activities_as_the_api_shows_them(
             activities.create(uow, validated(ActivityFields, fields))
     every = ActivityFilter()
     with database.unit_of_work(scope) as uow:
-        made = activities.list_page_as_json(uow, every, 2, None)
-        shown = activities.list_page(uow, every, 2, None)
-        following = activities.list_page_as_json(uow, every, 100, made.next_cursor)
-        rest = activities.list_page(uow, every, 100, shown.next_cursor)
+        made = activities.RECORD.list_page_as_json(uow, every, 2, None)
+        shown = activities.RECORD.list_page(uow, every, 2, None)
+        following = activities.RECORD.list_page_as_json(uow, every, 100, made.next_cursor)
+        rest = activities.RECORD.list_page(uow, every, 100, shown.next_cursor)
     assert [json.loads(text) for text in made.items] == [ACTIVITY.as_json(a) for a in shown.items]
     assert [list(json.loads(text)) for text in made.items] == [
         list(ACTIVITY.as_json(a)) for a in shown.items
@@ -356,7 +360,7 @@ def test_activities_made_by_postgresql_are_the_activities_as_the_api_shows_them(
     assert len(made.items) + len(following.items) == 3
     for one in (*shown.items, *rest.items):
         with database.unit_of_work(scope) as uow:
-            version, text = activities.get_as_json(uow, one.id)
+            version, text = activities.RECORD.get_as_json(uow, one.id)
         assert (version, json.loads(text)) == (one.version, ACTIVITY.as_json(one))
         assert list(json.loads(text)) == list(ACTIVITY.as_json(one))
 
@@ -395,10 +399,12 @@ def test_a_feed_made_by_postgresql_is_the_events_as_the_api_shows_them(
         )
     with database.unit_of_work(scope) as uow:
         # An update's event has changed_fields and previous; a create's has neither.
-        customers.update(uow, customer.id, validated(CustomerPatch, {"note": None, "city": "Ü"}))
+        customers.RECORD.update(
+            uow, customer.id, validated(CustomerPatch, {"note": None, "city": "Ü"})
+        )
     with database.unit_of_work(scope) as uow:
         deals.create(uow, validated(DealCreate, {"name": "Engine", "volume": 2**62}))
-        customers.delete(uow, customer.id, None)
+        customers.RECORD.delete(uow, customer.id, None)
     every = EventFilter()
     with database.unit_of_work(scope) as uow:
         texts, next_cursor = event_service.feed_as_json(uow, every, 2, None).read()

@@ -75,7 +75,7 @@ def test_a_routing_bug_that_names_another_tenants_schema_gets_a_permission_error
             role=tenant_role(mine.tenant.schema),
         )
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            customers.get(UnitOfWork(misrouted, uow.scope), uuid.uuid4())
+            customers.RECORD.get(UnitOfWork(misrouted, uow.scope), uuid.uuid4())
 
 
 def test_a_tenant_role_reads_its_own_tables_but_not_the_control_schema(

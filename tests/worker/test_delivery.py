@@ -310,7 +310,7 @@ def test_only_subscribed_event_types_are_delivered(
     with worker_database.unit_of_work(in_department(tenant)) as uow:
         customer = customers.create(uow, CustomerFields(last_name="Lovelace"))
     with worker_database.unit_of_work(in_department(tenant)) as uow:
-        customers.update(uow, customer.id, CustomerPatch(city="London"))
+        customers.RECORD.update(uow, customer.id, CustomerPatch(city="London"))
     deliver(workers)
 
     assert receiver.types() == ["customer.updated"]

@@ -55,11 +55,11 @@ def employee(context: GraphQLContext, employee_id: uuid.UUID) -> asyncio.Future[
 
 
 def customer(context: GraphQLContext, customer_id: uuid.UUID) -> Awaitable[Customer | None]:
-    return _loader(context, "customer", 0, customers.by_ids).load(customer_id)
+    return _loader(context, "customer", 0, customers.RECORD.by_ids).load(customer_id)
 
 
 def deal(context: GraphQLContext, deal_id: uuid.UUID) -> Awaitable[Deal | None]:
-    return _loader(context, "deal", 0, deals.by_ids).load(deal_id)
+    return _loader(context, "deal", 0, deals.RECORD.by_ids).load(deal_id)
 
 
 def deals_of_step(

@@ -1,7 +1,8 @@
-"""The mutations every synced record has (customers, deals, activities), made from one
-description of the record: create<Name>, update<Name>, delete<Name>, upsert<Name> and
-batch<Plural> (``record_mutations``). Each is written once here; the schema's Mutation takes
-them in the order its SDL shows, beside a record's own mutations (a deal's moves and links).
+"""The lists and mutations every synced record has (customers, deals, activities), made from
+its descriptor: its list as a connection (``RecordListing``), and create<Name>, update<Name>,
+delete<Name>, upsert<Name> and batch<Plural> (``record_mutations``). Each is written once
+here; the schema's Mutation takes them in the order its SDL shows, beside a record's own
+mutations (a deal's moves and links).
 
 Strawberry reads a resolver's arguments and answer from its annotations: a resolver made here
 is given them as the record's types (its inputs, its GraphQL type, its answers).
@@ -12,17 +13,24 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import strawberry
 from pydantic import BaseModel
 
+from dealbase.db.units import UnitOfWork
 from dealbase.errors import BatchRejected
-from dealbase.graphql_api.inputs import fields_of
+from dealbase.graphql_api.inputs import fields_of, listed
 from dealbase.graphql_api.sync import SyncAnswers, rejection_named, results_named
-from dealbase.graphql_api.types import GraphQLInfo
-from dealbase.platform.batches.models import Batch
+from dealbase.graphql_api.types import Connection, GraphQLInfo, connection
+from dealbase.platform.batches.models import Batch, Result
+from dealbase.platform.record_writes import Owned
+from dealbase.platform.records import SyncedRecord
 from dealbase.platform.validation import validated
+
+Item = TypeVar("Item", bound=Owned)
+Node = TypeVar("Node")
+Filters = TypeVar("Filters", bound=BaseModel)
 
 _UPSERT = (
     "Creates the {record} with this external id, or changes the fields input gives of the one"
@@ -44,7 +52,8 @@ class GraphQLRecord:
 
     noun: str  # "customer": descriptions
     plural: str  # "customers"
-    service: Any  # its service module: create, update, delete, upsert, batch
+    service: SyncedRecord[Any, Any, Any]  # its descriptor: update, delete, upsert, batch
+    create: Callable[[UnitOfWork, Any], Any]  # its service's create
     graphql_type: type  # Customer: what create and update answer (by its ``of``)
     answers: SyncAnswers[Any]  # what upsert and batch answer
     create_input: type  # CustomerInput
@@ -61,6 +70,34 @@ class GraphQLRecord:
     # which their errors then name, in place of data.
     data_named_by_op: bool = False
     batch_description: str = ""  # said after the batch's own description
+
+
+@dataclass(frozen=True)
+class RecordListing(Generic[Item, Filters]):
+    """A synced record's list as a connection: the filter input narrowed to its department (when
+    it names one) and validated as the platform's filter model, the page, and a lazy count."""
+
+    record: SyncedRecord[Item, Any, Filters]
+    filter_model: type[Filters]
+
+    async def page(
+        self,
+        info: GraphQLInfo,
+        filter_input: object | None,
+        first: int,
+        after: str | None,
+        to_node: Callable[[Item], Node],
+        order_by: dict[str, Any] | None = None,
+    ) -> Connection[Node]:
+        scope, filters = await listed(info.context, self.filter_model, filter_input, order_by or {})
+        page = await info.context.run(
+            lambda uow: self.record.list_page(uow, filters, first, after), scope
+        )
+
+        async def count() -> int:
+            return await info.context.run(lambda uow: self.record.count(uow, filters), scope)
+
+        return connection(page, to_node, count)
 
 
 @dataclass(frozen=True)
@@ -81,7 +118,7 @@ def record_mutations(record: GraphQLRecord) -> RecordMutations:
     async def create(info: GraphQLInfo, input: Any, department_id: uuid.UUID | None = None) -> Any:
         scope = await info.context.scope_in(department_id)
         fields = validated(record.create_fields, record.create_fields_of(input))
-        return shown(await info.context.write(lambda uow: service.create(uow, fields), scope))
+        return shown(await info.context.write(lambda uow: record.create(uow, fields), scope))
 
     async def update(info: GraphQLInfo, id: uuid.UUID, changes: Any) -> Any:
         patch = validated(record.patch, fields_of(changes))
@@ -96,7 +133,7 @@ def record_mutations(record: GraphQLRecord) -> RecordMutations:
     ) -> Any:
         scope = await info.context.department_scope(department_id)
         fields = validated(record.upsert_fields, fields_of(input))
-        result = await info.context.write(
+        result: Result[Any] = await info.context.write(
             lambda uow: service.upsert(uow, external_id, fields), scope
         )
         return record.answers.upsert(result)
@@ -114,7 +151,7 @@ def record_mutations(record: GraphQLRecord) -> RecordMutations:
             operation.op.value if record.data_named_by_op else "data" for operation in operations
         ]
         try:
-            results = await info.context.write(
+            results: list[Result[Any]] = await info.context.write(
                 lambda uow: service.batch(uow, platform_batch, atomic=atomic), scope
             )
         except BatchRejected as rejected:

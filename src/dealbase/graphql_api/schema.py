@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import strawberry
 from graphql import GraphQLError, get_operation_ast
-from pydantic import BaseModel
 from strawberry.extensions import SchemaExtension
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext, ExecutionResult
@@ -19,7 +17,6 @@ from strawberry.types.graphql import OperationType
 from strawberry.types.nodes import SelectedField, Selection
 
 from dealbase.config import Settings
-from dealbase.db.units import UnitOfWork
 from dealbase.errors import Invalid
 from dealbase.graphql_api import loaders
 from dealbase.graphql_api.documents import DocumentCache, DocumentGuard
@@ -51,9 +48,8 @@ from dealbase.graphql_api.inputs import (
     deal_batch_of,
     deal_fields_of,
     fields_of,
-    listed,
 )
-from dealbase.graphql_api.records import GraphQLRecord, record_mutations
+from dealbase.graphql_api.records import GraphQLRecord, RecordListing, record_mutations
 from dealbase.graphql_api.subscriptions import Subscription
 from dealbase.graphql_api.sync import ACTIVITY_ANSWERS, CUSTOMER_ANSWERS, DEAL_ANSWERS
 from dealbase.graphql_api.types import (
@@ -85,7 +81,7 @@ from dealbase.platform.deals import service as deals
 from dealbase.platform.deals.models import CustomerLink, DealCreate, DealPatch
 from dealbase.platform.deals.models import DealFilter as DealFilterModel
 from dealbase.platform.deals.models import DealUpsert as DealUpsertModel
-from dealbase.platform.pagination import DEFAULT_PAGE_SIZE, Page, page_size
+from dealbase.platform.pagination import DEFAULT_PAGE_SIZE, page_size
 from dealbase.platform.pipeline import service as pipeline
 from dealbase.platform.pipeline.models import SummaryRange
 from dealbase.platform.validation import validated
@@ -93,40 +89,9 @@ from dealbase.platform.webhooks import deliveries
 from dealbase.platform.webhooks import service as webhooks
 from dealbase.platform.webhooks.models import WebhookEndpointFields, WebhookEndpointPatch
 
-Item = TypeVar("Item")
-Node = TypeVar("Node")
-Filters = TypeVar("Filters", bound=BaseModel)
-
 
 def _without(values: dict[str, Any], *names: str) -> dict[str, Any]:
     return {name: value for name, value in values.items() if name not in names}
-
-
-@dataclass(frozen=True)
-class _Listing(Generic[Item, Filters]):
-    """A platform list as a connection: the filter input narrowed to its department (when it
-    names one) and validated as the platform's filter model, the page, and a lazy count."""
-
-    list_page: Callable[[UnitOfWork, Filters, int | None, str | None], Page[Item]]
-    count: Callable[[UnitOfWork, Filters], int]
-    filter_model: type[Filters]
-
-    async def page(
-        self,
-        info: GraphQLInfo,
-        filter_input: object | None,
-        first: int,
-        after: str | None,
-        to_node: Callable[[Item], Node],
-        order_by: dict[str, Any] | None = None,
-    ) -> Connection[Node]:
-        scope, filters = await listed(info.context, self.filter_model, filter_input, order_by or {})
-        page = await info.context.run(lambda uow: self.list_page(uow, filters, first, after), scope)
-
-        async def count() -> int:
-            return await info.context.run(lambda uow: self.count(uow, filters), scope)
-
-        return connection(page, to_node, count)
 
 
 def _selected(selections: Sequence[Selection], path: str) -> SelectedField | None:
@@ -175,7 +140,7 @@ class Pipeline:
 class Query:
     @strawberry.field
     async def customer(self, info: GraphQLInfo, id: uuid.UUID) -> Customer:
-        found = await info.context.run(lambda uow: customers.get(uow, id))
+        found = await info.context.run(lambda uow: customers.RECORD.get(uow, id))
         return Customer.of(found)
 
     @strawberry.field
@@ -186,7 +151,7 @@ class Query:
         first: int = DEFAULT_PAGE_SIZE,
         after: str | None = None,
     ) -> Connection[Customer]:
-        found = _Listing(customers.list_page, customers.count, CustomerFilterModel)
+        found = RecordListing(customers.RECORD, CustomerFilterModel)
         page = await found.page(info, filter, first, after, Customer.of)
         ids = [edge.node.id for edge in page.edges]
         selected = _within(info)
@@ -205,7 +170,7 @@ class Query:
 
     @strawberry.field
     async def deal(self, info: GraphQLInfo, id: uuid.UUID) -> Deal:
-        return Deal.of(await info.context.run(lambda uow: deals.get(uow, id)))
+        return Deal.of(await info.context.run(lambda uow: deals.RECORD.get(uow, id)))
 
     @strawberry.field
     async def deals(
@@ -216,7 +181,7 @@ class Query:
         first: int = DEFAULT_PAGE_SIZE,
         after: str | None = None,
     ) -> Connection[Deal]:
-        found = _Listing(deals.list_page, deals.count, DealFilterModel)
+        found = RecordListing(deals.RECORD, DealFilterModel)
         page = await found.page(
             info, filter, first, after, Deal.of, order_by={"order_by": order_by.value}
         )
@@ -233,7 +198,7 @@ class Query:
 
     @strawberry.field
     async def activity(self, info: GraphQLInfo, id: uuid.UUID) -> Activity:
-        return Activity.of(await info.context.run(lambda uow: activities.get(uow, id)))
+        return Activity.of(await info.context.run(lambda uow: activities.RECORD.get(uow, id)))
 
     @strawberry.field
     async def activities(
@@ -243,7 +208,7 @@ class Query:
         first: int = DEFAULT_PAGE_SIZE,
         after: str | None = None,
     ) -> Connection[Activity]:
-        found = _Listing(activities.list_page, activities.count, ActivityFilterModel)
+        found = RecordListing(activities.RECORD, ActivityFilterModel)
         return await found.page(info, filter, first, after, Activity.of)
 
     @strawberry.field(description="The caller's department, or every one for a tenant-wide key.")
@@ -344,7 +309,8 @@ CUSTOMER_MUTATIONS = record_mutations(
     GraphQLRecord(
         noun="customer",
         plural="customers",
-        service=customers,
+        service=customers.RECORD,
+        create=customers.create,
         graphql_type=Customer,
         answers=CUSTOMER_ANSWERS,
         create_input=CustomerInput,
@@ -361,7 +327,8 @@ DEAL_MUTATIONS = record_mutations(
     GraphQLRecord(
         noun="deal",
         plural="deals",
-        service=deals,
+        service=deals.RECORD,
+        create=deals.create,
         graphql_type=Deal,
         answers=DEAL_ANSWERS,
         create_input=DealInput,
@@ -383,7 +350,8 @@ ACTIVITY_MUTATIONS = record_mutations(
     GraphQLRecord(
         noun="activity",
         plural="activities",
-        service=activities,
+        service=activities.RECORD,
+        create=activities.create,
         graphql_type=Activity,
         answers=ACTIVITY_ANSWERS,
         create_input=ActivityInput,
@@ -414,14 +382,14 @@ class Mutation:
     @strawberry.mutation
     async def move_deal(self, info: GraphQLInfo, id: uuid.UUID, step_id: uuid.UUID) -> Deal:
         patch = validated(DealPatch, {"step_id": step_id})
-        return Deal.of(await info.context.write(lambda uow: deals.update(uow, id, patch)))
+        return Deal.of(await info.context.write(lambda uow: deals.RECORD.update(uow, id, patch)))
 
     @strawberry.mutation(description="employeeId null unassigns the deal.")
     async def assign_deal(
         self, info: GraphQLInfo, id: uuid.UUID, employee_id: uuid.UUID | None
     ) -> Deal:
         patch = validated(DealPatch, {"employee_id": employee_id})
-        return Deal.of(await info.context.write(lambda uow: deals.update(uow, id, patch)))
+        return Deal.of(await info.context.write(lambda uow: deals.RECORD.update(uow, id, patch)))
 
     delete_deal = DEAL_MUTATIONS.delete
 
@@ -440,7 +408,7 @@ class Mutation:
     ) -> Deal:
         def unlink(uow: Any) -> Any:
             deals.unlink_customer(uow, deal_id, customer_id)
-            return deals.get(uow, deal_id)
+            return deals.RECORD.get(uow, deal_id)
 
         return Deal.of(await info.context.write(unlink))
 

@@ -243,7 +243,7 @@ def _written(
 class Routed:
     """A change as statements Citus routes whole to a distributed schema's worker, where the
     CTEs of ``statement`` that write would each be a subplan through the coordinator: both sent
-    in one round trip (``records.update_later``)."""
+    in one round trip (``records.SyncedRecord.change_later``)."""
 
     # ``_locked``'s row judged and written by one UPDATE (``locked`` its subquery), returning
     # the row and ``change``: ``{"shown": ..., "changed_fields": [...], "events": [...]}``, the

@@ -121,8 +121,9 @@ def external_id_unique(noun: str) -> Iterator[None]:
 class OwnedRows:
     """The rows of one department-owned, versioned table (customers, deals, activities, webhook
     endpoints...), read and written as every such record is: the generic part of a record's
-    repository, which holds one (``repository.rows``) and is the only caller of it. A row
-    another department owns answers exactly as one that does not exist."""
+    repository, which holds one (``repository.rows``); its callers are the repository's own
+    verbs and, for a synced record, its descriptor (``records.SyncedRecord``), never a service.
+    A row another department owns answers exactly as one that does not exist."""
 
     table: Table
     noun: str  # "customer": what errors call the row

@@ -107,7 +107,7 @@ async def list_activities(
         {"customer_id": customer_id, "deal_id": deal_id, "external_id": external_id},
     )
     page = await database_of(request).read(
-        scope, lambda uow: service.list_page_as_json(uow, filters, limit, cursor)
+        scope, lambda uow: service.RECORD.list_page_as_json(uow, filters, limit, cursor)
     )
     return json_text_page(page)
 
@@ -127,7 +127,7 @@ ACTIVITY_ROUTES = SyncedRecordRoutes(
     noun="activity",
     article="an",
     plural="activities",
-    service=service,
+    service=service.RECORD,
     as_json=activity_json,
     out=ActivityOut,
     upsert_body=ActivityFields,

@@ -132,7 +132,7 @@ async def list_customers(
         {"email": email, "q": q, "updated_since": updated_since, "external_id": external_id},
     )
     page = await database_of(request).read(
-        scope, lambda uow: service.list_page_as_json(uow, filters, limit, cursor)
+        scope, lambda uow: service.RECORD.list_page_as_json(uow, filters, limit, cursor)
     )
     return json_text_page(page)
 
@@ -152,7 +152,7 @@ CUSTOMER_ROUTES = SyncedRecordRoutes(
     noun="customer",
     article="a",
     plural="customers",
-    service=service,
+    service=service.RECORD,
     as_json=customer_json,
     out=CustomerOut,
     upsert_body=CustomerFields,

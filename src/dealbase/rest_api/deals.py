@@ -119,7 +119,7 @@ async def list_deals(
         },
     )
     page = await database_of(request).read(
-        scope, lambda uow: service.list_page_as_json(uow, filters, limit, cursor)
+        scope, lambda uow: service.RECORD.list_page_as_json(uow, filters, limit, cursor)
     )
     return json_text_page(page)
 
@@ -151,7 +151,7 @@ DEAL_ROUTES = SyncedRecordRoutes(
     noun="deal",
     article="a",
     plural="deals",
-    service=service,
+    service=service.RECORD,
     as_json=deal_json,
     out=DealOut,
     upsert_body=DealUpsert,

@@ -14,7 +14,7 @@ import inspect
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
@@ -33,8 +33,9 @@ from dealbase.edge.requests import (
     parse_body,
 )
 from dealbase.platform.batches.models import Batch, Result
+from dealbase.platform.record_writes import Owned
+from dealbase.platform.records import SyncedRecord
 from dealbase.platform.resources import JsonObject
-from dealbase.platform.versioning import Expected
 from dealbase.rest_api.openapi import (
     CREATED_HEADERS,
     EXTERNAL_ID_PATH,
@@ -43,7 +44,6 @@ from dealbase.rest_api.openapi import (
     problem_responses,
 )
 from dealbase.rest_api.responses import (
-    Versioned,
     batch_response,
     created,
     json_text_response,
@@ -51,61 +51,20 @@ from dealbase.rest_api.responses import (
     resource_response,
 )
 
-
-class Identified(Versioned, Protocol):
-    @property
-    def id(self) -> uuid.UUID: ...
-
-
-Record = TypeVar("Record", bound=Identified)
+Record = TypeVar("Record", bound=Owned)
 Fields = TypeVar("Fields", bound=BaseModel)
-RecordT = TypeVar("RecordT", bound=Identified)
-FieldsT = TypeVar("FieldsT", bound=BaseModel, contravariant=True)
-
-
-class RecordService(Protocol[RecordT, FieldsT]):
-    """What a record's service module offers these routes (its id's name is its own)."""
-
-    def get_as_json(self, uow: UnitOfWork, record_id: uuid.UUID, /) -> tuple[int, str]: ...
-
-    def update_as_json(
-        self,
-        uow: UnitOfWork,
-        record_id: uuid.UUID,
-        patch: BaseModel,
-        expected: Expected | None = None,
-        /,
-    ) -> AfterCommit[tuple[int, str]]: ...
-
-    def delete(
-        self, uow: UnitOfWork, record_id: uuid.UUID, expected: Expected | None = None, /
-    ) -> None: ...
-
-    def upsert(
-        self,
-        uow: UnitOfWork,
-        external_id: str,
-        fields: FieldsT,
-        /,
-        *,
-        expected: Expected | None = None,
-        unless: Expected | None = None,
-    ) -> AfterCommit[Result[RecordT]]: ...
-
-    def batch(
-        self, uow: UnitOfWork, operations: Batch, /, *, atomic: bool
-    ) -> AfterCommit[list[Result[RecordT]]]: ...
 
 
 @dataclass(frozen=True)
 class SyncedRecordRoutes(Generic[Record, Fields]):
-    """A synced record as its routes show it: its names, its service, its JSON, its wire models,
-    and the words and examples of each route, which say what is particular to it."""
+    """A synced record as its routes show it: its names, its service (its descriptor, whose
+    verbs every synced record has), its JSON, its wire models, and the words and examples of
+    each route, which say what is particular to it."""
 
     noun: str  # "customer"
     article: str  # "a" or "an"
     plural: str  # "customers", also the path
-    service: RecordService[Record, Fields]
+    service: SyncedRecord[Record, Fields, Any]
     as_json: Callable[[Record], JsonObject]
     out: type[BaseModel]
     upsert_body: type[Fields]

@@ -41,18 +41,20 @@ class Synced:
 
 def _a_customer(uow: UnitOfWork, external_id: str, label: str, _: uuid.UUID | None) -> str:
     return (
-        customers_service.upsert(uow, external_id, CustomerFields(last_name=label)).read().outcome
+        customers_service.RECORD.upsert(uow, external_id, CustomerFields(last_name=label))
+        .read()
+        .outcome
     )
 
 
 def _a_deal(uow: UnitOfWork, external_id: str, label: str, _: uuid.UUID | None) -> str:
-    return deals_service.upsert(uow, external_id, DealUpsert(name=label)).read().outcome
+    return deals_service.RECORD.upsert(uow, external_id, DealUpsert(name=label)).read().outcome
 
 
 def _an_activity(uow: UnitOfWork, external_id: str, label: str, customer: uuid.UUID | None) -> str:
     assert customer is not None
     fields = ActivityFields(type="call", subject=label, customer_id=customer)
-    return activities_service.upsert(uow, external_id, fields).read().outcome
+    return activities_service.RECORD.upsert(uow, external_id, fields).read().outcome
 
 
 RECORDS = {

@@ -35,7 +35,7 @@ def test_batches_over_the_same_external_ids_in_opposite_orders_all_succeed(
         start.wait(5)
         # A batch whose insert meets another's runs again (``RunAgain``), as Database.run does.
         results: list[Result[Customer]] = database.run_here(
-            scope, lambda uow: service.batch(uow, batch, atomic=True)
+            scope, lambda uow: service.RECORD.batch(uow, batch, atomic=True)
         )
         return [result.outcome for result in results]
 

@@ -82,7 +82,7 @@ def test_a_create_made_by_postgresql_is_the_deal_as_the_api_shows_it_with_its_ev
     with database.unit_of_work(scope) as uow:
         deal_id, version, text = deals.create_later_as_json(uow, _deal(given, **fields)).read()
     with database.unit_of_work(scope) as uow:
-        shown = deal_json(deals.get(uow, deal_id))
+        shown = deal_json(deals.RECORD.get(uow, deal_id))
 
     assert version == 1
     assert json.loads(text) == shown
@@ -104,7 +104,7 @@ def test_a_create_read_before_its_commit_is_the_deal_as_read_again(
     with database.unit_of_work(scope) as uow:
         created = deals.create(uow, _deal([{"last_name": "A"}, EVERY_FIELD, {"last_name": "C"}]))
     with database.unit_of_work(scope) as uow:
-        assert deals.get(uow, created.id) == created
+        assert deals.RECORD.get(uow, created.id) == created
     assert [customer_json(customer) for customer in created.customers] == [
         data for kind, data in _events(database, world) if kind == "customer.created"
     ][-3:]

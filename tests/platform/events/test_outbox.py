@@ -239,7 +239,7 @@ def test_a_wakeup_that_fails_after_the_commit_leaves_the_write_done_and_its_even
         created = customers.create(uow, _customer("Committed"))
 
     with database.unit_of_work(scope) as uow:
-        assert customers.get(uow, created.id) == created
+        assert customers.RECORD.get(uow, created.id) == created
         page = events.feed(uow, EventFilter(), 10, None)
         assert [_name(event) for event in page.items] == ["Committed"]
 

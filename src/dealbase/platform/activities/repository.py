@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Select, bindparam, func, select, update
@@ -16,10 +16,13 @@ from dealbase.platform.listing import BY_ID, ListFilters, Rule, Shape, equal
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.resources import ACTIVITY
 from dealbase.platform.rows import OwnedRows, owned_by
-from dealbase.platform.tables import activities
+from dealbase.platform.tables import activities, customers, deals, employees
 
 # Its rows as every department-owned, versioned record's are read and written.
 rows = OwnedRows(activities, "activity")
+
+# The fields that name a row of another table, which must be of the activity's department.
+REFERENCES = {"customer_id": customers, "deal_id": deals, "employee_id": employees}
 
 _COLUMNS = tuple(column.name for column in activities.c)  # named once: see customers
 
@@ -118,11 +121,11 @@ def list_activities_as_json(
     department_id: uuid.UUID | None,
     filters: ActivityFilter,
     page: PageRequest,
-) -> list[tuple[uuid.UUID, str]]:
+) -> list[tuple[uuid.UUID, None, str]]:
     """``list_activities``, each activity as its JSON text made by PostgreSQL (its id beside
-    it, for the cursor)."""
+    it, for the cursor; no other sort value)."""
     rows = _page(connection, department_id, filters, page, as_json=True)
-    return [(activity_id, text) for activity_id, text in rows]
+    return [(activity_id, None, text) for activity_id, text in rows]
 
 
 def count_activities(
@@ -146,3 +149,18 @@ def detach_from_deal(connection: TenantConnection, deal_id: uuid.UUID) -> None:
         .where(activities.c.deal_id == deal_id)
         .values(deal_id=None, updated_at=func.now(), version=activities.c.version + 1)
     )
+
+
+def first_of(
+    connection: TenantConnection,
+    parent: str,
+    parent_ids: Sequence[uuid.UUID],
+    department_id: uuid.UUID | None,
+    per_parent: int,
+) -> dict[uuid.UUID, list[Activity]]:
+    """The first ``per_parent`` activities (oldest first) of each deal (``parent="deal_id"``)
+    or customer (``"customer_id"``), in one statement for all of them."""
+    found = rows.first_per_parent(
+        connection, activities.c[parent], parent_ids, department_id, per_parent
+    )
+    return {key: [to_activity(row) for row in each] for key, each in found.items()}

@@ -1,5 +1,5 @@
 """Running a batch: each operation's data judged alone, then applied by the resource's service
-(``records.apply_writes``).
+(``record_writes.apply_writes``).
 
 A batch is per operation by default: an operation that fails leaves the others written, and its
 result says why. ``atomic`` makes it all or nothing: any failure rolls every operation back and
@@ -20,7 +20,7 @@ from dealbase.platform.events import service as events
 from dealbase.platform.validation import validated
 
 # Applies writes (all valid) and answers a result for each, by index: every write's, or, when
-# one fails and the batch is atomic, those up to that one (``records.apply_writes``); now, or
+# one fails and the batch is atomic, those up to that one (``record_writes.apply_writes``); now, or
 # once the statement that writes them has gone (with the COMMIT).
 Apply = Callable[
     [UnitOfWork, Sequence[Write[Fields]]],

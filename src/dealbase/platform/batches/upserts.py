@@ -1,6 +1,6 @@
 """The rules of a create or an upsert by external id, for every synced record, written once as
 the SQL that judges a batch of writes (``judged``), and the errors they answer (``error_of``);
-``records.apply_writes`` applies them.
+``record_writes.apply_writes`` applies them.
 
 The records the writes name are locked and read by their external ids (``SELECT ... FOR
 UPDATE``, in id order) in the statement that judges them. A record written in bulk is then

@@ -296,11 +296,11 @@ def list_customers_as_json(
     department_id: uuid.UUID | None,
     filters: CustomerFilter,
     page: PageRequest,
-) -> list[tuple[uuid.UUID, str]]:
+) -> list[tuple[uuid.UUID, None, str]]:
     """``list_customers``, each customer as its JSON text made by PostgreSQL (its id beside it,
-    for the cursor)."""
+    for the cursor; no other sort value)."""
     rows = _page(connection, department_id, filters, page, tenant_id=tenant_id)
-    return [(customer_id, text) for customer_id, text in rows]
+    return [(customer_id, None, text) for customer_id, text in rows]
 
 
 def count_customers(

@@ -40,6 +40,14 @@ from dealbase.platform.tables import deal_customers, deals, employees, steps
 # Its rows as every department-owned, versioned record's are read and written.
 rows = OwnedRows(deals, "deal")
 
+# The fields that name a row of another table, which must be of the deal's department.
+REFERENCES = {"step_id": steps, "employee_id": employees}
+
+
+def new_version(connection: TenantConnection, department_id: uuid.UUID, deal_id: uuid.UUID) -> None:
+    """A new version of the deal, its fields as they are: what changed is its links."""
+    rows.update(connection, department_id, deal_id, {})
+
 
 def first_step_query() -> Select[Any]:
     """The first step (lowest position) of the department the parameter ``department_id``

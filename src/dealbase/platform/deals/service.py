@@ -1,10 +1,8 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-
-from pydantic import BaseModel
 
 from dealbase.db.faults import Fault, faults_meaning
 from dealbase.db.statements import Record
@@ -12,7 +10,6 @@ from dealbase.db.units import AfterCommit, UnitOfWork
 from dealbase.errors import Conflict, ExternalIdTaken, Invalid, NotFound
 from dealbase.platform import records
 from dealbase.platform.activities import repository as activities_repository
-from dealbase.platform.batches.models import Batch, Result, Write, single_upsert
 from dealbase.platform.customers import repository as customers_repository
 from dealbase.platform.deals import creation, repository
 from dealbase.platform.deals.models import (
@@ -23,11 +20,10 @@ from dealbase.platform.deals.models import (
     DealUpsert,
 )
 from dealbase.platform.events import service as events
-from dealbase.platform.pagination import Page, page_request
+from dealbase.platform.pagination import PageRequest
+from dealbase.platform.record_writes import OneByOne
 from dealbase.platform.resources import DEAL, deal_json
-from dealbase.platform.tables import employees, steps
 from dealbase.platform.validation import department_of
-from dealbase.platform.versioning import Expected
 
 
 @contextmanager
@@ -104,123 +100,91 @@ def _create_failure(fault: Fault, external_id: str | None) -> Exception | None:
     return _no_steps_meant(fault)
 
 
-def _found(row: Record | None, deal_id: uuid.UUID) -> Record:
-    if row is None:
-        raise repository.rows.not_found(deal_id)
-    return row
-
-
-def get(uow: UnitOfWork, deal_id: uuid.UUID) -> Deal:
+def _read(uow: UnitOfWork, deal_id: uuid.UUID) -> Deal | None:
     # The deal's row travels with its customers' statement: one round trip for both.
     reading = repository.defer_deal_row(uow.connection, uow.scope.department_id, deal_id)
     customers = customers_repository.customers_of_deals(
         uow.connection, uow.scope.tenant_id, [deal_id]
     )
-    row = _found(reading.rows().mappings().first(), deal_id)
-    return repository.to_deal(row, customers[deal_id])
+    row = reading.rows().mappings().first()
+    return None if row is None else repository.to_deal(row, customers[deal_id])
 
 
-def list_page(
-    uow: UnitOfWork, filters: DealFilter, limit: int | None, cursor: str | None
-) -> Page[Deal]:
+def _with_customers(uow: UnitOfWork, rows: Sequence[Record]) -> list[Deal]:
+    customers = customers_repository.customers_of_deals(
+        uow.connection, uow.scope.tenant_id, list({row["id"] for row in rows})
+    )
+    return [repository.to_deal(row, customers[row["id"]]) for row in rows]
+
+
+def _by_ids(uow: UnitOfWork, deal_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Deal]:
+    rows = repository.deal_rows_by_ids(uow.connection, uow.scope.department_id, deal_ids)
+    return {deal.id: deal for deal in _with_customers(uow, rows)}
+
+
+def _page(uow: UnitOfWork, filters: DealFilter, page: PageRequest) -> list[Deal]:
     """A page of deals with their customers: two statements whatever the page size."""
-    page = page_request(limit, cursor, filters)
     scope, connection = uow.scope, uow.connection
     rows = repository.list_deal_rows(connection, scope.department_id, filters, page)
     customers = customers_repository.customers_of_deals(
         connection, scope.tenant_id, [row["id"] for row in rows[: page.limit]]
     )
-    found = [repository.to_deal(row, customers.get(row["id"], [])) for row in rows]
-    by_volume = filters.order_by.startswith("volume")
-    return page.page_of(found, lambda deal: deal.id, filters, _sorted_volume if by_volume else None)
+    return [repository.to_deal(row, customers.get(row["id"], [])) for row in rows]
 
 
-def list_page_as_json(
-    uow: UnitOfWork, filters: DealFilter, limit: int | None, cursor: str | None
-) -> Page[str]:
-    """``list_page`` with each deal as the JSON text ``resources.deal_json`` would make, made
-    by PostgreSQL in one statement."""
-    page = page_request(limit, cursor, filters)
-    scope = uow.scope
-    rows = repository.list_deals_as_json(
-        uow.connection, scope.tenant_id, scope.department_id, filters, page
-    )
-    by_volume = filters.order_by.startswith("volume")
-    found = page.page_of(rows, lambda row: row[0], filters, _row_sort if by_volume else None)
-    return Page([text for _, _, text in found.items], found.next_cursor, found.cursors)
-
-
-def _row_sort(row: tuple[uuid.UUID, int | None, str]) -> int:
-    # The volume orders' sort value, as the statement sorted by it (never null).
-    return -1 if row[1] is None else row[1]
-
-
-def get_as_json(uow: UnitOfWork, deal_id: uuid.UUID) -> tuple[int, str]:
-    """``get``'s deal as its version and the JSON text ``resources.deal_json`` would make."""
-    return records.get_as_json(RECORD, uow, deal_id)
+def _sort_of(filters: DealFilter) -> Callable[[Deal], int] | None:
+    return _sorted_volume if filters.order_by.startswith("volume") else None
 
 
 def _sorted_volume(deal: Deal) -> int:
+    # As the volume orders sort it: a deal without one sorts as the smallest.
     return -1 if deal.volume is None else deal.volume
 
 
-def count(uow: UnitOfWork, filters: DealFilter) -> int:
-    return repository.count_deals(uow.connection, uow.scope.department_id, filters)
-
-
-def update(
-    uow: UnitOfWork, deal_id: uuid.UUID, patch: BaseModel, expected: Expected | None = None
-) -> Deal:
-    """Changes fields, moves the deal (``step_id``) or assigns it (``employee_id``), within its
-    department only; a step or employee of any other department is an invalid field."""
-    return records.update(RECORD, uow, deal_id, patch.model_dump(exclude_unset=True), expected)
-
-
-def update_as_json(
-    uow: UnitOfWork, deal_id: uuid.UUID, patch: BaseModel, expected: Expected | None = None
-) -> AfterCommit[tuple[int, str]]:
-    """``update``'s deal as its version and its JSON text made by PostgreSQL, from one
-    statement sent with the unit of work's next round trip (REST's answer)."""
-    return records.update_as_json(
-        RECORD, uow, deal_id, patch.model_dump(exclude_unset=True), expected
-    )
-
-
-RECORD: records.SyncedRecord[Deal, DealCreate | DealUpsert] = records.SyncedRecord(
+RECORD: records.SyncedRecord[Deal, DealCreate | DealUpsert, DealFilter] = records.SyncedRecord(
     rows=repository.rows,
     # Read again, with its customers and its employee's name.
-    to_model=lambda uow, row: get(uow, row["id"]),
+    to_model=lambda uow, row: RECORD.get(uow, row["id"]),
+    read=_read,
+    lists=records.Listing(
+        models=_page,
+        texts=lambda uow, filters, page: repository.list_deals_as_json(
+            uow.connection, uow.scope.tenant_id, uow.scope.department_id, filters, page
+        ),
+        count=lambda uow, filters: repository.count_deals(
+            uow.connection, uow.scope.department_id, filters
+        ),
+        sort_of=_sort_of,
+    ),
     shape=DEAL,
+    create_model=DealCreate,
     upsert_model=DealUpsert,
-    writes=records.OneByOne(
+    writes=OneByOne(
         insert=lambda uow, department_id, fields: (
             create(uow, fields)
             if isinstance(fields, DealCreate)
             else _insert_upserted(uow, department_id, fields)
         ),
-        models=lambda uow, rows: _with_customers(uow, rows),
+        models=_with_customers,
     ),
     read_columns=(repository.EMPLOYEE_NAME,),
-    references={"step_id": steps, "employee_id": employees},
+    references=repository.REFERENCES,
     field_events=(("step_id", "deal.step_changed"), ("employee_id", "deal.assigned")),
     # Before the foreign key's SET NULL would do it silently; a refused delete rolls this back.
     before_delete=lambda uow, deal_id: activities_repository.detach_from_deal(
         uow.connection, deal_id
     ),
     # As it was, for its event: with its customers and its employee's name.
-    deleted_as=get,
+    deleted_as=lambda uow, deal_id: RECORD.get(uow, deal_id),
+    # Many in two statements: their rows, and their customers for all of them.
+    read_many=_by_ids,
 )
-
-
-def delete(uow: UnitOfWork, deal_id: uuid.UUID, expected: Expected | None = None) -> None:
-    """Deletes the deal and its links; its customers stay, its activities lose the deal."""
-    records.delete(RECORD, uow, deal_id, expected)
 
 
 def link_customer(uow: UnitOfWork, deal_id: uuid.UUID, link: CustomerLink) -> Deal:
     """Appends an existing customer of the deal's department; linking it again changes nothing."""
     connection = uow.connection
-    before = get(uow, deal_id)
+    before = RECORD.get(uow, deal_id)
     customer = customers_repository.get_customer(
         connection, uow.scope.tenant_id, before.department_id, link.customer_id
     )
@@ -232,7 +196,7 @@ def link_customer(uow: UnitOfWork, deal_id: uuid.UUID, link: CustomerLink) -> De
 
 
 def unlink_customer(uow: UnitOfWork, deal_id: uuid.UUID, customer_id: uuid.UUID) -> None:
-    before = get(uow, deal_id)
+    before = RECORD.get(uow, deal_id)
     if not repository.unlink_customer(uow.connection, deal_id, customer_id):
         raise NotFound(f"The customer {customer_id} is not linked to the deal {deal_id}.")
     _customers_changed(uow, before)
@@ -241,8 +205,8 @@ def unlink_customer(uow: UnitOfWork, deal_id: uuid.UUID, customer_id: uuid.UUID)
 def _customers_changed(uow: UnitOfWork, before: Deal) -> Deal:
     """A new version of the deal, whose customers changed, and its deal.updated event (with the
     customers as they were)."""
-    repository.rows.update(uow.connection, before.department_id, before.id, {})
-    after = get(uow, before.id)
+    repository.new_version(uow.connection, before.department_id, before.id)
+    after = RECORD.get(uow, before.id)
     previous = {"customers": deal_json(before)["customers"]}
     events.record(
         uow, "deal.updated", after.department_id, deal_json(after), ("customers",), previous
@@ -264,19 +228,6 @@ def first_of_steps(
     return found
 
 
-def _with_customers(uow: UnitOfWork, rows: Sequence[Record]) -> list[Deal]:
-    customers = customers_repository.customers_of_deals(
-        uow.connection, uow.scope.tenant_id, list({row["id"] for row in rows})
-    )
-    return [repository.to_deal(row, customers[row["id"]]) for row in rows]
-
-
-def by_ids(uow: UnitOfWork, deal_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Deal]:
-    """Many deals the caller may see, by id, in two statements; unknown ids are left out."""
-    rows = repository.deal_rows_by_ids(uow.connection, uow.scope.department_id, deal_ids)
-    return {deal.id: deal for deal in _with_customers(uow, rows)}
-
-
 def first_of_customers(
     uow: UnitOfWork, customer_ids: Sequence[uuid.UUID], per_customer: int
 ) -> dict[uuid.UUID, list[Deal]]:
@@ -288,37 +239,6 @@ def first_of_customers(
     for row, deal in zip(rows, _with_customers(uow, rows), strict=True):
         found[row["linked_customer_id"]].append(deal)
     return found
-
-
-def upsert(
-    uow: UnitOfWork,
-    external_id: str,
-    fields: DealUpsert,
-    *,
-    expected: Expected | None = None,
-    unless: Expected | None = None,
-) -> AfterCommit[Result[Deal]]:
-    """Creates the deal with ``external_id`` (in ``fields.step_id``, else the department's
-    first step; assigned to ``fields.employee_id`` if given), or changes the fields the body gave
-    of the one that has it, as ``update`` does (the same events: deal.updated, and
-    deal.step_changed and deal.assigned beside it). A change that changes nothing writes
-    nothing (no version, no event): ``unchanged``. ``expected`` (If-Match) needs the deal to
-    exist at one of its versions; ``unless`` (If-None-Match) needs it not to exist at one of
-    its versions (``*``: not to exist)."""
-    write: Write[DealCreate | DealUpsert] = single_upsert(external_id, fields, expected, unless)
-    return records.upsert(RECORD, uow, write)
-
-
-def batch(uow: UnitOfWork, operations: Batch, *, atomic: bool) -> AfterCommit[list[Result[Deal]]]:
-    """Creates (``DealCreate``, customers included) and upserts (``DealUpsert``) up to a thousand
-    deals, one operation after another, each in a savepoint of its own unless the batch is
-    atomic (then the first failure rejects it all)."""
-    # Typed as the union, which mypy would not infer from the two models (it joins them).
-    create_model: type[DealCreate | DealUpsert] = DealCreate
-    upsert_model: type[DealCreate | DealUpsert] = DealUpsert
-    return records.batch(
-        RECORD, uow, operations, create=create_model, upsert=upsert_model, atomic=atomic
-    )
 
 
 def _insert_upserted(uow: UnitOfWork, department_id: uuid.UUID, fields: DealUpsert) -> Deal | None:
