@@ -513,6 +513,27 @@ def dealbase_serve(
         stop_process(process)
 
 
+# Rate limits far above what a test sends, for a server whose test is not about them.
+RATES_NO_TEST_MEETS = {
+    "DEALBASE_RATE_LIMIT_KEY": "100000/s",
+    "DEALBASE_RATE_LIMIT_KEY_BURST": "1000000",
+    "DEALBASE_RATE_LIMIT_TENANT": "100000/s",
+    "DEALBASE_RATE_LIMIT_TENANT_BURST": "1000000",
+}
+
+
+@contextmanager
+def dealbase_served(
+    directory: Path, settings: dict[str, str], *options: str
+) -> Iterator[ServeProcess]:
+    """``dealbase_serve``, handed over once it answers ``GET /healthz``."""
+    with dealbase_serve(directory, settings, *options) as server:
+        wait_until_served(
+            server.process, f"{server.base_url}/healthz", server.output, SERVER_START_TIMEOUT_S
+        )
+        yield server
+
+
 @contextmanager
 def writes_raise(
     database_url: str, schema: str, table: str, sqlstate: str, statement: str = "INSERT"

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -30,11 +31,17 @@ from dealbase.tenancy.registry.placement import Node
 from tests.ops.conftest import CliRun, RunCli, invoke_cli
 from tests.support import (
     IN_CI,
+    RATES_NO_TEST_MEETS,
     TenantWorld,
     build_tenant,
     database_on,
+    dealbase_served,
     tenant_roles_of,
 )
+from tests.worker.conftest import receiver
+
+# The webhook receiver on the loopback, for the tier's webhook walks.
+__all__ = ["receiver"]
 
 CITUS_SCRIPTS = Path(__file__).resolve().parents[3] / "shared" / "citus"
 _MAKE_ONE = (
@@ -154,6 +161,21 @@ def run_on_cluster(citus_url: str, tmp_path: Path) -> RunCli:
 
 
 @contextmanager
+def served_on_cluster(citus_url: str, directory: Path) -> Iterator[str]:
+    """``dealbase serve`` on the cluster, tenants as distributed schemas, allowed to deliver to
+    the loopback, its limits far above what the tests send; its base URL once it answers."""
+    settings = {
+        "DEALBASE_DATABASE_URL": citus_url,
+        "DEALBASE_CITUS_SCHEMA_SHARDING": "true",
+        "DEALBASE_LOG_LEVEL": "warning",
+        "DEALBASE_WEBHOOKS_ALLOW_PRIVATE": "true",
+        **RATES_NO_TEST_MEETS,
+    }
+    with dealbase_served(directory, settings) as server:
+        yield server.base_url
+
+
+@contextmanager
 def migrated_cluster_database(citus_url: str) -> Iterator[Database]:
     """The cluster's database at ``citus_url``, its control schema at head."""
     database = Database(citus_url, pool_size=4, distributed_schemas=True)
@@ -247,22 +269,27 @@ def cluster_world(cluster_database: Database) -> TenantWorld:
     return build_tenant(cluster_database, distributed=True)
 
 
+def cluster_rows(citus_url: str, query: str) -> list[tuple[Any, ...]]:
+    """The rows of one query, on a connection of its own to the coordinator."""
+    with psycopg.connect(citus_url) as connection:
+        return connection.execute(query).fetchall()
+
+
 def deliveries_by_state(citus_url: str, schema: str) -> Counter[str]:
     """How many of the schema's webhook deliveries are in each state."""
-    with psycopg.connect(citus_url) as connection:
-        rows = connection.execute(
-            f'SELECT state, count(*) FROM "{schema}".webhook_deliveries GROUP BY state'
-        ).fetchall()
+    rows = cluster_rows(
+        citus_url, f'SELECT state, count(*) FROM "{schema}".webhook_deliveries GROUP BY state'
+    )
     return Counter(dict(rows))
 
 
 def workers(citus_url: str) -> list[Node]:
     """The cluster's workers, by port."""
-    with psycopg.connect(citus_url) as connection:
-        rows = connection.execute(
-            "SELECT nodename, nodeport FROM pg_dist_node"
-            " WHERE noderole = 'primary' AND groupid <> 0 ORDER BY nodeport"
-        ).fetchall()
+    rows = cluster_rows(
+        citus_url,
+        "SELECT nodename, nodeport FROM pg_dist_node"
+        " WHERE noderole = 'primary' AND groupid <> 0 ORDER BY nodeport",
+    )
     return [Node(host, port) for host, port in rows]
 
 

@@ -25,22 +25,17 @@ from dealbase.db.database import Database
 from dealbase.tenancy.registry.placement import tenant_node
 from dealbase.tenancy.registry.tenants import create_tenant
 from tests.citus.conftest import (
+    cluster_rows,
     deliveries_by_state,
     migrated_cluster_database,
     own_cluster_database,
+    served_on_cluster,
     workers,
 )
 from tests.ops.conftest import RunCli
-from tests.support import (
-    SERVER_START_TIMEOUT_S,
-    TenantWorld,
-    dealbase_serve,
-    wait_until_served,
-)
-from tests.worker.conftest import Receiver, receiver
+from tests.support import TenantWorld
+from tests.worker.conftest import Receiver
 from tests.worker.test_worker_cli import start_worker
-
-__all__ = ["receiver"]  # the fixture, for this module's tests
 
 pytestmark = pytest.mark.serial
 
@@ -121,21 +116,8 @@ class Writers:
 
 @pytest.fixture
 def served_cluster(citus_url: str, tmp_path: Path) -> Iterator[str]:
-    settings = {
-        "DEALBASE_DATABASE_URL": citus_url,
-        "DEALBASE_CITUS_SCHEMA_SHARDING": "true",
-        "DEALBASE_LOG_LEVEL": "warning",
-        "DEALBASE_WEBHOOKS_ALLOW_PRIVATE": "true",
-        "DEALBASE_RATE_LIMIT_KEY": "100000/s",
-        "DEALBASE_RATE_LIMIT_KEY_BURST": "1000000",
-        "DEALBASE_RATE_LIMIT_TENANT": "100000/s",
-        "DEALBASE_RATE_LIMIT_TENANT_BURST": "1000000",
-    }
-    with dealbase_serve(tmp_path / "server", settings) as server:
-        wait_until_served(
-            server.process, f"{server.base_url}/healthz", server.output, SERVER_START_TIMEOUT_S
-        )
-        yield server.base_url
+    with served_on_cluster(citus_url, tmp_path / "server") as base_url:
+        yield base_url
 
 
 def test_a_tenant_moved_while_it_works_loses_no_write_and_sends_no_delivery_twice(
@@ -183,19 +165,18 @@ def test_a_tenant_moved_while_it_works_loses_no_write_and_sends_no_delivery_twic
     assert tenant_node(citus_url, schema) == target
     assert writers.unexpected == []
     assert len(writers.created) > 20, "the writers hardly wrote"
-    with psycopg.connect(citus_url) as connection:
-        stored = connection.execute(f'SELECT id::text FROM "{schema}".customers').fetchall()
+    stored = cluster_rows(citus_url, f'SELECT id::text FROM "{schema}".customers')
     assert sorted(id_ for (id_,) in stored) == sorted(writers.created)
     delivered = Counter(json.loads(request.body)["data"]["id"] for request in receiver.requests)
     assert delivered == Counter(writers.created), "a delivery lost or sent twice"
 
 
 def _schemas_per_worker(citus_url: str) -> Counter[int]:
-    with psycopg.connect(citus_url) as connection:
-        rows = connection.execute(
-            "SELECT s.nodeport, count(DISTINCT c.colocation_id) FROM citus_schemas c"
-            " JOIN citus_shards s ON s.colocation_id = c.colocation_id GROUP BY s.nodeport"
-        ).fetchall()
+    rows = cluster_rows(
+        citus_url,
+        "SELECT s.nodeport, count(DISTINCT c.colocation_id) FROM citus_schemas c"
+        " JOIN citus_shards s ON s.colocation_id = c.colocation_id GROUP BY s.nodeport",
+    )
     return Counter(dict(rows))
 
 

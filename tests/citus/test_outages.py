@@ -25,7 +25,11 @@ import pytest
 
 from dealbase.db.database import Database
 from dealbase.tenancy.registry.placement import Node, tenant_node
-from tests.citus.conftest import deliveries_by_state, migrated_cluster_database
+from tests.citus.conftest import (
+    deliveries_by_state,
+    migrated_cluster_database,
+    served_on_cluster,
+)
 from tests.citus.outages import (
     Answer,
     OwnCluster,
@@ -35,17 +39,9 @@ from tests.citus.outages import (
     tally,
     unexpected,
 )
-from tests.support import (
-    SERVER_START_TIMEOUT_S,
-    TenantWorld,
-    build_tenant,
-    dealbase_serve,
-    wait_until_served,
-)
-from tests.worker.conftest import Receiver, receiver
+from tests.support import TenantWorld, build_tenant
+from tests.worker.conftest import Receiver
 from tests.worker.test_worker_cli import start_worker
-
-__all__ = ["receiver"]  # the fixture, for this module's tests
 
 pytestmark = pytest.mark.serial
 
@@ -80,21 +76,8 @@ def outage_database(outage_cluster: OwnCluster) -> Iterator[Database]:
 def outage_server(
     outage_cluster: OwnCluster, outage_database: Database, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
-    settings = {
-        "DEALBASE_DATABASE_URL": outage_cluster.url,
-        "DEALBASE_CITUS_SCHEMA_SHARDING": "true",
-        "DEALBASE_LOG_LEVEL": "warning",
-        "DEALBASE_WEBHOOKS_ALLOW_PRIVATE": "true",
-        "DEALBASE_RATE_LIMIT_KEY": "100000/s",
-        "DEALBASE_RATE_LIMIT_KEY_BURST": "1000000",
-        "DEALBASE_RATE_LIMIT_TENANT": "100000/s",
-        "DEALBASE_RATE_LIMIT_TENANT_BURST": "1000000",
-    }
-    with dealbase_serve(tmp_path_factory.mktemp("outage-server"), settings) as server:
-        wait_until_served(
-            server.process, f"{server.base_url}/healthz", server.output, SERVER_START_TIMEOUT_S
-        )
-        yield server.base_url
+    with served_on_cluster(outage_cluster.url, tmp_path_factory.mktemp("outage-server")) as url:
+        yield url
 
 
 def _tenants_on(cluster: OwnCluster, database: Database, worker: Node) -> list[TenantWorld]:

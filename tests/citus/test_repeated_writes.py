@@ -7,6 +7,7 @@ connection."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -28,59 +29,47 @@ def one_connection_client(cluster_settings: Settings) -> Iterator[TestClient]:
         yield client
 
 
-# Each write, and the status it answers every time.
-WRITES: dict[str, tuple[int, Callable[[TestClient, dict[str, str], int], Any]]] = {
-    "create a customer": (
-        201,
-        lambda c, h, n: c.post(f"{API}/customers", json={"last_name": f"c{n}"}, headers=h),
+@dataclass(frozen=True)
+class Write:
+    """A write, and the status it answers every time; its path and body for the ``n``th run."""
+
+    status: int
+    method: str
+    path: str  # {n}: the run
+    body: Callable[[int], dict[str, Any]]
+
+
+WRITES = {
+    "create a customer": Write(201, "POST", "/customers", lambda n: {"last_name": f"c{n}"}),
+    "upsert a customer": Write(
+        201, "PUT", "/customers/by-external-id/c-{n}", lambda n: {"last_name": f"u{n}"}
     ),
-    "upsert a customer": (
+    "create a deal with customers": Write(
         201,
-        lambda c, h, n: c.put(
-            f"{API}/customers/by-external-id/c-{n}", json={"last_name": f"u{n}"}, headers=h
-        ),
+        "POST",
+        "/deals",
+        lambda n: {"name": f"d{n}", "customers": [{"last_name": "A"}, {"last_name": "B"}]},
     ),
-    "create a deal with customers": (
-        201,
-        lambda c, h, n: c.post(
-            f"{API}/deals",
-            json={"name": f"d{n}", "customers": [{"last_name": "A"}, {"last_name": "B"}]},
-            headers=h,
-        ),
-    ),
-    "upsert a deal": (
-        201,
-        lambda c, h, n: c.put(
-            f"{API}/deals/by-external-id/d-{n}", json={"name": f"d{n}"}, headers=h
-        ),
-    ),
-    "batch deals": (
+    "upsert a deal": Write(201, "PUT", "/deals/by-external-id/d-{n}", lambda n: {"name": f"d{n}"}),
+    "batch deals": Write(
         200,
-        lambda c, h, n: c.post(
-            f"{API}/deals/batch",
-            json={"operations": [{"op": "create", "data": {"name": f"b{n}"}}]},
-            headers=h,
-        ),
+        "POST",
+        "/deals/batch",
+        lambda n: {"operations": [{"op": "create", "data": {"name": f"b{n}"}}]},
     ),
-    "batch customers": (
+    "batch customers": Write(
         200,
-        lambda c, h, n: c.post(
-            f"{API}/customers/batch",
-            json={
-                "operations": [
-                    {"op": "upsert", "external_id": f"bc-{n}", "data": {"last_name": "B"}}
-                ]
-            },
-            headers=h,
-        ),
+        "POST",
+        "/customers/batch",
+        lambda n: {
+            "operations": [{"op": "upsert", "external_id": f"bc-{n}", "data": {"last_name": "B"}}]
+        },
     ),
-    "create a webhook endpoint": (
+    "create a webhook endpoint": Write(
         201,
-        lambda c, h, n: c.post(
-            f"{API}/webhooks",
-            json={"url": f"https://8.8.8.8/hooks/{n}", "events": ["*"]},
-            headers=h,
-        ),
+        "POST",
+        "/webhooks",
+        lambda n: {"url": f"https://8.8.8.8/hooks/{n}", "events": ["*"]},
     ),
 }
 
@@ -89,10 +78,18 @@ WRITES: dict[str, tuple[int, Callable[[TestClient, dict[str, str], int], Any]]] 
 def test_a_write_run_past_the_point_it_is_prepared_answers_every_time(
     one_connection_client: TestClient, cluster_world: TenantWorld, write: str
 ) -> None:
-    expected, send = WRITES[write]
-    answers = [send(one_connection_client, cluster_world.key.headers, n) for n in range(RUNS)]
-    assert [answer.status_code for answer in answers] == [expected] * RUNS, [
-        answer.text for answer in answers if answer.status_code != expected
+    each = WRITES[write]
+    answers = [
+        one_connection_client.request(
+            each.method,
+            API + each.path.format(n=n),
+            json=each.body(n),
+            headers=cluster_world.key.headers,
+        )
+        for n in range(RUNS)
+    ]
+    assert [answer.status_code for answer in answers] == [each.status] * RUNS, [
+        answer.text for answer in answers if answer.status_code != each.status
     ]
 
 

@@ -27,11 +27,10 @@ from dealbase.tenancy.coordination import wakeups
 from dealbase.tenancy.scope import Scope
 from dealbase.worker.delivery import DeliveryWorker
 from dealbase.worker.sending import Sender
+from tests.citus.conftest import cluster_rows
 from tests.citus.plans import assert_routed_whole, statements_sent
 from tests.support import TenantWorld
-from tests.worker.conftest import ALLOW_PRIVATE, Receiver, add_endpoint, receiver
-
-__all__ = ["receiver"]  # the fixture, for this module's tests
+from tests.worker.conftest import ALLOW_PRIVATE, Receiver, add_endpoint
 
 _URL = "https://8.8.8.8/hooks"
 
@@ -91,32 +90,30 @@ def _scan(database: Database, scope: Scope, now: datetime) -> None:
 def _deliveries(citus_url: str, schema: str) -> set[tuple[object, ...]]:
     """Each delivery: its endpoint, its event's customer and type, its place in line, its state
     and times (whether its event's position where it has one)."""
-    with psycopg.connect(citus_url) as connection:
-        rows = connection.execute(
-            "SELECT d.endpoint_id, e.data->>'last_name', d.event_type,"
-            " d.position IS NOT DISTINCT FROM e.position, d.position IS NULL,"
-            " d.state, d.next_attempt_at, d.created_at, d.started_at"
-            f' FROM "{schema}".webhook_deliveries d JOIN "{schema}".events e ON e.id = d.event_id'
-        ).fetchall()
+    rows = cluster_rows(
+        citus_url,
+        "SELECT d.endpoint_id, e.data->>'last_name', d.event_type,"
+        " d.position IS NOT DISTINCT FROM e.position, d.position IS NULL,"
+        " d.state, d.next_attempt_at, d.created_at, d.started_at"
+        f' FROM "{schema}".webhook_deliveries d JOIN "{schema}".events e ON e.id = d.event_id',
+    )
     return {tuple(row) for row in rows}
 
 
 def _ids_in_order_made(citus_url: str, schema: str) -> list[uuid.UUID]:
     """The deliveries' ids, by endpoint and then event position: the order a scan makes them."""
-    with psycopg.connect(citus_url) as connection:
-        rows = connection.execute(
-            f'SELECT d.id FROM "{schema}".webhook_deliveries d'
-            f' JOIN "{schema}".events e ON e.id = d.event_id ORDER BY d.endpoint_id, e.position'
-        ).fetchall()
+    rows = cluster_rows(
+        citus_url,
+        f'SELECT d.id FROM "{schema}".webhook_deliveries d'
+        f' JOIN "{schema}".events e ON e.id = d.event_id ORDER BY d.endpoint_id, e.position',
+    )
     return [row[0] for row in rows]
 
 
 def _scanned(citus_url: str, schema: str) -> dict[uuid.UUID, int]:
-    with psycopg.connect(citus_url) as connection:
-        rows = connection.execute(
-            f'SELECT id, scanned_position FROM "{schema}".webhook_endpoints'
-        ).fetchall()
-    return dict(rows)
+    return dict(
+        cluster_rows(citus_url, f'SELECT id, scanned_position FROM "{schema}".webhook_endpoints')
+    )
 
 
 def test_a_scan_makes_a_delivery_of_each_subscribed_event_after_the_endpoints_start(

@@ -12,10 +12,8 @@ from fastapi.testclient import TestClient
 
 from tests.citus.conftest import deliveries_by_state
 from tests.support import SERVER_START_TIMEOUT_S, TenantWorld
-from tests.worker.conftest import Receiver, receiver
+from tests.worker.conftest import Receiver
 from tests.worker.test_worker_cli import start_worker
-
-__all__ = ["receiver"]  # the fixture, for this module's tests
 
 API = "/api/v1/integration"
 

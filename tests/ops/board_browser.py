@@ -228,6 +228,12 @@ def wait_until_live(page: Page) -> None:
     page.get_by_role("status").filter(has_text="Live").wait_for(timeout=15_000)
 
 
+def sign_in_live(page: Page, base_url: str, world: TenantWorld) -> None:
+    """Signs in with the world's department key; returns once the board is live."""
+    sign_in(page, base_url, world.key.api_key, world.department.id)
+    wait_until_live(page)
+
+
 def _write_screenshot(target: Path) -> None:
     from dealbase.migrations.runner import upgrade_control
     from dealbase.tenancy.registry.tenants import create_tenant

@@ -36,6 +36,7 @@ from tests.ops.board_browser import (
     seed,
     served,
     sign_in,
+    sign_in_live,
     steps_of,
     wait_until_live,
 )
@@ -203,8 +204,7 @@ def test_the_board_shows_each_step_with_its_seeded_deals_count_volume_employee_a
     page.on("console", note_console)
     page.on("pageerror", lambda error: problems.append(str(error)))
 
-    sign_in(page, board_url, world.key.api_key, world.department.id)
-    wait_until_live(page)
+    sign_in_live(page, board_url, world)
 
     with rest_client(board_url, world.key) as rest:
         steps = steps_of(rest)
@@ -241,8 +241,7 @@ def test_a_step_with_more_deals_than_cards_says_how_many_more_it_holds(
             create_deal(rest, deal, steps)
     page = open_page()
 
-    sign_in(page, board_url, world.key.api_key, world.department.id)
-    wait_until_live(page)
+    sign_in_live(page, board_url, world)
 
     summary, cards = _shown(page)["Lead"]
     assert summary == f"{len(deals)} deals · {sum(deal.volume or 0 for deal in deals):,}"
@@ -258,8 +257,7 @@ def test_the_key_stays_in_the_tabs_session_storage_only(
     board_url: str, world: TenantWorld, open_page: Callable[[], Page]
 ) -> None:
     page = open_page()
-    sign_in(page, board_url, world.key.api_key, world.department.id)
-    wait_until_live(page)
+    sign_in_live(page, board_url, world)
 
     stored = page.evaluate("() => Object.values(sessionStorage)")
     assert world.key.api_key in stored
@@ -280,8 +278,7 @@ def test_a_deal_created_through_rest_appears_on_the_board_by_its_announcement(
     board_url: str, world: TenantWorld, open_page: Callable[[], Page]
 ) -> None:
     page = open_page()
-    sign_in(page, board_url, world.key.api_key, world.department.id)
-    wait_until_live(page)
+    sign_in_live(page, board_url, world)
     name = f"Created elsewhere {secrets.token_hex(3)}"
     with rest_client(board_url, world.key) as rest:
         steps = steps_of(rest)
@@ -313,8 +310,7 @@ def test_a_card_dragged_to_another_step_is_there_for_rest_and_in_a_second_browse
     target = "Negotiation"
     mover, watcher = open_page(), open_page()
     for page in (mover, watcher):
-        sign_in(page, board_url, world.key.api_key, world.department.id)
-        wait_until_live(page)
+        sign_in_live(page, board_url, world)
 
     _card(mover, "Lead", moving.name).drag_to(_column(mover, target))
 
@@ -353,8 +349,7 @@ def test_a_focused_card_moves_a_step_with_each_arrow_key_pressed_in_a_row(
     with httpx.Client(base_url=board_url, headers=world.key.headers, timeout=10) as graphql:
         created, _ = _deal_once(graphql, deal["id"], 0)
         page = open_page()
-        sign_in(page, board_url, world.key.api_key, world.department.id)
-        wait_until_live(page)
+        sign_in_live(page, board_url, world)
 
         _card(page, first, deal["name"]).focus()
         # Each key moves the card from where the key before showed it, before the server

@@ -33,11 +33,11 @@ from dealbase.db.database import Database
 from dealbase.ops import admin
 from dealbase.tenancy.scope import Rate
 from tests.support import (
-    SERVER_START_TIMEOUT_S,
+    RATES_NO_TEST_MEETS,
     ServeProcess,
     TenantWorld,
     build_tenant,
-    dealbase_serve,
+    dealbase_served,
 )
 
 API = "/api/v1/integration"
@@ -63,23 +63,10 @@ def served(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         "DEALBASE_LIVE_BUFFER_EVENTS": "100000",
         "DEALBASE_WRITE_TIMEOUT_SECONDS": str(WRITE_TIMEOUT_S),
         "DEALBASE_BODY_TIMEOUT_SECONDS": str(BODY_TIMEOUT_S),
-        "DEALBASE_RATE_LIMIT_KEY": "100000/s",
-        "DEALBASE_RATE_LIMIT_KEY_BURST": "1000000",
-        "DEALBASE_RATE_LIMIT_TENANT": "100000/s",
-        "DEALBASE_RATE_LIMIT_TENANT_BURST": "1000000",
+        **RATES_NO_TEST_MEETS,
     }
     directory = tmp_path_factory.mktemp("abuse")
-    with dealbase_serve(directory, environment, "--workers", "1") as server:
-        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-        while True:
-            assert server.process.poll() is None, server.output()
-            try:
-                if httpx.get(f"{server.base_url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, server.output()
-            time.sleep(0.05)
+    with dealbase_served(directory, environment, "--workers", "1") as server:
         yield server
 
 

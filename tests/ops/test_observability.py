@@ -8,6 +8,7 @@ import logging
 import re
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -52,21 +53,31 @@ class _Writes:
         pass
 
 
+@contextmanager
+def _json_logs(monkeypatch: pytest.MonkeyPatch, level: str) -> Iterator[_Writes]:
+    """JSON logs at ``level`` written to a stream that records each write; the logging as it
+    was afterwards."""
+    stream = _Writes()
+    monkeypatch.setattr("sys.stderr", stream)
+    # configure_logging sets where access lines go: back as it was when the test ends.
+    monkeypatch.setattr(observability, "_json_lines", observability._json_lines)
+    handlers = logging.getLogger().handlers
+    configure_logging("json", level)
+    try:
+        yield stream
+    finally:
+        structlog.reset_defaults()
+        structlog.contextvars.clear_contextvars()
+        logging.getLogger().handlers = handlers
+
+
 def test_each_line_is_written_whole_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
     """A line written in two parts (the line, then its end) lets a line another thread writes
     meanwhile land between them: two JSON objects on one line."""
-    stream = _Writes()
-    monkeypatch.setattr("sys.stderr", stream)
-    monkeypatch.setattr(observability, "_json_lines", observability._json_lines)
-    handlers = logging.getLogger().handlers
-    configure_logging("json", "info")
-    try:
+    with _json_logs(monkeypatch, "info") as stream:
         structlog.get_logger("dealbase.test").info("request", status=201)
         # A library's logger, through the root's handler (a name no other test configures).
         logging.getLogger("a_library.of_the_test").warning("started")
-    finally:
-        structlog.reset_defaults()
-        logging.getLogger().handlers = handlers
 
     assert len(stream.writes) == 2
     assert all(write.endswith("\n") and write.count("\n") == 1 for write in stream.writes)
@@ -76,16 +87,8 @@ def test_each_line_is_written_whole_in_one_write(monkeypatch: pytest.MonkeyPatch
 @pytest.fixture
 def json_lines(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Writes]:
     """JSON logs at ``info`` written to a stream that records each write."""
-    stream = _Writes()
-    monkeypatch.setattr("sys.stderr", stream)
-    # configure_logging sets where access lines go: back as it was when the test ends.
-    monkeypatch.setattr(observability, "_json_lines", observability._json_lines)
-    handlers = logging.getLogger().handlers
-    configure_logging("json", "info")
-    yield stream
-    structlog.reset_defaults()
-    structlog.contextvars.clear_contextvars()
-    logging.getLogger().handlers = handlers
+    with _json_logs(monkeypatch, "info") as stream:
+        yield stream
 
 
 def test_an_access_line_is_the_line_structlog_writes_for_the_same_event(
@@ -116,16 +119,8 @@ def test_an_access_line_stamps_the_time_in_utc_to_the_microsecond(json_lines: _W
 
 
 def test_no_access_line_is_written_above_info(monkeypatch: pytest.MonkeyPatch) -> None:
-    stream = _Writes()
-    monkeypatch.setattr("sys.stderr", stream)
-    monkeypatch.setattr(observability, "_json_lines", observability._json_lines)
-    handlers = logging.getLogger().handlers
-    configure_logging("json", "warning")
-    try:
+    with _json_logs(monkeypatch, "warning") as stream:
         log_request({"status": 200})
-    finally:
-        structlog.reset_defaults()
-        logging.getLogger().handlers = handlers
 
     assert stream.writes == []
 

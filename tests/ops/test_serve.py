@@ -36,6 +36,7 @@ from sqlalchemy import text
 from dealbase.db.database import Database, application_name
 from tests.support import (
     DEALBASE,
+    RATES_NO_TEST_MEETS,
     SERVER_START_TIMEOUT_S,
     dealbase_serve,
     free_port,
@@ -160,10 +161,7 @@ def _start_server(
         "DEALBASE_LOG_LEVEL": "warning",
         # The revocation checks send hundreds of requests a second with one key, and go on
         # once it is refused 401.
-        "DEALBASE_RATE_LIMIT_KEY": "100000/s",
-        "DEALBASE_RATE_LIMIT_KEY_BURST": "1000000",
-        "DEALBASE_RATE_LIMIT_TENANT": "100000/s",
-        "DEALBASE_RATE_LIMIT_TENANT_BURST": "1000000",
+        **RATES_NO_TEST_MEETS,
         "DEALBASE_RATE_LIMIT_AUTH_FAILURES": "100000/s",
         "DEALBASE_RATE_LIMIT_AUTH_FAILURES_BURST": "1000000",
         "PROMETHEUS_MULTIPROC_DIR": str(data_dir / "metrics"),
@@ -241,8 +239,11 @@ def provisioned(server: Server) -> Provisioned:
     return _provision(server)
 
 
-def _another_key(server: Server, provisioned: Provisioned) -> tuple[str, dict[str, str]]:
-    """The id and headers of a key of the provisioned department that nothing has used yet."""
+def _a_key_every_worker_holds(
+    server: Server, provisioned: Provisioned
+) -> tuple[str, dict[str, str]]:
+    """The id and headers of a new key of the provisioned department, used until each worker
+    has it cached."""
     issued = server.cli(
         "key",
         "issue",
@@ -251,7 +252,9 @@ def _another_key(server: Server, provisioned: Provisioned) -> tuple[str, dict[st
         "--department",
         provisioned.department["id"],
     )
-    return issued["key_id"], headers(issued["api_key"], provisioned.department["id"])
+    key_headers = headers(issued["api_key"], provisioned.department["id"])
+    _warm_every_worker(server, key_headers)
+    return issued["key_id"], key_headers
 
 
 def _assert_customer_shape(customer: dict[str, Any], tenant_id: str) -> None:
@@ -456,8 +459,7 @@ def _last_accepted(samples: list[Sample], label: str) -> float | None:
 def test_a_revoked_key_is_refused_by_every_worker_within_one_second_of_the_cli(
     server: Server, provisioned: Provisioned, clients: list[httpx.Client]
 ) -> None:
-    key_id, key_headers = _another_key(server, provisioned)
-    _warm_every_worker(server, key_headers)
+    key_id, key_headers = _a_key_every_worker_holds(server, provisioned)
 
     server.cli("key", "revoke", key_id)
     returned = time.monotonic()
@@ -476,8 +478,7 @@ def test_a_revoked_key_is_refused_by_every_worker_within_one_second_of_the_cli(
 def test_a_rotated_out_secret_is_refused_within_one_second_and_the_new_one_accepted(
     server: Server, provisioned: Provisioned, clients: list[httpx.Client]
 ) -> None:
-    key_id, old_headers = _another_key(server, provisioned)
-    _warm_every_worker(server, old_headers)
+    key_id, old_headers = _a_key_every_worker_holds(server, provisioned)
 
     rotated = server.cli("key", "rotate", key_id, "--grace-seconds", "0")
     returned = time.monotonic()

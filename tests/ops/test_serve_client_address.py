@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support import SERVER_START_TIMEOUT_S, TenantWorld, dealbase_serve, wait_until_served
+from tests.support import TenantWorld, dealbase_served
 
 CUSTOMERS = "/api/v1/integration/customers"
 
@@ -27,10 +27,7 @@ def _serve(database_url: str, directory: Path, extra_env: dict[str, str]) -> Ite
         "DEALBASE_RATE_LIMIT_AUTH_FAILURES_BURST": "3",
         **extra_env,
     }
-    with dealbase_serve(directory, settings) as server:
-        wait_until_served(
-            server.process, f"{server.base_url}/healthz", server.output, SERVER_START_TIMEOUT_S
-        )
+    with dealbase_served(directory, settings) as server:
         yield server.base_url
 
 

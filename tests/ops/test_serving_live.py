@@ -28,7 +28,8 @@ from tests.support import (
     ServeProcess,
     TenantWorld,
     build_tenant,
-    dealbase_serve,
+    dealbase_served,
+    wait_until,
 )
 
 API = "/api/v1/integration"
@@ -61,19 +62,13 @@ def _serve(
         "DEALBASE_LIVE_POLL_SECONDS": POLL_SECONDS,
         **{f"DEALBASE_{name.upper()}": value for name, value in settings.items()},
     }
-    with dealbase_serve(directory, environment, "--workers", str(workers)) as served:
-        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-        while True:
-            assert served.process.poll() is None, served.output()
-            try:
-                ready = httpx.get(f"{served.base_url}/healthz", timeout=1).status_code == 200
-            except httpx.TransportError:
-                ready = False
-            # Each worker listens once its app has started.
-            if ready and _listeners(database_url) >= workers:
-                break
-            assert time.monotonic() < deadline, served.output()
-            time.sleep(0.05)
+    with dealbase_served(directory, environment, "--workers", str(workers)) as served:
+        # Each worker listens once its app has started.
+        wait_until(
+            lambda: _listeners(database_url) >= workers,
+            "each worker listening for announcements",
+            SERVER_START_TIMEOUT_S,
+        )
         yield served
 
 
