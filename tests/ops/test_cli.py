@@ -90,11 +90,27 @@ def _department(run_cli: RunCli, tenant_id: str, name: str = "Sales") -> dict[st
     return created
 
 
-def _key(run_cli: RunCli, tenant_id: str, department_id: str, *extra: str) -> dict[str, Any]:
-    issued: dict[str, Any] = run_cli(
+def _issue(run_cli: RunCli, tenant_id: str, department_id: str, *extra: str) -> CliRun:
+    return run_cli(
         "key", "issue", "--tenant", tenant_id, "--department", department_id, *extra, "--json"
-    ).json()
+    )
+
+
+def _key(run_cli: RunCli, tenant_id: str, department_id: str, *extra: str) -> dict[str, Any]:
+    issued: dict[str, Any] = _issue(run_cli, tenant_id, department_id, *extra).json()
     return issued
+
+
+def _tenant_and_department(run_cli: RunCli) -> tuple[dict[str, Any], dict[str, Any]]:
+    tenant = _tenant(run_cli)
+    return tenant, _department(run_cli, tenant["id"])
+
+
+def _tenant_department_and_key(
+    run_cli: RunCli,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    tenant, department = _tenant_and_department(run_cli)
+    return tenant, department, _key(run_cli, tenant["id"], department["id"])
 
 
 @pytest.mark.parametrize("group", [(), ("tenant",), ("department",), ("employee",), ("key",)])
@@ -156,9 +172,7 @@ def test_department_create_json_has_id_name_and_steps_at_positions_one_to_n(
 def test_new_deals_start_at_the_first_step_the_cli_printed(
     run_cli: RunCli, client: TestClient
 ) -> None:
-    tenant = _tenant(run_cli)
-    department = _department(run_cli, tenant["id"])
-    key = _key(run_cli, tenant["id"], department["id"])
+    _, department, key = _tenant_department_and_key(run_cli)
 
     response = client.post(
         "/api/v1/integration/deals",
@@ -175,8 +189,7 @@ def test_new_deals_start_at_the_first_step_the_cli_printed(
 def test_employee_create_json_has_exactly_id_name_email_and_department_id(
     run_cli: RunCli, email: str | None
 ) -> None:
-    tenant = _tenant(run_cli)
-    department = _department(run_cli, tenant["id"])
+    tenant, department = _tenant_and_department(run_cli)
     email_args = ("--email", email) if email else ()
 
     employee = run_cli(
@@ -201,8 +214,7 @@ def test_employee_create_json_has_exactly_id_name_email_and_department_id(
 def test_key_issue_json_has_exactly_the_documented_keys_and_the_key_authenticates(
     run_cli: RunCli, client: TestClient
 ) -> None:
-    tenant = _tenant(run_cli)
-    department = _department(run_cli, tenant["id"])
+    tenant, department = _tenant_and_department(run_cli)
 
     issued = _key(run_cli, tenant["id"], department["id"], "--name", "crm sync")
 
@@ -214,8 +226,7 @@ def test_key_issue_json_has_exactly_the_documented_keys_and_the_key_authenticate
 
 
 def test_key_list_json_lists_every_key_and_never_a_secret(run_cli: RunCli) -> None:
-    tenant = _tenant(run_cli)
-    department = _department(run_cli, tenant["id"])
+    tenant, department = _tenant_and_department(run_cli)
     issued = [_key(run_cli, tenant["id"], department["id"], "--name", name) for name in ("a", "b")]
 
     run = run_cli("key", "list", "--tenant", tenant["id"], "--json")
@@ -236,9 +247,7 @@ def test_key_list_json_lists_every_key_and_never_a_secret(run_cli: RunCli) -> No
 def test_key_revoke_refuses_the_key_on_a_running_server_that_cached_it(
     run_cli: RunCli, client: TestClient
 ) -> None:
-    tenant = _tenant(run_cli)
-    department = _department(run_cli, tenant["id"])
-    key = _key(run_cli, tenant["id"], department["id"])
+    tenant, department, key = _tenant_department_and_key(run_cli)
     assert _create_customer_status(client, key["api_key"], department["id"]) == 201
     assert _key_cache(client).get(uuid.UUID(key["key_id"])) is not None, "the server caches it"
 
@@ -254,9 +263,7 @@ def test_key_revoke_refuses_the_key_on_a_running_server_that_cached_it(
 def test_key_rotate_without_grace_gives_a_new_secret_and_refuses_the_old_one(
     run_cli: RunCli, client: TestClient
 ) -> None:
-    tenant = _tenant(run_cli)
-    department = _department(run_cli, tenant["id"])
-    key = _key(run_cli, tenant["id"], department["id"])
+    _, department, key = _tenant_department_and_key(run_cli)
     assert _create_customer_status(client, key["api_key"], department["id"]) == 201
 
     rotated = run_cli("key", "rotate", key["key_id"], "--grace-seconds", "0", "--json").json()
@@ -271,9 +278,7 @@ def test_key_rotate_without_grace_gives_a_new_secret_and_refuses_the_old_one(
 def test_key_rotate_with_grace_keeps_the_old_secret_working_for_the_grace_period(
     run_cli: RunCli, client: TestClient, database: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    tenant = _tenant(run_cli)
-    department = _department(run_cli, tenant["id"])
-    key = _key(run_cli, tenant["id"], department["id"])
+    tenant, department, key = _tenant_department_and_key(run_cli)
 
     rotated = run_cli("key", "rotate", key["key_id"], "--grace-seconds", "60", "--json").json()
 
@@ -296,9 +301,7 @@ def test_key_rotate_with_grace_keeps_the_old_secret_working_for_the_grace_period
 
 
 def test_key_rotate_of_a_revoked_key_fails_in_one_line(run_cli: RunCli) -> None:
-    tenant = _tenant(run_cli)
-    department = _department(run_cli, tenant["id"])
-    key = _key(run_cli, tenant["id"], department["id"])
+    _, _, key = _tenant_department_and_key(run_cli)
     run_cli("key", "revoke", key["key_id"], "--json").json()
 
     _assert_one_line_failure(run_cli("key", "rotate", key["key_id"], "--json"))
@@ -317,8 +320,7 @@ def _parse_timestamp(value: str) -> datetime:
 
 
 def test_key_issue_expires_in_sets_the_expiry_that_key_list_shows(run_cli: RunCli) -> None:
-    tenant = _tenant(run_cli)
-    department = _department(run_cli, tenant["id"])
+    tenant, department = _tenant_and_department(run_cli)
     before = datetime.now(UTC)
 
     issued = _key(run_cli, tenant["id"], department["id"], "--expires-in", "90d")
@@ -363,17 +365,7 @@ def test_key_issue_expires_in_sets_the_expiry_that_key_list_shows(run_cli: RunCl
 def test_key_issue_refuses_a_lifetime_that_is_not_positive_whole_units_up_to_five_years(
     run_cli: RunCli, world: TenantWorld, lifetime: str
 ) -> None:
-    run = run_cli(
-        "key",
-        "issue",
-        "--tenant",
-        str(world.tenant.id),
-        "--department",
-        str(world.department.id),
-        "--expires-in",
-        lifetime,
-        "--json",
-    )
+    run = _issue(run_cli, str(world.tenant.id), str(world.department.id), "--expires-in", lifetime)
 
     _assert_one_line_failure(run)
     assert run.exit_code == 2, str(run)
@@ -381,8 +373,7 @@ def test_key_issue_refuses_a_lifetime_that_is_not_positive_whole_units_up_to_fiv
 
 
 def test_key_list_shows_state_last_use_and_expiry(run_cli: RunCli, database: Database) -> None:
-    tenant = _tenant(run_cli)
-    department = _department(run_cli, tenant["id"])
+    tenant, department = _tenant_and_department(run_cli)
     used = _key(run_cli, tenant["id"], department["id"], "--name", "used", "--expires-in", "1d")
     expired = _key(run_cli, tenant["id"], department["id"], "--name", "expired")
     revoked = _key(run_cli, tenant["id"], department["id"], "--name", "revoked")
@@ -436,9 +427,7 @@ def test_key_list_shows_state_last_use_and_expiry(run_cli: RunCli, database: Dat
 def test_key_reset_prints_a_new_key_once_and_a_running_server_refuses_the_old_ones(
     run_cli: RunCli, client: TestClient
 ) -> None:
-    tenant = _tenant(run_cli)
-    department = _department(run_cli, tenant["id"])
-    key = _key(run_cli, tenant["id"], department["id"])
+    _, department, key = _tenant_department_and_key(run_cli)
     assert _create_customer_status(client, key["api_key"], department["id"]) == 201
 
     run = run_cli("key", "reset", key["key_id"])
@@ -456,9 +445,7 @@ def test_key_reset_prints_a_new_key_once_and_a_running_server_refuses_the_old_on
 
 
 def test_key_reset_of_a_revoked_key_fails_in_one_line(run_cli: RunCli) -> None:
-    tenant = _tenant(run_cli)
-    department = _department(run_cli, tenant["id"])
-    key = _key(run_cli, tenant["id"], department["id"])
+    _, _, key = _tenant_department_and_key(run_cli)
     run_cli("key", "revoke", key["key_id"], "--json").json()
 
     run = run_cli("key", "reset", key["key_id"], "--json")
@@ -470,8 +457,7 @@ def test_key_reset_of_a_revoked_key_fails_in_one_line(run_cli: RunCli) -> None:
 def test_key_audit_lists_every_change_oldest_first_and_never_a_secret(
     run_cli: RunCli, database: Database
 ) -> None:
-    tenant = _tenant(run_cli)
-    department = _department(run_cli, tenant["id"])
+    tenant, department = _tenant_and_department(run_cli)
     key = _key(
         run_cli,
         tenant["id"],
@@ -552,6 +538,7 @@ def test_demo_twice_gives_the_same_tenant_department_employee_and_a_working_key(
 @pytest.mark.parametrize(
     "command",
     [
+        # Ids that name nothing.
         pytest.param(("department", "create", "--tenant", UNKNOWN, "Sales"), id="department"),
         pytest.param(
             ("employee", "create", "--tenant", "{tenant}", "--department", UNKNOWN, "Ann"),
@@ -574,20 +561,7 @@ def test_demo_twice_gives_the_same_tenant_department_employee_and_a_working_key(
         pytest.param(("key", "rotate", UNKNOWN), id="key-rotate"),
         pytest.param(("key", "reset", UNKNOWN), id="key-reset"),
         pytest.param(("key", "audit", "--tenant", UNKNOWN), id="key-audit"),
-    ],
-)
-def test_an_unknown_id_gives_one_line_on_stderr_and_exit_1_or_2(
-    run_cli: RunCli, world: TenantWorld, command: tuple[str, ...]
-) -> None:
-    known = {"tenant": str(world.tenant.id), "department": str(world.department.id)}
-    args = tuple(part.format(**known) for part in command)
-
-    _assert_one_line_failure(run_cli(*args, "--json"))
-
-
-@pytest.mark.parametrize(
-    "command",
-    [
+        # Arguments malformed, missing or unknown.
         pytest.param(("key", "revoke", "not-a-uuid"), id="malformed-key-id"),
         pytest.param(("key", "rotate", UNKNOWN, "--grace-seconds", "-1"), id="negative-grace"),
         pytest.param(("key", "rotate", UNKNOWN, "--grace-seconds", "soon"), id="non-int-grace"),
@@ -618,7 +592,7 @@ def test_an_unknown_id_gives_one_line_on_stderr_and_exit_1_or_2(
         pytest.param(("tenant", "list", "--colour"), id="unknown-option"),
     ],
 )
-def test_a_bad_argument_gives_one_line_on_stderr_and_exit_1_or_2(
+def test_an_unknown_id_or_a_bad_argument_gives_one_line_on_stderr_and_exit_1_or_2(
     run_cli: RunCli, world: TenantWorld, command: tuple[str, ...]
 ) -> None:
     known = {"tenant": str(world.tenant.id), "department": str(world.department.id)}
