@@ -12,12 +12,13 @@ import sys
 import threading
 import time
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import psycopg
@@ -513,6 +514,29 @@ def dealbase_serve(
         stop_process(process)
 
 
+class ThreadsUntilStopped(ABC):
+    """``count`` threads each running ``loop(index)`` while the ``with`` block runs: its end
+    sets ``stopping``, which each loop watches, and joins them."""
+
+    def __init__(self, count: int, join_seconds: float) -> None:
+        self.stopping = threading.Event()
+        self._join_seconds = join_seconds
+        self._threads = [threading.Thread(target=self.loop, args=(n,)) for n in range(count)]
+
+    @abstractmethod
+    def loop(self, index: int, /) -> None: ...
+
+    def __enter__(self) -> Self:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stopping.set()
+        for thread in self._threads:
+            thread.join(timeout=self._join_seconds)
+
+
 # Rate limits far above what a test sends, for a server whose test is not about them.
 RATES_NO_TEST_MEETS = {
     "DEALBASE_RATE_LIMIT_KEY": "100000/s",
@@ -524,10 +548,16 @@ RATES_NO_TEST_MEETS = {
 
 @contextmanager
 def dealbase_served(
-    directory: Path, settings: dict[str, str], *options: str
+    directory: Path, database_url: str, settings: dict[str, str], *options: str
 ) -> Iterator[ServeProcess]:
-    """``dealbase_serve``, handed over once it answers ``GET /healthz``."""
-    with dealbase_serve(directory, settings, *options) as server:
+    """``dealbase_serve`` on ``database_url``, logging warnings and worse unless ``settings``
+    say otherwise; handed over once it answers ``GET /healthz``."""
+    environment = {
+        "DEALBASE_DATABASE_URL": database_url,
+        "DEALBASE_LOG_LEVEL": "warning",
+        **settings,
+    }
+    with dealbase_serve(directory, environment, *options) as server:
         wait_until_served(
             server.process, f"{server.base_url}/healthz", server.output, SERVER_START_TIMEOUT_S
         )

@@ -165,13 +165,11 @@ def served_on_cluster(citus_url: str, directory: Path) -> Iterator[str]:
     """``dealbase serve`` on the cluster, tenants as distributed schemas, allowed to deliver to
     the loopback, its limits far above what the tests send; its base URL once it answers."""
     settings = {
-        "DEALBASE_DATABASE_URL": citus_url,
         "DEALBASE_CITUS_SCHEMA_SHARDING": "true",
-        "DEALBASE_LOG_LEVEL": "warning",
         "DEALBASE_WEBHOOKS_ALLOW_PRIVATE": "true",
         **RATES_NO_TEST_MEETS,
     }
-    with dealbase_served(directory, settings) as server:
+    with dealbase_served(directory, citus_url, settings) as server:
         yield server.base_url
 
 

@@ -23,6 +23,7 @@ import httpx
 
 from dealbase.tenancy.registry.placement import Node
 from tests.citus.conftest import CITUS_SCRIPTS
+from tests.support import ThreadsUntilStopped
 
 ShutdownMode = Literal["fast", "immediate"]
 
@@ -142,7 +143,7 @@ RETRY_PAUSE_S = 0.05
 
 
 @dataclass
-class TenantWriters:
+class TenantWriters(ThreadsUntilStopped):
     """One client for each of ``headers`` (a tenant's key each), creating customers one after
     another until stopped; every answer kept."""
 
@@ -150,10 +151,11 @@ class TenantWriters:
     headers: list[dict[str, str]]
     answers: list[Answer] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    stopping: threading.Event = field(default_factory=threading.Event)
-    threads: list[threading.Thread] = field(default_factory=list)
 
-    def _write(self, writer: int) -> None:
+    def __post_init__(self) -> None:
+        super().__init__(len(self.headers), join_seconds=120)
+
+    def loop(self, writer: int) -> None:
         with httpx.Client(
             base_url=self.base_url, headers=self.headers[writer], timeout=60
         ) as client:
@@ -186,19 +188,6 @@ class TenantWriters:
                     self.answers.append(answer)
                 if answer.status != 201:
                     self.stopping.wait(RETRY_PAUSE_S)
-
-    def __enter__(self) -> TenantWriters:
-        self.threads = [
-            threading.Thread(target=self._write, args=(n,)) for n in range(len(self.headers))
-        ]
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stopping.set()
-        for thread in self.threads:
-            thread.join(timeout=120)
 
     def kept(self) -> list[Answer]:
         with self.lock:

@@ -33,7 +33,7 @@ from tests.citus.conftest import (
     workers,
 )
 from tests.ops.conftest import RunCli
-from tests.support import TenantWorld
+from tests.support import TenantWorld, ThreadsUntilStopped
 from tests.worker.conftest import Receiver
 from tests.worker.test_worker_cli import start_worker
 
@@ -67,26 +67,25 @@ def cluster_database(citus_url: str) -> Iterator[Database]:
         yield database
 
 
-class Writers:
+class Writers(ThreadsUntilStopped):
     """``WRITERS`` clients creating customers one after another until stopped; every answer
     kept."""
 
     def __init__(self, base_url: str, headers: dict[str, str]) -> None:
+        super().__init__(WRITERS, join_seconds=60)
         self.base_url = base_url
         self.headers = headers
-        self.stop = threading.Event()
         self.created: list[str] = []
         self.refused: list[httpx.Response] = []
         self.unexpected: list[str] = []
         self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self._write, args=(n,)) for n in range(WRITERS)]
 
-    def _write(self, writer: int) -> None:
+    def loop(self, index: int) -> None:
         with httpx.Client(base_url=self.base_url, headers=self.headers, timeout=30) as client:
             count = 0
-            while not self.stop.is_set():
+            while not self.stopping.is_set():
                 count += 1
-                response = client.post(f"{API}/customers", json={"last_name": f"w{writer}-{count}"})
+                response = client.post(f"{API}/customers", json={"last_name": f"w{index}-{count}"})
                 with self.lock:
                     if response.status_code == 201:
                         self.created.append(response.json()["id"])
@@ -102,16 +101,6 @@ class Writers:
             assert not self.unexpected, self.unexpected
             assert time.monotonic() < deadline, f"{len(self.created)} of {count} created"
             time.sleep(0.01)
-
-    def __enter__(self) -> Writers:
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(timeout=60)
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from dealbase.config import Settings
 from dealbase.db.database import Database, application_name
 from dealbase.db.worker_reads import PLACEMENT_SECONDS, Placements, WorkerNode
 from dealbase.ops import admin
-from dealbase.tenancy.registry.placement import move_tenant, tenant_node
+from dealbase.tenancy.registry.placement import Node, move_tenant, tenant_node
 from tests.citus.conftest import workers
 from tests.support import TenantWorld, build_tenant, database_on
 
@@ -89,6 +89,14 @@ def _seeded(client: TestClient, world: TenantWorld) -> None:
         assert moved.status_code == 200, moved.text
 
 
+def _seeded_on_its_worker(client: TestClient, world: TenantWorld, citus_url: str) -> Node:
+    """Seeds the tenant (``_seeded``); the worker that holds it."""
+    _seeded(client, world)
+    node = tenant_node(citus_url, world.tenant.schema)
+    assert node is not None
+    return node
+
+
 def _answers(client: TestClient, world: TenantWorld) -> tuple[str, str, Any]:
     """A REST list, a REST read of one row, and the GraphQL dashboard, as the tenant's key."""
     headers = world.key.headers
@@ -126,10 +134,7 @@ def test_reads_on_the_tenants_worker_answer_as_through_the_coordinator(
     cluster_world: TenantWorld,
     citus_url: str,
 ) -> None:
-    schema = cluster_world.tenant.schema
-    _seeded(cluster_client, cluster_world)
-    node = tenant_node(citus_url, schema)
-    assert node is not None
+    node = _seeded_on_its_worker(cluster_client, cluster_world, citus_url)
     database = _database_of(reading_client)
     before = _reads_on(database).get(WorkerNode(node.host, node.port), 0)
     coordinator_before = database.async_pool.stats().requests
@@ -146,7 +151,8 @@ def test_reads_on_the_tenants_worker_answer_as_through_the_coordinator(
     assert database.async_pool.stats().requests == coordinator_before + 1
     assert (
         _served_by_this_process(
-            database_on(citus_url, node.host, node.port, database="dealbase"), schema
+            database_on(citus_url, node.host, node.port, database="dealbase"),
+            cluster_world.tenant.schema,
         )
         >= 1
     )
@@ -159,17 +165,14 @@ def test_a_moved_tenant_is_read_right_at_once_and_on_its_new_worker_once_looked_
     citus_url: str,
     clock: Clock,
 ) -> None:
-    schema = cluster_world.tenant.schema
-    _seeded(cluster_client, cluster_world)
-    source = tenant_node(citus_url, schema)
-    assert source is not None
+    source = _seeded_on_its_worker(cluster_client, cluster_world, citus_url)
     others = [node for node in workers(citus_url) if node != source]
     assert others, "a cluster of one worker: nowhere to move the tenant"
     target = others[0]
     database = _database_of(reading_client)
     expected = _answers(reading_client, cluster_world)
 
-    assert move_tenant(citus_url, schema, target, "block_writes") == source
+    assert move_tenant(citus_url, cluster_world.tenant.schema, target, "block_writes") == source
     counts = _reads_on(database)
     # At once: on the node it left, which routes the reads to its new one.
     assert _answers(reading_client, cluster_world) == expected

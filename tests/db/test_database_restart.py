@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -31,7 +30,7 @@ from dealbase.app import create_app
 from dealbase.config import Settings
 from dealbase.db.database import Database
 from dealbase.migrations.runner import upgrade_control
-from tests.support import TenantWorld, build_tenant
+from tests.support import TenantWorld, ThreadsUntilStopped, build_tenant
 
 # Bounds on answer and recovery times, under a load the test makes itself: alone on the machine.
 pytestmark = pytest.mark.serial
@@ -101,20 +100,17 @@ class Answer:
     content_type: str
 
 
-class Load:
+class Load(ThreadsUntilStopped):
     """Clients creating customers one after another on keep-alive connections until stopped."""
 
     def __init__(self, client: TestClient, world: TenantWorld) -> None:
+        super().__init__(CLIENTS, join_seconds=30)
         self._client, self._headers = client, world.key.headers
         self.answers: list[Answer] = []
-        self._stopping = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._loop, args=(index,)) for index in range(CLIENTS)
-        ]
 
-    def _loop(self, index: int) -> None:
+    def loop(self, index: int) -> None:
         sent = 0
-        while not self._stopping.is_set():
+        while not self.stopping.is_set():
             name = f"client {index} request {sent}"
             sent += 1
             started = time.monotonic()
@@ -132,16 +128,6 @@ class Load:
                 )
             )
             time.sleep(0.02)
-
-    def __enter__(self) -> Load:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stopping.set()
-        for thread in self._threads:
-            thread.join(timeout=30)
 
 
 def _served_after(answers: list[Answer], moment: float) -> Callable[[], bool]:

@@ -17,6 +17,7 @@ from sqlalchemy import Insert, func, insert, literal, select, text
 from dealbase.db import transactions
 from dealbase.db.database import PREPARE_AFTER, Database
 from dealbase.db.sessions import SWITCH_TO_ROLE
+from dealbase.db.transactions import Deferred, TenantConnection
 from dealbase.db.units import UnitOfWork
 from dealbase.ids import new_id
 from dealbase.platform.tables import customers, departments
@@ -49,6 +50,12 @@ def _insert_customer(last_name: str, department_id: uuid.UUID) -> tuple[Insert, 
     return statement, {"id": new_id(), "department_id": department_id, "last_name": last_name}
 
 
+def _defer_lovelace(connection: TenantConnection, world: TenantWorld) -> Deferred:
+    """A new customer's insert deferred on ``connection``, returning her last name."""
+    statement, values = _insert_customer("Lovelace", world.department.id)
+    return connection.defer(statement.returning(customers.c.last_name), values)
+
+
 def _insert_again_after_another(
     database: Database, world: TenantWorld, written: tuple[Insert, dict[str, object]]
 ) -> None:
@@ -61,9 +68,8 @@ def _insert_again_after_another(
 def test_a_deferred_statement_goes_before_the_next_statement_in_its_round_trip(
     database: Database, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    statement, values = _insert_customer("Lovelace", world.department.id)
     with round_trips_sent(monkeypatch) as sent, database.unit_of_work(world.tenant.scope) as uow:
-        deferred = uow.connection.defer(statement.returning(customers.c.last_name), values)
+        deferred = _defer_lovelace(uow.connection, world)
         seen = uow.connection.execute(select(func.count()).select_from(customers)).scalar_one()
         assert deferred.rows().all() == [("Lovelace",)]
         assert len(sent) == 1
@@ -77,9 +83,8 @@ def test_a_deferred_statement_goes_before_the_next_statement_in_its_round_trip(
 def test_reading_a_deferred_statement_before_anything_else_ran_sends_it_with_the_opening(
     database: Database, world: TenantWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    statement, values = _insert_customer("Lovelace", world.department.id)
     with round_trips_sent(monkeypatch) as sent, database.unit_of_work(world.tenant.scope) as uow:
-        deferred = uow.connection.defer(statement.returning(customers.c.last_name), values)
+        deferred = _defer_lovelace(uow.connection, world)
         assert sent == []
         assert deferred.rows().all() == [("Lovelace",)]
         assert [trip[:2] for trip in sent] == [["BEGIN", SWITCH_TO_ROLE]]

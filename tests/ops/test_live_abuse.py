@@ -56,7 +56,6 @@ def served(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
     """One worker (its memory is the process's), the default live limits but one connection per
     key, short write and body timeouts, and rates no test meets but the one it sets."""
     environment = {
-        "DEALBASE_DATABASE_URL": database_url,
         "DEALBASE_LOG_LEVEL": "info",
         "DEALBASE_LIVE_POLL_SECONDS": "600",
         "DEALBASE_LIVE_CONNECTIONS_PER_KEY": "1",
@@ -66,7 +65,7 @@ def served(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         **RATES_NO_TEST_MEETS,
     }
     directory = tmp_path_factory.mktemp("abuse")
-    with dealbase_served(directory, environment, "--workers", "1") as server:
+    with dealbase_served(directory, database_url, environment, "--workers", "1") as server:
         yield server
 
 

@@ -21,13 +21,11 @@ CUSTOMERS = "/api/v1/integration/customers"
 def _serve(database_url: str, directory: Path, extra_env: dict[str, str]) -> Iterator[str]:
     """One worker (its in-process limiter counts every request), three failures per address."""
     settings = {
-        "DEALBASE_DATABASE_URL": database_url,
-        "DEALBASE_LOG_LEVEL": "warning",
         "DEALBASE_RATE_LIMIT_AUTH_FAILURES": "0.1/s",
         "DEALBASE_RATE_LIMIT_AUTH_FAILURES_BURST": "3",
         **extra_env,
     }
-    with dealbase_served(directory, settings) as server:
+    with dealbase_served(directory, database_url, settings) as server:
         yield server.base_url
 
 

@@ -57,12 +57,10 @@ def _serve(
     directory: Path, database_url: str, workers: int, **settings: str
 ) -> Iterator[ServeProcess]:
     environment = {
-        "DEALBASE_DATABASE_URL": database_url,
-        "DEALBASE_LOG_LEVEL": "warning",
         "DEALBASE_LIVE_POLL_SECONDS": POLL_SECONDS,
         **{f"DEALBASE_{name.upper()}": value for name, value in settings.items()},
     }
-    with dealbase_served(directory, environment, "--workers", str(workers)) as served:
+    with dealbase_served(directory, database_url, environment, "--workers", str(workers)) as served:
         # Each worker listens once its app has started.
         wait_until(
             lambda: _listeners(database_url) >= workers,
