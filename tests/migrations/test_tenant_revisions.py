@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
@@ -29,25 +31,45 @@ def _drop(connection: Connection, *schemas: str) -> None:
         connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE; DROP ROLE "{schema}"'))
 
 
-def test_t0003_marks_the_default_pipelines_won_and_lost_steps(database: Database) -> None:
+@contextmanager
+def _schema_at(database: Database, revision: str) -> Iterator[tuple[Connection, str]]:
+    """A scratch tenant schema at ``revision``, and the control connection that made it; the
+    schema dropped afterwards."""
     schema = _scratch_schema()
     with database.control() as connection:
-        upgrade_tenant(connection, schema, "t0002")
-        connection.execute(
-            text(
-                f"""
-                INSERT INTO "{schema}".departments VALUES
-                    ('00000000-0000-7000-8000-000000000001', 'Sales', now(), now());
-                INSERT INTO "{schema}".steps (id, department_id, name, position, created_at, updated_at)
-                SELECT gen_random_uuid(), '00000000-0000-7000-8000-000000000001', name, position, now(), now()
-                FROM unnest(ARRAY['Lead', 'Won', 'Lost']) WITH ORDINALITY AS s(name, position);
-                """
-            )
-        )
-        upgrade_tenant(connection, schema)
-        rows = connection.execute(text(f'SELECT name, kind FROM "{schema}".steps')).all()
-        kinds = {str(name): str(kind) for name, kind in rows}
+        upgrade_tenant(connection, schema, revision)
+        yield connection, schema
         _drop(connection, schema)
+
+
+@contextmanager
+def _upgraded_from(database: Database, revision: str, rows_sql: str) -> Iterator[Scope]:
+    """A scratch tenant schema at ``revision``, given the rows ``rows_sql`` writes (``{schema}``
+    and ``{department_id}`` in it: the schema and its department), then upgraded to the head:
+    the department's scope; the schema dropped afterwards."""
+    tenant_id, department_id = uuid.uuid4(), uuid.uuid4()
+    schema = f"t_{tenant_id.hex}"
+    with database.control() as connection:
+        upgrade_tenant(connection, schema, revision)
+        connection.execute(text(rows_sql.format(schema=schema, department_id=department_id)))
+        upgrade_tenant(connection, schema)
+    try:
+        yield Scope(tenant_id, schema, department_id)
+    finally:
+        with database.control() as connection:
+            _drop(connection, schema)
+
+
+def test_t0003_marks_the_default_pipelines_won_and_lost_steps(database: Database) -> None:
+    rows = """
+        INSERT INTO "{schema}".departments VALUES ('{department_id}', 'Sales', now(), now());
+        INSERT INTO "{schema}".steps (id, department_id, name, position, created_at, updated_at)
+        SELECT gen_random_uuid(), '{department_id}', name, position, now(), now()
+        FROM unnest(ARRAY['Lead', 'Won', 'Lost']) WITH ORDINALITY AS s(name, position);
+    """
+    with _upgraded_from(database, "t0002", rows) as scope, database.control() as connection:
+        steps = connection.execute(text(f'SELECT name, kind FROM "{scope.schema}".steps')).all()
+        kinds = {str(name): str(kind) for name, kind in steps}
 
     assert kinds == {"Lead": "open", "Won": "won", "Lost": "lost"}
 
@@ -68,28 +90,20 @@ def test_required_columns_added_to_tables_with_rows_match_a_fresh_schemas(
 ) -> None:
     """``add_required_column`` (add, default, fill, require) leaves what one ADD COLUMN with a
     default and NOT NULL would: rows from before it get the default, and the columns are alike."""
-    upgraded, fresh = _scratch_schema(), _scratch_schema()
-    with database.control() as connection:
-        upgrade_tenant(connection, upgraded, "t0001")
-        connection.execute(
-            text(
-                f"""
-                INSERT INTO "{upgraded}".departments VALUES
-                    ('00000000-0000-7000-8000-000000000002', 'Sales', now(), now());
-                INSERT INTO "{upgraded}".customers (id, department_id, last_name, created_at,
-                                                    updated_at)
-                VALUES (gen_random_uuid(), '00000000-0000-7000-8000-000000000002', 'Lovelace',
-                        now(), now());
-                """
-            )
-        )
-        upgrade_tenant(connection, upgraded)
-        upgrade_tenant(connection, fresh)
+    rows = """
+        INSERT INTO "{schema}".departments VALUES ('{department_id}', 'Sales', now(), now());
+        INSERT INTO "{schema}".customers (id, department_id, last_name, created_at, updated_at)
+        VALUES (gen_random_uuid(), '{department_id}', 'Lovelace', now(), now());
+    """
+    with (
+        _upgraded_from(database, "t0001", rows) as scope,
+        _schema_at(database, "head") as (connection, fresh),
+    ):
+        upgraded = scope.schema
         versions = (
             connection.execute(text(f'SELECT version FROM "{upgraded}".customers')).scalars().all()
         )
         columns = {schema: _columns(connection, schema) for schema in (upgraded, fresh)}
-        _drop(connection, upgraded, fresh)
 
     assert versions == [1]
     assert columns[upgraded] == columns[fresh]
@@ -100,35 +114,20 @@ def test_required_columns_added_to_tables_with_rows_match_a_fresh_schemas(
 def test_t0007_keeps_the_positions_of_events_from_before_and_numbers_new_ones_after_them(
     database: Database,
 ) -> None:
-    tenant_id = uuid.uuid4()
-    schema = f"t_{tenant_id.hex}"
-    department_id = uuid.UUID("00000000-0000-7000-8000-000000000003")
-    with database.control() as connection:
-        upgrade_tenant(connection, schema, "t0006")
-        connection.execute(
-            text(
-                f"""
-                INSERT INTO "{schema}".departments VALUES
-                    ('{department_id}', 'Sales', now(), now());
-                INSERT INTO "{schema}".event_positions VALUES ('{department_id}', 2);
-                INSERT INTO "{schema}".events (id, department_id, position, type, data, created_at)
-                SELECT gen_random_uuid(), '{department_id}', n, 'customer.created',
-                       jsonb_build_object('last_name', 'Before ' || n), now()
-                FROM generate_series(1, 2) AS n;
-                """
-            )
-        )
-        upgrade_tenant(connection, schema)
-    try:
-        scope = Scope(tenant_id, schema, department_id)
+    rows = """
+        INSERT INTO "{schema}".departments VALUES ('{department_id}', 'Sales', now(), now());
+        INSERT INTO "{schema}".event_positions VALUES ('{department_id}', 2);
+        INSERT INTO "{schema}".events (id, department_id, position, type, data, created_at)
+        SELECT gen_random_uuid(), '{department_id}', n, 'customer.created',
+               jsonb_build_object('last_name', 'Before ' || n), now()
+        FROM generate_series(1, 2) AS n;
+    """
+    with _upgraded_from(database, "t0006", rows) as scope:
         with database.unit_of_work(scope) as uow:
             customers.create(uow, validated(CustomerFields, {"last_name": "After"}))
         with database.unit_of_work(scope) as uow:
             page = events.feed(uow, EventFilter(), 10, None)
         feed = [(event.position, event.data["last_name"]) for event in page.items]
-    finally:
-        with database.control() as connection:
-            _drop(connection, schema)
 
     assert feed == [(1, "Before 1"), (2, "Before 2"), (3, "After")]
 
@@ -136,39 +135,26 @@ def test_t0007_keeps_the_positions_of_events_from_before_and_numbers_new_ones_af
 def test_t0008_keeps_the_data_and_previous_of_events_from_before_as_json(
     database: Database,
 ) -> None:
-    tenant_id = uuid.uuid4()
-    schema = f"t_{tenant_id.hex}"
-    department_id = uuid.UUID("00000000-0000-7000-8000-000000000004")
-    with database.control() as connection:
-        upgrade_tenant(connection, schema, "t0007")
-        connection.execute(
-            text(
-                f"""
-                INSERT INTO "{schema}".departments VALUES
-                    ('{department_id}', 'Sales', now(), now());
-                INSERT INTO "{schema}".events (id, department_id, sequence, type, data,
-                                               changed_fields, previous, created_at)
-                VALUES (gen_random_uuid(), '{department_id}', 1, 'customer.updated',
-                        '{{"last_name": "Lovelace", "notes": "ünïcode \\" quoted"}}'::jsonb,
-                        ARRAY['last_name'], '{{"last_name": "Byron"}}'::jsonb, now());
-                """
-            )
-        )
-        upgrade_tenant(connection, schema)
-        types = connection.execute(
-            text(
-                "SELECT column_name, data_type FROM information_schema.columns"
-                " WHERE table_schema = :schema AND table_name = 'events'"
-                " AND column_name IN ('data', 'previous') ORDER BY 1"
-            ),
-            {"schema": schema},
-        ).all()
-    try:
-        with database.unit_of_work(Scope(tenant_id, schema, department_id)) as uow:
-            page = events.feed(uow, EventFilter(), 10, None)
-    finally:
+    rows = """
+        INSERT INTO "{schema}".departments VALUES ('{department_id}', 'Sales', now(), now());
+        INSERT INTO "{schema}".events (id, department_id, sequence, type, data,
+                                       changed_fields, previous, created_at)
+        VALUES (gen_random_uuid(), '{department_id}', 1, 'customer.updated',
+                '{{"last_name": "Lovelace", "notes": "ünïcode \\" quoted"}}'::jsonb,
+                ARRAY['last_name'], '{{"last_name": "Byron"}}'::jsonb, now());
+    """
+    with _upgraded_from(database, "t0007", rows) as scope:
         with database.control() as connection:
-            _drop(connection, schema)
+            types = connection.execute(
+                text(
+                    "SELECT column_name, data_type FROM information_schema.columns"
+                    " WHERE table_schema = :schema AND table_name = 'events'"
+                    " AND column_name IN ('data', 'previous') ORDER BY 1"
+                ),
+                {"schema": scope.schema},
+            ).all()
+        with database.unit_of_work(scope) as uow:
+            page = events.feed(uow, EventFilter(), 10, None)
 
     assert [tuple(row) for row in types] == [("data", "json"), ("previous", "json")]
     assert [(event.data, event.previous) for event in page.items] == [
@@ -179,18 +165,15 @@ def test_t0008_keeps_the_data_and_previous_of_events_from_before_as_json(
 def test_t0009_leaves_the_written_tables_department_undeclared_and_keeps_the_other_keys(
     database: Database,
 ) -> None:
-    schema = _scratch_schema()
     keys = (
         "SELECT t.relname, pg_get_constraintdef(k.oid) FROM pg_constraint k"
         " JOIN pg_class t ON t.oid = k.conrelid"
         " WHERE k.contype = 'f' AND k.connamespace = CAST(:schema AS regnamespace)"
     )
-    with database.control() as connection:
-        upgrade_tenant(connection, schema, "t0008")
+    with _schema_at(database, "t0008") as (connection, schema):
         before = set(connection.execute(text(keys), {"schema": schema}).all())
         upgrade_tenant(connection, schema)
         after = set(connection.execute(text(keys), {"schema": schema}).all())
-        _drop(connection, schema)
 
     undeclared = {
         (table, "FOREIGN KEY (department_id) REFERENCES departments(id)")
@@ -203,10 +186,8 @@ def test_t0009_leaves_the_written_tables_department_undeclared_and_keeps_the_oth
 def test_t0010_keeps_in_each_customer_made_before_it_the_json_the_api_shows(
     database: Database,
 ) -> None:
-    schema = _scratch_schema()
     customer_id, department_id = uuid.uuid4(), uuid.uuid4()
-    with database.control() as connection:
-        upgrade_tenant(connection, schema, "t0009")
+    with _schema_at(database, "t0009") as (connection, schema):
         connection.execute(
             text(
                 f'INSERT INTO "{schema}".customers'
@@ -221,7 +202,6 @@ def test_t0010_keeps_in_each_customer_made_before_it_the_json_the_api_shows(
         kept = connection.execute(
             text(f'SELECT api_json::text FROM "{schema}".customers')
         ).scalar_one()
-        _drop(connection, schema)
 
     shown = json.loads(kept)
     assert list(shown)[:3] == ["id", "external_id", "tenant_id"]
@@ -239,14 +219,12 @@ def test_t0010_keeps_in_each_customer_made_before_it_the_json_the_api_shows(
 def test_t0011_computes_each_customers_json_as_before_and_keeps_event_positions_unique(
     database: Database,
 ) -> None:
-    schema = _scratch_schema()
     customer_id, department_id = uuid.uuid4(), uuid.uuid4()
-    add_event = (
-        f'INSERT INTO "{schema}".events (id, department_id, position, type, data, created_at)'
-        " VALUES (gen_random_uuid(), :department, :position, 'customer.created', '{}', now())"
-    )
-    with database.control() as connection:
-        upgrade_tenant(connection, schema, "t0010")
+    with _schema_at(database, "t0010") as (connection, schema):
+        add_event = (
+            f'INSERT INTO "{schema}".events (id, department_id, position, type, data, created_at)'
+            " VALUES (gen_random_uuid(), :department, :position, 'customer.created', '{}', now())"
+        )
         connection.execute(
             text(
                 f'INSERT INTO "{schema}".customers'
@@ -283,7 +261,6 @@ def test_t0011_computes_each_customers_json_as_before_and_keeps_event_positions_
             .scalars()
             .all()
         )
-        _drop(connection, schema)
 
     assert '"note":"a\\nb"' in after
     assert after == before
@@ -294,7 +271,6 @@ def test_t0011_computes_each_customers_json_as_before_and_keeps_event_positions_
 def test_t0012_leaves_customers_without_kept_json_and_the_schema_without_its_function_and_type(
     database: Database,
 ) -> None:
-    schema = _scratch_schema()
     customer_id, department_id = uuid.uuid4(), uuid.uuid4()
     kept = (
         "SELECT (SELECT count(*) FROM pg_proc WHERE proname = 'customer_api_json'"
@@ -304,8 +280,7 @@ def test_t0012_leaves_customers_without_kept_json_and_the_schema_without_its_fun
         " (SELECT count(*) FROM information_schema.columns"
         "  WHERE table_schema = CAST(:schema AS text) AND column_name = 'api_json')"
     )
-    with database.control() as connection:
-        upgrade_tenant(connection, schema, "t0011")
+    with _schema_at(database, "t0011") as (connection, schema):
         connection.execute(
             text(
                 f'INSERT INTO "{schema}".customers'
@@ -318,7 +293,6 @@ def test_t0012_leaves_customers_without_kept_json_and_the_schema_without_its_fun
         upgrade_tenant(connection, schema)
         after = connection.execute(text(kept), {"schema": schema}).one()
         names = connection.execute(text(f'SELECT id, last_name FROM "{schema}".customers')).all()
-        _drop(connection, schema)
 
     assert tuple(before) == (1, 1, 1)
     assert tuple(after) == (0, 0, 0)
