@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
+import subprocess
+import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
@@ -39,6 +44,7 @@ from tests.support import (
     tenant_roles_of,
 )
 from tests.worker.conftest import receiver
+from tests.worker.test_worker_cli import start_worker
 
 # The webhook receiver on the loopback, for the tier's webhook walks.
 __all__ = ["receiver"]
@@ -279,6 +285,54 @@ def deliveries_by_state(citus_url: str, schema: str) -> Counter[str]:
         citus_url, f'SELECT state, count(*) FROM "{schema}".webhook_deliveries GROUP BY state'
     )
     return Counter(dict(rows))
+
+
+def add_ordered_endpoint(
+    http: httpx.Client, world: TenantWorld, url: str, events: list[str]
+) -> None:
+    """An ordered webhook endpoint of the world's department, sending ``events`` to ``url``."""
+    endpoint = http.post(
+        "/api/v1/integration/webhooks",
+        json={"url": url, "events": events, "ordered": True},
+        headers=world.key.headers,
+    )
+    assert endpoint.status_code == 201, endpoint.text
+
+
+@dataclass(frozen=True)
+class ClusterWorker:
+    """A ``dealbase worker`` process on the cluster, its output in ``log``."""
+
+    citus_url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def wait_until_delivered(
+        self, schema: str, count: int, deadline: float, detail: Callable[[], str] = lambda: ""
+    ) -> None:
+        """Returns once the schema's deliveries are ``count``, each recorded as delivered: a
+        delivery sent twice is sent again before its record, so then the worker has sent all
+        it ever will. Fails, with ``detail()`` and the worker's output, if the worker exits or
+        ``deadline`` (on ``time.monotonic``) passes first."""
+        expected = Counter(delivered=count)
+        while (states := deliveries_by_state(self.citus_url, schema)) != expected:
+            assert self.process.poll() is None, self.log.read_text()
+            assert time.monotonic() < deadline, (
+                f"{schema} {states}, {count} expected: {detail()}; {self.log.read_text()[-3000:]}"
+            )
+            time.sleep(0.1)
+
+
+@contextmanager
+def worker_on_cluster(citus_url: str, directory: Path) -> Iterator[ClusterWorker]:
+    """``dealbase worker`` on the cluster, tenants as distributed schemas, until the block ends
+    (stopping it lets the visits under way finish)."""
+    process, log = start_worker(citus_url, directory, DEALBASE_CITUS_SCHEMA_SHARDING="true")
+    try:
+        yield ClusterWorker(citus_url, process, log)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=15)
 
 
 def workers(citus_url: str) -> list[Node]:

@@ -8,7 +8,6 @@ rebalance took more than twice as long and slowed every other test with it."""
 from __future__ import annotations
 
 import json
-import signal
 import threading
 import time
 import uuid
@@ -25,17 +24,17 @@ from dealbase.db.database import Database
 from dealbase.tenancy.registry.placement import tenant_node
 from dealbase.tenancy.registry.tenants import create_tenant
 from tests.citus.conftest import (
+    add_ordered_endpoint,
     cluster_rows,
-    deliveries_by_state,
     migrated_cluster_database,
     own_cluster_database,
     served_on_cluster,
+    worker_on_cluster,
     workers,
 )
 from tests.ops.conftest import RunCli
 from tests.support import TenantWorld, ThreadsUntilStopped
 from tests.worker.conftest import Receiver
-from tests.worker.test_worker_cli import start_worker
 
 pytestmark = pytest.mark.serial
 
@@ -117,19 +116,13 @@ def test_a_tenant_moved_while_it_works_loses_no_write_and_sends_no_delivery_twic
     receiver: Receiver,
     tmp_path: Path,
 ) -> None:
-    headers = cluster_world.key.headers
-    endpoint = httpx.post(
-        f"{served_cluster}{API}/webhooks",
-        json={"url": receiver.url, "events": ["customer.created"], "ordered": True},
-        headers=headers,
-    )
-    assert endpoint.status_code == 201, endpoint.text
+    with httpx.Client(base_url=served_cluster) as http:
+        add_ordered_endpoint(http, cluster_world, receiver.url, ["customer.created"])
     schema = cluster_world.tenant.schema
     source = tenant_node(citus_url, schema)
     (target,) = [node for node in workers(citus_url) if node != source]
-    worker, log = start_worker(citus_url, tmp_path, DEALBASE_CITUS_SCHEMA_SHARDING="true")
-    try:
-        with Writers(served_cluster, headers) as writers:
+    with worker_on_cluster(citus_url, tmp_path) as worker:
+        with Writers(served_cluster, cluster_world.key.headers) as writers:
             # Writing as the move begins, and still once it has ended.
             writers.wait_until_created(WRITES_AROUND_THE_MOVE)
             moved = run_on_cluster(
@@ -138,18 +131,10 @@ def test_a_tenant_moved_while_it_works_loses_no_write_and_sends_no_delivery_twic
             writers.wait_until_created(len(writers.created) + WRITES_AROUND_THE_MOVE)
         assert moved.exit_code == 0, str(moved)
         assert moved.json()["from"] == str(source)
-        # Until every delivery is recorded as delivered: one whose attempt was forgotten in the
-        # move is sent again before its record, so then the worker has sent all it ever will
-        # (and stopping it lets the visits under way finish).
-        deadline = time.monotonic() + DELIVERED_WITHIN_S
-        expected = Counter(delivered=len(writers.created))
-        while (states := deliveries_by_state(citus_url, schema)) != expected:
-            assert worker.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, f"{states}: {log.read_text()}"
-            time.sleep(0.1)
-    finally:
-        worker.send_signal(signal.SIGTERM)
-        worker.wait(timeout=15)
+        # One whose attempt was forgotten in the move is sent again before its record.
+        worker.wait_until_delivered(
+            schema, len(writers.created), time.monotonic() + DELIVERED_WITHIN_S
+        )
 
     assert tenant_node(citus_url, schema) == target
     assert writers.unexpected == []

@@ -11,12 +11,12 @@ nodes, server and worker under four writers keep the machine's cores busy."""
 from __future__ import annotations
 
 import json
-import signal
 import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -26,9 +26,9 @@ import pytest
 from dealbase.db.database import Database
 from dealbase.tenancy.registry.placement import Node, tenant_node
 from tests.citus.conftest import (
-    deliveries_by_state,
     migrated_cluster_database,
     served_on_cluster,
+    worker_on_cluster,
 )
 from tests.citus.outages import (
     Answer,
@@ -41,7 +41,6 @@ from tests.citus.outages import (
 )
 from tests.support import TenantWorld, build_tenant
 from tests.worker.conftest import Receiver
-from tests.worker.test_worker_cli import start_worker
 
 pytestmark = pytest.mark.serial
 
@@ -280,9 +279,8 @@ def _through_outages(
         for node in cluster.workers
     }
     everyone = frozenset(range(len(worlds)))
-    worker, log = start_worker(cluster.url, directory, DEALBASE_CITUS_SCHEMA_SHARDING="true")
     done: list[Outage] = []
-    try:
+    with worker_on_cluster(cluster.url, directory) as worker:
         with TenantWriters(server, [world.key.headers for world in worlds]) as writers:
             for node, mode in outages:
                 done.append(_outage(cluster, writers, node, mode, on_node.get(node, everyone)))
@@ -292,21 +290,11 @@ def _through_outages(
         stored = {n: _stored(cluster.url, world.tenant.schema) for n, world in enumerate(worlds)}
         halves = {w.tenant.schema: _without_event(cluster.url, w.tenant.schema) for w in worlds}
         assert not any(halves.values()), f"customers stored without their event: {halves}"
-        # Until every delivery is recorded as delivered: then the worker has sent all it ever
-        # will (stopping it lets the visits under way finish).
         deadline = time.monotonic() + DELIVERED_WITHIN_S
         for n, world in enumerate(worlds):
-            expected = Counter(delivered=len(stored[n]))
-            while (states := deliveries_by_state(cluster.url, world.tenant.schema)) != expected:
-                assert worker.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, (
-                    f"{world.tenant.schema} {states}, {len(stored[n])} stored:"
-                    f" {_undelivered(cluster.url, world.tenant.schema)}; {log.read_text()[-3000:]}"
-                )
-                time.sleep(0.1)
-    finally:
-        worker.send_signal(signal.SIGTERM)
-        worker.wait(timeout=15)
+            schema = world.tenant.schema
+            undelivered = partial(_undelivered, cluster.url, schema)
+            worker.wait_until_delivered(schema, len(stored[n]), deadline, undelivered)
 
     assert unexpected(answers) == []
     for outage in done:

@@ -4,16 +4,14 @@ schema reach the endpoint in commit order, each once."""
 from __future__ import annotations
 
 import json
-import signal
 import time
 from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from tests.citus.conftest import deliveries_by_state
+from tests.citus.conftest import add_ordered_endpoint, worker_on_cluster
 from tests.support import SERVER_START_TIMEOUT_S, TenantWorld
 from tests.worker.conftest import Receiver
-from tests.worker.test_worker_cli import start_worker
 
 API = "/api/v1/integration"
 
@@ -26,18 +24,10 @@ def test_the_worker_delivers_a_distributed_schemas_events_in_commit_order(
     tmp_path: Path,
 ) -> None:
     headers = cluster_world.key.headers
-    endpoint = cluster_client.post(
-        f"{API}/webhooks",
-        json={
-            "url": receiver.url,
-            "events": ["customer.created", "customer.updated"],
-            "ordered": True,
-        },
-        headers=headers,
+    add_ordered_endpoint(
+        cluster_client, cluster_world, receiver.url, ["customer.created", "customer.updated"]
     )
-    assert endpoint.status_code == 201, endpoint.text
-    process, log = start_worker(citus_url, tmp_path, DEALBASE_CITUS_SCHEMA_SHARDING="true")
-    try:
+    with worker_on_cluster(citus_url, tmp_path) as worker:
         made = [
             cluster_client.post(f"{API}/customers", json={"last_name": name}, headers=headers)
             for name in ("Lovelace", "Hopper", "Turing")
@@ -47,18 +37,9 @@ def test_the_worker_delivers_a_distributed_schemas_events_in_commit_order(
             f"{API}/customers/{made[0].json()['id']}", json={"city": "Paris"}, headers=headers
         )
         assert patched.status_code == 200, patched.text
-        # Until the four are recorded as delivered: a delivery sent twice is sent again before
-        # its record, so once all four are, the worker has sent everything it ever will. A
-        # failure bound: the process starts (imports) on a machine the other tests load.
+        # A failure bound: the process starts (imports) on a machine the other tests load.
         deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-        schema = cluster_world.tenant.schema
-        while (states := deliveries_by_state(citus_url, schema)) != {"delivered": 4}:
-            assert process.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, f"{states}: {log.read_text()}"
-            time.sleep(0.05)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=15)
+        worker.wait_until_delivered(cluster_world.tenant.schema, 4, deadline)
 
     events = [json.loads(request.body) for request in receiver.requests]
     assert [(event["type"], event["data"]["last_name"]) for event in events] == [
@@ -68,4 +49,4 @@ def test_the_worker_delivers_a_distributed_schemas_events_in_commit_order(
         ("customer.updated", "Lovelace"),
     ]
     assert all("webhook-signature" in request.headers for request in receiver.requests)
-    assert "[error" not in log.read_text(), log.read_text()
+    assert "[error" not in worker.log.read_text(), worker.log.read_text()

@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 import itertools
 import uuid
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -18,6 +20,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from dealbase.db.database import Database
 from dealbase.db.transactions import TenantConnection
+from dealbase.db.units import UnitOfWork
 from dealbase.ops import admin
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields, CustomerPatch
@@ -29,9 +32,13 @@ from dealbase.platform.webhooks import deliveries
 from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.addresses import AddressPolicy
 from dealbase.platform.webhooks.delivery_models import Delivery
-from dealbase.platform.webhooks.models import Checked, WebhookEndpointPatch
+from dealbase.platform.webhooks.models import (
+    Checked,
+    WebhookEndpoint,
+    WebhookEndpointPatch,
+    WithSecret,
+)
 from dealbase.tenancy.control_tables import CONTROL_SCHEMA
-from dealbase.tenancy.scope import Scope
 from dealbase.worker import delivery as worker_delivery
 from dealbase.worker.delivery import DeliveryWorker
 from dealbase.worker.limits import WorkerLimits
@@ -44,46 +51,78 @@ def add_customer(database: Database, world: TenantWorld, last_name: str) -> None
         customers.create(uow, CustomerFields(last_name=last_name))
 
 
-def feed(database: Database, world: TenantWorld) -> list[dict[str, object]]:
-    with database.unit_of_work(world.tenant.scope.in_department(world.department.id)) as uow:
-        page = events.feed(uow, EventFilter(), 100, None)
-    return [event_json(event) for event in page.items]
+@dataclass(frozen=True)
+class Scene:
+    """A tenant of the worker tests' database, the receiver its endpoints send to, and the
+    workers that deliver its events on the clock the test moves."""
+
+    database: Database
+    tenant: TenantWorld
+    receiver: Receiver
+    workers: Workers
+    clock: Clock
+
+    def unit_of_work(self) -> AbstractContextManager[UnitOfWork]:
+        """A unit of work in the tenant's department."""
+        world = self.tenant
+        return self.database.unit_of_work(world.tenant.scope.in_department(world.department.id))
+
+    def add_endpoint(self, url: str | None = None, **fields: Any) -> WithSecret:
+        """An endpoint of the tenant's, sending to ``url`` (the receiver's unless given)."""
+        return add_endpoint(self.database, self.tenant, url or self.receiver.url, **fields)
+
+    def add_customer(self, last_name: str) -> None:
+        add_customer(self.database, self.tenant, last_name)
+
+    def deliver(self, worker: DeliveryWorker | None = None) -> None:
+        """Runs ``worker`` (a new one unless given) until it has nothing left to do now."""
+        self.workers.run((worker or self.workers()).run_until_idle())
+
+    def last_names_received(self) -> list[str]:
+        """The last names of the customers whose events the receiver got, in order."""
+        return [
+            orjson.loads(request.body)["data"]["last_name"] for request in self.receiver.requests
+        ]
+
+    def feed(self) -> list[dict[str, object]]:
+        with self.unit_of_work() as uow:
+            page = events.feed(uow, EventFilter(), 100, None)
+        return [event_json(event) for event in page.items]
+
+    def log(self, endpoint_id: uuid.UUID) -> list[Delivery]:
+        """The endpoint's deliveries, oldest first."""
+        with self.unit_of_work() as uow:
+            return list(reversed(deliveries.list_page(uow, endpoint_id, 100, None).items))
+
+    def endpoint(self, endpoint_id: uuid.UUID) -> WebhookEndpoint:
+        with self.unit_of_work() as uow:
+            return endpoints.get(uow, endpoint_id)
 
 
-def test_an_event_arrives_signed_as_standard_webhooks_verifies_it(
-    worker_database: Database, tenant: TenantWorld, receiver: Receiver, workers: Workers
-) -> None:
-    endpoint = add_endpoint(worker_database, tenant, receiver.url)
-    add_customer(worker_database, tenant, "Lovelace")
+@pytest.fixture
+def scene(
+    worker_database: Database,
+    tenant: TenantWorld,
+    receiver: Receiver,
+    workers: Workers,
+    clock: Clock,
+) -> Scene:
+    return Scene(worker_database, tenant, receiver, workers, clock)
 
-    workers.run(workers().run_until_idle())
 
-    (request,) = receiver.requests
+def test_an_event_arrives_signed_as_standard_webhooks_verifies_it(scene: Scene) -> None:
+    endpoint = scene.add_endpoint()
+    scene.add_customer("Lovelace")
+
+    scene.deliver()
+
+    (request,) = scene.receiver.requests
     verified = Webhook(endpoint.secret).verify(request.body, request.headers)
-    (event,) = feed(worker_database, tenant)
+    (event,) = scene.feed()
     assert verified == event
     assert orjson.loads(request.body) == event
     assert request.headers["webhook-id"] == event["id"]
     assert request.headers["content-type"] == "application/json"
-
-
-def in_department(world: TenantWorld) -> Scope:
-    return world.tenant.scope.in_department(world.department.id)
-
-
-def log_of(database: Database, world: TenantWorld, endpoint_id: uuid.UUID) -> list[Delivery]:
-    """The endpoint's deliveries, oldest first."""
-    with database.unit_of_work(in_department(world)) as uow:
-        return list(reversed(deliveries.list_page(uow, endpoint_id, 100, None).items))
-
-
-def endpoint_of(database: Database, world: TenantWorld, endpoint_id: uuid.UUID) -> Any:
-    with database.unit_of_work(in_department(world)) as uow:
-        return endpoints.get(uow, endpoint_id)
-
-
-def deliver(workers: Workers, worker: DeliveryWorker | None = None) -> None:
-    workers.run((worker or workers()).run_until_idle())
 
 
 # How far short of a retry's time the tests look for it not to be due yet: more than the
@@ -91,33 +130,27 @@ def deliver(workers: Workers, worker: DeliveryWorker | None = None) -> None:
 JUST_SHORT = timedelta(milliseconds=1)
 
 
-def test_failed_attempts_are_retried_after_5_10_20_seconds_then_delivered(
-    worker_database: Database,
-    tenant: TenantWorld,
-    receiver: Receiver,
-    workers: Workers,
-    clock: Clock,
-) -> None:
-    endpoint = add_endpoint(worker_database, tenant, receiver.url)
-    add_customer(worker_database, tenant, "Lovelace")
-    receiver.answer(500, 500, 500)
-    worker = workers()
+def test_failed_attempts_are_retried_after_5_10_20_seconds_then_delivered(scene: Scene) -> None:
+    endpoint = scene.add_endpoint()
+    scene.add_customer("Lovelace")
+    scene.receiver.answer(500, 500, 500)
+    worker = scene.workers()
     # From here the workers' time is the test's alone: a retry is due when the test says so,
     # however long the machine takes between two deliveries.
-    clock.freeze()
+    scene.clock.freeze()
 
-    deliver(workers, worker)
+    scene.deliver(worker)
     for wait in (5, 10, 20):
-        clock.advance(timedelta(seconds=wait) - JUST_SHORT)
-        deliver(workers, worker)
-        assert receiver.arrived == len(receiver.requests)
-        before = len(receiver.requests)
+        scene.clock.advance(timedelta(seconds=wait) - JUST_SHORT)
+        scene.deliver(worker)
+        assert scene.receiver.arrived == len(scene.receiver.requests)
+        before = len(scene.receiver.requests)
         assert before == 1 + (5, 10, 20).index(wait), f"a retry sooner than {wait} s"
-        clock.advance(JUST_SHORT)
-        deliver(workers, worker)
-        assert len(receiver.requests) == before + 1, f"no retry {wait} s after the last"
+        scene.clock.advance(JUST_SHORT)
+        scene.deliver(worker)
+        assert len(scene.receiver.requests) == before + 1, f"no retry {wait} s after the last"
 
-    (delivery,) = log_of(worker_database, tenant, endpoint.id)
+    (delivery,) = scene.log(endpoint.id)
     assert delivery.state == "delivered" and delivery.attempt_count == 4
     assert [attempt.status_code for attempt in delivery.attempts] == [500, 500, 500, 204]
     assert delivery.attempts[0].error == "The endpoint answered 500."
@@ -127,321 +160,263 @@ def test_failed_attempts_are_retried_after_5_10_20_seconds_then_delivered(
         for earlier, later in itertools.pairwise(delivery.attempts)
     ]
     assert gaps == [5, 10, 20]
-    assert len(set(receiver.ids())) == 1
+    assert len(set(scene.receiver.ids())) == 1
 
 
 @pytest.mark.parametrize("status", [429, 503])
-def test_retry_after_on_429_and_503_holds_the_next_attempt_back(
-    worker_database: Database,
-    tenant: TenantWorld,
-    receiver: Receiver,
-    workers: Workers,
-    clock: Clock,
-    status: int,
-) -> None:
-    add_endpoint(worker_database, tenant, receiver.url)
-    add_customer(worker_database, tenant, "Lovelace")
-    receiver.answer(status, headers={"Retry-After": "120"})
-    worker = workers()
-    clock.freeze()
-    deliver(workers, worker)
+def test_retry_after_on_429_and_503_holds_the_next_attempt_back(scene: Scene, status: int) -> None:
+    scene.add_endpoint()
+    scene.add_customer("Lovelace")
+    scene.receiver.answer(status, headers={"Retry-After": "120"})
+    worker = scene.workers()
+    scene.clock.freeze()
+    scene.deliver(worker)
 
-    clock.advance(timedelta(seconds=120) - JUST_SHORT)
-    deliver(workers, worker)
-    assert len(receiver.requests) == 1
+    scene.clock.advance(timedelta(seconds=120) - JUST_SHORT)
+    scene.deliver(worker)
+    assert len(scene.receiver.requests) == 1
 
-    clock.advance(JUST_SHORT)
-    deliver(workers, worker)
-    assert len(receiver.requests) == 2
+    scene.clock.advance(JUST_SHORT)
+    scene.deliver(worker)
+    assert len(scene.receiver.requests) == 2
 
 
-def test_410_disables_the_endpoint_and_says_why(
-    worker_database: Database,
-    tenant: TenantWorld,
-    receiver: Receiver,
-    workers: Workers,
-    clock: Clock,
-) -> None:
-    endpoint = add_endpoint(worker_database, tenant, receiver.url)
-    add_customer(worker_database, tenant, "Lovelace")
-    receiver.answer(410)
-    deliver(workers)
+def test_410_disables_the_endpoint_and_says_why(scene: Scene) -> None:
+    endpoint = scene.add_endpoint()
+    scene.add_customer("Lovelace")
+    scene.receiver.answer(410)
+    scene.deliver()
 
-    add_customer(worker_database, tenant, "Hopper")
-    clock.advance(timedelta(hours=1))
-    deliver(workers)
+    scene.add_customer("Hopper")
+    scene.clock.advance(timedelta(hours=1))
+    scene.deliver()
 
-    assert len(receiver.requests) == 1
-    disabled = endpoint_of(worker_database, tenant, endpoint.id)
+    assert len(scene.receiver.requests) == 1
+    disabled = scene.endpoint(endpoint.id)
     assert disabled.enabled is False
-    assert "410 Gone" in disabled.disabled_reason
-    (delivery,) = log_of(worker_database, tenant, endpoint.id)
+    assert "410 Gone" in (disabled.disabled_reason or "")
+    (delivery,) = scene.log(endpoint.id)
     assert delivery.state == "failed" and delivery.next_attempt_at is None
 
 
 def test_an_endpoint_failing_for_three_days_is_disabled_and_its_delivery_gives_up(
-    worker_database: Database,
-    tenant: TenantWorld,
-    receiver: Receiver,
-    workers: Workers,
-    clock: Clock,
+    scene: Scene,
 ) -> None:
-    endpoint = add_endpoint(worker_database, tenant, receiver.url)
-    add_customer(worker_database, tenant, "Lovelace")
-    receiver.default = 500
-    worker = workers()
-    clock.freeze()  # one attempt a retry's time, however long each delivery takes
-    deliver(workers, worker)
-    (delivery,) = log_of(worker_database, tenant, endpoint.id)
+    endpoint = scene.add_endpoint()
+    scene.add_customer("Lovelace")
+    scene.receiver.default = 500
+    worker = scene.workers()
+    scene.clock.freeze()  # one attempt a retry's time, however long each delivery takes
+    scene.deliver(worker)
+    (delivery,) = scene.log(endpoint.id)
     while delivery.next_attempt_at is not None:  # to each retry's time, and a little past it
-        clock.advance(delivery.next_attempt_at - clock() + timedelta(milliseconds=10))
-        deliver(workers, worker)
-        (delivery,) = log_of(worker_database, tenant, endpoint.id)
+        scene.clock.advance(delivery.next_attempt_at - scene.clock() + timedelta(milliseconds=10))
+        scene.deliver(worker)
+        (delivery,) = scene.log(endpoint.id)
 
     assert delivery.state == "failed"
     first, last = delivery.attempts[0].attempted_at, delivery.attempts[-1].attempted_at
     assert timedelta(days=3) <= last - first <= timedelta(days=3, hours=12)
     # 5 s doubling to 12 h: 15 attempts within the first day, then one every 12 h.
     assert delivery.attempt_count == 20
-    disabled = endpoint_of(worker_database, tenant, endpoint.id)
+    disabled = scene.endpoint(endpoint.id)
     assert disabled.enabled is False
-    assert "No delivery succeeded for three days" in disabled.disabled_reason
-    assert "The endpoint answered 500." in disabled.disabled_reason
+    assert "No delivery succeeded for three days" in (disabled.disabled_reason or "")
+    assert "The endpoint answered 500." in (disabled.disabled_reason or "")
 
 
 def test_an_old_delivery_failing_once_gives_up_but_leaves_a_healthy_endpoint_enabled(
-    worker_database: Database, tenant: TenantWorld, receiver: Receiver, workers: Workers
+    scene: Scene,
 ) -> None:
-    endpoint = add_endpoint(worker_database, tenant, receiver.url)
-    with worker_database.unit_of_work(in_department(tenant)) as uow:
+    endpoint = scene.add_endpoint()
+    with scene.unit_of_work() as uow:
         test = deliveries.send_test(uow, endpoint.id)
         uow.connection.execute(
             update(webhook_deliveries)
             .where(webhook_deliveries.c.id == test.id)
             .values(started_at=func.now() - timedelta(days=4))
         )
-    receiver.answer(500)
-    deliver(workers)
+    scene.receiver.answer(500)
+    scene.deliver()
 
-    (delivery,) = log_of(worker_database, tenant, endpoint.id)
+    (delivery,) = scene.log(endpoint.id)
     assert delivery.state == "failed" and delivery.attempt_count == 1
-    assert endpoint_of(worker_database, tenant, endpoint.id).enabled is True
+    assert scene.endpoint(endpoint.id).enabled is True
 
 
 def test_a_410_disables_the_endpoint_though_another_attempt_of_the_step_succeeded(
-    worker_database: Database, tenant: TenantWorld, receiver: Receiver, workers: Workers
+    scene: Scene,
 ) -> None:
-    endpoint = add_endpoint(worker_database, tenant, receiver.url, ordered=False)
+    endpoint = scene.add_endpoint(ordered=False)
     for name in ("first", "second"):
-        add_customer(worker_database, tenant, name)
-    receiver.answer(410, 204)
-    deliver(workers)
+        scene.add_customer(name)
+    scene.receiver.answer(410, 204)
+    scene.deliver()
 
-    assert len(receiver.requests) == 2
-    assert endpoint_of(worker_database, tenant, endpoint.id).enabled is False
-
-
-def test_a_success_between_failures_keeps_the_endpoint_enabled(
-    worker_database: Database,
-    tenant: TenantWorld,
-    receiver: Receiver,
-    workers: Workers,
-    clock: Clock,
-) -> None:
-    endpoint = add_endpoint(worker_database, tenant, receiver.url, ordered=False)
-    receiver.default = 500
-    worker = workers()
-    started = clock()
-    add_customer(worker_database, tenant, "Lovelace")
-    deliver(workers, worker)
-    while clock() - started < timedelta(days=4):
-        clock.advance(timedelta(hours=12))
-        receiver.answer(204)
-        add_customer(worker_database, tenant, "Hopper")
-        deliver(workers, worker)
-
-    assert endpoint_of(worker_database, tenant, endpoint.id).enabled is True
+    assert len(scene.receiver.requests) == 2
+    assert scene.endpoint(endpoint.id).enabled is False
 
 
-def test_an_ordered_endpoint_gets_the_next_event_only_after_the_previous_one(
-    worker_database: Database,
-    tenant: TenantWorld,
-    receiver: Receiver,
-    workers: Workers,
-    clock: Clock,
-) -> None:
-    add_endpoint(worker_database, tenant, receiver.url)
+def test_a_success_between_failures_keeps_the_endpoint_enabled(scene: Scene) -> None:
+    endpoint = scene.add_endpoint(ordered=False)
+    scene.receiver.default = 500
+    worker = scene.workers()
+    started = scene.clock()
+    scene.add_customer("Lovelace")
+    scene.deliver(worker)
+    while scene.clock() - started < timedelta(days=4):
+        scene.clock.advance(timedelta(hours=12))
+        scene.receiver.answer(204)
+        scene.add_customer("Hopper")
+        scene.deliver(worker)
+
+    assert scene.endpoint(endpoint.id).enabled is True
+
+
+def _three_events_the_first_answered_500(scene: Scene, *, ordered: bool) -> None:
+    """An endpoint, three customers made, one delivery run in which the first event's attempt
+    is answered 500; the clock frozen, so that its retry is not due until the test says so."""
+    scene.add_endpoint(ordered=ordered)
     for name in ("first", "second", "third"):
-        add_customer(worker_database, tenant, name)
-    receiver.answer(500)
-    clock.freeze()  # the first event's retry is not due until the test says so
-    deliver(workers)
-    assert len(receiver.requests) == 1
-
-    clock.advance(timedelta(seconds=6))
-    deliver(workers)
-
-    names = [orjson.loads(request.body)["data"]["last_name"] for request in receiver.requests]
-    assert names == ["first", "first", "second", "third"]
+        scene.add_customer(name)
+    scene.receiver.answer(500)
+    scene.clock.freeze()
+    scene.deliver()
 
 
-def test_an_unordered_endpoint_gets_later_events_while_one_is_retried(
-    worker_database: Database,
-    tenant: TenantWorld,
-    receiver: Receiver,
-    workers: Workers,
-    clock: Clock,
-) -> None:
-    add_endpoint(worker_database, tenant, receiver.url, ordered=False)
-    for name in ("first", "second", "third"):
-        add_customer(worker_database, tenant, name)
-    receiver.answer(500)
-    clock.freeze()  # the failed event's retry is not due until the test says so
-    deliver(workers)
+def test_an_ordered_endpoint_gets_the_next_event_only_after_the_previous_one(scene: Scene) -> None:
+    _three_events_the_first_answered_500(scene, ordered=True)
+    assert len(scene.receiver.requests) == 1
 
-    assert len(receiver.requests) == 3
-    assert len(set(receiver.ids())) == 3
+    scene.clock.advance(timedelta(seconds=6))
+    scene.deliver()
+
+    assert scene.last_names_received() == ["first", "first", "second", "third"]
 
 
-def test_only_subscribed_event_types_are_delivered(
-    worker_database: Database, tenant: TenantWorld, receiver: Receiver, workers: Workers
-) -> None:
-    add_endpoint(worker_database, tenant, receiver.url, events=["customer.updated"])
-    with worker_database.unit_of_work(in_department(tenant)) as uow:
+def test_an_unordered_endpoint_gets_later_events_while_one_is_retried(scene: Scene) -> None:
+    _three_events_the_first_answered_500(scene, ordered=False)
+
+    assert len(scene.receiver.requests) == 3
+    assert len(set(scene.receiver.ids())) == 3
+
+
+def test_only_subscribed_event_types_are_delivered(scene: Scene) -> None:
+    scene.add_endpoint(events=["customer.updated"])
+    with scene.unit_of_work() as uow:
         customer = customers.create(uow, CustomerFields(last_name="Lovelace"))
-    with worker_database.unit_of_work(in_department(tenant)) as uow:
+    with scene.unit_of_work() as uow:
         customers.RECORD.update(uow, customer.id, CustomerPatch(city="London"))
-    deliver(workers)
+    scene.deliver()
 
-    assert receiver.types() == ["customer.updated"]
+    assert scene.receiver.types() == ["customer.updated"]
 
 
-def test_a_worker_killed_mid_delivery_leaves_the_event_to_another(
-    worker_database: Database,
-    tenant: TenantWorld,
-    receiver: Receiver,
-    workers: Workers,
-    clock: Clock,
-) -> None:
-    endpoint = add_endpoint(worker_database, tenant, receiver.url)
-    add_customer(worker_database, tenant, "Lovelace")
-    answer = receiver.hold()
-    doomed, survivor = workers(), workers()
-    clock.freeze()  # the claim and the lease lapse when the test says so
+def test_a_worker_killed_mid_delivery_leaves_the_event_to_another(scene: Scene) -> None:
+    endpoint = scene.add_endpoint()
+    scene.add_customer("Lovelace")
+    answer = scene.receiver.hold()
+    doomed, survivor = scene.workers(), scene.workers()
+    scene.clock.freeze()  # the claim and the lease lapse when the test says so
 
     async def kill_mid_delivery() -> None:
         task = asyncio.create_task(doomed.run_once())
-        await until(lambda: receiver.arrived > 0, "the doomed worker sent the event")
+        await until(lambda: scene.receiver.arrived > 0, "the doomed worker sent the event")
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
         answer.set()  # answered only once no one waits for it
         # Its lease and its claim on the tenant's wakeup hold the event back until they lapse.
         await survivor.run_until_idle()
-        assert receiver.arrived == 1
-        clock.advance(doomed.limits.claim_lease + timedelta(seconds=1))
+        assert scene.receiver.arrived == 1
+        scene.clock.advance(doomed.limits.claim_lease + timedelta(seconds=1))
         await survivor.run_until_idle()
 
-    workers.run(kill_mid_delivery())
+    scene.workers.run(kill_mid_delivery())
 
-    (delivery,) = log_of(worker_database, tenant, endpoint.id)
+    (delivery,) = scene.log(endpoint.id)
     assert delivery.state == "delivered"
-    assert receiver.arrived == 2 and len(set(receiver.ids())) == 1
+    assert scene.receiver.arrived == 2 and len(set(scene.receiver.ids())) == 1
 
 
 def test_attempts_whose_recording_meets_a_transient_fault_are_recorded_when_it_passes(
-    worker_database: Database,
-    worker_database_url: str,
-    tenant: TenantWorld,
-    receiver: Receiver,
-    workers: Workers,
-    clock: Clock,
-    monkeypatch: pytest.MonkeyPatch,
+    scene: Scene, worker_database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """As while a tenant moves between Citus nodes: the database refuses the attempt's record
-    for a moment after the receiver answered. Forgotten, the delivery would be sent again once
+    for a moment after the scene.receiver answered. Forgotten, the delivery would be sent again once
     its lease lapsed."""
-    endpoint = add_endpoint(worker_database, tenant, receiver.url)
-    add_customer(worker_database, tenant, "Lovelace")
-    answer = receiver.hold()
-    worker = workers()
+    endpoint = scene.add_endpoint()
+    scene.add_customer("Lovelace")
+    answer = scene.receiver.hold()
+    worker = scene.workers()
 
     def refusals() -> int:
         return sum(entry["event"] == "webhook_attempts_not_recorded_yet" for entry in logs)
 
     async def refused_while_recording() -> None:
         visit = asyncio.create_task(worker.run_once())
-        await until(lambda: receiver.arrived > 0, "the worker sent the event")
+        await until(lambda: scene.receiver.arrived > 0, "the worker sent the event")
         with writes_raise(
-            worker_database_url, tenant.tenant.schema, "webhook_deliveries", "57P03", "UPDATE"
+            worker_database_url, scene.tenant.tenant.schema, "webhook_deliveries", "57P03", "UPDATE"
         ):
             answer.set()  # answered only now that recording it is refused
             await until(lambda: refusals() > 0, "the attempt's record was refused")
         await visit
-        clock.advance(worker.limits.claim_lease + timedelta(seconds=1))
+        scene.clock.advance(worker.limits.claim_lease + timedelta(seconds=1))
         await worker.run_until_idle()
 
     with logs_of(monkeypatch, worker_delivery) as logs:
-        workers.run(refused_while_recording())
+        scene.workers.run(refused_while_recording())
 
-    (delivery,) = log_of(worker_database, tenant, endpoint.id)
+    (delivery,) = scene.log(endpoint.id)
     assert delivery.state == "delivered"
-    assert receiver.arrived == 1
+    assert scene.receiver.arrived == 1
 
 
-def test_two_workers_deliver_each_event_once(
-    worker_database: Database, receiver: Receiver, workers: Workers
-) -> None:
-    worlds = [build_tenant(worker_database) for _ in range(3)]
+def test_two_workers_deliver_each_event_once(scene: Scene) -> None:
+    worlds = [build_tenant(scene.database) for _ in range(3)]
     for world in worlds:
-        add_endpoint(worker_database, world, receiver.url, ordered=False)
-        add_endpoint(worker_database, world, receiver.url + "/ordered")
+        add_endpoint(scene.database, world, scene.receiver.url, ordered=False)
+        add_endpoint(scene.database, world, scene.receiver.url + "/ordered")
         for index in range(20):
-            add_customer(worker_database, world, f"customer {index}")
-    first, second = workers(), workers()
+            add_customer(scene.database, world, f"customer {index}")
+    first, second = scene.workers(), scene.workers()
 
     async def both() -> None:
         await asyncio.gather(first.run_until_idle(), second.run_until_idle())
 
-    workers.run(both())
+    scene.workers.run(both())
 
     # Each event once per endpoint: 3 tenants, 2 endpoints, 20 events.
-    assert len(receiver.requests) == 120
-    assert len(set(receiver.ids())) == 60
+    assert len(scene.receiver.requests) == 120
+    assert len(set(scene.receiver.ids())) == 60
 
 
 def test_events_wait_while_the_receiver_is_down_and_arrive_in_order_when_it_is_back(
-    worker_database: Database,
-    tenant: TenantWorld,
-    receiver: Receiver,
-    workers: Workers,
-    clock: Clock,
+    scene: Scene,
 ) -> None:
-    endpoint = add_endpoint(worker_database, tenant, receiver.url)
-    receiver.stop()
+    endpoint = scene.add_endpoint()
+    scene.receiver.stop()
     for name in ("first", "second"):
-        add_customer(worker_database, tenant, name)
-    worker = workers()
-    clock.freeze()  # one attempt each time the test moves the clock past a retry's time
-    deliver(workers, worker)
-    clock.advance(timedelta(seconds=6))
-    deliver(workers, worker)
-    (waiting, _) = log_of(worker_database, tenant, endpoint.id)
+        scene.add_customer(name)
+    worker = scene.workers()
+    scene.clock.freeze()  # one attempt each time the test moves the clock past a retry's time
+    scene.deliver(worker)
+    scene.clock.advance(timedelta(seconds=6))
+    scene.deliver(worker)
+    (waiting, _) = scene.log(endpoint.id)
     assert [attempt.status_code for attempt in waiting.attempts] == [None, None]
     assert "ConnectError" in (waiting.attempts[0].error or "")
 
-    receiver.start()
-    clock.advance(timedelta(seconds=11))
-    deliver(workers, worker)
+    scene.receiver.start()
+    scene.clock.advance(timedelta(seconds=11))
+    scene.deliver(worker)
 
-    names = [orjson.loads(request.body)["data"]["last_name"] for request in receiver.requests]
-    assert names == ["first", "second"]
+    assert scene.last_names_received() == ["first", "second"]
 
 
-def test_events_of_a_rolled_back_transaction_are_never_sent(
-    worker_database: Database, tenant: TenantWorld, receiver: Receiver, workers: Workers
-) -> None:
-    add_endpoint(worker_database, tenant, receiver.url)
+def test_events_of_a_rolled_back_transaction_are_never_sent(scene: Scene) -> None:
+    scene.add_endpoint()
 
     class FailsAtCommit:
         """A statement that fails after the events', in the COMMIT's round trip."""
@@ -453,37 +428,30 @@ def test_events_of_a_rolled_back_transaction_are_never_sent(
             pass
 
     def fail_after_writing() -> None:
-        with worker_database.unit_of_work(in_department(tenant)) as uow:
+        with scene.unit_of_work() as uow:
             customers.create(uow, CustomerFields(last_name="Rolled back"))
             uow.finisher(FailsAtCommit)
 
     with pytest.raises(psycopg.errors.DivisionByZero):
         fail_after_writing()
-    deliver(workers)
-    assert receiver.requests == []
+    scene.deliver()
+    assert scene.receiver.requests == []
 
-    add_customer(worker_database, tenant, "Committed")
-    deliver(workers)
-    names = [orjson.loads(request.body)["data"]["last_name"] for request in receiver.requests]
-    assert names == ["Committed"]
+    scene.add_customer("Committed")
+    scene.deliver()
+    assert scene.last_names_received() == ["Committed"]
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
-def test_a_private_address_is_refused_at_delivery_unless_allowed(
-    worker_database: Database,
-    tenant: TenantWorld,
-    receiver: Receiver,
-    workers: Workers,
-    host: str,
-) -> None:
-    port = receiver.url.split(":")[2].split("/")[0]
-    endpoint = add_endpoint(worker_database, tenant, f"https://{host}:{port}/hooks")
-    add_customer(worker_database, tenant, "Lovelace")
+def test_a_private_address_is_refused_at_delivery_unless_allowed(scene: Scene, host: str) -> None:
+    port = scene.receiver.url.split(":")[2].split("/")[0]
+    endpoint = scene.add_endpoint(f"https://{host}:{port}/hooks")
+    scene.add_customer("Lovelace")
 
-    deliver(workers, workers(AddressPolicy(allow_private=False)))
+    scene.deliver(scene.workers(AddressPolicy(allow_private=False)))
 
-    assert receiver.arrived == 0
-    (delivery,) = log_of(worker_database, tenant, endpoint.id)
+    assert scene.receiver.arrived == 0
+    (delivery,) = scene.log(endpoint.id)
     (attempt,) = delivery.attempts
     assert attempt.status_code is None
     assert "not public" in (attempt.error or "")
@@ -491,29 +459,24 @@ def test_a_private_address_is_refused_at_delivery_unless_allowed(
 
 
 def test_an_ipv6_address_is_reached_with_its_host_bracketed(
-    worker_database: Database,
-    tenant: TenantWorld,
-    receiver_on_ipv6: Receiver,
-    workers: Workers,
+    scene: Scene, receiver_on_ipv6: Receiver
 ) -> None:
-    add_endpoint(worker_database, tenant, receiver_on_ipv6.url)
-    add_customer(worker_database, tenant, "Lovelace")
-    deliver(workers)
+    scene.add_endpoint(receiver_on_ipv6.url)
+    scene.add_customer("Lovelace")
+    scene.deliver()
 
     (request,) = receiver_on_ipv6.requests
     assert request.headers["host"] == receiver_on_ipv6.url.split("/")[2]
 
 
-def test_during_a_rotation_either_secret_verifies_the_signature(
-    worker_database: Database, tenant: TenantWorld, receiver: Receiver, workers: Workers
-) -> None:
-    endpoint = add_endpoint(worker_database, tenant, receiver.url)
-    with worker_database.unit_of_work(in_department(tenant)) as uow:
+def test_during_a_rotation_either_secret_verifies_the_signature(scene: Scene) -> None:
+    endpoint = scene.add_endpoint()
+    with scene.unit_of_work() as uow:
         rotated = endpoints.rotate_secret(uow, endpoint.id)
-    add_customer(worker_database, tenant, "Lovelace")
-    deliver(workers)
+    scene.add_customer("Lovelace")
+    scene.deliver()
 
-    (request,) = receiver.requests
+    (request,) = scene.receiver.requests
     assert len(request.headers["webhook-signature"].split(" ")) == 2
     for secret in (endpoint.secret, rotated.secret):
         Webhook(secret).verify(request.body, request.headers)
@@ -521,47 +484,43 @@ def test_during_a_rotation_either_secret_verifies_the_signature(
         Webhook(endpoints.new_secret()).verify(request.body, request.headers)
 
 
-def test_a_disabled_endpoint_keeps_its_events_until_it_is_enabled_again(
-    worker_database: Database, tenant: TenantWorld, receiver: Receiver, workers: Workers
-) -> None:
-    endpoint = add_endpoint(worker_database, tenant, receiver.url, enabled=False)
-    with worker_database.unit_of_work(in_department(tenant)) as uow:
+def test_a_disabled_endpoint_keeps_its_events_until_it_is_enabled_again(scene: Scene) -> None:
+    endpoint = scene.add_endpoint(enabled=False)
+    with scene.unit_of_work() as uow:
         endpoints.update(uow, endpoint.id, Checked(WebhookEndpointPatch(enabled=False)))
-    add_customer(worker_database, tenant, "Lovelace")
-    deliver(workers)
-    assert receiver.requests == []
+    scene.add_customer("Lovelace")
+    scene.deliver()
+    assert scene.receiver.requests == []
 
-    with worker_database.unit_of_work(in_department(tenant)) as uow:
+    with scene.unit_of_work() as uow:
         endpoints.update(uow, endpoint.id, Checked(WebhookEndpointPatch(enabled=True)))
-    deliver(workers)
+    scene.deliver()
 
-    assert [orjson.loads(r.body)["data"]["last_name"] for r in receiver.requests] == ["Lovelace"]
+    assert scene.last_names_received() == ["Lovelace"]
 
 
 def test_a_suspended_tenants_events_recorded_before_the_suspension_are_delivered(
-    worker_database: Database, tenant: TenantWorld, receiver: Receiver, workers: Workers
+    scene: Scene,
 ) -> None:
-    add_endpoint(worker_database, tenant, receiver.url)
-    add_customer(worker_database, tenant, "Lovelace")
+    scene.add_endpoint()
+    scene.add_customer("Lovelace")
 
-    admin.suspend_tenant(worker_database, tenant.tenant.id, "the API refuses its keys")
-    deliver(workers)
+    admin.suspend_tenant(scene.database, scene.tenant.tenant.id, "the API refuses its keys")
+    scene.deliver()
 
-    assert [orjson.loads(r.body)["data"]["last_name"] for r in receiver.requests] == ["Lovelace"]
+    assert scene.last_names_received() == ["Lovelace"]
 
 
-def test_tenants_with_nothing_to_deliver_are_never_visited(
-    worker_database: Database, receiver: Receiver, workers: Workers
-) -> None:
-    idle = [build_tenant(worker_database) for _ in range(5)]
+def test_tenants_with_nothing_to_deliver_are_never_visited(scene: Scene) -> None:
+    idle = [build_tenant(scene.database) for _ in range(5)]
     for world in idle:
-        add_customer(worker_database, world, "No endpoint here")
+        add_customer(scene.database, world, "No endpoint here")
     statements: list[str] = []
-    worker_database.statement_listeners.append(statements.append)
+    scene.database.statement_listeners.append(statements.append)
     try:
-        workers.run(workers().run_until_idle())
+        scene.deliver()
     finally:
-        worker_database.statement_listeners.remove(statements.append)
+        scene.database.statement_listeners.remove(statements.append)
 
     # (Other tests' tenants may have retries due: those are visited.)
     for world in idle:
@@ -569,19 +528,15 @@ def test_tenants_with_nothing_to_deliver_are_never_visited(
 
 
 def test_one_worker_of_two_purges_events_older_than_30_days_with_their_deliveries(
-    worker_database: Database,
-    tenant: TenantWorld,
-    receiver: Receiver,
-    workers: Workers,
-    clock: Clock,
+    scene: Scene,
 ) -> None:
-    endpoint = add_endpoint(worker_database, tenant, receiver.url)
+    endpoint = scene.add_endpoint()
     for name in ("old", "recent"):
-        add_customer(worker_database, tenant, name)
-    with worker_database.unit_of_work(in_department(tenant)) as uow:
+        scene.add_customer(name)
+    with scene.unit_of_work() as uow:
         deliveries.send_test(uow, endpoint.id)
-    deliver(workers)
-    with worker_database.unit_of_work(in_department(tenant)) as uow:
+    scene.deliver()
+    with scene.unit_of_work() as uow:
         uow.connection.execute(
             update(events_table)
             .where(events_table.c.data["last_name"].astext == "old")
@@ -592,31 +547,26 @@ def test_one_worker_of_two_purges_events_older_than_30_days_with_their_deliverie
             .where(webhook_deliveries.c.event_id.is_(None))
             .values(created_at=func.now() - timedelta(days=31))
         )
-    first, second = workers(), workers()
-    clock.advance(timedelta(days=2))  # past any purge an earlier test of the module ran
+    first, second = scene.workers(), scene.workers()
+    scene.clock.advance(timedelta(days=2))  # past any purge an earlier test of the module ran
 
     async def both() -> tuple[int | None, int | None]:
         return await first.purge_if_due(), await second.purge_if_due()
 
-    purged = workers.run(both())
+    purged = scene.workers.run(both())
 
     assert purged == (2, None)  # the old event (its delivery with it) and the test delivery
-    remaining = log_of(worker_database, tenant, endpoint.id)
+    remaining = scene.log(endpoint.id)
     assert [delivery.event_type for delivery in remaining] == ["customer.created"]
-    assert [event["data"]["last_name"] for event in feed(worker_database, tenant)] == ["recent"]  # type: ignore[index]
+    assert [event["data"]["last_name"] for event in scene.feed()] == ["recent"]  # type: ignore[index]
 
 
 def test_a_worker_whose_claims_meet_a_permanent_error_logs_it_and_delivers_once_mended(
-    worker_database: Database,
-    worker_database_url: str,
-    tenant: TenantWorld,
-    receiver: Receiver,
-    workers: Workers,
-    monkeypatch: pytest.MonkeyPatch,
+    scene: Scene, worker_database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    add_endpoint(worker_database, tenant, receiver.url)
-    add_customer(worker_database, tenant, "Lovelace")
-    worker = workers(limits=WorkerLimits(poll_interval=timedelta(milliseconds=20)))
+    scene.add_endpoint()
+    scene.add_customer("Lovelace")
+    worker = scene.workers(limits=WorkerLimits(poll_interval=timedelta(milliseconds=20)))
 
     def failures() -> list[dict[str, Any]]:
         return [entry for entry in logs if entry["event"] == "webhook_worker_claim_failed"]
@@ -641,10 +591,10 @@ def test_a_worker_whose_claims_meet_a_permanent_error_logs_it_and_delivers_once_
         ) as message,
         logs_of(monkeypatch, worker_delivery) as logs,
     ):
-        workers.run(run_until_it_failed_twice())
+        scene.workers.run(run_until_it_failed_twice())
 
     assert len(failures()) >= 2  # tried again after each wait, the loop alive
     assert message in failures()[0]["error"]
-    assert receiver.requests == []
-    deliver(workers, worker)
-    assert len(receiver.requests) == 1
+    assert scene.receiver.requests == []
+    scene.deliver(worker)
+    assert len(scene.receiver.requests) == 1
