@@ -318,12 +318,8 @@ class TenantAffinePool:
 
     def _hand_over(self, connection: psycopg.AsyncConnection[Any]) -> None:
         """Gives ``connection`` to the caller queued longest, or makes it idle."""
-        waiters = self._waiters
-        while waiters:
-            waiter = waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(connection)
-                return
+        if self._handed_to_a_waiter(connection):
+            return
         self._idle.append(connection)
         self._idle_since[connection] = monotonic()
 
@@ -337,10 +333,16 @@ class TenantAffinePool:
     def _free_place(self) -> None:
         """A connection closed or never opened: its place goes to the caller queued longest,
         who opens one in it, else the pool has one connection fewer."""
+        if not self._handed_to_a_waiter(None):
+            self._size -= 1
+
+    def _handed_to_a_waiter(self, given: psycopg.AsyncConnection[Any] | None) -> bool:
+        """Whether ``given`` (a connection, or None: a place to open one in) went to the caller
+        queued longest that still waits; False when none does."""
         waiters = self._waiters
         while waiters:
             waiter = waiters.popleft()
             if not waiter.done():
-                waiter.set_result(None)
-                return
-        self._size -= 1
+                waiter.set_result(given)
+                return True
+        return False

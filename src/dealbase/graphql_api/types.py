@@ -56,6 +56,16 @@ BIG_INT_SCALAR = strawberry.scalar(
 # Nested lists without their own pagination return at most this many items by default.
 NESTED_DEFAULT = 25
 
+Copy = TypeVar("Copy")
+
+
+def _copied(cls: type[Copy], model: object, **converted: object) -> Copy:
+    """An object of ``cls`` whose fields (its annotations) are ``model``'s attributes of the
+    same names, but for the ``converted`` ones."""
+    make: Callable[..., Copy] = cls
+    copied = {name: getattr(model, name) for name in cls.__annotations__ if name not in converted}
+    return make(**copied, **converted)
+
 
 @strawberry.enum
 class StepKind(Enum):
@@ -74,13 +84,7 @@ class Step:
 
     @classmethod
     def of(cls, step: StepModel) -> Step:
-        return cls(
-            id=step.id,
-            department_id=step.department_id,
-            name=step.name,
-            position=step.position,
-            kind=StepKind(step.kind),
-        )
+        return _copied(cls, step, kind=StepKind(step.kind))
 
 
 @strawberry.type
@@ -94,14 +98,7 @@ class Employee:
 
     @classmethod
     def of(cls, employee: EmployeeModel) -> Employee:
-        return cls(
-            id=employee.id,
-            department_id=employee.department_id,
-            name=employee.name,
-            email=employee.email,
-            created_at=employee.created_at,
-            updated_at=employee.updated_at,
-        )
+        return _copied(cls, employee)
 
 
 Model = TypeVar("Model")
@@ -158,13 +155,7 @@ class Department:
 
     @classmethod
     def of(cls, department: DepartmentModel) -> Department:
-        return cls(
-            id=department.id,
-            name=department.name,
-            steps=[Step.of(step) for step in department.steps],
-            created_at=department.created_at,
-            updated_at=department.updated_at,
-        )
+        return _copied(cls, department, steps=[Step.of(step) for step in department.steps])
 
 
 # The object types list the platform's attributes again, unlike the inputs (graphql_api.inputs):
@@ -205,7 +196,7 @@ class Customer:
 
     @classmethod
     def of(cls, customer: CustomerModel) -> Customer:
-        return cls(**{name: getattr(customer, name) for name in cls.__annotations__})
+        return _copied(cls, customer)
 
     @strawberry.field(
         description="The deals the customer is linked to, oldest first.", graphql_type=list["Deal"]
@@ -247,22 +238,7 @@ class Deal:
 
     @classmethod
     def of(cls, deal: DealModel) -> Deal:
-        return cls(
-            id=deal.id,
-            external_id=deal.external_id,
-            department_id=deal.department_id,
-            step_id=deal.step_id,
-            employee_id=deal.employee_id,
-            employee_name=deal.employee_name,
-            name=deal.name,
-            volume=None if deal.volume is None else BigInt(deal.volume),
-            deal_origin=deal.deal_origin,
-            note=deal.note,
-            created_at=deal.created_at,
-            updated_at=deal.updated_at,
-            version=deal.version,
-            customers=[Customer.of(customer) for customer in deal.customers],
-        )
+        return _copied(cls, deal, customers=[Customer.of(customer) for customer in deal.customers])
 
     # Plain functions that may return an awaitable: graphql-core awaits what needs it.
     @strawberry.field(graphql_type=Step)
@@ -311,9 +287,7 @@ class Activity:
 
     @classmethod
     def of(cls, activity: ActivityModel) -> Activity:
-        values = {name: getattr(activity, name) for name in cls.__annotations__}
-        values["type"] = ActivityType(activity.type)
-        return cls(**values)
+        return _copied(cls, activity, type=ActivityType(activity.type))
 
     @strawberry.field
     async def customer(self, info: GraphQLInfo) -> Customer:
@@ -356,7 +330,7 @@ class WebhookEndpoint:
 
     @classmethod
     def of(cls, endpoint: WebhookEndpointModel) -> WebhookEndpoint:
-        return cls(**{name: getattr(endpoint, name) for name in cls.__annotations__})
+        return _copied(cls, endpoint)
 
 
 @strawberry.type(description="An endpoint with its new signing secret, shown this once.")
@@ -390,12 +364,7 @@ class WebhookDeliveryAttempt:
 
     @classmethod
     def of(cls, attempt: AttemptModel) -> WebhookDeliveryAttempt:
-        return cls(
-            attempted_at=attempt.attempted_at,
-            status_code=attempt.status_code,
-            duration_ms=attempt.duration_ms,
-            error=attempt.error,
-        )
+        return _copied(cls, attempt)
 
 
 @strawberry.type(
@@ -424,16 +393,11 @@ class WebhookDelivery:
 
     @classmethod
     def of(cls, delivery: DeliveryModel) -> WebhookDelivery:
-        return cls(
-            id=delivery.id,
+        return _copied(
+            cls,
+            delivery,
             webhook_endpoint_id=delivery.endpoint_id,
-            event_id=delivery.event_id,
-            event_type=delivery.event_type,
             state=WebhookDeliveryState(delivery.state),
-            attempt_count=delivery.attempt_count,
-            next_attempt_at=delivery.next_attempt_at,
-            created_at=delivery.created_at,
-            delivered_at=delivery.delivered_at,
             attempts=[WebhookDeliveryAttempt.of(attempt) for attempt in delivery.attempts],
         )
 
@@ -491,11 +455,7 @@ class PipelineStep:
 
     @classmethod
     def of(cls, totals: StepTotals) -> PipelineStep:
-        return cls(
-            step=Step.of(totals.step),
-            deal_count=totals.deal_count,
-            total_volume=BigInt(totals.total_volume),
-        )
+        return _copied(cls, totals, step=Step.of(totals.step))
 
     @strawberry.field(description="The step's first deals, oldest first.", graphql_type=list[Deal])
     def deals(
@@ -513,9 +473,7 @@ class StepSummary:
 
     @classmethod
     def of(cls, summary: StepSummaryModel) -> StepSummary:
-        return cls(
-            step=Step.of(summary.step), deal_count=summary.deal_count, volume=BigInt(summary.volume)
-        )
+        return _copied(cls, summary, step=Step.of(summary.step))
 
 
 @strawberry.type
@@ -528,13 +486,8 @@ class EmployeeSummary:
 
     @classmethod
     def of(cls, summary: EmployeeSummaryModel) -> EmployeeSummary:
-        return cls(
-            employee=None if summary.employee is None else Employee.of(summary.employee),
-            deal_count=summary.deal_count,
-            volume=BigInt(summary.volume),
-            won_volume=BigInt(summary.won_volume),
-            lost_volume=BigInt(summary.lost_volume),
-        )
+        employee = summary.employee
+        return _copied(cls, summary, employee=None if employee is None else Employee.of(employee))
 
 
 @strawberry.type(
@@ -553,13 +506,9 @@ class PipelineSummary:
 
     @classmethod
     def of(cls, summary: PipelineSummaryModel) -> PipelineSummary:
-        return cls(
-            created_from=summary.created_from,
-            created_to=summary.created_to,
-            deal_count=summary.deal_count,
-            volume=BigInt(summary.volume),
-            won_volume=BigInt(summary.won_volume),
-            lost_volume=BigInt(summary.lost_volume),
+        return _copied(
+            cls,
+            summary,
             steps=[StepSummary.of(step) for step in summary.steps],
             employees=[EmployeeSummary.of(employee) for employee in summary.employees],
         )
