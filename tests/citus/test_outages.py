@@ -26,6 +26,7 @@ import pytest
 from dealbase.db.database import Database
 from dealbase.tenancy.registry.placement import Node, tenant_node
 from tests.citus.conftest import (
+    add_ordered_endpoint,
     migrated_cluster_database,
     served_on_cluster,
     worker_on_cluster,
@@ -263,13 +264,9 @@ def _through_outages(
     worlds = [
         world for worker in cluster.workers for world in _tenants_on(cluster, database, worker)
     ]
-    for world in worlds:
-        endpoint = httpx.post(
-            f"{server}/api/v1/integration/webhooks",
-            json={"url": receiver.url, "events": ["customer.created"], "ordered": True},
-            headers=world.key.headers,
-        )
-        assert endpoint.status_code == 201, endpoint.text
+    with httpx.Client(base_url=server) as http:
+        for world in worlds:
+            add_ordered_endpoint(http, world, receiver.url, ["customer.created"])
     on_node = {
         node: frozenset(
             n

@@ -141,6 +141,17 @@ def board_page(directory: Path = BOARD_DIRECTORY) -> BoardPage:
     return BoardPage(_BOARD_MARKER.sub(lambda marker: urls[marker[1]], template), files)
 
 
+def _served(found: Asset | None) -> FileResponse:
+    """A file named by its content, cached for good; 404 for a name no file has."""
+    if found is None:
+        raise HTTPException(404)
+    return FileResponse(
+        found.file,
+        media_type=found.content_type,
+        headers={"Cache-Control": CACHE_CONTROL, "X-Content-Type-Options": "nosniff"},
+    )
+
+
 def install_web_pages(app: FastAPI, assets: WebAssets) -> None:
     """``GET /assets/{path}``, ``GET /docs`` (the app is built with ``docs_url=None``) and
     ``GET /board`` with its files."""
@@ -150,14 +161,7 @@ def install_web_pages(app: FastAPI, assets: WebAssets) -> None:
 
     @app.get(f"{ASSETS_PATH}/{{path:path}}", include_in_schema=False)
     async def web_asset(path: str) -> FileResponse:
-        asset = assets.served.get(path)
-        if asset is None:
-            raise HTTPException(404)
-        return FileResponse(
-            asset.file,
-            media_type=asset.content_type,
-            headers={"Cache-Control": CACHE_CONTROL, "X-Content-Type-Options": "nosniff"},
-        )
+        return _served(assets.served.get(path))
 
     @app.get(DOCS_PATH, include_in_schema=False)
     async def swagger_ui() -> HTMLResponse:
@@ -169,11 +173,4 @@ def install_web_pages(app: FastAPI, assets: WebAssets) -> None:
 
     @app.get(f"{BOARD_PATH}/{{name}}", include_in_schema=False)
     async def pipeline_board_file(name: str) -> FileResponse:
-        file = board.files.get(name)
-        if file is None:
-            raise HTTPException(404)
-        return FileResponse(
-            file.file,
-            media_type=file.content_type,
-            headers={"Cache-Control": CACHE_CONTROL, "X-Content-Type-Options": "nosniff"},
-        )
+        return _served(board.files.get(name))
