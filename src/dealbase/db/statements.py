@@ -25,7 +25,8 @@ import re
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from functools import cache
 from typing import Any, TypeVar
 
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
@@ -42,6 +43,20 @@ Record = dict[str, Any]
 StatementListener = Callable[[str], None]
 T = TypeVar("T")
 Processor = Callable[[Any], Any]
+
+
+@cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(field.name for field in fields(cls))
+
+
+def dataclass_of_row(cls: type[T], row: Mapping[str, Any], **converted: object) -> T:
+    """The dataclass ``cls`` of the row's values under its fields' names, but the ``converted``
+    fields (a value to convert, or one the row names otherwise)."""
+    make: Callable[..., T] = cls
+    values = {name: row[name] for name in _field_names(cls) if name not in converted}
+    return make(**values, **converted)
+
 
 # How SQLAlchemy's compiler marks a schema to be translated at execution time.
 _TENANT_SCHEMA_TOKEN = f"__[SCHEMA_{TENANT_SCHEMA_PLACEHOLDER}]"

@@ -16,7 +16,7 @@ from sqlalchemy import (
     true,
 )
 
-from dealbase.db.statements import Record, built_once
+from dealbase.db.statements import Record, built_once, dataclass_of_row
 from dealbase.db.transactions import TenantConnection
 from dealbase.ids import new_id
 from dealbase.platform.pagination import PageRequest
@@ -39,18 +39,11 @@ employee_rows = OwnedRows(employees, "employee")
 
 
 def to_step(row: Record) -> Step:
-    return Step(row["id"], row["department_id"], row["name"], row["position"], row["kind"])
+    return dataclass_of_row(Step, row)
 
 
 def to_employee(row: Record) -> Employee:
-    return Employee(
-        row["id"],
-        row["department_id"],
-        row["name"],
-        row["email"],
-        row["created_at"],
-        row["updated_at"],
-    )
+    return dataclass_of_row(Employee, row)
 
 
 def steps_by_ids(

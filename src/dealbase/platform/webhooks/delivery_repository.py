@@ -32,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from dealbase.db.statements import Record, built_once
+from dealbase.db.statements import Record, built_once, dataclass_of_row
 from dealbase.db.transactions import TenantConnection
 from dealbase.ids import new_id
 from dealbase.platform.event_types import ALL_EVENTS
@@ -474,12 +474,7 @@ def next_due(connection: TenantConnection) -> datetime | None:
 
 
 def _to_attempt(row: Record) -> Attempt:
-    return Attempt(
-        attempted_at=row["attempted_at"],
-        status_code=row["status_code"],
-        duration_ms=row["duration_ms"],
-        error=row["error"],
-    )
+    return dataclass_of_row(Attempt, row)
 
 
 _DELIVERY_COLUMNS = [

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from sqlalchemy import bindparam, func, insert, select, update
 
-from dealbase.db.statements import Record, built_once
+from dealbase.db.statements import Record, built_once, dataclass_of_row
 from dealbase.db.transactions import TenantConnection
 from dealbase.ids import new_id
 from dealbase.platform.pagination import PageRequest
@@ -31,20 +31,7 @@ _READ = [
 
 
 def to_endpoint(row: Record) -> WebhookEndpoint:
-    return WebhookEndpoint(
-        id=row["id"],
-        department_id=row["department_id"],
-        url=row["url"],
-        events=list(row["event_types"]),
-        enabled=row["enabled"],
-        disabled_reason=row["disabled_reason"],
-        description=row["description"],
-        ordered=row["ordered"],
-        previous_secret_expires_at=row["previous_secret_expires_at"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        version=row["version"],
-    )
+    return dataclass_of_row(WebhookEndpoint, row, events=list(row["event_types"]))
 
 
 def columns_of(fields: Mapping[str, object]) -> dict[str, object]:

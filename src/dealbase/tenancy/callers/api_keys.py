@@ -24,6 +24,7 @@ from typing import Any
 
 from sqlalchemy import Connection, RowMapping, func, insert, select, update
 
+from dealbase.db.statements import dataclass_of_row
 from dealbase.errors import (
     Conflict,
     Forbidden,
@@ -294,18 +295,7 @@ def _check_name_and_lifetime(name: str | None, expires_in: timedelta | None) -> 
 
 
 def _info(row: RowMapping) -> KeyInfo:
-    return KeyInfo(
-        row["id"],
-        row["name"],
-        row["tenant_id"],
-        row["department_id"],
-        row["created_at"],
-        row["rotated_at"],
-        row["revoked_at"],
-        _rate_of(row),
-        row["expires_at"],
-        row["last_used_at"],
-    )
+    return dataclass_of_row(KeyInfo, row, key_id=row["id"], rate=_rate_of(row))
 
 
 def list_keys(connection: Connection, tenant_id: uuid.UUID) -> list[KeyInfo]:
@@ -335,17 +325,7 @@ def list_audit(connection: Connection, tenant_id: uuid.UUID) -> list[AuditRecord
         .where(api_key_audit.c.tenant_id == tenant_id)
         .order_by(api_key_audit.c.at, api_key_audit.c.id)
     ).mappings()
-    return [
-        AuditRecord(
-            at=row["at"],
-            tenant_id=row["tenant_id"],
-            key_id=row["key_id"],
-            action=KeyAction(row["action"]),
-            actor=row["actor"],
-            details=row["details"],
-        )
-        for row in rows
-    ]
+    return [dataclass_of_row(AuditRecord, row, action=KeyAction(row["action"])) for row in rows]
 
 
 def _change_key(
