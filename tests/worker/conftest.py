@@ -8,6 +8,7 @@ import asyncio
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -19,9 +20,14 @@ import pytest
 
 from dealbase.db.database import Database
 from dealbase.migrations.runner import upgrade_control
+from dealbase.platform.customers import service as customers
+from dealbase.platform.customers.models import CustomerFields
+from dealbase.platform.webhooks import deliveries
 from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.addresses import AddressPolicy
+from dealbase.platform.webhooks.delivery_models import Delivery
 from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields, WithSecret
+from dealbase.tenancy.scope import Scope
 from dealbase.worker.delivery import DeliveryWorker
 from dealbase.worker.limits import WorkerLimits
 from dealbase.worker.sending import Sender
@@ -265,5 +271,20 @@ def add_endpoint(database: Database, world: TenantWorld, url: str, **fields: Any
     """An endpoint made through the service, its URL taken as checked (the tests' receiver is
     on the loopback, which only the policy of the worker under test may refuse)."""
     fields.setdefault("events", ["*"])
-    with database.unit_of_work(world.tenant.scope.in_department(world.department.id)) as uow:
+    with database.unit_of_work(in_department(world)) as uow:
         return endpoints.create(uow, Checked(WebhookEndpointFields(url=url, **fields)))
+
+
+def in_department(world: TenantWorld) -> Scope:
+    return world.tenant.scope.in_department(world.department.id)
+
+
+def add_customer(database: Database, world: TenantWorld, last_name: str) -> None:
+    with database.unit_of_work(in_department(world)) as uow:
+        customers.create(uow, CustomerFields(last_name=last_name))
+
+
+def deliveries_of(database: Database, world: TenantWorld, endpoint_id: uuid.UUID) -> list[Delivery]:
+    """The endpoint's deliveries, oldest first."""
+    with database.unit_of_work(in_department(world)) as uow:
+        return list(reversed(deliveries.list_page(uow, endpoint_id, 100, None).items))

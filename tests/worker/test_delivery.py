@@ -43,12 +43,16 @@ from dealbase.worker import delivery as worker_delivery
 from dealbase.worker.delivery import DeliveryWorker
 from dealbase.worker.limits import WorkerLimits
 from tests.support import TenantWorld, build_tenant, logs_of, writes_raise
-from tests.worker.conftest import Clock, Receiver, Workers, add_endpoint, until
-
-
-def add_customer(database: Database, world: TenantWorld, last_name: str) -> None:
-    with database.unit_of_work(world.tenant.scope.in_department(world.department.id)) as uow:
-        customers.create(uow, CustomerFields(last_name=last_name))
+from tests.worker.conftest import (
+    Clock,
+    Receiver,
+    Workers,
+    add_customer,
+    add_endpoint,
+    deliveries_of,
+    in_department,
+    until,
+)
 
 
 @dataclass(frozen=True)
@@ -64,8 +68,7 @@ class Scene:
 
     def unit_of_work(self) -> AbstractContextManager[UnitOfWork]:
         """A unit of work in the tenant's department."""
-        world = self.tenant
-        return self.database.unit_of_work(world.tenant.scope.in_department(world.department.id))
+        return self.database.unit_of_work(in_department(self.tenant))
 
     def add_endpoint(self, url: str | None = None, **fields: Any) -> WithSecret:
         """An endpoint of the tenant's, sending to ``url`` (the receiver's unless given)."""
@@ -90,9 +93,7 @@ class Scene:
         return [event_json(event) for event in page.items]
 
     def log(self, endpoint_id: uuid.UUID) -> list[Delivery]:
-        """The endpoint's deliveries, oldest first."""
-        with self.unit_of_work() as uow:
-            return list(reversed(deliveries.list_page(uow, endpoint_id, 100, None).items))
+        return deliveries_of(self.database, self.tenant, endpoint_id)
 
     def endpoint(self, endpoint_id: uuid.UUID) -> WebhookEndpoint:
         with self.unit_of_work() as uow:

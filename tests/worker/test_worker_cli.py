@@ -17,8 +17,14 @@ from dealbase.db.database import Database
 from dealbase.tenancy.control_tables import webhook_wakeups
 from dealbase.worker.limits import WorkerLimits
 from tests.support import DEALBASE, SERVER_START_TIMEOUT_S, TenantWorld, free_port
-from tests.worker.conftest import Clock, Receiver, Workers, add_endpoint
-from tests.worker.test_delivery import add_customer, log_of
+from tests.worker.conftest import (
+    Clock,
+    Receiver,
+    Workers,
+    add_customer,
+    add_endpoint,
+    deliveries_of,
+)
 
 
 def start_worker(
@@ -138,6 +144,6 @@ def test_a_worker_process_killed_mid_delivery_leaves_the_event_to_another_worker
     clock.advance(max(claimed_until, leased_until) - clock())
     workers.run(workers().run_until_idle())
 
-    (delivery,) = log_of(worker_database, tenant, endpoint.id)
+    (delivery,) = deliveries_of(worker_database, tenant, endpoint.id)
     assert delivery.state == "delivered"
     assert receiver.arrived == 2 and len(set(receiver.ids())) == 1
