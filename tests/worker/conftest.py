@@ -10,6 +10,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,14 +20,22 @@ import orjson
 import pytest
 
 from dealbase.db.database import Database
+from dealbase.db.units import UnitOfWork
 from dealbase.migrations.runner import upgrade_control
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
+from dealbase.platform.events import service as events
+from dealbase.platform.events.models import EventFilter, event_json
 from dealbase.platform.webhooks import deliveries
 from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.addresses import AddressPolicy
 from dealbase.platform.webhooks.delivery_models import Delivery
-from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields, WithSecret
+from dealbase.platform.webhooks.models import (
+    Checked,
+    WebhookEndpoint,
+    WebhookEndpointFields,
+    WithSecret,
+)
 from dealbase.tenancy.scope import Scope
 from dealbase.worker.delivery import DeliveryWorker
 from dealbase.worker.limits import WorkerLimits
@@ -288,3 +297,59 @@ def deliveries_of(database: Database, world: TenantWorld, endpoint_id: uuid.UUID
     """The endpoint's deliveries, oldest first."""
     with database.unit_of_work(in_department(world)) as uow:
         return list(reversed(deliveries.list_page(uow, endpoint_id, 100, None).items))
+
+
+@dataclass(frozen=True)
+class Scene:
+    """A tenant of the worker tests' database, the receiver its endpoints send to, and the
+    workers that deliver its events on the clock the test moves."""
+
+    database: Database
+    tenant: TenantWorld
+    receiver: Receiver
+    workers: Workers
+    clock: Clock
+
+    def unit_of_work(self) -> AbstractContextManager[UnitOfWork]:
+        """A unit of work in the tenant's department."""
+        return self.database.unit_of_work(in_department(self.tenant))
+
+    def add_endpoint(self, url: str | None = None, **fields: Any) -> WithSecret:
+        """An endpoint of the tenant's, sending to ``url`` (the receiver's unless given)."""
+        return add_endpoint(self.database, self.tenant, url or self.receiver.url, **fields)
+
+    def add_customer(self, last_name: str) -> None:
+        add_customer(self.database, self.tenant, last_name)
+
+    def deliver(self, worker: DeliveryWorker | None = None) -> None:
+        """Runs ``worker`` (a new one unless given) until it has nothing left to do now."""
+        self.workers.run((worker or self.workers()).run_until_idle())
+
+    def last_names_received(self) -> list[str]:
+        """The last names of the customers whose events the receiver got, in order."""
+        return [
+            orjson.loads(request.body)["data"]["last_name"] for request in self.receiver.requests
+        ]
+
+    def feed(self) -> list[dict[str, object]]:
+        with self.unit_of_work() as uow:
+            page = events.feed(uow, EventFilter(), 100, None)
+        return [event_json(event) for event in page.items]
+
+    def log(self, endpoint_id: uuid.UUID) -> list[Delivery]:
+        return deliveries_of(self.database, self.tenant, endpoint_id)
+
+    def endpoint(self, endpoint_id: uuid.UUID) -> WebhookEndpoint:
+        with self.unit_of_work() as uow:
+            return endpoints.get(uow, endpoint_id)
+
+
+@pytest.fixture
+def scene(
+    worker_database: Database,
+    tenant: TenantWorld,
+    receiver: Receiver,
+    workers: Workers,
+    clock: Clock,
+) -> Scene:
+    return Scene(worker_database, tenant, receiver, workers, clock)

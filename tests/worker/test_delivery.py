@@ -6,9 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import uuid
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -18,97 +15,24 @@ import pytest
 from sqlalchemy import func, text, update
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from dealbase.db.database import Database
 from dealbase.db.transactions import TenantConnection
-from dealbase.db.units import UnitOfWork
 from dealbase.ops import admin
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields, CustomerPatch
-from dealbase.platform.events import service as events
-from dealbase.platform.events.models import EventFilter, event_json
 from dealbase.platform.tables import events as events_table
 from dealbase.platform.tables import webhook_deliveries
 from dealbase.platform.webhooks import deliveries
 from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.addresses import AddressPolicy
-from dealbase.platform.webhooks.delivery_models import Delivery
 from dealbase.platform.webhooks.models import (
     Checked,
-    WebhookEndpoint,
     WebhookEndpointPatch,
-    WithSecret,
 )
 from dealbase.tenancy.control_tables import CONTROL_SCHEMA
 from dealbase.worker import delivery as worker_delivery
-from dealbase.worker.delivery import DeliveryWorker
 from dealbase.worker.limits import WorkerLimits
-from tests.support import TenantWorld, build_tenant, logs_of, writes_raise
-from tests.worker.conftest import (
-    Clock,
-    Receiver,
-    Workers,
-    add_customer,
-    add_endpoint,
-    deliveries_of,
-    in_department,
-    until,
-)
-
-
-@dataclass(frozen=True)
-class Scene:
-    """A tenant of the worker tests' database, the receiver its endpoints send to, and the
-    workers that deliver its events on the clock the test moves."""
-
-    database: Database
-    tenant: TenantWorld
-    receiver: Receiver
-    workers: Workers
-    clock: Clock
-
-    def unit_of_work(self) -> AbstractContextManager[UnitOfWork]:
-        """A unit of work in the tenant's department."""
-        return self.database.unit_of_work(in_department(self.tenant))
-
-    def add_endpoint(self, url: str | None = None, **fields: Any) -> WithSecret:
-        """An endpoint of the tenant's, sending to ``url`` (the receiver's unless given)."""
-        return add_endpoint(self.database, self.tenant, url or self.receiver.url, **fields)
-
-    def add_customer(self, last_name: str) -> None:
-        add_customer(self.database, self.tenant, last_name)
-
-    def deliver(self, worker: DeliveryWorker | None = None) -> None:
-        """Runs ``worker`` (a new one unless given) until it has nothing left to do now."""
-        self.workers.run((worker or self.workers()).run_until_idle())
-
-    def last_names_received(self) -> list[str]:
-        """The last names of the customers whose events the receiver got, in order."""
-        return [
-            orjson.loads(request.body)["data"]["last_name"] for request in self.receiver.requests
-        ]
-
-    def feed(self) -> list[dict[str, object]]:
-        with self.unit_of_work() as uow:
-            page = events.feed(uow, EventFilter(), 100, None)
-        return [event_json(event) for event in page.items]
-
-    def log(self, endpoint_id: uuid.UUID) -> list[Delivery]:
-        return deliveries_of(self.database, self.tenant, endpoint_id)
-
-    def endpoint(self, endpoint_id: uuid.UUID) -> WebhookEndpoint:
-        with self.unit_of_work() as uow:
-            return endpoints.get(uow, endpoint_id)
-
-
-@pytest.fixture
-def scene(
-    worker_database: Database,
-    tenant: TenantWorld,
-    receiver: Receiver,
-    workers: Workers,
-    clock: Clock,
-) -> Scene:
-    return Scene(worker_database, tenant, receiver, workers, clock)
+from tests.support import build_tenant, logs_of, writes_raise
+from tests.worker.conftest import Receiver, Scene, add_customer, add_endpoint, until
 
 
 def test_an_event_arrives_signed_as_standard_webhooks_verifies_it(scene: Scene) -> None:

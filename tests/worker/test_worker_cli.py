@@ -18,12 +18,10 @@ from dealbase.tenancy.control_tables import webhook_wakeups
 from dealbase.worker.limits import WorkerLimits
 from tests.support import DEALBASE, SERVER_START_TIMEOUT_S, TenantWorld, free_port
 from tests.worker.conftest import (
-    Clock,
     Receiver,
-    Workers,
+    Scene,
     add_customer,
     add_endpoint,
-    deliveries_of,
 )
 
 
@@ -110,21 +108,15 @@ def _held_by_the_dead_worker(database: Database, world: TenantWorld) -> tuple[da
 
 
 def test_a_worker_process_killed_mid_delivery_leaves_the_event_to_another_worker(
-    worker_database_url: str,
-    worker_database: Database,
-    tenant: TenantWorld,
-    receiver: Receiver,
-    workers: Workers,
-    clock: Clock,
-    tmp_path: Path,
+    worker_database_url: str, scene: Scene, tmp_path: Path
 ) -> None:
-    endpoint = add_endpoint(worker_database, tenant, receiver.url)
-    answer = receiver.hold()  # the first request is answered only after the kill
+    endpoint = scene.add_endpoint()
+    answer = scene.receiver.hold()  # the first request is answered only after the kill
     doomed, log = start_worker(worker_database_url, tmp_path)
     try:
-        add_customer(worker_database, tenant, "Lovelace")
+        scene.add_customer("Lovelace")
         deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-        while receiver.arrived == 0:
+        while scene.receiver.arrived == 0:
             assert doomed.poll() is None, log.read_text()
             assert time.monotonic() < deadline, f"nothing sent: {log.read_text()}"
             time.sleep(0.02)
@@ -132,18 +124,18 @@ def test_a_worker_process_killed_mid_delivery_leaves_the_event_to_another_worker
         doomed.kill()
         doomed.wait(timeout=10)
         answer.set()
-    claimed_until, leased_until = _held_by_the_dead_worker(worker_database, tenant)
+    claimed_until, leased_until = _held_by_the_dead_worker(scene.database, scene.tenant)
 
     # Until the dead worker's claim and lease lapse, the event is no one else's: the other
     # workers' clock stands at the moment it claimed the tenant (its clock is the real one),
     # however long ago that was...
-    clock.freeze(at=claimed_until - WorkerLimits().claim_lease)
-    workers.run(workers().run_until_idle())
-    assert receiver.arrived == 1
+    scene.clock.freeze(at=claimed_until - WorkerLimits().claim_lease)
+    scene.deliver()
+    assert scene.receiver.arrived == 1
     # ...and once both have lapsed it is delivered by another.
-    clock.advance(max(claimed_until, leased_until) - clock())
-    workers.run(workers().run_until_idle())
+    scene.clock.advance(max(claimed_until, leased_until) - scene.clock())
+    scene.deliver()
 
-    (delivery,) = deliveries_of(worker_database, tenant, endpoint.id)
+    (delivery,) = scene.log(endpoint.id)
     assert delivery.state == "delivered"
-    assert receiver.arrived == 2 and len(set(receiver.ids())) == 1
+    assert scene.receiver.arrived == 2 and len(set(scene.receiver.ids())) == 1
