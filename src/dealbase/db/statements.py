@@ -26,7 +26,6 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
-from functools import cache
 from typing import Any, TypeVar
 
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
@@ -45,17 +44,18 @@ T = TypeVar("T")
 Processor = Callable[[Any], Any]
 
 
-@cache
-def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(field.name for field in fields(cls))
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
-def dataclass_of_row(cls: type[T], row: Mapping[str, Any], **converted: object) -> T:
+def dataclass_of_row(cls: type[T], row: Mapping[Any, Any], **converted: object) -> T:
     """The dataclass ``cls`` of the row's values under its fields' names, but the ``converted``
     fields (a value to convert, or one the row names otherwise)."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        dataclass_type: Any = cls  # a dataclass, which the unbounded T cannot say
+        names = _FIELD_NAMES[cls] = tuple(field.name for field in fields(dataclass_type))
     make: Callable[..., T] = cls
-    values = {name: row[name] for name in _field_names(cls) if name not in converted}
-    return make(**values, **converted)
+    return make(**{name: row[name] for name in names if name not in converted}, **converted)
 
 
 # How SQLAlchemy's compiler marks a schema to be translated at execution time.
