@@ -165,17 +165,12 @@ def test_rebalance_spreads_twenty_new_tenants_over_the_workers(
     first, *others = workers(citus_url)
     before = _schemas_per_worker(citus_url)
     with psycopg.connect(citus_url, autocommit=True) as connection:
-        # New schemas go to the first worker only. The background rebalancer looks for its
-        # next task every 5 s and moves one tenant a node at a time by default, which would
-        # make the ten moves a minute long.
+        # New schemas go to the first worker only.
         for node in others:
             connection.execute(
                 "SELECT citus_set_node_property(%s, %s, 'shouldhaveshards', false)",
                 (node.host, node.port),
             )
-        for setting, value in REBALANCER_PACE.items():
-            connection.execute(f"ALTER SYSTEM SET {setting} = '{value}'")
-        connection.execute("SELECT pg_reload_conf()")
         try:
             # Four at a time: most of a creation is its DDL's round trips to the nodes.
             with ThreadPoolExecutor(max_workers=4) as pool:
@@ -196,6 +191,12 @@ def test_rebalance_spreads_twenty_new_tenants_over_the_workers(
         assert {tenant_node(citus_url, tenant.schema) for tenant in tenants} == {first}
         assert _schemas_per_worker(citus_url)[first.port] == before[first.port] + NEW_TENANTS
         try:
+            # The background rebalancer looks for its next task every 5 s and moves one tenant
+            # a node at a time by default, which would make the moves a minute long. Set for
+            # the rebalance only, and reset whatever happens: the settings are the server's.
+            for setting, value in REBALANCER_PACE.items():
+                connection.execute(f"ALTER SYSTEM SET {setting} = '{value}'")
+            connection.execute("SELECT pg_reload_conf()")
             # Writes wait while their tenant moves (no load here; a move under load: above).
             rebalanced = run_on_cluster("tenant", "rebalance", "--mode", "block_writes", "--json")
         finally:
