@@ -11,6 +11,8 @@ from typing import Any
 
 import orjson
 from sqlalchemy import (
+    CTE,
+    BindParameter,
     ColumnElement,
     Integer,
     Select,
@@ -75,9 +77,58 @@ def _create_statement(as_json: bool) -> Select[Any]:
     wrote before go with it; ``create_failure`` says what such a failure means."""
     department_id = bindparam("department_id", type_=deals.c.department_id.type)
     deal_id = bindparam("id", type_=deals.c.id.type)
+    new_deal = _new_deal(department_id, deal_id)
+    given = _given_customers()
+    shown_customers = _shown_customers(_new_customers(given, new_deal), given)
+    # Read from the inserted customers (inserted after the deal, whose department they read),
+    # not from the request: Citus runs each of a statement's data-modifying CTEs as a statement
+    # of its own, in the order they depend on each other, and the links' foreign keys look for
+    # rows that went in before. From ``shown_customers``, which joined them to their positions
+    # already: one join fewer for PostgreSQL to make.
+    new_links = (
+        insert(deal_customers)
+        .from_select(
+            ["deal_id", "customer_id", "position"],
+            select(deal_id, shown_customers.c.id, shown_customers.c.position),
+        )
+        .cte("new_links")
+    )
+    shown_deal = _shown_deal(new_deal, shown_customers)
+    recorded, wakes = _recorded_events(shown_customers, shown_deal, department_id)
+    answer = _answer(shown_deal, shown_customers, wakes, as_json=as_json)
+    return built_once(answer.add_cte(new_links, recorded))
+
+
+def _answer(
+    shown_deal: CTE, shown_customers: CTE, wakes: ColumnElement[bool], *, as_json: bool
+) -> Select[Any]:
+    """The create's rows (``_create_statement``), whether the worker is to be woken last."""
+    if as_json:
+        return select(
+            shown_deal.c.id,
+            shown_deal.c.version,
+            cast(shown_deal.c.shown, Text).label("shown"),
+            wakes.label("wakes"),
+        )
+    return (
+        select(
+            *(shown_deal.c[name] for name in _DEAL_COLUMNS),
+            *(
+                shown_customers.c[name].label(label)
+                for name, label in zip(_CUSTOMER_COLUMNS, _CUSTOMER_LABELS, strict=True)
+            ),
+            wakes.label("wakes"),
+        )
+        .select_from(shown_deal.outerjoin(shown_customers, true()))
+        .order_by(shown_customers.c.position)
+    )
+
+
+def _new_deal(department_id: BindParameter[Any], deal_id: BindParameter[Any]) -> CTE:
+    """The deal's insert, in its department's first step, returning its row."""
     # Looked up as Citus plans it (``rows.lookup``).
     first_step = lookup(first_step_query(), "first_step")
-    new_deal = (
+    return (
         insert_reading(
             deals,
             {
@@ -93,6 +144,11 @@ def _create_statement(as_json: bool) -> Select[Any]:
         .returning(*deals.c)
         .cte("new_deal")
     )
+
+
+def _given_customers() -> CTE:
+    """The customers as the JSON parameter ``customers`` gives them: their columns, each one's
+    position and its event's id."""
     given_rows = (
         func.json_to_recordset(cast(bindparam("customers", type_=Text), JSON))
         .table_valued(
@@ -102,9 +158,13 @@ def _create_statement(as_json: bool) -> Select[Any]:
         )
         .render_derived(name="given_rows", with_types=True)
     )
-    given = select(given_rows).cte("given")
-    # Their department read from the deal's row: the customers go in after the deal.
-    new_customers = (
+    return select(given_rows).cte("given")
+
+
+def _new_customers(given: CTE, new_deal: CTE) -> CTE:
+    """The customers' insert, their department read from the deal's row: the customers go in
+    after the deal."""
+    return (
         insert(customers)
         .from_select(
             [*_NEW_CUSTOMER_COLUMNS, "department_id", "created_at", "updated_at"],
@@ -118,8 +178,12 @@ def _create_statement(as_json: bool) -> Select[Any]:
         .returning(*customers.c)
         .cte("new_customers")
     )
-    # With each one's JSON, made once.
-    shown_customers = (
+
+
+def _shown_customers(new_customers: CTE, given: CTE) -> CTE:
+    """The inserted customers with their positions, their events' ids and their JSON, made
+    once."""
+    return (
         select(
             new_customers,
             given.c.position,
@@ -129,19 +193,10 @@ def _create_statement(as_json: bool) -> Select[Any]:
         .join_from(new_customers, given, given.c.id == new_customers.c.id)
         .cte("shown_customers")
     )
-    # Read from the inserted customers (inserted after the deal, whose department they read),
-    # not from the request: Citus runs each of a statement's data-modifying CTEs as a statement
-    # of its own, in the order they depend on each other, and the links' foreign keys look for
-    # rows that went in before. From ``shown_customers``, which joined them to their positions
-    # already: one join fewer for PostgreSQL to make.
-    new_links = (
-        insert(deal_customers)
-        .from_select(
-            ["deal_id", "customer_id", "position"],
-            select(deal_id, shown_customers.c.id, shown_customers.c.position),
-        )
-        .cte("new_links")
-    )
+
+
+def _shown_deal(new_deal: CTE, shown_customers: CTE) -> CTE:
+    """The inserted deal with its JSON (``shown``), its customers' in link order within."""
     listed = select(
         func.coalesce(
             func.json_agg(aggregate_order_by(shown_customers.c.shown, shown_customers.c.position)),
@@ -149,10 +204,17 @@ def _create_statement(as_json: bool) -> Select[Any]:
         )
     ).scalar_subquery()
     columns = {column_.name: column_ for column_ in new_deal.c}
-    shown_deal = select(new_deal, _new_deal_json(columns, listed).label("shown")).cte("shown_deal")
+    return select(new_deal, _new_deal_json(columns, listed).label("shown")).cte("shown_deal")
+
+
+def _recorded_events(
+    shown_customers: CTE, shown_deal: CTE, department_id: BindParameter[Any]
+) -> tuple[CTE, ColumnElement[bool]]:
+    """Each customer's ``customer.created``, then the deal's ``deal.created``, their data the
+    JSON shown; and whether the worker is to be woken (``recorded_rows``)."""
     no_fields = cast(null(), ARRAY(Text)).label("changed_fields")
     no_previous = cast(null(), JSON).label("previous")
-    recorded, wakes = recorded_rows(
+    return recorded_rows(
         union_all(
             select(
                 shown_customers.c.event_id.label("id"),
@@ -173,28 +235,6 @@ def _create_statement(as_json: bool) -> Select[Any]:
         ),
         department_id,
     )
-    statement: Select[Any]
-    if as_json:
-        statement = select(
-            shown_deal.c.id,
-            shown_deal.c.version,
-            cast(shown_deal.c.shown, Text).label("shown"),
-            wakes.label("wakes"),
-        )
-    else:
-        statement = (
-            select(
-                *(shown_deal.c[name] for name in _DEAL_COLUMNS),
-                *(
-                    shown_customers.c[name].label(label)
-                    for name, label in zip(_CUSTOMER_COLUMNS, _CUSTOMER_LABELS, strict=True)
-                ),
-                wakes.label("wakes"),
-            )
-            .select_from(shown_deal.outerjoin(shown_customers, true()))
-            .order_by(shown_customers.c.position)
-        )
-    return built_once(statement.add_cte(new_links, recorded))
 
 
 def _new_deal_json(
@@ -255,34 +295,7 @@ def _routed(count: int, as_json: bool) -> _Routed:
         }
         for index in range(count)
     ]
-    shown = [
-        CUSTOMER.json_of_values({**values, "created_at": func.now(), "updated_at": func.now()})
-        for values in given
-    ]
-    deal_shown = _new_deal_json(
-        {
-            **_DEAL_VALUES,
-            "employee_id": cast(null(), deals.c.employee_id.type),
-            "created_at": func.now(),
-            "updated_at": func.now(),
-        },
-        func.json_build_array(*shown) if shown else literal_column("'[]'::json"),
-    )
-    events_inserted: ReturningInsert[Any] | Insert = recorded_together(
-        [
-            *(
-                (
-                    "customer.created",
-                    bindparam(_customer_parameter(index, "event_id"), type_=UUID(as_uuid=True)),
-                    data,
-                )
-                for index, data in enumerate(shown)
-            ),
-            ("deal.created", bindparam("event_id", type_=UUID(as_uuid=True)), deal_shown),
-        ]
-    )
-    if as_json:
-        events_inserted = events_inserted.returning(cast(events.c.data, Text))
+    events_inserted = _routed_events(given, as_json=as_json)
     if not given:
         return _Routed(None, None, built_once(events_inserted))
     customers_inserted: ReturningInsert[Any] | Insert = insert(customers).values(
@@ -309,6 +322,43 @@ def _routed(count: int, as_json: bool) -> _Routed:
         ]
     )
     return _Routed(built_once(customers_inserted), built_once(links), built_once(events_inserted))
+
+
+def _routed_events(
+    given: list[dict[str, BindParameter[Any]]], *, as_json: bool
+) -> ReturningInsert[Any] | Insert:
+    """The events' insert of ``_routed``: each customer's ``customer.created``, then the
+    deal's ``deal.created``, their data made of the values given (with ``as_json`` returning
+    it as JSON text)."""
+    shown = [
+        CUSTOMER.json_of_values({**values, "created_at": func.now(), "updated_at": func.now()})
+        for values in given
+    ]
+    deal_shown = _new_deal_json(
+        {
+            **_DEAL_VALUES,
+            "employee_id": cast(null(), deals.c.employee_id.type),
+            "created_at": func.now(),
+            "updated_at": func.now(),
+        },
+        func.json_build_array(*shown) if shown else literal_column("'[]'::json"),
+    )
+    inserted = recorded_together(
+        [
+            *(
+                (
+                    "customer.created",
+                    bindparam(_customer_parameter(index, "event_id"), type_=UUID(as_uuid=True)),
+                    data,
+                )
+                for index, data in enumerate(shown)
+            ),
+            ("deal.created", bindparam("event_id", type_=UUID(as_uuid=True)), deal_shown),
+        ]
+    )
+    if as_json:
+        return inserted.returning(cast(events.c.data, Text))
+    return inserted
 
 
 @dataclass(frozen=True, slots=True)
