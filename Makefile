@@ -80,6 +80,13 @@ BOUNCED_TESTS = tests/rest_api tests/graphql_api tests/db/test_isolation_fuzz.py
 PYTEST_BOUNCED = DEALBASE_TEST_THROUGH_PGBOUNCER=1 $(PYTEST_PARALLEL) $(BOUNCED_TESTS) \
 	&& DEALBASE_TEST_THROUGH_PGBOUNCER=1 $(PYTEST_SERIAL) $(BOUNCED_TESTS)
 BOUNCED_LOG := .pytest-through-pgbouncer.log
+# The serial pass as two processes side by side: the tests on the Citus cluster and the others
+# share no PostgreSQL server (tests/conftest.py, --serial-tier); the first's output follows.
+CITUS_SERIAL_LOG := .pytest-serial-citus.log
+SERIAL_PASS = { $(PYTEST_SERIAL) --serial-tier citus tests > $(CITUS_SERIAL_LOG) 2>&1 & on_citus=$$!; \
+	$(PYTEST_SERIAL) --serial-tier server tests; on_server=$$?; wait $$on_citus; citus=$$?; \
+	echo "pytest: the serial tests on the Citus cluster (beside the others)"; cat $(CITUS_SERIAL_LOG); \
+	[ $$on_server -eq 0 ] && [ $$citus -eq 0 ]; }
 
 pytest: export PYTHONDONTWRITEBYTECODE =
 pytest: install
@@ -89,12 +96,12 @@ pytest: install
 	  (export DEALBASE_TEST_DATABASE_URL="$$DEALBASE_TEST_BOUNCED_DATABASE_URL" \
 	    DEALBASE_TEST_PGBOUNCER_URL="$$DEALBASE_TEST_BOUNCED_PGBOUNCER_URL"; $(PYTEST_BOUNCED)) \
 	    > $(BOUNCED_LOG) 2>&1 & bounced=$$!; \
-	  $(PYTEST_SERIAL) tests; serial=$$?; \
+	  $(SERIAL_PASS); serial=$$?; \
 	  wait $$bounced; through=$$?; \
 	  echo "pytest: through pgbouncer (beside the serial tests)"; cat $(BOUNCED_LOG); \
 	  exit $$(( serial || through )); \
 	fi; \
-	$(PYTEST_SERIAL) tests || exit; \
+	$(SERIAL_PASS) || exit; \
 	if [ -n "$$DEALBASE_TEST_PGBOUNCER_URL" ]; then \
 	  echo "pytest: the REST and GraphQL tests and the isolation fuzz again, through pgbouncer"; \
 	  $(PYTEST_BOUNCED); \

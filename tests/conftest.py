@@ -24,6 +24,35 @@ from tests.support import (
 EMBEDDED_POSTGRES_DIR = Path(__file__).resolve().parents[1] / ".dealbase" / "tests"
 
 
+# The serial pass runs as two processes side by side (Makefile): the tests on the Citus cluster
+# and the others. They share no PostgreSQL server, so each still has its servers alone.
+SERIAL_TIERS = {"citus": True, "server": False}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--serial-tier",
+        choices=sorted(SERIAL_TIERS),
+        help="run only the tests on the Citus cluster (citus) or only the others (server)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tier = config.getoption("--serial-tier")
+    if tier is None:
+        return
+    on_citus = SERIAL_TIERS[tier]
+    kept = [item for item in items if _on_citus(item) == on_citus]
+    deselected = [item for item in items if _on_citus(item) != on_citus]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+
+
+def _on_citus(item: pytest.Item) -> bool:
+    return isinstance(item, pytest.Function) and "citus_url" in item.fixturenames
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> str:
     return server_url(EMBEDDED_POSTGRES_DIR)
