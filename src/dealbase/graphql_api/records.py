@@ -29,7 +29,6 @@ from dealbase.platform.records import SyncedRecord
 from dealbase.platform.validation import validated
 
 Item = TypeVar("Item", bound=Owned)
-Node = TypeVar("Node")
 Filters = TypeVar("Filters", bound=BaseModel)
 
 _UPSERT = (
@@ -54,7 +53,7 @@ class GraphQLRecord:
     plural: str  # "customers"
     service: SyncedRecord[Any, Any, Any]  # its descriptor: update, delete, upsert, batch
     create: Callable[[UnitOfWork, Any], Any]  # its service's create
-    graphql_type: type  # Customer: what create and update answer (by its ``of``)
+    graphql_type: type  # Customer: what create and update answer
     answers: SyncAnswers[Any]  # what upsert and batch answer
     create_input: type  # CustomerInput
     create_fields: type[BaseModel]  # CustomerFields: what the create input is validated as
@@ -86,9 +85,8 @@ class RecordListing(Generic[Item, Filters]):
         filter_input: object | None,
         first: int,
         after: str | None,
-        to_node: Callable[[Item], Node],
         order_by: dict[str, Any] | None = None,
-    ) -> Connection[Node]:
+    ) -> Connection[Item]:
         scope, filters = await listed(info.context, self.filter_model, filter_input, order_by or {})
         page = await info.context.run(
             lambda uow: self.record.list_page(uow, filters, first, after), scope
@@ -97,7 +95,7 @@ class RecordListing(Generic[Item, Filters]):
         async def count() -> int:
             return await info.context.run(lambda uow: self.record.count(uow, filters), scope)
 
-        return connection(page, to_node, count)
+        return connection(page, count)
 
 
 @dataclass(frozen=True)
@@ -113,16 +111,15 @@ class RecordMutations:
 
 def record_mutations(record: GraphQLRecord) -> RecordMutations:
     service = record.service
-    shown = record.graphql_type.of  # type: ignore[attr-defined]
 
     async def create(info: GraphQLInfo, input: Any, department_id: uuid.UUID | None = None) -> Any:
         scope = await info.context.scope_in(department_id)
         fields = validated(record.create_fields, record.create_fields_of(input))
-        return shown(await info.context.write(lambda uow: record.create(uow, fields), scope))
+        return await info.context.write(lambda uow: record.create(uow, fields), scope)
 
     async def update(info: GraphQLInfo, id: uuid.UUID, changes: Any) -> Any:
         patch = validated(record.patch, fields_of(changes))
-        return shown(await info.context.write(lambda uow: service.update(uow, id, patch)))
+        return await info.context.write(lambda uow: service.update(uow, id, patch))
 
     async def delete(info: GraphQLInfo, id: uuid.UUID) -> uuid.UUID:
         await info.context.write(lambda uow: service.delete(uow, id))

@@ -22,7 +22,8 @@ from strawberry.scalars import JSON
 from dealbase.db.units import UnitOfWork
 from dealbase.errors import Invalid
 from dealbase.graphql_api.context import GraphQLContext
-from dealbase.graphql_api.types import GraphQLInfo, PipelineStep
+from dealbase.graphql_api.pipeline import PipelineStep
+from dealbase.graphql_api.types import GraphQLInfo
 from dealbase.platform.events import service as events
 from dealbase.platform.events.models import Event
 from dealbase.platform.live.hub import (
@@ -35,6 +36,7 @@ from dealbase.platform.live.hub import (
     Subscriber,
     resource_of,
 )
+from dealbase.platform.pipeline.models import StepTotals
 from dealbase.platform.validation import department_of
 from dealbase.tenancy.scope import Scope
 
@@ -165,14 +167,14 @@ class PipelineBoardUpdate:
         description="The board includes at least the changes up to this cursor."
     )
     department_id: uuid.UUID
-    steps: list[PipelineStep]
+    steps: list[StepTotals] = strawberry.field(graphql_type=list[PipelineStep])
 
     @classmethod
     def of(cls, department_id: uuid.UUID, board: BoardUpdate) -> PipelineBoardUpdate:
         return cls(
             cursor=events.cursor_at(board.position, ALL_TYPES),
             department_id=department_id,
-            steps=[PipelineStep.of(step) for step in board.steps],
+            steps=board.steps,
         )
 
 

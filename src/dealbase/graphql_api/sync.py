@@ -4,7 +4,7 @@ operation that failed, in the shape the rest of the schema gives errors (``graph
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Generic, TypeVar
@@ -13,7 +13,6 @@ import strawberry
 
 from dealbase.errors import BatchRejected, DomainError, FieldError, Invalid
 from dealbase.graphql_api.errors import field_errors_of, message_of
-from dealbase.graphql_api.types import Activity, Customer, Deal
 from dealbase.platform.batches.models import Result
 
 
@@ -95,7 +94,6 @@ class SyncAnswers(Generic[Model]):
     ``<Name>BatchItem`` and ``<Name>BatchResult``."""
 
     field: str  # "customer": the field that holds the record
-    shown: Callable[[Model], Any]  # the record as its GraphQL type
     upsert_type: type
     item_type: type
     batch_type: type
@@ -103,7 +101,7 @@ class SyncAnswers(Generic[Model]):
     def upsert(self, result: Result[Model]) -> Any:
         assert result.record is not None, "a successful upsert has its record"
         return self.upsert_type(
-            **{self.field: self.shown(result.record), "outcome": WriteOutcome(result.outcome)}
+            **{self.field: result.record, "outcome": WriteOutcome(result.outcome)}
         )
 
     def batch(self, results: Sequence[Result[Model]]) -> Any:
@@ -112,18 +110,16 @@ class SyncAnswers(Generic[Model]):
                 index=index,
                 outcome=OperationOutcome(result.outcome),
                 error=None if result.error is None else OperationError.of(result.error),
-                **{self.field: None if result.record is None else self.shown(result.record)},
+                **{self.field: result.record},
             )
             for index, result in enumerate(results)
         ]
         return self.batch_type(results=items, summary=BatchSummary.of(results))
 
 
-def sync_answers(
-    name: str, plural: str, graphql_type: type, shown: Callable[[Model], Any]
-) -> SyncAnswers[Model]:
-    """The answers of the mutations upsert<Name> and batch<Plural>, the record shown as
-    ``graphql_type`` (by ``shown``) under the field named like the type (``customer``)."""
+def sync_answers(name: str, plural: str, graphql_type: type) -> SyncAnswers[Any]:
+    """The answers of the mutations upsert<Name> and batch<Plural>, the record (its read model)
+    shown as ``graphql_type`` under the field named like the type (``customer``)."""
     field = name[0].lower() + name[1:]
     upsert = strawberry.type(
         type(
@@ -162,12 +158,7 @@ def sync_answers(
         ),
         description=f"What batch{plural} did.",
     )
-    return SyncAnswers(field, shown, upsert, item, batch)
-
-
-CUSTOMER_ANSWERS = sync_answers("Customer", "Customers", Customer, Customer.of)
-DEAL_ANSWERS = sync_answers("Deal", "Deals", Deal, Deal.of)
-ACTIVITY_ANSWERS = sync_answers("Activity", "Activities", Activity, Activity.of)
+    return SyncAnswers(field, upsert, item, batch)
 
 
 # A batch whose operations carry their data in a field named after their op (batchDeals:
