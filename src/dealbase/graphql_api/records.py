@@ -110,6 +110,13 @@ class RecordMutations:
 
 
 def record_mutations(record: GraphQLRecord) -> RecordMutations:
+    create, update, delete = _edits(record)
+    upsert, batch = _syncs(record)
+    return RecordMutations(create=create, update=update, delete=delete, upsert=upsert, batch=batch)
+
+
+def _edits(record: GraphQLRecord) -> tuple[Any, Any, Any]:
+    """create<Name>, update<Name> and delete<Name>."""
     service = record.service
 
     async def create(info: GraphQLInfo, input: Any, department_id: uuid.UUID | None = None) -> Any:
@@ -124,6 +131,30 @@ def record_mutations(record: GraphQLRecord) -> RecordMutations:
     async def delete(info: GraphQLInfo, id: uuid.UUID) -> uuid.UUID:
         await info.context.write(lambda uow: service.delete(uow, id))
         return id
+
+    create.__annotations__ = {
+        "info": GraphQLInfo,
+        "input": record.create_input,
+        "department_id": uuid.UUID | None,
+        "return": record.graphql_type,
+    }
+    update.__annotations__ = {
+        "info": GraphQLInfo,
+        "id": uuid.UUID,
+        "changes": record.changes_input,
+        "return": record.graphql_type,
+    }
+    delete.__annotations__ = {"info": GraphQLInfo, "id": uuid.UUID, "return": uuid.UUID}
+    return (
+        strawberry.mutation(resolver=create),
+        strawberry.mutation(resolver=update),
+        strawberry.mutation(resolver=delete),
+    )
+
+
+def _syncs(record: GraphQLRecord) -> tuple[Any, Any]:
+    """upsert<Name> and batch<Plural>."""
+    service = record.service
 
     async def upsert(
         info: GraphQLInfo, external_id: str, input: Any, department_id: uuid.UUID | None = None
@@ -155,40 +186,23 @@ def record_mutations(record: GraphQLRecord) -> RecordMutations:
             raise rejection_named(rejected, names) from None
         return record.answers.batch(results_named(results, names))
 
-    department = uuid.UUID | None
-    create.__annotations__ = {
-        "info": GraphQLInfo,
-        "input": record.create_input,
-        "department_id": department,
-        "return": record.graphql_type,
-    }
-    update.__annotations__ = {
-        "info": GraphQLInfo,
-        "id": uuid.UUID,
-        "changes": record.changes_input,
-        "return": record.graphql_type,
-    }
-    delete.__annotations__ = {"info": GraphQLInfo, "id": uuid.UUID, "return": uuid.UUID}
     upsert.__annotations__ = {
         "info": GraphQLInfo,
         "external_id": str,
         "input": record.upsert_input,
-        "department_id": department,
+        "department_id": uuid.UUID | None,
         "return": record.answers.upsert_type,
     }
     batch.__annotations__ = {
         "info": GraphQLInfo,
         "operations": list[record.operation_input],  # type: ignore[name-defined]
         "atomic": bool,
-        "department_id": department,
+        "department_id": uuid.UUID | None,
         "return": record.answers.batch_type,
     }
-    return RecordMutations(
-        create=strawberry.mutation(resolver=create),
-        update=strawberry.mutation(resolver=update),
-        delete=strawberry.mutation(resolver=delete),
-        upsert=strawberry.mutation(resolver=upsert, description=_UPSERT.format(record=record.noun)),
-        batch=strawberry.mutation(
+    return (
+        strawberry.mutation(resolver=upsert, description=_UPSERT.format(record=record.noun)),
+        strawberry.mutation(
             resolver=batch,
             description=_BATCH.format(records=record.plural) + record.batch_description,
         ),
