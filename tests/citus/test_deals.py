@@ -13,7 +13,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from sqlalchemy import Text, cast, delete, func, select
+from sqlalchemy import Text, cast, delete, select
 
 from dealbase.db import transactions
 from dealbase.db.database import Database
@@ -23,15 +23,15 @@ from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.deals import service as deals
 from dealbase.platform.deals.models import DealCreate, DealUpsert
 from dealbase.platform.resources import customer_json, deal_json
-from dealbase.platform.tables import customers as customers_table
-from dealbase.platform.tables import deal_customers, events, steps
 from dealbase.platform.tables import deals as deals_table
+from dealbase.platform.tables import events, steps
 from dealbase.platform.validation import validated
 from dealbase.platform.webhooks import service as endpoints
 from dealbase.platform.webhooks.models import Checked, WebhookEndpointFields
 from dealbase.tenancy.scope import Scope
 from tests.citus.conftest import forget_wakeups, wakeups
 from tests.citus.plans import assert_routed_whole, statements_sent
+from tests.platform.deals.test_create import DEAL_CREATES, rows_written
 from tests.platform.test_resources import EVERY_FIELD
 from tests.support import TenantWorld, build_tenant
 
@@ -74,14 +74,6 @@ def _events(database: Database, world: TenantWorld) -> list[tuple[str, str]]:
         return [(row[0], row[1]) for row in rows]
 
 
-def _counts(database: Database, world: TenantWorld) -> tuple[int, ...]:
-    with database.unit_of_work(world.tenant.scope) as uow:
-        return tuple(
-            uow.connection.execute(select(func.count()).select_from(table)).scalar_one()
-            for table in (deals_table, customers_table, deal_customers, events)
-        )
-
-
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _MOMENT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
 
@@ -97,27 +89,7 @@ def _masked(texts: list[str]) -> list[str]:
     return [_MOMENT.sub(named("moment"), _UUID.sub(named("id"), text)) for text in texts]
 
 
-@pytest.mark.parametrize(
-    ("given", "fields"),
-    [
-        ([], {}),
-        ([{"last_name": "Only"}], {"volume": 0}),
-        (
-            [
-                EVERY_FIELD,
-                {"last_name": "Second"},
-                {"last_name": "Third", "birthday": "2000-02-29"},
-            ],
-            {
-                "volume": 2**62,
-                "external_id": "order-1",
-                "deal_origin": "fair",
-                "note": 'a "note"\n\\',
-            },
-        ),
-    ],
-    ids=["no customers", "one customer", "three customers, every field"],
-)
+@DEAL_CREATES
 def test_a_create_answers_and_records_what_the_single_server_does(
     on: Callable[[str], tuple[Database, TenantWorld]],
     given: list[dict[str, Any]],
@@ -167,7 +139,7 @@ def _failure(database: Database, world: TenantWorld, taken: str) -> DomainError:
         if taken == "no step":
             uow.connection.execute(delete(deals_table))
             uow.connection.execute(delete(steps))
-    before = _counts(database, world)
+    before = rows_written(database, world)
     fields = _deal(
         [
             {"last_name": "New"},
@@ -180,7 +152,7 @@ def _failure(database: Database, world: TenantWorld, taken: str) -> DomainError:
     )
     with pytest.raises(DomainError) as raised, database.unit_of_work(scope) as uow:
         deals.create_later_as_json(uow, fields)
-    assert _counts(database, world) == before, "the failed create wrote something"
+    assert rows_written(database, world) == before, "the failed create wrote something"
     return raised.value
 
 

@@ -26,31 +26,8 @@ from dealbase.platform.validation import validated
 from tests.platform.test_resources import EVERY_FIELD
 from tests.support import TenantWorld, wait_until_a_transaction_waits_for_a_lock
 
-
-def _deal(customers_given: list[dict[str, Any]], **fields: Any) -> DealCreate:
-    return validated(
-        DealCreate, {"name": "Engine 'ünïcødé'", **fields, "customers": customers_given}
-    )
-
-
-def _events(database: Database, world: TenantWorld) -> list[tuple[str, Any]]:
-    """The tenant's events in the order they are numbered: (type, data)."""
-    with database.unit_of_work(world.tenant.scope) as uow:
-        rows = uow.connection.execute(
-            select(events.c.type, events.c.data).order_by(events.c.sequence, events.c.id)
-        )
-        return [(row[0], row[1]) for row in rows]
-
-
-def _counts(database: Database, world: TenantWorld) -> tuple[int, ...]:
-    with database.unit_of_work(world.tenant.scope) as uow:
-        return tuple(
-            uow.connection.execute(select(func.count()).select_from(table)).scalar_one()
-            for table in (deals_table, customers_table, deal_customers, events)
-        )
-
-
-@pytest.mark.parametrize(
+# Creates of each kind: no customers, one, and three with every field and quoting to keep.
+DEAL_CREATES = pytest.mark.parametrize(
     ("given", "fields"),
     [
         ([], {}),
@@ -71,6 +48,33 @@ def _counts(database: Database, world: TenantWorld) -> tuple[int, ...]:
     ],
     ids=["no customers", "one customer", "three customers, every field"],
 )
+
+
+def _deal(customers_given: list[dict[str, Any]], **fields: Any) -> DealCreate:
+    return validated(
+        DealCreate, {"name": "Engine 'ünïcødé'", **fields, "customers": customers_given}
+    )
+
+
+def _events(database: Database, world: TenantWorld) -> list[tuple[str, Any]]:
+    """The tenant's events in the order they are numbered: (type, data)."""
+    with database.unit_of_work(world.tenant.scope) as uow:
+        rows = uow.connection.execute(
+            select(events.c.type, events.c.data).order_by(events.c.sequence, events.c.id)
+        )
+        return [(row[0], row[1]) for row in rows]
+
+
+def rows_written(database: Database, world: TenantWorld) -> tuple[int, ...]:
+    """How many deals, customers, links and events the tenant holds."""
+    with database.unit_of_work(world.tenant.scope) as uow:
+        return tuple(
+            uow.connection.execute(select(func.count()).select_from(table)).scalar_one()
+            for table in (deals_table, customers_table, deal_customers, events)
+        )
+
+
+@DEAL_CREATES
 def test_a_create_made_by_postgresql_is_the_deal_as_the_api_shows_it_with_its_events(
     database: Database,
     make_tenant: Callable[..., TenantWorld],
@@ -119,7 +123,7 @@ def test_a_taken_external_id_writes_nothing_and_names_the_deal_first(
     scope = world.tenant.scope.in_department(world.department.id)
     with database.unit_of_work(scope) as uow:
         deals.create(uow, _deal([{"last_name": "Kept", "external_id": "crm-1"}], external_id="o-1"))
-    before = _counts(database, world)
+    before = rows_written(database, world)
     deal_id = None if taken == "a customer's" else "o-1"
     customer_id = None if taken == "the deal's" else "crm-1"
     fields = _deal(
@@ -138,7 +142,7 @@ def test_a_taken_external_id_writes_nothing_and_names_the_deal_first(
         create()
 
     assert ("Another deal" in str(raised.value)) is (taken != "a customer's")
-    assert _counts(database, world) == before
+    assert rows_written(database, world) == before
 
 
 def test_a_department_without_steps_is_a_conflict_that_writes_nothing(
@@ -148,12 +152,12 @@ def test_a_department_without_steps_is_a_conflict_that_writes_nothing(
     scope = world.tenant.scope.in_department(world.department.id)
     with database.unit_of_work(scope) as uow:
         uow.connection.execute(delete(steps))
-    before = _counts(database, world)
+    before = rows_written(database, world)
 
     with pytest.raises(Conflict, match="no pipeline steps"), database.unit_of_work(scope) as uow:
         deals.create_later_as_json(uow, _deal([{"last_name": "A"}]))
 
-    assert _counts(database, world) == before
+    assert rows_written(database, world) == before
 
 
 def test_a_create_that_meets_an_uncommitted_one_of_the_same_external_id_waits_and_is_refused(
@@ -182,7 +186,7 @@ def test_a_create_that_meets_an_uncommitted_one_of_the_same_external_id_waits_an
         with pytest.raises(ExternalIdTaken):
             refused.result(timeout=30)
     # The first's deal alone: the second wrote neither its deal nor its customer.
-    assert _counts(database, world)[:3] == (1, 0, 0)
+    assert rows_written(database, world)[:3] == (1, 0, 0)
 
 
 def test_a_customer_create_beside_it_keeps_its_own_event(
