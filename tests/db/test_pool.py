@@ -9,6 +9,7 @@ import functools
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from time import monotonic
 from typing import Any, Literal
 
@@ -17,7 +18,7 @@ import pytest
 from psycopg_pool import PoolClosed, PoolTimeout
 
 from dealbase.db.database import libpq_url
-from dealbase.db.pool import ConnectionTenants, TenantAffinePool
+from dealbase.db.pool import ConnectionTenants, PoolSettings, TenantAffinePool
 
 Connection = psycopg.AsyncConnection[Any]
 
@@ -36,11 +37,13 @@ def _pool(
 ) -> TenantAffinePool:
     pool = TenantAffinePool(
         libpq_url(database_url),
-        tenants=tenants or ConnectionTenants(None),
-        max_size=max_size,
-        timeout=timeout,
-        max_lifetime=max_lifetime,
-        kwargs={"autocommit": True, **settings},
+        PoolSettings(
+            tenants=tenants or ConnectionTenants(None),
+            max_size=max_size,
+            timeout=timeout,
+            max_lifetime=max_lifetime,
+            kwargs={"autocommit": True, **settings},
+        ),
         name="test",
     )
     pool.open()
@@ -135,7 +138,9 @@ async def test_a_caller_queued_past_the_pools_timeout_gets_pool_timeout_and_leav
 ) -> None:
     async with _opened_pool(database_url, max_size=1) as pool:
         held = await pool.take(None)  # opened within the usual timeout: a busy machine
-        pool.timeout = 0.01  # then the next caller's wait, for a connection never given back
+        pool.settings = replace(
+            pool.settings, timeout=0.01
+        )  # then the next caller's wait, for a connection never given back
         with pytest.raises(PoolTimeout):
             await pool.take(None)
         stats = pool.stats()
@@ -237,14 +242,16 @@ async def test_a_connection_that_fails_to_open_raises_to_its_caller_and_frees_it
     database_url: str,
 ) -> None:
     pool = _pool(database_url, max_size=1)
-    settings = pool.kwargs
-    pool.kwargs = {**settings, "dbname": f"no_such_database_{uuid.uuid4().hex}"}
+    settings = pool.settings
+    pool.settings = replace(
+        settings, kwargs={**settings.kwargs, "dbname": f"no_such_database_{uuid.uuid4().hex}"}
+    )
     try:
         with pytest.raises(psycopg.OperationalError) as refused:
             await pool.take(None)
         assert not isinstance(refused.value, PoolTimeout)
         assert pool.stats().size == 0
-        pool.kwargs = settings
+        pool.settings = settings
         connection = await pool.take(None)  # in the place the failure freed
         await pool.give_back(connection)
     finally:

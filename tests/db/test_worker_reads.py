@@ -12,10 +12,17 @@ from psycopg.conninfo import conninfo_to_dict
 
 from dealbase.config import SettingsError, load_settings
 from dealbase.db.database import Database
-from dealbase.db.pool import ConnectionTenants
+from dealbase.db.pool import ConnectionTenants, PoolSettings
 from dealbase.db.worker_reads import PLACEMENT_SECONDS, Placements, WorkerNode, WorkerReads
 
 WORKER = WorkerNode("10.0.0.7", 5433)
+SETTINGS = PoolSettings(
+    tenants=ConnectionTenants(None),
+    max_size=2,
+    timeout=1.0,
+    max_lifetime=60.0,
+    kwargs={"autocommit": True},
+)
 
 
 class Clock:
@@ -100,11 +107,7 @@ def test_a_schema_not_distributed_is_remembered_as_read_on_the_coordinator() -> 
         reads = WorkerReads(
             "postgresql://dealbase@coordinator:5432/dealbase",
             Placements(lookups, clock=Clock()),
-            tenants=ConnectionTenants(None),
-            max_size=2,
-            timeout=1.0,
-            max_lifetime=60.0,
-            kwargs={"autocommit": True},
+            SETTINGS,
         )
         assert await reads.pool_of("t_local") is None
         assert await reads.pool_of("t_local") is None
@@ -119,11 +122,7 @@ def test_a_workers_pool_connects_as_the_coordinators_but_to_the_node() -> None:
         reads = WorkerReads(
             "postgresql://dealbase@coordinator:5432/dealbase?sslmode=prefer&options=-c%20a%3D1",
             Placements(Lookups(), clock=Clock()),
-            tenants=ConnectionTenants(None),
-            max_size=2,
-            timeout=1.0,
-            max_lifetime=60.0,
-            kwargs={"autocommit": True},
+            SETTINGS,
         )
         pool = await reads.pool_of("t_a")
         assert pool is not None and pool is await reads.pool_of("t_b")

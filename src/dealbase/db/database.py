@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 from dealbase.config import Settings
 from dealbase.db.faults import database_faults
 from dealbase.db.greenlets import run_in_greenlet
-from dealbase.db.pool import ConnectionTenants, TenantAffinePool
+from dealbase.db.pool import ConnectionTenants, PoolSettings, TenantAffinePool
 from dealbase.db.sessions import Sessions
 from dealbase.db.statements import StatementCache, StatementListener
 from dealbase.db.transactions import TenantConnection
@@ -197,27 +197,22 @@ class _UnitOfWorkPools:
             reconnect_timeout=self.limits.acquire_timeout_seconds,
         )
 
-    def on_the_event_loop(self) -> TenantAffinePool:
-        return TenantAffinePool(
-            self.conninfo,
+    def pool_settings(self) -> PoolSettings:
+        return PoolSettings(
             tenants=self.tenants,
             max_size=self.max_size,
             timeout=self.limits.acquire_timeout_seconds,
             max_lifetime=_CONNECTION_LIFETIME_SECONDS,
             kwargs=self.settings,
-            name="units-of-work-on-the-event-loop",
+        )
+
+    def on_the_event_loop(self) -> TenantAffinePool:
+        return TenantAffinePool(
+            self.conninfo, self.pool_settings(), name="units-of-work-on-the-event-loop"
         )
 
     def on_the_workers(self, placements: Placements) -> WorkerReads:
-        return WorkerReads(
-            self.conninfo,
-            placements,
-            tenants=self.tenants,
-            max_size=self.max_size,
-            timeout=self.limits.acquire_timeout_seconds,
-            max_lifetime=_CONNECTION_LIFETIME_SECONDS,
-            kwargs=self.settings,
-        )
+        return WorkerReads(self.conninfo, placements, self.pool_settings())
 
 
 class Database:
@@ -432,7 +427,7 @@ class Database:
         context manager to taking and giving back a connection, on every unit of work."""
         if asyncio.get_running_loop() is self._async_pool_loop:
             return await pool.take(schema)
-        return await psycopg.AsyncConnection.connect(pool.conninfo, **pool.kwargs)
+        return await psycopg.AsyncConnection.connect(pool.conninfo, **pool.settings.kwargs)
 
     async def _give_back(
         self, pool: TenantAffinePool, connection: psycopg.AsyncConnection[Any]

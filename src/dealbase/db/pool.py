@@ -87,6 +87,19 @@ class PoolStats:
 _LIFETIME_JITTER = 0.05
 
 
+@dataclass(frozen=True, slots=True)
+class PoolSettings:
+    """What a database's pools are alike in, whichever server each connects to: the tenant
+    limits (``tenants``, shared: it tracks each connection apart), the size, how long a caller
+    waits, how long a connection lives, and every connection's settings (``kwargs``)."""
+
+    tenants: ConnectionTenants
+    max_size: int
+    timeout: float
+    max_lifetime: float
+    kwargs: dict[str, Any]
+
+
 class TenantAffinePool:
     """The event loop's pool of connections to PostgreSQL: gives a unit of work, of its idle
     connections, one that has already worked in the unit of work's tenant, when there is one.
@@ -121,25 +134,12 @@ class TenantAffinePool:
     """
 
     def __init__(
-        self,
-        conninfo: str,
-        *,
-        tenants: ConnectionTenants,
-        max_size: int,
-        timeout: float,
-        max_lifetime: float,
-        kwargs: dict[str, Any],
-        name: str,
-        max_idle: float = 600.0,
+        self, conninfo: str, settings: PoolSettings, *, name: str, max_idle: float = 600.0
     ) -> None:
         self.conninfo = conninfo
-        self.max_size = max_size
-        self.timeout = timeout
-        self.max_lifetime = max_lifetime
-        self.max_idle = max_idle
-        self.kwargs = kwargs
+        self.settings = settings
         self.name = name
-        self._tenants = tenants
+        self.max_idle = max_idle
         self._closed = True
         # Idle connections, the one idle longest first.
         self._idle: deque[psycopg.AsyncConnection[Any]] = deque()
@@ -187,7 +187,7 @@ class TenantAffinePool:
         idle = self._idle
         if idle:
             if schema is not None:
-                knows = self._tenants.knows
+                knows = self.settings.tenants.knows
                 for position, connection in enumerate(idle):
                     if knows(connection, schema):
                         del idle[position]
@@ -206,7 +206,7 @@ class TenantAffinePool:
             and connection.pgconn.pipeline_status == PipelineStatus.OFF
             and monotonic() < self._expire_at.get(connection, 0.0)
             and not self._closed
-            and not self._tenants.retired(connection)
+            and not self.settings.tenants.retired(connection)
         ):
             self._hand_over(connection)
             return
@@ -261,10 +261,10 @@ class TenantAffinePool:
         then a new connection in it), within the pool's timeout."""
         if self._closed:
             raise PoolClosed(f"the pool {self.name!r} is closed")
-        deadline = asyncio.timeout(self.timeout)
+        deadline = asyncio.timeout(self.settings.timeout)
         try:
             async with deadline:
-                if self._size < self.max_size:
+                if self._size < self.settings.max_size:
                     self._size += 1
                     return await self._connect()
                 handed = await self._handed_one()
@@ -273,7 +273,7 @@ class TenantAffinePool:
             self._refused += 1
             if deadline.expired():
                 raise PoolTimeout(
-                    f"couldn't get a connection after {self.timeout:.2f} sec"
+                    f"couldn't get a connection after {self.settings.timeout:.2f} sec"
                 ) from None
             raise
 
@@ -304,7 +304,9 @@ class TenantAffinePool:
         """A new connection, in a place already counted in ``_size``; the place is freed if it
         fails to open (or the pool closed meanwhile)."""
         try:
-            connection = await psycopg.AsyncConnection.connect(self.conninfo, **self.kwargs)
+            connection = await psycopg.AsyncConnection.connect(
+                self.conninfo, **self.settings.kwargs
+            )
         except BaseException:
             self._free_place()
             raise
@@ -312,7 +314,7 @@ class TenantAffinePool:
             await connection.close()
             self._free_place()
             raise PoolClosed(f"the pool {self.name!r} is closed")
-        lifetime = self.max_lifetime * (1.0 - random.uniform(0.0, _LIFETIME_JITTER))
+        lifetime = self.settings.max_lifetime * (1.0 - random.uniform(0.0, _LIFETIME_JITTER))
         self._expire_at[connection] = monotonic() + lifetime
         return connection
 

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from dealbase.db.pool import ConnectionTenants, TenantAffinePool
+from dealbase.db.pool import PoolSettings, TenantAffinePool
 
 # How long a schema's placement is believed before it is looked up again: a moved tenant's reads
 # go through its former node this long at most.
@@ -126,28 +126,13 @@ class WorkerReads:
     as it is first needed, and the ``Placements`` that say which.
 
     Each pool connects with the coordinator's conninfo, its host and port those of the worker,
-    with the same connection settings (``kwargs``), size, timeout, lifetime and tenant limits
-    (``tenants``, shared with the coordinator's pool: it tracks each connection apart).
+    with the coordinator's pool's ``settings``.
     """
 
-    def __init__(
-        self,
-        conninfo: str,
-        placements: Placements,
-        *,
-        tenants: ConnectionTenants,
-        max_size: int,
-        timeout: float,
-        max_lifetime: float,
-        kwargs: dict[str, Any],
-    ) -> None:
+    def __init__(self, conninfo: str, placements: Placements, settings: PoolSettings) -> None:
         self.conninfo = conninfo
         self.placements = placements
-        self._tenants = tenants
-        self._max_size = max_size
-        self._timeout = timeout
-        self._max_lifetime = max_lifetime
-        self._kwargs = kwargs
+        self.settings = settings
         self.pools: dict[WorkerNode, TenantAffinePool] = {}
         self._opened: set[WorkerNode] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -165,13 +150,7 @@ class WorkerReads:
         pool = self.pools.get(node)
         if pool is None:
             pool = self.pools[node] = TenantAffinePool(
-                self.conninfo_of(node),
-                tenants=self._tenants,
-                max_size=self._max_size,
-                timeout=self._timeout,
-                max_lifetime=self._max_lifetime,
-                kwargs=self._kwargs,
-                name=f"reads-on-{node.host}:{node.port}",
+                self.conninfo_of(node), self.settings, name=f"reads-on-{node.host}:{node.port}"
             )
         if node not in self._opened and asyncio.get_running_loop() is self._loop:
             pool.open()

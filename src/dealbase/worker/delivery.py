@@ -13,6 +13,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 
@@ -70,24 +71,16 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+@dataclass(eq=False)
 class DeliveryWorker:
-    def __init__(
-        self,
-        database: Database,
-        sender: Sender,
-        *,
-        limits: WorkerLimits = WorkerLimits(),
-        clock: Clock = utc_now,
-        jitter: Jitter = random_jitter,
-        monotonic: Monotonic = time.monotonic,
-    ) -> None:
-        self.database = database
-        self.sender = sender
-        self.limits = limits
-        self.clock = clock
-        self.monotonic = monotonic
-        self.jitter = jitter
-        self.id = uuid.uuid4()
+    database: Database
+    sender: Sender
+    _: KW_ONLY
+    limits: WorkerLimits = field(default_factory=WorkerLimits)
+    clock: Clock = utc_now
+    jitter: Jitter = random_jitter
+    monotonic: Monotonic = time.monotonic
+    id: uuid.UUID = field(default_factory=uuid.uuid4, init=False)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Delivers until ``stop`` is set, finishing the visits under way (whose leases would

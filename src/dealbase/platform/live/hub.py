@@ -93,39 +93,30 @@ class Limits:
     buffer: int = 1000
 
 
+@dataclass(eq=False)
 class Subscriber:
     """One subscription's stream of a department's events (those of ``resources``) and, when
     it watches the board, the board after each change of a deal (each after the first once the
     hub's ``pace`` admits it)."""
 
-    def __init__(
-        self,
-        hub: Hub,
-        channel: Channel,
-        position: int,
-        resources: frozenset[Resource],
-        board: bool,
-        on_ended: Callable[[Ending], None],
-        caller: Scope,
-    ) -> None:
-        self._hub = hub
-        self._on_ended = on_ended
-        self.channel = channel
-        # Whose limits pace its boards: the channel's scope names no key.
-        self.caller = caller
-        # The last event this subscriber has been given (or skipped, not being its resource).
-        self.position = position
-        self.resources = resources
-        self.board = board
-        self.live = False
-        self.ended: Ending | None = None
-        self._items: deque[Event] = deque()
-        # Only the newest board matters: a newer one replaces one not yet taken.
-        self._board: BoardUpdate | None = None
-        # Its first board is taken: the next ones are paced (its subscribe paid for the first).
-        self._first_taken = False
-        self._ready = asyncio.Event()
-        self._over = asyncio.Event()
+    hub: Hub
+    channel: Channel
+    # The last event this subscriber has been given (or skipped, not being its resource).
+    position: int
+    resources: frozenset[Resource]
+    board: bool
+    on_ended: Callable[[Ending], None]
+    # Whose limits pace its boards: the channel's scope names no key.
+    caller: Scope
+    live: bool = field(default=False, init=False)
+    ended: Ending | None = field(default=None, init=False)
+    _items: deque[Event] = field(default_factory=deque, init=False)
+    # Only the newest board matters: a newer one replaces one not yet taken.
+    _board: BoardUpdate | None = field(default=None, init=False)
+    # Its first board is taken: the next ones are paced (its subscribe paid for the first).
+    _first_taken: bool = field(default=False, init=False)
+    _ready: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _over: asyncio.Event = field(default_factory=asyncio.Event, init=False)
 
     async def next(self) -> Event | BoardUpdate:
         """The next event or board; raises ``Ended`` once the hub has ended the subscription."""
@@ -150,7 +141,7 @@ class Subscriber:
         """Whether the board that waits may be taken now (the hub's ``pace`` admits it). Else
         this waits the time the pace gave (on the loop's clock), or until the subscription
         ends, and says no: the board taken after is whichever is newest by then."""
-        pace = self._hub.pace
+        pace = self.hub.pace
         if pace is None:
             return True
         wait = await pace(self.caller)
@@ -166,7 +157,7 @@ class Subscriber:
         lies between it and the channel's head."""
         channel = self.channel
         if self.position < channel.head:
-            found = await self._hub.read_after(channel, self.position)
+            found = await self.hub.read_after(channel, self.position)
             for event in found:
                 # A page asked for when nothing waited: bounded by the page, not the buffer.
                 self._take(event, bounded=False)
@@ -184,7 +175,7 @@ class Subscriber:
         self.position = event.position
         if resource_of(event) not in self.resources:
             return True
-        if bounded and len(self._items) >= self._hub.limits.buffer:
+        if bounded and len(self._items) >= self.hub.limits.buffer:
             self.end(Ending.SLOW_CONSUMER)
             return False
         self._items.append(event)
@@ -215,8 +206,8 @@ class Subscriber:
             self.ended = why
             self._ready.set()
             self._over.set()
-            self._hub.unsubscribe(self)
-            self._on_ended(why)
+            self.hub.unsubscribe(self)
+            self.on_ended(why)
 
 
 class Ended(Exception):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 
 import structlog
 
@@ -51,21 +52,14 @@ class LimiterFaults:
             raise Unavailable("Rate limits cannot be checked right now; retry shortly.") from None
 
 
+@dataclass(eq=False)
 class Admission:
-    def __init__(
-        self,
-        limiter: RateLimiter,
-        *,
-        key_rate: Rate,
-        tenant_rate: Rate,
-        faults: LimiterFaults,
-        on_refused: Callable[[], None] = lambda: None,
-    ) -> None:
-        self._limiter = limiter
-        self.key_rate = key_rate
-        self.tenant_rate = tenant_rate
-        self._faults = faults
-        self._on_refused = on_refused
+    limiter: RateLimiter
+    _: KW_ONLY
+    key_rate: Rate
+    tenant_rate: Rate
+    faults: LimiterFaults
+    on_refused: Callable[[], None] = lambda: None
 
     def rates_of(self, scope: Scope) -> tuple[Rate, Rate]:
         return scope.key_rate or self.key_rate, self.tenant_rate
@@ -95,18 +89,18 @@ class Admission:
         assert scope.key_id is not None, "only API key callers are admitted"
         key_rate, tenant_rate = self.rates_of(scope)
         try:
-            verdict = await self._limiter.check(
+            verdict = await self.limiter.check(
                 scope.key_id, key_rate, scope.tenant_id, tenant_rate, cost=cost, prepaid=prepaid
             )
         except RateLimiterUnavailable as exc:
             # Recorded before failing, served or refused alike: the verdict of an earlier check
             # of the request (the admission a charge follows) would give it stale headers.
             record(UNCHECKED)
-            self._faults.fail(exc)
+            self.faults.fail(exc)
             return
         record(verdict)
         if not verdict.allowed:
-            self._on_refused()
+            self.on_refused()
             raise RateLimited(
                 "The rate limit is exceeded; retry after the Retry-After seconds.",
                 retry_after_seconds=verdict.retry_after_seconds,

@@ -22,6 +22,7 @@ import ipaddress
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 
 from dealbase.errors import RateLimited
 from dealbase.tenancy.rate_limits.admission import LimiterFaults
@@ -54,24 +55,17 @@ def client_address(host: str | None) -> str | None:
     return str(address)
 
 
+@dataclass(eq=False)
 class FailureAllowance:
-    def __init__(
-        self,
-        limiter: FailureLimiter,
-        *,
-        rate: Rate,
-        faults: LimiterFaults,
-        on_refused: Callable[[], None] = lambda: None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._limiter = limiter
-        self.rate = rate
-        self._faults = faults
-        self._on_refused = on_refused
-        self._clock = clock
-        # Address -> until when (clock) it is asked about before authentication: its allowance
-        # may not be full again before then.
-        self._failing: OrderedDict[str, float] = OrderedDict()
+    limiter: FailureLimiter
+    _: KW_ONLY
+    rate: Rate
+    faults: LimiterFaults
+    on_refused: Callable[[], None] = lambda: None
+    clock: Callable[[], float] = time.monotonic
+    # Address -> until when (clock) it is asked about before authentication: its allowance
+    # may not be full again before then.
+    failing: OrderedDict[str, float] = field(default_factory=OrderedDict, init=False)
 
     async def admit(self, address: str | None) -> bool:
         """Raises RateLimited (429) when ``address`` has spent its allowance. Returns False when
@@ -80,13 +74,13 @@ class FailureAllowance:
         if address is None or not self._failed_lately(address):
             return True
         try:
-            wait_seconds = await self._limiter.failure_wait(address, self.rate)
+            wait_seconds = await self.limiter.failure_wait(address, self.rate)
         except RateLimiterUnavailable as exc:
-            self._faults.fail(exc)
+            self.faults.fail(exc)
             return False
         if wait_seconds > 0:
             self._remember(address, wait_seconds)
-            self._on_refused()
+            self.on_refused()
             raise RateLimited(
                 "Too many failed authentications from this address; retry after the Retry-After"
                 " seconds.",
@@ -100,26 +94,26 @@ class FailureAllowance:
             return
         self._remember(address, 0.0)
         try:
-            await self._limiter.spend_failure(address, self.rate)
+            await self.limiter.spend_failure(address, self.rate)
         except RateLimiterUnavailable as exc:
             # Counted and logged, but the request keeps its 401 even when failing closed: it
             # is refused already, and a 503 would tell a guesser nothing truer.
-            self._faults.record(exc)
+            self.faults.record(exc)
 
     def _failed_lately(self, address: str) -> bool:
-        until = self._failing.get(address)
+        until = self.failing.get(address)
         if until is None:
             return False
-        if until <= self._clock():
-            del self._failing[address]
+        if until <= self.clock():
+            del self.failing[address]
             return False
         return True
 
     def _remember(self, address: str, wait_seconds: float) -> None:
         # A full allowance refills in window_seconds after its last failure; a refused address
         # is asked about at least until its wait is over.
-        until = self._clock() + max(self.rate.window_seconds, wait_seconds)
-        self._failing[address] = max(until, self._failing.get(address, until))
-        self._failing.move_to_end(address)
-        if len(self._failing) > MAX_REMEMBERED_ADDRESSES:
-            self._failing.popitem(last=False)
+        until = self.clock() + max(self.rate.window_seconds, wait_seconds)
+        self.failing[address] = max(until, self.failing.get(address, until))
+        self.failing.move_to_end(address)
+        if len(self.failing) > MAX_REMEMBERED_ADDRESSES:
+            self.failing.popitem(last=False)
