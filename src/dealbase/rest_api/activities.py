@@ -7,30 +7,26 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from dealbase.db.units import UnitOfWork
-from dealbase.edge.callers import AdmittedRoute, caller_of
-from dealbase.edge.database import database_of
-from dealbase.edge.idempotency import run_once
-from dealbase.edge.requests import (
-    IdempotencyKey,
-    json_body,
-    parse_body,
-)
+from dealbase.edge.callers import AdmittedRoute
 from dealbase.platform.activities import service
 from dealbase.platform.activities.models import ActivityFields, ActivityFilter, ActivityPatch
 from dealbase.platform.resources import activity_json
 from dealbase.platform.validation import validated
 from dealbase.rest_api.openapi import (
-    CREATED_HEADERS,
     EXTERNAL_ID_FILTER,
     LIST_CURSOR,
     LIST_LIMIT,
-    json_request_body,
     problem_responses,
 )
-from dealbase.rest_api.records import SyncedRecordRoutes, add_item_routes, add_sync_routes
+from dealbase.rest_api.records import (
+    SyncedRecordRoutes,
+    add_create_route,
+    add_item_routes,
+    add_sync_routes,
+    list_page,
+)
 from dealbase.rest_api.responses import (
     created,
-    json_text_page,
 )
 from dealbase.rest_api.schemas import (
     ActivityBatch,
@@ -47,69 +43,6 @@ ACTIVITY_EXAMPLE: dict[str, Any] = {
     "due_at": "2026-12-01T09:00:00Z",
     "customer_id": "01a2008a-729d-7000-8ccb-38fd7605fcf5",
 }
-
-
-@router.post(
-    "",
-    status_code=201,
-    summary="Create an activity",
-    description=(
-        "An activity about a customer of the department (`customer_id`, required), optionally"
-        " about one of its deals (`deal_id`) and done by one of its employees (`employee_id`)."
-    ),
-    response_model=None,
-    responses={
-        201: {
-            "model": ActivityOut,
-            "description": "The created activity.",
-            "headers": CREATED_HEADERS,
-        },
-        **problem_responses(400, 401, 403, 409, 413, 415, 422),
-    },
-    openapi_extra=json_request_body(ActivityFields, ACTIVITY_EXAMPLE),
-)
-async def create_activity(
-    request: Request,
-    idempotency_key: IdempotencyKey = None,
-) -> Response:
-    scope = caller_of(request)
-    body = await json_body(request)
-    fields = parse_body(ActivityFields, body)
-
-    def perform(uow: UnitOfWork) -> Response:
-        activity = service.create(uow, fields)
-        return created(activity_json, activity, f"/activities/{activity.id}")
-
-    return await run_once(request, scope, idempotency_key, fields, perform)
-
-
-@router.get(
-    "",
-    summary="List activities",
-    description="The department's activities, oldest first, a page at a time.",
-    response_model=None,
-    responses={
-        200: {"model": ActivityList, "description": "A page of activities."},
-        **problem_responses(401, 403, 422),
-    },
-)
-async def list_activities(
-    request: Request,
-    limit: int | None = LIST_LIMIT,
-    cursor: str | None = LIST_CURSOR,
-    customer_id: uuid.UUID | None = Query(None, description="Only activities of this customer."),
-    deal_id: uuid.UUID | None = Query(None, description="Only activities of this deal."),
-    external_id: str | None = EXTERNAL_ID_FILTER,
-) -> Response:
-    scope = caller_of(request)
-    filters = validated(
-        ActivityFilter,
-        {"customer_id": customer_id, "deal_id": deal_id, "external_id": external_id},
-    )
-    page = await database_of(request).read(
-        scope, lambda uow: service.RECORD.list_page_as_json(uow, filters, limit, cursor)
-    )
-    return json_text_page(page)
 
 
 BATCH_EXAMPLE: dict[str, Any] = {
@@ -159,6 +92,50 @@ ACTIVITY_ROUTES = SyncedRecordRoutes(
     ),
     batch_example=BATCH_EXAMPLE,
 )
+
+
+def _create(uow: UnitOfWork, fields: ActivityFields) -> Response:
+    activity = service.create(uow, fields)
+    return created(activity_json, activity, f"/activities/{activity.id}")
+
+
+add_create_route(
+    router,
+    ACTIVITY_ROUTES,
+    body=ActivityFields,
+    example=ACTIVITY_EXAMPLE,
+    description=(
+        "An activity about a customer of the department (`customer_id`, required), optionally"
+        " about one of its deals (`deal_id`) and done by one of its employees (`employee_id`)."
+    ),
+    write=_create,
+)
+
+
+@router.get(
+    "",
+    summary="List activities",
+    description="The department's activities, oldest first, a page at a time.",
+    response_model=None,
+    responses={
+        200: {"model": ActivityList, "description": "A page of activities."},
+        **problem_responses(401, 403, 422),
+    },
+)
+async def list_activities(
+    request: Request,
+    limit: int | None = LIST_LIMIT,
+    cursor: str | None = LIST_CURSOR,
+    customer_id: uuid.UUID | None = Query(None, description="Only activities of this customer."),
+    deal_id: uuid.UUID | None = Query(None, description="Only activities of this deal."),
+    external_id: str | None = EXTERNAL_ID_FILTER,
+) -> Response:
+    filters = validated(
+        ActivityFilter,
+        {"customer_id": customer_id, "deal_id": deal_id, "external_id": external_id},
+    )
+    return await list_page(request, ACTIVITY_ROUTES, filters, limit, cursor)
+
 
 add_item_routes(router, ACTIVITY_ROUTES)
 add_sync_routes(router, ACTIVITY_ROUTES)

@@ -6,14 +6,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from dealbase.db.units import AfterCommit, UnitOfWork
-from dealbase.edge.callers import AdmittedRoute, caller_of
-from dealbase.edge.database import database_of
-from dealbase.edge.idempotency import run_once
-from dealbase.edge.requests import (
-    IdempotencyKey,
-    json_body,
-    parse_body,
-)
+from dealbase.edge.callers import AdmittedRoute
 from dealbase.platform.customers import service
 from dealbase.platform.customers.models import (
     CustomerFields,
@@ -23,18 +16,21 @@ from dealbase.platform.customers.models import (
 from dealbase.platform.resources import customer_json
 from dealbase.platform.validation import EMAIL_MAX_LENGTH, NO_NUL_PATTERN, SHORT_TEXT, validated
 from dealbase.rest_api.openapi import (
-    CREATED_HEADERS,
     EXTERNAL_ID_FILTER,
     LIST_CURSOR,
     LIST_LIMIT,
     UPDATED_SINCE,
-    json_request_body,
     problem_responses,
 )
-from dealbase.rest_api.records import SyncedRecordRoutes, add_item_routes, add_sync_routes
+from dealbase.rest_api.records import (
+    SyncedRecordRoutes,
+    add_create_route,
+    add_item_routes,
+    add_sync_routes,
+    list_page,
+)
 from dealbase.rest_api.responses import (
     created_from_json_text,
-    json_text_page,
 )
 from dealbase.rest_api.schemas import (
     CustomerBatch,
@@ -57,84 +53,6 @@ CUSTOMER_EXAMPLE: dict[str, Any] = {
     "birthday": "1985-12-10",
     "contact_origin": "website",
 }
-
-
-@router.post(
-    "",
-    status_code=201,
-    summary="Create a customer",
-    description=(
-        "Creates a customer in the caller's department: `last_name` is required, every other"
-        " field optional (`null` in the answer when left out). An `external_id` another"
-        " customer of the department has is 409 `external_id_taken`."
-    ),
-    response_model=None,
-    responses={
-        201: {
-            "model": CustomerOut,
-            "description": "The created customer.",
-            "headers": CREATED_HEADERS,
-        },
-        **problem_responses(400, 401, 403, 409, 413, 415, 422),
-    },
-    openapi_extra=json_request_body(CustomerFields, CUSTOMER_EXAMPLE),
-)
-async def create_customer(
-    request: Request,
-    idempotency_key: IdempotencyKey = None,
-) -> Response:
-    scope = caller_of(request)
-    body = await json_body(request)
-    fields = parse_body(CustomerFields, body)
-
-    def perform(uow: UnitOfWork) -> AfterCommit[Response]:
-        customer = service.create_later_as_json(uow, fields)
-        return AfterCommit(lambda: created_from_json_text(*customer.read(), "/customers"))
-
-    return await run_once(request, scope, idempotency_key, fields, perform)
-
-
-@router.get(
-    "",
-    summary="List customers",
-    description="The department's customers, oldest first, a page at a time.",
-    response_model=None,
-    responses={
-        200: {"model": CustomerList, "description": "A page of customers."},
-        **problem_responses(401, 403, 422),
-    },
-)
-async def list_customers(
-    request: Request,
-    limit: int | None = LIST_LIMIT,
-    cursor: str | None = LIST_CURSOR,
-    # The NUL character is declared for clients and refused by the platform's PlainText rule
-    # (422 invalid_character), as in a body.
-    email: str | None = Query(
-        None,
-        max_length=EMAIL_MAX_LENGTH,
-        description="Exact email address, in any letter case.",
-        json_schema_extra={"pattern": NO_NUL_PATTERN},
-    ),
-    q: str | None = Query(
-        None,
-        min_length=1,
-        max_length=SHORT_TEXT,
-        description="Text the last name, first name or company contains (any letter case).",
-        json_schema_extra={"pattern": NO_NUL_PATTERN},
-    ),
-    updated_since: str | None = UPDATED_SINCE,
-    external_id: str | None = EXTERNAL_ID_FILTER,
-) -> Response:
-    scope = caller_of(request)
-    filters = validated(
-        CustomerFilter,
-        {"email": email, "q": q, "updated_since": updated_since, "external_id": external_id},
-    )
-    page = await database_of(request).read(
-        scope, lambda uow: service.RECORD.list_page_as_json(uow, filters, limit, cursor)
-    )
-    return json_text_page(page)
 
 
 BATCH_EXAMPLE: dict[str, Any] = {
@@ -185,6 +103,65 @@ CUSTOMER_ROUTES = SyncedRecordRoutes(
     ),
     batch_example=BATCH_EXAMPLE,
 )
+
+
+def _create(uow: UnitOfWork, fields: CustomerFields) -> AfterCommit[Response]:
+    customer = service.create_later_as_json(uow, fields)
+    return AfterCommit(lambda: created_from_json_text(*customer.read(), "/customers"))
+
+
+add_create_route(
+    router,
+    CUSTOMER_ROUTES,
+    body=CustomerFields,
+    example=CUSTOMER_EXAMPLE,
+    description=(
+        "Creates a customer in the caller's department: `last_name` is required, every other"
+        " field optional (`null` in the answer when left out). An `external_id` another"
+        " customer of the department has is 409 `external_id_taken`."
+    ),
+    write=_create,
+)
+
+
+@router.get(
+    "",
+    summary="List customers",
+    description="The department's customers, oldest first, a page at a time.",
+    response_model=None,
+    responses={
+        200: {"model": CustomerList, "description": "A page of customers."},
+        **problem_responses(401, 403, 422),
+    },
+)
+async def list_customers(
+    request: Request,
+    limit: int | None = LIST_LIMIT,
+    cursor: str | None = LIST_CURSOR,
+    # The NUL character is declared for clients and refused by the platform's PlainText rule
+    # (422 invalid_character), as in a body.
+    email: str | None = Query(
+        None,
+        max_length=EMAIL_MAX_LENGTH,
+        description="Exact email address, in any letter case.",
+        json_schema_extra={"pattern": NO_NUL_PATTERN},
+    ),
+    q: str | None = Query(
+        None,
+        min_length=1,
+        max_length=SHORT_TEXT,
+        description="Text the last name, first name or company contains (any letter case).",
+        json_schema_extra={"pattern": NO_NUL_PATTERN},
+    ),
+    updated_since: str | None = UPDATED_SINCE,
+    external_id: str | None = EXTERNAL_ID_FILTER,
+) -> Response:
+    filters = validated(
+        CustomerFilter,
+        {"email": email, "q": q, "updated_since": updated_since, "external_id": external_id},
+    )
+    return await list_page(request, CUSTOMER_ROUTES, filters, limit, cursor)
+
 
 add_item_routes(router, CUSTOMER_ROUTES)
 add_sync_routes(router, CUSTOMER_ROUTES)

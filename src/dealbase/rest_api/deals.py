@@ -26,7 +26,6 @@ from dealbase.platform.deals.models import (
 from dealbase.platform.resources import deal_json
 from dealbase.platform.validation import validated
 from dealbase.rest_api.openapi import (
-    CREATED_HEADERS,
     EXTERNAL_ID_FILTER,
     LIST_CURSOR,
     LIST_LIMIT,
@@ -35,10 +34,15 @@ from dealbase.rest_api.openapi import (
     json_request_body,
     problem_responses,
 )
-from dealbase.rest_api.records import SyncedRecordRoutes, add_item_routes, add_sync_routes
+from dealbase.rest_api.records import (
+    SyncedRecordRoutes,
+    add_create_route,
+    add_item_routes,
+    add_sync_routes,
+    list_page,
+)
 from dealbase.rest_api.responses import (
     created_from_json_text,
-    json_text_page,
     no_content,
     resource_response,
 )
@@ -53,75 +57,6 @@ DEAL_EXAMPLE: dict[str, Any] = {
     "note": "Wants delivery before spring.",
     "customers": [{"last_name": "Lovelace", "first_name": "Ada"}, {"last_name": "Babbage"}],
 }
-
-
-@router.post(
-    "",
-    status_code=201,
-    summary="Create a deal",
-    description=(
-        "Creates the deal in the caller's department, unassigned, at the department's first "
-        "pipeline step, and one new customer per element of `customers`, returned in request order."
-    ),
-    response_model=None,
-    responses={
-        201: {"model": DealOut, "description": "The created deal.", "headers": CREATED_HEADERS},
-        **problem_responses(400, 401, 403, 409, 413, 415, 422),
-    },
-    openapi_extra=json_request_body(DealCreate, DEAL_EXAMPLE),
-)
-async def create_deal(
-    request: Request,
-    idempotency_key: IdempotencyKey = None,
-) -> Response:
-    scope = caller_of(request)
-    body = await json_body(request)
-    fields = parse_body(DealCreate, body)
-
-    def perform(uow: UnitOfWork) -> AfterCommit[Response]:
-        deal = service.create_later_as_json(uow, fields)
-        return AfterCommit(lambda: created_from_json_text(*deal.read(), "/deals"))
-
-    return await run_once(request, scope, idempotency_key, fields, perform)
-
-
-@router.get(
-    "",
-    summary="List deals",
-    description="The department's deals with their customers, oldest first, a page at a time.",
-    response_model=None,
-    responses={
-        200: {"model": DealList, "description": "A page of deals."},
-        **problem_responses(401, 403, 422),
-    },
-)
-async def list_deals(
-    request: Request,
-    limit: int | None = LIST_LIMIT,
-    cursor: str | None = LIST_CURSOR,
-    step_id: uuid.UUID | None = Query(None, description="Only deals in this step."),
-    employee_id: uuid.UUID | None = Query(
-        None, description="Only deals assigned to this employee."
-    ),
-    customer_id: uuid.UUID | None = Query(None, description="Only deals linked to this customer."),
-    updated_since: str | None = UPDATED_SINCE,
-    external_id: str | None = EXTERNAL_ID_FILTER,
-) -> Response:
-    scope = caller_of(request)
-    filters = validated(
-        DealFilter,
-        {
-            "external_id": external_id,
-            "step_id": step_id,
-            "employee_id": employee_id,
-            "customer_id": customer_id,
-            "updated_since": updated_since,
-        },
-    )
-    page = await database_of(request).read(
-        scope, lambda uow: service.RECORD.list_page_as_json(uow, filters, limit, cursor)
-    )
-    return json_text_page(page)
 
 
 DEAL_UPSERT_EXAMPLE: dict[str, Any] = {
@@ -197,6 +132,60 @@ DEAL_ROUTES = SyncedRecordRoutes(
     ),
     batch_example=BATCH_EXAMPLE,
 )
+
+
+def _create(uow: UnitOfWork, fields: DealCreate) -> AfterCommit[Response]:
+    deal = service.create_later_as_json(uow, fields)
+    return AfterCommit(lambda: created_from_json_text(*deal.read(), "/deals"))
+
+
+add_create_route(
+    router,
+    DEAL_ROUTES,
+    body=DealCreate,
+    example=DEAL_EXAMPLE,
+    description=(
+        "Creates the deal in the caller's department, unassigned, at the department's first "
+        "pipeline step, and one new customer per element of `customers`, returned in request order."
+    ),
+    write=_create,
+)
+
+
+@router.get(
+    "",
+    summary="List deals",
+    description="The department's deals with their customers, oldest first, a page at a time.",
+    response_model=None,
+    responses={
+        200: {"model": DealList, "description": "A page of deals."},
+        **problem_responses(401, 403, 422),
+    },
+)
+async def list_deals(
+    request: Request,
+    limit: int | None = LIST_LIMIT,
+    cursor: str | None = LIST_CURSOR,
+    step_id: uuid.UUID | None = Query(None, description="Only deals in this step."),
+    employee_id: uuid.UUID | None = Query(
+        None, description="Only deals assigned to this employee."
+    ),
+    customer_id: uuid.UUID | None = Query(None, description="Only deals linked to this customer."),
+    updated_since: str | None = UPDATED_SINCE,
+    external_id: str | None = EXTERNAL_ID_FILTER,
+) -> Response:
+    filters = validated(
+        DealFilter,
+        {
+            "external_id": external_id,
+            "step_id": step_id,
+            "employee_id": employee_id,
+            "customer_id": customer_id,
+            "updated_since": updated_since,
+        },
+    )
+    return await list_page(request, DEAL_ROUTES, filters, limit, cursor)
+
 
 add_item_routes(router, DEAL_ROUTES)
 

@@ -1,8 +1,9 @@
 """The routes every synced record has (customers, deals, activities), made from one description
-of the record: read, update and delete by id (``add_item_routes``), and upsert by external id
-and the batch (``add_sync_routes``). Each route is written once here; a record's router adds
-its create and its list, whose filters and fast paths are its own, and any route of its own
-(a deal's customers) between the two calls, where its place in the OpenAPI document is.
+of the record: create (``add_create_route``, given what the record's create writes), read,
+update and delete by id (``add_item_routes``), and upsert by external id and the batch
+(``add_sync_routes``). Each route is written once here; a record's router adds its list, whose
+filters are its own (answered by ``list_page``), and any route of its own (a deal's customers)
+between the calls, where its place in the OpenAPI document is.
 
 A route's path parameter keeps the record's name (``customer_id``, ``deal_id``...), as clients
 and the OpenAPI document know it: the endpoint is given the signature FastAPI reads.
@@ -46,6 +47,7 @@ from dealbase.rest_api.openapi import (
 from dealbase.rest_api.responses import (
     batch_response,
     created,
+    json_text_page,
     json_text_response,
     no_content,
     resource_response,
@@ -53,6 +55,7 @@ from dealbase.rest_api.responses import (
 
 Record = TypeVar("Record", bound=Owned)
 Fields = TypeVar("Fields", bound=BaseModel)
+Created = TypeVar("Created", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,63 @@ _REQUEST = inspect.Parameter("request", _KEYWORD, annotation=Request)
 
 def _optional(name: str, annotation: Any, default: Any = None) -> inspect.Parameter:
     return inspect.Parameter(name, _KEYWORD, annotation=annotation, default=default)
+
+
+def add_create_route(
+    router: APIRouter,
+    record: SyncedRecordRoutes[Record, Fields],
+    *,
+    body: type[Created],
+    example: dict[str, Any],
+    description: str,
+    write: Callable[[UnitOfWork, Created], Response | AfterCommit[Response]],
+) -> None:
+    """``POST /{plural}``: ``write`` creates the record from the parsed ``body``."""
+
+    async def create(request: Request, idempotency_key: str | None) -> Response:
+        scope = caller_of(request)
+        fields = parse_body(body, await json_body(request))
+        return await run_once(
+            request, scope, idempotency_key, fields, lambda uow: write(uow, fields)
+        )
+
+    router.post(
+        "",
+        status_code=201,
+        summary=f"Create {record.article} {record.noun}",
+        description=description,
+        response_model=None,
+        responses={
+            201: {
+                "model": record.out,
+                "description": f"The created {record.noun}.",
+                "headers": CREATED_HEADERS,
+            },
+            **problem_responses(400, 401, 403, 409, 413, 415, 422),
+        },
+        openapi_extra=json_request_body(body, example),
+    )(
+        _endpoint(
+            f"create_{record.noun}",
+            create,
+            [_REQUEST, _optional("idempotency_key", IdempotencyKey)],
+        )
+    )
+
+
+async def list_page(
+    request: Request,
+    record: SyncedRecordRoutes[Record, Fields],
+    filters: Any,
+    limit: int | None,
+    cursor: str | None,
+) -> Response:
+    """The page of ``record``'s list that ``filters``, ``limit`` and ``cursor`` ask for."""
+    scope = caller_of(request)
+    page = await database_of(request).read(
+        scope, lambda uow: record.service.list_page_as_json(uow, filters, limit, cursor)
+    )
+    return json_text_page(page)
 
 
 def add_item_routes(router: APIRouter, record: SyncedRecordRoutes[Record, Fields]) -> None:
