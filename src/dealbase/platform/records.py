@@ -6,7 +6,7 @@ engine of every record's upserts).
 
 Customers, deals and activities live the same life: owned by a department, versioned, an optional
 external id, each write recorded as an event. What is particular to one is in its descriptor: its
-rows (``rows.OwnedRows``, its table), its read model made from a row, how it reads one and a page
+noun, its rows (``rows.OwnedRows`` of its shape's table), its read model made from a row, how it reads one and a page
 of its lists, its JSON, the fields that name other rows of its department and how they are
 checked, the events a change of one field is besides ``<noun>.updated``, its side effects around
 a delete, and how its creates and upserts reach its table (``OneByOne`` or ``InBulk``). Its own
@@ -75,7 +75,7 @@ class Listing(Generic[Model, Filter]):
 class SyncedRecord(Generic[Model, Fields, Filter]):
     """What is particular to one synced record; its verbs below read nothing else of it."""
 
-    rows: OwnedRows  # its table's rows, and its noun ("activity": errors, event types)
+    noun: str  # "activity": what its errors and event types call it
     # A row of its table as its read model (a deal's reads its customers).
     to_model: Callable[[UnitOfWork, Record], Model]
     # The record the caller may see by its id, as its read model; None if there is none.
@@ -103,7 +103,8 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
     # Many by id, when ``to_model`` reads more than the row (a deal: its customers for all of
     # them in one statement); None: its rows by id, each made a read model.
     read_many: Callable[[UnitOfWork, Sequence[uuid.UUID]], dict[uuid.UUID, Model]] | None = None
-    noun: str = field(init=False)
+    # Its table's rows (its shape's table), as its repository's verbs also read them.
+    rows: OwnedRows = field(init=False)
     # What its change statement (``record_changes``) is made of.
     changes: ChangedRecord = field(init=False)
     # What its creates and upserts are judged against (``batches.upserts``).
@@ -112,8 +113,8 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
     one_as_json: Mapping[bool, Select[Any]] = field(init=False)
 
     def __post_init__(self) -> None:
-        table = self.rows.table
-        object.__setattr__(self, "noun", self.rows.noun)
+        table = self.shape.table
+        object.__setattr__(self, "rows", OwnedRows(table, self.noun))
         changes = ChangedRecord(
             table, self.noun, self.shape.text_of_row, self.references, self.field_events
         )

@@ -122,7 +122,8 @@ class OwnedRows:
     """The rows of one department-owned, versioned table (customers, deals, activities, webhook
     endpoints...), read and written as every such record is: the generic part of a record's
     repository, which holds one (``repository.rows``); its callers are the repository's own
-    verbs and, for a synced record, its descriptor (``records.SyncedRecord``), never a service.
+    verbs and, for a synced record, its descriptor (``records.SyncedRecord``, which makes its
+    own of its shape's table and its noun), never a service.
     A row another department owns answers exactly as one that does not exist."""
 
     table: Table

@@ -17,7 +17,7 @@ from dealbase.platform.resources import ACTIVITY
 from dealbase.platform.validation import department_of
 
 RECORD: records.SyncedRecord[Activity, ActivityFields, ActivityFilter] = records.SyncedRecord(
-    rows=repository.rows,
+    noun="activity",
     to_model=lambda uow, row: repository.to_activity(row),
     read=lambda uow, activity_id: repository.get_activity(
         uow.connection, uow.scope.department_id, activity_id

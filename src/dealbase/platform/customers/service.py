@@ -16,7 +16,7 @@ from dealbase.platform.resources import CUSTOMER
 from dealbase.platform.validation import department_of
 
 RECORD: records.SyncedRecord[Customer, CustomerFields, CustomerFilter] = records.SyncedRecord(
-    rows=repository.rows,
+    noun="customer",
     to_model=lambda uow, row: repository.to_customer(row, uow.scope.tenant_id),
     read=lambda uow, customer_id: repository.get_customer(
         uow.connection, uow.scope.tenant_id, uow.scope.department_id, customer_id

@@ -142,7 +142,7 @@ def _sorted_volume(deal: Deal) -> int:
 
 
 RECORD: records.SyncedRecord[Deal, DealCreate | DealUpsert, DealFilter] = records.SyncedRecord(
-    rows=repository.rows,
+    noun="deal",
     # Read again, with its customers and its employee's name.
     to_model=lambda uow, row: RECORD.get(uow, row["id"]),
     read=_read,
