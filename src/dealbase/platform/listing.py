@@ -15,9 +15,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import BigInteger, ColumnElement, FromClause, Table, bindparam, tuple_
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    FromClause,
+    Select,
+    Table,
+    bindparam,
+    func,
+    select,
+    tuple_,
+)
 from sqlalchemy.dialects.postgresql import UUID
 
+from dealbase.db.statements import built_once
+from dealbase.db.transactions import TenantConnection
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.rows import in_bound_department
 
@@ -57,6 +69,13 @@ class ListFilters:
     def conditions(self, shape: Shape) -> tuple[ColumnElement[bool], ...]:
         return _conditions(self, shape)
 
+    def count(
+        self, connection: TenantConnection, department_id: uuid.UUID | None, filters: BaseModel
+    ) -> int:
+        """How many rows of the table the caller may see and the filters admit."""
+        shape, values = self.shape_and_values(department_id, filters)
+        return int(connection.execute(_count_query(self, shape), values).scalar_one())
+
 
 @functools.lru_cache(maxsize=256)
 def _conditions(filters: ListFilters, shape: Shape) -> tuple[ColumnElement[bool], ...]:
@@ -64,6 +83,13 @@ def _conditions(filters: ListFilters, shape: Shape) -> tuple[ColumnElement[bool]
     return (
         in_bound_department(filters.table, one_department),
         *(rule.condition() for rule, applies in zip(filters.rules, given, strict=True) if applies),
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _count_query(filters: ListFilters, shape: Shape) -> Select[Any]:
+    return built_once(
+        select(func.count()).select_from(filters.table).where(*filters.conditions(shape))
     )
 
 

@@ -35,6 +35,7 @@ from dealbase.platform.batches.upserts import Judging
 from dealbase.platform.event_types import EventType
 from dealbase.platform.events import repository as event_repository
 from dealbase.platform.events import service as events
+from dealbase.platform.listing import ListFilters
 from dealbase.platform.pagination import Page, PageRequest, page_request
 from dealbase.platform.record_changes import ChangedRecord
 from dealbase.platform.record_writes import InBulk, Model, OneByOne, apply_writes
@@ -65,7 +66,8 @@ class Listing(Generic[Model, Filter]):
 
     models: Callable[[UnitOfWork, Filter, PageRequest], Sequence[Model]]
     texts: Callable[[UnitOfWork, Filter, PageRequest], Sequence[JsonRow]]
-    count: Callable[[UnitOfWork, Filter], int]
+    # Its filters' rules, which also count the records they admit.
+    filtering: ListFilters
     # The value a list in the filters' order sorts by besides the id (a deal's volume), which
     # its cursors carry; None: by id alone.
     sort_of: Callable[[Filter], Callable[[Model], int] | None] = _by_id_alone
@@ -211,7 +213,7 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
         return Page([row[2] for row in found.items], found.next_cursor, found.cursors)
 
     def count(self, uow: UnitOfWork, filters: Filter) -> int:
-        return self.lists.count(uow, filters)
+        return self.lists.filtering.count(uow.connection, uow.scope.department_id, filters)
 
     def update(
         self,

@@ -128,20 +128,6 @@ def list_activities_as_json(
     return [(activity_id, None, text) for activity_id, text in rows]
 
 
-def count_activities(
-    connection: TenantConnection, department_id: uuid.UUID | None, filters: ActivityFilter
-) -> int:
-    shape, values = ACTIVITY_FILTERS.shape_and_values(department_id, filters)
-    return int(connection.execute(_count_query(shape), values).scalar_one())
-
-
-@functools.lru_cache(maxsize=32)
-def _count_query(shape: Shape) -> Select[Any]:
-    return built_once(
-        select(func.count()).select_from(activities).where(*ACTIVITY_FILTERS.conditions(shape))
-    )
-
-
 def detach_from_deal(connection: TenantConnection, deal_id: uuid.UUID) -> None:
     """Activities outlive their deal: they lose it, as a change (new version) of their own."""
     connection.execute(

@@ -29,9 +29,7 @@ RECORD: records.SyncedRecord[Activity, ActivityFields, ActivityFilter] = records
         texts=lambda uow, filters, page: repository.list_activities_as_json(
             uow.connection, uow.scope.department_id, filters, page
         ),
-        count=lambda uow, filters: repository.count_activities(
-            uow.connection, uow.scope.department_id, filters
-        ),
+        filtering=repository.ACTIVITY_FILTERS,
     ),
     shape=ACTIVITY,
     create_model=ActivityFields,

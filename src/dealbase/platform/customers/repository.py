@@ -303,20 +303,6 @@ def list_customers_as_json(
     return [(customer_id, None, text) for customer_id, text in rows]
 
 
-def count_customers(
-    connection: TenantConnection, department_id: uuid.UUID | None, filters: CustomerFilter
-) -> int:
-    shape, values = CUSTOMER_FILTERS.shape_and_values(department_id, filters)
-    return int(connection.execute(_count_query(shape), values).scalar_one())
-
-
-@functools.lru_cache(maxsize=32)
-def _count_query(shape: Shape) -> Select[Any]:
-    return built_once(
-        select(func.count()).select_from(customers).where(*CUSTOMER_FILTERS.conditions(shape))
-    )
-
-
 def customers_of_deals(
     connection: TenantConnection, tenant_id: uuid.UUID, deal_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, list[Customer]]:

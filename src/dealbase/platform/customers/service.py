@@ -28,9 +28,7 @@ RECORD: records.SyncedRecord[Customer, CustomerFields, CustomerFilter] = records
         texts=lambda uow, filters, page: repository.list_customers_as_json(
             uow.connection, uow.scope.tenant_id, uow.scope.department_id, filters, page
         ),
-        count=lambda uow, filters: repository.count_customers(
-            uow.connection, uow.scope.department_id, filters
-        ),
+        filtering=repository.CUSTOMER_FILTERS,
     ),
     shape=CUSTOMER,
     create_model=CustomerFields,

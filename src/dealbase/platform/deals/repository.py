@@ -303,20 +303,6 @@ def list_deals_as_json(
     ]
 
 
-def count_deals(
-    connection: TenantConnection, department_id: uuid.UUID | None, filters: DealFilter
-) -> int:
-    shape, values = DEAL_FILTERS.shape_and_values(department_id, filters)
-    return int(connection.execute(_count_query(shape), values).scalar_one())
-
-
-@functools.lru_cache(maxsize=64)
-def _count_query(shape: Shape) -> Select[Any]:
-    return built_once(
-        select(func.count()).select_from(deals).where(*DEAL_FILTERS.conditions(shape))
-    )
-
-
 def to_deal(row: Record, customers: Sequence[Customer]) -> Deal:
     return Deal(
         id=row["id"],

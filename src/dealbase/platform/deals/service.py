@@ -151,9 +151,7 @@ RECORD: records.SyncedRecord[Deal, DealCreate | DealUpsert, DealFilter] = record
         texts=lambda uow, filters, page: repository.list_deals_as_json(
             uow.connection, uow.scope.tenant_id, uow.scope.department_id, filters, page
         ),
-        count=lambda uow, filters: repository.count_deals(
-            uow.connection, uow.scope.department_id, filters
-        ),
+        filtering=repository.DEAL_FILTERS,
         sort_of=_sort_of,
     ),
     shape=DEAL,
