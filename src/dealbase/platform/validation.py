@@ -14,6 +14,7 @@ from pydantic import (
     AwareDatetime,
     BaseModel,
     BeforeValidator,
+    ConfigDict,
     Field,
     Strict,
     ValidationError,
@@ -25,6 +26,13 @@ from pydantic_core import PydanticCustomError
 
 from dealbase.errors import Invalid, invalid_from_pydantic
 from dealbase.tenancy.scope import Scope
+
+
+class ClientInput(BaseModel):
+    """What a client sends (a body, a list's filters): each value of its field's type, with no
+    conversion; a field the model does not know is refused; frozen once validated."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
 
 # PostgreSQL text cannot hold U+0000; refusing it here turns a would-be 500 into a 422.

@@ -5,18 +5,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
-from dealbase.platform.validation import ExternalId, LongText, Moment, ShortText, partial
+from dealbase.platform.validation import (
+    ClientInput,
+    ExternalId,
+    LongText,
+    Moment,
+    ShortText,
+    partial,
+)
 
 ActivityType = Literal["call", "email", "meeting", "task", "note"]
 
 
-class ActivityFields(BaseModel):
+class ActivityFields(ClientInput):
     """An activity about a customer of the department, optionally about one of its deals and
     done by one of its employees."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     type: ActivityType
     external_id: ExternalId | None = None
@@ -33,9 +36,7 @@ class ActivityFields(BaseModel):
 ActivityPatch = partial(ActivityFields, "ActivityPatch")
 
 
-class ActivityFilter(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
+class ActivityFilter(ClientInput):
     external_id: ExternalId | None = None
     customer_id: uuid.UUID | None = None
     deal_id: uuid.UUID | None = None

@@ -3,11 +3,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from dealbase.errors import DomainError, Invalid
-from dealbase.platform.validation import ExternalId, valid_external_id
+from dealbase.platform.validation import ClientInput, ExternalId, valid_external_id
 from dealbase.platform.versioning import Expected
 
 MAX_OPERATIONS = 1_000
@@ -16,11 +16,9 @@ Fields = TypeVar("Fields", bound=BaseModel)
 Record = TypeVar("Record")
 
 
-class Operation(BaseModel):
+class Operation(ClientInput):
     """One operation of a batch. ``data`` is judged on its own, so that one bad record fails
     only its operation (unless the batch is atomic)."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     op: Literal["create", "upsert"]
     external_id: ExternalId | None = Field(
@@ -41,9 +39,7 @@ class Operation(BaseModel):
         return self
 
 
-class Batch(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
+class Batch(ClientInput):
     operations: Annotated[list[Operation], Field(min_length=1, max_length=MAX_OPERATIONS)]
 
 

@@ -5,12 +5,13 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, Field
 from pydantic_core import PydanticCustomError
 
 from dealbase.platform.validation import (
     EMAIL_MAX_LENGTH,
     SHORT_TEXT,
+    ClientInput,
     EmailText,
     ExternalId,
     LongText,
@@ -39,10 +40,8 @@ def _possible_birthday(value: date) -> date:
 Birthday = Annotated[date, AfterValidator(_possible_birthday)]
 
 
-class CustomerFields(BaseModel):
+class CustomerFields(ClientInput):
     """The client-settable fields of a customer, as the integration document names them."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     last_name: RequiredShortText
     external_id: ExternalId | None = None
@@ -106,9 +105,7 @@ class Customer:
 CustomerPatch = partial(CustomerFields, "CustomerPatch")
 
 
-class CustomerFilter(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
+class CustomerFilter(ClientInput):
     external_id: ExternalId | None = None
     email: Annotated[PlainText, Field(max_length=EMAIL_MAX_LENGTH)] | None = None
     q: Annotated[PlainText, Field(min_length=1, max_length=SHORT_TEXT)] | None = None

@@ -5,11 +5,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import Field, WithJsonSchema, field_validator
 from pydantic_core import PydanticCustomError
 
 from dealbase.platform.customers.models import Customer, CustomerFields
 from dealbase.platform.validation import (
+    ClientInput,
     ExternalId,
     LongText,
     Moment,
@@ -22,16 +23,19 @@ from dealbase.platform.validation import (
 MAX_CUSTOMERS_PER_DEAL = 100
 
 
-class DealCreate(BaseModel):
-    """A new deal; each element of ``customers`` becomes a new customer linked to it, in order."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+class DealFields(ClientInput):
+    """A deal's own fields, which creating, changing and upserting a deal all take first."""
 
     name: RequiredShortText
     external_id: ExternalId | None = None
     volume: Volume | None = None
     deal_origin: ShortText | None = None
     note: LongText | None = None
+
+
+class DealCreate(DealFields):
+    """A new deal; each element of ``customers`` becomes a new customer linked to it, in order."""
+
     customers: Annotated[list[CustomerFields], Field(max_length=MAX_CUSTOMERS_PER_DEAL)] = []
 
 
@@ -56,17 +60,10 @@ class Deal:
     customers: tuple[Customer, ...]
 
 
-class DealChanges(BaseModel):
+class DealChanges(DealFields):
     """What PATCH /deals/{id} may set: ``step_id`` moves the deal within its department,
     ``employee_id`` assigns it; the required fields here may be changed but never cleared."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
-    name: RequiredShortText
-    external_id: ExternalId | None = None
-    volume: Volume | None = None
-    deal_origin: ShortText | None = None
-    note: LongText | None = None
     step_id: uuid.UUID
     employee_id: uuid.UUID | None = None
 
@@ -75,7 +72,7 @@ class DealChanges(BaseModel):
 DealPatch = partial(DealChanges, "DealPatch")
 
 
-class DealUpsert(BaseModel):
+class DealUpsert(DealFields):
     """PUT /deals/by-external-id/{external_id} and a batch's ``upsert``: what creating the deal
     takes, so the same body serves both cases, without ``customers`` (a sync upserts its
     customers first, then its deals, then links them: POST /deals/{id}/customers).
@@ -85,13 +82,6 @@ class DealUpsert(BaseModel):
     gives, as PATCH does; ``step_id`` may be omitted but is never null (a deal is always in a
     step)."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
-    name: RequiredShortText
-    external_id: ExternalId | None = None
-    volume: Volume | None = None
-    deal_origin: ShortText | None = None
-    note: LongText | None = None
     # None only when absent: null is refused below, and the schema shows no null.
     step_id: Annotated[uuid.UUID | None, WithJsonSchema({"type": "string", "format": "uuid"})] = (
         None
@@ -114,9 +104,7 @@ class DealUpsert(BaseModel):
 DealOrder = Literal["created_asc", "created_desc", "volume_asc", "volume_desc"]
 
 
-class DealFilter(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
+class DealFilter(ClientInput):
     external_id: ExternalId | None = None
     step_id: uuid.UUID | None = None
     employee_id: uuid.UUID | None = None
@@ -129,9 +117,7 @@ class DealFilter(BaseModel):
     order_by: DealOrder = "created_asc"
 
 
-class CustomerLink(BaseModel):
+class CustomerLink(ClientInput):
     """POST /deals/{id}/customers: links an existing customer of the deal's department."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     customer_id: uuid.UUID

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from dealbase.platform.validation import EmailText, Moment, RequiredShortText
+from dealbase.platform.validation import ClientInput, EmailText, Moment, RequiredShortText
 
 StepKind = Literal["open", "won", "lost"]
 
@@ -50,13 +50,11 @@ class Employee:
     updated_at: datetime
 
 
-class DepartmentCreate(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+class DepartmentCreate(ClientInput):
     name: RequiredShortText
 
 
-class EmployeeCreate(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+class EmployeeCreate(ClientInput):
     name: RequiredShortText
     email: EmailText | None = None
 
@@ -109,8 +107,6 @@ class PipelineSummary:
     employees: tuple[EmployeeSummary, ...]
 
 
-class SummaryRange(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
+class SummaryRange(ClientInput):
     created_from: Moment
     created_to: Moment

@@ -7,11 +7,11 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Annotated, Generic, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, Field, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from dealbase.platform.event_types import EVENT_TYPES, EventType
-from dealbase.platform.validation import ShortText, UrlText, partial
+from dealbase.platform.validation import ClientInput, ShortText, UrlText, partial
 from dealbase.platform.webhooks.addresses import url_shape
 
 EventChoice = Literal[EventType, "*"]
@@ -49,11 +49,9 @@ EventSelection = Annotated[
 ]
 
 
-class WebhookEndpointFields(BaseModel):
+class WebhookEndpointFields(ClientInput):
     """Where a department's events are sent: ``events`` names their types, or is ``["*"]`` for
     every type; ``ordered`` sends them one at a time in commit order."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     url: WebhookUrl
     events: EventSelection
@@ -109,7 +107,5 @@ class WithSecret(WebhookEndpoint):
         )
 
 
-class WebhookEndpointFilter(BaseModel):
+class WebhookEndpointFilter(ClientInput):
     """No filters: what a list's cursor is made under."""
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
