@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -35,17 +37,25 @@ tenants = Table(
     Column("deleted_at", TIMESTAMP(timezone=True)),
 )
 
+
+def _audit(name: str, *subject: Column[Any]) -> Table:
+    """An audit table: one row per change an operator made to a tenant's ``subject``, what
+    (``action``), who, when, and the change's other arguments (``details``)."""
+    return Table(
+        name,
+        metadata,
+        Column("id", BigInteger, Identity(always=True), primary_key=True),
+        Column("tenant_id", UUID(as_uuid=True), ForeignKey(tenants.c.id), nullable=False),
+        *subject,
+        Column("action", Text, nullable=False),
+        Column("actor", Text, nullable=False),
+        Column("at", TIMESTAMP(timezone=True), nullable=False),
+        Column("details", JSONB, nullable=False),
+    )
+
+
 # What operators did to tenants (suspended, resumed, deleted), one row per change.
-tenant_audit = Table(
-    "tenant_audit",
-    metadata,
-    Column("id", BigInteger, Identity(always=True), primary_key=True),
-    Column("tenant_id", UUID(as_uuid=True), ForeignKey(tenants.c.id), nullable=False),
-    Column("action", Text, nullable=False),
-    Column("actor", Text, nullable=False),
-    Column("at", TIMESTAMP(timezone=True), nullable=False),
-    Column("details", JSONB, nullable=False),
-)
+tenant_audit = _audit("tenant_audit")
 
 api_keys = Table(
     "api_keys",
@@ -72,16 +82,9 @@ api_keys = Table(
 
 # What operators did to keys, one row per change, written in the change's own transaction.
 # Never a secret nor a hash of one: ``details`` holds the change's other arguments.
-api_key_audit = Table(
+api_key_audit = _audit(
     "api_key_audit",
-    metadata,
-    Column("id", BigInteger, Identity(always=True), primary_key=True),
-    Column("tenant_id", UUID(as_uuid=True), ForeignKey(tenants.c.id), nullable=False),
     Column("key_id", UUID(as_uuid=True), ForeignKey(api_keys.c.id), nullable=False),
-    Column("action", Text, nullable=False),
-    Column("actor", Text, nullable=False),
-    Column("at", TIMESTAMP(timezone=True), nullable=False),
-    Column("details", JSONB, nullable=False),
 )
 
 # A tenant schema the webhook worker should visit from ``due_at`` on (``tenancy.wakeups``).
