@@ -3,37 +3,21 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
-from starlette.responses import Response
+from fastapi import APIRouter, Query
 
-from dealbase.db.units import UnitOfWork
 from dealbase.edge.callers import AdmittedRoute
 from dealbase.platform.activities import service
 from dealbase.platform.activities.models import ActivityFields, ActivityFilter, ActivityPatch
 from dealbase.platform.resources import activity_json
-from dealbase.platform.validation import validated
-from dealbase.rest_api.openapi import (
-    EXTERNAL_ID_FILTER,
-    LIST_CURSOR,
-    LIST_LIMIT,
-    problem_responses,
-)
+from dealbase.rest_api.openapi import EXTERNAL_ID_FILTER
 from dealbase.rest_api.records import (
     SyncedRecordRoutes,
     add_create_route,
     add_item_routes,
+    add_list_route,
     add_sync_routes,
-    list_page,
 )
-from dealbase.rest_api.responses import (
-    created,
-)
-from dealbase.rest_api.schemas import (
-    ActivityBatch,
-    ActivityBatchResults,
-    ActivityList,
-    ActivityOut,
-)
+from dealbase.rest_api.schemas import ActivityBatch, ActivityBatchResults, ActivityList, ActivityOut
 
 router = APIRouter(prefix="/activities", tags=["activities"], route_class=AdmittedRoute)
 
@@ -94,11 +78,6 @@ ACTIVITY_ROUTES = SyncedRecordRoutes(
 )
 
 
-def _create(uow: UnitOfWork, fields: ActivityFields) -> Response:
-    activity = service.create(uow, fields)
-    return created(activity_json, activity, f"/activities/{activity.id}")
-
-
 add_create_route(
     router,
     ACTIVITY_ROUTES,
@@ -108,33 +87,24 @@ add_create_route(
         "An activity about a customer of the department (`customer_id`, required), optionally"
         " about one of its deals (`deal_id`) and done by one of its employees (`employee_id`)."
     ),
-    write=_create,
+    write=service.create,
 )
 
 
-@router.get(
-    "",
-    summary="List activities",
-    description="The department's activities, oldest first, a page at a time.",
-    response_model=None,
-    responses={
-        200: {"model": ActivityList, "description": "A page of activities."},
-        **problem_responses(401, 403, 422),
+add_list_route(
+    router,
+    ACTIVITY_ROUTES,
+    page=ActivityList,
+    filter_model=ActivityFilter,
+    filters={
+        "customer_id": (
+            uuid.UUID | None,
+            Query(None, description="Only activities of this customer."),
+        ),
+        "deal_id": (uuid.UUID | None, Query(None, description="Only activities of this deal.")),
+        "external_id": (str | None, EXTERNAL_ID_FILTER),
     },
 )
-async def list_activities(
-    request: Request,
-    limit: int | None = LIST_LIMIT,
-    cursor: str | None = LIST_CURSOR,
-    customer_id: uuid.UUID | None = Query(None, description="Only activities of this customer."),
-    deal_id: uuid.UUID | None = Query(None, description="Only activities of this deal."),
-    external_id: str | None = EXTERNAL_ID_FILTER,
-) -> Response:
-    filters = validated(
-        ActivityFilter,
-        {"customer_id": customer_id, "deal_id": deal_id, "external_id": external_id},
-    )
-    return await list_page(request, ACTIVITY_ROUTES, filters, limit, cursor)
 
 
 add_item_routes(router, ACTIVITY_ROUTES)

@@ -2,42 +2,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
-from starlette.responses import Response
+from fastapi import APIRouter, Query
 
-from dealbase.db.units import AfterCommit, UnitOfWork
 from dealbase.edge.callers import AdmittedRoute
 from dealbase.platform.customers import service
-from dealbase.platform.customers.models import (
-    CustomerFields,
-    CustomerFilter,
-    CustomerPatch,
-)
+from dealbase.platform.customers.models import CustomerFields, CustomerFilter, CustomerPatch
 from dealbase.platform.resources import customer_json
-from dealbase.platform.validation import EMAIL_MAX_LENGTH, NO_NUL_PATTERN, SHORT_TEXT, validated
-from dealbase.rest_api.openapi import (
-    EXTERNAL_ID_FILTER,
-    LIST_CURSOR,
-    LIST_LIMIT,
-    UPDATED_SINCE,
-    problem_responses,
-)
+from dealbase.platform.validation import EMAIL_MAX_LENGTH, NO_NUL_PATTERN, SHORT_TEXT
+from dealbase.rest_api.openapi import EXTERNAL_ID_FILTER, UPDATED_SINCE
 from dealbase.rest_api.records import (
     SyncedRecordRoutes,
     add_create_route,
     add_item_routes,
+    add_list_route,
     add_sync_routes,
-    list_page,
 )
-from dealbase.rest_api.responses import (
-    created_from_json_text,
-)
-from dealbase.rest_api.schemas import (
-    CustomerBatch,
-    CustomerBatchResults,
-    CustomerList,
-    CustomerOut,
-)
+from dealbase.rest_api.schemas import CustomerBatch, CustomerBatchResults, CustomerList, CustomerOut
 
 router = APIRouter(prefix="/customers", tags=["customers"], route_class=AdmittedRoute)
 
@@ -105,11 +85,6 @@ CUSTOMER_ROUTES = SyncedRecordRoutes(
 )
 
 
-def _create(uow: UnitOfWork, fields: CustomerFields) -> AfterCommit[Response]:
-    customer = service.create_later_as_json(uow, fields)
-    return AfterCommit(lambda: created_from_json_text(*customer.read(), "/customers"))
-
-
 add_create_route(
     router,
     CUSTOMER_ROUTES,
@@ -120,47 +95,43 @@ add_create_route(
         " field optional (`null` in the answer when left out). An `external_id` another"
         " customer of the department has is 409 `external_id_taken`."
     ),
-    write=_create,
+    write=service.create_later_as_json,
 )
 
 
-@router.get(
-    "",
-    summary="List customers",
-    description="The department's customers, oldest first, a page at a time.",
-    response_model=None,
-    responses={
-        200: {"model": CustomerList, "description": "A page of customers."},
-        **problem_responses(401, 403, 422),
+add_list_route(
+    router,
+    CUSTOMER_ROUTES,
+    page=CustomerList,
+    filter_model=CustomerFilter,
+    filters={
+        # The NUL character is declared for clients and refused by the platform's PlainText
+        # rule (422 invalid_character), as in a body.
+        "email": (
+            str | None,
+            Query(
+                None,
+                max_length=EMAIL_MAX_LENGTH,
+                description="Exact email address, in any letter case.",
+                json_schema_extra={"pattern": NO_NUL_PATTERN},
+            ),
+        ),
+        "q": (
+            str | None,
+            Query(
+                None,
+                min_length=1,
+                max_length=SHORT_TEXT,
+                description=(
+                    "Text the last name, first name or company contains (any letter case)."
+                ),
+                json_schema_extra={"pattern": NO_NUL_PATTERN},
+            ),
+        ),
+        "updated_since": (str | None, UPDATED_SINCE),
+        "external_id": (str | None, EXTERNAL_ID_FILTER),
     },
 )
-async def list_customers(
-    request: Request,
-    limit: int | None = LIST_LIMIT,
-    cursor: str | None = LIST_CURSOR,
-    # The NUL character is declared for clients and refused by the platform's PlainText rule
-    # (422 invalid_character), as in a body.
-    email: str | None = Query(
-        None,
-        max_length=EMAIL_MAX_LENGTH,
-        description="Exact email address, in any letter case.",
-        json_schema_extra={"pattern": NO_NUL_PATTERN},
-    ),
-    q: str | None = Query(
-        None,
-        min_length=1,
-        max_length=SHORT_TEXT,
-        description="Text the last name, first name or company contains (any letter case).",
-        json_schema_extra={"pattern": NO_NUL_PATTERN},
-    ),
-    updated_since: str | None = UPDATED_SINCE,
-    external_id: str | None = EXTERNAL_ID_FILTER,
-) -> Response:
-    filters = validated(
-        CustomerFilter,
-        {"email": email, "q": q, "updated_since": updated_since, "external_id": external_id},
-    )
-    return await list_page(request, CUSTOMER_ROUTES, filters, limit, cursor)
 
 
 add_item_routes(router, CUSTOMER_ROUTES)

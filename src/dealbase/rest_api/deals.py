@@ -6,15 +6,11 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
-from dealbase.db.units import AfterCommit, UnitOfWork
+from dealbase.db.units import UnitOfWork
 from dealbase.edge.callers import AdmittedRoute, caller_of
 from dealbase.edge.database import database_of
 from dealbase.edge.idempotency import run_once
-from dealbase.edge.requests import (
-    IdempotencyKey,
-    json_body,
-    parse_body,
-)
+from dealbase.edge.requests import IdempotencyKey, json_body, parse_body
 from dealbase.platform.deals import service
 from dealbase.platform.deals.models import (
     CustomerLink,
@@ -24,11 +20,8 @@ from dealbase.platform.deals.models import (
     DealUpsert,
 )
 from dealbase.platform.resources import deal_json
-from dealbase.platform.validation import validated
 from dealbase.rest_api.openapi import (
     EXTERNAL_ID_FILTER,
-    LIST_CURSOR,
-    LIST_LIMIT,
     READ_HEADERS,
     UPDATED_SINCE,
     json_request_body,
@@ -38,14 +31,10 @@ from dealbase.rest_api.records import (
     SyncedRecordRoutes,
     add_create_route,
     add_item_routes,
+    add_list_route,
     add_sync_routes,
-    list_page,
 )
-from dealbase.rest_api.responses import (
-    created_from_json_text,
-    no_content,
-    resource_response,
-)
+from dealbase.rest_api.responses import no_content, resource_response
 from dealbase.rest_api.schemas import DealBatch, DealBatchResults, DealList, DealOut
 
 router = APIRouter(prefix="/deals", tags=["deals"], route_class=AdmittedRoute)
@@ -134,11 +123,6 @@ DEAL_ROUTES = SyncedRecordRoutes(
 )
 
 
-def _create(uow: UnitOfWork, fields: DealCreate) -> AfterCommit[Response]:
-    deal = service.create_later_as_json(uow, fields)
-    return AfterCommit(lambda: created_from_json_text(*deal.read(), "/deals"))
-
-
 add_create_route(
     router,
     DEAL_ROUTES,
@@ -148,43 +132,30 @@ add_create_route(
         "Creates the deal in the caller's department, unassigned, at the department's first "
         "pipeline step, and one new customer per element of `customers`, returned in request order."
     ),
-    write=_create,
+    write=service.create_later_as_json,
 )
 
 
-@router.get(
-    "",
-    summary="List deals",
-    description="The department's deals with their customers, oldest first, a page at a time.",
-    response_model=None,
-    responses={
-        200: {"model": DealList, "description": "A page of deals."},
-        **problem_responses(401, 403, 422),
+add_list_route(
+    router,
+    DEAL_ROUTES,
+    page=DealList,
+    filter_model=DealFilter,
+    filters={
+        "step_id": (uuid.UUID | None, Query(None, description="Only deals in this step.")),
+        "employee_id": (
+            uuid.UUID | None,
+            Query(None, description="Only deals assigned to this employee."),
+        ),
+        "customer_id": (
+            uuid.UUID | None,
+            Query(None, description="Only deals linked to this customer."),
+        ),
+        "updated_since": (str | None, UPDATED_SINCE),
+        "external_id": (str | None, EXTERNAL_ID_FILTER),
     },
+    description="The department's deals with their customers, oldest first, a page at a time.",
 )
-async def list_deals(
-    request: Request,
-    limit: int | None = LIST_LIMIT,
-    cursor: str | None = LIST_CURSOR,
-    step_id: uuid.UUID | None = Query(None, description="Only deals in this step."),
-    employee_id: uuid.UUID | None = Query(
-        None, description="Only deals assigned to this employee."
-    ),
-    customer_id: uuid.UUID | None = Query(None, description="Only deals linked to this customer."),
-    updated_since: str | None = UPDATED_SINCE,
-    external_id: str | None = EXTERNAL_ID_FILTER,
-) -> Response:
-    filters = validated(
-        DealFilter,
-        {
-            "external_id": external_id,
-            "step_id": step_id,
-            "employee_id": employee_id,
-            "customer_id": customer_id,
-            "updated_since": updated_since,
-        },
-    )
-    return await list_page(request, DEAL_ROUTES, filters, limit, cursor)
 
 
 add_item_routes(router, DEAL_ROUTES)

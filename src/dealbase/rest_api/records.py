@@ -1,9 +1,8 @@
 """The routes every synced record has (customers, deals, activities), made from one description
-of the record: create (``add_create_route``, given what the record's create writes), read,
-update and delete by id (``add_item_routes``), and upsert by external id and the batch
-(``add_sync_routes``). Each route is written once here; a record's router adds its list, whose
-filters are its own (answered by ``list_page``), and any route of its own (a deal's customers)
-between the calls, where its place in the OpenAPI document is.
+of the record: create (``add_create_route``, given what the record's create writes), the list
+(``add_list_route``, given its filters), read, update and delete by id (``add_item_routes``),
+and upsert by external id and the batch (``add_sync_routes``). Each route is written once here; a record's router adds any route of its own (a deal's customers) between
+the calls, where its place in the OpenAPI document is.
 
 A route's path parameter keeps the record's name (``customer_id``, ``deal_id``...), as clients
 and the OpenAPI document know it: the endpoint is given the signature FastAPI reads.
@@ -13,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -37,9 +36,12 @@ from dealbase.platform.batches.models import Batch, Result
 from dealbase.platform.record_writes import Owned
 from dealbase.platform.records import SyncedRecord
 from dealbase.platform.resources import JsonObject
+from dealbase.platform.validation import validated
 from dealbase.rest_api.openapi import (
     CREATED_HEADERS,
     EXTERNAL_ID_PATH,
+    LIST_CURSOR,
+    LIST_LIMIT,
     READ_HEADERS,
     json_request_body,
     problem_responses,
@@ -47,6 +49,7 @@ from dealbase.rest_api.openapi import (
 from dealbase.rest_api.responses import (
     batch_response,
     created,
+    created_from_json_text,
     json_text_page,
     json_text_response,
     no_content,
@@ -56,6 +59,8 @@ from dealbase.rest_api.responses import (
 Record = TypeVar("Record", bound=Owned)
 Fields = TypeVar("Fields", bound=BaseModel)
 Created = TypeVar("Created", bound=BaseModel)
+# A written record as PostgreSQL made it: its id, its version and its JSON text.
+JsonText = tuple[uuid.UUID, int, str]
 
 
 @dataclass(frozen=True)
@@ -120,16 +125,24 @@ def add_create_route(
     body: type[Created],
     example: dict[str, Any],
     description: str,
-    write: Callable[[UnitOfWork, Created], Response | AfterCommit[Response]],
+    write: Callable[[UnitOfWork, Created], AfterCommit[JsonText] | Record],
 ) -> None:
-    """``POST /{plural}``: ``write`` creates the record from the parsed ``body``."""
+    """``POST /{plural}``: ``write`` creates the record from the parsed ``body``, and gives it
+    back at once, or its id, version and JSON text made by PostgreSQL after the commit."""
 
     async def create(request: Request, idempotency_key: str | None) -> Response:
         scope = caller_of(request)
         fields = parse_body(body, await json_body(request))
-        return await run_once(
-            request, scope, idempotency_key, fields, lambda uow: write(uow, fields)
-        )
+
+        def perform(uow: UnitOfWork) -> AfterCommit[Response] | Response:
+            written = write(uow, fields)
+            if isinstance(written, AfterCommit):
+                return AfterCommit(
+                    lambda: created_from_json_text(*written.read(), f"/{record.plural}")
+                )
+            return created(record.as_json, written, record.location(written.id))
+
+        return await run_once(request, scope, idempotency_key, fields, perform)
 
     router.post(
         "",
@@ -155,19 +168,50 @@ def add_create_route(
     )
 
 
-async def list_page(
-    request: Request,
+def add_list_route(
+    router: APIRouter,
     record: SyncedRecordRoutes[Record, Fields],
-    filters: Any,
-    limit: int | None,
-    cursor: str | None,
-) -> Response:
-    """The page of ``record``'s list that ``filters``, ``limit`` and ``cursor`` ask for."""
-    scope = caller_of(request)
-    page = await database_of(request).read(
-        scope, lambda uow: record.service.list_page_as_json(uow, filters, limit, cursor)
+    *,
+    page: type[BaseModel],
+    filter_model: type[BaseModel],
+    filters: Mapping[str, tuple[Any, Any]],
+    description: str = "",
+) -> None:
+    """``GET /{plural}``: a page of the records the caller may see that ``filters`` admit (each
+    a query parameter, by name: its type and its ``Query``), judged as ``filter_model``."""
+
+    async def list_records(
+        request: Request, limit: int | None, cursor: str | None, **given: Any
+    ) -> Response:
+        scope = caller_of(request)
+        judged = validated(filter_model, given)
+        found = await database_of(request).read(
+            scope, lambda uow: record.service.list_page_as_json(uow, judged, limit, cursor)
+        )
+        return json_text_page(found)
+
+    plural = record.plural
+    router.get(
+        "",
+        summary=f"List {plural}",
+        description=description or f"The department's {plural}, oldest first, a page at a time.",
+        response_model=None,
+        responses={
+            200: {"model": page, "description": f"A page of {plural}."},
+            **problem_responses(401, 403, 422),
+        },
+    )(
+        _endpoint(
+            f"list_{plural}",
+            list_records,
+            [
+                _REQUEST,
+                _optional("limit", int | None, LIST_LIMIT),
+                _optional("cursor", str | None, LIST_CURSOR),
+                *(_optional(name, kind, query) for name, (kind, query) in filters.items()),
+            ],
+        )
     )
-    return json_text_page(page)
 
 
 def add_item_routes(router: APIRouter, record: SyncedRecordRoutes[Record, Fields]) -> None:
