@@ -6,22 +6,28 @@ import uuid
 
 from pydantic import BaseModel
 
-from dealbase.platform.pagination import PageRequest
+from dealbase.platform.pagination import Page, PageRequest
 
 
 class _Filters(BaseModel):
     city: str | None = None
 
 
-def test_a_pages_row_cursors_are_made_only_when_read_and_equal_the_next_pages() -> None:
-    ids = [uuid.uuid4() for _ in range(4)]
+def _first_page(ids: list[uuid.UUID]) -> tuple[Page[uuid.UUID], list[uuid.UUID]]:
+    """The first page of three of ``ids``, and the rows whose id it has read so far (a list it
+    goes on filling as its cursors are read)."""
     read: list[uuid.UUID] = []
 
     def id_of(row: uuid.UUID) -> uuid.UUID:
         read.append(row)
         return row
 
-    page = PageRequest(limit=3, after=None).page_of(ids, id_of, _Filters())
+    return PageRequest(limit=3, after=None).page_of(ids, id_of, _Filters()), read
+
+
+def test_a_pages_row_cursors_are_made_only_when_read_and_equal_the_next_pages() -> None:
+    ids = [uuid.uuid4() for _ in range(4)]
+    page, read = _first_page(ids)
 
     assert page.items == ids[:3]
     assert read == [ids[2]]  # the next page's cursor alone, of the last row shown
@@ -34,13 +40,7 @@ def test_a_pages_row_cursors_are_made_only_when_read_and_equal_the_next_pages() 
 
 def test_the_last_page_has_no_next_cursor_and_makes_none() -> None:
     ids = [uuid.uuid4() for _ in range(2)]
-    read: list[uuid.UUID] = []
-
-    def id_of(row: uuid.UUID) -> uuid.UUID:
-        read.append(row)
-        return row
-
-    page = PageRequest(limit=3, after=None).page_of(ids, id_of, _Filters())
+    page, read = _first_page(ids)
 
     assert page.next_cursor is None
     assert read == []

@@ -53,6 +53,15 @@ MADE: dict[str, tuple[records.SyncedRecord[Any, Any, Any], Callable[[UnitOfWork]
 }
 
 
+def _made(
+    database: Database, scope: Scope, noun: str
+) -> tuple[records.SyncedRecord[Any, Any, Any], uuid.UUID]:
+    """A new ``noun`` of ``scope``'s department: its descriptor and its id."""
+    record, make = MADE[noun]
+    with database.unit_of_work(scope) as uow:
+        return record, make(uow)
+
+
 @pytest.fixture(params=sorted(MADE))
 def noun(request: pytest.FixtureRequest) -> str:
     return str(request.param)
@@ -76,9 +85,7 @@ def test_a_delete_of_another_departments_record_is_not_found_before_any_side_eff
     database: Database, two_departments: tuple[Scope, Scope], noun: str
 ) -> None:
     owner, stranger = two_departments
-    record, make = MADE[noun]
-    with database.unit_of_work(owner) as uow:
-        record_id = make(uow)
+    record, record_id = _made(database, owner, noun)
     side_effects: list[uuid.UUID] = []
 
     def before_delete(uow: UnitOfWork, deleted: uuid.UUID) -> None:
@@ -102,9 +109,7 @@ def test_an_update_naming_rows_of_another_department_is_invalid_for_each_referen
     database: Database, two_departments: tuple[Scope, Scope], referring: str
 ) -> None:
     owner, other = two_departments
-    record, make = MADE[referring]
-    with database.unit_of_work(owner) as uow:
-        record_id = make(uow)
+    record, record_id = _made(database, owner, referring)
     with database.unit_of_work(other) as uow:
         elsewhere = {"customer_id": _customer(uow), "deal_id": _deal(uow)}
         elsewhere["step_id"] = uow.connection.execute(
