@@ -20,7 +20,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from dealbase.db.statements import Record, built_once
+from dealbase.db.statements import Record, built_once, dataclass_of_row
 from dealbase.db.transactions import Deferred, TenantConnection
 from dealbase.ids import new_id
 from dealbase.platform.customers.models import Customer
@@ -304,21 +304,9 @@ def list_deals_as_json(
 
 
 def to_deal(row: Record, customers: Sequence[Customer]) -> Deal:
-    return Deal(
-        id=row["id"],
-        external_id=row["external_id"],
-        department_id=row["department_id"],
-        step_id=row["step_id"],
-        employee_id=row["employee_id"],
-        employee_name=row.get("employee_name"),
-        name=row["name"],
-        volume=row["volume"],
-        deal_origin=row["deal_origin"],
-        note=row["note"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        version=row["version"],
-        customers=tuple(customers),
+    # A row read without its employee's name (a write's RETURNING) has none.
+    return dataclass_of_row(
+        Deal, row, employee_name=row.get("employee_name"), customers=tuple(customers)
     )
 
 
