@@ -69,6 +69,20 @@ class ListFilters:
     def conditions(self, shape: Shape) -> tuple[ColumnElement[bool], ...]:
         return _conditions(self, shape)
 
+    def page_values(
+        self,
+        department_id: uuid.UUID | None,
+        filters: BaseModel,
+        order: KeysetOrder,
+        page: PageRequest,
+    ) -> tuple[Shape, dict[str, Any]]:
+        """``shape_and_values`` of a page in ``order`` (``KeysetOrder.paged``): with the keys
+        it starts after, and its ``limit``, one row more than it shows (which tells there is
+        more)."""
+        shape, values = self.shape_and_values(department_id, filters)
+        values.update(order.values(page), limit=page.limit + 1)
+        return shape, values
+
     def count(
         self, connection: TenantConnection, department_id: uuid.UUID | None, filters: BaseModel
     ) -> int:
@@ -120,6 +134,13 @@ class KeysetOrder:
             last = (bindparam("after_sort", type_=BigInteger), *last)
         position, bound = tuple_(*self.keys(row)), tuple_(*last)
         return position < bound if self.descending else position > bound
+
+    def paged(self, query: Select[Any], row: FromClause, after: bool) -> Select[Any]:
+        """``query`` in this order, up to ``limit`` rows, after the keys ``after`` and
+        ``after_sort`` when ``after`` (a page after the first)."""
+        if after:
+            query = query.where(self.after(row))
+        return query.order_by(*self.order_by(row)).limit(bindparam("limit"))
 
     def values(self, page: PageRequest) -> dict[str, Any]:
         """The bound values of ``after`` for ``page`` (none from the start)."""

@@ -5,7 +5,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Select, bindparam, func, select, update
+from sqlalchemy import Select, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 
 from dealbase.db.statements import Record, built_once
@@ -89,9 +89,7 @@ def _page_query(shape: Shape, after: bool, as_json: bool) -> Select[Any]:
         (activities.c.id, ACTIVITY.text_of_row(activities)) if as_json else tuple(activities.c)
     )
     query = select(*columns).where(*ACTIVITY_FILTERS.conditions(shape))
-    if after:
-        query = query.where(BY_ID.after(activities))
-    return built_once(query.order_by(*BY_ID.order_by(activities)).limit(bindparam("limit")))
+    return built_once(BY_ID.paged(query, activities, after))
 
 
 def _page(
@@ -101,8 +99,7 @@ def _page(
     page: PageRequest,
     as_json: bool,
 ) -> Any:
-    shape, values = ACTIVITY_FILTERS.shape_and_values(department_id, filters)
-    values.update(BY_ID.values(page), limit=page.limit + 1)
+    shape, values = ACTIVITY_FILTERS.page_values(department_id, filters, BY_ID, page)
     return connection.execute(_page_query(shape, page.after is not None, as_json), values)
 
 

@@ -32,7 +32,7 @@ from dealbase.platform.events.repository import (
     recorded_alone,
     recorded_with,
 )
-from dealbase.platform.listing import ListFilters, Rule, Shape, equal
+from dealbase.platform.listing import BY_ID, ListFilters, Rule, Shape, equal
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.resources import CUSTOMER
 from dealbase.platform.rows import (
@@ -268,13 +268,10 @@ def _page(
 ) -> Rows:
     """A page's rows, or (given the tenant's id, which their JSON shows) each one's id and JSON
     text."""
-    shape, values = CUSTOMER_FILTERS.shape_and_values(department_id, filters)
+    shape, values = CUSTOMER_FILTERS.page_values(department_id, filters, BY_ID, page)
     query = _page_query(shape, page.after is not None, tenant_id is not None)
     if tenant_id is not None:
         values["tenant_id"] = str(tenant_id)
-    values["limit"] = page.limit + 1
-    if page.after is not None:
-        values["after"] = page.after
     return connection.execute(query, values)
 
 

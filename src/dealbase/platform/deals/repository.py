@@ -253,9 +253,7 @@ _ORDERS = {
 def _page_query(shape: Shape, order_by: str, after: bool) -> Select[Any]:
     order = deal_order(order_by)
     query = _with_employee_name().where(*DEAL_FILTERS.conditions(shape))
-    if after:
-        query = query.where(order.after(deals))
-    return built_once(query.order_by(*order.order_by(deals)).limit(bindparam("limit")))
+    return built_once(order.paged(query, deals, after))
 
 
 def list_deal_rows(
@@ -266,9 +264,9 @@ def list_deal_rows(
 ) -> list[Record]:
     """Up to ``page.limit + 1`` deals in the filter's order (the extra one tells there is more),
     paged by keyset."""
-    shape, values = DEAL_FILTERS.shape_and_values(department_id, filters)
+    order = deal_order(filters.order_by)
+    shape, values = DEAL_FILTERS.page_values(department_id, filters, order, page)
     query = _page_query(shape, filters.order_by, page.after is not None)
-    values.update(deal_order(filters.order_by).values(page), limit=page.limit + 1)
     return list(connection.execute(query, values).mappings().all())
 
 
@@ -279,9 +277,7 @@ def _json_page_query(shape: Shape, order_by: str, after: bool) -> Select[Any]:
     query = select(deals.c.id, keys[0], DEAL.text_of_row(deals)).where(
         *DEAL_FILTERS.conditions(shape)
     )
-    if after:
-        query = query.where(order.after(deals))
-    return built_once(query.order_by(*order.order_by(deals)).limit(bindparam("limit")))
+    return built_once(order.paged(query, deals, after))
 
 
 def list_deals_as_json(
@@ -293,11 +289,11 @@ def list_deals_as_json(
 ) -> list[tuple[uuid.UUID, int | None, str]]:
     """``list_deal_rows``' deals as (id, sort value, JSON text made by PostgreSQL), customers
     included: one statement. The sort value is what the order sorts by (None by id)."""
-    shape, values = DEAL_FILTERS.shape_and_values(department_id, filters)
+    order = deal_order(filters.order_by)
+    shape, values = DEAL_FILTERS.page_values(department_id, filters, order, page)
     query = _json_page_query(shape, filters.order_by, page.after is not None)
-    values.update(deal_order(filters.order_by).values(page), limit=page.limit + 1)
     values["tenant_id"] = str(tenant_id)
-    by_volume = deal_order(filters.order_by).sort is not None
+    by_volume = order.sort is not None
     return [
         (row[0], row[1] if by_volume else None, row[2]) for row in connection.execute(query, values)
     ]
