@@ -35,91 +35,70 @@ class DomainError(Exception):
     code: ClassVar[str] = "error"
     title: ClassVar[str] = "Error"
 
+    def __init_subclass__(cls, *, code: str = "", title: str = "", **kwargs: Any) -> None:
+        """A kind of error declares its ``code`` and its ``title`` (else its base's) in its
+        class statement: ``class NotFound(DomainError, code="not_found", title="Not found")``."""
+        super().__init_subclass__(**kwargs)
+        if code:
+            cls.code = code
+        if title:
+            cls.title = title
+
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
         self.detail = detail
 
 
-class Unauthenticated(DomainError):
-    code = "unauthenticated"
-    title = "Unauthenticated"
+class Unauthenticated(DomainError, code="unauthenticated", title="Unauthenticated"): ...
 
 
-class Forbidden(DomainError):
-    code = "forbidden"
-    title = "Forbidden"
+class Forbidden(DomainError, code="forbidden", title="Forbidden"): ...
 
 
-class TenantSuspended(Forbidden):
+class TenantSuspended(Forbidden, code="tenant_suspended", title="Tenant suspended"):
     """A valid key of a tenant an operator has suspended: its data is kept, its keys refused."""
 
-    code = "tenant_suspended"
-    title = "Tenant suspended"
+
+class NotFound(DomainError, code="not_found", title="Not found"): ...
 
 
-class NotFound(DomainError):
-    code = "not_found"
-    title = "Not found"
+class Conflict(DomainError, code="conflict", title="Conflict"): ...
 
 
-class Conflict(DomainError):
-    code = "conflict"
-    title = "Conflict"
-
-
-class ExternalIdTaken(Conflict):
+class ExternalIdTaken(Conflict, code="external_id_taken", title="External id taken"):
     """Another record of the same kind in the department already has the external id."""
 
-    code = "external_id_taken"
-    title = "External id taken"
+
+class PreconditionFailed(DomainError, code="precondition_failed", title="Precondition failed"): ...
 
 
-class PreconditionFailed(DomainError):
-    code = "precondition_failed"
-    title = "Precondition failed"
-
-
-class Unavailable(DomainError):
+class Unavailable(DomainError, code="service_unavailable", title="Service unavailable"):
     """A dependency the request needs is down or too slow (the database; Redis, when rate
     limits are set to fail closed): the same request may succeed later, after
     ``retry_after_seconds`` when given."""
-
-    code = "service_unavailable"
-    title = "Service unavailable"
 
     def __init__(self, detail: str, *, retry_after_seconds: int | None = None) -> None:
         super().__init__(detail)
         self.retry_after_seconds = retry_after_seconds
 
 
-class DatabaseUnavailable(Unavailable):
+class DatabaseUnavailable(Unavailable, code="database_unavailable"):
     """PostgreSQL could not be reached, or a connection to it broke, or it refused the work for
     a reason that passes (shutting down, too many connections, a deadlock)."""
 
-    code = "database_unavailable"
 
-
-class DatabaseTimeout(Unavailable):
+class DatabaseTimeout(Unavailable, code="database_timeout", title="Database timeout"):
     """A statement ran past the statement timeout, or waited for a lock past the lock timeout."""
 
-    code = "database_timeout"
-    title = "Database timeout"
 
-
-class RateLimited(DomainError):
-    code = "rate_limited"
-    title = "Too many requests"
-
+class RateLimited(DomainError, code="rate_limited", title="Too many requests"):
     def __init__(self, detail: str, *, retry_after_seconds: int) -> None:
         super().__init__(detail)
         self.retry_after_seconds = retry_after_seconds
 
 
-class Invalid(DomainError):
+class Invalid(DomainError, code="validation_failed", title="Validation failed"):
     """Input that breaks a rule; ``errors`` names every offending field."""
-
-    code = "validation_failed"
-    title = "Validation failed"
 
     def __init__(self, detail: str, errors: Iterable[FieldError] = ()) -> None:
         super().__init__(detail)
@@ -155,12 +134,9 @@ class Invalid(DomainError):
         )
 
 
-class BatchRejected(DomainError):
+class BatchRejected(DomainError, code="batch_rejected", title="Batch rejected"):
     """An all-or-nothing batch of which operations failed: nothing of it was written.
     ``failures`` pairs each failed operation's index with its own error."""
-
-    code = "batch_rejected"
-    title = "Batch rejected"
 
     def __init__(self, detail: str, failures: Sequence[tuple[int, DomainError]]) -> None:
         super().__init__(detail)

@@ -16,11 +16,11 @@ class StoredResponse:
     location: str | None
 
 
-class IdempotencyKeyInUse(Conflict):
-    code = "idempotency_key_in_use"
-    title = "Idempotency key in use"
+class IdempotencyKeyInUse(
+    Conflict, code="idempotency_key_in_use", title="Idempotency key in use"
+): ...
 
 
-class IdempotencyKeyReused(Invalid):
-    code = "idempotency_key_reused"
-    title = "Idempotency key reused"
+class IdempotencyKeyReused(
+    Invalid, code="idempotency_key_reused", title="Idempotency key reused"
+): ...
