@@ -26,9 +26,10 @@ are paid back.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import structlog
@@ -187,28 +188,12 @@ class LocalAdmissions:
         refreshes what the process knows of the key's buckets. It is on its way from now on:
         the requests admitted before its task runs start no other."""
         carry = key.setting_off()
-        task = asyncio.get_running_loop().create_task(
-            self._refreshing(key_id, key, key_rate, tenant_id, tenant_rate, carry)
+        ask = functools.partial(
+            self._ask, key_id, key, key_rate, tenant_id, tenant_rate, 0, 0, carry
         )
+        task = asyncio.get_running_loop().create_task(_refreshing(key, ask, carry))
         self._refreshes.add(task)
         task.add_done_callback(self._refreshes.discard)
-
-    async def _refreshing(
-        self,
-        key_id: uuid.UUID,
-        key: _Key,
-        key_rate: Rate,
-        tenant_id: uuid.UUID,
-        tenant_rate: Rate,
-        carry: int,
-    ) -> None:
-        try:
-            await self._ask(key_id, key, key_rate, tenant_id, tenant_rate, 0, 0, carry)
-        except RateLimiterUnavailable as exc:
-            # The units stay owed, for the next check; requests wait for Redis once what it
-            # said is STALE_SECONDS old, and their policy meets the fault.
-            key.unanswered = True
-            log.warning("rate_limit_refresh_failed", units=carry, error=str(exc))
 
     async def refreshed(self) -> None:
         """Returns once every refresh under way has its answer, or has failed."""
@@ -267,3 +252,15 @@ class LocalAdmissions:
 
 def _state(bucket: Bucket, now: float) -> _Heard:
     return _Heard(bucket.rate, bucket.remaining, bucket.reset_seconds, now)
+
+
+async def _refreshing(key: _Key, ask: Callable[[], Awaitable[Verdict]], carry: int) -> None:
+    """Runs a refresh's check (``LocalAdmissions._refresh``), which carries ``carry`` owed
+    units, and logs its failure."""
+    try:
+        await ask()
+    except RateLimiterUnavailable as exc:
+        # The units stay owed, for the next check; requests wait for Redis once what it
+        # said is STALE_SECONDS old, and their policy meets the fault.
+        key.unanswered = True
+        log.warning("rate_limit_refresh_failed", units=carry, error=str(exc))
