@@ -23,7 +23,7 @@ from dealbase.ops.cli.common import (
     fail_cleanly,
 )
 from dealbase.platform.resources import format_timestamp
-from dealbase.tenancy.callers.api_keys import MAX_KEY_LIFETIME, AuditRecord, KeyInfo
+from dealbase.tenancy.callers.api_keys import MAX_KEY_LIFETIME, AuditRecord, IssuedKey, KeyInfo
 from dealbase.tenancy.scope import Rate
 
 key_cli = command_group("Issue, list, rotate, reset and revoke API keys; their audit.")
@@ -156,6 +156,10 @@ def _key_rate(rate: str | None, burst: int | None) -> Rate | None:
         raise CliFailure(f"--rate {exc}", exit_code=2) from None
 
 
+def _emit_new_secret(as_json: bool, issued: IssuedKey) -> None:
+    emit(as_json, issued, f"key {issued.key_id}\nnew api key (shown once): {issued.api_key}")
+
+
 def _describe(rate: Rate | None) -> str:
     return "default" if rate is None else f"{rate.per_second:g}/s, burst {rate.burst}"
 
@@ -179,7 +183,7 @@ def key_rotate(
 ) -> None:
     """A new secret for the key; the old one works for --grace-seconds more, then never again."""
     issued = admin.rotate_key(command_database(), key_id, grace_seconds)
-    emit(as_json, issued, f"key {issued.key_id}\nnew api key (shown once): {issued.api_key}")
+    _emit_new_secret(as_json, issued)
 
 
 @key_cli.command("reset")
@@ -187,7 +191,7 @@ def key_rotate(
 def key_reset(key_id: uuid.UUID, as_json: JsonFlag = False) -> None:
     """For a compromised secret: a new one, and every older secret refused at once."""
     issued = admin.reset_key(command_database(), key_id)
-    emit(as_json, issued, f"key {issued.key_id}\nnew api key (shown once): {issued.api_key}")
+    _emit_new_secret(as_json, issued)
 
 
 @key_cli.command("audit")
