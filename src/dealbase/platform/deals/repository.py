@@ -316,6 +316,37 @@ def touch_deals_of_customer(connection: TenantConnection, customer_id: uuid.UUID
     )
 
 
+def _first_rows_per_parent(
+    connection: TenantConnection,
+    query: Select[Any],
+    parent: ColumnElement[uuid.UUID],
+    parent_ids: Sequence[uuid.UUID],
+    department_id: uuid.UUID | None,
+    per_parent: int,
+) -> list[Record]:
+    """The first ``per_parent`` deals of ``query`` (oldest first) of each of ``parent_ids``, in
+    one statement, each row with its parent's id as ``parent_id``."""
+    if not parent_ids:
+        return []
+    ranked = (
+        query.add_columns(
+            parent.label("parent_id"),
+            func.row_number().over(partition_by=parent, order_by=deals.c.id).label("rank"),
+        )
+        .where(parent.in_(parent_ids), in_department(deals, department_id))
+        .subquery()
+    )
+    return list(
+        connection.execute(
+            select(ranked)
+            .where(ranked.c.rank <= per_parent)
+            .order_by(ranked.c.parent_id, ranked.c.id)
+        )
+        .mappings()
+        .all()
+    )
+
+
 def first_deal_rows_of_steps(
     connection: TenantConnection,
     department_id: uuid.UUID | None,
@@ -323,22 +354,8 @@ def first_deal_rows_of_steps(
     per_step: int,
 ) -> list[Record]:
     """The first ``per_step`` deals (oldest first) of each step, for many steps in one statement."""
-    if not step_ids:
-        return []
-    ranked = (
-        _with_employee_name()
-        .add_columns(
-            func.row_number().over(partition_by=deals.c.step_id, order_by=deals.c.id).label("rank")
-        )
-        .where(deals.c.step_id.in_(step_ids), in_department(deals, department_id))
-        .subquery()
-    )
-    return list(
-        connection.execute(
-            select(ranked).where(ranked.c.rank <= per_step).order_by(ranked.c.step_id, ranked.c.id)
-        )
-        .mappings()
-        .all()
+    return _first_rows_per_parent(
+        connection, _with_employee_name(), deals.c.step_id, step_ids, department_id, per_step
     )
 
 
@@ -365,26 +382,7 @@ def first_deal_rows_of_customers(
     per_customer: int,
 ) -> list[Record]:
     """The first ``per_customer`` deals (oldest first) each customer is linked to."""
-    if not customer_ids:
-        return []
-    ranked = (
-        _with_employee_name()
-        .add_columns(
-            deal_customers.c.customer_id.label("linked_customer_id"),
-            func.row_number()
-            .over(partition_by=deal_customers.c.customer_id, order_by=deals.c.id)
-            .label("rank"),
-        )
-        .join(deal_customers, deal_customers.c.deal_id == deals.c.id)
-        .where(deal_customers.c.customer_id.in_(customer_ids), in_department(deals, department_id))
-        .subquery()
-    )
-    return list(
-        connection.execute(
-            select(ranked)
-            .where(ranked.c.rank <= per_customer)
-            .order_by(ranked.c.linked_customer_id, ranked.c.id)
-        )
-        .mappings()
-        .all()
+    linked = _with_employee_name().join(deal_customers, deal_customers.c.deal_id == deals.c.id)
+    return _first_rows_per_parent(
+        connection, linked, deal_customers.c.customer_id, customer_ids, department_id, per_customer
     )

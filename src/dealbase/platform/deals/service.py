@@ -220,10 +220,7 @@ def first_of_steps(
     rows = repository.first_deal_rows_of_steps(
         uow.connection, uow.scope.department_id, step_ids, per_step
     )
-    found: dict[uuid.UUID, list[Deal]] = {step_id: [] for step_id in step_ids}
-    for deal in _with_customers(uow, rows):
-        found[deal.step_id].append(deal)
-    return found
+    return _by_parent(uow, rows, step_ids)
 
 
 def first_of_customers(
@@ -233,9 +230,16 @@ def first_of_customers(
     rows = repository.first_deal_rows_of_customers(
         uow.connection, uow.scope.department_id, customer_ids, per_customer
     )
-    found: dict[uuid.UUID, list[Deal]] = {customer_id: [] for customer_id in customer_ids}
+    return _by_parent(uow, rows, customer_ids)
+
+
+def _by_parent(
+    uow: UnitOfWork, rows: Sequence[Record], parent_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, list[Deal]]:
+    """Each parent's deals of ``rows`` (whose ``parent_id`` names it), with their customers."""
+    found: dict[uuid.UUID, list[Deal]] = {parent_id: [] for parent_id in parent_ids}
     for row, deal in zip(rows, _with_customers(uow, rows), strict=True):
-        found[row["linked_customer_id"]].append(deal)
+        found[row["parent_id"]].append(deal)
     return found
 
 
