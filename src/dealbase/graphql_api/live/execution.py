@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from graphql import (
     Executor,
@@ -114,97 +114,105 @@ class _Shared:
         return _each_its_own(self.result)
 
 
+class _ResultSharing(Executor[Any]):
+    """What ``sharing_results`` adds to an executor class; each class it makes has its own
+    ``_shared`` results and ``_reads``."""
+
+    _shared: ClassVar[OrderedDict[tuple[int, tuple[tuple[str, str], ...], int], _Entry]]
+    _reads: ClassVar[dict[int, tuple[OperationDefinitionNode, frozenset[str]]]]
+    _event_key: tuple[int, tuple[tuple[str, str], ...], int] | None = None
+    # The subscription's (operation, the values of the variables read below its root
+    # field): the same for each of its events, found once.
+    _subscription_key: tuple[int, tuple[tuple[str, str], ...]] | None = None
+
+    @classmethod
+    def build(cls, *args: Any, **kwargs: Any) -> Any:
+        built = super().build(*args, **kwargs)
+        if isinstance(built, Executor) and hasattr(built.context_value, "executor"):
+            built.context_value.executor = built
+        return built
+
+    def build_per_event_executor(self, payload: Any) -> Any:
+        key = self._key_of(payload)
+        entry = self._entry(key, payload)
+        if entry is not None:
+            self._shared.move_to_end(key)
+            return _Shared(entry.result)
+        executor: Any = super().build_per_event_executor(payload)
+        executor._event_key = key
+        return executor
+
+    def encoded(self, payload: Any) -> str | None:
+        """The data of the event's result as JSON, if a subscriber has left it (``keep``):
+        the transport that sends it then neither executes nor encodes it again."""
+        entry = self._entry(self._key_of(payload), payload)
+        return None if entry is None else entry.encoded
+
+    def keep(self, payload: Any, encoded: str) -> None:
+        """Leaves the data of the event's result, as JSON, for the other subscribers."""
+        entry = self._entry(self._key_of(payload), payload)
+        if entry is not None:
+            entry.encoded = encoded
+
+    def _key_of(self, payload: Any) -> tuple[int, tuple[tuple[str, str], ...], int]:
+        known = self._subscription_key
+        if known is None:
+            known = self._subscription_key = (id(self.operation), self._read_values())
+        return (*known, id(payload))
+
+    def _entry(
+        self, key: tuple[int, tuple[tuple[str, str], ...], int], payload: Any
+    ) -> _Entry | None:
+        entry = self._shared.get(key)
+        if entry is not None and entry.operation is self.operation and entry.root is payload:
+            return entry
+        return None
+
+    def _read_values(self) -> tuple[tuple[str, str], ...]:
+        operation = self.operation
+        known = self._reads.get(id(operation))
+        if known is None or known[0] is not operation:
+            fragments = {name: found.definition for name, found in self.fragments.items()}
+            known = (operation, _read_below_root(operation, fragments))
+            self._reads[id(operation)] = known
+            if len(self._reads) > SHARED_RESULTS:
+                self._reads.pop(next(iter(self._reads)))
+        values = self.variable_values.coerced
+        return tuple(sorted((name, repr(values.get(name))) for name in known[1]))
+
+    def execute_operation(self, serially: bool | None = None) -> Any:
+        key = self._event_key
+        if key is None:
+            return super().execute_operation(serially)
+        shared = self._shared
+        entry = shared.get(key)
+        if (
+            entry is not None
+            and entry.operation is self.operation
+            and entry.root is (self.root_value)
+        ):
+            shared.move_to_end(key)
+            return _each_its_own(entry.result)
+        result = super().execute_operation(serially)
+        if self.is_awaitable(result):
+            # Those that come while it runs wait for the same execution.
+            result = asyncio.ensure_future(result)
+            result.add_done_callback(lambda done: _forget_failed(shared, key, done))
+        shared[key] = _Entry(self.operation, self.root_value, result)
+        if len(shared) > SHARED_RESULTS:
+            shared.popitem(last=False)
+        return _each_its_own(result)
+
+
 def sharing_results(base: type[Executor[Any]]) -> type[Executor[Any]]:
     """``base`` with the results of subscription events shared between subscribers. Each
     subscription's executor is also left on its context, when the context has an
     ``executor`` attribute: a transport that sends a subscription's events itself
     (``graphql_api.live``) renders each with it."""
 
-    class SharingResults(base):  # type: ignore[valid-type, misc]
-        _shared: OrderedDict[tuple[int, tuple[tuple[str, str], ...], int], _Entry] = OrderedDict()
-        _reads: dict[int, tuple[OperationDefinitionNode, frozenset[str]]] = {}
-        _event_key: tuple[int, tuple[tuple[str, str], ...], int] | None = None
-        # The subscription's (operation, the values of the variables read below its root
-        # field): the same for each of its events, found once.
-        _subscription_key: tuple[int, tuple[tuple[str, str], ...]] | None = None
-
-        @classmethod
-        def build(cls, *args: Any, **kwargs: Any) -> Any:
-            built = super().build(*args, **kwargs)
-            if isinstance(built, Executor) and hasattr(built.context_value, "executor"):
-                built.context_value.executor = built
-            return built
-
-        def build_per_event_executor(self, payload: Any) -> Any:
-            key = self._key_of(payload)
-            entry = self._entry(key, payload)
-            if entry is not None:
-                self._shared.move_to_end(key)
-                return _Shared(entry.result)
-            executor = super().build_per_event_executor(payload)
-            executor._event_key = key
-            return executor
-
-        def encoded(self, payload: Any) -> str | None:
-            """The data of the event's result as JSON, if a subscriber has left it (``keep``):
-            the transport that sends it then neither executes nor encodes it again."""
-            entry = self._entry(self._key_of(payload), payload)
-            return None if entry is None else entry.encoded
-
-        def keep(self, payload: Any, encoded: str) -> None:
-            """Leaves the data of the event's result, as JSON, for the other subscribers."""
-            entry = self._entry(self._key_of(payload), payload)
-            if entry is not None:
-                entry.encoded = encoded
-
-        def _key_of(self, payload: Any) -> tuple[int, tuple[tuple[str, str], ...], int]:
-            known = self._subscription_key
-            if known is None:
-                known = self._subscription_key = (id(self.operation), self._read_values())
-            return (*known, id(payload))
-
-        def _entry(
-            self, key: tuple[int, tuple[tuple[str, str], ...], int], payload: Any
-        ) -> _Entry | None:
-            entry = self._shared.get(key)
-            if entry is not None and entry.operation is self.operation and entry.root is payload:
-                return entry
-            return None
-
-        def _read_values(self) -> tuple[tuple[str, str], ...]:
-            operation = self.operation
-            known = self._reads.get(id(operation))
-            if known is None or known[0] is not operation:
-                fragments = {name: found.definition for name, found in self.fragments.items()}
-                known = (operation, _read_below_root(operation, fragments))
-                self._reads[id(operation)] = known
-                if len(self._reads) > SHARED_RESULTS:
-                    self._reads.pop(next(iter(self._reads)))
-            values = self.variable_values.coerced
-            return tuple(sorted((name, repr(values.get(name))) for name in known[1]))
-
-        def execute_operation(self, serially: bool | None = None) -> Any:
-            key = self._event_key
-            if key is None:
-                return super().execute_operation(serially)
-            shared = self._shared
-            entry = shared.get(key)
-            if (
-                entry is not None
-                and entry.operation is self.operation
-                and entry.root is (self.root_value)
-            ):
-                shared.move_to_end(key)
-                return _each_its_own(entry.result)
-            result = super().execute_operation(serially)
-            if self.is_awaitable(result):
-                # Those that come while it runs wait for the same execution.
-                result = asyncio.ensure_future(result)
-                result.add_done_callback(lambda done: _forget_failed(shared, key, done))
-            shared[key] = _Entry(self.operation, self.root_value, result)
-            if len(shared) > SHARED_RESULTS:
-                shared.popitem(last=False)
-            return _each_its_own(result)
+    class SharingResults(_ResultSharing, base):  # type: ignore[valid-type, misc]
+        _shared = OrderedDict()
+        _reads = {}
 
     return SharingResults
 
