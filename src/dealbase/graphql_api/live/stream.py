@@ -28,6 +28,7 @@ from dealbase.graphql_api.live.protocol import (
     operation_of,
 )
 from dealbase.graphql_api.live.service import Connection, LiveService
+from dealbase.graphql_api.subscriptions import LiveContext
 
 log = structlog.get_logger(__name__)
 
@@ -132,39 +133,9 @@ async def _stream(
 ) -> AsyncIterator[bytes]:
     outgoing: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=1)
     context = service.context_for(connection)
-
-    async def run() -> None:
-        results = await service.schema.subscribe(
-            operation.query,
-            variable_values=operation.variables,
-            context_value=context,
-            operation_name=operation.operation_name,
-        )
-        try:
-            async for result in results:
-                if isinstance(result, PreExecutionError):
-                    await outgoing.put(_sse("next", formatted(result, context.request_id)))
-                    break
-                data = result.data or {}
-                field = next(iter(data.values()), None) if len(data) == 1 else None
-                cursor = field.get("cursor") if isinstance(field, dict) else None
-                shown = formatted(result, context.request_id)
-                await outgoing.put(_sse("next", shown, cursor))
-                context.loaders.clear()
-                await context.close()
-            if connection.closing is None:
-                await outgoing.put(_sse("complete", None))
-        finally:
-            await results.aclose()
-            await context.finish()
-            # The end, for the stream to read after what is queued; not once the stream
-            # cancelled this (its client gone): nothing reads then, and a full queue would hold
-            # the put, and the stream waiting for this task, for ever.
-            task = asyncio.current_task()
-            if task is None or not task.cancelling():
-                await outgoing.put(None)
-
-    running = asyncio.get_running_loop().create_task(run())
+    running = asyncio.get_running_loop().create_task(
+        _run(service, connection, operation, context, outgoing)
+    )
     closed: asyncio.Future[Any] = asyncio.ensure_future(connection.closed.wait())
     try:
         while connection.closing is None:
@@ -199,14 +170,58 @@ async def _stream(
         service.unregister(connection)
         closed.cancel()
         running.cancel()
-        # Cancelled (the client went away), the operation still leaves the hub and gives its
-        # connection back; the response waits for that, but not for ever (an operation that
-        # did not end once cancelled is logged, and the stream ends all the same).
-        with anyio.move_on_after(_OPERATION_END_SECONDS, shield=True) as waited:
-            await asyncio.gather(running, return_exceptions=True)
-        if waited.cancelled_caught:
-            log.warning(
-                "live_operation_did_not_end",
-                request_id=context.request_id,
-                seconds=_OPERATION_END_SECONDS,
-            )
+        await _operation_ended(running, context.request_id)
+
+
+async def _run(
+    service: LiveService,
+    connection: StreamConnection,
+    operation: Operation,
+    context: LiveContext,
+    outgoing: asyncio.Queue[bytes | None],
+) -> None:
+    """Runs the stream's operation, its results queued as events for the stream to send."""
+    results = await service.schema.subscribe(
+        operation.query,
+        variable_values=operation.variables,
+        context_value=context,
+        operation_name=operation.operation_name,
+    )
+    try:
+        async for result in results:
+            if isinstance(result, PreExecutionError):
+                await outgoing.put(_sse("next", formatted(result, context.request_id)))
+                break
+            data = result.data or {}
+            field = next(iter(data.values()), None) if len(data) == 1 else None
+            cursor = field.get("cursor") if isinstance(field, dict) else None
+            shown = formatted(result, context.request_id)
+            await outgoing.put(_sse("next", shown, cursor))
+            context.loaders.clear()
+            await context.close()
+        if connection.closing is None:
+            await outgoing.put(_sse("complete", None))
+    finally:
+        await results.aclose()
+        await context.finish()
+        # The end, for the stream to read after what is queued; not once the stream
+        # cancelled this (its client gone): nothing reads then, and a full queue would hold
+        # the put, and the stream waiting for this task, for ever.
+        task = asyncio.current_task()
+        if task is None or not task.cancelling():
+            await outgoing.put(None)
+
+
+async def _operation_ended(running: asyncio.Task[None], request_id: str) -> None:
+    """Waits for the cancelled operation to end."""
+    # Cancelled (the client went away), the operation still leaves the hub and gives its
+    # connection back; the response waits for that, but not for ever (an operation that
+    # did not end once cancelled is logged, and the stream ends all the same).
+    with anyio.move_on_after(_OPERATION_END_SECONDS, shield=True) as waited:
+        await asyncio.gather(running, return_exceptions=True)
+    if waited.cancelled_caught:
+        log.warning(
+            "live_operation_did_not_end",
+            request_id=request_id,
+            seconds=_OPERATION_END_SECONDS,
+        )
