@@ -85,35 +85,18 @@ class DirectQueries:
 
     async def answer(self, request: Request, context: GraphQLContext) -> Answer | None:
         """The response, or None where Strawberry is to run the request."""
-        if request.method != "POST" or context.caller is None:
-            return None
-        headers = request.headers
-        media_type = headers.get("content-type", "").partition(";")[0].strip().lower()
-        accepted = headers.get("accept", "")
-        # Anything else (another body, a streaming transport asked for) is Strawberry's to read.
-        if (
-            media_type != "application/json"
-            or "multipart" in accepted
-            or "event-stream" in accepted
-        ):
+        if context.caller is None or not _plain_json_post(request):
             return None
         body = await request.body()
         plan = self._plans.get(body)
         if plan is not None:
             self._plans.move_to_end(body)
             return await self._planned(plan, context)
-        try:
-            sent = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return None
-        if not isinstance(sent, dict) or not _REQUEST_KEYS.issuperset(sent):
+        sent = _request_body(body)
+        if sent is None:
             return None
         text, variables, name = sent.get("query"), sent.get("variables"), sent.get("operationName")
-        if (
-            not isinstance(text, str)
-            or not (variables is None or isinstance(variables, dict))
-            or not (name is None or isinstance(name, str))
-        ):
+        if not _request_fields(text, variables, name):
             return None
         checked = self._documents.get(text)
         schema = self._documents.schema
@@ -136,6 +119,17 @@ class DirectQueries:
             return None
         assert isinstance(executor, CompilingExecutionContext)
         # From here on, this is the request's answer.
+        return await self._executed(executor, body, estimate, name, context)
+
+    async def _executed(
+        self,
+        executor: CompilingExecutionContext,
+        body: bytes,
+        estimate: int,
+        name: str | None,
+        context: GraphQLContext,
+    ) -> Answer:
+        """The answer of the query ``executor`` runs, its plan kept where it has one."""
         try:
             result = executor.execute_operation()
             if isawaitable(result):
@@ -189,6 +183,42 @@ class DirectQueries:
         if request_error:
             del response["data"]
         return Answer(_dumps(response), request_error)
+
+
+def _plain_json_post(request: Request) -> bool:
+    """A POST of JSON that asks for no streaming transport: anything else (another body, a
+    streaming transport asked for) is Strawberry's to read."""
+    if request.method != "POST":
+        return False
+    headers = request.headers
+    media_type = headers.get("content-type", "").partition(";")[0].strip().lower()
+    accepted = headers.get("accept", "")
+    return (
+        media_type == "application/json"
+        and "multipart" not in accepted
+        and "event-stream" not in accepted
+    )
+
+
+def _request_body(body: bytes) -> dict[str, Any] | None:
+    """The body's JSON object, if it has nothing but a request's keys."""
+    try:
+        sent = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(sent, dict) or not _REQUEST_KEYS.issuperset(sent):
+        return None
+    return sent
+
+
+def _request_fields(text: object, variables: object, name: object) -> TypeGuard[str]:
+    """Whether the body's query is a text, its variables an object and its operation's name a
+    text, where given."""
+    return (
+        isinstance(text, str)
+        and (variables is None or isinstance(variables, dict))
+        and (name is None or isinstance(name, str))
+    )
 
 
 def _dumps(response: dict[str, Any]) -> bytes:
