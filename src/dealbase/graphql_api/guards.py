@@ -121,68 +121,73 @@ def cost_plan(schema: GraphQLSchema, document: DocumentNode) -> CostPlan:
         for definition in document.definitions
         if isinstance(definition, FragmentDefinitionNode)
     }
-
-    def first_of(field: FieldNode, definition: GraphQLField) -> int | str | None:
-        """The items ``first`` asks for, or the variable that says; None without ``first``."""
-        if "first" not in definition.args:
-            return None
-        for argument in field.arguments or ():
-            if argument.name.value != "first":
-                continue
-            if isinstance(argument.value, IntValueNode):
-                return int(argument.value.value)
-            if isinstance(argument.value, VariableNode):
-                return argument.value.name.value
-        default = definition.args["first"].default_value
-        return default if isinstance(default, int) else DEFAULT_PAGE_SIZE
-
-    def field_cost(field: FieldNode, definition: GraphQLField, children: CostPlan) -> CostPlan:
-        first = first_of(field, definition)
-        if isinstance(first, str):
-            return CostPlan(1, {first: children})
-        if first is not None:
-            return _ONE + children.times(_items(first))
-        returns = definition.type
-        if isinstance(returns, GraphQLNonNull):
-            returns = returns.of_type
-        if isinstance(returns, GraphQLList) and field.name.value != "edges":
-            return _ONE + children.times(DEFAULT_PAGE_SIZE)
-        return _ONE + children
-
-    def cost_of(
-        selection_set: SelectionSetNode | None, parent: GraphQLNamedType, seen: frozenset[str]
-    ) -> CostPlan:
-        if selection_set is None or not isinstance(
-            parent, GraphQLObjectType | GraphQLInterfaceType
-        ):
-            return _NOTHING
-        total = _NOTHING
-        for selection in selection_set.selections:
-            if isinstance(selection, FieldNode):
-                definition = parent.fields.get(selection.name.value)
-                if definition is None:  # __typename, or an error validation reports
-                    total += _ONE
-                    continue
-                children = cost_of(selection.selection_set, get_named_type(definition.type), seen)
-                total += field_cost(selection, definition, children)
-            elif isinstance(selection, InlineFragmentNode):
-                condition = selection.type_condition
-                on = schema.get_type(condition.name.value) if condition else parent
-                total += cost_of(selection.selection_set, on or parent, seen)
-            elif isinstance(selection, FragmentSpreadNode):
-                name = selection.name.value
-                if name in fragments and name not in seen:
-                    fragment = fragments[name]
-                    on = schema.get_type(fragment.type_condition.name.value) or parent
-                    total += cost_of(fragment.selection_set, on, seen | {name})
-        return total
-
     total = _NOTHING
     for definition in document.definitions:
         if isinstance(definition, OperationDefinitionNode):
             root = schema.get_root_type(definition.operation)
             if root is not None:
-                total += cost_of(definition.selection_set, root, frozenset())
+                total += _cost_of(schema, fragments, definition.selection_set, root, frozenset())
+    return total
+
+
+def _first_of(field: FieldNode, definition: GraphQLField) -> int | str | None:
+    """The items ``first`` asks for, or the variable that says; None without ``first``."""
+    if "first" not in definition.args:
+        return None
+    for argument in field.arguments or ():
+        if argument.name.value != "first":
+            continue
+        if isinstance(argument.value, IntValueNode):
+            return int(argument.value.value)
+        if isinstance(argument.value, VariableNode):
+            return argument.value.name.value
+    default = definition.args["first"].default_value
+    return default if isinstance(default, int) else DEFAULT_PAGE_SIZE
+
+
+def _field_cost(field: FieldNode, definition: GraphQLField, children: CostPlan) -> CostPlan:
+    first = _first_of(field, definition)
+    if isinstance(first, str):
+        return CostPlan(1, {first: children})
+    if first is not None:
+        return _ONE + children.times(_items(first))
+    returns = definition.type
+    if isinstance(returns, GraphQLNonNull):
+        returns = returns.of_type
+    if isinstance(returns, GraphQLList) and field.name.value != "edges":
+        return _ONE + children.times(DEFAULT_PAGE_SIZE)
+    return _ONE + children
+
+
+def _cost_of(
+    schema: GraphQLSchema,
+    fragments: Mapping[str, FragmentDefinitionNode],
+    selection_set: SelectionSetNode | None,
+    parent: GraphQLNamedType,
+    seen: frozenset[str],
+) -> CostPlan:
+    if selection_set is None or not isinstance(parent, GraphQLObjectType | GraphQLInterfaceType):
+        return _NOTHING
+    total = _NOTHING
+    for selection in selection_set.selections:
+        if isinstance(selection, FieldNode):
+            definition = parent.fields.get(selection.name.value)
+            if definition is None:  # __typename, or an error validation reports
+                total += _ONE
+                continue
+            named = get_named_type(definition.type)
+            children = _cost_of(schema, fragments, selection.selection_set, named, seen)
+            total += _field_cost(selection, definition, children)
+        elif isinstance(selection, InlineFragmentNode):
+            condition = selection.type_condition
+            on = schema.get_type(condition.name.value) if condition else parent
+            total += _cost_of(schema, fragments, selection.selection_set, on or parent, seen)
+        elif isinstance(selection, FragmentSpreadNode):
+            name = selection.name.value
+            if name in fragments and name not in seen:
+                fragment = fragments[name]
+                on = schema.get_type(fragment.type_condition.name.value) or parent
+                total += _cost_of(schema, fragments, fragment.selection_set, on, seen | {name})
     return total
 
 
