@@ -46,7 +46,7 @@ from dealbase.graphql_api.live.protocol import (
     formatted_errors,
     operation_of,
 )
-from dealbase.graphql_api.live.service import Connection, LiveService
+from dealbase.graphql_api.live.service import Connection, LiveLimits, LiveService
 from dealbase.graphql_api.subscriptions import LiveContext, change_of
 from dealbase.platform.events.models import Event
 from dealbase.platform.live.hub import Ended, Subscriber
@@ -151,13 +151,7 @@ class WebSocketConnection(Connection):
             while self.closing is None:
                 if receiving is None:
                     receiving = asyncio.ensure_future(self.websocket.receive())
-                now = self._loop.time()
-                deadlines = [next_ping]
-                if pinged_at is not None:
-                    deadlines.append(pinged_at + limits.keepalive_seconds)
-                if self.idle_since is not None and not self.operations:
-                    deadlines.append(self.idle_since + limits.idle_timeout_seconds)
-                timeout = max(0.0, min(deadlines) - now)
+                timeout = self._quiet_for(limits, next_ping, pinged_at)
                 done, _ = await asyncio.wait(
                     {receiving, closed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
                 )
@@ -172,32 +166,54 @@ class WebSocketConnection(Connection):
                     continue
                 if closed in done:
                     break
-                if pinged_at is not None and now >= pinged_at + limits.keepalive_seconds:
-                    self.close(NO_PONG)
-                elif (
-                    self.idle_since is not None
-                    and not self.operations
-                    and now >= self.idle_since + limits.idle_timeout_seconds
-                ):
-                    self.close(IDLE)
-                elif now >= next_ping:
+                if not self._closed_for_silence(limits, now, pinged_at) and now >= next_ping:
                     self.recheck()
                     self._send_soon({"type": "ping"})
                     pinged_at = now if pinged_at is None else pinged_at
                     next_ping = now + limits.keepalive_seconds
         finally:
-            closed.cancel()
-            if receiving is not None:
-                receiving.cancel()
-            # Whatever cancels the connection, its subscriptions leave the hub and give their
-            # connections back first.
-            for reply in list(self._replies):
-                reply.cancel()
-            with anyio.CancelScope(shield=True):
-                await self._end_operations()
-            if self.closing is not None:
-                with contextlib.suppress(Exception), anyio.move_on_after(_CLOSE_SECONDS):
-                    await self.websocket.close(self.closing.code, self.closing.reason)
+            await self._ended(closed, receiving)
+
+    def _quiet_for(self, limits: LiveLimits, next_ping: float, pinged_at: float | None) -> float:
+        """How long the connection may wait for a message before its next ping, its pong's
+        deadline or its idle timeout."""
+        deadlines = [next_ping]
+        if pinged_at is not None:
+            deadlines.append(pinged_at + limits.keepalive_seconds)
+        if self.idle_since is not None and not self.operations:
+            deadlines.append(self.idle_since + limits.idle_timeout_seconds)
+        return max(0.0, min(deadlines) - self._loop.time())
+
+    def _closed_for_silence(self, limits: LiveLimits, now: float, pinged_at: float | None) -> bool:
+        """Closes the connection of a client that did not answer a ping in time, or that held
+        no subscription for the idle timeout; whether it did."""
+        if pinged_at is not None and now >= pinged_at + limits.keepalive_seconds:
+            self.close(NO_PONG)
+        elif (
+            self.idle_since is not None
+            and not self.operations
+            and now >= self.idle_since + limits.idle_timeout_seconds
+        ):
+            self.close(IDLE)
+        else:
+            return False
+        return True
+
+    async def _ended(
+        self, closed: asyncio.Future[Any], receiving: asyncio.Future[Any] | None
+    ) -> None:
+        closed.cancel()
+        if receiving is not None:
+            receiving.cancel()
+        # Whatever cancels the connection, its subscriptions leave the hub and give their
+        # connections back first.
+        for reply in list(self._replies):
+            reply.cancel()
+        with anyio.CancelScope(shield=True):
+            await self._end_operations()
+        if self.closing is not None:
+            with contextlib.suppress(Exception), anyio.move_on_after(_CLOSE_SECONDS):
+                await self.websocket.close(self.closing.code, self.closing.reason)
 
     async def _received(self, message: Mapping[str, Any]) -> None:
         text = message.get("text")
