@@ -387,6 +387,48 @@ def _directive_variables(
     return tuple(sorted(found))
 
 
+def _summary_read(
+    reader: PageReader | OneReader, given: dict[str, Any], arguments: dict[str, Any]
+) -> PreparedRead:
+    """``pipelineSummary``'s read, over the period its arguments give."""
+    period = pipeline.checked_period(
+        validated(
+            SummaryRange,
+            {
+                "created_from": arguments["created_from"],
+                "created_to": arguments["created_to"],
+            },
+        )
+    )
+    # The period's ends as the resolvers show them (DateTime: isoformat).
+    given |= {
+        "summary_from": period.created_from,
+        "summary_to": period.created_to,
+        "summary_from_text": period.created_from.isoformat(),
+        "summary_to_text": period.created_to.isoformat(),
+    }
+    return PreparedRead(reader, given, arguments.get("department_id"))
+
+
+def _page_read(
+    name: str, reader: PageReader | OneReader, given: dict[str, Any], arguments: dict[str, Any]
+) -> PreparedRead:
+    """A list's read of a page, filtered and ordered as its arguments say."""
+    order = arguments.get("order_by")
+    department_id, fields = inputs.filter_fields(arguments.get("filter"))
+    if isinstance(order, Enum):  # the argument's default, a member of DealOrder
+        order = order.value
+    filters = validated(_LISTS[name], {**fields, **({} if order is None else {"order_by": order})})
+    return PreparedRead(
+        reader,
+        given,
+        department_id,
+        filters=filters,
+        first=arguments["first"],
+        after=arguments["after"],
+    )
+
+
 class ReadCompiler:
     """Compiles a query's root fields (``compile``) and keeps what it compiled."""
 
@@ -461,42 +503,12 @@ class ReadCompiler:
             arguments = self._arguments(compiled, variables)
             name = compiled.field_name
             if name == "pipelineSummary":
-                period = pipeline.checked_period(
-                    validated(
-                        SummaryRange,
-                        {
-                            "created_from": arguments["created_from"],
-                            "created_to": arguments["created_to"],
-                        },
-                    )
-                )
-                # The period's ends as the resolvers show them (DateTime: isoformat).
-                given |= {
-                    "summary_from": period.created_from,
-                    "summary_to": period.created_to,
-                    "summary_from_text": period.created_from.isoformat(),
-                    "summary_to_text": period.created_to.isoformat(),
-                }
-                return PreparedRead(compiled.reader, given, arguments.get("department_id"))
+                return _summary_read(compiled.reader, given, arguments)
             if name == "pipeline":
                 return PreparedRead(compiled.reader, given, arguments.get("department_id"))
             if isinstance(compiled.reader, OneReader):
                 return PreparedRead(compiled.reader, given, row_id=arguments["id"])
-            order = arguments.get("order_by")
-            department_id, fields = inputs.filter_fields(arguments.get("filter"))
-            if isinstance(order, Enum):  # the argument's default, a member of DealOrder
-                order = order.value
-            filters = validated(
-                _LISTS[name], {**fields, **({} if order is None else {"order_by": order})}
-            )
-            return PreparedRead(
-                compiled.reader,
-                given,
-                department_id,
-                filters=filters,
-                first=arguments["first"],
-                after=arguments["after"],
-            )
+            return _page_read(name, compiled.reader, given, arguments)
         except Invalid:
             return None
         except Exception:
