@@ -186,6 +186,14 @@ def _syncs(record: GraphQLRecord) -> tuple[Any, Any]:
             raise rejection_named(rejected, names) from None
         return record.answers.batch(results_named(results, names))
 
+    return _sync_fields(record, upsert, batch)
+
+
+def _sync_fields(
+    record: GraphQLRecord, upsert: Callable[..., Any], batch: Callable[..., Any]
+) -> tuple[Any, Any]:
+    """The upsert and batch resolvers as mutation fields, typed by the record's inputs and
+    answers."""
     upsert.__annotations__ = {
         "info": GraphQLInfo,
         "external_id": str,
