@@ -216,8 +216,17 @@ def add_list_route(
 
 def add_item_routes(router: APIRouter, record: SyncedRecordRoutes[Record, Fields]) -> None:
     """``GET``, ``PATCH`` and ``DELETE /{plural}/{<noun>_id}``."""
-    service, noun, a = record.service, record.noun, record.article
     record_id = inspect.Parameter(record.id_name, _KEYWORD, annotation=uuid.UUID)
+    _add_read_route(router, record, record_id)
+    _add_update_route(router, record, record_id)
+    _add_delete_route(router, record, record_id)
+
+
+def _add_read_route(
+    router: APIRouter, record: SyncedRecordRoutes[Record, Fields], record_id: inspect.Parameter
+) -> None:
+    """``GET /{plural}/{<noun>_id}``."""
+    service, noun, a = record.service, record.noun, record.article
 
     async def read(request: Request, **path: uuid.UUID) -> Response:
         scope = caller_of(request)
@@ -241,6 +250,13 @@ def add_item_routes(router: APIRouter, record: SyncedRecordRoutes[Record, Fields
             **problem_responses(401, 403, 404),
         },
     )(_endpoint(f"get_{noun}", read, [_REQUEST, record_id]))
+
+
+def _add_update_route(
+    router: APIRouter, record: SyncedRecordRoutes[Record, Fields], record_id: inspect.Parameter
+) -> None:
+    """``PATCH /{plural}/{<noun>_id}``."""
+    service, noun, a = record.service, record.noun, record.article
 
     async def update(request: Request, if_match: str | None, **path: uuid.UUID) -> Response:
         scope = caller_of(request)
@@ -269,6 +285,13 @@ def add_item_routes(router: APIRouter, record: SyncedRecordRoutes[Record, Fields
         },
         openapi_extra=json_request_body(record.patch_body, record.patch_example),
     )(_endpoint(f"update_{noun}", update, [_REQUEST, record_id, _optional("if_match", IfMatch)]))
+
+
+def _add_delete_route(
+    router: APIRouter, record: SyncedRecordRoutes[Record, Fields], record_id: inspect.Parameter
+) -> None:
+    """``DELETE /{plural}/{<noun>_id}``."""
+    service, noun, a = record.service, record.noun, record.article
 
     async def delete(request: Request, if_match: str | None, **path: uuid.UUID) -> Response:
         scope = caller_of(request)
