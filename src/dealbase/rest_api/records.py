@@ -313,7 +313,15 @@ def _add_delete_route(
 
 def add_sync_routes(router: APIRouter, record: SyncedRecordRoutes[Record, Fields]) -> None:
     """``PUT /{plural}/by-external-id/{external_id}`` and ``POST /{plural}/batch``."""
-    service, noun, a = record.service, record.noun, record.article
+    _add_upsert_route(router, record)
+    _add_batch_route(router, record)
+
+
+def _upsert_endpoint(
+    record: SyncedRecordRoutes[Record, Fields],
+) -> Callable[..., Awaitable[Response]]:
+    """The upsert by external id: the record as it now is, ``201`` if it was created."""
+    service = record.service
 
     async def upsert(
         request: Request, external_id: str, if_match: str | None, if_none_match: str | None
@@ -330,20 +338,27 @@ def add_sync_routes(router: APIRouter, record: SyncedRecordRoutes[Record, Fields
                 expected=expected_version(if_match),
                 unless=expected_version(if_none_match),
             )
-            return AfterCommit(lambda: _upserted(upserted.read()))
-
-        def _upserted(result: Result[Record]) -> Response:
-            written = result.record
-            assert written is not None, "a successful upsert has its record"
-            if result.outcome == "created":
-                return created(record.as_json, written, record.location(written.id))
-            return resource_response(record.as_json, written)
+            return AfterCommit(lambda: _upserted(record, upserted.read()))
 
         return await database_of(request).run(scope, perform)
 
+    return upsert
+
+
+def _upserted(record: SyncedRecordRoutes[Record, Fields], result: Result[Record]) -> Response:
+    written = result.record
+    assert written is not None, "a successful upsert has its record"
+    if result.outcome == "created":
+        return created(record.as_json, written, record.location(written.id))
+    return resource_response(record.as_json, written)
+
+
+def _add_upsert_route(router: APIRouter, record: SyncedRecordRoutes[Record, Fields]) -> None:
+    """``PUT /{plural}/by-external-id/{external_id}``."""
+    noun = record.noun
     router.put(
         "/by-external-id/{external_id}",
-        summary=f"Create or update {a} {noun} by external id",
+        summary=f"Create or update {record.article} {noun} by external id",
         description=record.upsert_description,
         response_model=None,
         responses={
@@ -363,7 +378,7 @@ def add_sync_routes(router: APIRouter, record: SyncedRecordRoutes[Record, Fields
     )(
         _endpoint(
             f"upsert_{noun}",
-            upsert,
+            _upsert_endpoint(record),
             [
                 _REQUEST,
                 _optional("external_id", str, EXTERNAL_ID_PATH),
@@ -372,6 +387,11 @@ def add_sync_routes(router: APIRouter, record: SyncedRecordRoutes[Record, Fields
             ],
         )
     )
+
+
+def _add_batch_route(router: APIRouter, record: SyncedRecordRoutes[Record, Fields]) -> None:
+    """``POST /{plural}/batch``."""
+    service = record.service
 
     async def batch(request: Request, atomic: bool, idempotency_key: str | None) -> Response:
         scope = caller_of(request)
