@@ -416,16 +416,9 @@ class BatchSummary(BaseModel):
     failed: int
 
 
-def _batch_models(
-    resource: str, create: type[BaseModel], upsert: type[BaseModel], shown: type[BaseModel]
-) -> tuple[type[BaseModel], type[BaseModel]]:
-    """The request and response bodies of ``POST /{resource}/batch``, named after ``resource``:
-    a create operation's ``data`` is ``create``, an upsert's ``upsert``, a result's ``shown``."""
-    forbid = ConfigDict(extra="forbid")
-    # These models only describe the body (the route parses it as a platform Batch): each
-    # operation's `data` is shown as the schema it is judged against, and is judged on its own,
-    # so data that breaks its schema fails its operation (a 422 result), not the batch.
-    create_fields: dict[str, Any] = {
+def _create_operation_fields(create: type[BaseModel]) -> dict[str, Any]:
+    """The fields of a batch's create operation, whose ``data`` is ``create``."""
+    return {
         "op": (Literal["create"], ...),
         "data": (
             create,
@@ -436,7 +429,11 @@ def _batch_models(
             ),
         ),
     }
-    upsert_fields: dict[str, Any] = {
+
+
+def _upsert_operation_fields(upsert: type[BaseModel]) -> dict[str, Any]:
+    """The fields of a batch's upsert operation, whose ``data`` is ``upsert``."""
+    return {
         "op": (Literal["upsert"], ...),
         "external_id": (
             str,
@@ -455,17 +452,11 @@ def _batch_models(
             ),
         ),
     }
-    create_operation = create_model(
-        f"{resource}CreateOperation", __config__=forbid, **create_fields
-    )
-    upsert_operation = create_model(
-        f"{resource}UpsertOperation", __config__=forbid, **upsert_fields
-    )
-    operation = Annotated[create_operation | upsert_operation, Field(discriminator="op")]
-    request_fields: dict[str, Any] = {
-        "operations": (list[operation], Field(min_length=1, max_length=MAX_OPERATIONS)),
-    }
-    result_fields: dict[str, Any] = {
+
+
+def _batch_result_fields(shown: type[BaseModel]) -> dict[str, Any]:
+    """The fields of one operation's result, whose ``data`` is ``shown``."""
+    return {
         "status": (int, Field(description="The status a request of its own would have had.")),
         "outcome": (Literal["created", "updated", "unchanged", "failed"], ...),
         "data": (shown | None, Field(default=None, description="The record, unless failed.")),
@@ -474,7 +465,28 @@ def _batch_models(
             Field(default=None, description="Why it failed, if it did."),
         ),
     }
-    result = create_model(f"{resource}BatchResult", **result_fields)
+
+
+def _batch_models(
+    resource: str, create: type[BaseModel], upsert: type[BaseModel], shown: type[BaseModel]
+) -> tuple[type[BaseModel], type[BaseModel]]:
+    """The request and response bodies of ``POST /{resource}/batch``, named after ``resource``:
+    a create operation's ``data`` is ``create``, an upsert's ``upsert``, a result's ``shown``."""
+    forbid = ConfigDict(extra="forbid")
+    # These models only describe the body (the route parses it as a platform Batch): each
+    # operation's `data` is shown as the schema it is judged against, and is judged on its own,
+    # so data that breaks its schema fails its operation (a 422 result), not the batch.
+    create_operation = create_model(
+        f"{resource}CreateOperation", __config__=forbid, **_create_operation_fields(create)
+    )
+    upsert_operation = create_model(
+        f"{resource}UpsertOperation", __config__=forbid, **_upsert_operation_fields(upsert)
+    )
+    operation = Annotated[create_operation | upsert_operation, Field(discriminator="op")]
+    request_fields: dict[str, Any] = {
+        "operations": (list[operation], Field(min_length=1, max_length=MAX_OPERATIONS)),
+    }
+    result = create_model(f"{resource}BatchResult", **_batch_result_fields(shown))
     response_fields: dict[str, Any] = {
         "results": (list[result], Field(description="One per operation, in order.")),
         "summary": (BatchSummary, ...),
