@@ -272,13 +272,23 @@ class Database:
         self.engine: Engine = _control_engine(
             database_url, pool_size, max_overflow, limits, connection_settings
         )
-        pools = _UnitOfWorkPools.of(
-            database_url,
-            pool_size + max_overflow,
-            limits,
-            connection_settings,
-            self._connection_tenants,
+        self._make_pools(
+            _UnitOfWorkPools.of(
+                database_url,
+                pool_size + max_overflow,
+                limits,
+                connection_settings,
+                self._connection_tenants,
+            ),
+            reads_on_workers,
+            clock,
         )
+        self._make_statement_observers()
+
+    def _make_pools(
+        self, pools: _UnitOfWorkPools, reads_on_workers: bool, clock: Callable[[], float]
+    ) -> None:
+        """The units of work's pools: the synchronous one, the event loop's, the workers'."""
         self.pool: ConnectionPool = pools.synchronous()
         # Opened by ``open``, in the event loop it then belongs to.
         self._async_pool_loop: asyncio.AbstractEventLoop | None = None
@@ -291,6 +301,9 @@ class Database:
         )
         # The task checking each pool's idle connections, when one runs.
         self._pool_checks: dict[TenantAffinePool, asyncio.Task[None]] = {}
+
+    def _make_statement_observers(self) -> None:
+        """The statements units of work run, and who is told of them and of their connections."""
         self.statements = StatementCache()
         # Called with the SQL of every statement a unit of work runs (tests count them).
         self.statement_listeners: list[StatementListener] = []
