@@ -49,7 +49,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.sql.selectable import CompoundSelect, NamedFromClause
+from sqlalchemy.sql.selectable import CTE, CompoundSelect, NamedFromClause
 
 from dealbase.db.statements import built_once
 from dealbase.platform.batches import upserts
@@ -75,19 +75,40 @@ def statement(
 def _statement(
     judging: Judging, noun: str, json_sql: JsonSql, *, atomic: bool
 ) -> CompoundSelect[Any]:
-    table = judging.table
     judged = upserts.judged(judging, shown_before=json_sql)
-    known = upserts.references_known(judging, judged)
-    writable: list[ColumnElement[bool]] = [known]
+    writable = _writable(judging, judged, atomic=atomic)
+    department_id = bindparam(DEPARTMENT, type_=judging.table.c.department_id.type)
+    inserted = _inserted(judging, judged, writable, department_id)
+    updated = _updated(judging, judged, writable)
+    recorded, wakes = recorded_rows(_events(noun, json_sql, inserted, updated), department_id)
+    return _answered(judging, judged, writable, inserted, updated, wakes).add_cte(recorded)
+
+
+def _writable(
+    judging: Judging, judged: NamedFromClause, *, atomic: bool
+) -> list[ColumnElement[bool]]:
+    """What a judged write must meet to be written: its references known and, in an atomic
+    batch, no write failed."""
+    writable: list[ColumnElement[bool]] = [upserts.references_known(judging, judged)]
     if atomic:
         each = judged.alias("each_write")
         failed = ~each.c.verdict.in_([INSERT, CHANGE, UNCHANGED]) | ~upserts.references_known(
             judging, each
         )
         writable.append(~exists().where(failed))
-    department_id = bindparam(DEPARTMENT, type_=table.c.department_id.type)
+    return writable
+
+
+def _inserted(
+    judging: Judging,
+    judged: NamedFromClause,
+    writable: list[ColumnElement[bool]],
+    department_id: ColumnElement[Any],
+) -> CTE:
+    """The CTE ``inserted``: the new records, in external id order."""
+    table = judging.table
     fields = judging.fields
-    inserted = (
+    return (
         pg_insert(table)
         .from_select(
             ["id", "external_id", *fields, "department_id", "created_at", "updated_at"],
@@ -105,8 +126,14 @@ def _statement(
         .returning(*table.c)
         .cte("inserted")
     )
+
+
+def _updated(judging: Judging, judged: NamedFromClause, writable: list[ColumnElement[bool]]) -> CTE:
+    """The CTE ``updated``: the changed records, each a new version, with their events' ids
+    and what they changed."""
+    table = judging.table
     found_id = judged.c[upserts.found_column("id")]
-    updated = (
+    return (
         update(table)
         .where(table.c.id == found_id, judged.c.verdict == CHANGE, *writable)
         .values(
@@ -125,6 +152,13 @@ def _statement(
         )
         .cte("updated")
     )
+
+
+def _events(
+    noun: str, json_sql: JsonSql, inserted: NamedFromClause, updated: NamedFromClause
+) -> CompoundSelect[Any]:
+    """The events of the writes: ``<noun>.created`` of each new record, ``<noun>.updated`` of
+    each changed one."""
     # A created event's id by its record's (the new id of its write): no join of two CTEs. The
     # object read once, by a subquery: as a parameter of a prepared statement, its cast would
     # be made again for every row.
@@ -146,7 +180,20 @@ def _statement(
         updated.c.changed_fields,
         previous_values(updated.c.shown_before, updated.c.changed_fields).label("previous"),
     )
-    recorded, wakes = recorded_rows(union_all(created_events, updated_events), department_id)
+    return union_all(created_events, updated_events)
+
+
+def _answered(
+    judging: Judging,
+    judged: NamedFromClause,
+    writable: list[ColumnElement[bool]],
+    inserted: NamedFromClause,
+    updated: NamedFromClause,
+    wakes: ColumnElement[bool],
+) -> CompoundSelect[Any]:
+    """A row a write: its ordinal, verdict, ``known_<field>`` checks, the record as it now
+    is, whether it wrote, and whether the worker is to be woken."""
+    table = judging.table
     checks = [judged.c[f"known_{name}"] for name in judging.references]
     # The writes that wrote nothing (failed, unchanged, or of an atomic batch that failed) as
     # judged, with the record each named; then the new records, which their ids tell apart,
@@ -160,7 +207,7 @@ def _statement(
         wakes.label("wakes"),
     ).where(~and_(judged.c.verdict.in_([INSERT, CHANGE]), *writable))
     wrote = [literal(True).label(check.name) for check in checks]
-    answered: CompoundSelect[Any] = union_all(
+    return union_all(
         as_judged,
         select(
             cast(null(), Integer).label("ordinal"),
@@ -179,7 +226,6 @@ def _statement(
             wakes.label("wakes"),
         ),
     )
-    return answered.add_cte(recorded)
 
 
 def changed_columns(judging: Judging, changes: NamedFromClause) -> dict[str, ColumnElement[Any]]:
