@@ -196,10 +196,18 @@ def judged(
     distributed schema): Citus routes a SELECT of subqueries over the writes' function and the
     schema's tables whole to the tenant's worker, where it plans a CTE that locks rows as a
     subplan of its own."""
-    table = judging.table
-    department_id = bindparam(DEPARTMENT, type_=table.c.department_id.type)
+    department_id = bindparam(DEPARTMENT, type_=judging.table.c.department_id.type)
     given = _given(judging)
-    locking = (
+    found = _named(_locking(judging, department_id), "found", routed)
+    compared = _named(_compared(judging, given, found, shown_before), "compared", routed)
+    known = _known(judging, compared, department_id)
+    return _named(select(compared, _verdict(compared).label("verdict"), *known), "judged", routed)
+
+
+def _locking(judging: Judging, department_id: ColumnElement[Any]) -> Select[Any]:
+    """The records the writes name, by their external ids, locked in id order."""
+    table = judging.table
+    return (
         select(*table.c, *judging.read_columns)
         .where(
             table.c.department_id == department_id,
@@ -210,7 +218,12 @@ def judged(
         .order_by(table.c.id)
         .with_for_update(of=table)
     )
-    found = _named(locking, "found", routed)
+
+
+def _changed_fields(
+    judging: Judging, given: NamedFromClause, found: NamedFromClause
+) -> ColumnElement[Any]:
+    """The fields a write gives whose values differ from the record's it names."""
     differing = [
         case(
             (
@@ -223,7 +236,18 @@ def judged(
         )
         for name in judging.fields
     ]
-    changed_fields = cast(func.array_remove(array(differing), null()), ARRAY(Text))
+    return cast(func.array_remove(array(differing), null()), ARRAY(Text))
+
+
+def _compared(
+    judging: Judging,
+    given: NamedFromClause,
+    found: NamedFromClause,
+    shown_before: JsonSql | None,
+) -> Select[Any]:
+    """Each write with the fields it changes and the record it names (as ``found_column``
+    names its columns), and that record's JSON when it changes (``shown_before``)."""
+    changed_fields = _changed_fields(judging, given, found)
     before = (
         []
         if shown_before is None
@@ -231,21 +255,23 @@ def judged(
             case((func.cardinality(changed_fields) > 0, shown_before(found))).label("shown_before")
         ]
     )
-    read = [*table.c, *judging.read_columns]
-    compared = _named(
-        select(
-            given,
-            changed_fields.label("changed_fields"),
-            *(found.c[column.name].label(found_column(column.name)) for column in read),
-            *before,
-        ).select_from(given.outerjoin(found, found.c.external_id == given.c.external_id)),
-        "compared",
-        routed,
-    )
-    found_id = compared.c[found_column("id")]
+    read = [*judging.table.c, *judging.read_columns]
+    return select(
+        given,
+        changed_fields.label("changed_fields"),
+        *(found.c[column.name].label(found_column(column.name)) for column in read),
+        *before,
+    ).select_from(given.outerjoin(found, found.c.external_id == given.c.external_id))
+
+
+def _verdict(compared: NamedFromClause) -> ColumnElement[str]:
+    """What the rules make of a compared write (``INSERT``, ``CHANGE``, ...)."""
     versions = compared.c[found_column("version")]
-    verdict = case(
-        (found_id.is_(None), case((compared.c.has_expected, MISSING), else_=INSERT)),
+    return case(
+        (
+            compared.c[found_column("id")].is_(None),
+            case((compared.c.has_expected, MISSING), else_=INSERT),
+        ),
         (~compared.c.upsert, TAKEN),
         (
             compared.c.has_unless
@@ -260,7 +286,15 @@ def judged(
         (func.cardinality(compared.c.changed_fields) == 0, UNCHANGED),
         else_=CHANGE,
     )
-    known = [
+
+
+def _known(
+    judging: Judging, compared: NamedFromClause, department_id: ColumnElement[Any]
+) -> list[ColumnElement[bool]]:
+    """For each reference, whether the id a compared write gives names a row of the
+    department, or none (``known_<field>``)."""
+    found_id = compared.c[found_column("id")]
+    return [
         or_(
             compared.c[name].is_(None),
             # A change checks only the references it changes.
@@ -270,7 +304,6 @@ def judged(
         ).label(f"known_{name}")
         for name, ref in judging.references.items()
     ]
-    return _named(select(compared, verdict.label("verdict"), *known), "judged", routed)
 
 
 def _named(query: Select[Any], name: str, routed: bool) -> CTE | Subquery:
