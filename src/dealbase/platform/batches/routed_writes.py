@@ -56,7 +56,7 @@ from sqlalchemy.sql.dml import ReturningInsert, ReturningUpdate
 
 from dealbase.db.faults import ErrorMeaning
 from dealbase.db.statements import Record, built_once
-from dealbase.db.transactions import Deferred
+from dealbase.db.transactions import Deferred, TenantConnection
 from dealbase.db.units import UnitOfWork
 from dealbase.platform.batches import upserts
 from dealbase.platform.batches.bulk_writes import changed_columns
@@ -226,40 +226,13 @@ def write(
         connection.execute(_judging(judging, noun, json_sql), judgement.values).mappings()
     )
     by_index = {write.index: write for write in writes}
-    failed = {
-        row["ordinal"]
-        for row in judged
-        if upserts.error_of(noun, by_index[row["ordinal"]], row["verdict"], row, judging)
-    }
-    writing = [
-        row
-        for row in judged
-        if row["verdict"] in (INSERT, CHANGE)
-        and row["ordinal"] not in failed
-        and not (atomic and failed)
-    ]
+    writing = _writing(judging, noun, judged, by_index, atomic=atomic)
     if not writing:
         return lambda: [_as_judged(judging, row) for row in judged]
     written_at = judged[0]["now"]
     shared = {WRITTEN_AT: written_at, DEPARTMENT: department_id}
-    new = sorted(
-        (_new(judging, row) for row in writing if row["verdict"] == INSERT),
-        key=lambda row: (row["external_id"] is None, row["external_id"] or ""),
-    )
-    inserted = [
-        connection.defer(
-            _insert(judging, noun, len(rows)), {**_numbered(rows), **shared}, meaning=meaning
-        )
-        for rows in _in_statements(new)
-    ]
-    changes = [
-        _change(by_index[row["ordinal"]], row) for row in writing if row["verdict"] == CHANGE
-    ]
-    updated = None
-    if changes:
-        updated = connection.defer(
-            _update(judging, noun), {"changes": orjson.dumps(changes).decode(), **shared}
-        )
+    inserted = _insert_new(connection, judging, noun, writing, shared, meaning)
+    updated = _update_changed(connection, judging, noun, writing, by_index, shared)
     recorded = [_event(noun, row, shown(_after(judging, row, department_id))) for row in writing]
     for rows in _in_statements(recorded):
         connection.defer(
@@ -269,6 +242,74 @@ def write(
     wakes = connection.defer(WAKES_IN_DEPARTMENT, {"department_id": department_id})
     events.recorded_by_statement(uow, lambda: bool(wakes.rows().scalar()))
     return lambda: _answered(judging, judged, writing, inserted, updated)
+
+
+def _writing(
+    judging: Judging,
+    noun: str,
+    judged: list[Record],
+    by_index: Mapping[int, Write[Any]],
+    *,
+    atomic: bool,
+) -> list[Record]:
+    """The judged writes that write: inserts and changes that did not fail, none of an atomic
+    batch when one failed."""
+    failed = {
+        row["ordinal"]
+        for row in judged
+        if upserts.error_of(noun, by_index[row["ordinal"]], row["verdict"], row, judging)
+    }
+    return [
+        row
+        for row in judged
+        if row["verdict"] in (INSERT, CHANGE)
+        and row["ordinal"] not in failed
+        and not (atomic and failed)
+    ]
+
+
+def _insert_new(
+    connection: TenantConnection,
+    judging: Judging,
+    noun: str,
+    writing: list[Record],
+    shared: Mapping[str, object],
+    meaning: ErrorMeaning,
+) -> list[Deferred]:
+    """Defers the inserts of the new records, in external id order."""
+    new = sorted(
+        (_new(judging, row) for row in writing if row["verdict"] == INSERT),
+        key=_by_external_id,
+    )
+    return [
+        connection.defer(
+            _insert(judging, noun, len(rows)), {**_numbered(rows), **shared}, meaning=meaning
+        )
+        for rows in _in_statements(new)
+    ]
+
+
+def _by_external_id(row: Record) -> tuple[bool, str]:
+    return (row["external_id"] is None, row["external_id"] or "")
+
+
+def _update_changed(
+    connection: TenantConnection,
+    judging: Judging,
+    noun: str,
+    writing: list[Record],
+    by_index: Mapping[int, Write[Any]],
+    shared: Mapping[str, object],
+) -> Deferred | None:
+    """Defers the UPDATE of the changed records, if any."""
+    changes = [
+        _change(by_index[row["ordinal"]], row) for row in writing if row["verdict"] == CHANGE
+    ]
+    if not changes:
+        return None
+    return connection.defer(
+        _update(judging, noun), {"changes": orjson.dumps(changes).decode(), **shared}
+    )
 
 
 def _new(judging: Judging, row: Mapping[str, Any]) -> Record:
