@@ -289,23 +289,27 @@ def _loose() -> Any:
     )
 
 
-def _lease_statement() -> Any:
-    now: BindParameter[datetime] = bindparam("now")
+def _eligible(now: BindParameter[datetime]) -> Any:
+    """The deliveries due now that may go: the heads, and the loose ones due first."""
     heads = _heads().subquery("heads")
     loose = _loose().subquery("loose")
-    eligible = union_all(
+    return union_all(
         select(heads.c.id, heads.c.next_attempt_at).where(_due(now, heads)),
         select(loose.c.id, loose.c.next_attempt_at)
         .where(_due(now, loose))
         .order_by(loose.c.next_attempt_at)
         .limit(bindparam("limit")),
     ).subquery("eligible")
+
+
+def _leased(now: BindParameter[datetime]) -> Any:
+    """The CTE ``leased``: the eligible deliveries locked and leased until ``until``."""
     # Locked now, and checked again on the locked row: another worker may have leased or
     # settled one since this statement's snapshot.
     candidates = (
         select(_deliveries.c.id)
         .where(
-            _deliveries.c.id.in_(select(eligible.c.id)),
+            _deliveries.c.id.in_(select(_eligible(now).c.id)),
             _deliveries.c.state == "pending",
             _due(now, _deliveries),
         )
@@ -314,7 +318,7 @@ def _lease_statement() -> Any:
         .with_for_update(skip_locked=True)
         .cte("candidates")
     )
-    leased = (
+    return (
         update(_deliveries)
         .where(_deliveries.c.id.in_(select(candidates.c.id)))
         .values(leased_until=bindparam("until"))
@@ -329,6 +333,11 @@ def _lease_statement() -> Any:
         )
         .cte("leased")
     )
+
+
+def _lease_statement() -> Any:
+    now: BindParameter[datetime] = bindparam("now")
+    leased = _leased(now)
     # The secret a rotation replaced signs until its overlap ends.
     previous_secret = case(
         (_endpoints.c.previous_secret_expires_at > now, _endpoints.c.previous_secret),
