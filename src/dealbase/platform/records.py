@@ -42,6 +42,7 @@ from dealbase.platform.record_writes import InBulk, Model, OneByOne, apply_write
 from dealbase.platform.rows import OwnedRows, ids_in_department, in_bound_department
 from dealbase.platform.shapes import JsonObject, Shape
 from dealbase.platform.versioning import Expected
+from dealbase.tenancy.scope import Scope
 
 Filter = TypeVar("Filter", bound=BaseModel)
 
@@ -275,39 +276,36 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
         sent now: the events they make are inserted with the next round trip (with the COMMIT,
         when nothing else runs), which their answer must have reached first; a second round
         trip."""
-        scope = uow.scope
-        versions = None if expected is None else expected.versions
-        shape = record_changes.Shape(
-            tuple(changes), scope.department_id is not None, versions is not None
-        )
-        event_names = record_changes.event_ids(self.changes, shape)
-        values = record_changes.parameters(
-            shape,
-            record_id,
-            scope.department_id,
-            changes,
-            versions,
-            event_names,
-            new_ids(len(event_names)),
-            scope.tenant_id,
-        )
+        shape, values = _change_parameters(self.changes, uow.scope, record_id, changes, expected)
         connection, meaning = uow.connection, self.rows.external_id_meaning
         if connection.distributed:
-            routed = record_changes.routed(self.changes, shape)
-            written = connection.defer(routed.update, values, meaning=meaning)
-            check = connection.defer(routed.check, values)
-            row = record_changes.routed_row(
-                written.rows().mappings().first(), check.rows().mappings().first()
-            )
-            if row is not None:
-                event_repository.record_texts_later(connection, row["events"])
-            events.recorded_by_statement(uow, lambda: _wakes(row))
-            return AfterCommit(lambda: self._written(row, record_id))
+            return self._change_routed(uow, shape, values, record_id)
         deferred = connection.defer(
             record_changes.statement(self.changes, shape), values, meaning=meaning
         )
         events.recorded_by_statement(uow, lambda: _wakes(deferred.rows().mappings().first()))
         return AfterCommit(lambda: self._written(deferred.rows().mappings().first(), record_id))
+
+    def _change_routed(
+        self,
+        uow: UnitOfWork,
+        shape: record_changes.Shape,
+        values: dict[str, object],
+        record_id: uuid.UUID,
+    ) -> AfterCommit[Record]:
+        """``change_later`` on a distributed schema: its two statements sent now, the events
+        they make inserted with the next round trip."""
+        connection = uow.connection
+        routed = record_changes.routed(self.changes, shape)
+        written = connection.defer(routed.update, values, meaning=self.rows.external_id_meaning)
+        check = connection.defer(routed.check, values)
+        row = record_changes.routed_row(
+            written.rows().mappings().first(), check.rows().mappings().first()
+        )
+        if row is not None:
+            event_repository.record_texts_later(connection, row["events"])
+        events.recorded_by_statement(uow, lambda: _wakes(row))
+        return AfterCommit(lambda: self._written(row, record_id))
 
     def _written(self, row: Record | None, record_id: uuid.UUID) -> Record:
         """The row ``change_later``'s statement wrote, or why it wrote none."""
@@ -386,6 +384,33 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
             upsert=self.upsert_model,
             atomic=atomic,
         )
+
+
+def _change_parameters(
+    record: ChangedRecord,
+    scope: Scope,
+    record_id: uuid.UUID,
+    changes: Mapping[str, object],
+    expected: Expected | None,
+) -> tuple[record_changes.Shape, dict[str, object]]:
+    """A change's shape (which of the record's change statements) and that statement's
+    parameters, with the ids of the events it may make."""
+    versions = None if expected is None else expected.versions
+    shape = record_changes.Shape(
+        tuple(changes), scope.department_id is not None, versions is not None
+    )
+    event_names = record_changes.event_ids(record, shape)
+    values = record_changes.parameters(
+        shape,
+        record_id,
+        scope.department_id,
+        changes,
+        versions,
+        event_names,
+        new_ids(len(event_names)),
+        scope.tenant_id,
+    )
+    return shape, values
 
 
 def _id_of(model: Model) -> uuid.UUID:
