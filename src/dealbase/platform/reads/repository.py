@@ -303,49 +303,72 @@ class _Builder:
     def related_list(self, kind: str, parent: Row, entry: RelatedList) -> ColumnElement[Any]:
         found = _RELATIONS[(kind, entry.relation)]
         if found.kind in _GROUPED:
-            rows = _GROUPED[found.kind][0]().subquery(f"r{next(self.aliases)}")
-            return _json_array(
-                select(self.object(found.kind, rows, entry.fields))
-                .select_from(rows)
-                .order_by(rows.c.ordinal)
-            )
-        table = _TABLES[found.kind]
+            return self.grouped(found.kind, entry.fields)
         links = deal_customers.alias(f"l{next(self.aliases)}")
         if found.through_links and found.kind == "customer":
-            # Each link's customer by its key: a deal has a few, whatever the statistics say.
-            child = self.alias("customer")
-            item = (
-                select(self.object("customer", child, entry.fields))
-                .where(child.c.id == links.c.customer_id)
-                .scalar_subquery()
-            )
-            return _json_array(
-                select(item)
-                .where(links.c.deal_id == parent.c.id)
-                .order_by(links.c.position)
-                .correlate(parent)
-            )
+            return self.linked_customers(parent, links, entry.fields)
         limit = None if entry.limit is None else bindparam(entry.limit, type_=Integer)
         if found.through_links:
-            # A customer's deals: its links (few) in deal order, each joined to its deal by the
-            # deal's key, which the department's check and the JSON then read once.
-            deal = self.alias("deal")
-            linked = (
-                select(self.object("deal", deal, entry.fields))
-                .join_from(links, deal, deal.c.id == links.c.deal_id)
-                .where(links.c.customer_id == parent.c.id)
-            )
-            if found.in_department:
-                linked = linked.where(_caller_department_is(deal.c.department_id))
-            return _json_array(linked.order_by(links.c.deal_id).limit(limit).correlate(parent))
-        # The rows that name the parent, found by the parent's index (OFFSET 0 keeps the
-        # planner from walking the department's index in order instead), then the first.
+            return self.linked_deals(found, parent, links, entry.fields, limit)
+        return self.children(found, parent, entry.fields, limit)
+
+    def grouped(self, kind: str, fields: Fields) -> ColumnElement[Any]:
+        """The rows of a kind made by grouping (a summary's steps), in their order."""
+        rows = _GROUPED[kind][0]().subquery(f"r{next(self.aliases)}")
+        return _json_array(
+            select(self.object(kind, rows, fields)).select_from(rows).order_by(rows.c.ordinal)
+        )
+
+    def linked_customers(self, parent: Row, links: Row, fields: Fields) -> ColumnElement[Any]:
+        """A deal's customers, in link order."""
+        # Each link's customer by its key: a deal has a few, whatever the statistics say.
+        child = self.alias("customer")
+        item = (
+            select(self.object("customer", child, fields))
+            .where(child.c.id == links.c.customer_id)
+            .scalar_subquery()
+        )
+        return _json_array(
+            select(item)
+            .where(links.c.deal_id == parent.c.id)
+            .order_by(links.c.position)
+            .correlate(parent)
+        )
+
+    def linked_deals(
+        self,
+        found: _Relation,
+        parent: Row,
+        links: Row,
+        fields: Fields,
+        limit: ColumnElement[Any] | None,
+    ) -> ColumnElement[Any]:
+        """A customer's deals, oldest first."""
+        # Its links (few) in deal order, each joined to its deal by the deal's key, which the
+        # department's check and the JSON then read once.
+        deal = self.alias("deal")
+        linked = (
+            select(self.object("deal", deal, fields))
+            .join_from(links, deal, deal.c.id == links.c.deal_id)
+            .where(links.c.customer_id == parent.c.id)
+        )
+        if found.in_department:
+            linked = linked.where(_caller_department_is(deal.c.department_id))
+        return _json_array(linked.order_by(links.c.deal_id).limit(limit).correlate(parent))
+
+    def children(
+        self, found: _Relation, parent: Row, fields: Fields, limit: ColumnElement[Any] | None
+    ) -> ColumnElement[Any]:
+        """The rows whose ``parent_column`` names the parent, in the relation's order."""
+        table = _TABLES[found.kind]
+        # Found by the parent's index (OFFSET 0 keeps the planner from walking the
+        # department's index in order instead), then the first.
         candidates = select(*table.c).where(table.c[found.parent_column] == parent.c.id)
         if found.in_department:
             candidates = candidates.where(_caller_department_is(table.c.department_id))
         child = candidates.offset(0).correlate(parent).subquery(f"r{next(self.aliases)}")
         return _json_array(
-            select(self.object(found.kind, child, entry.fields))
+            select(self.object(found.kind, child, fields))
             .select_from(child)
             .order_by(child.c[found.order], child.c.id)
             .limit(limit)
