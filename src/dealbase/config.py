@@ -140,7 +140,10 @@ class Settings(BaseSettings):
     log_format: Literal["console", "json"] = "console"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     db_pool_size: int = Field(default=10, ge=1, le=200)
-    db_max_overflow: int = Field(default=10, ge=0, le=200)
+    # No overflow by default: on a saturated database host, more connections than the pool's
+    # cost every request more of PostgreSQL's CPU (bench/README.md), and the pool's queue hands
+    # a returned connection to the longest waiter at once.
+    db_max_overflow: int = Field(default=0, ge=0, le=200)
     db_tenants_per_connection: int | None = Field(
         default=None,
         ge=1,

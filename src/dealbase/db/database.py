@@ -245,7 +245,7 @@ class Database:
         database_url: str,
         *,
         pool_size: int = 10,
-        max_overflow: int = 10,
+        max_overflow: int = 0,
         prepared_statements: bool = True,
         startup_options: bool = True,
         limits: DatabaseLimits = DatabaseLimits(),
