@@ -24,8 +24,8 @@ from tests.support import IN_CI, free_port
 
 START_TIMEOUT_S = 10.0
 
-# A Redis client's timeout in a test that times no Redis call: it only ends a hung one. A second
-# was a margin a busy CI machine passed (120 checks in a row, one of them read late).
+# A Redis client's timeout in a test that times no Redis call: it only ends a hung one, so it is
+# no margin a busy machine could pass.
 REDIS_HANG_GUARD_SECONDS = 30.0
 
 
