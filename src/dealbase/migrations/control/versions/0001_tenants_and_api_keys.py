@@ -1,9 +1,4 @@
-"""Tenants and API keys.
-
-Revision ID: c0001
-Revises:
-Create Date: 2026-11-21
-"""
+"""Tenants and API keys."""
 
 from __future__ import annotations
 
@@ -13,8 +8,6 @@ from sqlalchemy.dialects import postgresql as pg
 
 revision = "c0001"
 down_revision = None
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

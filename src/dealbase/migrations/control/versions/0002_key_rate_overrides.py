@@ -1,9 +1,4 @@
-"""A key's own rate limit, overriding the default.
-
-Revision ID: c0002
-Revises: c0001
-Create Date: 2026-11-22
-"""
+"""A key's own rate limit, overriding the default."""
 
 from __future__ import annotations
 
@@ -12,8 +7,6 @@ from alembic import op
 
 revision = "c0002"
 down_revision = "c0001"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -1,9 +1,4 @@
-"""A key's expiry and last use, and the audit trail of what operators did to keys.
-
-Revision ID: c0003
-Revises: c0002
-Create Date: 2026-11-23
-"""
+"""A key's expiry and last use, and the audit trail of what operators did to keys."""
 
 from __future__ import annotations
 
@@ -13,8 +8,6 @@ from sqlalchemy.dialects import postgresql as pg
 
 revision = "c0003"
 down_revision = "c0002"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

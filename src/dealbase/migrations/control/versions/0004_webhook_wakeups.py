@@ -1,9 +1,4 @@
-"""The webhook worker's wakeups: which tenant schemas have deliveries to make, and when.
-
-Revision ID: c0004
-Revises: c0003
-Create Date: 2026-11-23
-"""
+"""The webhook worker's wakeups: which tenant schemas have deliveries to make, and when."""
 
 from __future__ import annotations
 
@@ -15,8 +10,6 @@ from dealbase.tenancy.roles import TENANTS_GROUP_ROLE
 
 revision = "c0004"
 down_revision = "c0003"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -1,9 +1,4 @@
-"""Tenant lifecycle (suspended, deleted, and its audit) and each schema's recorded revision.
-
-Revision ID: c0005
-Revises: c0004
-Create Date: 2026-11-23
-"""
+"""Tenant lifecycle (suspended, deleted, and its audit) and each schema's recorded revision."""
 
 from __future__ import annotations
 
@@ -13,8 +8,6 @@ from sqlalchemy.dialects import postgresql as pg
 
 revision = "c0005"
 down_revision = "c0004"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

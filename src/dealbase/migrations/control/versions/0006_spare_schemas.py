@@ -1,9 +1,4 @@
-"""Spare tenant schemas, made ahead of time so that creating a tenant runs no DDL.
-
-Revision ID: c0006
-Revises: c0005
-Create Date: 2026-11-23
-"""
+"""Spare tenant schemas, made ahead of time so that creating a tenant runs no DDL."""
 
 from __future__ import annotations
 
@@ -13,8 +8,6 @@ from sqlalchemy.dialects import postgresql as pg
 
 revision = "c0006"
 down_revision = "c0005"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -1,9 +1,4 @@
-"""Departments, steps, employees, customers, deals and activities.
-
-Revision ID: t0001
-Revises:
-Create Date: 2026-11-21
-"""
+"""Departments, steps, employees, customers, deals and activities."""
 
 from __future__ import annotations
 
@@ -13,8 +8,6 @@ from sqlalchemy.dialects import postgresql as pg
 
 revision = "t0001"
 down_revision = None
-branch_labels = None
-depends_on = None
 
 
 def _timestamps() -> list[sa.Column[object]]:

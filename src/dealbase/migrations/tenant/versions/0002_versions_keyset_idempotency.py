@@ -1,9 +1,4 @@
-"""Row versions for ETags, keyset indexes for lists, idempotency records.
-
-Revision ID: t0002
-Revises: t0001
-Create Date: 2026-11-22
-"""
+"""Row versions for ETags, keyset indexes for lists, idempotency records."""
 
 from __future__ import annotations
 
@@ -15,8 +10,6 @@ from dealbase.migrations.tenant_operations import add_required_column
 
 revision = "t0002"
 down_revision = "t0001"
-branch_labels = None
-depends_on = None
 
 VERSIONED = ("customers", "deals", "activities")
 

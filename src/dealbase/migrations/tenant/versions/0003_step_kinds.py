@@ -1,9 +1,4 @@
-"""Steps say whether a deal in them is open, won or lost.
-
-Revision ID: t0003
-Revises: t0002
-Create Date: 2026-11-22
-"""
+"""Steps say whether a deal in them is open, won or lost."""
 
 from __future__ import annotations
 
@@ -14,8 +9,6 @@ from dealbase.migrations.tenant_operations import add_required_column
 
 revision = "t0003"
 down_revision = "t0002"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

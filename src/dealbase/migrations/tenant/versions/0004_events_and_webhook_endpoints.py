@@ -1,9 +1,4 @@
-"""The events outbox (the feed and what webhooks deliver) and the webhook endpoints.
-
-Revision ID: t0004
-Revises: t0003
-Create Date: 2026-11-23
-"""
+"""The events outbox (the feed and what webhooks deliver) and the webhook endpoints."""
 
 from __future__ import annotations
 
@@ -13,8 +8,6 @@ from sqlalchemy.dialects import postgresql as pg
 
 revision = "t0004"
 down_revision = "t0003"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -1,9 +1,4 @@
-"""Webhook deliveries and their attempts; where each endpoint's delivery has got to.
-
-Revision ID: t0005
-Revises: t0004
-Create Date: 2026-11-23
-"""
+"""Webhook deliveries and their attempts; where each endpoint's delivery has got to."""
 
 from __future__ import annotations
 
@@ -15,8 +10,6 @@ from dealbase.migrations.tenant_operations import add_required_column
 
 revision = "t0005"
 down_revision = "t0004"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

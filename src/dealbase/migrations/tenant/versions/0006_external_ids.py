@@ -1,9 +1,4 @@
-"""Customers, deals and activities carry an optional external id, unique in their department.
-
-Revision ID: t0006
-Revises: t0005
-Create Date: 2026-11-23
-"""
+"""Customers, deals and activities carry an optional external id, unique in their department."""
 
 from __future__ import annotations
 
@@ -12,8 +7,6 @@ from alembic import op
 
 revision = "t0006"
 down_revision = "t0005"
-branch_labels = None
-depends_on = None
 
 TABLES = ("customers", "deals", "activities")
 

@@ -1,10 +1,6 @@
 """Events are numbered after their transaction commits, not by the writers: a writer inserts its
 events with no position, and whoever reads the feed (or the webhook worker) numbers the committed
 ones under the department's position row. The writers of a department share no lock.
-
-Revision ID: t0007
-Revises: t0006
-Create Date: 2026-11-25
 """
 
 from __future__ import annotations
@@ -14,8 +10,6 @@ from alembic import op
 
 revision = "t0007"
 down_revision = "t0006"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -1,10 +1,6 @@
 """An event's ``data`` and ``previous`` are kept as ``json``, the text its writer made, not parsed
 into ``jsonb``: a write's statement builds its record's JSON once, for its answer and its event,
 and nothing reads inside an event's data in SQL.
-
-Revision ID: t0008
-Revises: t0007
-Create Date: 2026-11-26
 """
 
 from __future__ import annotations
@@ -13,8 +9,6 @@ from alembic import op
 
 revision = "t0008"
 down_revision = "t0007"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

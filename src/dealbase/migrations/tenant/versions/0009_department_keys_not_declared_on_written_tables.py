@@ -10,10 +10,6 @@ the unit of work found), and no department is ever deleted: nothing the key guar
 happen.
 ``steps`` and ``employees`` keep theirs, and a deal's step and employee keep theirs, which
 also hold them to the deal's department.
-
-Revision ID: t0009
-Revises: t0008
-Create Date: 2026-11-27
 """
 
 from __future__ import annotations
@@ -22,8 +18,6 @@ from alembic import op
 
 revision = "t0009"
 down_revision = "t0008"
-branch_labels = None
-depends_on = None
 
 WRITTEN_TABLES = ("customers", "deals", "activities", "events")
 

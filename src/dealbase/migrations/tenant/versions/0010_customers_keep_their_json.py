@@ -15,10 +15,6 @@ JSON is ``resources.customer_json``'s, name for name and in that order, the tena
 in from the schema's name (a tenant schema's name is its tenant's id);
 ``tests/platform/test_resources.py`` holds the column and ``customer_json`` equal. A later change of the customer's JSON is a migration that replaces the
 function and recomputes the column.
-
-Revision ID: t0010
-Revises: t0009
-Create Date: 2026-11-27
 """
 
 from __future__ import annotations
@@ -27,8 +23,6 @@ from alembic import op
 
 revision = "t0010"
 down_revision = "t0009"
-branch_labels = None
-depends_on = None
 
 # The customer's text columns, in the order its JSON shows them; the tenant's id goes after the
 # external id.

@@ -12,10 +12,6 @@ they show stay the same.
   2 kB threshold, and lz4 compresses it for less CPU than pglz.
 
 Each change was counted in PostgreSQL's instructions (a callgrind replay): commit 97ed3bb.
-
-Revision ID: t0011
-Revises: t0010
-Create Date: 2026-11-28
 """
 
 from __future__ import annotations
@@ -30,8 +26,6 @@ from alembic import op
 
 revision = "t0011"
 down_revision = "t0010"
-branch_labels = None
-depends_on = None
 
 
 def _t0010() -> ModuleType:

@@ -4,10 +4,6 @@ function ``customer_api_json`` that computed it and its type ``customer_api_shap
 A record's JSON is declared once, in the code (``platform.resources``), and PostgreSQL makes a
 customer's from its row when it is read or written, as it makes a deal's and an activity's: no
 migration spells out the API's shape, and a change of it is no migration.
-
-Revision ID: t0012
-Revises: t0011
-Create Date: 2026-12-03
 """
 
 from __future__ import annotations
@@ -20,8 +16,6 @@ from alembic import op
 
 revision = "t0012"
 down_revision = "t0011"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
