@@ -20,6 +20,7 @@ from dealbase.config import Settings, cors_origins_of, load_settings, parse_rate
 from dealbase.db.database import Database
 from dealbase.db.notifications import Notifications
 from dealbase.db.proxy import through_a_proxy
+from dealbase.db.schema_changes import SchemaChanges
 from dealbase.edge.cors import (
     CORS_MAX_AGE_SECONDS,
     CORS_METHODS,
@@ -49,6 +50,7 @@ from dealbase.tenancy.rate_limits.failure_allowance import FailureAllowance
 from dealbase.tenancy.rate_limits.in_process import InProcessLimiter
 from dealbase.tenancy.rate_limits.limiter import RedisLimiter
 from dealbase.tenancy.rate_limits.local_admissions import LocalAdmissions
+from dealbase.tenancy.roles import TENANT_OWNER_ROLE
 from dealbase.tenancy.scope import Rate
 
 DESCRIPTION = """\
@@ -169,6 +171,7 @@ class _Services:
     key_uses: KeyUseRecorder
     authenticator: Authenticator
     live: LiveService
+    schema_changes: SchemaChanges
 
     @classmethod
     def of(cls, settings: Settings, clock: Callable[[], float]) -> _Services:
@@ -211,11 +214,13 @@ class _Services:
             key_uses,
             authenticator,
             live,
+            SchemaChanges(settings.database_listen_url or database_url, TENANT_OWNER_ROLE),
         )
 
     def hand_to_routes(self, app: FastAPI) -> None:
         """What the routes and the edge find on ``app.state``."""
         app.state.database = self.database
+        app.state.schema_changes = self.schema_changes
         app.state.webhook_addresses = AddressPolicy(
             allow_private=self.settings.webhooks_allow_private
         )
@@ -261,6 +266,7 @@ class _Services:
         if isinstance(self.rate_limits.admitting, LocalAdmissions):
             await self.rate_limits.admitting.close()
         await self.database.close()
+        self.schema_changes.dispose()
 
 
 def _settle_the_garbage_collector(settings: Settings) -> tuple[int, ...]:

@@ -69,6 +69,22 @@ class ExternalIdTaken(Conflict, code="external_id_taken", title="External id tak
     """Another record of the same kind in the department already has the external id."""
 
 
+class FieldNameTaken(Conflict, code="field_name_taken", title="Field name taken"):
+    """The record already has a custom field of that name."""
+
+
+class FieldLimitReached(Conflict, code="field_limit_reached", title="Field limit reached"):
+    """The record has as many custom fields as it may."""
+
+
+class ValuesNotUnique(Conflict, code="values_not_unique", title="Values not unique"):
+    """A field cannot become unique: records of one department share a value of it."""
+
+
+class FieldNotArchived(Conflict, code="field_not_archived", title="Field not archived"):
+    """A field is deleted, with its values, only once archived."""
+
+
 class PreconditionFailed(DomainError, code="precondition_failed", title="Precondition failed"): ...
 
 

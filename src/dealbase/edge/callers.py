@@ -22,7 +22,7 @@ import types
 import typing
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, ClassVar
 
 from fastapi import Request
 from fastapi.dependencies.models import Dependant
@@ -70,6 +70,9 @@ class AdmittedRoute(APIRoute):
     for it: its errors go to the app's exception handlers as any route's do.
     """
 
+    # Whether a tenant-wide key is admitted too (``TenantWideRoute``).
+    tenant_wide: ClassVar[bool] = False
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if _takes_only_the_request(self._served_dependant()):
@@ -112,11 +115,20 @@ class AdmittedRoute(APIRoute):
             finally:
                 self.dependant = declared
 
+        admit = dashboard_scope if self.tenant_wide else department_scope
+
         async def admitted_first(request: Request) -> Response:
-            await department_scope(request)
+            await admit(request)
             return await handle(request)
 
         return admitted_first
+
+
+class TenantWideRoute(AdmittedRoute):
+    """A route of the integration API that a tenant-wide key may call as well as a department
+    key (``dashboard_scope``): what belongs to the tenant rather than to a department."""
+
+    tenant_wide = True
 
 
 def _takes_only_the_request(dependant: Dependant) -> bool:

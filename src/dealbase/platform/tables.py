@@ -285,3 +285,24 @@ webhook_attempts = Table(
     Column("duration_ms", Integer, nullable=False),
     Column("error", Text),
 )
+
+# A tenant's custom fields (``platform.custom_fields``): a column ``cf_<name>`` of the record's
+# table holds each one's values, and is not declared here (it is the tenant's own).
+custom_fields = Table(
+    "custom_fields",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("record", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("label", Text, nullable=False),
+    Column("type", Text, nullable=False),
+    Column("max_length", Integer),
+    Column("options", JSONB),
+    Column("required", Boolean, nullable=False),
+    Column("unique", Boolean, nullable=False),
+    Column("filterable", Boolean, nullable=False),
+    Column("archived", Boolean, nullable=False),
+    _version(),
+    *_timestamps(),
+    UniqueConstraint("record", "name", name="custom_fields_record_name_key"),
+)

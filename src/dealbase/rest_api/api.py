@@ -5,7 +5,15 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI
 
 from dealbase.edge.problems import install_problem_handlers
-from dealbase.rest_api import activities, customers, deals, events, pipeline, webhooks
+from dealbase.rest_api import (
+    activities,
+    custom_fields,
+    customers,
+    deals,
+    events,
+    pipeline,
+    webhooks,
+)
 from dealbase.rest_api.openapi import install_openapi
 from dealbase.rest_api.responses import API_PREFIX
 
@@ -18,6 +26,7 @@ def install_rest_api(app: FastAPI) -> None:
     integration.include_router(pipeline.router)
     integration.include_router(webhooks.router)
     integration.include_router(events.router)
+    integration.include_router(custom_fields.router)
     app.include_router(integration)
     install_problem_handlers(app)
     install_openapi(app)

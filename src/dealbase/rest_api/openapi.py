@@ -384,6 +384,8 @@ _ABSENT_MEANS = {
         " value; never `null` (422 `cannot_clear`)."
     ),
     (frozenset({"update"}), True): "Left out, it keeps its value; `null` clears it.",
+    # A part given whole in both (a custom field's option).
+    (frozenset({"create", "update"}), True): "Optional: left out or `null`, it has no value.",
     (frozenset({"update"}), False): (
         "Left out, it keeps its value; it cannot be cleared (`null` is 422 `cannot_clear`)."
     ),
@@ -410,7 +412,7 @@ def _describe_absent_fields(document: dict[str, Any]) -> None:
             default = field.pop("default")
             if default is None:
                 meaning = _ABSENT_MEANS[frozenset(roles[name]), _NULL in field.get("anyOf", [])]
-            elif roles[name] == {"create"}:
+            elif roles[name] in ({"create"}, {"create", "update"}):
                 meaning = f"Optional: left out, it is `{json.dumps(default)}`."
             else:
                 raise ValueError(f"{name}.{field_name}: no words for a default on {roles[name]}")
