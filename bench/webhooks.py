@@ -415,15 +415,15 @@ def event_messages(database: Database, place: Place) -> list[tuple[str, bytes]]:
     with database.unit_of_work(place.scope) as uow:
         events.number_all_committed(uow, [place.scope.department_id])
     with database.unit_of_work(place.scope) as uow:
-        found = events_repository.events_after(
-            uow.connection,
+        feed_read = events_repository.FeedRead(
             place.scope.tenant_id,
             place.scope.department_id,
             0,
             EventFilter(),
             10_000_000,
             timedelta(days=RETENTION_DAYS),
-        )()
+        )
+        found = events_repository.events_after(uow.connection, feed_read)()
     return [(str(event.id), orjson.dumps(event_json(event))) for event in found]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -412,52 +413,48 @@ def _to_event(row: Record, tenant_id: uuid.UUID) -> Event:
     return Event(tenant_id=tenant_id, **row)
 
 
-def events_after(
-    connection: TenantConnection,
-    tenant_id: uuid.UUID,
-    department_id: uuid.UUID,
-    after_position: int,
-    filters: EventFilter,
-    limit: int,
-    since: timedelta,
-) -> Callable[[], list[Event]]:
-    """Up to ``limit`` of the department's events after the position, created within ``since``:
-    the read sent with the next round trip, its events once read."""
-    query = _events_after(as_json=False, typed=filters.types is not None, since=since)
-    values = _feed_values(department_id, after_position, filters, limit)
-    read = connection.defer(query, values)
-    return lambda: [_to_event(row, tenant_id) for row in read.rows().mappings()]
+@dataclass(frozen=True, slots=True)
+class FeedRead:
+    """A read of the feed: up to ``limit`` of the department's events after the position,
+    created within ``since``."""
+
+    tenant_id: uuid.UUID
+    department_id: uuid.UUID
+    after_position: int
+    filters: EventFilter
+    limit: int
+    since: timedelta
+
+    def deferred(self, connection: TenantConnection, *, as_json: bool) -> Deferred:
+        """The read, sent with the next round trip."""
+        query = _events_after(
+            as_json=as_json, typed=self.filters.types is not None, since=self.since
+        )
+        values: dict[str, object] = {
+            "department_id": self.department_id,
+            "after_position": self.after_position,
+            "limit": self.limit,
+        }
+        if self.filters.types is not None:
+            values["types"] = list(self.filters.types)
+        if as_json:
+            values["tenant_id"] = str(self.tenant_id)
+        return connection.defer(query, values)
+
+
+def events_after(connection: TenantConnection, read: FeedRead) -> Callable[[], list[Event]]:
+    """The feed's events: the read sent with the next round trip, its events once read."""
+    rows = read.deferred(connection, as_json=False)
+    return lambda: [_to_event(row, read.tenant_id) for row in rows.rows().mappings()]
 
 
 def events_after_as_json(
-    connection: TenantConnection,
-    tenant_id: uuid.UUID,
-    department_id: uuid.UUID,
-    after_position: int,
-    filters: EventFilter,
-    limit: int,
-    since: timedelta,
+    connection: TenantConnection, read: FeedRead
 ) -> Callable[[], list[tuple[int, str]]]:
     """``events_after``'s events as (position, the JSON text ``event_json`` would make, made
     by PostgreSQL)."""
-    query = _events_after(as_json=True, typed=filters.types is not None, since=since)
-    values = _feed_values(department_id, after_position, filters, limit)
-    values["tenant_id"] = str(tenant_id)
-    read = connection.defer(query, values)
-    return lambda: [(position, text) for position, text in read.rows()]
-
-
-def _feed_values(
-    department_id: uuid.UUID, after_position: int, filters: EventFilter, limit: int
-) -> dict[str, object]:
-    values: dict[str, object] = {
-        "department_id": department_id,
-        "after_position": after_position,
-        "limit": limit,
-    }
-    if filters.types is not None:
-        values["types"] = list(filters.types)
-    return values
+    rows = read.deferred(connection, as_json=True)
+    return lambda: [(position, text) for position, text in rows.rows()]
 
 
 @functools.lru_cache(maxsize=8)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TypeVar
 
+from dealbase.db.transactions import TenantConnection
 from dealbase.db.units import AfterCommit, UnitOfWork
 from dealbase.errors import Invalid
 from dealbase.ids import new_id
@@ -147,7 +148,7 @@ def _feed(
     filters: EventFilter,
     limit: int | None,
     after: str | None,
-    events_after: Callable[..., Callable[[], list[R]]],
+    events_after: Callable[[TenantConnection, repository.FeedRead], Callable[[], list[R]]],
     position_of: Callable[[R], int],
 ) -> AfterCommit[tuple[list[R], str]]:
     limit = page_size(limit)
@@ -161,7 +162,8 @@ def _feed(
     # The numbering and the read travel together, so the position row is held one round trip.
     numbering.number_committed_later(uow.connection, [department_id], NUMBERING_BATCH)
     found = events_after(
-        uow.connection, scope.tenant_id, department_id, position, filters, limit, RETENTION
+        uow.connection,
+        repository.FeedRead(scope.tenant_id, department_id, position, filters, limit, RETENTION),
     )
 
     def page() -> tuple[list[R], str]:
