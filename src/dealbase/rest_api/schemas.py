@@ -110,34 +110,18 @@ def fields_from(
     return derive
 
 
-_CUSTOMER_EXAMPLE = {
+# Every field the customer shows, null unless given below.
+_CUSTOMER_EXAMPLE: dict[str, JsonValue] = {
+    **{
+        field.name: None
+        for field in dataclasses.fields(Customer)
+        if field.name not in CUSTOMER_HIDDEN
+    },
     "id": "01a2008a-729d-7000-8ccb-38fd7605fcf5",
     "external_id": "shop-customer-1042",
     "tenant_id": "01a2008a-5757-7000-8f59-f1c22b8851ad",
     "last_name": "Lovelace",
     "first_name": "Ada",
-    **dict.fromkeys(
-        [
-            "company",
-            "website",
-            "title",
-            "phone_1",
-            "phone_2",
-            "phone_3",
-            "phone_1_label",
-            "phone_2_label",
-            "phone_3_label",
-            "postcode",
-            "address",
-            "address_addition",
-            "city",
-            "country",
-            "state",
-            "contact_origin",
-            "birthday",
-            "note",
-        ]
-    ),
     "email": "ada@example.com",
     "created_at": "2026-11-21T09:30:00.000000Z",
     "updated_at": "2026-11-21T09:30:00.000000Z",
