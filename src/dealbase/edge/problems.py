@@ -111,12 +111,16 @@ def problem(
     title: str,
     detail: str,
     *,
-    errors: tuple[FieldError, ...] | None = None,
     headers: Mapping[str, str] | None = None,
-    members: Mapping[str, Any] | None = None,
 ) -> Response:
-    """An ``application/problem+json`` response."""
-    body = problem_body(request, status, code, title, detail, errors=errors, members=members)
+    """An ``application/problem+json`` response of the standard members."""
+    return problem_response(status, problem_body(request, status, code, title, detail), headers)
+
+
+def problem_response(
+    status: int, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
+) -> Response:
+    """``body`` (``problem_body``'s) as an ``application/problem+json`` response."""
     return Response(orjson.dumps(body), status, headers=headers, media_type=PROBLEM_MEDIA_TYPE)
 
 
@@ -152,7 +156,7 @@ async def _domain_error(request: Request, exc: Exception) -> Response:
     if isinstance(exc, RateLimited | Unavailable) and exc.retry_after_seconds is not None:
         headers = {"Retry-After": str(exc.retry_after_seconds)}
     status, body = domain_problem(request, exc)
-    return Response(orjson.dumps(body), status, headers=headers, media_type=PROBLEM_MEDIA_TYPE)
+    return problem_response(status, body, headers)
 
 
 async def _protocol_error(request: Request, exc: Exception) -> Response:
@@ -175,7 +179,10 @@ async def _request_validation(request: Request, exc: Exception) -> Response:
         if error["loc"] and error["loc"][0] in ("query", "header", "body"):
             error["loc"] = error["loc"][1:]
     invalid = invalid_from_pydantic(errors)
-    return problem(request, 422, invalid.code, invalid.title, invalid.detail, errors=invalid.errors)
+    body = problem_body(
+        request, 422, invalid.code, invalid.title, invalid.detail, errors=invalid.errors
+    )
+    return problem_response(422, body)
 
 
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}

@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from dealbase.db.database import Database
 from dealbase.db.faults import RETRY_AFTER_SECONDS
-from dealbase.edge.problems import problem
+from dealbase.edge.problems import problem_body, problem_response
 from dealbase.errors import Unavailable
 from dealbase.tenancy.rate_limits.limiter import RateLimiterUnavailable, RedisLimiter
 
@@ -36,15 +36,15 @@ def install_health(app: FastAPI, database: Database, redis: RedisLimiter | None)
                 orjson.dumps({"status": "ready", "checks": outcomes}),
                 media_type="application/json",
             )
-        return problem(
+        body = problem_body(
             request,
             503,
             "not_ready",
             "Not ready",
             f"Not answering: {', '.join(failed)}.",
-            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
             members={"checks": outcomes},
         )
+        return problem_response(503, body, {"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
 async def _postgresql(database: Database) -> str:
