@@ -49,6 +49,7 @@ from redis.utils import HIREDIS_AVAILABLE
 
 from dealbase.tenancy.rate_limits.in_process import InProcessLimiter
 from dealbase.tenancy.rate_limits.limiter import (
+    Check,
     RateLimiter,
     RateLimiterUnavailable,
     RedisLimiter,
@@ -98,20 +99,9 @@ class BusyKey:
             RedisLimiter(url, timeout_seconds=TIMEOUT_S, prefix=PREFIX), clock=lambda: self.now
         )
 
-    async def check(
-        self,
-        key_id: uuid.UUID,
-        key_rate: Rate,
-        tenant_id: uuid.UUID,
-        tenant_rate: Rate,
-        *,
-        cost: int = 1,
-        prepaid: int = 0,
-    ) -> Verdict:
+    async def check(self, check: Check) -> Verdict:
         self.now += self.GAP_S
-        verdict = await self.admissions.check(
-            key_id, key_rate, tenant_id, tenant_rate, cost=cost, prepaid=prepaid
-        )
+        verdict = await self.admissions.check(check)
         await asyncio.sleep(0)
         return verdict
 
@@ -133,7 +123,8 @@ async def one_round(limiter: RateLimiter, checks: int, figures: Figures) -> None
     for _ in range(checks):
         started = time.perf_counter()
         try:
-            verdict = await limiter.check(key, GENEROUS, tenant, GENEROUS)
+            # A check made for each, as the admission of each request makes one.
+            verdict = await limiter.check(Check(key, GENEROUS, tenant, GENEROUS))
         except RateLimiterUnavailable:
             figures.unavailable += 1
             continue

@@ -19,7 +19,12 @@ from typing import Any
 import pytest
 
 from dealbase.tenancy.rate_limits import local_admissions
-from dealbase.tenancy.rate_limits.limiter import RateLimiterUnavailable, RedisLimiter, Verdict
+from dealbase.tenancy.rate_limits.limiter import (
+    Check,
+    RateLimiterUnavailable,
+    RedisLimiter,
+    Verdict,
+)
 from dealbase.tenancy.rate_limits.local_admissions import (
     LOCAL_MIN_REMAINING,
     LOCAL_SHARE,
@@ -108,7 +113,7 @@ async def _spent_now(redis_url: str, prefix: str, key: uuid.UUID) -> tuple[int, 
     """``_spent``, on the running loop."""
     probe = RedisLimiter(redis_url, timeout_seconds=REDIS_HANG_GUARD_SECONDS, prefix=prefix)
     try:
-        verdict = await probe.check(key, BIG, TENANT, BIG, cost=0)
+        verdict = await probe.check(Check(key, BIG, TENANT, BIG, cost=0))
     finally:
         await probe.close()
     key_bucket, tenant_bucket = verdict.buckets
@@ -131,7 +136,9 @@ class Process:
         self, key: uuid.UUID, rate: Rate = BIG, tenant_rate: Rate = BIG, **options: int
     ) -> Verdict:
         """The verdict on a request of ``key`` (of the tenant TENANT), run to its end."""
-        return self.runner.run(self.admissions.check(key, rate, TENANT, tenant_rate, **options))
+        return self.runner.run(
+            self.admissions.check(Check(key, rate, TENANT, tenant_rate, **options))
+        )
 
     def spent(self, key: uuid.UUID) -> tuple[int, int]:
         return _spent(self.runner, self.redis_url, self.prefix, key)
@@ -193,15 +200,15 @@ def test_the_refreshing_request_is_answered_before_redis_is_asked(process: Proce
 
     async def requests() -> None:
         for _ in range(10):
-            await process.admissions.check(key, BIG, TENANT, BIG)
+            await process.admissions.check(Check(key, BIG, TENANT, BIG))
         process.clock.advance(REFRESH_SECONDS)
         held = process.shared.held = asyncio.Event()
 
-        verdict = _at_once(process.admissions.check(key, BIG, TENANT, BIG))
+        verdict = _at_once(process.admissions.check(Check(key, BIG, TENANT, BIG)))
         assert verdict.allowed
         assert verdict.buckets[0].remaining == BIG.burst - 11
         for _ in range(5):
-            assert _at_once(process.admissions.check(key, BIG, TENANT, BIG)).allowed
+            assert _at_once(process.admissions.check(Check(key, BIG, TENANT, BIG))).allowed
         await asyncio.sleep(0)  # the refresh's task reaches Redis's door and waits there
         assert (process.shared.sent, process.shared.answered) == (2, 1)
         assert await process.spent_now(key) == (1, 1)
@@ -260,12 +267,12 @@ def test_closing_waits_for_the_refresh_on_its_way_then_spends_what_is_still_owed
 
     async def requests() -> None:
         for _ in range(10):
-            await admissions.check(key, BIG, TENANT, BIG)
+            await admissions.check(Check(key, BIG, TENANT, BIG))
         clock.advance(REFRESH_SECONDS)
         held = shared.held = asyncio.Event()
-        await admissions.check(key, BIG, TENANT, BIG)  # its refresh carries 10
+        await admissions.check(Check(key, BIG, TENANT, BIG))  # its refresh carries 10
         for _ in range(5):
-            await admissions.check(key, BIG, TENANT, BIG)
+            await admissions.check(Check(key, BIG, TENANT, BIG))
 
         closing = asyncio.create_task(admissions.close())
         for _ in range(10):
@@ -331,7 +338,7 @@ def test_closing_spends_in_redis_what_was_admitted_here(
     keys = [uuid.uuid4() for _ in range(3)]
     for key in keys:
         for _ in range(20):
-            runner.run(admissions.check(key, BIG, TENANT, BIG))
+            runner.run(admissions.check(Check(key, BIG, TENANT, BIG)))
     runner.run(admissions.close())
     assert [_spent(runner, redis_url, prefix, key)[0] for key in keys] == [20, 20, 20]
     assert _spent(runner, redis_url, prefix, keys[0])[1] == 60
@@ -343,8 +350,8 @@ def test_units_owed_are_spent_even_when_the_check_carrying_them_is_refused(
     limiter = RedisLimiter(redis_url, timeout_seconds=REDIS_HANG_GUARD_SECONDS, prefix=prefix)
     key = uuid.uuid4()
     try:
-        runner.run(limiter.check(key, BIG, TENANT, BIG, cost=990))
-        refused = runner.run(limiter.check(key, BIG, TENANT, BIG, cost=20, owed=5))
+        runner.run(limiter.check(Check(key, BIG, TENANT, BIG, cost=990)))
+        refused = runner.run(limiter.check(Check(key, BIG, TENANT, BIG, cost=20), owed=5))
     finally:
         runner.run(limiter.close())
     assert not refused.allowed
@@ -365,7 +372,7 @@ def test_two_processes_taking_turns_on_a_key_admit_its_burst_and_spend_every_uni
         for turn in range(3000):
             if turn % 7 == 0:
                 clock.advance(REFRESH_SECONDS / 3)
-            verdict = await processes[turn % 2].check(key, BIG, TENANT, BIG)
+            verdict = await processes[turn % 2].check(Check(key, BIG, TENANT, BIG))
             allowed.append(verdict.allowed)
         return allowed
 

@@ -30,6 +30,7 @@ import uvloop
 from dealbase.tenancy.rate_limits.in_process import InProcessLimiter
 from dealbase.tenancy.rate_limits.limiter import (
     Bucket,
+    Check,
     RateLimiterUnavailable,
     RedisLimiter,
     Verdict,
@@ -91,7 +92,9 @@ class Harness:
         prepaid: int = 0,
     ) -> Verdict:
         return self._run(
-            self.limiter.check(key_id, key_rate, tenant_id, tenant_rate, cost=cost, prepaid=prepaid)
+            self.limiter.check(
+                Check(key_id, key_rate, tenant_id, tenant_rate, cost=cost, prepaid=prepaid)
+            )
         )
 
     def checks_at_once(
@@ -104,7 +107,7 @@ class Harness:
         async def together() -> list[Verdict]:
             return await asyncio.gather(
                 *(
-                    self.limiter.check(key_id, key_rate, tenant_id, tenant_rate)
+                    self.limiter.check(Check(key_id, key_rate, tenant_id, tenant_rate))
                     for _ in range(count)
                 )
             )
@@ -417,7 +420,8 @@ def test_redis_keys_expire_once_the_buckets_are_full_again(redis_url: str) -> No
         limiter = RedisLimiter(redis_url, timeout_seconds=REDIS_HANG_GUARD_SECONDS, prefix=prefix)
         try:
             return [
-                (await limiter.check(key, key_rate, tenant, tenant_rate)).allowed for _ in "abc"
+                (await limiter.check(Check(key, key_rate, tenant, tenant_rate))).allowed
+                for _ in "abc"
             ]
         finally:
             await limiter.close()
@@ -450,7 +454,7 @@ def test_concurrent_checks_from_two_redis_clients_admit_exactly_the_burst(redis_
         ]
         try:
             verdicts = await asyncio.gather(
-                *(limiters[i % 2].check(key, rate, tenant, GENEROUS) for i in range(40))
+                *(limiters[i % 2].check(Check(key, rate, tenant, GENEROUS)) for i in range(40))
             )
         finally:
             for limiter in limiters:
@@ -467,7 +471,7 @@ def test_concurrent_checks_in_process_admit_exactly_the_burst() -> None:
 
     async def forty_at_once() -> list[bool]:
         verdicts = await asyncio.gather(
-            *(limiter.check(key, rate, tenant, GENEROUS) for _ in range(40))
+            *(limiter.check(Check(key, rate, tenant, GENEROUS)) for _ in range(40))
         )
         return [verdict.allowed for verdict in verdicts]
 
@@ -481,7 +485,7 @@ def test_a_burst_of_one_admits_its_first_request_at_any_moment() -> None:
     assert (now_s * 1000 + 100_000.0) - 100_000.0 > now_s * 1000
     limiter = InProcessLimiter(lambda: now_s)
 
-    verdict = asyncio.run(limiter.check(uuid.uuid4(), Rate(0.01, 1), uuid.uuid4(), GENEROUS))
+    verdict = asyncio.run(limiter.check(Check(uuid.uuid4(), Rate(0.01, 1), uuid.uuid4(), GENEROUS)))
 
     assert verdict.allowed
 
@@ -602,10 +606,10 @@ def test_redis_restarted_between_two_checks_fails_neither(
     limiter = RedisLimiter(own_redis.url, timeout_seconds=REDIS_HANG_GUARD_SECONDS)
     key, tenant, rate = uuid.uuid4(), uuid.uuid4(), Rate(1, 5)
     try:
-        before = runner.run(limiter.check(key, rate, tenant, rate))
+        before = runner.run(limiter.check(Check(key, rate, tenant, rate)))
         own_redis.stop()
         own_redis.start()
-        after = runner.run(limiter.check(key, rate, tenant, rate))
+        after = runner.run(limiter.check(Check(key, rate, tenant, rate)))
     finally:
         runner.run(limiter.close())
 
@@ -624,10 +628,10 @@ def test_the_checks_asked_for_in_one_turn_leave_in_one_write(
     admin = own_redis.client()
 
     async def twenty_at_once() -> tuple[int, list[Verdict]]:
-        await limiter.check(key, rate, tenant, GENEROUS)  # connected, the script loaded
+        await limiter.check(Check(key, rate, tenant, GENEROUS))  # connected, the script loaded
         before = _reads_processed(admin)
         verdicts = await asyncio.gather(
-            *(limiter.check(key, rate, tenant, GENEROUS) for _ in range(20))
+            *(limiter.check(Check(key, rate, tenant, GENEROUS)) for _ in range(20))
         )
         # Less the INFO of each count: read by Redis before it answered.
         return _reads_processed(admin) - before - 1, verdicts
@@ -657,14 +661,14 @@ def test_redis_down_answers_unavailable_at_once_then_serves_when_back(
     key, tenant, rate = uuid.uuid4(), uuid.uuid4(), Rate(1, 5)
     refusals = []
     try:
-        assert runner.run(limiter.check(key, rate, tenant, rate)).allowed
+        assert runner.run(limiter.check(Check(key, rate, tenant, rate))).allowed
         own_redis.stop()
         for _ in range(3):
             with pytest.raises(RateLimiterUnavailable) as unavailable:
-                runner.run(limiter.check(key, rate, tenant, rate))
+                runner.run(limiter.check(Check(key, rate, tenant, rate)))
             refusals.append(unavailable.value.__cause__)
         own_redis.start()
-        back = runner.run(limiter.check(key, rate, tenant, rate))
+        back = runner.run(limiter.check(Check(key, rate, tenant, rate)))
     finally:
         runner.run(limiter.close())
 
@@ -685,17 +689,17 @@ def test_checks_in_flight_during_a_stall_give_up_at_the_timeout_and_later_answer
 
     async def three_at_once() -> list[BaseException | Verdict]:
         return await asyncio.gather(
-            *(limiter.check(key, rate, tenant, GENEROUS) for _ in range(3)),
+            *(limiter.check(Check(key, rate, tenant, GENEROUS)) for _ in range(3)),
             return_exceptions=True,
         )
 
     try:
-        warm = runner.run(limiter.check(key, rate, tenant, GENEROUS))
+        warm = runner.run(limiter.check(Check(key, rate, tenant, GENEROUS)))
         with frozen(own_redis):
             # Answered while Redis cannot answer: given up at the timeout, not held until it
             # goes on.
             during = runner.run(three_at_once())
-        after = [runner.run(limiter.check(key, rate, tenant, GENEROUS)) for _ in range(4)]
+        after = [runner.run(limiter.check(Check(key, rate, tenant, GENEROUS))) for _ in range(4)]
     finally:
         runner.run(limiter.close())
 
@@ -726,9 +730,9 @@ def test_password_and_database_of_the_url(
     wrong = RedisLimiter(url.replace("s3cret", "wrong"), timeout_seconds=REDIS_HANG_GUARD_SECONDS)
     key, tenant = uuid.uuid4(), uuid.uuid4()
     try:
-        verdict = runner.run(limiter.check(key, SLOW, tenant, SLOW))
+        verdict = runner.run(limiter.check(Check(key, SLOW, tenant, SLOW)))
         with pytest.raises(RateLimiterUnavailable, match=r"WRONGPASS|invalid (username-)?password"):
-            runner.run(wrong.check(key, GENEROUS, tenant, GENEROUS))
+            runner.run(wrong.check(Check(key, GENEROUS, tenant, GENEROUS)))
     finally:
         runner.run(limiter.close())
         runner.run(wrong.close())
@@ -749,7 +753,7 @@ def test_unix_socket_url(tmp_path: Path, runner: asyncio.Runner) -> None:
     )
     key, tenant = uuid.uuid4(), uuid.uuid4()
     try:
-        verdict = runner.run(limiter.check(key, SLOW, tenant, SLOW))
+        verdict = runner.run(limiter.check(Check(key, SLOW, tenant, SLOW)))
         runner.run(limiter.close())
         client = redis.Redis(unix_socket_path=socket, db=2)
         try:

@@ -10,7 +10,12 @@ from dataclasses import KW_ONLY, dataclass
 import structlog
 
 from dealbase.errors import RateLimited, Unavailable
-from dealbase.tenancy.rate_limits.limiter import RateLimiter, RateLimiterUnavailable, Verdict
+from dealbase.tenancy.rate_limits.limiter import (
+    Check,
+    RateLimiter,
+    RateLimiterUnavailable,
+    Verdict,
+)
 from dealbase.tenancy.scope import Rate, Scope
 
 log = structlog.get_logger(__name__)
@@ -90,7 +95,7 @@ class Admission:
         key_rate, tenant_rate = self.rates_of(scope)
         try:
             verdict = await self.limiter.check(
-                scope.key_id, key_rate, scope.tenant_id, tenant_rate, cost=cost, prepaid=prepaid
+                Check(scope.key_id, key_rate, scope.tenant_id, tenant_rate, cost, prepaid)
             )
         except RateLimiterUnavailable as exc:
             # Recorded before failing, served or refused alike: the verdict of an earlier check

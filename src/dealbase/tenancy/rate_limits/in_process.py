@@ -4,11 +4,10 @@ Redis limiter's script (``gcra``), on the process's monotonic clock."""
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 
 from dealbase.tenancy.rate_limits.gcra import gcra, rescaled
-from dealbase.tenancy.rate_limits.limiter import Bucket, Verdict
+from dealbase.tenancy.rate_limits.limiter import Bucket, Check, Verdict
 from dealbase.tenancy.scope import Rate
 
 # The in-process limiter forgets the failure allowances that are full again (the same as none)
@@ -26,29 +25,20 @@ class InProcessLimiter:
         self._sweep_failures_at = _FAILURE_SWEEP_SIZE
         self._clock = clock
 
-    async def check(
-        self,
-        key_id: uuid.UUID,
-        key_rate: Rate,
-        tenant_id: uuid.UUID,
-        tenant_rate: Rate,
-        *,
-        cost: int = 1,
-        prepaid: int = 0,
-    ) -> Verdict:
+    async def check(self, check: Check) -> Verdict:
         # Atomic without a lock: every check of a process runs on its one event loop, and
         # nothing below awaits.
         now = self._clock() * 1000
         limits = (
-            ("key", f"key:{key_id}", key_rate),
-            ("tenant", f"tenant:{tenant_id}", tenant_rate),
+            ("key", f"key:{check.key_id}", check.key_rate),
+            ("tenant", f"tenant:{check.tenant_id}", check.tenant_rate),
         )
         states = {}
         for _, name, rate in limits:
             tat, interval = self._arrivals.get(name, (now, rate.interval_ms))
             states[name] = rescaled(tat, interval, now, rate)
         results = [
-            (policy, name, rate, gcra(states[name], now, rate, cost, prepaid))
+            (policy, name, rate, gcra(states[name], now, rate, check.cost, check.prepaid))
             for policy, name, rate in limits
         ]
         allowed = all(result[0] for *_, result in results)

@@ -73,24 +73,28 @@ def retry_after(wait_seconds: float) -> int:
     return max(1, math.ceil(wait_seconds))
 
 
+@dataclass(slots=True)
+class Check:
+    """What a check asks: to spend ``cost`` units, at most each bucket's burst, less the
+    ``prepaid`` ones an earlier check of the same request spent, from the key's bucket and its
+    tenant's, or nothing when either refuses. Not frozen, as Bucket and Verdict: every request
+    makes one."""
+
+    key_id: uuid.UUID
+    key_rate: Rate
+    tenant_id: uuid.UUID
+    tenant_rate: Rate
+    cost: int = 1
+    prepaid: int = 0
+
+
 class RateLimiterUnavailable(Exception):
     """The shared limiter could not answer in time; the caller fails open or closed."""
 
 
 class RateLimiter(Protocol):
-    async def check(
-        self,
-        key_id: uuid.UUID,
-        key_rate: Rate,
-        tenant_id: uuid.UUID,
-        tenant_rate: Rate,
-        *,
-        cost: int = 1,
-        prepaid: int = 0,
-    ) -> Verdict:
-        """Spends ``cost`` units, at most each bucket's burst, less the ``prepaid`` ones an
-        earlier check of the same request spent, from both buckets, or nothing when either
-        refuses."""
+    async def check(self, check: Check) -> Verdict:
+        """Spends what ``check`` asks from both buckets, or nothing when either refuses."""
         ...
 
 
@@ -254,25 +258,19 @@ class RedisLimiter:
         self._turn: list[_Call] = []
         self._sending: set[asyncio.Task[None]] = set()  # held: the loop keeps weak references
 
-    async def check(
-        self,
-        key_id: uuid.UUID,
-        key_rate: Rate,
-        tenant_id: uuid.UUID,
-        tenant_rate: Rate,
-        *,
-        cost: int = 1,
-        prepaid: int = 0,
-        owed: int = 0,
-    ) -> Verdict:
+    async def check(self, check: Check, *, owed: int = 0) -> Verdict:
         """``RateLimiter.check``, spending first the ``owed`` units the process admitted
         itself (``LocalAdmissions``), whatever the verdict."""
+        key_rate, tenant_rate = check.key_rate, check.tenant_rate
         reply = await self._run(
             self._script,
-            (f"{self._key_prefix}{key_id}".encode(), f"{self._tenant_prefix}{tenant_id}".encode()),
+            (
+                f"{self._key_prefix}{check.key_id}".encode(),
+                f"{self._tenant_prefix}{check.tenant_id}".encode(),
+            ),
             (
                 f"{key_rate.interval_ms!r} {key_rate.burst} {tenant_rate.interval_ms!r}"
-                f" {tenant_rate.burst} {cost} {prepaid} {owed}"
+                f" {tenant_rate.burst} {check.cost} {check.prepaid} {owed}"
             ).encode(),
         )
         allowed, *figures = reply.split(b" ")

@@ -26,6 +26,7 @@ are paid back.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import time
 import uuid
@@ -36,6 +37,7 @@ import structlog
 
 from dealbase.tenancy.rate_limits.limiter import (
     Bucket,
+    Check,
     RateLimiterUnavailable,
     RedisLimiter,
     Verdict,
@@ -127,50 +129,34 @@ class LocalAdmissions:
         # The refreshes under way, held: the event loop keeps only weak references to tasks.
         self._refreshes: set[asyncio.Task[None]] = set()
 
-    async def check(
-        self,
-        key_id: uuid.UUID,
-        key_rate: Rate,
-        tenant_id: uuid.UUID,
-        tenant_rate: Rate,
-        *,
-        cost: int = 1,
-        prepaid: int = 0,
-    ) -> Verdict:
+    async def check(self, check: Check) -> Verdict:
         now = self._clock()
-        key = self._keys.get(key_id)
+        key = self._keys.get(check.key_id)
         if key is None:
-            return await self._first_check(key_id, key_rate, tenant_id, tenant_rate, cost, prepaid)
+            return await self._first_check(check)
         heard, tenant = key.heard, key.tenant
-        if cost == 1 and prepaid == 0 and heard.admits(key_rate) and tenant.admits(tenant_rate):
+        if (
+            check.cost == 1
+            and check.prepaid == 0
+            and heard.admits(check.key_rate)
+            and tenant.admits(check.tenant_rate)
+        ):
             age = now - min(heard.at, tenant.at)
             if age < STALE_SECONDS:
                 heard.owed += 1
                 tenant.owed += 1
                 verdict = Verdict(True, (heard.bucket("key", now), tenant.bucket("tenant", now)))
                 if age >= REFRESH_SECONDS and not key.asking and not key.unanswered:
-                    self._refresh(key_id, key, key_rate, tenant_id, tenant_rate)
+                    self._refresh(check, key)
                 return verdict
         carry = key.setting_off()
-        return await self._ask(key_id, key, key_rate, tenant_id, tenant_rate, cost, prepaid, carry)
+        return await self._ask(check, key, carry)
 
-    async def _ask(
-        self,
-        key_id: uuid.UUID,
-        key: _Key,
-        key_rate: Rate,
-        tenant_id: uuid.UUID,
-        tenant_rate: Rate,
-        cost: int,
-        prepaid: int,
-        carry: int,
-    ) -> Verdict:
+    async def _ask(self, check: Check, key: _Key, carry: int) -> Verdict:
         """Redis's verdict on a check set off (``_Key.setting_off``) with ``carry`` owed units;
         what it says of the buckets is heard."""
         try:
-            verdict = await self.shared.check(
-                key_id, key_rate, tenant_id, tenant_rate, cost=cost, prepaid=prepaid, owed=carry
-            )
+            verdict = await self.shared.check(check, owed=carry)
         finally:
             key.asking -= 1
             key.carried -= carry
@@ -181,16 +167,12 @@ class LocalAdmissions:
         key.unanswered = False
         return verdict
 
-    def _refresh(
-        self, key_id: uuid.UUID, key: _Key, key_rate: Rate, tenant_id: uuid.UUID, tenant_rate: Rate
-    ) -> None:
+    def _refresh(self, check: Check, key: _Key) -> None:
         """Starts a check of nothing in the background that carries the owed units and
         refreshes what the process knows of the key's buckets. It is on its way from now on:
         the requests admitted before its task runs start no other."""
         carry = key.setting_off()
-        ask = functools.partial(
-            self._ask, key_id, key, key_rate, tenant_id, tenant_rate, 0, 0, carry
-        )
+        ask = functools.partial(self._ask, dataclasses.replace(check, cost=0), key, carry)
         task = asyncio.get_running_loop().create_task(_refreshing(key, ask, carry))
         self._refreshes.add(task)
         task.add_done_callback(self._refreshes.discard)
@@ -200,18 +182,9 @@ class LocalAdmissions:
         while self._refreshes:
             await asyncio.wait(list(self._refreshes))
 
-    async def _first_check(
-        self,
-        key_id: uuid.UUID,
-        key_rate: Rate,
-        tenant_id: uuid.UUID,
-        tenant_rate: Rate,
-        cost: int,
-        prepaid: int,
-    ) -> Verdict:
-        verdict = await self.shared.check(
-            key_id, key_rate, tenant_id, tenant_rate, cost=cost, prepaid=prepaid
-        )
+    async def _first_check(self, check: Check) -> Verdict:
+        verdict = await self.shared.check(check)
+        key_id, tenant_id = check.key_id, check.tenant_id
         now = self._clock()
         key_bucket, tenant_bucket = verdict.buckets
         if key_id not in self._keys and len(self._keys) >= MAX_REMEMBERED:
@@ -241,7 +214,8 @@ class LocalAdmissions:
                 continue
             try:
                 await self.shared.check(
-                    key_id, key.heard.rate, key.tenant_id, key.tenant.rate, cost=0, owed=owed
+                    Check(key_id, key.heard.rate, key.tenant_id, key.tenant.rate, cost=0),
+                    owed=owed,
                 )
             except RateLimiterUnavailable as exc:
                 log.warning("rate_limit_owed_units_lost", units=owed, error=str(exc))
