@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     CTE,
@@ -24,6 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import Insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.sql import ClauseElement
 
 from dealbase.db.faults import Fault, faults_meaning
 from dealbase.db.statements import Record
@@ -56,6 +57,17 @@ def owned_by(
     table: Table, department_id: uuid.UUID | None, row_id: uuid.UUID
 ) -> ColumnElement[bool]:
     return (table.c.id == row_id) & in_department(table, department_id)
+
+
+M = TypeVar("M")
+
+
+def first_as(
+    connection: TenantConnection, statement: ClauseElement, to_model: Callable[[Record], M]
+) -> M | None:
+    """The first row ``statement`` returns, made a model by ``to_model``; None when none."""
+    row = connection.execute(statement).mappings().first()
+    return None if row is None else to_model(row)
 
 
 def _at_expected_version(table: Table, expected: Expected | None) -> ColumnElement[bool]:

@@ -15,7 +15,7 @@ from dealbase.platform.activities.models import Activity, ActivityFilter
 from dealbase.platform.listing import BY_ID, ListFilters, Rule, Shape, equal
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.resources import ACTIVITY
-from dealbase.platform.rows import OwnedRows, owned_by
+from dealbase.platform.rows import OwnedRows, first_as, owned_by
 from dealbase.platform.tables import activities, customers, deals, employees
 
 # Its rows as every department-owned, versioned record's are read and written.
@@ -37,38 +37,28 @@ def insert_activity(
     """The new activity; None when another activity of the department has its external id (ON
     CONFLICT DO NOTHING: the transaction stays usable, and a concurrent insert of the same
     external id is waited for)."""
-    row = (
-        connection.execute(
-            insert(activities)
-            .values(
-                **values,
-                id=new_id(),
-                department_id=department_id,
-                created_at=func.now(),
-                updated_at=func.now(),
-            )
-            .on_conflict_do_nothing(
-                index_elements=[activities.c.department_id, activities.c.external_id]
-            )
-            .returning(*activities.c)
+    inserted = (
+        insert(activities)
+        .values(
+            **values,
+            id=new_id(),
+            department_id=department_id,
+            created_at=func.now(),
+            updated_at=func.now(),
         )
-        .mappings()
-        .first()
+        .on_conflict_do_nothing(
+            index_elements=[activities.c.department_id, activities.c.external_id]
+        )
+        .returning(*activities.c)
     )
-    return None if row is None else to_activity(row)
+    return first_as(connection, inserted, to_activity)
 
 
 def get_activity(
     connection: TenantConnection, department_id: uuid.UUID | None, activity_id: uuid.UUID
 ) -> Activity | None:
-    row = (
-        connection.execute(
-            select(activities).where(owned_by(activities, department_id, activity_id))
-        )
-        .mappings()
-        .first()
-    )
-    return None if row is None else to_activity(row)
+    query = select(activities).where(owned_by(activities, department_id, activity_id))
+    return first_as(connection, query, to_activity)
 
 
 ACTIVITY_FILTERS = ListFilters(

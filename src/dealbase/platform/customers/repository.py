@@ -37,6 +37,7 @@ from dealbase.platform.pagination import PageRequest
 from dealbase.platform.resources import CUSTOMER
 from dealbase.platform.rows import (
     OwnedRows,
+    first_as,
     owned_by,
 )
 from dealbase.platform.tables import customers, deal_customers, events
@@ -201,12 +202,8 @@ def get_customer(
     department_id: uuid.UUID | None,
     customer_id: uuid.UUID,
 ) -> Customer | None:
-    row = (
-        connection.execute(select(customers).where(owned_by(customers, department_id, customer_id)))
-        .mappings()
-        .first()
-    )
-    return None if row is None else to_customer(row, tenant_id)
+    query = select(customers).where(owned_by(customers, department_id, customer_id))
+    return first_as(connection, query, lambda row: to_customer(row, tenant_id))
 
 
 def _contains(text: str) -> str:

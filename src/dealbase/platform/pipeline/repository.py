@@ -30,7 +30,7 @@ from dealbase.platform.pipeline.models import (
     StepTotals,
 )
 from dealbase.platform.resources import department_json_text_sql, steps_json_text_sql
-from dealbase.platform.rows import OwnedRows, in_department
+from dealbase.platform.rows import OwnedRows, first_as, in_department
 from dealbase.platform.tables import deals, departments, employees, steps
 
 # Their rows as every department-owned record's are read.
@@ -182,17 +182,13 @@ def first_department(connection: TenantConnection) -> Department | None:
 
 
 def first_employee(connection: TenantConnection, department_id: uuid.UUID) -> Employee | None:
-    row = (
-        connection.execute(
-            select(employees)
-            .where(employees.c.department_id == department_id)
-            .order_by(employees.c.created_at, employees.c.id)
-            .limit(1)
-        )
-        .mappings()
-        .first()
+    query = (
+        select(employees)
+        .where(employees.c.department_id == department_id)
+        .order_by(employees.c.created_at, employees.c.id)
+        .limit(1)
     )
-    return None if row is None else to_employee(row)
+    return first_as(connection, query, to_employee)
 
 
 def list_employees(

@@ -10,7 +10,14 @@ from dealbase.db.statements import Record, built_once, dataclass_of_row
 from dealbase.db.transactions import TenantConnection
 from dealbase.ids import new_id
 from dealbase.platform.pagination import PageRequest
-from dealbase.platform.rows import OwnedRows, in_department, insert_reading, lookup, owned_by
+from dealbase.platform.rows import (
+    OwnedRows,
+    first_as,
+    in_department,
+    insert_reading,
+    lookup,
+    owned_by,
+)
 from dealbase.platform.tables import event_positions, webhook_endpoints
 from dealbase.platform.versioning import Expected
 from dealbase.platform.webhooks.models import WebhookEndpoint
@@ -123,14 +130,8 @@ def insert_endpoint(
 def get_endpoint(
     connection: TenantConnection, department_id: uuid.UUID | None, endpoint_id: uuid.UUID
 ) -> WebhookEndpoint | None:
-    row = (
-        connection.execute(
-            select(*_READ).where(owned_by(webhook_endpoints, department_id, endpoint_id))
-        )
-        .mappings()
-        .first()
-    )
-    return None if row is None else to_endpoint(row)
+    query = select(*_READ).where(owned_by(webhook_endpoints, department_id, endpoint_id))
+    return first_as(connection, query, to_endpoint)
 
 
 def list_endpoints(
