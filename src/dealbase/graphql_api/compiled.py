@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from weakref import WeakKeyDictionary
 
 import structlog
@@ -143,6 +143,7 @@ _FORMS = {
 log = structlog.get_logger(__name__)
 # Compiled trees kept per process (root fields of documents, by their skip/include values).
 _KEPT = 256
+P = TypeVar("P")  # a part of a page's read
 
 
 class NotCompiled(Exception):
@@ -295,56 +296,55 @@ class _Walk:
         return Attribute(attribute, _form(named))
 
     def page(self, field_name: str, type_: GraphQLObjectType, nodes: list[FieldNode]) -> PageRead:
-        parts: list[tuple[str, Any]] = []
-        for key, selected in self.collect(type_, _selections(nodes)).items():
-            name = selected[0].name.value
-            if name == "__typename":
-                parts.append((key, Constant(type_.name)))
-            elif name == "totalCount":
-                parts.append((key, TotalCount()))
-            elif name == "pageInfo":
-                parts.append((key, PageInfo(self._page_info(type_, selected))))
-            elif name == "edges":
-                parts.append((key, Edges(self._edges(type_, selected))))
-            else:
-                raise NotCompiled(name)
-        return PageRead(field_name, tuple(parts))
+        def part_of(name: str, selected: list[FieldNode]) -> TotalCount | PageInfo | Edges | None:
+            if name == "totalCount":
+                return TotalCount()
+            if name == "pageInfo":
+                return PageInfo(self._page_info(type_, selected))
+            if name == "edges":
+                return Edges(self._edges(type_, selected))
+            return None
+
+        return PageRead(field_name, self._parts(type_, nodes, part_of))
 
     def _page_info(
         self, connection: GraphQLObjectType, nodes: list[FieldNode]
     ) -> tuple[tuple[str, HasNextPage | EndCursor | Constant], ...]:
         type_, _ = _named(connection.fields["pageInfo"].type)
-        parts: list[tuple[str, HasNextPage | EndCursor | Constant]] = []
-        for key, selected in self.collect(type_, _selections(nodes)).items():
-            name = selected[0].name.value
-            if name == "hasNextPage":
-                parts.append((key, HasNextPage()))
-            elif name == "endCursor":
-                parts.append((key, EndCursor()))
-            elif name == "__typename":
-                parts.append((key, Constant(type_.name)))
-            else:
-                raise NotCompiled(name)
-        return tuple(parts)
+        parts: dict[str, HasNextPage | EndCursor] = {
+            "hasNextPage": HasNextPage(),
+            "endCursor": EndCursor(),
+        }
+        return self._parts(type_, nodes, lambda name, _: parts.get(name))
 
     def _edges(
         self, connection: GraphQLObjectType, nodes: list[FieldNode]
     ) -> tuple[tuple[str, Cursor | Node | Constant], ...]:
         type_, _ = _named(connection.fields["edges"].type)
-        parts: list[tuple[str, Cursor | Node | Constant]] = []
+
+        def part_of(name: str, selected: list[FieldNode]) -> Cursor | Node | None:
+            if name == "node":
+                node_type, _ = _named(type_.fields["node"].type)
+                return Node(self.object_fields(node_type, selected))
+            return Cursor() if name == "cursor" else None
+
+        parts: tuple[tuple[str, Cursor | Node | Constant], ...] = self._parts(type_, nodes, part_of)
+        return tuple((_schema_key(type_, key), part) for key, part in parts)
+
+    def _parts(
+        self,
+        type_: GraphQLObjectType,
+        nodes: list[FieldNode],
+        part_of: Callable[[str, list[FieldNode]], P | None],
+    ) -> tuple[tuple[str, P | Constant], ...]:
+        """The selected fields by key: ``part_of``'s parts, ``__typename`` the type's name."""
+        parts: list[tuple[str, P | Constant]] = []
         for key, selected in self.collect(type_, _selections(nodes)).items():
             name = selected[0].name.value
-            if name == "cursor":
-                parts.append((_schema_key(type_, key), Cursor()))
-            elif name == "node":
-                node_type, _ = _named(type_.fields["node"].type)
-                parts.append(
-                    (_schema_key(type_, key), Node(self.object_fields(node_type, selected)))
-                )
-            elif name == "__typename":
-                parts.append((_schema_key(type_, key), Constant(type_.name)))
-            else:
+            part = Constant(type_.name) if name == "__typename" else part_of(name, selected)
+            if part is None:
                 raise NotCompiled(name)
+            parts.append((key, part))
         return tuple(parts)
 
 
