@@ -400,18 +400,22 @@ class BatchSummary(BaseModel):
     failed: int
 
 
+def _operation_data(data: type[BaseModel], taken: str) -> tuple[type[BaseModel], Any]:
+    """The field ``data`` of a batch's operation: ``data``, as the operation ``taken`` it."""
+    return (
+        data,
+        Field(
+            description=f"A {data.__name__} object, {taken} Judged on its own: data that breaks"
+            " this schema fails this operation (a 422 result), not the batch."
+        ),
+    )
+
+
 def _create_operation_fields(create: type[BaseModel]) -> dict[str, Any]:
     """The fields of a batch's create operation, whose ``data`` is ``create``."""
     return {
         "op": (Literal["create"], ...),
-        "data": (
-            create,
-            Field(
-                description=f"A {create.__name__} object, as creating one takes it, external_id"
-                " included. Judged on its own: data that breaks this schema fails this"
-                " operation (a 422 result), not the batch."
-            ),
-        ),
+        "data": _operation_data(create, "as creating one takes it, external_id included."),
     }
 
 
@@ -427,13 +431,8 @@ def _upsert_operation_fields(upsert: type[BaseModel]) -> dict[str, Any]:
                 json_schema_extra={"pattern": EXTERNAL_ID_PATTERN},
             ),
         ),
-        "data": (
-            upsert,
-            Field(
-                description=f"A {upsert.__name__} object, as the upsert takes it; data.external_id"
-                " may only repeat external_id. Judged on its own: data that breaks this schema"
-                " fails this operation (a 422 result), not the batch."
-            ),
+        "data": _operation_data(
+            upsert, "as the upsert takes it; data.external_id may only repeat external_id."
         ),
     }
 
