@@ -148,10 +148,10 @@ def test_a_change_wakes_the_webhook_worker_when_a_value_changed(
     try:
         woken = wakeups(citus_url, scope.schema)
         with cluster_database.unit_of_work(scope) as uow:
-            customers.RECORD.change(uow, customer.id, {"city": "Paris"})
+            customers.RECORD.change_later(uow, customer.id, {"city": "Paris"}).read()
         assert wakeups(citus_url, scope.schema) == woken + 1
         with cluster_database.unit_of_work(scope) as uow:
-            customers.RECORD.change(uow, customer.id, {"city": "Paris"})
+            customers.RECORD.change_later(uow, customer.id, {"city": "Paris"}).read()
         assert wakeups(citus_url, scope.schema) == woken + 1  # no event: nobody woken
     finally:
         forget_wakeups(citus_url, scope.schema)

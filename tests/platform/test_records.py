@@ -119,7 +119,7 @@ def test_an_update_naming_rows_of_another_department_is_invalid_for_each_referen
     named = {name: elsewhere[name] for name in record.references if name != "employee_id"}
 
     with database.unit_of_work(owner) as uow, pytest.raises(Invalid) as refused:
-        record.change(uow, record_id, dict(named))
+        record.change_later(uow, record_id, dict(named)).read()
 
     assert [error.field for error in refused.value.errors] == list(named)
     assert {error.code for error in refused.value.errors} <= {"not_found"}
@@ -135,12 +135,12 @@ def test_a_change_is_one_updated_event_with_the_values_before(
         record_id = make(uow)
         before = getattr(next(iter(record.by_ids(uow, [record_id]).values())), field)
     with database.unit_of_work(scope) as uow:
-        changed = record.change(uow, record_id, {field: "Changed"})
-        unchanged = record.change(uow, record_id, {field: "Changed"})
+        changed = record.change_later(uow, record_id, {field: "Changed"}).read()
+        unchanged = record.change_later(uow, record_id, {field: "Changed"}).read()
     with database.unit_of_work(scope) as uow:
         feed = events.feed(uow, EventFilter(), 100, None).items
 
-    assert (changed.version, unchanged.version) == (2, 3)  # every accepted change a version
+    assert (changed["version"], unchanged["version"]) == (2, 3)  # every accepted change a version
     updated = [event for event in feed if event.type == f"{noun}.updated"]
     assert [(event.changed_fields, event.previous) for event in updated] == [
         ([field], {field: before})

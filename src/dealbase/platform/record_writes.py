@@ -44,7 +44,7 @@ Model = TypeVar("Model", bound=Owned)
 @dataclass(frozen=True)
 class OneByOne(Generic[Model, Fields]):
     """A record whose creates are written one at a time, by its own ``insert`` (a deal's
-    customers, its first step), and its changes by ``SyncedRecord.change``."""
+    customers, its first step), and its changes by ``SyncedRecord.change_later``."""
 
     # The new record in the department, its references checked, with its side effects and its
     # ``<noun>.created`` event; None when another has its external id meanwhile.
@@ -85,7 +85,7 @@ def apply_writes(
     (``batches.routed_writes``): two round trips whatever their number.
 
     ``OneByOne``: one statement judges them, then each is applied in turn (by the record's
-    ``insert``, or ``change``), now. A write that fails is rolled back to its savepoint when
+    ``insert``, or ``change_later``), now. A write that fails is rolled back to its savepoint when
     ``isolated`` (a batch per operation: the others are written); otherwise the first failure
     ends the writes, its result the last one answered (the caller raises it, or rejects the
     batch, and the unit of work rolls back)."""
@@ -163,7 +163,8 @@ def _write_one(
     if row["verdict"] == upserts.UNCHANGED:
         return Result("unchanged", current)
     changed = upserts.changed_values(write, row["changed_fields"])
-    return Result("updated", record.change(uow, current.id, changed))
+    written = record.change_later(uow, current.id, changed).read()
+    return Result("updated", record.to_model(uow, written))
 
 
 def _in_bulk(

@@ -1,8 +1,8 @@
 """A synced record described once (``SyncedRecord``), and the service every synced record is,
 written once over that description: its reads (``get``, ``by_ids``, ``list_page``, their JSON
-made by PostgreSQL), its change (``update``, and ``change`` of an upsert that finds its record),
-its delete, and its creates and upserts of a batch or of one PUT (``record_writes``: the one
-engine of every record's upserts).
+made by PostgreSQL), its change (``update``, and ``change_later`` of an upsert that finds its
+record), its delete, and its creates and upserts of a batch or of one PUT (``record_writes``:
+the one engine of every record's upserts).
 
 Customers, deals and activities live the same life: owned by a department, versioned, an optional
 external id, each write recorded as an event. What is particular to one is in its descriptor: its
@@ -223,8 +223,10 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
         patch: BaseModel,
         expected: Expected | None = None,
     ) -> Model:
-        """Applies the fields ``patch`` carries (``null`` clears) as ``change`` does."""
-        return self.change(uow, record_id, patch.model_dump(exclude_unset=True), expected)
+        """Applies the fields ``patch`` carries (``null`` clears) as ``change_later`` does, its
+        statement sent now."""
+        changes = patch.model_dump(exclude_unset=True)
+        return self.to_model(uow, self.change_later(uow, record_id, changes, expected).read())
 
     def update_as_json(
         self,
@@ -242,16 +244,6 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
             return row["version"], row["shown"]
 
         return AfterCommit(shown)
-
-    def change(
-        self,
-        uow: UnitOfWork,
-        record_id: uuid.UUID,
-        changes: Mapping[str, object],
-        expected: Expected | None = None,
-    ) -> Model:
-        """``change_later``'s record, its statement sent now."""
-        return self.to_model(uow, self.change_later(uow, record_id, changes, expected).read())
 
     def change_later(
         self,
@@ -350,8 +342,8 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
         unless: Expected | None = None,
     ) -> AfterCommit[Result[Model]]:
         """Creates the record with ``external_id``, or changes the fields ``fields`` were given
-        of the one that has it (its references checked, its events as ``change``'s); one that
-        changes nothing writes nothing (no version, no event): ``unchanged``. ``expected``
+        of the one that has it (its references checked, its events as ``change_later``'s); one
+        that changes nothing writes nothing (no version, no event): ``unchanged``. ``expected``
         (If-Match) needs the record to exist at one of its versions; ``unless`` (If-None-Match)
         needs it not to exist at one of its versions (``*``: not to exist). Its result once
         read, or its error raised (a record written one at a time raises it now, and the unit of
