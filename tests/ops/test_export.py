@@ -238,3 +238,30 @@ def test_a_login_role_that_is_not_a_superuser_exports_both_formats(
     assert {file.table: file.rows for file in manifest.files}["customers"] == 1
     assert _lines(tmp_path / "jsonl" / "customers.jsonl")[0]["last_name"] == "Lovelace"
     assert dump.stat().st_size > 0
+
+
+def test_jsonl_carries_the_custom_fields_definitions_and_their_columns_values(
+    run_cli: RunCli, client: TestClient, world: TenantWorld, database: Database, tmp_path: Path
+) -> None:
+    admin_key = admin.issue_key(database, world.tenant.id, None, "admin").api_key
+    defined = client.post(
+        f"{API}/custom-fields",
+        json={"record": "customer", "name": "contract", "label": "Contract", "type": "text"},
+        headers={"X-Api-Key": admin_key},
+    )
+    assert defined.status_code == 201, defined.text
+    customer = client.post(
+        f"{API}/customers", json={"last_name": "Lovelace"}, headers=world.key.headers
+    )
+    with psycopg.connect(database.url, autocommit=True) as connection:
+        connection.execute(
+            f'UPDATE "{world.tenant.schema}".customers SET cf_contract = %s', [AWKWARD]
+        )
+    output = tmp_path / "export"
+
+    run_cli("tenant", "export", str(world.tenant.id), "--output", str(output))
+
+    [definition] = _lines(output / "custom_fields.jsonl")
+    [row] = _lines(output / "customers.jsonl")
+    assert (definition["id"], definition["name"]) == (defined.json()["id"], "contract")
+    assert (row["id"], row["cf_contract"]) == (customer.json()["id"], AWKWARD)

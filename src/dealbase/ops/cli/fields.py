@@ -6,12 +6,13 @@ import asyncio
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, cast, get_args
+from typing import Annotated, Any, get_args
 
-import click
 import typer
+from pydantic import TypeAdapter, ValidationError
 
 from dealbase.db.schema_changes import SchemaChanges
+from dealbase.errors import invalid_from_pydantic
 from dealbase.ops import admin
 from dealbase.ops.cli.common import (
     JsonFlag,
@@ -38,10 +39,10 @@ from dealbase.tenancy.scope import Scope
 field_cli = command_group("Define, list, change (archive) and delete custom fields.")
 
 FieldArgument = Annotated[uuid.UUID, typer.Argument(metavar="FIELD_ID", help="Field id.")]
-_RECORDS = click.Choice(get_args(RecordKind))
+_RECORD_KINDS: TypeAdapter[RecordKind] = TypeAdapter(RecordKind)
 _RECORD_METAVAR = "[" + "|".join(get_args(RecordKind)) + "]"
 RecordOption = Annotated[
-    str, typer.Option("--record", click_type=_RECORDS, metavar=_RECORD_METAVAR, help="Record kind.")
+    str, typer.Option("--record", metavar=_RECORD_METAVAR, help="Record kind.")
 ]
 
 
@@ -56,6 +57,13 @@ def _tenant_changes(tenant_id: uuid.UUID) -> Iterator[tuple[Scope, SchemaChanges
     finally:
         changes.dispose()
         database.dispose()
+
+
+def _record_kind(record: str) -> RecordKind:
+    try:
+        return _RECORD_KINDS.validate_python(record)
+    except ValidationError as exc:
+        raise invalid_from_pydantic(exc.errors(include_url=False), prefix=["record"]) from None
 
 
 def _shown(field: CustomField) -> str:
@@ -101,13 +109,12 @@ def field_list(
     tenant: TenantOption,
     record: Annotated[
         str | None,
-        typer.Option(click_type=_RECORDS, metavar=_RECORD_METAVAR, help="Only this record kind's."),
+        typer.Option(metavar=_RECORD_METAVAR, help="Only this record kind's."),
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """List the tenant's custom fields, oldest first."""
-    # One of RecordKind's: click refused any other.
-    kind = cast(RecordKind | None, record)
+    kind = None if record is None else _record_kind(record)
     database = command_database()
     try:
         scope = admin.tenant(database, tenant).scope
