@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import secrets
@@ -16,10 +17,17 @@ import pytest
 from sqlalchemy import text
 
 from dealbase.db.database import Database
+from dealbase.db.schema_changes import SchemaChanges
 from dealbase.migrations.runner import head_revision, upgrade_tenant
 from dealbase.ops import admin
+from dealbase.platform.custom_fields import service as custom_fields
+from dealbase.platform.custom_fields.models import CustomFieldFields
+from dealbase.platform.customers import service as customers
+from dealbase.platform.customers.models import CustomerFields
+from dealbase.platform.validation import validated
 from dealbase.tenancy.control_tables import CONTROL_SCHEMA
 from dealbase.tenancy.registry.tenants import Tenant, create_tenant
+from dealbase.tenancy.roles import TENANT_OWNER_ROLE
 from tests.ops.conftest import CliRun, invoke_cli
 from tests.support import database_at
 
@@ -313,3 +321,42 @@ def test_a_killed_migrate_resumes_with_the_schemas_it_had_not_reached(
     assert run.json() == {"tenants": 5, "visited": 3, "migrated": 5, "failed": [], "repaired": []}
     for tenant in tenants:
         assert _revision(migrated_database, tenant.schema) == TENANT_HEAD, tenant.schema
+
+
+def test_migrate_keeps_a_tenants_custom_fields_their_columns_and_the_roles_grants_on_them(
+    migrated_database: Database, tmp_path: Path
+) -> None:
+    """A custom field's column is the tenant's own, outside the migrations: visiting and
+    repairing the schema keeps it, and the tenant's role still writes it."""
+    (tenant,) = _tenants(migrated_database, 1)
+    department = admin.create_department(migrated_database, tenant.id, "Sales")
+    changes = SchemaChanges(migrated_database.url, TENANT_OWNER_ROLE)
+    try:
+        field = asyncio.run(
+            custom_fields.define(
+                changes,
+                tenant.scope,
+                validated(
+                    CustomFieldFields,
+                    {"record": "customer", "name": "tier", "label": "Tier", "type": "text"},
+                ),
+            )
+        )
+    finally:
+        changes.dispose()
+
+    run = _migrate(migrated_database.url, tmp_path, "--all", "--concurrency", "1")
+
+    assert run.exit_code == 0, str(run)
+    scope = tenant.scope.in_department(department.id)
+    with migrated_database.unit_of_work(scope) as uow:
+        assert custom_fields.list_fields(uow, "customer") == [field]
+        created = customers.create(uow, CustomerFields(last_name="Lovelace"))
+        written = uow.connection.execute(
+            text(
+                f'UPDATE "{tenant.schema}".customers SET cf_tier = :tier WHERE id = :id'
+                " RETURNING cf_tier"
+            ),
+            {"tier": "gold", "id": created.id},
+        )
+        assert written.scalar_one() == "gold"
