@@ -16,10 +16,12 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 
 from contract_tests.support import import_time_document
 from dealbase.db.database import Database
 from dealbase.edge.request_edge import MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES
+from dealbase.ops import admin
 from dealbase.platform.idempotency import repository as idempotency_records
 from tests.support import TenantWorld
 
@@ -512,6 +514,96 @@ def send_test_webhook(probe: Probe) -> None:
 def list_events(probe: Probe) -> None:
     probe.expect(200, "a page")
     probe.expect(422, "an unknown type", params={"types": "customer.vanished"})
+
+
+# Custom fields: a tenant-wide key changes them (a department key is 403, from the edge's drive).
+
+_FIELD = {"record": "customer", "label": "Field", "type": "text"}
+
+
+def _tenant_wide(probe: Probe) -> list[tuple[str, str]]:
+    issued = admin.issue_key(probe.database, probe.world.tenant.id, None, "fields")
+    return [("X-Api-Key", issued.api_key)]
+
+
+def _field(probe: Probe, headers: list[tuple[str, str]], **body: Any) -> dict[str, str]:
+    """A field of the probe's tenant, as the ``at`` of its path."""
+    response = probe.client.post(
+        f"{API}/custom-fields",
+        json={**_FIELD, "name": f"f_{secrets.token_hex(6)}", **body},
+        headers=headers,
+    )
+    assert response.status_code == 201, response.text
+    return {"field_id": response.json()["id"]}
+
+
+@drives
+def define_custom_field(probe: Probe) -> None:
+    headers = _tenant_wide(probe)
+    name = f"f_{secrets.token_hex(6)}"
+    probe.expect(201, "defined", json={**_FIELD, "name": name}, headers=headers)
+    probe.expect(409, "name taken", json={**_FIELD, "name": name}, headers=headers)
+    probe.expect(422, "a reserved name", json={**_FIELD, "name": "email"}, headers=headers)
+    probe.expect(400, "malformed JSON", content=b'{"a": ', headers=[*headers, *_JSON.items()])
+    probe.expect(415, "not JSON", content=b"x", headers=[*headers, ("Content-Type", "text/plain")])
+
+
+@drives
+def list_custom_fields(probe: Probe) -> None:
+    probe.expect(200, "all of them")
+    probe.expect(422, "an unknown record", params={"record": "lead"})
+
+
+@drives
+def get_custom_field(probe: Probe) -> None:
+    probe.expect(200, "read", at=_field(probe, _tenant_wide(probe)))
+    probe.expect(404, "unknown id")
+
+
+def _twins(probe: Probe, column: str) -> None:
+    """Two customers of the department sharing a value of ``column``."""
+    customers = f'"{probe.world.tenant.schema}".customers'
+    with probe.database.control() as connection:
+        connection.execute(
+            text(
+                f"INSERT INTO {customers} (id, department_id, last_name, created_at,"  # noqa: S608 (names of ours)
+                f" updated_at, {column}) SELECT gen_random_uuid(), :department, 'Twin', now(),"
+                " now(), 'same' FROM generate_series(1, 2)"
+            ),
+            {"department": probe.world.department.id},
+        )
+
+
+@drives
+def change_custom_field(probe: Probe) -> None:
+    headers = _tenant_wide(probe)
+    name = f"f_{secrets.token_hex(6)}"
+    at = _field(probe, headers, name=name)
+    probe.expect(200, "relabelled", at=at, json={"label": "Other"}, headers=headers)
+    probe.expect(404, "unknown id", json={"label": "Other"}, headers=headers)
+    stale = [*headers, *STALE.items()]
+    probe.expect(412, "stale If-Match", at=at, json={"label": "L"}, headers=stale)
+    probe.expect(422, "a narrower type", at=at, json={"type": "integer"}, headers=headers)
+    json_headers = [*headers, *_JSON.items()]
+    probe.expect(400, "malformed JSON", at=at, content=b'{"a": ', headers=json_headers)
+    text_plain = [*headers, ("Content-Type", "text/plain")]
+    probe.expect(415, "not JSON", at=at, content=b"x", headers=text_plain)
+    _twins(probe, f"cf_{name}")
+    probe.expect(409, "values repeat", at=at, json={"unique": True}, headers=headers)
+
+
+@drives
+def delete_custom_field(probe: Probe) -> None:
+    headers = _tenant_wide(probe)
+    at = _field(probe, headers)
+    probe.expect(409, "not archived", at=at, headers=headers)
+    probe.client.patch(
+        f"{API}/custom-fields/{at['field_id']}", json={"archived": True}, headers=headers
+    )
+    probe.expect(412, "stale If-Match", at=at, headers=[*headers, *STALE.items()])
+    probe.expect(422, "If-Match too long", at=at, headers=[*headers, *TOO_LONG_IF_MATCH.items()])
+    probe.expect(204, "deleted", at=at, headers=headers)
+    probe.expect(404, "deleted already", at=at, headers=headers)
 
 
 def _operations() -> dict[str, tuple[str, str, set[int]]]:

@@ -15,6 +15,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from dealbase.db.database import Database
+from dealbase.ops import admin
 from dealbase.rest_api.responses import API_PREFIX
 from tests.citus.plans import assert_routed_whole, statements_sent
 from tests.support import TenantWorld
@@ -67,6 +69,7 @@ def _documented_operations() -> set[tuple[str, str]]:
 
 def test_every_rest_operation_answers_on_a_distributed_schema_each_statement_routed_whole(
     cluster_client_either_way: TestClient,
+    cluster_database: Database,
     cluster_world: TenantWorld,
     citus_url: str,
     monkeypatch: pytest.MonkeyPatch,
@@ -272,6 +275,28 @@ def test_every_rest_operation_answers_on_a_distributed_schema_each_statement_rou
             delivery_id=test_delivery["id"],
         )
         call("DELETE", "/webhooks/{webhook_id}", 204, webhook_id=endpoint["id"])
+
+        # Custom fields, by a tenant-wide key (their columns' DDL: test_custom_fields.py).
+        issued = admin.issue_key(cluster_database, cluster_world.tenant.id, None, "fields")
+        tenant_wide = {"X-Api-Key": issued.api_key}
+        field = call(
+            "POST",
+            "/custom-fields",
+            201,
+            body={"record": "deal", "name": "tier", "label": "Tier", "type": "text"},
+            headers=tenant_wide,
+        ).json()
+        call("GET", "/custom-fields", 200)
+        call("GET", "/custom-fields/{field_id}", 200, field_id=field["id"])
+        call(
+            "PATCH",
+            "/custom-fields/{field_id}",
+            200,
+            field_id=field["id"],
+            body={"archived": True, "filterable": True},
+            headers=tenant_wide,
+        )
+        call("DELETE", "/custom-fields/{field_id}", 204, field_id=field["id"], headers=tenant_wide)
 
         # The events feed: every change above, in order, page after page.
         seen: list[dict[str, Any]] = []

@@ -128,6 +128,7 @@ async def list_custom_fields(
 @router.get(
     "/{field_id}",
     summary="Read a custom field",
+    description="The field's definition, its version as the `ETag`.",
     response_model=None,
     responses={
         200: {"model": CustomFieldOut, "description": "The field.", "headers": READ_HEADERS},

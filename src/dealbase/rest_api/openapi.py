@@ -163,6 +163,11 @@ TAGS = [
         " delivery logs; and the requests the webhook worker sends them.",
     },
     {"name": "events", "description": "The department's changes in commit order, for polling."},
+    {
+        "name": "custom fields",
+        "description": "The tenant's own typed fields on its customers, deals and activities: any"
+        " key reads their definitions, a tenant-wide key defines and changes them.",
+    },
 ]
 
 SECURITY_SCHEMES: dict[str, dict[str, str]] = {
