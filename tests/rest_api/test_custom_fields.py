@@ -9,11 +9,15 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy import text
 
 from dealbase.db.database import Database
 from dealbase.ops import admin
+from dealbase.platform.custom_fields.models import FieldType
 from dealbase.platform.custom_fields.rules import FIELDS_PER_RECORD, INDEXED_FIELDS_PER_RECORD
+from tests.depth import DEPTH, SHARED_FIXTURES
 from tests.support import TenantWorld
 
 FIELDS = "/api/v1/integration/custom-fields"
@@ -390,3 +394,52 @@ def test_the_list_is_narrowed_to_one_record_kind(
 
     assert [each["id"] for each in listed.json()["data"]] == [on_deals["id"]]
     assert wrong.status_code == 422
+
+
+# What a client may send as a definition: each field's valid values, wrong ones, and absence.
+_VALUES = {
+    "record": st.sampled_from(["customer", "deal", "activity", "lead", 1]),
+    "name": st.one_of(st.from_regex(r"\A[a-z][a-z0-9_]{0,10}\Z"), st.text(max_size=60)),
+    "label": st.text(max_size=120),
+    "type": st.sampled_from([*(kind.value for kind in FieldType), "colour", None]),
+    "max_length": st.one_of(st.none(), st.integers(-5, 20_000), st.text(max_size=3)),
+    "options": st.one_of(
+        st.none(),
+        st.lists(st.fixed_dictionaries({"label": st.text(max_size=8)}), max_size=4),
+        st.just("Gold"),
+    ),
+    "required": st.one_of(st.booleans(), st.just("yes")),
+    "unique": st.booleans(),
+    "filterable": st.booleans(),
+}
+_BODIES = st.fixed_dictionaries({}, optional=_VALUES)
+
+
+@pytest.fixture(scope="module")
+def shared_admin_headers(database: Database, shared: TenantWorld) -> dict[str, str]:
+    """A tenant-wide key of the module's shared tenant, for every example."""
+    return tenant_wide(database, shared)
+
+
+@settings(SHARED_FIXTURES, max_examples=DEPTH.examples // 2)
+@given(body=_BODIES)
+def test_any_definition_is_made_whole_or_refused_naming_its_fields_never_a_500(
+    client: TestClient,
+    database: Database,
+    shared: TenantWorld,
+    shared_admin_headers: dict[str, str],
+    body: dict[str, Any],
+) -> None:
+    headers = shared_admin_headers
+
+    response = client.post(FIELDS, json=body, headers=headers)
+
+    assert response.status_code in (201, 409, 422), response.text
+    if response.status_code == 422:
+        assert response.json()["errors"], response.text
+    defined = {
+        f"cf_{each['name']}"
+        for each in client.get(FIELDS, headers=headers).json()["data"]
+        if each["record"] == "customer"
+    }
+    assert set(columns(database, shared, "customers")) == defined
