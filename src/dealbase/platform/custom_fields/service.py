@@ -86,43 +86,10 @@ async def delete(
 
 
 def _define(changes: SchemaChanges, schema: str, fields: CustomFieldFields) -> CustomField:
-    options = None if fields.options is None else new_options(fields.options)
-    labels = None if fields.options is None else [option.label for option in fields.options]
-    errors = name_errors(fields.record, fields.name) + definition_errors(
-        Definition(fields.type, fields.max_length, labels, fields.unique)
-    )
-    if isinstance(options, list):
-        errors += options
-    if errors:
-        raise Invalid(_BROKEN_RULES, errors)
-    max_length = fields.max_length
-    if fields.type is FieldType.TEXT and max_length is None:
-        max_length = DEFAULT_TEXT_MAX_LENGTH
-    wanted = Settable(
-        fields.label,
-        fields.type,
-        max_length,
-        None if isinstance(options, list) else options,
-        fields.required,
-        fields.unique,
-        fields.filterable,
-        archived=False,
-    )
+    wanted = _new_definition(fields)
     with changes.session(schema) as connection:
         repository.lock_definitions(connection, schema)
-        existing = repository.fields_for_change(connection, fields.record)
-        if any(field.name == fields.name for field in existing):
-            raise FieldNameTaken(f"The {fields.record} already has a field named {fields.name}.")
-        if (
-            len(existing) >= FIELDS_PER_RECORD
-            or repository.highest_column_number(connection, schema, fields.record)
-            >= COLUMN_NUMBER_LIMIT
-        ):
-            raise FieldLimitReached(
-                f"The {fields.record} has as many custom fields as it may ({FIELDS_PER_RECORD},"
-                " archived ones included); delete an archived one first."
-            )
-        _check_indexed(existing, wanted, fields.record)
+        _check_room(connection, schema, fields, wanted)
         field_id = new_id()
         # Its indexes come after: the row says none until they are built.
         bare = dataclasses.replace(wanted, unique=False, filterable=False)
@@ -137,6 +104,51 @@ def _define(changes: SchemaChanges, schema: str, fields: CustomFieldFields) -> C
             return field
         _index(connection, schema, field, wanted)
         return repository.update_field(connection, field_id, wanted)
+
+
+def _new_definition(fields: CustomFieldFields) -> Settable:
+    """What a new field's definition holds, every rule it breaks named."""
+    options = None if fields.options is None else new_options(fields.options)
+    labels = None if fields.options is None else [option.label for option in fields.options]
+    errors = name_errors(fields.record, fields.name) + definition_errors(
+        Definition(fields.type, fields.max_length, labels, fields.unique)
+    )
+    if isinstance(options, list):
+        errors += options
+    if errors or isinstance(options, list):
+        raise Invalid(_BROKEN_RULES, errors)
+    max_length = fields.max_length
+    if fields.type is FieldType.TEXT and max_length is None:
+        max_length = DEFAULT_TEXT_MAX_LENGTH
+    return Settable(
+        fields.label,
+        fields.type,
+        max_length,
+        options,
+        fields.required,
+        fields.unique,
+        fields.filterable,
+        archived=False,
+    )
+
+
+def _check_room(
+    connection: Connection, schema: str, fields: CustomFieldFields, wanted: Settable
+) -> None:
+    """Refuses a name the record's fields have, and a field past the record's limits."""
+    existing = repository.fields_for_change(connection, fields.record)
+    if any(field.name == fields.name for field in existing):
+        raise FieldNameTaken(f"The {fields.record} already has a field named {fields.name}.")
+    if (
+        len(existing) >= FIELDS_PER_RECORD
+        or repository.highest_column_number(connection, schema, fields.record)
+        >= COLUMN_NUMBER_LIMIT
+    ):
+        raise FieldLimitReached(
+            f"The {fields.record} has as many custom fields as it may ({FIELDS_PER_RECORD},"
+            " archived ones included); delete an archived one first."
+        )
+    _check_indexed(existing, wanted, fields.record)
 
 
 def _change(
