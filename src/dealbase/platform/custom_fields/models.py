@@ -61,8 +61,8 @@ Options = Annotated[list[OptionFields], Field(min_length=1, max_length=OPTIONS_L
 
 class CustomFieldFields(ClientInput):
     """A field to define. ``max_length`` is a text field's (255 unless given); ``options`` a
-    select's; ``unique`` makes the field's values unique in a department, and lets an upsert
-    find a record by it; ``filterable`` indexes it for list filters."""
+    select's; ``unique`` makes the field's values unique in a department; ``filterable``
+    indexes it for list filters."""
 
     record: RecordKind
     name: FieldName
