@@ -152,6 +152,15 @@ def test_a_department_key_reads_the_fields_but_may_not_define_change_or_delete_o
     assert [(each.status_code, each.json()["code"]) for each in refused] == [(403, "forbidden")] * 3
 
 
+def test_a_tenant_wide_key_naming_a_department_still_defines_a_field(
+    client: TestClient, world: TenantWorld, admin_headers: dict[str, str]
+) -> None:
+    """X-Department-Id does not narrow a tenant-wide key: the field is still the tenant's."""
+    headers = {**admin_headers, "X-Department-Id": str(world.department.id)}
+
+    assert client.post(FIELDS, json=CONTRACT, headers=headers).status_code == 201
+
+
 def test_every_broken_rule_of_a_definition_is_named_at_once(
     client: TestClient, admin_headers: dict[str, str]
 ) -> None:
