@@ -16,6 +16,7 @@ from sqlalchemy import text
 from dealbase.db.database import Database
 from dealbase.ops import admin
 from dealbase.platform.custom_fields.models import FieldType
+from dealbase.platform.custom_fields.repository import definitions_lock_key
 from dealbase.platform.custom_fields.rules import FIELDS_PER_RECORD, INDEXED_FIELDS_PER_RECORD
 from tests.depth import DEPTH, SHARED_FIXTURES
 from tests.support import TenantWorld
@@ -159,6 +160,22 @@ def test_a_tenant_wide_key_naming_a_department_still_defines_a_field(
     headers = {**admin_headers, "X-Department-Id": str(world.department.id)}
 
     assert client.post(FIELDS, json=CONTRACT, headers=headers).status_code == 201
+
+
+def test_a_change_while_another_of_the_tenant_is_under_way_is_told_to_retry(
+    client: TestClient, database: Database, world: TenantWorld, admin_headers: dict[str, str]
+) -> None:
+    # Held by another transaction, as a change under way holds it for its session.
+    with database.engine.begin() as other:
+        other.execute(
+            text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"),
+            {"key": definitions_lock_key(world.tenant.schema)},
+        )
+        busy = client.post(FIELDS, json=CONTRACT, headers=admin_headers)
+
+    assert (busy.status_code, busy.json()["code"]) == (503, "service_unavailable")
+    assert busy.headers["Retry-After"] == "2"
+    assert columns(database, world, "customers") == {}
 
 
 def test_every_broken_rule_of_a_definition_is_named_at_once(

@@ -14,7 +14,7 @@ from sqlalchemy import Connection, bindparam, delete, func, insert, select, text
 from dealbase.db.faults import fault_of
 from dealbase.db.statements import Record, built_once
 from dealbase.db.transactions import TenantConnection
-from dealbase.errors import ValuesNotUnique
+from dealbase.errors import Unavailable, ValuesNotUnique
 from dealbase.platform.custom_fields.models import (
     CustomField,
     FieldType,
@@ -94,12 +94,22 @@ def field_for_change(connection: Connection, field_id: uuid.UUID) -> CustomField
 
 
 def lock_definitions(connection: Connection, schema: str) -> None:
-    """Holds, for the session, the lock every change of the schema's fields takes first: one
-    change at a time, indexes built included."""
-    connection.execute(
-        text("SELECT pg_advisory_lock(hashtextextended(:key, 0))"),
-        {"key": f"custom_fields:{schema}"},
-    )
+    """Takes, for the session, the lock every change of the schema's fields holds: one change
+    at a time, indexes built included. Not waited for: a change under way may build an index
+    for long, and a waiting request would hold a thread and a connection meanwhile."""
+    taken = connection.execute(
+        text("SELECT pg_try_advisory_lock(hashtextextended(:key, 0))"),
+        {"key": definitions_lock_key(schema)},
+    ).scalar_one()
+    if not taken:
+        raise Unavailable(
+            "Another change of the tenant's custom fields is under way; try again shortly.",
+            retry_after_seconds=2,
+        )
+
+
+def definitions_lock_key(schema: str) -> str:
+    return f"custom_fields:{schema}"
 
 
 def highest_column_number(connection: Connection, schema: str, record: RecordKind) -> int:
