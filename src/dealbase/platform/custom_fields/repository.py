@@ -25,8 +25,9 @@ from dealbase.platform.custom_fields.models import (
 from dealbase.platform.custom_fields.rules import SQL_TYPES, TABLES, column_name, index_name
 from dealbase.platform.tables import custom_fields
 
-_ALL = select(custom_fields).order_by(custom_fields.c.created_at, custom_fields.c.id)
-_OF_RECORD = built_once(_ALL.where(custom_fields.c.record == bindparam("record")))
+_OLDEST_FIRST = select(custom_fields).order_by(custom_fields.c.created_at, custom_fields.c.id)
+_ALL = built_once(_OLDEST_FIRST)
+_OF_RECORD = built_once(_OLDEST_FIRST.where(custom_fields.c.record == bindparam("record")))
 _ONE = built_once(select(custom_fields).where(custom_fields.c.id == bindparam("id")))
 
 
