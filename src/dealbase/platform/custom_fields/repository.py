@@ -5,7 +5,8 @@ their columns, on a schema change's connection as the tables' owner (``service``
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy.exc
@@ -94,19 +95,26 @@ def field_for_change(connection: Connection, field_id: uuid.UUID) -> CustomField
     return None if row is None else to_field(row)
 
 
-def lock_definitions(connection: Connection, schema: str) -> None:
-    """Takes, for the session, the lock every change of the schema's fields holds: one change
+@contextmanager
+def definitions_locked(connection: Connection, schema: str) -> Iterator[None]:
+    """Holds, for the session, the lock every change of the schema's fields takes: one change
     at a time, indexes built included. Not waited for: a change under way may build an index
-    for long, and a waiting request would hold a thread and a connection meanwhile."""
+    for long, and a waiting request would hold a thread and a connection meanwhile. Released
+    before the connection closes: a backend lets go of its locks only once it has ended, after
+    the client has gone on to its next request."""
+    key = {"key": definitions_lock_key(schema)}
     taken = connection.execute(
-        text("SELECT pg_try_advisory_lock(hashtextextended(:key, 0))"),
-        {"key": definitions_lock_key(schema)},
+        text("SELECT pg_try_advisory_lock(hashtextextended(:key, 0))"), key
     ).scalar_one()
     if not taken:
         raise Unavailable(
             "Another change of the tenant's custom fields is under way; try again shortly.",
             retry_after_seconds=2,
         )
+    try:
+        yield
+    finally:
+        connection.execute(text("SELECT pg_advisory_unlock(hashtextextended(:key, 0))"), key)
 
 
 def definitions_lock_key(schema: str) -> str:

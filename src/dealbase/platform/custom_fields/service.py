@@ -87,8 +87,7 @@ async def delete(
 
 def _define(changes: SchemaChanges, schema: str, fields: CustomFieldFields) -> CustomField:
     wanted = _new_definition(fields)
-    with changes.session(schema) as connection:
-        repository.lock_definitions(connection, schema)
+    with changes.session(schema) as connection, repository.definitions_locked(connection, schema):
         _check_room(connection, schema, fields, wanted)
         field_id = new_id()
         # Its indexes come after: the row says none until they are built.
@@ -158,8 +157,7 @@ def _change(
     patch: Mapping[str, Any],
     expected: Expected | None,
 ) -> CustomField:
-    with changes.session(schema) as connection:
-        repository.lock_definitions(connection, schema)
+    with changes.session(schema) as connection, repository.definitions_locked(connection, schema):
         current = _current(repository.field_for_change(connection, field_id), field_id, expected)
         wanted = _changed(current, patch)
         if wanted == current.settable():
@@ -173,8 +171,7 @@ def _change(
 def _delete(
     changes: SchemaChanges, schema: str, field_id: uuid.UUID, expected: Expected | None
 ) -> None:
-    with changes.session(schema) as connection:
-        repository.lock_definitions(connection, schema)
+    with changes.session(schema) as connection, repository.definitions_locked(connection, schema):
         current = _current(repository.field_for_change(connection, field_id), field_id, expected)
         if not current.archived:
             raise FieldNotArchived(
