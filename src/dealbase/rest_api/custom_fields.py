@@ -14,7 +14,6 @@ from starlette.responses import Response
 from dealbase.edge.callers import TenantWideRoute, caller_of
 from dealbase.edge.database import database_of, schema_changes_of
 from dealbase.edge.requests import IfMatch, expected_version, json_body, parse_body
-from dealbase.errors import Forbidden
 from dealbase.platform.custom_fields import service
 from dealbase.platform.custom_fields.models import (
     CustomField,
@@ -31,7 +30,6 @@ from dealbase.rest_api.openapi import (
 )
 from dealbase.rest_api.responses import created_as, json_response, no_content
 from dealbase.rest_api.schemas import WireModel, fields_from
-from dealbase.tenancy.scope import Scope
 
 router = APIRouter(prefix="/custom-fields", tags=["custom fields"], route_class=TenantWideRoute)
 
@@ -71,13 +69,6 @@ class CustomFieldList(WireModel):
     data: list[CustomFieldOut]
 
 
-def _definer(request: Request) -> Scope:
-    scope = caller_of(request)
-    if scope.department_id is not None:
-        raise Forbidden("Defining a custom field takes a tenant-wide key: a field is the tenant's.")
-    return scope
-
-
 @router.post(
     "",
     status_code=201,
@@ -98,7 +89,7 @@ def _definer(request: Request) -> Scope:
     openapi_extra=json_request_body(CustomFieldFields, CUSTOM_FIELD_EXAMPLE),
 )
 async def define_custom_field(request: Request) -> Response:
-    scope = _definer(request)
+    scope = caller_of(request)
     fields = parse_body(CustomFieldFields, await json_body(request))
     field = await service.define(schema_changes_of(request), scope, fields)
     return created_as(CustomFieldOut, field, f"/custom-fields/{field.id}")
@@ -161,7 +152,7 @@ async def get_custom_field(request: Request, field_id: uuid.UUID) -> Response:
 async def change_custom_field(
     request: Request, field_id: uuid.UUID, if_match: IfMatch = None
 ) -> Response:
-    scope = _definer(request)
+    scope = caller_of(request)
     patch = parse_body(CustomFieldPatch, await json_body(request))
     given: dict[str, Any] = {name: getattr(patch, name) for name in patch.model_fields_set}
     field = await service.change(
@@ -184,6 +175,6 @@ async def change_custom_field(
 async def delete_custom_field(
     request: Request, field_id: uuid.UUID, if_match: IfMatch = None
 ) -> Response:
-    scope = _definer(request)
+    scope = caller_of(request)
     await service.delete(schema_changes_of(request), scope, field_id, expected_version(if_match))
     return no_content()

@@ -18,6 +18,7 @@ from dealbase.errors import (
     FieldLimitReached,
     FieldNameTaken,
     FieldNotArchived,
+    Forbidden,
     Invalid,
     NotFound,
     PreconditionFailed,
@@ -64,7 +65,7 @@ def get(uow: UnitOfWork, field_id: uuid.UUID) -> CustomField:
 
 async def define(changes: SchemaChanges, scope: Scope, fields: CustomFieldFields) -> CustomField:
     """A new field of ``fields.record``, its column added and its indexes built."""
-    return await asyncio.to_thread(_define, changes, scope.schema, fields)
+    return await asyncio.to_thread(_define, changes, _definer(scope), fields)
 
 
 async def change(
@@ -75,14 +76,22 @@ async def change(
     expected: Expected | None,
 ) -> CustomField:
     """The field with the values ``patch`` gives (a PATCH body's, absent ones unchanged)."""
-    return await asyncio.to_thread(_change, changes, scope.schema, field_id, patch, expected)
+    return await asyncio.to_thread(_change, changes, _definer(scope), field_id, patch, expected)
 
 
 async def delete(
     changes: SchemaChanges, scope: Scope, field_id: uuid.UUID, expected: Expected | None
 ) -> None:
     """The archived field, its column and its values gone."""
-    await asyncio.to_thread(_delete, changes, scope.schema, field_id, expected)
+    await asyncio.to_thread(_delete, changes, _definer(scope), field_id, expected)
+
+
+def _definer(scope: Scope) -> str:
+    """The schema a caller may change the fields of: a tenant-wide caller's (a field belongs to
+    every department of the tenant), never a department's."""
+    if scope.department_id is not None:
+        raise Forbidden("Defining a custom field takes a tenant-wide key: a field is the tenant's.")
+    return scope.schema
 
 
 def _define(changes: SchemaChanges, schema: str, fields: CustomFieldFields) -> CustomField:
