@@ -35,6 +35,11 @@ The rules (issue 3 and the field descriptions in the document):
 - A webhook endpoint's ``url`` must lead to a public address (a name is resolved, and there is
   no network here): a string of the document's shape becomes an https URL to a public IP.
 
+- A record's ``custom_fields`` names only fields the tenant has defined (GET /custom-fields),
+  each of its own type; any other key is 422 ``unknown_field``. The public document's object is
+  free (the tenant's own document types it); the suite's tenant defines none, so a generated
+  object is sent empty.
+
 - An integer field takes a JSON integer: ``302.0`` is 422 ``wrong_type`` (strict JSON types),
   though JSON Schema counts it as an integer, so the generator sends it as valid data.
 """
@@ -54,6 +59,7 @@ from typing import Any
 import schemathesis
 from schemathesis.core import NOT_SET
 
+from dealbase.platform.custom_fields.rules import FIELDS_PER_RECORD
 from dealbase.platform.validation import EXTERNAL_ID_PATTERN
 
 IDEMPOTENCY_KEY = "Idempotency-Key"
@@ -105,6 +111,7 @@ class ServerRules:
         _upserts_unconditional_and_consistent(case)
         _batches_per_operation(case)
         _clamp_birthday(case)
+        _custom_fields_emptied(case.body)
         _moments_within_utc_years(case.body)
         _webhook_url_to_a_public_address(case)
         _integral_floats_as_integers(case.body, self._integer_fields)
@@ -226,6 +233,26 @@ def _clamp_birthdays_in(value: object) -> None:
     clamped = min(max(birthday, EARLIEST_BIRTHDAY), latest)
     if clamped != birthday:
         value[BIRTHDAY] = clamped.isoformat()
+
+
+CUSTOM_FIELDS = "custom_fields"
+CUSTOM_FIELDS_LIMIT = FIELDS_PER_RECORD
+
+
+def _custom_fields_emptied(value: object) -> None:
+    # Customers come alone, inside a deal's `customers` or a batch's operations: hence the walk.
+    if isinstance(value, list):
+        for item in value:
+            _custom_fields_emptied(item)
+        return
+    if not isinstance(value, dict):
+        return
+    for item in value.values():
+        _custom_fields_emptied(item)
+    given = value.get(CUSTOM_FIELDS)
+    # One of more than the document's maxProperties stays: a negative case.
+    if isinstance(given, dict) and len(given) <= CUSTOM_FIELDS_LIMIT:
+        value[CUSTOM_FIELDS] = {}
 
 
 MOMENTS = ("due_at", "done_at")

@@ -68,6 +68,8 @@ ADDRESS_ADDITION = "address_addition"
 # Not in the document: the client's own id of a customer or deal, for bulk sync (docs/api.md,
 # "External ids and bulk sync"), an optional string on requests and responses.
 EXTERNAL_ID = "external_id"
+# A tenant's own fields, beyond the integration document (docs/api.md, "Custom fields").
+CUSTOM_FIELDS = "custom_fields"
 CUSTOMER_OPTIONAL = [name for name in CUSTOMER_REQUEST_FIELDS if name != "last_name"]
 CUSTOMER_RESPONSE_FIELDS = {
     **CUSTOMER_REQUEST_FIELDS,
@@ -712,6 +714,7 @@ def test_openapi_documents_the_create_a_customer_operation(document: dict[str, A
     assert set(request["properties"]) == set(CUSTOMER_REQUEST_FIELDS) | {
         ADDRESS_ADDITION,
         EXTERNAL_ID,
+        CUSTOM_FIELDS,
     }
     assert request["required"] == ["last_name"]
     assert request["additionalProperties"] is False
@@ -719,7 +722,8 @@ def test_openapi_documents_the_create_a_customer_operation(document: dict[str, A
     assert_property_types(document, request, CUSTOMER_REQUEST_FIELDS, nullable=optional)
 
     response = response_schema(document, CUSTOMERS)
-    assert set(response["properties"]) == set(CUSTOMER_RESPONSE_FIELDS)
+    # The tenant's own fields beside the document's, only where it has some.
+    assert set(response["properties"]) == set(CUSTOMER_RESPONSE_FIELDS) | {CUSTOM_FIELDS}
     assert set(response["required"]) == set(CUSTOMER_RESPONSE_FIELDS)  # always present
     assert_property_types(document, response, CUSTOMER_RESPONSE_FIELDS, nullable=optional)
     created_at = resolve(document, response["properties"]["created_at"])
@@ -739,7 +743,7 @@ def test_openapi_documents_the_create_a_deal_operation(document: dict[str, Any])
     assert not set(element["properties"]) & set(CUSTOMER_SERVER_MANAGED)
 
     response = response_schema(document, DEALS)
-    assert set(response["properties"]) == set(DEAL_RESPONSE_FIELDS)
+    assert set(response["properties"]) == set(DEAL_RESPONSE_FIELDS) | {CUSTOM_FIELDS}
     assert set(response["required"]) == set(DEAL_RESPONSE_FIELDS)
     assert_property_types(
         document,
@@ -748,7 +752,7 @@ def test_openapi_documents_the_create_a_deal_operation(document: dict[str, Any])
         nullable={"volume", "deal_origin", "note", EXTERNAL_ID},
     )
     customer = resolve(document, response["properties"]["customers"]["items"])
-    assert set(customer["properties"]) == set(CUSTOMER_RESPONSE_FIELDS)
+    assert set(customer["properties"]) == set(CUSTOMER_RESPONSE_FIELDS) | {CUSTOM_FIELDS}
 
 
 @pytest.mark.parametrize("path", [CUSTOMERS, DEALS])

@@ -41,6 +41,7 @@ from dealbase.ops.live_metrics import LiveMetrics
 from dealbase.ops.metrics import Metrics, install_metrics, worker_stopped
 from dealbase.ops.observability import configure_logging, log_request
 from dealbase.ops.web_pages.pages import graphiql_page, install_web_pages, shipped_assets
+from dealbase.platform.custom_fields.definitions import DefinitionChangeListener
 from dealbase.platform.webhooks.addresses import AddressPolicy
 from dealbase.rest_api.api import install_rest_api
 from dealbase.tenancy.callers.authentication import Authenticator, KeyCache, KeyChangeListener
@@ -168,6 +169,8 @@ class _Services:
     # The process's one LISTEN connection: the key cache and the live hub subscribe to it.
     notifications: Notifications
     key_listener: KeyChangeListener
+    # Keeps each tenant's custom fields while their changes are heard.
+    definitions_listener: DefinitionChangeListener
     key_uses: KeyUseRecorder
     authenticator: Authenticator
     live: LiveService
@@ -211,6 +214,7 @@ class _Services:
             rate_limits,
             notifications,
             key_listener,
+            DefinitionChangeListener(notifications),
             key_uses,
             authenticator,
             live,
@@ -253,6 +257,7 @@ class _Services:
         if not self.settings.db_pgbouncer:
             await to_thread.run_sync(_warn_of_a_proxy, self.database_url)
         self.key_listener.start()
+        self.definitions_listener.start()
         await self.live.start(self.notifications)
         self.notifications.start()
 
@@ -262,6 +267,7 @@ class _Services:
         # The uses noted since the last flush, before the pools close.
         await to_thread.run_sync(self.key_uses.flush)
         self.key_listener.stop()
+        self.definitions_listener.stop()
         self.notifications.stop()
         if isinstance(self.rate_limits.admitting, LocalAdmissions):
             await self.rate_limits.admitting.close()

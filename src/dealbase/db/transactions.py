@@ -22,7 +22,7 @@ its own and every transaction explicit.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -252,6 +252,17 @@ class TenantConnection:
         COMMIT, in one round trip, and any statement after it is refused. For a read that one
         statement answers."""
         self._commit_with_next = True
+
+    @contextlib.contextmanager
+    def before_the_last(self) -> Iterator[None]:
+        """Statements run now come before the one ``commit_with_next`` awaits, in the same
+        transaction (what a cache of the schema's reads when it misses)."""
+        last = self._commit_with_next
+        self._commit_with_next = False
+        try:
+            yield
+        finally:
+            self._commit_with_next = last
 
     def commit(self) -> None:
         """Sends the deferred statements and the COMMIT, in one round trip (with the opening

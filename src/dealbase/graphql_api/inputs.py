@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 import strawberry
 from pydantic import AwareDatetime, BaseModel
+from strawberry.scalars import JSON
 
 from dealbase.errors import FieldError, Invalid
 from dealbase.graphql_api.context import GraphQLContext
@@ -86,6 +87,8 @@ def _graphql_type(annotation: Any, nested: Mapping[type[BaseModel], type]) -> An
         return BigInt
     if annotation is AwareDatetime:
         return datetime
+    if origin is dict:  # custom fields' values, judged by the tenant's definitions
+        return JSON
     return nested.get(annotation, annotation)
 
 

@@ -64,6 +64,12 @@ from sqlalchemy.sql.selectable import CompoundSelect, FromClause, NamedFromClaus
 from dealbase.db.statements import Record, built_once
 from dealbase.platform.event_types import EventType
 from dealbase.platform.events.repository import recorded_rows, wakes_in
+from dealbase.platform.shapes import (
+    CUSTOM_COLUMN_PREFIX,
+    CUSTOM_FIELDS,
+    has_custom_columns,
+    json_name,
+)
 
 # The record's JSON made by PostgreSQL from a row of its table, or of a CTE returning its
 # columns, as text (``shapes.Shape.text_of_row``).
@@ -93,14 +99,14 @@ class Shape:
     versioned: bool
 
 
-_BUILT: dict[tuple[str, Shape], Select[Any]] = {}
+_BUILT: dict[tuple[Table, Shape], Select[Any]] = {}
 # Shapes kept at most: as many as the sets of fields clients send, bounded by this.
 _KEPT = 512
 
 
 def statement(record: ChangedRecord, shape: Shape) -> Select[Any]:
     """The change statement of ``record`` for ``shape``, built once."""
-    key = (record.noun, shape)
+    key = (record.table, shape)
     built = _BUILT.get(key)
     if built is None:
         if len(_BUILT) >= _KEPT:
@@ -255,12 +261,12 @@ class Routed:
     check: Select[Any]
 
 
-_ROUTED: dict[tuple[str, Shape], Routed] = {}
+_ROUTED: dict[tuple[Table, Shape], Routed] = {}
 
 
 def routed(record: ChangedRecord, shape: Shape) -> Routed:
     """``statement``'s change of ``record`` for ``shape`` on a distributed schema, built once."""
-    key = (record.noun, shape)
+    key = (record.table, shape)
     built = _ROUTED.get(key)
     if built is None:
         if len(_ROUTED) >= _KEPT:
@@ -349,23 +355,42 @@ def routed_row(written: Record | None, check: Record | None) -> Record | None:
 
 
 def previous_values(
-    shown_before: ColumnElement[Any], changed_fields: ColumnElement[Any]
+    shown_before: ColumnElement[Any], changed_fields: ColumnElement[Any], table: Table
 ) -> ColumnElement[Any]:
     """The ``previous`` of a ``<noun>.updated`` event: each of ``changed_fields`` with its value
-    in the record's JSON text before (``shown_before``), in their order."""
-    name = func.unnest(changed_fields).table_valued("name").render_derived(name="field")
+    in the record's JSON text before (``shown_before``), in their order, named as ``table``'s
+    event names them (``shown_names``)."""
+    name = func.unnest(shown_names(changed_fields, table)).table_valued("name")
+    field = name.render_derived(name="field")
     before = cast(shown_before, JSON)
-    return (
-        select(func.json_object_agg(name.c.name, before.op("->")(name.c.name)))
-        .select_from(name)
-        .scalar_subquery()
+    value = (
+        before.op("#>")(func.string_to_array(field.c.name, literal_column("'.'")))
+        if has_custom_columns(table)
+        else before.op("->")(field.c.name)
     )
+    return select(func.json_object_agg(field.c.name, value)).select_from(field).scalar_subquery()
+
+
+def shown_names(changed_fields: ColumnElement[Any], table: Table) -> ColumnElement[Any]:
+    """``changed_fields`` (columns of ``table``) as an event names them: a custom field's
+    ``custom_fields.<name>`` (``shapes.json_name``)."""
+    if not has_custom_columns(table):
+        return changed_fields
+    renamed = func.regexp_replace(
+        func.unnest(changed_fields),
+        literal_column(f"'^{CUSTOM_COLUMN_PREFIX}'"),
+        literal_column(f"'{CUSTOM_FIELDS}.'"),
+    )
+    return func.array(select(renamed).scalar_subquery())
 
 
 def _member(json: ColumnElement[Any], name: str) -> ColumnElement[Any]:
-    """``json -> '<name>'`` (the names are the read model's own identifiers, written as they
-    are: no parameter per name)."""
-    return json.op("->")(literal_column(f"'{name}'"))
+    """``json -> '<name>'``, or ``#>`` the path of a custom field's (the names are the read
+    model's own identifiers, written as they are: no parameter per name)."""
+    shown = json_name(name)
+    if shown == name:
+        return json.op("->")(literal_column(f"'{name}'"))
+    return json.op("#>")(literal_column("'{" + shown.replace(".", ",") + "}'"))
 
 
 def _changed_fields(shown: FromClause, fields: Sequence[str]) -> ColumnElement[Any]:
@@ -393,13 +418,13 @@ def _events(
     that field alone."""
     before = cast(changed.c.shown_before, JSON)
     data = cast(changed.c.shown, JSON)
-    previous = previous_values(changed.c.shown_before, changed.c.changed_fields)
+    previous = previous_values(changed.c.shown_before, changed.c.changed_fields, record.table)
     updated = select(
         bindparam("event_updated", type_=UUID(as_uuid=True)).label("id"),
         changed.c.department_id,
         literal(f"{record.noun}.updated", Text).label("type"),
         data.label("data"),
-        changed.c.changed_fields,
+        shown_names(changed.c.changed_fields, record.table).label("changed_fields"),
         previous.label("previous"),
     ).where(func.cardinality(changed.c.changed_fields) > 0)
     per_field = [

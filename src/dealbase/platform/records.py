@@ -32,6 +32,8 @@ from dealbase.platform import record_changes
 from dealbase.platform.batches import service as batches
 from dealbase.platform.batches.models import Batch, Fields, Result, single_upsert
 from dealbase.platform.batches.upserts import Judging
+from dealbase.platform.custom_fields import fitting
+from dealbase.platform.custom_fields.fitting import CustomValues
 from dealbase.platform.event_types import EventType
 from dealbase.platform.events import repository as event_repository
 from dealbase.platform.events import service as events
@@ -40,7 +42,8 @@ from dealbase.platform.pagination import Page, PageRequest, page_request
 from dealbase.platform.record_changes import ChangedRecord
 from dealbase.platform.record_writes import InBulk, Model, OneByOne, apply_writes
 from dealbase.platform.rows import OwnedRows, ids_in_department, in_bound_department
-from dealbase.platform.shapes import JsonObject, Shape
+from dealbase.platform.shapes import CUSTOM_FIELDS, JsonObject, Shape
+from dealbase.platform.validation import validated
 from dealbase.platform.versioning import Expected
 from dealbase.tenancy.scope import Scope
 
@@ -49,6 +52,13 @@ Filter = TypeVar("Filter", bound=BaseModel)
 # A record of a page of REST's lists: its id, the value its list sorts by besides the id (None
 # in a list by id alone), and its JSON text made by PostgreSQL.
 JsonRow = tuple[uuid.UUID, int | None, str]
+# What a list's statement of JSON texts is run as: itself, or (a record fitted to a tenant's
+# custom fields) a statement over it that adds their values to each text.
+Completed = Callable[[Select[Any]], Select[Any]]
+
+
+def as_it_is(statement: Select[Any]) -> Select[Any]:
+    return statement
 
 
 def _no_side_effects(uow: UnitOfWork, record_id: uuid.UUID) -> None:
@@ -66,7 +76,7 @@ class Listing(Generic[Model, Filter]):
     of its repository."""
 
     models: Callable[[UnitOfWork, Filter, PageRequest], Sequence[Model]]
-    texts: Callable[[UnitOfWork, Filter, PageRequest], Sequence[JsonRow]]
+    texts: Callable[[UnitOfWork, Filter, PageRequest, Completed], Sequence[JsonRow]]
     # Its filters' rules, which also count the records they admit.
     filtering: ListFilters
     # The value a list in the filters' order sorts by besides the id (a deal's volume), which
@@ -91,6 +101,8 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
     # change's events name them in.
     create_model: type[Fields]
     upsert_model: type[Fields]
+    # What a PATCH passes (``validation.partial`` of its create model, mostly).
+    patch_model: type[BaseModel]
     # How its creates and upserts reach its table (``record_writes.apply_writes``).
     writes: OneByOne[Model, Fields] | InBulk
     # Each field that names a row of another table, which must be of the record's department.
@@ -106,6 +118,9 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
     # Many by id, when ``to_model`` reads more than the row (a deal: its customers for all of
     # them in one statement); None: its rows by id, each made a read model.
     read_many: Callable[[UnitOfWork, Sequence[uuid.UUID]], dict[uuid.UUID, Model]] | None = None
+    # Fitted to a tenant's custom fields (``custom_fields.fitting``): their values' rules; None
+    # for the record as declared, which each verb fits to the caller's tenant first.
+    custom: CustomValues | None = None
     # Its table's rows (its shape's table), as its repository's verbs also read them.
     rows: OwnedRows = field(init=False)
     # What its change statement (``record_changes``) is made of.
@@ -122,10 +137,14 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
             table, self.noun, self.shape.text_of_row, self.references, self.field_events
         )
         object.__setattr__(self, "changes", changes)
-        fields = tuple(
-            name
-            for name in self.upsert_model.model_fields
-            if name in table.c and name != "external_id"
+        custom_columns = () if self.custom is None else self.custom.columns_of_fields
+        fields = (
+            *(
+                name
+                for name in self.upsert_model.model_fields
+                if name in table.c and name != "external_id"
+            ),
+            *custom_columns,
         )
         judging = Judging(table, fields, self.references, self.read_columns)
         object.__setattr__(self, "judging", judging)
@@ -148,6 +167,38 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
     def as_json(self, model: Model) -> JsonObject:
         return self.shape.as_json(model)
 
+    def fitted(self, uow: UnitOfWork) -> SyncedRecord[Model, Fields, Filter]:
+        """The record fitted to the caller's tenant's custom fields (itself once fitted)."""
+        return self if self.custom is not None else fitting.fitted(self, uow)
+
+    def typed(self, fields: Fields, model: type[Fields]) -> Fields:
+        """``fields`` (a body's, as the record as declared takes it) as a fitted record's
+        ``model`` (its create or upsert model) types them, their custom values judged."""
+        custom = self.custom
+        if isinstance(fields, model) or custom is None:
+            return fields
+        if getattr(fields, CUSTOM_FIELDS, None) is None and not custom.required:
+            return fields  # nothing to judge, nor to write
+        return validated(model, fields.model_dump(mode="json", exclude_unset=True))
+
+    def created_columns(self, fields: BaseModel) -> dict[str, object]:
+        """The columns of the custom values a create's ``fields`` (a body's) give, judged by a
+        fitted record's fields: every field's, null unless given."""
+        custom = self.custom
+        given = getattr(fields, CUSTOM_FIELDS, None)
+        if custom is None or (given is None and not custom.fields):
+            return {}
+        return custom.columns(given, change=False)
+
+    def changes_of(self, patch: BaseModel) -> dict[str, object]:
+        """The values a fitted record's PATCH ``patch`` gives, by column: its custom values
+        judged."""
+        changes = patch.model_dump(exclude_unset=True)
+        given = changes.pop(CUSTOM_FIELDS, None)
+        assert self.custom is not None
+        changes.update(self.custom.columns(given, change=True))
+        return changes
+
     def event(self, happened: str) -> EventType:
         return cast(EventType, f"{self.noun}.{happened}")
 
@@ -168,6 +219,8 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
 
     def get(self, uow: UnitOfWork, record_id: uuid.UUID) -> Model:
         """The record, if the caller may see it; else NotFound."""
+        if (fitted := self.fitted(uow)) is not self:
+            return fitted.get(uow, record_id)
         found = self.read(uow, record_id)
         if found is None:
             raise self.rows.not_found(record_id)
@@ -176,6 +229,8 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
     def get_as_json(self, uow: UnitOfWork, record_id: uuid.UUID) -> tuple[int, str]:
         """``get``'s record as its version and its JSON text made by PostgreSQL (REST's read of
         one)."""
+        if (fitted := self.fitted(uow)) is not self:
+            return fitted.get_as_json(uow, record_id)
         scope = uow.scope
         values: dict[str, object] = {"record_id": record_id, "tenant_id": str(scope.tenant_id)}
         if scope.department_id is not None:
@@ -189,6 +244,8 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
     def by_ids(self, uow: UnitOfWork, record_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Model]:
         """Many records the caller may see, by id (what DataLoaders batch); unknown ids are left
         out. One statement, or ``read_many``'s few."""
+        if (fitted := self.fitted(uow)) is not self:
+            return fitted.by_ids(uow, record_ids)
         if self.read_many is not None:
             return self.read_many(uow, record_ids)
         rows = self.rows.by_ids(uow.connection, uow.scope.department_id, record_ids)
@@ -198,6 +255,8 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
         self, uow: UnitOfWork, filters: Filter, limit: int | None, cursor: str | None
     ) -> Page[Model]:
         """A page of the records the caller may see that ``filters`` admit, after ``cursor``."""
+        if (fitted := self.fitted(uow)) is not self:
+            return fitted.list_page(uow, filters, limit, cursor)
         page = page_request(limit, cursor, filters)
         found = self.lists.models(uow, filters, page)
         return page.page_of(found, _id_of, filters, self.lists.sort_of(filters))
@@ -207,8 +266,12 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
     ) -> Page[str]:
         """``list_page`` with each record as its JSON text made by PostgreSQL (a page of REST's
         list, made without a read model)."""
+        if (fitted := self.fitted(uow)) is not self:
+            return fitted.list_page_as_json(uow, filters, limit, cursor)
         page = page_request(limit, cursor, filters)
-        rows = self.lists.texts(uow, filters, page)
+        custom = self.custom
+        completed = as_it_is if custom is None or not custom.fields else custom.completed
+        rows = self.lists.texts(uow, filters, page, completed)
         by_value = self.lists.sort_of(filters) is not None
         found = page.page_of(rows, _row_id, filters, _row_sort if by_value else None)
         return Page([row[2] for row in found.items], found.next_cursor, found.cursors)
@@ -225,7 +288,9 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
     ) -> Model:
         """Applies the fields ``patch`` carries (``null`` clears) as ``change_later`` does, its
         statement sent now."""
-        changes = patch.model_dump(exclude_unset=True)
+        if (fitted := self.fitted(uow)) is not self:
+            return fitted.update(uow, record_id, patch, expected)
+        changes = self.changes_of(patch)
         return self.to_model(uow, self.change_later(uow, record_id, changes, expected).read())
 
     def update_as_json(
@@ -237,7 +302,9 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
     ) -> AfterCommit[tuple[int, str]]:
         """``update``'s record as its version and its JSON text made by PostgreSQL, from one
         statement sent with the unit of work's next round trip (REST's answer)."""
-        written = self.change_later(uow, record_id, patch.model_dump(exclude_unset=True), expected)
+        if (fitted := self.fitted(uow)) is not self:
+            return fitted.update_as_json(uow, record_id, patch, expected)
+        written = self.change_later(uow, record_id, self.changes_of(patch), expected)
 
         def shown() -> tuple[int, str]:
             row = written.read()
@@ -268,6 +335,8 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
         sent now: the events they make are inserted with the next round trip (with the COMMIT,
         when nothing else runs), which their answer must have reached first; a second round
         trip."""
+        if (fitted := self.fitted(uow)) is not self:
+            return fitted.change_later(uow, record_id, changes, expected)
         shape, values = _change_parameters(self.changes, uow.scope, record_id, changes, expected)
         connection, meaning = uow.connection, self.rows.external_id_meaning
         if connection.distributed:
@@ -316,6 +385,9 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
         """Deletes the record, if the caller owns it and it is at a version ``expected`` admits,
         with its ``before_delete`` side effects; its event ``<noun>.deleted`` shows it as it
         was."""
+        if (fitted := self.fitted(uow)) is not self:
+            fitted.delete(uow, record_id, expected)
+            return
         connection, department_id = uow.connection, uow.scope.department_id
         # Owned, or NotFound, before any side effect.
         shown = None if self.deleted_as is None else self.deleted_as(uow, record_id)
@@ -348,7 +420,9 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
         needs it not to exist at one of its versions (``*``: not to exist). Its result once
         read, or its error raised (a record written one at a time raises it now, and the unit of
         work rolls back)."""
-        write = single_upsert(external_id, fields, expected, unless)
+        if (fitted := self.fitted(uow)) is not self:
+            return fitted.upsert(uow, external_id, fields, expected=expected, unless=unless)
+        write = single_upsert(external_id, self.typed(fields, self.upsert_model), expected, unless)
         applied = apply_writes(self, uow, [write], isolated=False)
 
         def result(results: Mapping[int, Result[Model]]) -> Result[Model]:
@@ -368,6 +442,8 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
         """Up to a thousand creates and upserts (``batches.run``): their data judged by
         ``create_model`` and ``upsert_model``, then applied by ``apply_writes``, each operation
         alone unless the batch is ``atomic`` (then the first failure rejects it all)."""
+        if (fitted := self.fitted(uow)) is not self:
+            return fitted.batch(uow, operations, atomic=atomic)
         return batches.run(
             uow,
             operations,

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
+from decimal import Decimal
 from enum import Enum
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
@@ -63,6 +64,10 @@ class Kind(Enum):
     DATE = "date"  # YYYY-MM-DD
     TIMESTAMP = "timestamp"  # UTC with six fractional digits and Z (``format_timestamp``)
     LIST = "list"  # records of another shape, in their order (``Linked``)
+    WHOLE = "whole"  # an integer a numeric column holds, as a JSON number
+    DECIMAL = "decimal"  # a numeric, as its text in a JSON string (no float's rounding)
+    IDS = "ids"  # an array of UUIDs, each as its text
+    OBJECT = "object"  # an object of further fields (``Nested``)
 
 
 @dataclass(frozen=True)
@@ -95,8 +100,41 @@ class Linked:
     order: str
 
 
+# A tenant's custom field's column: ``cf_<name>``, shown in its record's JSON as
+# ``custom_fields.<name>`` (``custom_fields.values``); no record's own column starts so.
+CUSTOM_COLUMN_PREFIX = "cf_"
+CUSTOM_FIELDS = "custom_fields"
+
+
+def json_name(column: str) -> str:
+    """The dotted name in the record's JSON of the field of ``column`` (an event's
+    ``changed_fields`` names it so)."""
+    if column.startswith(CUSTOM_COLUMN_PREFIX):
+        return f"{CUSTOM_FIELDS}.{column.removeprefix(CUSTOM_COLUMN_PREFIX)}"
+    return column
+
+
+def has_custom_columns(table: Table) -> bool:
+    return any(column.name.startswith(CUSTOM_COLUMN_PREFIX) for column in table.c)
+
+
+@dataclass(frozen=True)
+class InColumn:
+    """The record's column ``name``, of another name than the field's (a custom field's)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Nested:
+    """An object of ``fields``, each the value of a column of the record (a tenant's custom
+    fields, ``custom_fields.values``)."""
+
+    fields: tuple[ShapeField, ...]
+
+
 # Where a field's value comes from: None for the record's column of its name.
-Source = TenantId | LookedUp | Linked | None
+Source = TenantId | LookedUp | Linked | InColumn | Nested | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,12 +144,20 @@ class ShapeField:
     source: Source = None
 
 
+def decimal_text(value: Decimal) -> str:
+    """A numeric as PostgreSQL writes it: positional, its scale kept (never ``1E-7``)."""
+    return format(value, "f")
+
+
 # A field's value in Python as JSON shows it, by kind (None: as it is).
 _PYTHON: Mapping[Kind, Callable[[Any], Any] | None] = {
     Kind.AS_IS: None,
     Kind.ID: str,
     Kind.DATE: date.isoformat,
     Kind.TIMESTAMP: format_timestamp,
+    Kind.WHOLE: int,
+    Kind.DECIMAL: decimal_text,
+    Kind.IDS: lambda ids: [str(each) for each in ids],
 }
 # Written into the statement's text rather than bound: the driver adapts each bound value on
 # every run of a statement.
@@ -126,7 +172,7 @@ def sql_value(value: ColumnElement[Any], kind: Kind) -> ColumnElement[Any]:
         return func.to_char(func.timezone(_UTC, value), _TIMESTAMP_TEXT)
     if kind is Kind.DATE:
         return func.to_char(value, _DATE_TEXT)
-    if kind is Kind.ID:
+    if kind is Kind.ID or kind is Kind.DECIMAL:
         return cast(value, Text)
     return value
 
@@ -172,10 +218,13 @@ class Shape:
 
     def __post_init__(self) -> None:
         for each in self.fields:
-            if each.source is None and each.name not in self.table.c:
-                raise ValueError(f"{self.table.name} has no column {each.name}")
+            column = _column_name(each)
+            if column is not None and column not in self.table.c:
+                raise ValueError(f"{self.table.name} has no column {column}")
             if (each.kind is Kind.LIST) != isinstance(each.source, Linked):
                 raise ValueError(f"{each.name}: a list is its Linked records, and only it")
+            if (each.kind is Kind.OBJECT) != isinstance(each.source, Nested):
+                raise ValueError(f"{each.name}: an object is its Nested fields, and only it")
         object.__setattr__(self, "as_json", _python(self.fields))
 
     @property
@@ -206,8 +255,13 @@ class Shape:
 
     def _of_row(self, each: ShapeField, row: FromClause) -> ColumnElement[Any]:
         source = each.source
-        if source is None:
-            return sql_value(row.c[each.name], each.kind)
+        column = _column_name(each)
+        if column is not None:
+            return sql_value(row.c[column], each.kind)
+        if isinstance(source, Nested):
+            return row_json(
+                row, [(field.name, self._of_row(field, row)) for field in source.fields]
+            )
         if isinstance(source, TenantId):
             return bindparam("tenant_id", type_=Text)
         if isinstance(source, LookedUp):
@@ -220,6 +274,7 @@ class Shape:
             )
             return sql_value(found, each.kind)
         # Each link's record by its key: a record has few.
+        assert isinstance(source, Linked)
         links, child = source.links.alias(), source.shape.table.alias()
         item = (
             select(source.shape.json_of_row(child))
@@ -237,15 +292,7 @@ class Shape:
     def _of_values(
         self, values: Mapping[str, ColumnElement[Any]]
     ) -> list[tuple[str, ColumnElement[Any]]]:
-        return [
-            (
-                each.name,
-                bindparam("tenant_id", type_=Text)
-                if isinstance(each.source, TenantId)
-                else sql_value(values[each.name], each.kind),
-            )
-            for each in self.fields
-        ]
+        return [(each.name, _value_of(each, values)) for each in self.fields]
 
     def json_of_values(self, values: Mapping[str, ColumnElement[Any]]) -> ColumnElement[Any]:
         """``json_of_row``'s JSON, the same text, of a record given by its values rather than
@@ -271,16 +318,37 @@ class Shape:
         return func.json_build_object(*pairs)
 
 
+def _column_name(each: ShapeField) -> str | None:
+    """The record's column holding ``each``'s value, if one does."""
+    if each.source is None:
+        return each.name
+    if isinstance(each.source, InColumn):
+        return each.source.name
+    return None
+
+
+def _value_of(each: ShapeField, values: Mapping[str, ColumnElement[Any]]) -> ColumnElement[Any]:
+    """``each``'s value of a record given by its values (by column name), as its JSON shows it."""
+    source = each.source
+    if isinstance(source, TenantId):
+        return bindparam("tenant_id", type_=Text)
+    if isinstance(source, Nested):
+        pairs: list[ColumnElement[Any]] = []
+        for field in source.fields:
+            pairs += (_name(field.name), _value_of(field, values))
+        return func.json_build_object(*pairs)
+    return sql_value(values[_column_name(each) or each.name], each.kind)
+
+
 def _python(fields: tuple[ShapeField, ...]) -> Callable[[Any], JsonObject]:
     """The attributes of ``fields``' names of a read model as JSON shows them. Read all at
     once, and only those neither null nor shown as they are converted: every write route shapes
     its record twice (its event's data and its response)."""
     names = tuple(each.name for each in fields)
+    if not names:
+        return lambda value: {}
     read = operator.attrgetter(*names)
-    shown_as = tuple(
-        _listed(each.source.shape) if isinstance(each.source, Linked) else _PYTHON[each.kind]
-        for each in fields
-    )
+    shown_as = tuple(_python_of(each) for each in fields)
     pairs = tuple(zip(names, shown_as, strict=True))
     several = len(names) > 1
 
@@ -292,6 +360,20 @@ def _python(fields: tuple[ShapeField, ...]) -> Callable[[Any], JsonObject]:
         }
 
     return shape
+
+
+def _python_of(each: ShapeField) -> Callable[[Any], Any] | None:
+    """How a value of ``each`` is shown: ``Nested`` fields' values are a mapping of their
+    names."""
+    if isinstance(each.source, Linked):
+        return _listed(each.source.shape)
+    if isinstance(each.source, Nested):
+        shown = tuple((field.name, _PYTHON[field.kind]) for field in each.source.fields)
+        return lambda values: {
+            name: value if (value := values.get(name)) is None or show is None else show(value)
+            for name, show in shown
+        }
+    return _PYTHON[each.kind]
 
 
 def _listed(shape: Shape) -> Callable[[Any], list[JsonObject]]:

@@ -71,6 +71,23 @@ def _text(max_length: int, pattern: str = NO_NUL_PATTERN) -> Any:
     return Field(max_length=max_length, json_schema_extra={"pattern": pattern})
 
 
+def text_of(max_length: int) -> Any:
+    """Text of at most ``max_length`` characters, without U+0000 (a text custom field's)."""
+    return Annotated[str, _text(max_length), AfterValidator(_no_nul)]
+
+
+# A record's ``custom_fields`` as a body carries it: judged field by field by the tenant's
+# definitions (``custom_fields.values``), which allow a record kind at most this many.
+CUSTOM_FIELDS_PER_RECORD = 50
+CustomFieldValues = Annotated[
+    dict[str, Any],
+    Field(
+        max_length=CUSTOM_FIELDS_PER_RECORD,
+        description="The tenant's custom fields of the record, by name (GET /custom-fields):"
+        " each of its field's type, or null.",
+    ),
+]
+
 # Any text bound for SQL, search terms included, is refused with U+0000 in it.
 PlainText = Annotated[str, AfterValidator(_no_nul)]
 

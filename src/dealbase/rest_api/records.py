@@ -338,19 +338,25 @@ def _upsert_endpoint(
                 expected=expected_version(if_match),
                 unless=expected_version(if_none_match),
             )
-            return AfterCommit(lambda: _upserted(record, upserted.read()))
+            # Its JSON as the tenant's custom fields make it.
+            as_json = service.fitted(uow).as_json
+            return AfterCommit(lambda: _upserted(record, as_json, upserted.read()))
 
         return await database_of(request).run(scope, perform)
 
     return upsert
 
 
-def _upserted(record: SyncedRecordRoutes[Record, Fields], result: Result[Record]) -> Response:
+def _upserted(
+    record: SyncedRecordRoutes[Record, Fields],
+    as_json: Callable[[Record], JsonObject],
+    result: Result[Record],
+) -> Response:
     written = result.record
     assert written is not None, "a successful upsert has its record"
     if result.outcome == "created":
-        return created(record.as_json, written, record.location(written.id))
-    return resource_response(record.as_json, written)
+        return created(as_json, written, record.location(written.id))
+    return resource_response(as_json, written)
 
 
 def _add_upsert_route(router: APIRouter, record: SyncedRecordRoutes[Record, Fields]) -> None:
@@ -401,7 +407,8 @@ def _add_batch_route(router: APIRouter, record: SyncedRecordRoutes[Record, Field
 
         def perform(uow: UnitOfWork) -> AfterCommit[Response]:
             results = service.batch(uow, operations, atomic=atomic)
-            return AfterCommit(lambda: batch_response(request, record.as_json, results.read()))
+            as_json = service.fitted(uow).as_json
+            return AfterCommit(lambda: batch_response(request, as_json, results.read()))
 
         return await run_once(request, scope, idempotency_key, operations, perform)
 

@@ -32,6 +32,7 @@ from dealbase.platform.resources import (
     DEAL_HIDDEN,
     format_timestamp,
 )
+from dealbase.platform.shapes import CUSTOM_FIELDS
 from dealbase.platform.validation import EXTERNAL_ID_MAX_LENGTH, EXTERNAL_ID_PATTERN
 from dealbase.platform.webhooks.delivery_models import Attempt, Delivery
 from dealbase.platform.webhooks.models import WebhookEndpoint
@@ -69,17 +70,24 @@ def _on_the_wire(annotation: Any) -> Any:
     return annotation
 
 
+# A record's custom fields as it shows them: typed field by field in the tenant's own document
+# (GET /api/v1/integration/openapi.json with its key).
+CustomFieldsShown = dict[str, JsonValue]
+
+
 def fields_from(
     read_model: type,
     *,
     hidden: Collection[str] = (),
     nested: Mapping[str, Any] | None = None,
     renamed: Mapping[str, str] | None = None,
+    custom_fields: bool = False,
 ) -> Callable[[type[Wire]], type[Wire]]:
     """The decorated wire model, given a field for each attribute of ``read_model`` (a platform
     dataclass) in its order, so a platform field is declared once: ``hidden`` names the attributes
     the wire does not show, ``nested`` the wire type of attributes holding other read models,
-    ``renamed`` the wire name of attributes the wire shows under another name.
+    ``renamed`` the wire name of attributes the wire shows under another name, and
+    ``custom_fields`` whether the tenant's custom fields follow them (a synced record's).
 
     The result is a subclass of the decorated class under the same name (pydantic takes its fields
     when a class is made), keeping its docstring and its configuration (examples)."""
@@ -97,6 +105,11 @@ def fields_from(
         for field in dataclasses.fields(read_model)
         if field.name not in hidden
     }
+    if custom_fields:
+        fields[CUSTOM_FIELDS] = (
+            CustomFieldsShown,
+            Field(default_factory=dict, description=_CUSTOM_FIELDS_SHOWN),
+        )
 
     def derive(declared: type[Wire]) -> type[Wire]:
         return create_model(
@@ -125,11 +138,19 @@ _CUSTOMER_EXAMPLE: dict[str, JsonValue] = {
     "email": "ada@example.com",
     "created_at": "2026-11-21T09:30:00.000000Z",
     "updated_at": "2026-11-21T09:30:00.000000Z",
+    "custom_fields": {"contract_number": "C-1042"},
 }
 
 
+_CUSTOM_FIELDS_SHOWN = (
+    "Present when the tenant has defined custom fields of the record (GET /custom-fields):"
+    " each live field by its name, its value or null. The tenant's own OpenAPI document"
+    " types each one."
+)
+
+
 # The shape platform.resources.customer_json builds, described for the OpenAPI document.
-@fields_from(Customer, hidden=CUSTOMER_HIDDEN)
+@fields_from(Customer, hidden=CUSTOMER_HIDDEN, custom_fields=True)
 class CustomerOut(WireModel):
     """A customer; every optional field that was not supplied is ``null``."""
 
@@ -137,7 +158,7 @@ class CustomerOut(WireModel):
 
 
 # The shape platform.resources.deal_json builds.
-@fields_from(Deal, hidden=DEAL_HIDDEN, nested={"customers": list[CustomerOut]})
+@fields_from(Deal, hidden=DEAL_HIDDEN, nested={"customers": list[CustomerOut]}, custom_fields=True)
 class DealOut(WireModel):
     """A deal with its customers, in the order they were linked."""
 
@@ -158,6 +179,7 @@ class DealOut(WireModel):
                     "created_at": "2026-11-21T09:31:00.000000Z",
                     "updated_at": "2026-11-21T09:31:00.000000Z",
                     "customers": [_CUSTOMER_EXAMPLE],
+                    "custom_fields": {"renewal_date": "2027-06-30"},
                 }
             ]
         }
@@ -226,7 +248,7 @@ class Problem(OperationProblem):
 
 
 # The shape platform.resources.activity_json builds.
-@fields_from(Activity, hidden=ACTIVITY_HIDDEN)
+@fields_from(Activity, hidden=ACTIVITY_HIDDEN, custom_fields=True)
 class ActivityOut(WireModel):
     model_config = ConfigDict(
         json_schema_extra={
@@ -244,6 +266,7 @@ class ActivityOut(WireModel):
                     "employee_id": None,
                     "created_at": "2026-11-21T09:32:00.000000Z",
                     "updated_at": "2026-11-21T09:32:00.000000Z",
+                    "custom_fields": {},
                 }
             ]
         }

@@ -7,6 +7,7 @@ from typing import Literal
 
 from dealbase.platform.validation import (
     ClientInput,
+    CustomFieldValues,
     ExternalId,
     LongText,
     Moment,
@@ -30,6 +31,7 @@ class ActivityFields(ClientInput):
     customer_id: uuid.UUID
     deal_id: uuid.UUID | None = None
     employee_id: uuid.UUID | None = None
+    custom_fields: CustomFieldValues | None = None
 
 
 # PATCH /activities/{id}: absent fields stay, null clears; type and customer_id cannot be cleared.

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Select, func, select, update
+from sqlalchemy import Select, Table, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 
 from dealbase.db.statements import Record, built_once
@@ -32,13 +32,18 @@ def to_activity(row: Record) -> Activity:
 
 
 def insert_activity(
-    connection: TenantConnection, department_id: uuid.UUID, values: Mapping[str, object]
+    connection: TenantConnection,
+    department_id: uuid.UUID,
+    values: Mapping[str, object],
+    table: Table = activities,
+    to_model: Callable[[Record], Activity] | None = None,
 ) -> Activity | None:
     """The new activity; None when another activity of the department has its external id (ON
     CONFLICT DO NOTHING: the transaction stays usable, and a concurrent insert of the same
-    external id is waited for)."""
+    external id is waited for). ``table``: the activities' with the tenant's custom fields'
+    columns, which ``values`` may name, and whose row ``to_model`` reads."""
     inserted = (
-        insert(activities)
+        insert(table)
         .values(
             **values,
             id=new_id(),
@@ -46,12 +51,10 @@ def insert_activity(
             created_at=func.now(),
             updated_at=func.now(),
         )
-        .on_conflict_do_nothing(
-            index_elements=[activities.c.department_id, activities.c.external_id]
-        )
-        .returning(*activities.c)
+        .on_conflict_do_nothing(index_elements=[table.c.department_id, table.c.external_id])
+        .returning(*table.c)
     )
-    return first_as(connection, inserted, to_activity)
+    return first_as(connection, inserted, to_model or to_activity)
 
 
 def get_activity(
@@ -88,9 +91,11 @@ def _page(
     filters: ActivityFilter,
     page: PageRequest,
     as_json: bool,
+    completed: Callable[[Select[Any]], Select[Any]] | None = None,
 ) -> Any:
     shape, values = ACTIVITY_FILTERS.page_values(department_id, filters, BY_ID, page)
-    return connection.execute(_page_query(shape, page.after is not None, as_json), values)
+    query = _page_query(shape, page.after is not None, as_json)
+    return connection.execute(query if completed is None else completed(query), values)
 
 
 def list_activities(
@@ -108,10 +113,11 @@ def list_activities_as_json(
     department_id: uuid.UUID | None,
     filters: ActivityFilter,
     page: PageRequest,
+    completed: Callable[[Select[Any]], Select[Any]],
 ) -> list[tuple[uuid.UUID, None, str]]:
     """``list_activities``, each activity as its JSON text made by PostgreSQL (its id beside
-    it, for the cursor; no other sort value)."""
-    rows = _page(connection, department_id, filters, page, as_json=True)
+    it, for the cursor; no other sort value), its statement run as ``completed`` makes it."""
+    rows = _page(connection, department_id, filters, page, as_json=True, completed=completed)
     return [(activity_id, None, text) for activity_id, text in rows]
 
 

@@ -55,9 +55,11 @@ from dealbase.db.statements import built_once
 from dealbase.platform.batches import upserts
 from dealbase.platform.batches.upserts import CHANGE, DEPARTMENT, INSERT, UNCHANGED, Judging
 from dealbase.platform.events.repository import recorded_rows
-from dealbase.platform.record_changes import JsonSql, previous_values
+from dealbase.platform.record_changes import JsonSql, previous_values, shown_names
 
-_BUILT: dict[tuple[str, bool], CompoundSelect[Any]] = {}
+# By the record's table: a tenant's with its custom fields' columns is a record of its own.
+_BUILT: dict[tuple[Table, bool], CompoundSelect[Any]] = {}
+_KEPT = 512
 
 
 def statement(
@@ -65,9 +67,11 @@ def statement(
 ) -> CompoundSelect[Any]:
     """The statement of a record's writes (its ``upserts.parameters``), built once per record
     and atomicity."""
-    key = (noun, atomic)
+    key = (judging.table, atomic)
     built = _BUILT.get(key)
     if built is None:
+        if len(_BUILT) >= _KEPT:
+            _BUILT.clear()
         built = _BUILT[key] = built_once(_statement(judging, noun, json_sql, atomic=atomic))
     return built
 
@@ -80,7 +84,9 @@ def _statement(
     department_id = bindparam(DEPARTMENT, type_=judging.table.c.department_id.type)
     inserted = _inserted(judging, judged, writable, department_id)
     updated = _updated(judging, judged, writable)
-    recorded, wakes = recorded_rows(_events(noun, json_sql, inserted, updated), department_id)
+    recorded, wakes = recorded_rows(
+        _events(noun, judging.table, json_sql, inserted, updated), department_id
+    )
     return _answered(judging, judged, writable, inserted, updated, wakes).add_cte(recorded)
 
 
@@ -155,7 +161,11 @@ def _updated(judging: Judging, judged: NamedFromClause, writable: list[ColumnEle
 
 
 def _events(
-    noun: str, json_sql: JsonSql, inserted: NamedFromClause, updated: NamedFromClause
+    noun: str,
+    table: Table,
+    json_sql: JsonSql,
+    inserted: NamedFromClause,
+    updated: NamedFromClause,
 ) -> CompoundSelect[Any]:
     """The events of the writes: ``<noun>.created`` of each new record, ``<noun>.updated`` of
     each changed one."""
@@ -177,8 +187,8 @@ def _events(
         updated.c.department_id,
         literal(f"{noun}.updated", Text).label("type"),
         cast(json_sql(updated), JSON).label("data"),
-        updated.c.changed_fields,
-        previous_values(updated.c.shown_before, updated.c.changed_fields).label("previous"),
+        shown_names(updated.c.changed_fields, table).label("changed_fields"),
+        previous_values(updated.c.shown_before, updated.c.changed_fields, table).label("previous"),
     )
     return union_all(created_events, updated_events)
 

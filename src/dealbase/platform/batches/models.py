@@ -7,6 +7,7 @@ from pydantic import BaseModel, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from dealbase.errors import DomainError, Invalid
+from dealbase.platform.shapes import CUSTOM_FIELDS
 from dealbase.platform.validation import ClientInput, ExternalId, valid_external_id
 from dealbase.platform.versioning import Expected
 
@@ -61,6 +62,15 @@ class Write(Generic[Fields]):
     unless: Expected | None = None
 
 
+def given_fields(fields: BaseModel) -> frozenset[str]:
+    """The fields ``fields`` were given, but the external id: custom ones by their columns (a
+    model fitted to the tenant's custom fields dumps them so)."""
+    given = fields.model_fields_set - {"external_id"}
+    if CUSTOM_FIELDS in given:
+        given = set(fields.model_dump(exclude_unset=True)) - {"external_id", CUSTOM_FIELDS}
+    return frozenset(given)
+
+
 def upserted_fields(fields: Fields, external_id: str) -> Fields:
     """A single upsert's body with the external id its path (or argument) names, which the
     body may repeat but not contradict."""
@@ -79,7 +89,7 @@ def single_upsert(
     """A single upsert (PUT by external id, a GraphQL upsert) as a write: the fields its body
     gave, the external id its path names (``upserted_fields``), its If-Match and
     If-None-Match."""
-    given = frozenset(fields.model_fields_set - {"external_id"})
+    given = given_fields(fields)
     return Write(
         0, True, external_id, upserted_fields(fields, external_id), given, expected, unless
     )

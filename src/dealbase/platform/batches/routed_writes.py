@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from sqlalchemy import (
     TIMESTAMP,
     Integer,
     Select,
+    Table,
     Text,
     bindparam,
     case,
@@ -52,6 +53,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSON, UUID
+from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.dml import ReturningInsert, ReturningUpdate
 
 from dealbase.db.faults import ErrorMeaning
@@ -71,7 +73,7 @@ from dealbase.platform.batches.upserts import (
 from dealbase.platform.events import service as events
 from dealbase.platform.events.repository import WAKES_IN_DEPARTMENT, recorded_at
 from dealbase.platform.record_changes import JsonSql, previous_values
-from dealbase.platform.shapes import JsonObject
+from dealbase.platform.shapes import JsonObject, json_name
 
 # The parameter of the writes' time: the judging statement's ``now()``.
 WRITTEN_AT = "written_at"
@@ -85,7 +87,10 @@ def _judging_statement(judging: Judging, json_sql: JsonSql) -> Select[Any]:
     previous = case(
         (
             verdicts.c.verdict == CHANGE,
-            cast(previous_values(verdicts.c.shown_before, verdicts.c.changed_fields), Text),
+            cast(
+                previous_values(verdicts.c.shown_before, verdicts.c.changed_fields, judging.table),
+                Text,
+            ),
         )
     )
     return select(
@@ -177,31 +182,35 @@ def _numbered(rows: Sequence[Mapping[str, object]]) -> dict[str, object]:
     return {f"{name}_{n}": value for n, row in enumerate(rows) for name, value in row.items()}
 
 
-# Built once per record (its noun), and number of rows.
-_JUDGING: dict[str, Select[Any]] = {}
-_UPDATE: dict[str, ReturningUpdate[Any]] = {}
-_INSERT: dict[tuple[str, int], ReturningInsert[Any]] = {}
+# Built once per record (its table: a tenant's with its custom fields' columns is a record of
+# its own), and number of rows; at most _KEPT of each.
+_JUDGING: dict[Table, Select[Any]] = {}
+_UPDATE: dict[Table, ReturningUpdate[Any]] = {}
+_INSERT: dict[tuple[Table, int], ReturningInsert[Any]] = {}
+_KEPT = 512
+K = TypeVar("K")
+S = TypeVar("S", bound=ClauseElement)
 
 
-def _judging(judging: Judging, noun: str, json_sql: JsonSql) -> Select[Any]:
-    built = _JUDGING.get(noun)
-    if built is None:
-        built = _JUDGING[noun] = built_once(_judging_statement(judging, json_sql))
-    return built
+def _kept(built: dict[K, S], key: K, build: Callable[[], S]) -> S:
+    found = built.get(key)
+    if found is None:
+        if len(built) >= _KEPT:
+            built.clear()
+        found = built[key] = built_once(build())
+    return found
 
 
-def _update(judging: Judging, noun: str) -> ReturningUpdate[Any]:
-    built = _UPDATE.get(noun)
-    if built is None:
-        built = _UPDATE[noun] = built_once(_update_statement(judging))
-    return built
+def _judging(judging: Judging, json_sql: JsonSql) -> Select[Any]:
+    return _kept(_JUDGING, judging.table, lambda: _judging_statement(judging, json_sql))
 
 
-def _insert(judging: Judging, noun: str, rows: int) -> ReturningInsert[Any]:
-    built = _INSERT.get((noun, rows))
-    if built is None:
-        built = _INSERT[(noun, rows)] = built_once(_insert_statement(judging, rows))
-    return built
+def _update(judging: Judging) -> ReturningUpdate[Any]:
+    return _kept(_UPDATE, judging.table, lambda: _update_statement(judging))
+
+
+def _insert(judging: Judging, rows: int) -> ReturningInsert[Any]:
+    return _kept(_INSERT, (judging.table, rows), lambda: _insert_statement(judging, rows))
 
 
 def write(
@@ -222,9 +231,7 @@ def write(
     its events' data; ``meaning``, what an insert's failure means."""
     connection = uow.connection
     judgement = upserts.parameters(judging, writes, department_id, uow.scope.tenant_id)
-    judged = list(
-        connection.execute(_judging(judging, noun, json_sql), judgement.values).mappings()
-    )
+    judged = list(connection.execute(_judging(judging, json_sql), judgement.values).mappings())
     by_index = {write.index: write for write in writes}
     writing = _writing(judging, noun, judged, by_index, atomic=atomic)
     if not writing:
@@ -283,7 +290,7 @@ def _insert_new(
     )
     return [
         connection.defer(
-            _insert(judging, noun, len(rows)), {**_numbered(rows), **shared}, meaning=meaning
+            _insert(judging, len(rows)), {**_numbered(rows), **shared}, meaning=meaning
         )
         for rows in _in_statements(new)
     ]
@@ -307,9 +314,7 @@ def _update_changed(
     ]
     if not changes:
         return None
-    return connection.defer(
-        _update(judging, noun), {"changes": orjson.dumps(changes).decode(), **shared}
-    )
+    return connection.defer(_update(judging), {"changes": orjson.dumps(changes).decode(), **shared})
 
 
 def _new(judging: Judging, row: Mapping[str, Any]) -> Record:
@@ -324,7 +329,12 @@ def _new(judging: Judging, row: Mapping[str, Any]) -> Record:
 def _change(write: Write[Any], row: Mapping[str, Any]) -> dict[str, object]:
     """A changed record's row of the UPDATE's ``changes``: its fields' values as the judging
     statement was given them (``upserts.parameters``)."""
-    values = write.fields.model_dump(mode="json", include=set(row["changed_fields"]))
+    changed = set(row["changed_fields"])
+    values = {
+        name: value
+        for name, value in write.fields.model_dump(mode="json").items()
+        if name in changed
+    }
     return {
         **values,
         "id": str(row[found_column("id")]),
@@ -363,7 +373,7 @@ def _event(noun: str, row: Mapping[str, Any], data: JsonObject) -> dict[str, obj
         "event_id": row["event_id"],
         "type": f"{noun}.created" if created else f"{noun}.updated",
         "data": orjson.dumps(data).decode(),
-        "changed_fields": None if created else row["changed_fields"],
+        "changed_fields": None if created else [json_name(name) for name in row["changed_fields"]],
         "previous": None if created else row["previous"],
     }
 

@@ -15,7 +15,7 @@ from sqlalchemy import text
 
 from dealbase.db.units import AfterCommit, UnitOfWork
 from dealbase.errors import BatchRejected, DomainError, Invalid
-from dealbase.platform.batches.models import Batch, Fields, Record, Result, Write
+from dealbase.platform.batches.models import Batch, Fields, Record, Result, Write, given_fields
 from dealbase.platform.events import service as events
 from dealbase.platform.validation import validated
 
@@ -44,7 +44,7 @@ def writes_of(
         except Invalid as exc:
             failed[index] = Result.failed(exc.within(f"{path}.data"))
             continue
-        given = frozenset(fields.model_fields_set - {"external_id"})
+        given = given_fields(fields)
         external_id: str | None = getattr(fields, "external_id", None)
         if operation.op == "upsert":
             if external_id is not None and external_id != operation.external_id:

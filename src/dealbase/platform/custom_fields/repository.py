@@ -95,13 +95,18 @@ def field_for_change(connection: Connection, field_id: uuid.UUID) -> CustomField
     return None if row is None else to_field(row)
 
 
+# Told each schema whose fields changed, once the change is done (``definitions``).
+CHANGES_CHANNEL = "dealbase_custom_fields"
+
+
 @contextmanager
 def definitions_locked(connection: Connection, schema: str) -> Iterator[None]:
     """Holds, for the session, the lock every change of the schema's fields takes: one change
     at a time, indexes built included. Not waited for: a change under way may build an index
     for long, and a waiting request would hold a thread and a connection meanwhile. Released
     before the connection closes: a backend lets go of its locks only once it has ended, after
-    the client has gone on to its next request."""
+    the client has gone on to its next request. Every process is then told that the schema's
+    fields may have changed (``CHANGES_CHANNEL``)."""
     key = {"key": definitions_lock_key(schema)}
     taken = connection.execute(
         text("SELECT pg_try_advisory_lock(hashtextextended(:key, 0))"), key
@@ -115,6 +120,10 @@ def definitions_locked(connection: Connection, schema: str) -> Iterator[None]:
         yield
     finally:
         connection.execute(text("SELECT pg_advisory_unlock(hashtextextended(:key, 0))"), key)
+        connection.execute(
+            text("SELECT pg_notify(:channel, :schema)"),
+            {"channel": CHANGES_CHANNEL, "schema": schema},
+        )
 
 
 def definitions_lock_key(schema: str) -> str:

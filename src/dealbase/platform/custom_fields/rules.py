@@ -12,8 +12,9 @@ from sqlalchemy import Table
 from dealbase.errors import FieldError
 from dealbase.ids import new_id
 from dealbase.platform.custom_fields.models import FieldType, Option, OptionFields, RecordKind
+from dealbase.platform.shapes import CUSTOM_COLUMN_PREFIX as COLUMN_PREFIX
 from dealbase.platform.tables import activities, customers, deals
-from dealbase.platform.validation import EMAIL_MAX_LENGTH, SHORT_TEXT
+from dealbase.platform.validation import CUSTOM_FIELDS_PER_RECORD, EMAIL_MAX_LENGTH, SHORT_TEXT
 
 TABLES: Mapping[RecordKind, Table] = {
     "customer": customers,
@@ -22,7 +23,7 @@ TABLES: Mapping[RecordKind, Table] = {
 }
 # Fields a record kind may have, archived ones included (they keep their column). Each is a
 # column of the tenant's table, and a column is a row of the shared catalog: docs/scaling.md.
-FIELDS_PER_RECORD = 50
+FIELDS_PER_RECORD = CUSTOM_FIELDS_PER_RECORD
 # Of those, the unique or filterable ones: each has an index, a file of its own however few its
 # rows, and files are what ten thousand tenants' schemas have most of (docs/scaling.md).
 INDEXED_FIELDS_PER_RECORD = 10
@@ -32,7 +33,6 @@ COLUMN_NUMBER_LIMIT = 1_500
 # Names a field may not take besides its record's own: a record's JSON, filters and the upsert
 # key would name either.
 RESERVED_NAMES = frozenset({"custom_fields", "tenant_id", "department_id", "version"})
-COLUMN_PREFIX = "cf_"
 URL_MAX_LENGTH = 2048
 
 # The SQL type of each type's column. Types that widen into one another share it, so that a

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Connection
@@ -25,6 +26,7 @@ from dealbase.errors import (
 )
 from dealbase.ids import new_id
 from dealbase.platform.custom_fields import repository
+from dealbase.platform.custom_fields.definitions import DEFINITIONS
 from dealbase.platform.custom_fields.models import (
     CustomField,
     CustomFieldFields,
@@ -94,9 +96,23 @@ def _definer(scope: Scope) -> str:
     return scope.schema
 
 
+@contextmanager
+def _changing(changes: SchemaChanges, schema: str) -> Iterator[Connection]:
+    """A change of the schema's fields: its session, holding their lock; this process's kept
+    fields of the schema forgotten after it (others are told by the lock's release)."""
+    try:
+        with (
+            changes.session(schema) as connection,
+            repository.definitions_locked(connection, schema),
+        ):
+            yield connection
+    finally:
+        DEFINITIONS.forget(schema)
+
+
 def _define(changes: SchemaChanges, schema: str, fields: CustomFieldFields) -> CustomField:
     wanted = _new_definition(fields)
-    with changes.session(schema) as connection, repository.definitions_locked(connection, schema):
+    with _changing(changes, schema) as connection:
         _check_room(connection, schema, fields, wanted)
         field_id = new_id()
         # Its indexes come after: the row says none until they are built.
@@ -166,7 +182,7 @@ def _change(
     patch: Mapping[str, Any],
     expected: Expected | None,
 ) -> CustomField:
-    with changes.session(schema) as connection, repository.definitions_locked(connection, schema):
+    with _changing(changes, schema) as connection:
         current = _current(repository.field_for_change(connection, field_id), field_id, expected)
         wanted = _changed(current, patch)
         if wanted == current.settable():
@@ -180,7 +196,7 @@ def _change(
 def _delete(
     changes: SchemaChanges, schema: str, field_id: uuid.UUID, expected: Expected | None
 ) -> None:
-    with changes.session(schema) as connection, repository.definitions_locked(connection, schema):
+    with _changing(changes, schema) as connection:
         current = _current(repository.field_for_change(connection, field_id), field_id, expected)
         if not current.archived:
             raise FieldNotArchived(

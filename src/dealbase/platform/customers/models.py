@@ -12,6 +12,7 @@ from dealbase.platform.validation import (
     EMAIL_MAX_LENGTH,
     SHORT_TEXT,
     ClientInput,
+    CustomFieldValues,
     EmailText,
     ExternalId,
     LongText,
@@ -67,6 +68,7 @@ class CustomerFields(ClientInput):
         default=None, description="A real calendar date between 1850-01-01 and today."
     )
     note: LongText | None = None
+    custom_fields: CustomFieldValues | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,13 +4,14 @@ import dataclasses
 import functools
 import operator
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
     Select,
+    Table,
     Text,
     bindparam,
     cast,
@@ -20,6 +21,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.sql.dml import Insert, ReturningInsert
+from sqlalchemy.sql.elements import BindParameter
 
 from dealbase.db.faults import Fault
 from dealbase.db.statements import Record, Rows, built_once
@@ -32,7 +34,8 @@ from dealbase.platform.events.repository import (
     recorded_alone,
     recorded_with,
 )
-from dealbase.platform.listing import BY_ID, ListFilters, Rule, Shape, equal
+from dealbase.platform.listing import BY_ID, ListFilters, Rule, equal
+from dealbase.platform.listing import Shape as FilterShape
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.resources import CUSTOMER
 from dealbase.platform.rows import (
@@ -40,6 +43,7 @@ from dealbase.platform.rows import (
     first_as,
     owned_by,
 )
+from dealbase.platform.shapes import CUSTOM_FIELDS, Shape
 from dealbase.platform.tables import customers, deal_customers, events
 
 # Its rows as every department-owned, versioned record's are read and written.
@@ -71,42 +75,45 @@ def external_id_taken() -> ExternalIdTaken:
     )
 
 
-# The customer's own values, as parameters named after its columns.
-_GIVEN = {
-    name: bindparam(name, type_=customers.c[name].type)
-    for name in ("id", "department_id", *rows.field_columns)
-}
+def _given(table: Table) -> dict[str, BindParameter[Any]]:
+    """The customer's own values, as parameters named after its columns (a tenant's custom
+    fields' among them, on its table with theirs)."""
+    return {
+        name: bindparam(name, type_=table.c[name].type)
+        for name in ("id", "department_id", *OwnedRows(table, "customer").field_columns)
+    }
 
 
-def _insert_statement(as_json: bool) -> ReturningInsert[Any]:
+def _insert_statement(table: Table, as_json: bool) -> ReturningInsert[Any]:
     """A new customer: its columns, or (``as_json``) only those an answer needs besides its
     JSON, which its event's insert returns (27 fewer to send and load)."""
-    columns = (customers.c.id, customers.c.version) if as_json else customers.c
+    columns = (table.c.id, table.c.version) if as_json else table.c
     return (
-        insert(customers)
-        .values(created_at=func.now(), updated_at=func.now(), **_GIVEN)
+        insert(table)
+        .values(created_at=func.now(), updated_at=func.now(), **_given(table))
         .returning(*columns)
     )
 
 
-def _insert_recorded_statement(as_json: bool) -> Select[Any]:
+def _insert_recorded_statement(shape: Shape, as_json: bool) -> Select[Any]:
     """A new customer and its customer.created event in one statement, its data the row's
     JSON (made once), with the row's JSON text (``shown``) and whether the worker is to be woken
     (read last)."""
+    table = shape.table
     inserted = (
-        insert(customers)
-        .values(created_at=func.now(), updated_at=func.now(), **_GIVEN)
-        .returning(*customers.c)
+        insert(table)
+        .values(created_at=func.now(), updated_at=func.now(), **_given(table))
+        .returning(*table.c)
         .cte("inserted")
     )
-    shown = select(inserted, CUSTOMER.json_of_row(inserted).label("shown")).cte("shown")
+    shown = select(inserted, shape.json_of_row(inserted).label("shown")).cte("shown")
     recorded, wakes = recorded_with(
         shown,
         "customer.created",
         shown.c.shown,
-        bindparam("department_id", type_=customers.c.department_id.type),
+        bindparam("department_id", type_=table.c.department_id.type),
     )
-    columns = (customers.c.id, customers.c.version) if as_json else customers.c
+    columns = (table.c.id, table.c.version) if as_json else table.c
     return select(
         *(shown.c[column.name] for column in columns),
         cast(shown.c.shown, Text).label("shown"),
@@ -114,22 +121,47 @@ def _insert_recorded_statement(as_json: bool) -> Select[Any]:
     ).add_cte(recorded)
 
 
-# A new customer and its customer.created event: on one server one statement; on a distributed
-# schema three (the customer, its event with the JSON PostgreSQL makes of the same values, and
-# whether the worker is to be woken), each of which Citus routes whole.
-_INSERT_RECORDED = {
-    as_json: built_once(_insert_recorded_statement(as_json)) for as_json in (False, True)
-}
-_INSERT = {as_json: built_once(_insert_statement(as_json)) for as_json in (False, True)}
-_CREATED_EVENT = recorded_alone(
-    "customer.created",
-    CUSTOMER.json_of_values({**_GIVEN, "created_at": func.now(), "updated_at": func.now()}),
-)
-# Its event's insert, returning the event's data as text when the create answers its JSON.
-_RECORD_CREATED: dict[bool, Insert | ReturningInsert[Any]] = {
-    False: built_once(_CREATED_EVENT),
-    True: built_once(_CREATED_EVENT.returning(cast(events.c.data, Text))),
-}
+def _record_created(shape: Shape, as_json: bool) -> Insert | ReturningInsert[Any]:
+    """A new customer's event, of the JSON PostgreSQL makes of its values, returning the
+    event's data as text when the create answers its JSON."""
+    now = func.now()
+    event = recorded_alone(
+        "customer.created",
+        shape.json_of_values({**_given(shape.table), "created_at": now, "updated_at": now}),
+    )
+    return event.returning(cast(events.c.data, Text)) if as_json else event
+
+
+@dataclass(frozen=True)
+class _Statements:
+    """A new customer and its customer.created event: on one server one statement
+    (``recorded``); on a distributed schema three (the customer, its event with the JSON
+    PostgreSQL makes of the same values, and whether the worker is to be woken), each of which
+    Citus routes whole."""
+
+    recorded: Select[Any]
+    insert: ReturningInsert[Any]
+    event: Insert | ReturningInsert[Any]
+
+
+# By the customer's table (a tenant's with its custom fields' columns is one of its own, of a
+# shape of its own) and whether the create answers its JSON; at most _KEPT.
+_STATEMENTS: dict[tuple[Table, bool], _Statements] = {}
+_KEPT = 512
+
+
+def _statements(shape: Shape, as_json: bool) -> _Statements:
+    key = (shape.table, as_json)
+    found = _STATEMENTS.get(key)
+    if found is None:
+        if len(_STATEMENTS) >= _KEPT:
+            _STATEMENTS.clear()
+        found = _STATEMENTS[key] = _Statements(
+            built_once(_insert_recorded_statement(shape, as_json)),
+            built_once(_insert_statement(shape.table, as_json)),
+            built_once(_record_created(shape, as_json)),
+        )
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,25 +185,30 @@ def defer_insert_recorded(
     fields: CustomerFields,
     *,
     as_json: bool,
+    shape: Shape = CUSTOMER,
+    custom: Mapping[str, object] | None = None,
 ) -> Inserted:
     """Inserts a customer and records its ``customer.created`` event (its data made by
     PostgreSQL), sent with the unit of work's next round trip: with the COMMIT, when nothing
     else runs. ``recorded`` reads it, or ``recorded_as_json`` when ``as_json``. An external id
     another customer of the department has is ExternalIdTaken, raised by that round trip
-    (nothing was written)."""
+    (nothing was written). ``shape``: the customer's of the tenant's custom fields, whose
+    values by column ``custom`` gives."""
     customer_id, event_id = new_ids(2)
     values = {
-        **fields.model_dump(),
+        **fields.model_dump(exclude={CUSTOM_FIELDS}),
+        **(custom or {}),
         "id": customer_id,
         "department_id": department_id,
         "event_id": event_id,
         "tenant_id": str(tenant_id),
     }
+    statements = _statements(shape, as_json)
     if not connection.distributed:
-        row = connection.defer(_INSERT_RECORDED[as_json], values, meaning=_external_id_meaning)
+        row = connection.defer(statements.recorded, values, meaning=_external_id_meaning)
         return Inserted(row, None, None)
-    row = connection.defer(_INSERT[as_json], values, meaning=_external_id_meaning)
-    shown = connection.defer(_RECORD_CREATED[as_json], values)
+    row = connection.defer(statements.insert, values, meaning=_external_id_meaning)
+    shown = connection.defer(statements.event, values)
     wakes = connection.defer(WAKES_IN_DEPARTMENT, {"department_id": department_id})
     return Inserted(row, wakes, shown)
 
@@ -243,7 +280,7 @@ CUSTOMER_FILTERS = ListFilters(
 
 
 @functools.lru_cache(maxsize=64)
-def _page_query(shape: Shape, after: bool, as_json: bool) -> Select[Any]:
+def _page_query(shape: FilterShape, after: bool, as_json: bool) -> Select[Any]:
     """Up to ``limit`` customers of a list in id order, after the id ``after`` when paging on:
     the rows, or each one's id and JSON text."""
     columns: tuple[Any, ...] = (
@@ -262,14 +299,15 @@ def _page(
     page: PageRequest,
     *,
     tenant_id: uuid.UUID | None = None,
+    completed: Callable[[Select[Any]], Select[Any]] | None = None,
 ) -> Rows:
     """A page's rows, or (given the tenant's id, which their JSON shows) each one's id and JSON
-    text."""
+    text, its statement run as ``completed`` makes it."""
     shape, values = CUSTOMER_FILTERS.page_values(department_id, filters, BY_ID, page)
     query = _page_query(shape, page.after is not None, tenant_id is not None)
     if tenant_id is not None:
         values["tenant_id"] = str(tenant_id)
-    return connection.execute(query, values)
+    return connection.execute(query if completed is None else completed(query), values)
 
 
 def list_customers(
@@ -290,10 +328,11 @@ def list_customers_as_json(
     department_id: uuid.UUID | None,
     filters: CustomerFilter,
     page: PageRequest,
+    completed: Callable[[Select[Any]], Select[Any]],
 ) -> list[tuple[uuid.UUID, None, str]]:
     """``list_customers``, each customer as its JSON text made by PostgreSQL (its id beside it,
-    for the cursor; no other sort value)."""
-    rows = _page(connection, department_id, filters, page, tenant_id=tenant_id)
+    for the cursor; no other sort value), its statement run as ``completed`` makes it."""
+    rows = _page(connection, department_id, filters, page, tenant_id=tenant_id, completed=completed)
     return [(customer_id, None, text) for customer_id, text in rows]
 
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -286,12 +286,14 @@ def list_deals_as_json(
     department_id: uuid.UUID | None,
     filters: DealFilter,
     page: PageRequest,
+    completed: Callable[[Select[Any]], Select[Any]],
 ) -> list[tuple[uuid.UUID, int | None, str]]:
     """``list_deal_rows``' deals as (id, sort value, JSON text made by PostgreSQL), customers
-    included: one statement. The sort value is what the order sorts by (None by id)."""
+    included: one statement, run as ``completed`` makes it. The sort value is what the order
+    sorts by (None by id)."""
     order = deal_order(filters.order_by)
     shape, values = DEAL_FILTERS.page_values(department_id, filters, order, page)
-    query = _json_page_query(shape, filters.order_by, page.after is not None)
+    query = completed(_json_page_query(shape, filters.order_by, page.after is not None))
     values["tenant_id"] = str(tenant_id)
     by_volume = order.sort is not None
     return [

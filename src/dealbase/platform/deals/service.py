@@ -17,6 +17,7 @@ from dealbase.platform.deals.models import (
     Deal,
     DealCreate,
     DealFilter,
+    DealPatch,
     DealUpsert,
 )
 from dealbase.platform.events import service as events
@@ -148,8 +149,8 @@ RECORD: records.SyncedRecord[Deal, DealCreate | DealUpsert, DealFilter] = record
     read=_read,
     lists=records.Listing(
         models=_page,
-        texts=lambda uow, filters, page: repository.list_deals_as_json(
-            uow.connection, uow.scope.tenant_id, uow.scope.department_id, filters, page
+        texts=lambda uow, filters, page, completed: repository.list_deals_as_json(
+            uow.connection, uow.scope.tenant_id, uow.scope.department_id, filters, page, completed
         ),
         filtering=repository.DEAL_FILTERS,
         sort_of=_sort_of,
@@ -157,6 +158,7 @@ RECORD: records.SyncedRecord[Deal, DealCreate | DealUpsert, DealFilter] = record
     shape=DEAL,
     create_model=DealCreate,
     upsert_model=DealUpsert,
+    patch_model=DealPatch,
     writes=OneByOne(
         insert=lambda uow, department_id, fields: (
             create(uow, fields)
