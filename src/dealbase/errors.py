@@ -69,6 +69,11 @@ class ExternalIdTaken(Conflict, code="external_id_taken", title="External id tak
     """Another record of the same kind in the department already has the external id."""
 
 
+class ValueTaken(Conflict, code="value_taken", title="Value taken"):
+    """Another record of the same kind in the department already has the value of a unique
+    custom field."""
+
+
 class FieldNameTaken(Conflict, code="field_name_taken", title="Field name taken"):
     """The record already has a custom field of that name."""
 

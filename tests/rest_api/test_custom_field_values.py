@@ -156,3 +156,178 @@ def test_an_upsert_and_a_batch_write_custom_values(
     results = batch.json()["results"]
     assert results[0]["data"]["custom_fields"]["seats"] == 4
     assert results[1]["error"]["errors"][0]["field"] == "operations[1].data.custom_fields.seats"
+
+
+def test_a_list_is_filtered_on_indexed_custom_fields_by_equality_range_and_membership(
+    client: TestClient, world: TenantWorld, admin_headers: dict[str, str]
+) -> None:
+    define(client, admin_headers, name="seats", label="Seats", type="integer", filterable=True)
+    define(client, admin_headers, name="code", label="Code", type="text", unique=True)
+    tier = define(
+        client,
+        admin_headers,
+        name="tier",
+        label="Tier",
+        type="single_select",
+        options=[{"label": "Gold"}, {"label": "Silver"}, {"label": "Bronze"}],
+        filterable=True,
+    )
+    gold, silver, bronze = (option["id"] for option in tier["options"])
+    for number, level in zip(
+        range(1, 7), (gold, silver, bronze, gold, silver, bronze), strict=True
+    ):
+        client.post(
+            CUSTOMERS,
+            json={
+                "last_name": f"N{number}",
+                "custom_fields": {"seats": number, "code": f"C-{number}", "tier": level},
+            },
+            headers=world.key.headers,
+        ).raise_for_status()
+
+    def names(**params: str) -> list[str]:
+        response = client.get(CUSTOMERS, params=params, headers=world.key.headers)
+        assert response.status_code == 200, response.text
+        return [customer["last_name"] for customer in response.json()["data"]]
+
+    assert names(**{"custom_fields.code": "C-3"}) == ["N3"]
+    assert names(**{"custom_fields.seats.gte": "2", "custom_fields.seats.lte": "4"}) == [
+        "N2",
+        "N3",
+        "N4",
+    ]
+    assert names(**{"custom_fields.tier": f"{gold},{bronze}"}) == ["N1", "N3", "N4", "N6"]
+    assert names(**{"custom_fields.tier": silver, "custom_fields.seats.gte": "3"}) == ["N5"]
+
+
+def test_a_page_of_a_filtered_list_goes_on_under_the_same_filters_only(
+    client: TestClient, world: TenantWorld, admin_headers: dict[str, str]
+) -> None:
+    define(client, admin_headers, name="seats", label="Seats", type="integer", filterable=True)
+    for number in range(4):
+        client.post(
+            CUSTOMERS,
+            json={"last_name": f"N{number}", "custom_fields": {"seats": 5}},
+            headers=world.key.headers,
+        ).raise_for_status()
+    first = client.get(
+        CUSTOMERS, params={"custom_fields.seats": "5", "limit": 2}, headers=world.key.headers
+    ).json()
+
+    same = client.get(
+        CUSTOMERS,
+        params={"custom_fields.seats": "5", "limit": 2, "cursor": first["next_cursor"]},
+        headers=world.key.headers,
+    )
+    other = client.get(
+        CUSTOMERS,
+        params={"custom_fields.seats": "6", "limit": 2, "cursor": first["next_cursor"]},
+        headers=world.key.headers,
+    )
+
+    assert [c["last_name"] for c in same.json()["data"]] == ["N2", "N3"]
+    assert (other.status_code, field_codes(other)) == (422, {("cursor", "invalid_cursor")})
+
+
+def test_a_filter_on_an_unknown_unindexed_or_mistyped_field_is_refused_naming_it(
+    client: TestClient, world: TenantWorld, admin_headers: dict[str, str]
+) -> None:
+    define(client, admin_headers, name="seats", label="Seats", type="integer", filterable=True)
+    define(client, admin_headers, name="note2", label="Note", type="text")
+
+    unknown = client.get(CUSTOMERS, params={"custom_fields.nope": "1"}, headers=world.key.headers)
+    unindexed = client.get(
+        CUSTOMERS, params={"custom_fields.note2": "x"}, headers=world.key.headers
+    )
+    mistyped = client.get(
+        CUSTOMERS,
+        params={"custom_fields.seats.gte": "many", "custom_fields.seats.between": "1"},
+        headers=world.key.headers,
+    )
+
+    assert (unknown.status_code, field_codes(unknown)) == (
+        422,
+        {("custom_fields.nope", "unknown_field")},
+    )
+    assert (unindexed.status_code, field_codes(unindexed)) == (
+        422,
+        {("custom_fields.note2", "not_filterable")},
+    )
+    assert mistyped.status_code == 422
+    assert {field for field, _ in field_codes(mistyped)} == {
+        "custom_fields.seats.gte",
+        "custom_fields.seats.between",
+    }
+
+
+def test_a_batch_upserts_by_a_unique_custom_field(
+    client: TestClient, world: TenantWorld, admin_headers: dict[str, str]
+) -> None:
+    define(client, admin_headers, name="contract", label="Contract", type="text", unique=True)
+    define(client, admin_headers, name="seats", label="Seats", type="integer")
+
+    def upsert(seats: int, last_name: str = "Ada") -> dict[str, Any]:
+        data = {"last_name": last_name, "custom_fields": {"contract": "C-1", "seats": seats}}
+        response = client.post(
+            f"{CUSTOMERS}/batch",
+            json={
+                "operations": [
+                    {"op": "upsert", "upsert_key": "custom_fields.contract", "data": data}
+                ]
+            },
+            headers=world.key.headers,
+        )
+        assert response.status_code == 200, response.text
+        result: dict[str, Any] = response.json()["results"][0]
+        return result
+
+    created, changed, unchanged = upsert(1), upsert(2), upsert(2)
+
+    assert (created["outcome"], changed["outcome"], unchanged["outcome"]) == (
+        "created",
+        "updated",
+        "unchanged",
+    )
+    assert changed["data"]["id"] == created["data"]["id"]
+    assert changed["data"]["custom_fields"] == {"contract": "C-1", "seats": 2}
+    listed = client.get(CUSTOMERS, headers=world.key.headers).json()["data"]
+    assert [customer["custom_fields"]["contract"] for customer in listed] == ["C-1"]
+
+
+def test_an_upsert_key_must_be_a_unique_field_and_its_value_given(
+    client: TestClient, world: TenantWorld, admin_headers: dict[str, str]
+) -> None:
+    define(client, admin_headers, name="contract", label="Contract", type="text", unique=True)
+    define(client, admin_headers, name="seats", label="Seats", type="integer")
+
+    def batch(key: str, data: dict[str, Any]) -> Any:
+        return client.post(
+            f"{CUSTOMERS}/batch",
+            json={"operations": [{"op": "upsert", "upsert_key": key, "data": data}]},
+            headers=world.key.headers,
+        )
+
+    not_unique = batch("custom_fields.seats", {"last_name": "A", "custom_fields": {"seats": 1}})
+    missing = batch("custom_fields.contract", {"last_name": "A"})
+
+    assert (not_unique.status_code, field_codes(not_unique)) == (
+        422,
+        {("upsert_key", "not_unique")},
+    )
+    assert missing.status_code == 200
+    assert missing.json()["results"][0]["error"]["errors"][0]["field"] == (
+        "operations[0].data.custom_fields.contract"
+    )
+
+
+def test_a_value_of_a_unique_field_another_customer_has_is_a_conflict(
+    client: TestClient, world: TenantWorld, admin_headers: dict[str, str]
+) -> None:
+    define(client, admin_headers, name="contract", label="Contract", type="text", unique=True)
+    body = {"last_name": "Ada", "custom_fields": {"contract": "C-1"}}
+    client.post(CUSTOMERS, json=body, headers=world.key.headers).raise_for_status()
+
+    again = client.post(CUSTOMERS, json=body, headers=world.key.headers)
+
+    assert (again.status_code, again.json()["code"]) == (409, "value_taken")
+    assert "custom_fields.contract" in again.json()["detail"]

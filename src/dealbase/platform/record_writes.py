@@ -15,7 +15,7 @@ from dealbase.db.faults import Fault
 from dealbase.db.statements import Record
 from dealbase.db.transactions import Deferred
 from dealbase.db.units import AfterCommit, RunAgain, UnitOfWork
-from dealbase.errors import DomainError, ExternalIdTaken, Unavailable
+from dealbase.errors import DomainError, ExternalIdTaken, Unavailable, ValueTaken
 from dealbase.platform.batches import bulk_writes, routed_writes, upserts
 from dealbase.platform.batches.models import Fields, Outcome, Result, Write
 from dealbase.platform.batches.service import savepoint
@@ -237,9 +237,15 @@ _OUTCOMES: dict[str, Outcome] = {
 
 def _raced(noun: str, fault: Fault) -> RunAgain | None:
     """A bulk insert that met an external id another transaction inserted after the lookup:
-    the unit of work runs again, and its lookup finds that record."""
-    if external_id_taken(noun, fault) is None:
+    the unit of work runs again, and its lookup finds that record; or a unique custom field's
+    value another record has."""
+    taken = external_id_taken(noun, fault)
+    if taken is None:
         return None
+    if isinstance(taken, ValueTaken):
+        # Taken before (answered once the runs are spent), or by a record another request
+        # inserted after the lookup by a unique field, which the next run finds.
+        return RunAgain(taken)
     return RunAgain(
         ExternalIdTaken(
             f"Other requests took the batch's external ids of {noun}s at the same time; retry."

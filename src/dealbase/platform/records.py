@@ -16,6 +16,8 @@ its service, which declares its descriptor as ``RECORD``.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,12 +54,13 @@ Filter = TypeVar("Filter", bound=BaseModel)
 # A record of a page of REST's lists: its id, the value its list sorts by besides the id (None
 # in a list by id alone), and its JSON text made by PostgreSQL.
 JsonRow = tuple[uuid.UUID, int | None, str]
-# What a list's statement of JSON texts is run as: itself, or (a record fitted to a tenant's
-# custom fields) a statement over it that adds their values to each text.
-Completed = Callable[[Select[Any]], Select[Any]]
+# What a list's statement of JSON texts is run as, given its values: itself, or (a record fitted
+# to a tenant's custom fields) one narrowed by the custom filters, whose values it adds, and
+# adding the custom values to each text.
+Completed = Callable[[Select[Any], dict[str, Any]], Select[Any]]
 
 
-def as_it_is(statement: Select[Any]) -> Select[Any]:
+def as_it_is(statement: Select[Any], values: dict[str, Any]) -> Select[Any]:
     return statement
 
 
@@ -129,6 +132,10 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
     judging: Judging = field(init=False)
     # Its version and JSON text by id (``get_as_json``), for a caller with a department or not.
     one_as_json: Mapping[bool, Select[Any]] = field(init=False)
+    # Itself with upserts by each unique custom field's column (``keyed_by``).
+    _keyed: dict[str, SyncedRecord[Model, Fields, Filter]] = field(
+        init=False, default_factory=dict, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         table = self.shape.table
@@ -262,15 +269,24 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
         return page.page_of(found, _id_of, filters, self.lists.sort_of(filters))
 
     def list_page_as_json(
-        self, uow: UnitOfWork, filters: Filter, limit: int | None, cursor: str | None
+        self,
+        uow: UnitOfWork,
+        filters: Filter,
+        limit: int | None,
+        cursor: str | None,
+        custom_filters: Mapping[str, str] | None = None,
     ) -> Page[str]:
         """``list_page`` with each record as its JSON text made by PostgreSQL (a page of REST's
-        list, made without a read model)."""
+        list, made without a read model), narrowed by ``custom_filters`` too (query parameters
+        on the tenant's custom fields, by name: ``custom_fields.filters``)."""
         if (fitted := self.fitted(uow)) is not self:
-            return fitted.list_page_as_json(uow, filters, limit, cursor)
-        page = page_request(limit, cursor, filters)
+            return fitted.list_page_as_json(uow, filters, limit, cursor, custom_filters)
         custom = self.custom
-        completed = as_it_is if custom is None or not custom.fields else custom.completed
+        completed: Completed = as_it_is
+        if custom is not None and (custom.fields or custom_filters):
+            filters = cast(Filter, custom.filters.judged(filters, custom_filters or {}))
+            completed = functools.partial(custom.completed, custom.filters.values(filters))
+        page = page_request(limit, cursor, filters)
         rows = self.lists.texts(uow, filters, page, completed)
         by_value = self.lists.sort_of(filters) is not None
         found = page.page_of(rows, _row_id, filters, _row_sort if by_value else None)
@@ -444,14 +460,29 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
         alone unless the batch is ``atomic`` (then the first failure rejects it all)."""
         if (fitted := self.fitted(uow)) is not self:
             return fitted.batch(uow, operations, atomic=atomic)
+        record = self if operations.upsert_key is None else self.keyed_by(operations.upsert_key)
         return batches.run(
             uow,
             operations,
-            lambda uow, writes: apply_writes(self, uow, writes, isolated=not atomic),
+            lambda uow, writes: apply_writes(record, uow, writes, isolated=not atomic),
             create=self.create_model,
             upsert=self.upsert_model,
             atomic=atomic,
+            key=record.judging.key,
         )
+
+    def keyed_by(self, upsert_key: str) -> SyncedRecord[Model, Fields, Filter]:
+        """The fitted record whose upserts name their records by the unique custom field
+        ``upsert_key`` (``custom_fields.<name>``): else Invalid, naming ``upsert_key``."""
+        custom = self.custom
+        assert custom is not None, "a batch's record is fitted"
+        column = custom.unique_column(upsert_key)
+        keyed = self._keyed.get(column)
+        if keyed is None:
+            keyed = dataclasses.replace(self)
+            object.__setattr__(keyed, "judging", dataclasses.replace(self.judging, key=column))
+            self._keyed[column] = keyed
+        return keyed
 
 
 def _change_parameters(

@@ -29,7 +29,9 @@ from sqlalchemy.sql import ClauseElement
 from dealbase.db.faults import Fault, faults_meaning
 from dealbase.db.statements import Record
 from dealbase.db.transactions import TenantConnection
-from dealbase.errors import ExternalIdTaken, NotFound, PreconditionFailed
+from dealbase.errors import ExternalIdTaken, NotFound, PreconditionFailed, ValueTaken
+from dealbase.platform.custom_fields.rules import unique_field_of
+from dealbase.platform.shapes import CUSTOM_FIELDS
 from dealbase.platform.versioning import Expected
 
 # The prefix of the previous values' columns in what OwnedRows.update's statement returns.
@@ -113,12 +115,22 @@ def ids_in_department(
     return {row_id for (row_id,) in found}
 
 
-def external_id_taken(noun: str, fault: Fault) -> ExternalIdTaken | None:
+def external_id_taken(noun: str, fault: Fault) -> ExternalIdTaken | ValueTaken | None:
     """What a write's database fault means when it gave a row an external id its department
-    already uses: 409 ExternalIdTaken, not a database error; else None."""
-    if fault.kind != "unique" or not (fault.constraint or "").endswith("_external_id_key"):
+    already uses, or a unique custom field's value another row of it has: 409
+    ExternalIdTaken or ValueTaken, not a database error; else None."""
+    if fault.kind != "unique":
         return None
-    return ExternalIdTaken(f"Another {noun} of the department has this external_id.")
+    constraint = fault.constraint or ""
+    if constraint.endswith("_external_id_key"):
+        return ExternalIdTaken(f"Another {noun} of the department has this external_id.")
+    field = unique_field_of(noun, constraint)
+    if field is None:
+        return None
+    return ValueTaken(
+        f"Another {noun} of the department has this value of {CUSTOM_FIELDS}.{field},"
+        " a unique field."
+    )
 
 
 @contextmanager
@@ -227,7 +239,7 @@ class OwnedRows:
             f"The {self.noun} has changed since the version named in If-Match; read it again."
         )
 
-    def external_id_meaning(self, fault: Fault) -> ExternalIdTaken | None:
+    def external_id_meaning(self, fault: Fault) -> ExternalIdTaken | ValueTaken | None:
         """``external_id_taken`` of this noun: a deferred write's ``meaning``."""
         return external_id_taken(self.noun, fault)
 

@@ -33,6 +33,7 @@ from dealbase.edge.requests import (
     parse_body,
 )
 from dealbase.platform.batches.models import Batch, Result
+from dealbase.platform.custom_fields.filters import PREFIX as CUSTOM_FILTERS_PREFIX
 from dealbase.platform.record_writes import Owned
 from dealbase.platform.records import SyncedRecord
 from dealbase.platform.resources import JsonObject
@@ -185,8 +186,14 @@ def add_list_route(
     ) -> Response:
         scope = caller_of(request)
         judged = validated(filter_model, given)
+        custom = {
+            name: value
+            for name, value in request.query_params.items()
+            if name.startswith(CUSTOM_FILTERS_PREFIX)
+        }
         found = await database_of(request).read(
-            scope, lambda uow: record.service.list_page_as_json(uow, judged, limit, cursor)
+            scope,
+            lambda uow: record.service.list_page_as_json(uow, judged, limit, cursor, custom),
         )
         return json_text_page(found)
 

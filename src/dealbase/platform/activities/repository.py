@@ -91,11 +91,11 @@ def _page(
     filters: ActivityFilter,
     page: PageRequest,
     as_json: bool,
-    completed: Callable[[Select[Any]], Select[Any]] | None = None,
+    completed: Callable[[Select[Any], dict[str, Any]], Select[Any]] | None = None,
 ) -> Any:
     shape, values = ACTIVITY_FILTERS.page_values(department_id, filters, BY_ID, page)
     query = _page_query(shape, page.after is not None, as_json)
-    return connection.execute(query if completed is None else completed(query), values)
+    return connection.execute(query if completed is None else completed(query, values), values)
 
 
 def list_activities(
@@ -113,7 +113,7 @@ def list_activities_as_json(
     department_id: uuid.UUID | None,
     filters: ActivityFilter,
     page: PageRequest,
-    completed: Callable[[Select[Any]], Select[Any]],
+    completed: Callable[[Select[Any], dict[str, Any]], Select[Any]],
 ) -> list[tuple[uuid.UUID, None, str]]:
     """``list_activities``, each activity as its JSON text made by PostgreSQL (its id beside
     it, for the cursor; no other sort value), its statement run as ``completed`` makes it."""

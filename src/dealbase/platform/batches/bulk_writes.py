@@ -58,7 +58,7 @@ from dealbase.platform.events.repository import recorded_rows
 from dealbase.platform.record_changes import JsonSql, previous_values, shown_names
 
 # By the record's table: a tenant's with its custom fields' columns is a record of its own.
-_BUILT: dict[tuple[Table, bool], CompoundSelect[Any]] = {}
+_BUILT: dict[tuple[Table, str, bool], CompoundSelect[Any]] = {}
 _KEPT = 512
 
 
@@ -67,7 +67,7 @@ def statement(
 ) -> CompoundSelect[Any]:
     """The statement of a record's writes (its ``upserts.parameters``), built once per record
     and atomicity."""
-    key = (judging.table, atomic)
+    key = (*judging.built_as, atomic)
     built = _BUILT.get(key)
     if built is None:
         if len(_BUILT) >= _KEPT:

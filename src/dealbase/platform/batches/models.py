@@ -17,6 +17,18 @@ Fields = TypeVar("Fields", bound=BaseModel)
 Record = TypeVar("Record")
 
 
+UpsertKey = Annotated[
+    str,
+    Field(
+        max_length=len(CUSTOM_FIELDS) + 1 + 48,
+        pattern=rf"^{CUSTOM_FIELDS}\.[a-z][a-z0-9_]*$",
+        description="upsert: name the record by this unique custom field"
+        " (`custom_fields.<name>`), whose value `data` gives, instead of by `external_id`."
+        " Every upsert of a batch names its records the same way.",
+    ),
+]
+
+
 class Operation(ClientInput):
     """One operation of a batch. ``data`` is judged on its own, so that one bad record fails
     only its operation (unless the batch is atomic)."""
@@ -24,16 +36,23 @@ class Operation(ClientInput):
     op: Literal["create", "upsert"]
     external_id: ExternalId | None = Field(
         default=None,
-        description="upsert: the record to create or update. create: not used (a new record's"
-        " external id goes in `data`).",
+        description="upsert: the record to create or update (or `upsert_key`). create: not"
+        " used (a new record's external id goes in `data`).",
     )
+    upsert_key: UpsertKey | None = None
     data: dict[str, Any] = Field(description="The record's fields, as its create operation takes.")
 
     @model_validator(mode="after")
     def _external_id_where_it_belongs(self) -> Operation:
-        if self.op == "upsert" and self.external_id is None:
-            raise PydanticCustomError("missing", "an upsert names the record's external_id")
-        if self.op == "create" and self.external_id is not None:
+        if self.op == "upsert" and self.external_id is None and self.upsert_key is None:
+            raise PydanticCustomError(
+                "missing", "an upsert names the record's external_id (or its upsert_key)"
+            )
+        if self.op == "upsert" and self.external_id is not None and self.upsert_key is not None:
+            raise PydanticCustomError(
+                "unknown_field", "an upsert names its record by external_id or upsert_key"
+            )
+        if self.op == "create" and (self.external_id, self.upsert_key) != (None, None):
             raise PydanticCustomError(
                 "unknown_field", "a create carries its external id in data.external_id"
             )
@@ -42,6 +61,20 @@ class Operation(ClientInput):
 
 class Batch(ClientInput):
     operations: Annotated[list[Operation], Field(min_length=1, max_length=MAX_OPERATIONS)]
+
+    @model_validator(mode="after")
+    def _one_way_of_naming_records(self) -> Batch:
+        keys = {operation.upsert_key for operation in self.operations if operation.op == "upsert"}
+        if len(keys) > 1:
+            raise PydanticCustomError(
+                "mismatch", "every upsert of a batch names its record the same way"
+            )
+        return self
+
+    @property
+    def upsert_key(self) -> str | None:
+        """The unique custom field its upserts name their records by (None: external ids)."""
+        return next((each.upsert_key for each in self.operations if each.upsert_key), None)
 
 
 @dataclass(frozen=True, slots=True)

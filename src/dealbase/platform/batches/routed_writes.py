@@ -184,9 +184,9 @@ def _numbered(rows: Sequence[Mapping[str, object]]) -> dict[str, object]:
 
 # Built once per record (its table: a tenant's with its custom fields' columns is a record of
 # its own), and number of rows; at most _KEPT of each.
-_JUDGING: dict[Table, Select[Any]] = {}
-_UPDATE: dict[Table, ReturningUpdate[Any]] = {}
-_INSERT: dict[tuple[Table, int], ReturningInsert[Any]] = {}
+_JUDGING: dict[tuple[Table, str], Select[Any]] = {}
+_UPDATE: dict[tuple[Table, str], ReturningUpdate[Any]] = {}
+_INSERT: dict[tuple[Table, str, int], ReturningInsert[Any]] = {}
 _KEPT = 512
 K = TypeVar("K")
 S = TypeVar("S", bound=ClauseElement)
@@ -202,15 +202,15 @@ def _kept(built: dict[K, S], key: K, build: Callable[[], S]) -> S:
 
 
 def _judging(judging: Judging, json_sql: JsonSql) -> Select[Any]:
-    return _kept(_JUDGING, judging.table, lambda: _judging_statement(judging, json_sql))
+    return _kept(_JUDGING, judging.built_as, lambda: _judging_statement(judging, json_sql))
 
 
 def _update(judging: Judging) -> ReturningUpdate[Any]:
-    return _kept(_UPDATE, judging.table, lambda: _update_statement(judging))
+    return _kept(_UPDATE, judging.built_as, lambda: _update_statement(judging))
 
 
 def _insert(judging: Judging, rows: int) -> ReturningInsert[Any]:
-    return _kept(_INSERT, (judging.table, rows), lambda: _insert_statement(judging, rows))
+    return _kept(_INSERT, (*judging.built_as, rows), lambda: _insert_statement(judging, rows))
 
 
 def write(

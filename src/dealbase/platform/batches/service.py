@@ -11,11 +11,20 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
+from pydantic import BaseModel
 from sqlalchemy import text
 
 from dealbase.db.units import AfterCommit, UnitOfWork
 from dealbase.errors import BatchRejected, DomainError, Invalid
-from dealbase.platform.batches.models import Batch, Fields, Record, Result, Write, given_fields
+from dealbase.platform.batches.models import (
+    Batch,
+    Fields,
+    Operation,
+    Record,
+    Result,
+    Write,
+    given_fields,
+)
 from dealbase.platform.events import service as events
 from dealbase.platform.validation import validated
 
@@ -29,14 +38,14 @@ Apply = Callable[
 
 
 def writes_of(
-    batch: Batch, create: type[Fields], upsert: type[Fields]
+    batch: Batch, create: type[Fields], upsert: type[Fields], key: str = "external_id"
 ) -> tuple[list[Write[Fields]], dict[int, Result[Record]]]:
     """The operations whose data passes its model (``create``'s or ``upsert``'s), and a failed
-    result for each of the others (an external id named twice in a batch fails its later
-    operations: which would win?)."""
+    result for each of the others (an external id, or a value of the upserts' ``key`` column,
+    named twice in a batch fails its later operations: which would win?)."""
     writes: list[Write[Fields]] = []
     failed: dict[int, Result[Record]] = {}
-    seen: set[str] = set()
+    seen: set[object] = set()
     for index, operation in enumerate(batch.operations):
         path = f"operations[{index}]"
         try:
@@ -44,35 +53,69 @@ def writes_of(
         except Invalid as exc:
             failed[index] = Result.failed(exc.within(f"{path}.data"))
             continue
-        given = given_fields(fields)
-        external_id: str | None = getattr(fields, "external_id", None)
-        if operation.op == "upsert":
-            if external_id is not None and external_id != operation.external_id:
-                failed[index] = Result.failed(
-                    Invalid.of(
-                        f"{path}.data.external_id",
-                        "mismatch",
-                        "data.external_id must be the operation's external_id, or absent.",
-                    )
-                )
-                continue
-            external_id = operation.external_id
+        try:
+            external_id = _external_id(operation, fields, path)
+            named = _named_by(operation, fields, path, key, external_id)
+        except Invalid as exc:
+            failed[index] = Result.failed(exc)
+            continue
+        if operation.op == "upsert" and key == "external_id":
             fields = fields.model_copy(update={"external_id": external_id})
-        if external_id is not None:
-            if external_id in seen:
+        if named is not None:
+            if named in seen:
                 failed[index] = Result.failed(
                     Invalid.of(
-                        f"{path}.external_id"
-                        if operation.op == "upsert"
-                        else f"{path}.data.external_id",
+                        _named_at(operation, path, key),
                         "duplicate_item",
-                        "An earlier operation of the batch names this external id.",
+                        "An earlier operation of the batch names this external id."
+                        if operation.op == "create" or key == "external_id"
+                        else "An earlier operation of the batch names this value of the key.",
                     )
                 )
                 continue
-            seen.add(external_id)
-        writes.append(Write(index, operation.op == "upsert", external_id, fields, given))
+            seen.add(named)
+        writes.append(
+            Write(index, operation.op == "upsert", external_id, fields, given_fields(fields))
+        )
     return writes, failed
+
+
+def _external_id(operation: Operation, fields: BaseModel, path: str) -> str | None:
+    """The write's external id: its data's, or (an upsert by external id) the operation's,
+    which its data may repeat but not contradict."""
+    given: str | None = getattr(fields, "external_id", None)
+    if operation.op != "upsert" or operation.external_id is None:
+        return given
+    if given is not None and given != operation.external_id:
+        raise Invalid.of(
+            f"{path}.data.external_id",
+            "mismatch",
+            "data.external_id must be the operation's external_id, or absent.",
+        )
+    return operation.external_id
+
+
+def _named_by(
+    operation: Operation, fields: BaseModel, path: str, key: str, external_id: str | None
+) -> object:
+    """What names the write's record in the batch: its external id, or an upsert's value of
+    the ``key`` column (which its data must give)."""
+    if operation.op == "create" or key == "external_id":
+        return external_id
+    value = fields.model_dump().get(key)
+    if value is None:
+        raise Invalid.of(
+            f"{path}.data.{operation.upsert_key}",
+            "missing",
+            "An upsert by this key gives the key's value in its data.",
+        )
+    return value
+
+
+def _named_at(operation: Operation, path: str, key: str) -> str:
+    if operation.op == "create":
+        return f"{path}.data.external_id"
+    return f"{path}.external_id" if key == "external_id" else f"{path}.upsert_key"
 
 
 def run(
@@ -83,13 +126,14 @@ def run(
     create: type[Fields],
     upsert: type[Fields],
     atomic: bool,
+    key: str = "external_id",
 ) -> AfterCommit[list[Result[Record]]]:
     """Every operation's result, in the batch's order, once read: ``create`` and ``upsert``
     are the models their operations' data must pass (the same for most resources). An atomic
     batch with a failure is rejected (``BatchRejected``): now when its writes were applied now
     (the unit of work rolls them back), else when read (its statement wrote nothing)."""
     results: dict[int, Result[Record]]
-    writes, results = writes_of(batch, create, upsert)
+    writes, results = writes_of(batch, create, upsert, key)
     if atomic and results:
         raise _rejected(results)
     applied = apply(uow, writes)

@@ -78,6 +78,15 @@ class Judging:
     references: Mapping[str, Table]
     # Columns besides its table's that a row of it is read with (a deal's employee's name).
     read_columns: tuple[ColumnElement[Any], ...] = ()
+    # The column an upsert names its record by: its external id, or a unique custom field's
+    # (a batch's ``upsert_key``), whose value the write's fields give.
+    key: str = "external_id"
+
+    @property
+    def built_as(self) -> tuple[Table, str]:
+        """What a statement made of it is kept by: its table (a tenant's with its custom
+        fields' columns is one of its own) and its key."""
+        return self.table, self.key
 
 
 @dataclass(frozen=True)
@@ -122,14 +131,21 @@ def parameters(
         {
             "writes": orjson.dumps(rows).decode(),
             "event_ids": orjson.dumps({row["new_id"]: row["event_id"] for row in rows}).decode(),
-            "external_ids": [
-                write.external_id for write in writes if write.external_id is not None
-            ],
+            "external_ids": _keys(judging, writes),
             DEPARTMENT: department_id,
             "tenant_id": str(tenant_id),
         },
         {write.index: ids[2 * number] for number, write in enumerate(writes)},
     )
+
+
+def _keys(judging: Judging, writes: Sequence[Write[Any]]) -> list[object]:
+    """The values the writes name their records by (their external ids, or their values of
+    the key's column)."""
+    if judging.key == "external_id":
+        return [write.external_id for write in writes if write.external_id is not None]
+    named = (write.fields.model_dump().get(judging.key) for write in writes)
+    return [value for value in named if value is not None]
 
 
 def _versions(expected: Expected | None) -> list[int] | None:
@@ -205,15 +221,18 @@ def judged(
 
 
 def _locking(judging: Judging, department_id: ColumnElement[Any]) -> Select[Any]:
-    """The records the writes name, by their external ids, locked in id order."""
+    """The records the writes name, by their external ids (or their key's values), locked in
+    id order."""
     table = judging.table
+    key = table.c[judging.key]
+    kind = Text() if judging.key == "external_id" else key.type
     return (
         select(*table.c, *judging.read_columns)
         .where(
             table.c.department_id == department_id,
             # An array of its own, not the writes' relation: Citus fails to read back what a
             # locking read joined to a function computed ("invalid input syntax ... PGCOPY").
-            table.c.external_id == any_(bindparam("external_ids", type_=ARRAY(Text))),
+            key == any_(bindparam("external_ids", type_=ARRAY(kind))),
         )
         .order_by(table.c.id)
         .with_for_update(of=table)
@@ -261,7 +280,7 @@ def _compared(
         changed_fields.label("changed_fields"),
         *(found.c[column.name].label(found_column(column.name)) for column in read),
         *before,
-    ).select_from(given.outerjoin(found, found.c.external_id == given.c.external_id))
+    ).select_from(given.outerjoin(found, found.c[judging.key] == given.c[judging.key]))
 
 
 def _verdict(compared: NamedFromClause) -> ColumnElement[str]:
@@ -310,7 +329,7 @@ def _named(query: Select[Any], name: str, routed: bool) -> CTE | Subquery:
     return query.subquery(name) if routed else query.cte(name)
 
 
-_JUDGED: dict[tuple[str, bool], Select[Any]] = {}
+_JUDGED: dict[tuple[Table, str, bool], Select[Any]] = {}
 
 
 def judged_statement(judging: Judging, *, routed: bool = False) -> Select[Any]:
@@ -318,7 +337,7 @@ def judged_statement(judging: Judging, *, routed: bool = False) -> Select[Any]:
     with the record it names (its columns and ``read_columns``, by their own names; all null
     when none), in the order of the writes: ``judged`` alone, for a record written one write at
     a time (``routed``: of subqueries, on a distributed schema). Built once per table."""
-    key = (judging.table.name, routed)
+    key = (*judging.built_as, routed)
     built = _JUDGED.get(key)
     if built is None:
         verdicts = judged(judging, routed=True) if routed else judged(judging)
@@ -380,6 +399,8 @@ def precondition_failed(noun: str, write: Write[Fields], why: str) -> DomainErro
 
 
 def changed_values(write: Write[Fields], changed_fields: Sequence[str]) -> dict[str, object]:
-    """The values of the fields ``judged`` found changed, from the write's model."""
+    """The values of the fields ``judged`` found changed, from the write's model (custom ones
+    by their columns, as a fitted model dumps them)."""
     fields: BaseModel = write.fields
-    return {name: getattr(fields, name) for name in changed_fields}
+    values = fields.model_dump()
+    return {name: values[name] for name in changed_fields}

@@ -17,8 +17,9 @@ from sqlalchemy import Select, Table, bindparam, func, select
 
 from dealbase.db.statements import Record, built_once
 from dealbase.db.units import UnitOfWork
-from dealbase.errors import invalid_from_pydantic
+from dealbase.errors import Invalid, invalid_from_pydantic
 from dealbase.platform.custom_fields.definitions import DEFINITIONS
+from dealbase.platform.custom_fields.filters import CustomFilters
 from dealbase.platform.custom_fields.models import CustomField
 from dealbase.platform.custom_fields.rules import column_name
 from dealbase.platform.custom_fields.values import (
@@ -50,6 +51,8 @@ class CustomValues:
     table: Table | None
     # The values of a record by id, as ``values`` reads them.
     by_ids: Select[Any] | None
+    # The filters its lists take on them.
+    filters: CustomFilters
     # ``completed``'s statements, by the statement they complete.
     _completed: dict[Select[Any], Select[Any]] = field(default_factory=dict, compare=False)
 
@@ -60,6 +63,19 @@ class CustomValues:
     @property
     def required(self) -> bool:
         return any(field.required for field in self.fields)
+
+    def unique_column(self, upsert_key: str) -> str:
+        """The column of the unique field ``upsert_key`` names (``custom_fields.<name>``): else
+        Invalid naming ``upsert_key``."""
+        name = upsert_key.removeprefix(f"{CUSTOM_FIELDS}.")
+        found = next((field for field in self.fields if field.name == name), None)
+        if found is None or not found.unique:
+            raise Invalid.of(
+                "upsert_key",
+                "not_unique" if found else "not_found",
+                f"{upsert_key} is not a unique custom field of the record.",
+            )
+        return column_name(name)
 
     def columns(self, given: Mapping[str, Any] | None, *, change: bool) -> dict[str, Any]:
         """The columns of ``custom_fields``' object ``given`` (None: none given), judged by the
@@ -80,10 +96,17 @@ class CustomValues:
         """The custom values of the records of ``ids``, by id."""
         return {key: values_of_row(self.fields, row) for key, row in self._rows(uow, ids).items()}
 
-    def completed(self, statement: Select[Any]) -> Select[Any]:
-        """A list's ``statement`` of JSON texts (its last column) with each text completed by
-        ``custom_fields`` (last, as the record's JSON shows it): a statement over it, which
-        reads each record's values by its id."""
+    def completed(
+        self, filtered: Mapping[str, Any], statement: Select[Any], values: dict[str, Any]
+    ) -> Select[Any]:
+        """A list's ``statement`` of JSON texts, its ``values`` given: narrowed by the custom
+        filters ``filtered`` (their values by attribute, added to ``values``), and each text (its
+        last column) completed by ``custom_fields`` (last, as the record's JSON shows it), by a
+        statement over it that reads each record's values by its id."""
+        values.update(filtered)
+        statement = self.filters.narrowed(statement, frozenset(filtered))
+        if self.table is None:
+            return statement
         found = self._completed.get(statement)
         if found is None:
             assert self.table is not None
@@ -151,6 +174,7 @@ def _fitted(record: R, live: tuple[CustomField, ...]) -> R:
         of_change,
         table if live else None,
         _values_by_ids(table, live) if live else None,
+        CustomFilters(live),
     )
     if not live:
         return dataclasses.replace(

@@ -78,6 +78,14 @@ def index_name(record: RecordKind, name: str, unique: bool) -> str:
     return f"{record}_{COLUMN_PREFIX}{name}_{'u' if unique else 'f'}"
 
 
+def unique_field_of(record: str, index: str) -> str | None:
+    """The name of the unique field of ``record`` whose index is ``index``, if it is one."""
+    prefix, suffix = f"{record}_{COLUMN_PREFIX}", "_u"
+    if index.startswith(prefix) and index.endswith(suffix):
+        return index.removeprefix(prefix).removesuffix(suffix)
+    return None
+
+
 def name_errors(record: RecordKind, name: str) -> list[FieldError]:
     if name in RESERVED_NAMES or name in TABLES[record].c:
         return [FieldError("name", "reserved", f"{name} is a name of the {record}'s own.")]

@@ -26,7 +26,7 @@ from sqlalchemy.sql.elements import BindParameter
 from dealbase.db.faults import Fault
 from dealbase.db.statements import Record, Rows, built_once
 from dealbase.db.transactions import Deferred, TenantConnection
-from dealbase.errors import ExternalIdTaken
+from dealbase.errors import ExternalIdTaken, ValueTaken
 from dealbase.ids import new_ids
 from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
 from dealbase.platform.events.repository import (
@@ -174,8 +174,9 @@ class Inserted:
     shown: Deferred | None
 
 
-def _external_id_meaning(fault: Fault) -> ExternalIdTaken | None:
-    return external_id_taken() if rows.external_id_meaning(fault) is not None else None
+def _external_id_meaning(fault: Fault) -> ExternalIdTaken | ValueTaken | None:
+    taken = rows.external_id_meaning(fault)
+    return external_id_taken() if isinstance(taken, ExternalIdTaken) else taken
 
 
 def defer_insert_recorded(
@@ -299,7 +300,7 @@ def _page(
     page: PageRequest,
     *,
     tenant_id: uuid.UUID | None = None,
-    completed: Callable[[Select[Any]], Select[Any]] | None = None,
+    completed: Callable[[Select[Any], dict[str, Any]], Select[Any]] | None = None,
 ) -> Rows:
     """A page's rows, or (given the tenant's id, which their JSON shows) each one's id and JSON
     text, its statement run as ``completed`` makes it."""
@@ -307,7 +308,7 @@ def _page(
     query = _page_query(shape, page.after is not None, tenant_id is not None)
     if tenant_id is not None:
         values["tenant_id"] = str(tenant_id)
-    return connection.execute(query if completed is None else completed(query), values)
+    return connection.execute(query if completed is None else completed(query, values), values)
 
 
 def list_customers(
@@ -328,7 +329,7 @@ def list_customers_as_json(
     department_id: uuid.UUID | None,
     filters: CustomerFilter,
     page: PageRequest,
-    completed: Callable[[Select[Any]], Select[Any]],
+    completed: Callable[[Select[Any], dict[str, Any]], Select[Any]],
 ) -> list[tuple[uuid.UUID, None, str]]:
     """``list_customers``, each customer as its JSON text made by PostgreSQL (its id beside it,
     for the cursor; no other sort value), its statement run as ``completed`` makes it."""

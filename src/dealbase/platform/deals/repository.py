@@ -286,15 +286,15 @@ def list_deals_as_json(
     department_id: uuid.UUID | None,
     filters: DealFilter,
     page: PageRequest,
-    completed: Callable[[Select[Any]], Select[Any]],
+    completed: Callable[[Select[Any], dict[str, Any]], Select[Any]],
 ) -> list[tuple[uuid.UUID, int | None, str]]:
     """``list_deal_rows``' deals as (id, sort value, JSON text made by PostgreSQL), customers
     included: one statement, run as ``completed`` makes it. The sort value is what the order
     sorts by (None by id)."""
     order = deal_order(filters.order_by)
     shape, values = DEAL_FILTERS.page_values(department_id, filters, order, page)
-    query = completed(_json_page_query(shape, filters.order_by, page.after is not None))
     values["tenant_id"] = str(tenant_id)
+    query = completed(_json_page_query(shape, filters.order_by, page.after is not None), values)
     by_volume = order.sort is not None
     return [
         (row[0], row[1] if by_volume else None, row[2]) for row in connection.execute(query, values)
