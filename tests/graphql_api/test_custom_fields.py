@@ -2,7 +2,7 @@
 ``customFields`` (judged by the platform, each bad field named as REST's 422 names it), read
 back as REST's JSON shows them by the resolvers (a record read whole, by a loader or in a
 nested list) and by the compiled reads alike, null for a tenant without fields; the
-definitions read by ``customFieldDefinitions``; and the live changes carry them."""
+definitions read by ``customFieldDefinitions``; and the live changes and boards carry them."""
 
 from __future__ import annotations
 
@@ -392,3 +392,28 @@ def test_a_live_change_carries_the_records_custom_fields(
 
     assert change["recordId"] == created["id"]
     assert change["record"]["custom_fields"] == _shown({"seats": 5, "tags": [options["a"]]})
+
+
+def test_each_result_of_a_board_subscription_shows_the_deal_fields_the_tenant_has_then(
+    client: TestClient, world: TenantWorld, admin_headers: dict[str, str]
+) -> None:
+    define(client, admin_headers, record="deal", name="region", label="Region", type="text")
+    board = "subscription { pipelineBoard { steps { deals { name customFields } } } }"
+    headers = world.key.headers
+    with live_socket(client, init=headers) as socket:
+        socket.subscribe("1", board)
+        # The board now, before any deal: the subscription is in place.
+        assert socket.next_data("1")["pipelineBoard"]["steps"][0]["deals"] == []
+        client.post(f"{API}/deals", json={"name": "A"}, headers=headers)
+        first = socket.next_data("1")
+        define(client, admin_headers, record="deal", name="zone", label="Zone", type="text")
+        client.post(f"{API}/deals", json={"name": "B"}, headers=headers)
+        later = socket.next_data("1")
+
+    assert first["pipelineBoard"]["steps"][0]["deals"] == [
+        {"name": "A", "customFields": {"region": None}}
+    ]
+    assert later["pipelineBoard"]["steps"][0]["deals"] == [
+        {"name": "A", "customFields": {"region": None, "zone": None}},
+        {"name": "B", "customFields": {"region": None, "zone": None}},
+    ]

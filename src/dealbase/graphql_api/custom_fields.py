@@ -55,10 +55,13 @@ def _fitted_of(record: SyncedRecord[Any, Any, Any]) -> _Fitted:
 def _fitting(
     context: GraphQLContext, record: SyncedRecord[Any, Any, Any]
 ) -> asyncio.Future[_Fitted]:
-    """The record fitted to the caller's tenant: once a request, whichever record asks first."""
-    found: asyncio.Future[_Fitted] | None = context.fitted.get(record.noun)
+    """The record fitted to the caller's tenant: once a request (or a subscription's result),
+    whichever of its records asks first. Kept with the request's loaders, which are cleared
+    with them."""
+    key = (f"fitted_{record.noun}", 0)
+    found: asyncio.Future[_Fitted] | None = context.loaders.get(key)
     if found is None:
-        found = context.fitted[record.noun] = asyncio.ensure_future(
+        found = context.loaders[key] = asyncio.ensure_future(
             context.run(lambda uow: _fitted_of(record.fitted(uow)))
         )
     return found
