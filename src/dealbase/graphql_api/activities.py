@@ -61,7 +61,7 @@ class Activity:
     customer = strawberry.field(resolver=customer_of_activity, graphql_type=Customer)
     deal = strawberry.field(resolver=deal_of_activity, graphql_type=Deal | None)
     employee = strawberry.field(resolver=employee_of_activity, graphql_type=Employee | None)
-    custom_fields = custom_fields_field(activities.RECORD, "activity")
+    custom_fields = custom_fields_field(activities.RECORD)
 
 
 @strawberry.type

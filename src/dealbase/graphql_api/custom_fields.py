@@ -83,8 +83,9 @@ async def _shown_later(
     return fitted.shown(values or {})
 
 
-def custom_fields_field(record: SyncedRecord[Any, Any, Any], noun: str) -> Any:
-    """The ``customFields`` field of ``record``'s type (a ``noun``'s)."""
+def custom_fields_field(record: SyncedRecord[Any, Any, Any]) -> Any:
+    """The ``customFields`` field of ``record``'s type."""
+    noun = record.noun
 
     # Answered now where the request's fitted record is known and the record has its values:
     # graphql-core then has no awaitable to gather.

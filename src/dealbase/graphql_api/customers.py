@@ -67,7 +67,7 @@ class Customer:
         description="The customer's activities, oldest first.",
         graphql_type=list[LazyActivity],
     )
-    custom_fields = custom_fields_field(customers.RECORD, "customer")
+    custom_fields = custom_fields_field(customers.RECORD)
 
 
 @strawberry.type

@@ -92,7 +92,7 @@ class Deal:
         description="The deal's activities, oldest first.",
         graphql_type=list[LazyActivity],
     )
-    custom_fields = custom_fields_field(deals.RECORD, "deal")
+    custom_fields = custom_fields_field(deals.RECORD)
 
 
 @strawberry.type
