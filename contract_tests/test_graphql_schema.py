@@ -140,7 +140,7 @@ def test_every_query_and_mutation_is_fuzzed() -> None:
     assert labels == {f"Query.{name}" for name in query_type.fields} | {
         f"Mutation.{name}" for name in mutation_type.fields
     }
-    assert len(labels) == 39
+    assert len(labels) == 40
 
 
 @pytest.mark.usefixtures("contract_app")

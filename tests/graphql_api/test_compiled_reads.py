@@ -32,7 +32,7 @@ from dealbase.config import Settings
 from dealbase.db.database import Database
 from dealbase.db.sessions import SET_SETTINGS
 from dealbase.graphql_api.schema import build_schema
-from dealbase.ops.admin import create_employee
+from dealbase.ops.admin import create_employee, issue_key
 from dealbase.platform.reads.service import GENERIC_PLANS
 from tests.db.test_transactions import round_trips_sent
 from tests.depth import SHARED_FIXTURES
@@ -75,6 +75,57 @@ class Shop:
     cursors: list[str]  # cursors that lists answered
 
 
+def _custom_fields(client: TestClient, database: Database, world: TenantWorld) -> list[str]:
+    """Custom fields of the shop's customers (one of each kind of value), activities and deals;
+    the ids of the customers' select's options."""
+    headers = {"X-Api-Key": issue_key(database, world.tenant.id, None, "admin").api_key}
+    fields: list[dict[str, Any]] = [
+        {"record": "customer", "name": name, "type": kind}
+        for name, kind in (
+            ("remark", "text"),
+            ("seats", "integer"),
+            ("revenue", "decimal"),
+            ("vip", "boolean"),
+            ("renewal", "date"),
+            ("signed_at", "timestamp"),
+        )
+    ]
+    fields += [
+        {"record": "customer", "name": "tier", "type": "single_select"},
+        {"record": "activity", "name": "outcome", "type": "text"},
+        {"record": "deal", "name": "region", "type": "text"},
+    ]
+    options = []
+    for field in fields:
+        if field["type"] == "single_select":
+            field["options"] = [{"label": "Gold"}, {"label": "Silver"}]
+        body = {**field, "label": field["name"]}
+        response = client.post(f"{API}/custom-fields", json=body, headers=headers)
+        assert response.status_code == 201, response.text
+        options += [option["id"] for option in response.json()["options"] or []]
+    return options
+
+
+def _custom_values(index: int, options: list[str]) -> dict[str, Any]:
+    """The custom values of the shop's customer ``index``: of every kind, or some, or none."""
+    values: list[dict[str, Any]] = [
+        {
+            "remark": TEXTS[1],
+            "seats": 12,
+            "revenue": "1234.50",
+            "vip": True,
+            "renewal": "2027-01-31",
+            "signed_at": "2026-12-01T10:00:00.5Z",
+            "tier": options[0],
+        },
+        {"seats": -(2**62), "revenue": "0.0000001", "vip": False, "tier": options[1]},
+        {},
+        {"remark": TEXTS[3], "signed_at": "1999-12-31T23:59:59.999999+02:00"},
+        {},
+    ]
+    return values[index]
+
+
 @pytest.fixture(scope="module")
 def shop(client: TestClient, database: Database) -> Shop:
     world = build_tenant(database, departments=2)
@@ -89,14 +140,25 @@ def shop(client: TestClient, database: Database) -> Shop:
     employee = create_employee(database, world.tenant.id, world.departments[0].id, "Ada", None)
     create_employee(database, world.tenant.id, world.departments[0].id, "Grace", "g@example.com")
     steps = client.get(f"{API}/steps", headers=headers).json()["data"]
+    options = _custom_fields(client, database, world)
     customers = [
-        post("/customers", {"last_name": name, "first_name": first, "birthday": birthday})
-        for name, first, birthday in (
-            ("Lovelace", "Ada", "1915-12-10"),
-            (TEXTS[0], None, None),
-            (TEXTS[1], TEXTS[2], "1850-01-01"),
-            (TEXTS[3], "", None),
-            ("Hopper", "Grace", None),
+        post(
+            "/customers",
+            {
+                "last_name": name,
+                "first_name": first,
+                "birthday": birthday,
+                "custom_fields": _custom_values(index, options),
+            },
+        )
+        for index, (name, first, birthday) in enumerate(
+            (
+                ("Lovelace", "Ada", "1915-12-10"),
+                (TEXTS[0], None, None),
+                (TEXTS[1], TEXTS[2], "1850-01-01"),
+                (TEXTS[3], "", None),
+                ("Hopper", "Grace", None),
+            )
         )
     ]
     deals = []
@@ -121,6 +183,7 @@ def shop(client: TestClient, database: Database) -> Shop:
                 "subject": TEXTS[index % 5],
                 "due_at": due,
                 "employee_id": str(employee.id) if index % 3 == 0 else None,
+                "custom_fields": {"outcome": TEXTS[index]} if index % 2 else None,
             },
         )
         for index, (kind, due) in enumerate(
@@ -406,10 +469,12 @@ def test_a_dashboard_read_is_compiled_and_equal_to_the_resolvers(
       deals(first: $first) {
         totalCount pageInfo { hasNextPage endCursor }
         edges { cursor node {
-          id name volume dealOrigin createdAt updatedAt employeeName
+          id name volume dealOrigin createdAt updatedAt employeeName customFields
           step { id name kind } employee { id name }
-          customers { id lastName firstName company email city birthday tenantId }
-          activities(first: 2) { id type dueAt doneAt customer { id } deal { id } }
+          customers { id lastName firstName company email city birthday tenantId customFields }
+          activities(first: 2) {
+            id type dueAt doneAt customFields customer { id customFields } deal { id }
+          }
         } }
       }
     }"""
@@ -552,6 +617,26 @@ def test_a_query_of_one_compiled_page_is_one_round_trip(
     assert trips[0] == 1
 
 
+def test_custom_fields_are_read_by_the_pages_one_statement(
+    client: TestClient, shop: Shop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = {
+        "query": "{ customers(first: 5) { edges { node { customFields"
+        " activities { customFields } deals { customFields } } } } }"
+    }
+    headers = shop.world.keys[0].headers
+    client.post(GRAPHQL, json=body, headers=headers)  # the key and the fields cached
+
+    with counted_round_trips(monkeypatch) as trips:
+        answered = client.post(GRAPHQL, json=body, headers=headers).json()
+
+    nodes = [edge["node"] for edge in answered["data"]["customers"]["edges"]]
+    assert nodes[0]["customFields"]["signed_at"] == "2026-12-01T10:00:00.500000Z"
+    assert nodes[1]["activities"][0]["customFields"] == {"outcome": TEXTS[1]}
+    assert nodes[2]["customFields"] == dict.fromkeys(nodes[0]["customFields"])
+    assert trips[0] == 1
+
+
 def _compiled(statement: str) -> bool:
     return "row_to_json" in statement or "json_build_object" in statement
 
@@ -654,7 +739,7 @@ def test_a_summary_is_compiled_and_equal_to_the_resolvers(
 def test_a_tree_the_platform_cannot_build_is_answered_by_the_resolvers(
     settings: Settings, shop: Shop, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(read: object) -> object:
+    def broken(read: object, custom: object) -> object:
         raise RuntimeError("a fault of the statement builder")
 
     monkeypatch.setattr("dealbase.platform.reads.service.one_statement", broken)

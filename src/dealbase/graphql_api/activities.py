@@ -9,6 +9,7 @@ from collections.abc import Awaitable
 import strawberry
 
 from dealbase.graphql_api import loaders
+from dealbase.graphql_api.custom_fields import custom_fields_field
 from dealbase.graphql_api.customers import Customer
 from dealbase.graphql_api.deals import Deal
 from dealbase.graphql_api.inputs import (
@@ -60,6 +61,7 @@ class Activity:
     customer = strawberry.field(resolver=customer_of_activity, graphql_type=Customer)
     deal = strawberry.field(resolver=deal_of_activity, graphql_type=Deal | None)
     employee = strawberry.field(resolver=employee_of_activity, graphql_type=Employee | None)
+    custom_fields = custom_fields_field(activities.RECORD)
 
 
 @strawberry.type

@@ -9,14 +9,14 @@ PostgreSQL's text through to the response (``orjson.Fragment``).
 Each root field has one path, chosen before it runs (``ReadCompiler.compile`` and
 ``prepare``): the lists ``customers``, ``deals`` and ``activities``, the lookups ``customer``,
 ``deal`` and ``activity``, ``pipeline`` and ``pipelineSummary`` are compiled when everything
-they select is an attribute, a nested object or list the read tree knows, ``__typename``, or a
-connection's ``edges``, ``cursor``, ``node``, ``pageInfo`` and ``totalCount``, through aliases,
-fragments and ``@skip``/``@include``, and the platform takes their arguments. Anything else
-(and every mutation) runs through the resolvers, which then refuse what they refuse. A compiled
-read refuses what the caller may not read (a department or row it cannot see, a bad cursor)
-with the platform's error, the one its resolver raises: the field's error, answered once.
-Arguments are graphql-core's coerced values, named and shaped as the resolvers take them
-(``FieldDefinitions``, through Strawberry's public lookups).
+they select is an attribute (``customFields`` too), a nested object or list the read tree knows,
+``__typename``, or a connection's ``edges``, ``cursor``, ``node``, ``pageInfo`` and
+``totalCount``, through aliases, fragments and ``@skip``/``@include``, and the platform takes
+their arguments. Anything else (and every mutation) runs through the resolvers, which then
+refuse what they refuse. A compiled read refuses what the caller may not read (a department or
+row it cannot see, a bad cursor) with the platform's error, the one its resolver raises: the
+field's error, answered once. Arguments are graphql-core's coerced values, named and shaped as
+the resolvers take them (``FieldDefinitions``, through Strawberry's public lookups).
 
 A compiled tree is kept per root field of a document (the document cache keeps its parsed
 text, so the same node comes back) and per value of the variables its ``@skip`` and
@@ -74,6 +74,7 @@ from dealbase.platform.reads.models import (
     Attribute,
     Constant,
     Cursor,
+    CustomFields,
     Edges,
     EndCursor,
     Entry,
@@ -97,15 +98,10 @@ if TYPE_CHECKING:
 
 # Root fields compiled, per kind: a list's filter as the platform takes it, and as GraphQL's
 # input (which the resolvers get, and ``inputs.filter_fields`` reads).
-_LISTS: Mapping[str, type[BaseModel]] = {
-    "customers": CustomerFilter,
-    "deals": DealFilter,
-    "activities": ActivityFilter,
-}
-_FILTER_INPUTS: Mapping[str, type] = {
-    "customers": inputs.CustomerFilter,
-    "deals": inputs.DealFilter,
-    "activities": inputs.ActivityFilter,
+_LISTS: Mapping[str, tuple[type[BaseModel], type]] = {
+    "customers": (CustomerFilter, inputs.CustomerFilter),
+    "deals": (DealFilter, inputs.DealFilter),
+    "activities": (ActivityFilter, inputs.ActivityFilter),
 }
 # What a row the caller cannot see answers, as the platform's ``get`` answers it.
 _ROWS = {"customer": customer_rows.rows, "deal": deal_rows.rows, "activity": activity_rows.rows}
@@ -291,6 +287,8 @@ class _Walk:
             elif field.args:
                 raise NotCompiled(name)
             return RelatedList(attribute, fields, limit)
+        if reads.shows_custom_fields(kind, attribute) and not field.args:
+            return CustomFields()
         if field.args or many or not reads.readable(kind, attribute):
             raise NotCompiled(name)
         return Attribute(attribute, _form(named))
@@ -418,7 +416,9 @@ def _page_read(
     department_id, fields = inputs.filter_fields(arguments.get("filter"))
     if isinstance(order, Enum):  # the argument's default, a member of DealOrder
         order = order.value
-    filters = validated(_LISTS[name], {**fields, **({} if order is None else {"order_by": order})})
+    filters = validated(
+        _LISTS[name][0], {**fields, **({} if order is None else {"order_by": order})}
+    )
     return PreparedRead(
         reader,
         given,
@@ -526,7 +526,7 @@ class ReadCompiler:
             if key == "filter" and value is not None:
                 filter_type = getattr(field.args[key].type, "name", "")
                 python_name = self.definitions.python_name
-                value = _FILTER_INPUTS[name](
+                value = _LISTS[name][1](
                     **{python_name(filter_type, given): item for given, item in value.items()}
                 )
             arguments[names[key]] = value

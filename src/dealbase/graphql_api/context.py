@@ -36,8 +36,9 @@ class GraphQLContext(BaseContext):
     database: Database
     # Where webhooks may be sent (DEALBASE_WEBHOOKS_ALLOW_PRIVATE).
     webhook_addresses: AddressPolicy = field(default_factory=AddressPolicy)
-    # Loaders are made on first use and live for this request only, so nothing is cached
-    # across requests (or callers).
+    # Loaders are made on first use and live for this request only (a subscription's result),
+    # so nothing is cached across requests (or callers); so do the records fitted to the
+    # caller's tenant's custom fields (``custom_fields``).
     loaders: dict[tuple[str, int], Any] = field(default_factory=dict)
     # The request's one read transaction, opened by its first read and ended with the request
     # (or by a write): a dashboard's page, count and loaders share its BEGIN and COMMIT.

@@ -11,6 +11,7 @@ from typing import Any
 import strawberry
 
 from dealbase.graphql_api import loaders
+from dealbase.graphql_api.custom_fields import custom_fields_field
 from dealbase.graphql_api.inputs import (
     CustomerChanges,
     CustomerFilter,
@@ -66,6 +67,7 @@ class Customer:
         description="The customer's activities, oldest first.",
         graphql_type=list[LazyActivity],
     )
+    custom_fields = custom_fields_field(customers.RECORD)
 
 
 @strawberry.type

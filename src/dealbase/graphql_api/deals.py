@@ -11,6 +11,7 @@ from typing import Any
 import strawberry
 
 from dealbase.graphql_api import loaders
+from dealbase.graphql_api.custom_fields import custom_fields_field
 from dealbase.graphql_api.customers import Customer
 from dealbase.graphql_api.inputs import (
     DealChanges,
@@ -91,6 +92,7 @@ class Deal:
         description="The deal's activities, oldest first.",
         graphql_type=list[LazyActivity],
     )
+    custom_fields = custom_fields_field(deals.RECORD)
 
 
 @strawberry.type

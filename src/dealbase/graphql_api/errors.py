@@ -19,6 +19,7 @@ from dealbase.errors import (
     RateLimited,
     Unavailable,
 )
+from dealbase.platform.shapes import CUSTOM_FIELDS
 
 log = structlog.get_logger(__name__)
 
@@ -36,11 +37,18 @@ def _camel(name: str) -> str:
 
 
 def graphql_field(path: str) -> str:
-    """``customers[2].last_name`` as GraphQL names it: ``customers[2].lastName``."""
+    """``customers[2].last_name`` as GraphQL names it: ``customers[2].lastName``. A custom
+    field keeps the name its tenant gave it: ``custom_fields.signed_at`` is
+    ``customFields.signed_at``."""
+    parts = path.split(".")
     return ".".join(
-        _ARGUMENTS.get(part, _camel(part)) if "[" not in part else _camel(part)
-        for part in path.split(".")
+        part if place and parts[place - 1] == CUSTOM_FIELDS else _graphql_part(part)
+        for place, part in enumerate(parts)
     )
+
+
+def _graphql_part(part: str) -> str:
+    return _camel(part) if "[" in part else _ARGUMENTS.get(part, _camel(part))
 
 
 _VARIABLE = re.compile(r"^Variable '\$(?P<name>\w+)' (?:got|has) invalid value")

@@ -20,6 +20,7 @@ from dealbase.platform.deals import service as deals
 from dealbase.platform.deals.models import Deal
 from dealbase.platform.pipeline import service as pipeline
 from dealbase.platform.pipeline.models import Employee, Step
+from dealbase.platform.records import SyncedRecord
 
 V = TypeVar("V")
 
@@ -94,6 +95,20 @@ def activities_of(
         lambda uow, ids: activities.first_of(uow, parent, ids, first),
     )
     return cast("asyncio.Future[list[Activity] | None]", loader.load(parent_id))
+
+
+def custom_values(
+    context: GraphQLContext, record: SyncedRecord[Any, Any, Any], record_id: uuid.UUID
+) -> Awaitable[dict[str, Any] | None]:
+    """The custom values of a ``record`` read without them (a nested list's, which its
+    service reads as the record's own columns), by field name: one statement for all of a
+    request's records of its kind."""
+
+    def values(uow: UnitOfWork, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
+        custom = record.fitted(uow).custom
+        return {} if custom is None else custom.values(uow, ids)
+
+    return _loader(context, f"custom_values_of_{record.noun}", 0, values).load(record_id)
 
 
 async def prefetch(loads: Iterable[asyncio.Future[Any]]) -> None:

@@ -17,6 +17,7 @@ from strawberry.types.graphql import OperationType
 
 from dealbase.config import Settings
 from dealbase.graphql_api.activities import ActivityMutation, ActivityQuery
+from dealbase.graphql_api.custom_fields import CustomFieldQuery
 from dealbase.graphql_api.customers import CustomerMutation, CustomerQuery
 from dealbase.graphql_api.deals import DealMutation, DealQuery
 from dealbase.graphql_api.documents import DocumentCache, DocumentGuard
@@ -33,7 +34,10 @@ from dealbase.graphql_api.types import BIG_INT_SCALAR, BigInt
 from dealbase.graphql_api.webhooks import WebhookMutation, WebhookQuery
 
 # Each feature's fields, in the order the SDL shows them.
-Query = merge_types("Query", (CustomerQuery, DealQuery, ActivityQuery, PipelineQuery, WebhookQuery))
+Query = merge_types(
+    "Query",
+    (CustomerQuery, DealQuery, ActivityQuery, CustomFieldQuery, PipelineQuery, WebhookQuery),
+)
 Mutation = merge_types(
     "Mutation", (CustomerMutation, DealMutation, ActivityMutation, WebhookMutation)
 )

@@ -55,6 +55,14 @@ class RelatedList:
     limit: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class CustomFields:
+    """A record's custom fields (a customer's, a deal's, an activity's): the object of its
+    tenant's live fields, each as the record's JSON shows it under ``custom_fields``, or null
+    for a tenant without fields of the record. The statement is then made for the caller's
+    tenant's fields (``reads.service``)."""
+
+
 class SchemaKey(str):
     """A key that is one of the schema's own names (a field's, ``__typename``), not an alias of
     the request's: an object whose keys all are may be written with them as column labels
@@ -63,7 +71,7 @@ class SchemaKey(str):
     __slots__ = ()
 
 
-Entry = Attribute | Constant | Related | RelatedList
+Entry = Attribute | Constant | Related | RelatedList | CustomFields
 # (key in the answer, entry), in the answer's order.
 Fields = tuple[tuple[str, Entry], ...]
 

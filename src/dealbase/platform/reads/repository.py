@@ -5,7 +5,8 @@ names (``SchemaKey``), else ``json_build_object`` of their entries; to-many rela
 page's edges, ``ARRAY`` of a correlated subquery in the relation's order; a page a CTE of its rows (in the
 list's keyset order, one more than asked for) that the edges, the page's info and the count read
 from. Every other key is a bound value, and so is every value a request gives: the text depends
-only on the tree's shape and on which filters apply, and is built once for each.
+only on the tree's shape, on which filters apply and, where it shows a record's custom fields,
+on their names and types in the caller's tenant, and is built once for each.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from sqlalchemy import (
     cast,
     func,
     literal,
+    null,
     select,
 )
-from sqlalchemy.dialects.postgresql import UUID
+from sqlalchemy.dialects.postgresql import JSON, UUID
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import CTE, FromClause
 
@@ -47,6 +49,7 @@ from dealbase.platform.reads.models import (
     Attribute,
     Constant,
     Cursor,
+    CustomFields,
     Edges,
     EndCursor,
     Entry,
@@ -62,7 +65,8 @@ from dealbase.platform.reads.models import (
     TotalCount,
 )
 from dealbase.platform.resources import CUSTOMER, DEAL
-from dealbase.platform.shapes import row_json
+from dealbase.platform.shapes import CUSTOM_FIELDS, row_json
+from dealbase.platform.shapes import Shape as JsonShape
 from dealbase.platform.tables import (
     activities,
     customers,
@@ -77,6 +81,12 @@ Row = FromClause
 # The entries one object may have: json_build_object takes at most 100 arguments, two an entry.
 MAX_ENTRIES = 50
 Derived = Callable[[Row], ColumnElement[Any]]
+# The custom fields of each kind of record a statement shows (``CustomFields``), as the
+# caller's tenant has them: each field by its name over the record's table with their columns,
+# as its JSON's ``custom_fields`` shows them; None (or no key) for a tenant without any.
+CustomShapes = Mapping[str, JsonShape | None]
+# The kinds of record that have custom fields.
+CUSTOM_KINDS = frozenset({"customer", "deal", "activity"})
 
 
 def _deals_in_step(row: Row, figure: Callable[[Row], ColumnElement[Any]]) -> ColumnElement[Any]:
@@ -216,6 +226,12 @@ def readable(kind: str, name: str) -> bool:
     return name in _TABLES[kind].c or name in _DERIVED.get(kind, {})
 
 
+def shows_custom_fields(kind: str, name: str) -> bool:
+    """Whether the value ``name`` of an object of ``kind`` is its record's custom fields (a
+    ``CustomFields``)."""
+    return name == CUSTOM_FIELDS and kind in CUSTOM_KINDS
+
+
 def relation(kind: str, name: str) -> tuple[str, bool] | None:
     """The kind of object the relation ``name`` of ``kind`` reads, and whether it is a list."""
     found = _RELATIONS.get((kind, name))
@@ -245,6 +261,7 @@ class _Builder:
     """Builds one statement; numbers the aliases it makes."""
 
     aliases: Iterator[int] = field(default_factory=lambda: iter(range(1_000_000)))
+    custom: CustomShapes = field(default_factory=dict)
 
     def alias(self, kind: str) -> Row:
         return _TABLES[kind].alias(f"r{next(self.aliases)}")
@@ -286,7 +303,24 @@ class _Builder:
             return literal(entry.value, Text)
         if isinstance(entry, Related):
             return self.related(kind, row, entry)
+        if isinstance(entry, CustomFields):
+            return self.custom_fields(kind, row)
         return self.related_list(kind, row, entry)
+
+    def custom_fields(self, kind: str, row: Row) -> ColumnElement[Any]:
+        """The record's custom fields as its JSON shows them, read from its own row of the
+        table with their columns by its id (the row here may be a page's, whose columns are
+        the table's as every tenant has it); null for a tenant without any."""
+        shape = self.custom.get(kind)
+        if shape is None:
+            return cast(null(), JSON)
+        values = shape.table.alias(f"c{next(self.aliases)}")
+        return (
+            select(shape.json_of_row(values))
+            .where(values.c.id == row.c.id)
+            .correlate(row)
+            .scalar_subquery()
+        )
 
     def related(self, kind: str, parent: Row, entry: Related) -> ColumnElement[Any]:
         found = _RELATIONS[(kind, entry.relation)]
@@ -422,12 +456,15 @@ def list_order(resource: str, filters: BaseModel) -> KeysetOrder:
     return _LISTS[resource].order(filters)
 
 
-def page_statement(read: PageRead, shape: Shape, order: KeysetOrder, after: bool) -> Select[Any]:
-    """The statement of a page: one row, the connection's JSON text."""
+def page_statement(
+    read: PageRead, shape: Shape, order: KeysetOrder, after: bool, custom: CustomShapes
+) -> Select[Any]:
+    """The statement of a page: one row, the connection's JSON text. ``custom``: the custom
+    fields of the kinds its tree shows them of (``custom_kinds``)."""
     listed = _LISTS[read.resource]
     table = listed.filters.table
     conditions = listed.filters.conditions(shape)
-    builder = _Builder()
+    builder = _Builder(custom=custom)
     query = select(
         *table.c, func.row_number().over(order_by=order.order_by(table)).label("ordinal")
     ).where(*conditions)
@@ -508,10 +545,10 @@ def _cursor(row: Row, order: KeysetOrder) -> ColumnElement[str]:
     return func.rtrim(encoded, "=")
 
 
-def one_statement(read: OneRead) -> Select[Any]:
+def one_statement(read: OneRead, custom: CustomShapes) -> Select[Any]:
     """The statement of one row by id (``row_id``), if the caller's department holds it
-    (``caller_department_id``): its JSON text, or no row."""
-    builder = _Builder()
+    (``caller_department_id``): its JSON text, or no row. ``custom``: as ``page_statement``'s."""
+    builder = _Builder(custom=custom)
     if read.resource == "summary":
         # No row: the period's values and its totals, bound.
         nothing = select(literal(1).label("id")).subquery("r")

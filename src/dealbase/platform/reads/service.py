@@ -3,13 +3,16 @@ the JSON text PostgreSQL built.
 
 A reader keeps its statements, one for each shape of request (which filters apply, whether it
 pages on, the order): the tree is built once per document by its caller, the statement once
-per shape here.
+per shape here. A tree that shows records' custom fields (``CustomFields``) has a statement for
+each set of them too: each tenant's are columns of its own tables (``custom_fields``), so the
+statement reads the columns of the caller's tenant's fields, by their names and types.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -17,18 +20,43 @@ from sqlalchemy import Select
 
 from dealbase.db.sessions import StatementSettings
 from dealbase.db.units import UnitOfWork
+from dealbase.platform.activities import service as activities
+from dealbase.platform.customers import service as customers
+from dealbase.platform.deals import service as deals
 from dealbase.platform.pagination import fingerprint, page_request
-from dealbase.platform.reads.models import OneRead, PageRead
+from dealbase.platform.reads.models import (
+    CustomFields,
+    Edges,
+    Fields,
+    Node,
+    OneRead,
+    PageRead,
+    Related,
+    RelatedList,
+)
 from dealbase.platform.reads.repository import (
+    CustomShapes,
     list_filters,
     list_order,
+    listed_kind,
     one_statement,
     page_statement,
+    relation,
 )
+from dealbase.platform.records import SyncedRecord
+from dealbase.platform.shapes import CUSTOM_FIELDS, Nested, Shape
 
-# Shapes a page reader keeps statements for (filters given, paging on, order); past that the
-# least recently built goes.
+# Shapes a page reader keeps statements for (filters given, paging on, order, custom fields);
+# past that the least recently used goes.
 _SHAPES_KEPT = 64
+# Sets of custom fields a reader of one row keeps statements for.
+_FIELDS_KEPT = 64
+# The record of each kind that has custom fields, fitted to a caller's tenant for its own.
+_RECORDS: Mapping[str, SyncedRecord[Any, Any, Any]] = {
+    "customer": customers.RECORD,
+    "deal": deals.RECORD,
+    "activity": activities.RECORD,
+}
 
 # A read's statement runs prepared (``EXECUTE``) once it has run a few times on a connection;
 # PostgreSQL then plans it once, generically, only where that plan does not look dearer than
@@ -58,6 +86,63 @@ GENERIC_PLANS = StatementSettings(
 )
 
 
+def custom_kinds(read: PageRead | OneRead) -> frozenset[str]:
+    """The kinds of record whose custom fields ``read`` shows, anywhere in its tree."""
+    found: set[str] = set()
+
+    def visit(kind: str, fields: Fields) -> None:
+        for _, entry in fields:
+            if isinstance(entry, CustomFields):
+                found.add(kind)
+            elif isinstance(entry, Related | RelatedList):
+                related = relation(kind, entry.relation)
+                assert related is not None, "the tree names the relations there are"
+                visit(related[0], entry.fields)
+
+    if isinstance(read, OneRead):
+        visit(read.resource, read.fields)
+        return frozenset(found)
+    kind = listed_kind(read.resource)
+    assert kind is not None, "the tree names a list there is"
+    for _, part in read.fields:
+        for _, edge in part.fields if isinstance(part, Edges) else ():
+            if isinstance(edge, Node):
+                visit(kind, edge.fields)
+    return frozenset(found)
+
+
+def _custom_shape(record: SyncedRecord[Any, Any, Any]) -> Shape | None:
+    """A fitted record's custom fields alone, as its JSON's ``custom_fields`` shows them (that
+    object's fields), over its table with their columns; None when it has none."""
+    if record.custom is None or not record.custom.fields:
+        return None
+    (shown,) = (each for each in record.shape.fields if each.name == CUSTOM_FIELDS)
+    assert isinstance(shown.source, Nested)
+    return Shape(record.shape.table, shown.source.fields)
+
+
+class _CustomFields:
+    """The custom fields a tree shows, of the caller's tenant: how its statement reads them,
+    and what tells one such statement from another (their names and types)."""
+
+    def __init__(self, read: PageRead | OneRead) -> None:
+        self.kinds = sorted(custom_kinds(read))
+
+    def of(self, uow: UnitOfWork | None) -> tuple[Hashable, CustomShapes]:
+        """The key and shapes of the caller's tenant's fields (None: of a tenant without)."""
+        if not self.kinds:
+            return (), {}
+        shapes = {
+            kind: None if uow is None else _custom_shape(_RECORDS[kind].fitted(uow))
+            for kind in self.kinds
+        }
+        key = tuple(
+            None if shape is None else tuple((each.name, each.kind) for each in shape.fields)
+            for shape in shapes.values()
+        )
+        return key, shapes
+
+
 class PageReader:
     """A page of a list as its connection's JSON text, with the rules of ``list_page``: the
     same page size and cursor checks (``Invalid``), the same filters in the scope's department,
@@ -65,7 +150,8 @@ class PageReader:
 
     def __init__(self, read: PageRead) -> None:
         self.read = read
-        self._statements: dict[Any, Select[Any]] = {}
+        self._custom = _CustomFields(read)
+        self._statements: OrderedDict[Any, Select[Any]] = OrderedDict()
 
     def run(
         self,
@@ -85,14 +171,17 @@ class PageReader:
         resource = self.read.resource
         shape, values = list_filters(resource).shape_and_values(uow.scope.department_id, filters)
         order = list_order(resource, filters)
-        key = (shape, order, page.after is not None)
+        fields, custom = self._custom.of(uow)
+        key = (shape, order, page.after is not None, fields)
         statement = self._statements.get(key)
         if statement is None:
             if len(self._statements) >= _SHAPES_KEPT:
-                del self._statements[next(iter(self._statements))]
+                self._statements.popitem(last=False)
             statement = self._statements[key] = page_statement(
-                self.read, shape, order, page.after is not None
+                self.read, shape, order, page.after is not None, custom
             )
+        else:
+            self._statements.move_to_end(key)
         values.update(given)
         values.update(
             order.values(page),
@@ -115,7 +204,12 @@ class OneReader:
 
     def __init__(self, read: OneRead) -> None:
         self.read = read
-        self._statement = one_statement(read)
+        self._custom = _CustomFields(read)
+        # Built now, for a tenant without custom fields: a tree it cannot build fails here.
+        fields, custom = self._custom.of(None)
+        self._statements: OrderedDict[Hashable, Select[Any]] = OrderedDict(
+            [(fields, one_statement(read, custom))]
+        )
 
     def run(
         self, uow: UnitOfWork, row_id: uuid.UUID | None, given: Mapping[str, Any]
@@ -129,6 +223,17 @@ class OneReader:
         if row_id is not None:
             values["row_id"] = row_id
         found: str | None = uow.connection.execute(
-            self._statement, values, settings=GENERIC_PLANS
+            self._statement(uow), values, settings=GENERIC_PLANS
         ).scalar_one_or_none()
         return found
+
+    def _statement(self, uow: UnitOfWork) -> Select[Any]:
+        fields, custom = self._custom.of(uow)
+        statement = self._statements.get(fields)
+        if statement is None:
+            if len(self._statements) >= _FIELDS_KEPT:
+                self._statements.popitem(last=False)
+            statement = self._statements[fields] = one_statement(self.read, custom)
+        else:
+            self._statements.move_to_end(fields)
+        return statement
