@@ -310,7 +310,10 @@ def _named(query: Select[Any], name: str, routed: bool) -> CTE | Subquery:
     return query.subquery(name) if routed else query.cte(name)
 
 
-_JUDGED: dict[tuple[str, bool], Select[Any]] = {}
+# By the record's table: a tenant's with its custom fields' columns is a record of its own, of
+# columns of its own; at most _KEPT.
+_JUDGED: dict[tuple[Table, bool], Select[Any]] = {}
+_KEPT = 512
 
 
 def judged_statement(judging: Judging, *, routed: bool = False) -> Select[Any]:
@@ -318,9 +321,11 @@ def judged_statement(judging: Judging, *, routed: bool = False) -> Select[Any]:
     with the record it names (its columns and ``read_columns``, by their own names; all null
     when none), in the order of the writes: ``judged`` alone, for a record written one write at
     a time (``routed``: of subqueries, on a distributed schema). Built once per table."""
-    key = (judging.table.name, routed)
+    key = (judging.table, routed)
     built = _JUDGED.get(key)
     if built is None:
+        if len(_JUDGED) >= _KEPT:
+            _JUDGED.clear()
         verdicts = judged(judging, routed=True) if routed else judged(judging)
         read = [*judging.table.c, *judging.read_columns]
         built = _JUDGED[key] = built_once(
@@ -380,6 +385,8 @@ def precondition_failed(noun: str, write: Write[Fields], why: str) -> DomainErro
 
 
 def changed_values(write: Write[Fields], changed_fields: Sequence[str]) -> dict[str, object]:
-    """The values of the fields ``judged`` found changed, from the write's model."""
+    """The values of the fields ``judged`` found changed (by column), from the write's model's
+    dump: a model fitted to the tenant's custom fields dumps theirs as their columns."""
     fields: BaseModel = write.fields
-    return {name: getattr(fields, name) for name in changed_fields}
+    dumped = fields.model_dump()
+    return {name: dumped[name] for name in changed_fields}
