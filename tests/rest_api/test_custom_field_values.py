@@ -156,3 +156,25 @@ def test_an_upsert_and_a_batch_write_custom_values(
     results = batch.json()["results"]
     assert results[0]["data"]["custom_fields"]["seats"] == 4
     assert results[1]["error"]["errors"][0]["field"] == "operations[1].data.custom_fields.seats"
+
+
+def test_a_created_activity_answers_its_custom_values_as_its_read_shows_them(
+    client: TestClient, world: TenantWorld, admin_headers: dict[str, str]
+) -> None:
+    define(client, admin_headers, record="activity", name="mood", label="Mood", type="text")
+    customer = client.post(CUSTOMERS, json={"last_name": "Ada"}, headers=world.key.headers)
+
+    created = client.post(
+        "/api/v1/integration/activities",
+        json={
+            "type": "call",
+            "customer_id": customer.json()["id"],
+            "custom_fields": {"mood": "calm"},
+        },
+        headers=world.key.headers,
+    )
+
+    assert created.status_code == 201, created.text
+    assert created.json()["custom_fields"] == {"mood": "calm"}
+    read = client.get(created.headers["Location"], headers=world.key.headers)
+    assert read.json() == created.json()
