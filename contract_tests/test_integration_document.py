@@ -732,7 +732,7 @@ def test_openapi_documents_the_create_a_customer_operation(document: dict[str, A
 
 def test_openapi_documents_the_create_a_deal_operation(document: dict[str, Any]) -> None:
     request = request_schema(document, DEALS)
-    assert set(request["properties"]) == set(DEAL_REQUEST_FIELDS) | {EXTERNAL_ID}
+    assert set(request["properties"]) == set(DEAL_REQUEST_FIELDS) | {EXTERNAL_ID, CUSTOM_FIELDS}
     assert request["additionalProperties"] is False
     assert_property_types(
         document, request, DEAL_REQUEST_FIELDS, nullable={"volume", "deal_origin", "note"}

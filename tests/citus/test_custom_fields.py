@@ -1,13 +1,17 @@
 """A custom field of a tenant on a distributed schema: its column and its unique index are made
-through the coordinator and hold on the worker that keeps the schema; deleting it drops both."""
+through the coordinator and hold on the worker that keeps the schema; deleting it drops both.
+A deal's create writes its and its new customers' values by statements Citus routes whole."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import uuid
 from collections.abc import Iterator
 
 import psycopg
 import pytest
+from sqlalchemy import select
 
 from dealbase.db.database import Database
 from dealbase.db.schema_changes import SchemaChanges
@@ -15,8 +19,12 @@ from dealbase.platform.custom_fields import service
 from dealbase.platform.custom_fields.models import CustomFieldFields
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
+from dealbase.platform.deals import service as deals
+from dealbase.platform.deals.models import DealCreate
+from dealbase.platform.tables import events
 from dealbase.platform.validation import validated
 from dealbase.tenancy.roles import TENANT_OWNER_ROLE
+from tests.citus.plans import assert_routed_whole, statements_sent
 from tests.support import TenantWorld
 
 CONTRACT = {
@@ -74,3 +82,54 @@ def test_a_unique_field_holds_on_the_worker_and_goes_with_its_column(
     asyncio.run(service.delete(changes, scope, field.id, None))
 
     assert _worker_columns(citus_url, schema) == []
+
+
+@pytest.mark.parametrize("as_json", [True, False], ids=["REST", "GraphQL"])
+def test_a_deal_create_writes_its_and_its_customers_custom_values_by_statements_routed_whole(
+    cluster_database: Database,
+    cluster_world: TenantWorld,
+    citus_url: str,
+    changes: SchemaChanges,
+    monkeypatch: pytest.MonkeyPatch,
+    as_json: bool,
+) -> None:
+    scope = cluster_world.tenant.scope
+    for definition in (
+        {"record": "deal", "name": "seats", "label": "Seats", "type": "decimal"},
+        {"record": "customer", "name": "ref", "label": "Ref", "type": "text"},
+    ):
+        asyncio.run(service.define(changes, scope, validated(CustomFieldFields, definition)))
+    fields = validated(
+        DealCreate,
+        {
+            "name": "Engine",
+            "custom_fields": {"seats": "2.50"},
+            "customers": [{"last_name": "Ada", "custom_fields": {"ref": "R-1"}}],
+        },
+    )
+    department = scope.in_department(cluster_world.department.id)
+
+    with statements_sent(monkeypatch) as sent, cluster_database.unit_of_work(department) as uow:
+        if as_json:
+            answered = deals.create_later_as_json(uow, fields)
+        else:
+            created = deals.RECORD.fitted(uow).as_json(deals.create(uow, fields))
+    if as_json:
+        *_, text = answered.read()
+        created = json.loads(text)
+
+    assert_routed_whole(citus_url, sent)
+    with cluster_database.unit_of_work(department) as uow:
+        deal = deals.RECORD.fitted(uow).as_json(deals.RECORD.get(uow, uuid.UUID(created["id"])))
+        customer_id = uuid.UUID(deal["customers"][0]["id"])
+        customer = customers.RECORD.fitted(uow).as_json(customers.RECORD.get(uow, customer_id))
+        recorded = uow.connection.execute(
+            select(events.c.type, events.c.data).order_by(events.c.sequence, events.c.id)
+        ).all()
+    assert created == deal
+    assert deal["custom_fields"] == {"seats": "2.50"}
+    assert customer["custom_fields"] == {"ref": "R-1"}
+    assert [tuple(row) for row in recorded] == [
+        ("customer.created", customer),
+        ("deal.created", deal),
+    ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
 
@@ -18,6 +18,7 @@ from sqlalchemy import Text, cast, delete, select
 from dealbase.db import transactions
 from dealbase.db.database import Database
 from dealbase.errors import Conflict, DomainError
+from dealbase.platform.custom_fields.definitions import DEFINITIONS
 from dealbase.platform.customers import service as customers
 from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.deals import service as deals
@@ -182,12 +183,22 @@ def round_trips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return counted
 
 
+@pytest.fixture
+def fields_kept() -> Iterator[None]:
+    """The tenants' custom fields kept in the process once read, as an app's are while its
+    LISTEN connection hears of their changes (``custom_fields.definitions``)."""
+    DEFINITIONS.heard(True)
+    yield
+    DEFINITIONS.heard(False)
+
+
 @pytest.mark.parametrize("as_json", [True, False], ids=["REST", "GraphQL"])
 def test_a_create_is_two_round_trips_of_statements_routed_whole(
     cluster_database: Database,
     citus_url: str,
     monkeypatch: pytest.MonkeyPatch,
     round_trips: list[int],
+    fields_kept: None,
     as_json: bool,
 ) -> None:
     """The first step read, then everything else with the COMMIT (GraphQL's, which reads the
@@ -195,6 +206,8 @@ def test_a_create_is_two_round_trips_of_statements_routed_whole(
     whatever the number of customers (a row each)."""
     world = build_tenant(cluster_database, distributed=True)
     fields = _deal([{"last_name": "A"}, {"last_name": "B", "external_id": "crm-2"}])
+    with cluster_database.unit_of_work(_scope(world)) as uow:
+        deals.RECORD.fitted(uow)  # the tenant's fields read, and kept
     round_trips.clear()  # the tenant's making's
     with statements_sent(monkeypatch) as sent, cluster_database.unit_of_work(_scope(world)) as uow:
         if as_json:

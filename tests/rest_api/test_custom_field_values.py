@@ -331,3 +331,25 @@ def test_a_value_of_a_unique_field_another_customer_has_is_a_conflict(
 
     assert (again.status_code, again.json()["code"]) == (409, "value_taken")
     assert "custom_fields.contract" in again.json()["detail"]
+
+
+def test_a_created_activity_answers_its_custom_values_as_its_read_shows_them(
+    client: TestClient, world: TenantWorld, admin_headers: dict[str, str]
+) -> None:
+    define(client, admin_headers, record="activity", name="mood", label="Mood", type="text")
+    customer = client.post(CUSTOMERS, json={"last_name": "Ada"}, headers=world.key.headers)
+
+    created = client.post(
+        "/api/v1/integration/activities",
+        json={
+            "type": "call",
+            "customer_id": customer.json()["id"],
+            "custom_fields": {"mood": "calm"},
+        },
+        headers=world.key.headers,
+    )
+
+    assert created.status_code == 201, created.text
+    assert created.json()["custom_fields"] == {"mood": "calm"}
+    read = client.get(created.headers["Location"], headers=world.key.headers)
+    assert read.json() == created.json()

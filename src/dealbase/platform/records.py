@@ -190,8 +190,13 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
 
     def created_columns(self, fields: BaseModel) -> dict[str, object]:
         """The columns of the custom values a create's ``fields`` (a body's) give, judged by a
-        fitted record's fields: every field's, null unless given."""
+        fitted record's fields: every field's, null unless given; of ``fields`` the fitted
+        create model typed already (a batch's), their judged values."""
         custom = self.custom
+        if custom is not None and isinstance(fields, self.create_model):
+            # Its dump names them by column (``custom_fields.values``).
+            dumped = fields.model_dump(include={CUSTOM_FIELDS})
+            return {name: dumped.get(name) for name in custom.columns_of_fields}
         given = getattr(fields, CUSTOM_FIELDS, None)
         if custom is None or (given is None and not custom.fields):
             return {}

@@ -191,7 +191,9 @@ async def link_customer(
     link = parse_body(CustomerLink, body)
 
     def perform(uow: UnitOfWork) -> Response:
-        return resource_response(deal_json, service.link_customer(uow, deal_id, link))
+        linked = service.link_customer(uow, deal_id, link)
+        # Its JSON as the tenant's custom fields make it.
+        return resource_response(service.RECORD.fitted(uow).as_json, linked)
 
     return await run_once(request, scope, idempotency_key, link, perform)
 

@@ -141,7 +141,9 @@ def add_create_route(
                 return AfterCommit(
                     lambda: created_from_json_text(*written.read(), f"/{record.plural}")
                 )
-            return created(record.as_json, written, record.location(written.id))
+            # Its JSON as the tenant's custom fields make it.
+            as_json = record.service.fitted(uow).as_json
+            return created(as_json, written, record.location(written.id))
 
         return await run_once(request, scope, idempotency_key, fields, perform)
 

@@ -329,7 +329,10 @@ def _named(query: Select[Any], name: str, routed: bool) -> CTE | Subquery:
     return query.subquery(name) if routed else query.cte(name)
 
 
+# By the record's table (a tenant's with its custom fields' columns is a record of its own, of
+# columns of its own) and key; at most _KEPT.
 _JUDGED: dict[tuple[Table, str, bool], Select[Any]] = {}
+_KEPT = 512
 
 
 def judged_statement(judging: Judging, *, routed: bool = False) -> Select[Any]:
@@ -340,6 +343,8 @@ def judged_statement(judging: Judging, *, routed: bool = False) -> Select[Any]:
     key = (*judging.built_as, routed)
     built = _JUDGED.get(key)
     if built is None:
+        if len(_JUDGED) >= _KEPT:
+            _JUDGED.clear()
         verdicts = judged(judging, routed=True) if routed else judged(judging)
         read = [*judging.table.c, *judging.read_columns]
         built = _JUDGED[key] = built_once(

@@ -30,6 +30,7 @@ from dealbase.platform.custom_fields.values import (
     values_of_row,
 )
 from dealbase.platform.pagination import PageRequest
+from dealbase.platform.record_writes import InBulk, OneByOne
 from dealbase.platform.shapes import CUSTOM_FIELDS, Shape
 
 if TYPE_CHECKING:
@@ -128,11 +129,22 @@ class CustomValues:
         rows = uow.connection.execute(self.by_ids, {"ids": list(ids)}).mappings()
         return {row["id"]: row for row in rows}
 
+    def with_values_of_row(self, model: Any, row: Mapping[str, Any]) -> Any:
+        """``model`` with the custom values ``row`` (of the table with their columns) holds: a
+        write's row, read once."""
+        return self.with_values(model, values_of_row(self.fields, row))
+
     def with_values(self, model: Any, values: Mapping[str, Any] | None) -> Any:
         """``model`` with its custom values (all null when its row had none)."""
         shown = values or dict.fromkeys(field.name for field in self.fields)
+        # ``model`` may have values already (a record's read again by its fitted ``get``):
+        # these replace them.
         return _with_values_type(type(model))(
-            **{each.name: getattr(model, each.name) for each in dataclasses.fields(model)},
+            **{
+                each.name: getattr(model, each.name)
+                for each in dataclasses.fields(model)
+                if each.name != CUSTOM_FIELDS
+            },
             custom_fields=shown,
         )
 
@@ -191,6 +203,7 @@ def _fitted(record: R, live: tuple[CustomField, ...]) -> R:
         read=_read(record.read, values),
         read_many=_read_many(record, values),
         lists=_listing(record.lists, values),
+        writes=_writes(record.writes, values),
     )
 
 
@@ -238,6 +251,22 @@ def _read_many(
         return {key: values.with_values(model, custom.get(key)) for key, model in found.items()}
 
     return read_many
+
+
+def _writes(base: OneByOne[Any, Any] | InBulk, values: CustomValues) -> OneByOne[Any, Any] | InBulk:
+    """A record written one at a time reads the records its writes name from their rows, which
+    hold the custom values (``batches.upserts.judged_statement``)."""
+    if isinstance(base, InBulk):
+        return base  # its rows are its read models (``to_model``)
+    models = base.models
+
+    def with_values(uow: UnitOfWork, rows: Sequence[Record]) -> list[Any]:
+        found = models(uow, rows)
+        return [
+            values.with_values_of_row(model, row) for model, row in zip(found, rows, strict=True)
+        ]
+
+    return dataclasses.replace(base, models=with_values)
 
 
 def _listing(base: Listing[Any, Any], values: CustomValues) -> Listing[Any, Any]:

@@ -1,13 +1,15 @@
 """A deal's create with its new customers, their links and their events: one statement on a
-single server; on a distributed schema, statements Citus routes whole to the tenant's worker."""
+single server; on a distributed schema, statements Citus routes whole to the tenant's worker.
+Built per table of deals and of customers: a tenant's with its custom fields' columns (of a
+shape of its own, ``Fitted``) is one of its own, their values parameters like the others."""
 
 from __future__ import annotations
 
-import functools
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, TypeVar
 
 import orjson
 from sqlalchemy import (
@@ -16,6 +18,7 @@ from sqlalchemy import (
     ColumnElement,
     Integer,
     Select,
+    Table,
     Text,
     bindparam,
     cast,
@@ -33,7 +36,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSON, UUID, aggregate_order_by
 from sqlalchemy.sql.dml import Insert, ReturningInsert
 
 from dealbase.db.faults import ErrorMeaning
-from dealbase.db.statements import built_once
+from dealbase.db.statements import Record, built_once
 from dealbase.db.transactions import Deferred, TenantConnection
 from dealbase.ids import new_ids
 from dealbase.platform.customers.repository import to_customer
@@ -46,24 +49,102 @@ from dealbase.platform.events.repository import (
 )
 from dealbase.platform.resources import CUSTOMER, DEAL
 from dealbase.platform.rows import insert_reading, lookup
-from dealbase.platform.tables import customers, deal_customers, deals, events
-
-# A new deal's own fields (``DealCreate``'s but its customers), and a new customer's (every
-# column but the server's own), as their tables name them.
-_NEW_DEAL_FIELDS = ("name", "external_id", "volume", "deal_origin", "note")
-_NEW_CUSTOMER_COLUMNS = tuple(
-    column_.name
-    for column_ in customers.c
-    if column_.name not in ("department_id", "created_at", "updated_at", "version")
+from dealbase.platform.shapes import (
+    CUSTOM_COLUMN_PREFIX,
+    CUSTOM_FIELDS,
+    Shape,
+    decimal_text,
+    has_custom_columns,
 )
-_DEAL_COLUMNS = tuple(column_.name for column_ in deals.c)
-_CUSTOMER_COLUMNS = tuple(column_.name for column_ in customers.c)
-# The columns of each customer row of ``_create_statement(as_json=False)``.
-_CUSTOMER_LABELS = tuple(f"customer_{name}" for name in _CUSTOMER_COLUMNS)
+from dealbase.platform.tables import deal_customers, events
+
+# A new deal's own fields (``DealCreate``'s but its customers and custom fields).
+_NEW_DEAL_FIELDS = ("name", "external_id", "volume", "deal_origin", "note")
+# A customer's columns the server sets, not its create.
+_SERVER_CUSTOMER_COLUMNS = frozenset({"department_id", "created_at", "updated_at", "version"})
 
 
-@functools.lru_cache(maxsize=2)
-def _create_statement(as_json: bool) -> Select[Any]:
+@dataclass(frozen=True)
+class Fitted:
+    """A create's custom fields, of the caller's tenant: the deal's shape and its customers'
+    (``DEAL`` and ``CUSTOMER`` where it has none), and their values given, by column: the
+    deal's, and each customer's in order (none: no customer has any)."""
+
+    deal: Shape = DEAL
+    customer: Shape = CUSTOMER
+    deal_values: Mapping[str, object] = field(default_factory=dict)
+    customer_values: Sequence[Mapping[str, object]] = ()
+
+
+# A create of a tenant without custom fields of deals or customers.
+PLAIN = Fitted()
+
+
+@dataclass(frozen=True, slots=True)
+class _Routed:
+    """The statements of a create with a number of customers on a distributed schema: the
+    deal's, given its step (returning its columns; with ``as_json``, its id and version), its
+    customers' (returning their columns but with ``as_json``) and their links' (None without
+    customers), and its events' (each customer's customer.created, then deal.created; with
+    ``as_json`` returning their data as JSON text, the deal's last: REST's answer)."""
+
+    deal: ReturningInsert[Any]
+    customers: ReturningInsert[Any] | Insert | None
+    links: Insert | None
+    events: ReturningInsert[Any] | Insert
+
+
+class _Statements:
+    """A create's statements over a deal's table and a customer's (``shape``'s, ``customer``'s)
+    and the names they give their columns."""
+
+    def __init__(self, shape: Shape, customer: Shape) -> None:
+        self.shape, self.customer = shape, customer
+        deal_table, customer_table = shape.table, customer.table
+        self.deal_columns = tuple(column_.name for column_ in deal_table.c)
+        self.customer_columns = tuple(column_.name for column_ in customer_table.c)
+        custom = (name for name in self.deal_columns if name.startswith(CUSTOM_COLUMN_PREFIX))
+        # The deal's values a create gives, its custom fields' among them.
+        self.deal_fields = (*_NEW_DEAL_FIELDS, *custom)
+        # A new customer's: every column but the server's own.
+        self.new_customer_columns = tuple(
+            name for name in self.customer_columns if name not in _SERVER_CUSTOMER_COLUMNS
+        )
+        # The columns of each customer row of ``one[False]``.
+        self.customer_labels = tuple(f"customer_{name}" for name in self.customer_columns)
+        # Its customers' custom fields show in their events, not in the deal's JSON, which
+        # shows its customers as a deal's reads do.
+        self.custom_customers = has_custom_columns(customer_table)
+        # On a distributed schema, parameters named after its columns.
+        self.deal_values = {
+            name: bindparam(name, type_=deal_table.c[name].type)
+            for name in ("id", "department_id", "step_id", *self.deal_fields)
+        }
+        # The single server's statement, by whether it answers JSON.
+        self.one = {flag: built_once(_create_statement(self, flag)) for flag in (False, True)}
+
+
+# By the deal's table and the customer's (a tenant's with its custom fields' columns is one of
+# its own), at most _KEPT; a distributed schema's also by the number of customers.
+_STATEMENTS: dict[tuple[Table, Table], _Statements] = {}
+_KEPT = 512
+_ROUTED: dict[tuple[_Statements, int, bool], _Routed] = {}
+_ROUTED_KEPT = 64
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _kept(cache: dict[K, V], key: K, make: Callable[[], V], most: int) -> V:
+    """``cache``'s value of ``key``, made and kept if it has none; at most ``most`` kept."""
+    found = cache.get(key)
+    if found is None:
+        if len(cache) >= most:
+            cache.clear()
+        found = cache[key] = make()
+    return found
+
+
+def _create_statement(statements: _Statements, as_json: bool) -> Select[Any]:
     """A new deal in its department's first step, its new customers, their links in request
     order, and their events (each ``customer.created``, then ``deal.created``, their data made
     by PostgreSQL from the rows), in one statement. The customers come as one JSON parameter
@@ -75,11 +156,14 @@ def _create_statement(as_json: bool) -> Select[Any]:
     No ``ON CONFLICT``: an external id already taken fails the statement (a unique violation,
     the deal's first, as its insert runs first), which fails the whole of it, so the rows it
     wrote before go with it; ``create_failure`` says what such a failure means."""
-    department_id = bindparam("department_id", type_=deals.c.department_id.type)
-    deal_id = bindparam("id", type_=deals.c.id.type)
-    new_deal = _new_deal(department_id, deal_id)
-    given = _given_customers()
-    shown_customers = _shown_customers(_new_customers(given, new_deal), given)
+    deal_table = statements.shape.table
+    department_id = bindparam("department_id", type_=deal_table.c.department_id.type)
+    deal_id = bindparam("id", type_=deal_table.c.id.type)
+    new_deal = _new_deal(statements, department_id, deal_id)
+    given = _given_customers(statements)
+    shown_customers = _shown_customers(
+        statements, _new_customers(statements, given, new_deal), given
+    )
     # Read from the inserted customers (inserted after the deal, whose department they read),
     # not from the request: Citus runs each of a statement's data-modifying CTEs as a statement
     # of its own, in the order they depend on each other, and the links' foreign keys look for
@@ -93,14 +177,19 @@ def _create_statement(as_json: bool) -> Select[Any]:
         )
         .cte("new_links")
     )
-    shown_deal = _shown_deal(new_deal, shown_customers)
+    shown_deal = _shown_deal(statements, new_deal, shown_customers)
     recorded, wakes = _recorded_events(shown_customers, shown_deal, department_id)
-    answer = _answer(shown_deal, shown_customers, wakes, as_json=as_json)
-    return built_once(answer.add_cte(new_links, recorded))
+    answer = _answer(statements, shown_deal, shown_customers, wakes, as_json=as_json)
+    return answer.add_cte(new_links, recorded)
 
 
 def _answer(
-    shown_deal: CTE, shown_customers: CTE, wakes: ColumnElement[bool], *, as_json: bool
+    statements: _Statements,
+    shown_deal: CTE,
+    shown_customers: CTE,
+    wakes: ColumnElement[bool],
+    *,
+    as_json: bool,
 ) -> Select[Any]:
     """The create's rows (``_create_statement``), whether the worker is to be woken last."""
     if as_json:
@@ -110,13 +199,11 @@ def _answer(
             cast(shown_deal.c.shown, Text).label("shown"),
             wakes.label("wakes"),
         )
+    labels = zip(statements.customer_columns, statements.customer_labels, strict=True)
     return (
         select(
-            *(shown_deal.c[name] for name in _DEAL_COLUMNS),
-            *(
-                shown_customers.c[name].label(label)
-                for name, label in zip(_CUSTOMER_COLUMNS, _CUSTOMER_LABELS, strict=True)
-            ),
+            *(shown_deal.c[name] for name in statements.deal_columns),
+            *(shown_customers.c[name].label(label) for name, label in labels),
             wakes.label("wakes"),
         )
         .select_from(shown_deal.outerjoin(shown_customers, true()))
@@ -124,35 +211,39 @@ def _answer(
     )
 
 
-def _new_deal(department_id: BindParameter[Any], deal_id: BindParameter[Any]) -> CTE:
+def _new_deal(
+    statements: _Statements, department_id: BindParameter[Any], deal_id: BindParameter[Any]
+) -> CTE:
     """The deal's insert, in its department's first step, returning its row."""
+    table = statements.shape.table
     # Looked up as Citus plans it (``rows.lookup``).
     first_step = lookup(first_step_query(), "first_step")
     return (
         insert_reading(
-            deals,
+            table,
             {
                 "id": deal_id,
                 "department_id": department_id,
                 "step_id": select(first_step.c.id).scalar_subquery(),
                 "created_at": func.now(),
                 "updated_at": func.now(),
-                **{name: bindparam(name, type_=deals.c[name].type) for name in _NEW_DEAL_FIELDS},
+                **{name: statements.deal_values[name] for name in statements.deal_fields},
             },
             first_step,
         )
-        .returning(*deals.c)
+        .returning(*table.c)
         .cte("new_deal")
     )
 
 
-def _given_customers() -> CTE:
+def _given_customers(statements: _Statements) -> CTE:
     """The customers as the JSON parameter ``customers`` gives them: their columns, each one's
     position and its event's id."""
+    table = statements.customer.table
     given_rows = (
         func.json_to_recordset(cast(bindparam("customers", type_=Text), JSON))
         .table_valued(
-            *(column(name, customers.c[name].type) for name in _NEW_CUSTOMER_COLUMNS),
+            *(column(name, table.c[name].type) for name in statements.new_customer_columns),
             column("position", Integer),
             column("event_id", UUID(as_uuid=True)),
         )
@@ -161,50 +252,58 @@ def _given_customers() -> CTE:
     return select(given_rows).cte("given")
 
 
-def _new_customers(given: CTE, new_deal: CTE) -> CTE:
+def _new_customers(statements: _Statements, given: CTE, new_deal: CTE) -> CTE:
     """The customers' insert, their department read from the deal's row: the customers go in
     after the deal."""
+    table, columns = statements.customer.table, statements.new_customer_columns
     return (
-        insert(customers)
+        insert(table)
         .from_select(
-            [*_NEW_CUSTOMER_COLUMNS, "department_id", "created_at", "updated_at"],
+            [*columns, "department_id", "created_at", "updated_at"],
             select(
-                *(given.c[name] for name in _NEW_CUSTOMER_COLUMNS),
+                *(given.c[name] for name in columns),
                 new_deal.c.department_id,
                 func.now(),
                 func.now(),
             ).select_from(given.join(new_deal, true())),
         )
-        .returning(*customers.c)
+        .returning(*table.c)
         .cte("new_customers")
     )
 
 
-def _shown_customers(new_customers: CTE, given: CTE) -> CTE:
+def _shown_customers(statements: _Statements, new_customers: CTE, given: CTE) -> CTE:
     """The inserted customers with their positions, their events' ids and their JSON, made
-    once."""
+    once (``shown``, their events'); with custom fields of customers, also as the deal's JSON
+    shows them (``listed``)."""
+    listed = (
+        [CUSTOMER.json_of_row(new_customers).label("listed")] if statements.custom_customers else []
+    )
     return (
         select(
             new_customers,
             given.c.position,
             given.c.event_id,
-            CUSTOMER.json_of_row(new_customers).label("shown"),
+            statements.customer.json_of_row(new_customers).label("shown"),
+            *listed,
         )
         .join_from(new_customers, given, given.c.id == new_customers.c.id)
         .cte("shown_customers")
     )
 
 
-def _shown_deal(new_deal: CTE, shown_customers: CTE) -> CTE:
+def _shown_deal(statements: _Statements, new_deal: CTE, shown_customers: CTE) -> CTE:
     """The inserted deal with its JSON (``shown``), its customers' in link order within."""
-    listed = select(
+    listed = shown_customers.c.listed if statements.custom_customers else shown_customers.c.shown
+    customers_json = select(
         func.coalesce(
-            func.json_agg(aggregate_order_by(shown_customers.c.shown, shown_customers.c.position)),
+            func.json_agg(aggregate_order_by(listed, shown_customers.c.position)),
             literal_column("'[]'::json"),
         )
     ).scalar_subquery()
     columns = {column_.name: column_ for column_ in new_deal.c}
-    return select(new_deal, _new_deal_json(columns, listed).label("shown")).cte("shown_deal")
+    shown = _new_deal_json(statements.shape, columns, customers_json)
+    return select(new_deal, shown.label("shown")).cte("shown_deal")
 
 
 def _recorded_events(
@@ -238,12 +337,12 @@ def _recorded_events(
 
 
 def _new_deal_json(
-    values: Mapping[str, ColumnElement[Any]], customers_json: ColumnElement[Any]
+    shape: Shape, values: Mapping[str, ColumnElement[Any]], customers_json: ColumnElement[Any]
 ) -> ColumnElement[Any]:
-    """The JSON of a new deal given by its values (by name: a row's columns, or parameters and
-    ``now()``) and its customers' JSON array (in link order). A new deal is unassigned: no
-    employee, so no employee's name."""
-    return DEAL.built_object_of(
+    """The JSON (``shape``'s) of a new deal given by its values (by name: a row's columns, or
+    parameters and ``now()``) and its customers' JSON array (in link order). A new deal is
+    unassigned: no employee, so no employee's name."""
+    return shape.built_object_of(
         {**values, "employee_name": cast(null(), Text), "customers": customers_json}
     )
 
@@ -252,20 +351,8 @@ def _new_deal_json(
 # events, each an ``INSERT ... VALUES`` (of a row per customer, per event), their data made by
 # PostgreSQL from the same values (``Shape.json_of_values``, ``_new_deal_json``) where the single
 # server's statement makes them of the rows it inserted. The deal's values are parameters
-# named after its columns, each customer's ``customer_<index>_<column>``. The deal's insert
-# returns its columns (``as_json``: its id and version).
-_DEAL_VALUES = {
-    name: bindparam(name, type_=deals.c[name].type)
-    for name in ("id", "department_id", "step_id", *_NEW_DEAL_FIELDS)
-}
-_ROUTED_DEAL = {
-    as_json: built_once(
-        insert(deals)
-        .values(created_at=func.now(), updated_at=func.now(), **_DEAL_VALUES)
-        .returning(*((deals.c.id, deals.c.version) if as_json else deals.c))
-    )
-    for as_json in (False, True)
-}
+# named after its columns (``_Statements.deal_values``), each customer's
+# ``customer_<index>_<column>``.
 
 
 def _customer_parameter(index: int, name: str) -> str:
@@ -273,36 +360,30 @@ def _customer_parameter(index: int, name: str) -> str:
     return f"customer_{index}_{name}"
 
 
-@dataclass(frozen=True, slots=True)
-class _Routed:
-    """The statements of a create with a number of customers, but the deal's insert: its
-    customers' (returning their columns but with ``as_json``) and their links' (None without
-    customers), and its events' (each customer's customer.created, then deal.created; with
-    ``as_json`` returning their data as JSON text, the deal's last: REST's answer)."""
-
-    customers: ReturningInsert[Any] | Insert | None
-    links: Insert | None
-    events: ReturningInsert[Any] | Insert
-
-
-@functools.lru_cache(maxsize=32)
-def _routed(count: int, as_json: bool) -> _Routed:
-    """Built once per number of customers: a statement of a row per customer."""
+def _routed(statements: _Statements, count: int, as_json: bool) -> _Routed:
+    """A statement of a row per customer, for ``count`` customers."""
+    table, deal_values = statements.customer.table, statements.deal_values
+    deal_table = statements.shape.table
+    deal = built_once(
+        insert(deal_table)
+        .values(created_at=func.now(), updated_at=func.now(), **deal_values)
+        .returning(*((deal_table.c.id, deal_table.c.version) if as_json else deal_table.c))
+    )
     given = [
         {
-            name: bindparam(_customer_parameter(index, name), type_=customers.c[name].type)
-            for name in _NEW_CUSTOMER_COLUMNS
+            name: bindparam(_customer_parameter(index, name), type_=table.c[name].type)
+            for name in statements.new_customer_columns
         }
         for index in range(count)
     ]
-    events_inserted = _routed_events(given, as_json=as_json)
+    events_inserted = _routed_events(statements, given, as_json=as_json)
     if not given:
-        return _Routed(None, None, built_once(events_inserted))
-    customers_inserted: ReturningInsert[Any] | Insert = insert(customers).values(
+        return _Routed(deal, None, None, built_once(events_inserted))
+    customers_inserted: ReturningInsert[Any] | Insert = insert(table).values(
         [
             {
                 **values,
-                "department_id": _DEAL_VALUES["department_id"],
+                "department_id": deal_values["department_id"],
                 "created_at": func.now(),
                 "updated_at": func.now(),
             }
@@ -310,38 +391,41 @@ def _routed(count: int, as_json: bool) -> _Routed:
         ]
     )
     if not as_json:
-        customers_inserted = customers_inserted.returning(*customers.c)
+        customers_inserted = customers_inserted.returning(*table.c)
     links = insert(deal_customers).values(
         [
             {
-                "deal_id": _DEAL_VALUES["id"],
+                "deal_id": deal_values["id"],
                 "customer_id": values["id"],
                 "position": literal(place, deal_customers.c.position.type),
             }
             for place, values in enumerate(given, start=1)
         ]
     )
-    return _Routed(built_once(customers_inserted), built_once(links), built_once(events_inserted))
+    return _Routed(
+        deal, built_once(customers_inserted), built_once(links), built_once(events_inserted)
+    )
 
 
 def _routed_events(
-    given: list[dict[str, BindParameter[Any]]], *, as_json: bool
+    statements: _Statements, given: list[dict[str, BindParameter[Any]]], *, as_json: bool
 ) -> ReturningInsert[Any] | Insert:
     """The events' insert of ``_routed``: each customer's ``customer.created``, then the
     deal's ``deal.created``, their data made of the values given (with ``as_json`` returning
     it as JSON text)."""
-    shown = [
-        CUSTOMER.json_of_values({**values, "created_at": func.now(), "updated_at": func.now()})
-        for values in given
-    ]
+    stamped = [{**values, "created_at": func.now(), "updated_at": func.now()} for values in given]
+    shown = [statements.customer.json_of_values(values) for values in stamped]
+    # As the deal's JSON shows its customers (``_shown_customers``).
+    listed = [CUSTOMER.json_of_values(values) for values in stamped]
     deal_shown = _new_deal_json(
+        statements.shape,
         {
-            **_DEAL_VALUES,
-            "employee_id": cast(null(), deals.c.employee_id.type),
+            **statements.deal_values,
+            "employee_id": cast(null(), statements.shape.table.c.employee_id.type),
             "created_at": func.now(),
             "updated_at": func.now(),
         },
-        func.json_build_array(*shown) if shown else literal_column("'[]'::json"),
+        func.json_build_array(*listed) if listed else literal_column("'[]'::json"),
     )
     inserted = recorded_together(
         [
@@ -366,12 +450,18 @@ class Created:
     """What ``defer_create`` sent: on one server its one statement (``deal``); on a distributed
     schema the deal's insert, its customers' (None without customers), its events' (with
     ``as_json``: their data, the deal's last, REST's answer) and whether the worker is to be
-    woken."""
+    woken. ``statements``: what they were made of."""
 
+    statements: _Statements
     deal: Deferred
     customers: Deferred | None = None
     shown: Deferred | None = None
     wakes: Deferred | None = None
+
+
+def _json_value(value: object) -> str:
+    """A decimal custom value, which orjson leaves to its caller, as PostgreSQL reads it."""
+    return decimal_text(value) if isinstance(value, Decimal) else str(value)
 
 
 def defer_create(
@@ -382,39 +472,48 @@ def defer_create(
     meaning: ErrorMeaning,
     *,
     as_json: bool,
+    fitted: Fitted = PLAIN,
 ) -> Created:
     """``_create_statement``, sent with the unit of work's next round trip; ``meaning`` says
-    what its failure means (``create_failure``). On a distributed schema, ``_defer_routed``'s
-    statements."""
+    what its failure means (``create_failure``); ``fitted``: the tenant's custom fields and
+    their values. On a distributed schema, ``_defer_routed``'s statements."""
+    tables = (fitted.deal.table, fitted.customer.table)
+    statements = _kept(
+        _STATEMENTS, tables, lambda: _Statements(fitted.deal, fitted.customer), _KEPT
+    )
     count = len(fields.customers)
     # In increasing order: the customers' ids, the deal's, then the events' (their ids order
     # them within the transaction: the customers', then the deal's).
     ids = new_ids(2 * count + 2)
     values: dict[str, object] = {name: getattr(fields, name) for name in _NEW_DEAL_FIELDS}
+    values.update(fitted.deal_values)
     values.update(
         id=ids[count], department_id=department_id, event_id=ids[-1], tenant_id=str(tenant_id)
     )
-    if connection.distributed:
-        given = [
-            {**customer.model_dump(), "id": ids[index], "event_id": ids[count + 1 + index]}
-            for index, customer in enumerate(fields.customers)
-        ]
-        return _defer_routed(connection, values, given, meaning, as_json=as_json)
+    custom = fitted.customer_values or [{}] * count
+    # On a distributed schema every column of each, a parameter; else only those with a value.
+    distributed = connection.distributed
     given = [
         {
-            **customer.model_dump(exclude_none=True),
+            **customer.model_dump(exclude_none=not distributed, exclude={CUSTOM_FIELDS}),
+            **custom[index],
             "id": ids[index],
-            "position": index + 1,
             "event_id": ids[count + 1 + index],
         }
         for index, customer in enumerate(fields.customers)
     ]
-    values["customers"] = orjson.dumps(given).decode()
-    return Created(connection.defer(_create_statement(as_json), values, meaning=meaning))
+    if distributed:
+        return _defer_routed(connection, statements, values, given, meaning, as_json=as_json)
+    for place, customer in enumerate(given, start=1):
+        customer["position"] = place
+    values["customers"] = orjson.dumps(given, default=_json_value).decode()
+    deal = connection.defer(statements.one[as_json], values, meaning=meaning)
+    return Created(statements, deal)
 
 
 def _defer_routed(
     connection: TenantConnection,
+    statements: _Statements,
     deal: dict[str, object],
     given: list[dict[str, object]],
     meaning: ErrorMeaning,
@@ -429,8 +528,14 @@ def _defer_routed(
     department_id = deal["department_id"]
     assert isinstance(department_id, uuid.UUID)
     deal = {**deal, "step_id": first_step(connection, department_id)}
-    inserted = connection.defer(_ROUTED_DEAL[as_json], deal, meaning=meaning)
-    routed = _routed(len(given), as_json)
+    count = len(given)
+    routed = _kept(
+        _ROUTED,
+        (statements, count, as_json),
+        lambda: _routed(statements, count, as_json),
+        _ROUTED_KEPT,
+    )
+    inserted = connection.defer(routed.deal, deal, meaning=meaning)
     # The deal's values and its customers': each insert sets every column it is given a value
     # of, and none is named as a column one of them leaves out (a deal's employee_id and
     # version, a customer's version, an event's position).
@@ -448,28 +553,28 @@ def _defer_routed(
         connection.defer(routed.links, values)
     recorded = connection.defer(routed.events, values)
     wakes = connection.defer(WAKES_IN_DEPARTMENT, {"department_id": department_id})
-    return Created(inserted, customers_inserted, recorded if as_json else None, wakes)
+    return Created(statements, inserted, customers_inserted, recorded if as_json else None, wakes)
 
 
-def created(inserted: Created, tenant_id: uuid.UUID) -> Deal:
-    """The deal ``defer_create(as_json=False)`` inserted, with its customers."""
+def created(
+    inserted: Created, tenant_id: uuid.UUID, with_values: Callable[[Deal, Record], Deal]
+) -> Deal:
+    """The deal ``defer_create(as_json=False)`` inserted, with its customers: made by
+    ``with_values`` of it and its row (the tenant's custom fields' values added)."""
     if inserted.wakes is not None:
         added = () if inserted.customers is None else inserted.customers.rows().mappings()
         found = [to_customer(row, tenant_id) for row in added]
-        return to_deal(inserted.deal.rows().mappings().one(), found)
+        row = inserted.deal.rows().mappings().one()
+        return with_values(to_deal(row, found), row)
     rows = inserted.deal.rows().mappings().all()
+    statements = inserted.statements
+    labels = tuple(zip(statements.customer_columns, statements.customer_labels, strict=True))
     found = [
-        to_customer(
-            {
-                name: row[label]
-                for name, label in zip(_CUSTOMER_COLUMNS, _CUSTOMER_LABELS, strict=True)
-            },
-            tenant_id,
-        )
+        to_customer({name: row[label] for name, label in labels}, tenant_id)
         for row in rows
         if row["customer_id"] is not None
     ]
-    return to_deal(rows[0], found)
+    return with_values(to_deal(rows[0], found), rows[0])
 
 
 def created_as_json(inserted: Created) -> tuple[uuid.UUID, int, str]:

@@ -11,6 +11,7 @@ from pydantic_core import PydanticCustomError
 from dealbase.platform.customers.models import Customer, CustomerFields
 from dealbase.platform.validation import (
     ClientInput,
+    CustomFieldValues,
     ExternalId,
     LongText,
     Moment,
@@ -37,6 +38,7 @@ class DealCreate(DealFields):
     """A new deal; each element of ``customers`` becomes a new customer linked to it, in order."""
 
     customers: Annotated[list[CustomerFields], Field(max_length=MAX_CUSTOMERS_PER_DEAL)] = []
+    custom_fields: CustomFieldValues | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,7 @@ class DealChanges(DealFields):
 
     step_id: uuid.UUID
     employee_id: uuid.UUID | None = None
+    custom_fields: CustomFieldValues | None = None
 
 
 # Absent fields stay, null clears (employee_id: null unassigns).
@@ -87,6 +90,7 @@ class DealUpsert(DealFields):
         None
     )
     employee_id: uuid.UUID | None = None
+    custom_fields: CustomFieldValues | None = None
 
     @field_validator("step_id", mode="before")
     @classmethod

@@ -10,6 +10,7 @@ from sqlalchemy import (
     ColumnElement,
     FromClause,
     Select,
+    Table,
     bindparam,
     delete,
     exists,
@@ -76,42 +77,42 @@ def first_step(connection: TenantConnection, department_id: uuid.UUID) -> uuid.U
 
 
 @functools.lru_cache(maxsize=64)
-def _insert_deal_statement(columns: tuple[str, ...], in_first_step: bool) -> Any:
-    """Built once per set of columns a caller gives: building a statement costs more CPU than
-    running it."""
-    department_id = bindparam("department_id", type_=deals.c.department_id.type)
+def _insert_deal_statement(table: Table, columns: tuple[str, ...], in_first_step: bool) -> Any:
+    """Built once per table (a tenant's with its custom fields' columns is one of its own) and
+    set of columns a caller gives: building a statement costs more CPU than running it."""
+    department_id = bindparam("department_id", type_=table.c.department_id.type)
     first_step = lookup(first_step_query(), "first_step")
     values = {
-        "id": bindparam("id", type_=deals.c.id.type),
+        "id": bindparam("id", type_=table.c.id.type),
         "department_id": department_id,
         "step_id": select(first_step.c.id).scalar_subquery()
         if in_first_step
-        else bindparam("step_id", type_=deals.c.step_id.type),
+        else bindparam("step_id", type_=table.c.step_id.type),
         "created_at": func.now(),
         "updated_at": func.now(),
-        **{name: bindparam(name, type_=deals.c[name].type) for name in columns},
+        **{name: bindparam(name, type_=table.c[name].type) for name in columns},
     }
     return built_once(
-        insert_reading(deals, values, *([first_step] if in_first_step else []))
-        .on_conflict_do_nothing(index_elements=[deals.c.department_id, deals.c.external_id])
-        .returning(*deals.c)
+        insert_reading(table, values, *([first_step] if in_first_step else []))
+        .on_conflict_do_nothing(index_elements=[table.c.department_id, table.c.external_id])
+        .returning(*table.c)
     )
 
 
 @functools.lru_cache(maxsize=64)
-def _insert_deal_values_statement(columns: tuple[str, ...]) -> Any:
+def _insert_deal_values_statement(table: Table, columns: tuple[str, ...]) -> Any:
     """``_insert_deal_statement`` on a distributed schema: an ``INSERT ... VALUES``, its step
     given, which Citus routes whole (it pulls an ``INSERT ... SELECT`` that stamps ``now()``
     through the coordinator)."""
     values = {
-        name: bindparam(name, type_=deals.c[name].type)
+        name: bindparam(name, type_=table.c[name].type)
         for name in ("id", "department_id", "step_id", *columns)
     }
     return built_once(
-        pg_insert(deals)
+        pg_insert(table)
         .values(created_at=func.now(), updated_at=func.now(), **values)
-        .on_conflict_do_nothing(index_elements=[deals.c.department_id, deals.c.external_id])
-        .returning(*deals.c)
+        .on_conflict_do_nothing(index_elements=[table.c.department_id, table.c.external_id])
+        .returning(*table.c)
     )
 
 
@@ -120,11 +121,13 @@ def insert_deal(
     department_id: uuid.UUID,
     step_id: uuid.UUID | None,
     values: dict[str, object],
+    table: Table = deals,
 ) -> Record | None:
     """The new deal's row, in ``step_id`` or else the department's first step (found by the
     same statement; none: a NOT NULL violation of ``step_id``); None when another deal of the
     department has its external id (ON CONFLICT DO NOTHING: the transaction stays usable, and a
-    concurrent insert of the same external id is waited for).
+    concurrent insert of the same external id is waited for). ``table``: the deals' with the
+    tenant's custom fields' columns, of which ``values`` may give some.
 
     On a distributed schema the first step is read by a round trip of its own before
     (``first_step``), and the insert is given it."""
@@ -133,10 +136,10 @@ def insert_deal(
     if connection.distributed:
         if step_id is None:
             step_id = first_step(connection, department_id)
-        statement = _insert_deal_values_statement(columns)
+        statement = _insert_deal_values_statement(table, columns)
         parameters["step_id"] = step_id
     else:
-        statement = _insert_deal_statement(columns, step_id is None)
+        statement = _insert_deal_statement(table, columns, step_id is None)
         if step_id is not None:
             parameters["step_id"] = step_id
     return connection.execute(statement, parameters).mappings().first()

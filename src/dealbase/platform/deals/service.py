@@ -7,10 +7,12 @@ from contextlib import contextmanager
 from dealbase.db.faults import Fault, faults_meaning
 from dealbase.db.statements import Record
 from dealbase.db.units import AfterCommit, UnitOfWork
-from dealbase.errors import Conflict, ExternalIdTaken, Invalid, NotFound
+from dealbase.errors import Conflict, ExternalIdTaken, FieldError, Invalid, NotFound
 from dealbase.platform import records
 from dealbase.platform.activities import repository as activities_repository
 from dealbase.platform.customers import repository as customers_repository
+from dealbase.platform.customers import service as customers_service
+from dealbase.platform.customers.models import Customer, CustomerFields, CustomerFilter
 from dealbase.platform.deals import creation, repository
 from dealbase.platform.deals.models import (
     CustomerLink,
@@ -23,8 +25,12 @@ from dealbase.platform.deals.models import (
 from dealbase.platform.events import service as events
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.record_writes import OneByOne
-from dealbase.platform.resources import DEAL, deal_json
+from dealbase.platform.resources import CUSTOMER, DEAL, deal_json
+from dealbase.platform.shapes import CUSTOM_FIELDS
 from dealbase.platform.validation import department_of
+
+# A deal's descriptor, or the same fitted to a tenant's custom fields (``RECORD.fitted``).
+DealRecord = records.SyncedRecord[Deal, DealCreate | DealUpsert, DealFilter]
 
 
 @contextmanager
@@ -53,10 +59,14 @@ def _taken(external_id: str | None) -> ExternalIdTaken:
 
 def create(uow: UnitOfWork, fields: DealCreate) -> Deal:
     """The deal starts unassigned in its department's first step, with one new customer per
-    element of ``customers``, linked in request order. An external id (the deal's or a
-    customer's) that another record of its kind in the department has is ExternalIdTaken."""
-    inserted = _insert(uow, fields, as_json=False)
-    deal = creation.created(inserted, uow.scope.tenant_id)  # sent now: a failure is raised here
+    element of ``customers``, linked in request order, each with the values of the tenant's
+    custom fields it gives (the deal's and the customers', judged by their fields). An external
+    id (the deal's or a customer's) that another record of its kind in the department has is
+    ExternalIdTaken."""
+    record = RECORD.fitted(uow)
+    inserted = _insert(uow, record, fields, as_json=False)
+    # Sent now: a failure is raised here.
+    deal = creation.created(inserted, uow.scope.tenant_id, _with_values(record))
     # Once written: a batch's operation that failed is rolled back to its savepoint.
     events.recorded_by_statement(uow, lambda: creation.created_wakes(inserted))
     return deal
@@ -66,27 +76,83 @@ def create_later_as_json(
     uow: UnitOfWork, fields: DealCreate
 ) -> AfterCommit[tuple[uuid.UUID, int, str]]:
     """``create``'s deal as its id, its version and the JSON text ``resources.deal_json``
-    would make, made by PostgreSQL (REST's answer), from one statement sent with the unit of
-    work's next round trip: with the COMMIT, when nothing else runs (on a distributed schema,
-    after a round trip that reads the department's first step). Its failures are raised by
-    that round trip."""
-    inserted = _insert(uow, fields, as_json=True)
+    would make (with the tenant's custom fields, the fitted record's), made by PostgreSQL
+    (REST's answer), from one statement sent with the unit of work's next round trip: with the
+    COMMIT, when nothing else runs (on a distributed schema, after a round trip that reads the
+    department's first step). Its failures are raised by that round trip."""
+    inserted = _insert(uow, RECORD.fitted(uow), fields, as_json=True)
     events.recorded_by_statement(uow, lambda: creation.created_wakes(inserted))
     return AfterCommit(lambda: creation.created_as_json(inserted))
 
 
-def _insert(uow: UnitOfWork, fields: DealCreate, *, as_json: bool) -> creation.Created:
+def _insert(
+    uow: UnitOfWork, record: DealRecord, fields: DealCreate, *, as_json: bool
+) -> creation.Created:
     """The deal, its customers, their links and their events: one statement
     (``creation.defer_create``); on a distributed schema, after a round trip that reads the
-    department's first step, statements Citus routes whole."""
+    department's first step, statements Citus routes whole. ``record``: fitted to the tenant's
+    custom fields."""
     scope = uow.scope
 
     def meaning(fault: Fault) -> Exception | None:
         return _create_failure(fault, fields.external_id)
 
     return creation.defer_create(
-        uow.connection, scope.tenant_id, department_of(scope), fields, meaning, as_json=as_json
+        uow.connection,
+        scope.tenant_id,
+        department_of(scope),
+        fields,
+        meaning,
+        as_json=as_json,
+        fitted=_custom_values(record, customers_service.RECORD.fitted(uow), fields),
     )
+
+
+def _custom_values(
+    record: DealRecord,
+    customer: records.SyncedRecord[Customer, CustomerFields, CustomerFilter],
+    fields: DealCreate,
+) -> creation.Fitted:
+    """The values of the tenant's custom fields a create gives (``record`` and ``customer``
+    are fitted to them), judged: else Invalid, naming every bad field, a customer's within its
+    place in ``customers``."""
+    if (
+        record.shape is DEAL
+        and customer.shape is CUSTOMER
+        and fields.custom_fields is None
+        and all(each.custom_fields is None for each in fields.customers)
+    ):
+        return creation.PLAIN  # no field of either, nor any value given
+    errors: list[FieldError] = []
+    deal_values: dict[str, object] = {}
+    try:
+        deal_values = record.created_columns(fields)
+    except Invalid as exc:
+        errors += exc.errors
+    customer_values = []
+    for index, each in enumerate(fields.customers):
+        try:
+            customer_values.append(customer.created_columns(each))
+        except Invalid as exc:
+            errors += exc.within(f"customers[{index}]").errors
+    if errors:
+        named = ", ".join(sorted({error.field for error in errors}))
+        raise Invalid(f"The request has invalid fields: {named}.", errors)
+    return creation.Fitted(record.shape, customer.shape, deal_values, customer_values)
+
+
+def _with_values(record: DealRecord) -> Callable[[Deal, Record], Deal]:
+    """A deal read from a write's row as the record fitted to the tenant's custom fields reads
+    it: with their values, the row's."""
+    custom = record.custom
+    if custom is None or not custom.fields:
+        return _as_written
+    with_values: Callable[[Deal, Record], Deal] = custom.with_values_of_row
+    return with_values
+
+
+def _as_written(deal: Deal, row: Record) -> Deal:
+    return deal
 
 
 def _create_failure(fault: Fault, external_id: str | None) -> Exception | None:
@@ -142,7 +208,7 @@ def _sorted_volume(deal: Deal) -> int:
     return -1 if deal.volume is None else deal.volume
 
 
-RECORD: records.SyncedRecord[Deal, DealCreate | DealUpsert, DealFilter] = records.SyncedRecord(
+RECORD: DealRecord = records.SyncedRecord(
     noun="deal",
     # Read again, with its customers and its employee's name.
     to_model=lambda uow, row: RECORD.get(uow, row["id"]),
@@ -208,9 +274,8 @@ def _customers_changed(uow: UnitOfWork, before: Deal) -> Deal:
     repository.new_version(uow.connection, before.department_id, before.id)
     after = RECORD.get(uow, before.id)
     previous = {"customers": deal_json(before)["customers"]}
-    events.record(
-        uow, "deal.updated", after.department_id, deal_json(after), ("customers",), previous
-    )
+    shown = RECORD.fitted(uow).as_json(after)
+    events.record(uow, "deal.updated", after.department_id, shown, ("customers",), previous)
     return after
 
 
@@ -246,19 +311,23 @@ def _by_parent(
 
 
 def _insert_upserted(uow: UnitOfWork, department_id: uuid.UUID, fields: DealUpsert) -> Deal | None:
-    """The upserted deal, new (deal.created); None when another transaction has just inserted
-    its external id."""
+    """The upserted deal, new (deal.created), with the values of the tenant's custom fields
+    ``fields`` gives (the fitted upsert model's, whose dump names their columns); None when
+    another transaction has just inserted its external id."""
     connection = uow.connection
-    RECORD.check_references(uow, department_id, fields.model_dump())
+    record = RECORD.fitted(uow)
+    values = fields.model_dump()
+    values.pop(CUSTOM_FIELDS, None)  # the record's own model's: none given
+    RECORD.check_references(uow, department_id, values)
+    step_id = values.pop("step_id")
     with _steps_to_start_in():
-        row = repository.insert_deal(
-            connection, department_id, fields.step_id, fields.model_dump(exclude={"step_id"})
-        )
+        row = repository.insert_deal(connection, department_id, step_id, values, record.shape.table)
     if row is None:
         return None
+    inserted = row
     if fields.employee_id is not None:  # read again, with the employee's name
         row = repository.get_deal_row(connection, department_id, row["id"])
         assert row is not None, "the deal was just inserted"
-    deal = repository.to_deal(row, ())
-    events.record(uow, "deal.created", department_id, deal_json(deal))
+    deal = _with_values(record)(repository.to_deal(row, ()), inserted)
+    events.record(uow, "deal.created", department_id, record.as_json(deal))
     return deal
