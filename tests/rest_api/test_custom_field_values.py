@@ -14,6 +14,7 @@ from tests.rest_api.test_custom_fields import define, field_codes, tenant_wide
 from tests.support import TenantWorld
 
 CUSTOMERS = "/api/v1/integration/customers"
+ACTIVITIES = "/api/v1/integration/activities"
 
 
 @pytest.fixture
@@ -353,3 +354,16 @@ def test_a_created_activity_answers_its_custom_values_as_its_read_shows_them(
     assert created.json()["custom_fields"] == {"mood": "calm"}
     read = client.get(created.headers["Location"], headers=world.key.headers)
     assert read.json() == created.json()
+
+
+def test_an_activity_with_a_unique_value_another_has_is_a_conflict(
+    client: TestClient, world: TenantWorld, admin_headers: dict[str, str]
+) -> None:
+    define(client, admin_headers, record="activity", name="ticket", label="T", unique=True)
+    customer = client.post(CUSTOMERS, json={"last_name": "Ada"}, headers=world.key.headers).json()
+    body = {"type": "call", "customer_id": customer["id"], "custom_fields": {"ticket": "T-1"}}
+    client.post(ACTIVITIES, json=body, headers=world.key.headers).raise_for_status()
+
+    again = client.post(ACTIVITIES, json=body, headers=world.key.headers)
+
+    assert (again.status_code, again.json()["code"]) == (409, "value_taken")

@@ -379,3 +379,34 @@ def test_customer_fields_alone_are_written_by_a_deal_create_which_shows_no_deal_
     customer = client.get(f"{CUSTOMERS}/{customer_id}", headers=world.key.headers).json()
     assert customer["custom_fields"] == {"ref": "R"}
     assert [event["data"] for event in _events(client, world, "customer.created")] == [customer]
+
+
+def test_a_deal_with_a_unique_value_another_deal_has_is_a_conflict(
+    client: TestClient, world: TenantWorld, database: Database
+) -> None:
+    headers = tenant_wide(database, world)
+    define(client, headers, record="deal", name="order_no", label="Order", type="text", unique=True)
+    body = {"name": "Engine", "custom_fields": {"order_no": "O-1"}}
+    client.post(DEALS, json=body, headers=world.key.headers).raise_for_status()
+
+    again = client.post(DEALS, json=body, headers=world.key.headers)
+
+    assert (again.status_code, again.json()["code"]) == (409, "value_taken")
+
+
+def test_a_change_or_upsert_to_a_unique_value_another_deal_has_is_a_conflict(
+    client: TestClient, world: TenantWorld, database: Database
+) -> None:
+    headers = tenant_wide(database, world)
+    define(client, headers, record="deal", name="order_no", label="Order", type="text", unique=True)
+    taken = {"custom_fields": {"order_no": "O-1"}}
+    client.post(DEALS, json={"name": "A", **taken}, headers=world.key.headers).raise_for_status()
+    other = client.post(DEALS, json={"name": "B"}, headers=world.key.headers).json()
+
+    changed = client.patch(f"{DEALS}/{other['id']}", json=taken, headers=world.key.headers)
+    upserted = client.put(
+        f"{DEALS}/by-external-id/d-1", json={"name": "C", **taken}, headers=world.key.headers
+    )
+
+    assert (changed.status_code, changed.json()["code"]) == (409, "value_taken")
+    assert (upserted.status_code, upserted.json()["code"]) == (409, "value_taken")

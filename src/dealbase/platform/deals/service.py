@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from dealbase.db.faults import Fault, faults_meaning
 from dealbase.db.statements import Record
 from dealbase.db.units import AfterCommit, UnitOfWork
-from dealbase.errors import Conflict, ExternalIdTaken, FieldError, Invalid, NotFound
+from dealbase.errors import Conflict, ExternalIdTaken, FieldError, Invalid, NotFound, ValueTaken
 from dealbase.platform import records
 from dealbase.platform.activities import repository as activities_repository
 from dealbase.platform.customers import repository as customers_repository
@@ -37,9 +37,15 @@ DealRecord = records.SyncedRecord[Deal, DealCreate | DealUpsert, DealFilter]
 def _steps_to_start_in() -> Iterator[None]:
     """A deal inserted in its department's first step where there is none (its insert finds
     the step itself): 409, not a database error. The transaction is then unusable, as after any
-    failed statement; the unit of work rolls it back (or a batch, to its savepoint)."""
-    with faults_meaning(_no_steps_meant):
+    failed statement; the unit of work rolls it back (or a batch, to its savepoint). A unique
+    custom field's value another deal has is 409 too."""
+    with faults_meaning(_no_steps_or_value_taken):
         yield
+
+
+def _no_steps_or_value_taken(fault: Fault) -> Conflict | None:
+    taken = RECORD.rows.external_id_meaning(fault)
+    return taken if isinstance(taken, ValueTaken) else _no_steps_meant(fault)
 
 
 def _no_steps_meant(fault: Fault) -> Conflict | None:
@@ -157,13 +163,19 @@ def _as_written(deal: Deal, row: Record) -> Deal:
 
 def _create_failure(fault: Fault, external_id: str | None) -> Exception | None:
     """What a failure of a create's statement means: an external id taken (the deal's, else a
-    customer's), or a department without steps for the deal to start in. A unique violation is
-    told by its constraint: Citus passes a worker's on without the table's name."""
+    customer's), a unique custom field's value taken (the deal's or a customer's), or a
+    department without steps for the deal to start in. A unique violation is told by its
+    constraint: Citus passes a worker's on without the table's name."""
     if fault.kind == "unique":
         if fault.constraint == "deals_external_id_key":
             return _taken(external_id)
         if fault.constraint == "customers_external_id_key":
             return customers_repository.external_id_taken()
+        taken = RECORD.rows.external_id_meaning(
+            fault
+        ) or customers_repository.rows.external_id_meaning(fault)
+        if isinstance(taken, ValueTaken):
+            return taken
     return _no_steps_meant(fault)
 
 
