@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from dealbase.db.database import Database
@@ -133,3 +134,57 @@ def test_a_deal_create_writes_its_and_its_customers_custom_values_by_statements_
         ("customer.created", customer),
         ("deal.created", deal),
     ]
+
+
+def test_customers_carry_filter_and_upsert_by_their_custom_values_on_the_cluster(
+    cluster_client_either_way: TestClient,
+    cluster_world: TenantWorld,
+    changes: SchemaChanges,
+) -> None:
+    """Through the app: a create, a PATCH, a batch upserting by a unique field (the routed
+    writes) and a filtered list, each way the app reaches the cluster."""
+    client, headers = cluster_client_either_way, cluster_world.key.headers
+    scope = cluster_world.tenant.scope
+    for definition in (
+        CONTRACT,
+        {
+            "record": "customer",
+            "name": "seats",
+            "label": "S",
+            "type": "integer",
+            "filterable": True,
+        },
+    ):
+        asyncio.run(service.define(changes, scope, validated(CustomFieldFields, definition)))
+    customers_path = "/api/v1/integration/customers"
+
+    created = client.post(
+        customers_path,
+        json={"last_name": "Ada", "custom_fields": {"contract": "C-1", "seats": 1}},
+        headers=headers,
+    )
+    changed = client.patch(
+        f"{customers_path}/{created.json()['id']}",
+        json={"custom_fields": {"seats": 2}},
+        headers=headers,
+    )
+    batch = client.post(
+        f"{customers_path}/batch",
+        json={
+            "operations": [
+                {
+                    "op": "upsert",
+                    "upsert_key": "custom_fields.contract",
+                    "data": {"last_name": "Ada", "custom_fields": {"contract": c, "seats": 3}},
+                }
+                for c in ("C-1", "C-2")
+            ]
+        },
+        headers=headers,
+    )
+    listed = client.get(customers_path, params={"custom_fields.seats": "3"}, headers=headers)
+
+    assert created.status_code == 201, created.text
+    assert changed.json()["custom_fields"] == {"contract": "C-1", "seats": 2}
+    assert [result["outcome"] for result in batch.json()["results"]] == ["updated", "created"]
+    assert [c["custom_fields"]["contract"] for c in listed.json()["data"]] == ["C-1", "C-2"]
