@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from dealbase.db.database import Database
 from dealbase.graphql_api.custom_fields import CustomFieldType
 from dealbase.platform.custom_fields.models import FieldType
+from tests.custom_field_support import define_scalars, define_select
 from tests.graphql_api.live_support import BOARD, CHANGES, live_socket
 from tests.graphql_api.support import codes_of, data_of, field_errors, gql
 from tests.rest_api.test_custom_fields import define, tenant_wide
@@ -44,33 +45,11 @@ def admin_headers(database: Database, world: TenantWorld) -> dict[str, str]:
 def options(client: TestClient, admin_headers: dict[str, str]) -> dict[str, str]:
     """A customer field of each type worth telling apart, an activity field, and the selects'
     option ids by label."""
-    for name, kind in (
-        ("contract", "text"),
-        ("seats", "integer"),
-        ("revenue", "decimal"),
-        ("vip", "boolean"),
-        ("renewal", "date"),
-        ("signed_at", "timestamp"),
-    ):
-        define(client, admin_headers, name=name, label=name.title(), type=kind)
-    tier = define(
-        client,
-        admin_headers,
-        name="tier",
-        label="Tier",
-        type="single_select",
-        options=[{"label": "Gold"}, {"label": "Silver"}],
-    )
-    tags = define(
-        client,
-        admin_headers,
-        name="tags",
-        label="Tags",
-        type="multi_select",
-        options=[{"label": "a"}, {"label": "b"}],
-    )
+    define_scalars(client, admin_headers, "customer")
+    tier = define_select(client, admin_headers, "customer", "tier", ["Gold", "Silver"])
+    tags = define_select(client, admin_headers, "customer", "tags", ["a", "b"], multi=True)
     define(client, admin_headers, record="activity", name="outcome", label="Outcome", type="text")
-    return {each["label"]: each["id"] for each in (*tier["options"], *tags["options"])}
+    return {**tier, **tags}
 
 
 def _shown(values: dict[str, Any]) -> dict[str, Any]:

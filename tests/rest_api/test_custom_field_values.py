@@ -4,12 +4,14 @@ by the events."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from dealbase.db.database import Database
+from tests.custom_field_support import define_scalars, define_select
 from tests.rest_api.test_custom_fields import define, field_codes, tenant_wide
 from tests.support import TenantWorld
 
@@ -24,37 +26,11 @@ def admin_headers(database: Database, world: TenantWorld) -> dict[str, str]:
 
 @pytest.fixture
 def tier(client: TestClient, admin_headers: dict[str, str]) -> dict[str, Any]:
-    """A customer field of each type worth telling apart, and the select's options."""
-    for name, kind in (
-        ("contract", "text"),
-        ("seats", "integer"),
-        ("revenue", "decimal"),
-        ("vip", "boolean"),
-        ("renewal", "date"),
-        ("signed_at", "timestamp"),
-    ):
-        define(client, admin_headers, name=name, label=name, type=kind)
-    select = define(
-        client,
-        admin_headers,
-        name="tier",
-        label="Tier",
-        type="single_select",
-        options=[{"label": "Gold"}, {"label": "Silver"}],
-    )
-    tags = define(
-        client,
-        admin_headers,
-        name="tags",
-        label="Tags",
-        type="multi_select",
-        options=[{"label": "a"}, {"label": "b"}],
-    )
-    return {
-        "gold": select["options"][0]["id"],
-        "a": tags["options"][0]["id"],
-        "b": tags["options"][1]["id"],
-    }
+    """A customer field of each type worth telling apart, and the selects' options."""
+    define_scalars(client, admin_headers, "customer")
+    gold = define_select(client, admin_headers, "customer", "tier", ["Gold", "Silver"])
+    tags = define_select(client, admin_headers, "customer", "tags", ["a", "b"], multi=True)
+    return {"gold": gold["Gold"], "a": tags["a"], "b": tags["b"]}
 
 
 def test_a_created_customer_carries_its_custom_values_and_every_field_of_the_tenant(
@@ -367,3 +343,32 @@ def test_an_activity_with_a_unique_value_another_has_is_a_conflict(
     again = client.post(ACTIVITIES, json=body, headers=world.key.headers)
 
     assert (again.status_code, again.json()["code"]) == (409, "value_taken")
+
+
+def test_a_tenant_neither_writes_nor_sees_another_tenants_fields(
+    client: TestClient,
+    database: Database,
+    world: TenantWorld,
+    admin_headers: dict[str, str],
+    make_tenant: Callable[..., TenantWorld],
+) -> None:
+    define(client, admin_headers, name="seats", label="Seats", type="integer", filterable=True)
+    other = make_tenant()
+
+    written = client.post(
+        CUSTOMERS,
+        json={"last_name": "B", "custom_fields": {"seats": 1}},
+        headers=other.key.headers,
+    )
+    filtered = client.get(CUSTOMERS, params={"custom_fields.seats": "1"}, headers=other.key.headers)
+    created = client.post(CUSTOMERS, json={"last_name": "B"}, headers=other.key.headers)
+
+    assert (written.status_code, field_codes(written)) == (
+        422,
+        {("custom_fields.seats", "unknown_field")},
+    )
+    assert (filtered.status_code, field_codes(filtered)) == (
+        422,
+        {("custom_fields.seats", "unknown_field")},
+    )
+    assert "custom_fields" not in created.json()

@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dealbase.db.database import Database
+from tests.custom_field_support import SCALARS, define_scalars, define_select
 from tests.rest_api.test_custom_fields import define, field_codes, tenant_wide
 from tests.support import TenantWorld
 
@@ -28,48 +29,12 @@ def admin_headers(database: Database, world: TenantWorld) -> dict[str, str]:
 def options(client: TestClient, admin_headers: dict[str, str]) -> dict[str, str]:
     """Fields of deals of the types worth telling apart, and a customer's text and select;
     the selects' options' ids by label."""
-    for name, kind in (
-        ("contract", "text"),
-        ("seats", "integer"),
-        ("revenue", "decimal"),
-        ("renewal", "date"),
-        ("signed_at", "timestamp"),
-    ):
-        define(client, admin_headers, record="deal", name=name, label=name, type=kind)
-    stage = define(
-        client,
-        admin_headers,
-        record="deal",
-        name="stage",
-        label="Stage",
-        type="single_select",
-        options=[{"label": "Won"}, {"label": "Lost"}],
-    )
-    tags = define(
-        client,
-        admin_headers,
-        record="deal",
-        name="tags",
-        label="Tags",
-        type="multi_select",
-        options=[{"label": "a"}, {"label": "b"}],
-    )
+    define_scalars(client, admin_headers, "deal", [each for each in SCALARS if each[0] != "vip"])
+    stage = define_select(client, admin_headers, "deal", "stage", ["Won", "Lost"])
+    tags = define_select(client, admin_headers, "deal", "tags", ["a", "b"], multi=True)
     define(client, admin_headers, record="customer", name="ref", label="Ref", type="text")
-    tier = define(
-        client,
-        admin_headers,
-        record="customer",
-        name="tier",
-        label="Tier",
-        type="multi_select",
-        options=[{"label": "Gold"}],
-    )
-    return {
-        "won": stage["options"][0]["id"],
-        "a": tags["options"][0]["id"],
-        "b": tags["options"][1]["id"],
-        "gold": tier["options"][0]["id"],
-    }
+    tier = define_select(client, admin_headers, "customer", "tier", ["Gold"], multi=True)
+    return {"won": stage["Won"], "a": tags["a"], "b": tags["b"], "gold": tier["Gold"]}
 
 
 def _events(client: TestClient, world: TenantWorld, kind: str) -> list[dict[str, Any]]:

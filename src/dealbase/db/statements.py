@@ -26,7 +26,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.engine import Dialect
@@ -93,6 +93,28 @@ class Compiled:
     result_processors: tuple[tuple[int, Processor], ...]
     expands: bool  # ``IN`` lists and other values rendered into the text per call
     order: tuple[str, ...]  # the parameters' names, in the order of their placeholders
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class Kept(Generic[K, V]):
+    """What is made once per key and kept, at most ``most`` (past that it starts again): the
+    statements a module builds per record's table, which a tenant's custom fields make one of
+    its own (a table with their columns)."""
+
+    def __init__(self, most: int = 512) -> None:
+        self._kept: dict[K, V] = {}
+        self._most = most
+
+    def get(self, key: K, make: Callable[[], V]) -> V:
+        found = self._kept.get(key)
+        if found is None:
+            if len(self._kept) >= self._most:
+                self._kept.clear()
+            found = self._kept[key] = make()
+        return found
 
 
 # Statements a module builds once and runs for every request (``built_once``).

@@ -61,7 +61,7 @@ from sqlalchemy.sql.dml import ReturningUpdate, Update
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
 from sqlalchemy.sql.selectable import CompoundSelect, FromClause, NamedFromClause, ScalarSelect
 
-from dealbase.db.statements import Record, built_once
+from dealbase.db.statements import Kept, Record, built_once
 from dealbase.platform.event_types import EventType
 from dealbase.platform.events.repository import recorded_rows, wakes_in
 from dealbase.platform.shapes import (
@@ -99,20 +99,13 @@ class Shape:
     versioned: bool
 
 
-_BUILT: dict[tuple[Table, Shape], Select[Any]] = {}
-# Shapes kept at most: as many as the sets of fields clients send, bounded by this.
-_KEPT = 512
+# By the record's table and the shape: as many as the sets of fields clients send, bounded.
+_BUILT: Kept[tuple[Table, Shape], Select[Any]] = Kept()
 
 
 def statement(record: ChangedRecord, shape: Shape) -> Select[Any]:
     """The change statement of ``record`` for ``shape``, built once."""
-    key = (record.table, shape)
-    built = _BUILT.get(key)
-    if built is None:
-        if len(_BUILT) >= _KEPT:
-            _BUILT.clear()
-        built = _BUILT[key] = built_once(_statement(record, shape))
-    return built
+    return _BUILT.get((record.table, shape), lambda: built_once(_statement(record, shape)))
 
 
 def event_ids(record: ChangedRecord, shape: Shape) -> list[str]:
@@ -261,18 +254,12 @@ class Routed:
     check: Select[Any]
 
 
-_ROUTED: dict[tuple[Table, Shape], Routed] = {}
+_ROUTED: Kept[tuple[Table, Shape], Routed] = Kept()
 
 
 def routed(record: ChangedRecord, shape: Shape) -> Routed:
     """``statement``'s change of ``record`` for ``shape`` on a distributed schema, built once."""
-    key = (record.table, shape)
-    built = _ROUTED.get(key)
-    if built is None:
-        if len(_ROUTED) >= _KEPT:
-            _ROUTED.clear()
-        built = _ROUTED[key] = _routed(record, shape)
-    return built
+    return _ROUTED.get((record.table, shape), lambda: _routed(record, shape))
 
 
 def _routed(record: ChangedRecord, shape: Shape) -> Routed:

@@ -51,15 +51,14 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import CTE, CompoundSelect, NamedFromClause
 
-from dealbase.db.statements import built_once
+from dealbase.db.statements import Kept, built_once
 from dealbase.platform.batches import upserts
 from dealbase.platform.batches.upserts import CHANGE, DEPARTMENT, INSERT, UNCHANGED, Judging
 from dealbase.platform.events.repository import recorded_rows
 from dealbase.platform.record_changes import JsonSql, previous_values, shown_names
 
 # By the record's table: a tenant's with its custom fields' columns is a record of its own.
-_BUILT: dict[tuple[Table, str, bool], CompoundSelect[Any]] = {}
-_KEPT = 512
+_BUILT: Kept[tuple[Table, str, bool], CompoundSelect[Any]] = Kept()
 
 
 def statement(
@@ -67,13 +66,10 @@ def statement(
 ) -> CompoundSelect[Any]:
     """The statement of a record's writes (its ``upserts.parameters``), built once per record
     and atomicity."""
-    key = (*judging.built_as, atomic)
-    built = _BUILT.get(key)
-    if built is None:
-        if len(_BUILT) >= _KEPT:
-            _BUILT.clear()
-        built = _BUILT[key] = built_once(_statement(judging, noun, json_sql, atomic=atomic))
-    return built
+    return _BUILT.get(
+        (*judging.built_as, atomic),
+        lambda: built_once(_statement(judging, noun, json_sql, atomic=atomic)),
+    )
 
 
 def _statement(

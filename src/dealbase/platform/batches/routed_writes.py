@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 from sqlalchemy import (
@@ -53,11 +53,10 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSON, UUID
-from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.dml import ReturningInsert, ReturningUpdate
 
 from dealbase.db.faults import ErrorMeaning
-from dealbase.db.statements import Record, built_once
+from dealbase.db.statements import Kept, Record, built_once
 from dealbase.db.transactions import Deferred, TenantConnection
 from dealbase.db.units import UnitOfWork
 from dealbase.platform.batches import upserts
@@ -183,34 +182,24 @@ def _numbered(rows: Sequence[Mapping[str, object]]) -> dict[str, object]:
 
 
 # Built once per record (its table: a tenant's with its custom fields' columns is a record of
-# its own), and number of rows; at most _KEPT of each.
-_JUDGING: dict[tuple[Table, str], Select[Any]] = {}
-_UPDATE: dict[tuple[Table, str], ReturningUpdate[Any]] = {}
-_INSERT: dict[tuple[Table, str, int], ReturningInsert[Any]] = {}
-_KEPT = 512
-K = TypeVar("K")
-S = TypeVar("S", bound=ClauseElement)
-
-
-def _kept(built: dict[K, S], key: K, build: Callable[[], S]) -> S:
-    found = built.get(key)
-    if found is None:
-        if len(built) >= _KEPT:
-            built.clear()
-        found = built[key] = built_once(build())
-    return found
+# its own), and number of rows; bounded.
+_JUDGING: Kept[tuple[Table, str], Select[Any]] = Kept()
+_UPDATE: Kept[tuple[Table, str], ReturningUpdate[Any]] = Kept()
+_INSERT: Kept[tuple[Table, str, int], ReturningInsert[Any]] = Kept()
 
 
 def _judging(judging: Judging, json_sql: JsonSql) -> Select[Any]:
-    return _kept(_JUDGING, judging.built_as, lambda: _judging_statement(judging, json_sql))
+    return _JUDGING.get(judging.built_as, lambda: built_once(_judging_statement(judging, json_sql)))
 
 
 def _update(judging: Judging) -> ReturningUpdate[Any]:
-    return _kept(_UPDATE, judging.built_as, lambda: _update_statement(judging))
+    return _UPDATE.get(judging.built_as, lambda: built_once(_update_statement(judging)))
 
 
 def _insert(judging: Judging, rows: int) -> ReturningInsert[Any]:
-    return _kept(_INSERT, (*judging.built_as, rows), lambda: _insert_statement(judging, rows))
+    return _INSERT.get(
+        (*judging.built_as, rows), lambda: built_once(_insert_statement(judging, rows))
+    )
 
 
 def write(

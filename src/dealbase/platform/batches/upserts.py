@@ -46,7 +46,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSON, UUID, array
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import CTE, NamedFromClause, Subquery, TableValuedAlias
 
-from dealbase.db.statements import built_once
+from dealbase.db.statements import Kept, built_once
 from dealbase.errors import DomainError, ExternalIdTaken, Invalid, PreconditionFailed
 from dealbase.ids import new_ids
 from dealbase.platform.batches.models import Fields, Write
@@ -330,9 +330,8 @@ def _named(query: Select[Any], name: str, routed: bool) -> CTE | Subquery:
 
 
 # By the record's table (a tenant's with its custom fields' columns is a record of its own, of
-# columns of its own) and key; at most _KEPT.
-_JUDGED: dict[tuple[Table, str, bool], Select[Any]] = {}
-_KEPT = 512
+# columns of its own) and key.
+_JUDGED: Kept[tuple[Table, str, bool], Select[Any]] = Kept()
 
 
 def judged_statement(judging: Judging, *, routed: bool = False) -> Select[Any]:
@@ -340,23 +339,21 @@ def judged_statement(judging: Judging, *, routed: bool = False) -> Select[Any]:
     with the record it names (its columns and ``read_columns``, by their own names; all null
     when none), in the order of the writes: ``judged`` alone, for a record written one write at
     a time (``routed``: of subqueries, on a distributed schema). Built once per table."""
-    key = (*judging.built_as, routed)
-    built = _JUDGED.get(key)
-    if built is None:
-        if len(_JUDGED) >= _KEPT:
-            _JUDGED.clear()
-        verdicts = judged(judging, routed=True) if routed else judged(judging)
-        read = [*judging.table.c, *judging.read_columns]
-        built = _JUDGED[key] = built_once(
-            select(
-                verdicts.c.ordinal,
-                verdicts.c.verdict,
-                verdicts.c.changed_fields,
-                *(verdicts.c[f"known_{name}"] for name in judging.references),
-                *(verdicts.c[found_column(column.name)].label(column.name) for column in read),
-            ).order_by(verdicts.c.ordinal)
-        )
-    return built
+    return _JUDGED.get(
+        (*judging.built_as, routed), lambda: built_once(_judged_statement(judging, routed))
+    )
+
+
+def _judged_statement(judging: Judging, routed: bool) -> Select[Any]:
+    verdicts = judged(judging, routed=True) if routed else judged(judging)
+    read = [*judging.table.c, *judging.read_columns]
+    return select(
+        verdicts.c.ordinal,
+        verdicts.c.verdict,
+        verdicts.c.changed_fields,
+        *(verdicts.c[f"known_{name}"] for name in judging.references),
+        *(verdicts.c[found_column(column.name)].label(column.name) for column in read),
+    ).order_by(verdicts.c.ordinal)
 
 
 def references_known(judging: Judging, judged: NamedFromClause) -> ColumnElement[bool]:

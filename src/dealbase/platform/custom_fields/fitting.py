@@ -15,7 +15,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 from sqlalchemy import Select, Table, bindparam, func, select
 
-from dealbase.db.statements import Record, built_once
+from dealbase.db.statements import Kept, Record, built_once
 from dealbase.db.units import UnitOfWork
 from dealbase.errors import Invalid, invalid_from_pydantic
 from dealbase.platform.custom_fields.definitions import DEFINITIONS
@@ -152,19 +152,12 @@ class CustomValues:
 def fitted(record: R, uow: UnitOfWork) -> R:
     """``record`` fitted to the caller's tenant's live fields of it."""
     live = DEFINITIONS.of(uow.connection, uow.scope.schema).get(record.noun, ())  # type: ignore[call-overload]
-    key = (id(record), live)
-    found = _FITTED.get(key)
-    if found is None:
-        if len(_FITTED) >= _FITTED_KEPT:
-            _FITTED.clear()
-        found = _FITTED[key] = _fitted(record, live)
-    return found
+    fitted_record: R = _FITTED.get((id(record), live), lambda: _fitted(record, live))
+    return fitted_record
 
 
-# By the record (a module's constant) and the tenant's live fields of it as they are now; at
-# most _FITTED_KEPT.
-_FITTED: dict[tuple[int, tuple[CustomField, ...]], Any] = {}
-_FITTED_KEPT = 512
+# By the record (a module's constant) and the tenant's live fields of it as they are now.
+_FITTED: Kept[tuple[int, tuple[CustomField, ...]], Any] = Kept()
 
 
 def _fitted(record: R, live: tuple[CustomField, ...]) -> R:

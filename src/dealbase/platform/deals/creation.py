@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 from sqlalchemy import (
@@ -36,7 +36,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSON, UUID, aggregate_order_by
 from sqlalchemy.sql.dml import Insert, ReturningInsert
 
 from dealbase.db.faults import ErrorMeaning
-from dealbase.db.statements import Record, built_once
+from dealbase.db.statements import Kept, Record, built_once
 from dealbase.db.transactions import Deferred, TenantConnection
 from dealbase.ids import new_ids
 from dealbase.platform.customers.repository import to_customer
@@ -125,23 +125,9 @@ class _Statements:
 
 
 # By the deal's table and the customer's (a tenant's with its custom fields' columns is one of
-# its own), at most _KEPT; a distributed schema's also by the number of customers.
-_STATEMENTS: dict[tuple[Table, Table], _Statements] = {}
-_KEPT = 512
-_ROUTED: dict[tuple[_Statements, int, bool], _Routed] = {}
-_ROUTED_KEPT = 64
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-def _kept(cache: dict[K, V], key: K, make: Callable[[], V], most: int) -> V:
-    """``cache``'s value of ``key``, made and kept if it has none; at most ``most`` kept."""
-    found = cache.get(key)
-    if found is None:
-        if len(cache) >= most:
-            cache.clear()
-        found = cache[key] = make()
-    return found
+# its own); a distributed schema's also by the number of customers.
+_STATEMENTS: Kept[tuple[Table, Table], _Statements] = Kept()
+_ROUTED: Kept[tuple[_Statements, int, bool], _Routed] = Kept(64)
 
 
 def _create_statement(statements: _Statements, as_json: bool) -> Select[Any]:
@@ -478,9 +464,7 @@ def defer_create(
     what its failure means (``create_failure``); ``fitted``: the tenant's custom fields and
     their values. On a distributed schema, ``_defer_routed``'s statements."""
     tables = (fitted.deal.table, fitted.customer.table)
-    statements = _kept(
-        _STATEMENTS, tables, lambda: _Statements(fitted.deal, fitted.customer), _KEPT
-    )
+    statements = _STATEMENTS.get(tables, lambda: _Statements(fitted.deal, fitted.customer))
     count = len(fields.customers)
     # In increasing order: the customers' ids, the deal's, then the events' (their ids order
     # them within the transaction: the customers', then the deal's).
@@ -529,12 +513,7 @@ def _defer_routed(
     assert isinstance(department_id, uuid.UUID)
     deal = {**deal, "step_id": first_step(connection, department_id)}
     count = len(given)
-    routed = _kept(
-        _ROUTED,
-        (statements, count, as_json),
-        lambda: _routed(statements, count, as_json),
-        _ROUTED_KEPT,
-    )
+    routed = _ROUTED.get((statements, count, as_json), lambda: _routed(statements, count, as_json))
     inserted = connection.defer(routed.deal, deal, meaning=meaning)
     # The deal's values and its customers': each insert sets every column it is given a value
     # of, and none is named as a column one of them leaves out (a deal's employee_id and
