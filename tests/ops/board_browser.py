@@ -34,11 +34,15 @@ from dealbase.ops import admin
 from tests.support import IN_CI, Credentials, TenantWorld, free_port
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page
+    from playwright.sync_api import Browser, Locator, Page
 
 API = "/api/v1/integration"
 # Whatever language the machine speaks, volumes are written as the tests expect (1,250,000).
 LOCALE = "en-US"
+WAIT_MS = 15_000
+# The board's server reads a department without a notice this seldom: what a page shows within
+# WAIT_MS came by the change's announcement.
+POLL_SECONDS = 3600.0
 
 
 def chromium() -> str:
@@ -232,6 +236,18 @@ def sign_in_live(page: Page, base_url: str, world: TenantWorld) -> None:
     """Signs in with the world's department key; returns once the board is live."""
     sign_in(page, base_url, world.key.api_key, world.department.id)
     wait_until_live(page)
+
+
+def column_of(page: Page, step: str) -> Locator:
+    return page.get_by_role("region", name=step, exact=True)
+
+
+def card_of(page: Page, step: str, deal: str) -> Locator:
+    return (
+        column_of(page, step)
+        .locator(".card")
+        .filter(has=page.get_by_role("heading", name=deal, exact=True))
+    )
 
 
 def _write_screenshot(target: Path) -> None:
