@@ -15,7 +15,7 @@ from tests.ops.board_browser import API, card_of, rest_client, sign_in_live, wai
 from tests.support import TenantWorld
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Locator, Page
+    from playwright.sync_api import ConsoleMessage, Locator, Page
 
 CHOOSER = "The custom fields each card shows"
 
@@ -102,6 +102,15 @@ def test_a_card_shows_its_chosen_custom_fields_by_label_a_select_by_its_options_
         )
         _create(rest, "Plain", {"vip": False})
     page = open_page()
+    problems: list[str] = []
+
+    def note_console(message: ConsoleMessage) -> None:
+        # A script error, or a file or style the page's policy refuses, is a console error.
+        if message.type == "error":
+            problems.append(message.text)
+
+    page.on("console", note_console)
+    page.on("pageerror", lambda error: problems.append(str(error)))
     sign_in_live(page, board_url, world)
 
     chooser = _open_chooser(page)
@@ -131,6 +140,7 @@ def test_a_card_shows_its_chosen_custom_fields_by_label_a_select_by_its_options_
     card_of(page, "Lead", "Engine").locator(".fields").wait_for()
     assert _card_fields(page, "Plain") == ["VIP: no"]
     assert page.evaluate("() => localStorage.length") == 0
+    assert problems == []
 
 
 def test_a_card_shows_no_custom_field_until_one_is_chosen_nor_once_it_is_unchosen(

@@ -93,6 +93,24 @@ export function valueText(definition, value) {
 }
 
 /**
+ * What a card's value names that the definitions lack: its field (``name``), or a select's
+ * option (``name:id``).
+ * @param {Definition | undefined} definition
+ * @param {string} name
+ * @param {unknown} value
+ * @returns {string[]}
+ */
+function unknownIn(definition, name, value) {
+  if (!definition) return [name];
+  if (!definition.options || value === null) return [];
+  const options = definition.options;
+  const ids = Array.isArray(value) ? value : [value];
+  return ids
+    .filter((id) => !options.some((option) => option.id === id))
+    .map((id) => `${name}:${id}`);
+}
+
+/**
  * The fields a board's cards show and the list to choose them from: one for the page, read
  * again for each board shown.
  */
@@ -172,20 +190,12 @@ export class CardFields {
     this.seen = columns;
     if (this.reading) return;
     const known = new Map(this.definitions.map((definition) => [definition.name, definition]));
+    /** @type {Set<string>} */
     const unknown = new Set();
     for (const column of columns) {
       for (const deal of column.deals) {
         for (const [name, value] of Object.entries(deal.customFields ?? {})) {
-          const definition = known.get(name);
-          if (!definition) unknown.add(name);
-          else if (definition.options && value !== null) {
-            const ids = Array.isArray(value) ? value : [value];
-            for (const id of ids) {
-              if (!definition.options.some((option) => option.id === id)) {
-                unknown.add(`${name}:${id}`);
-              }
-            }
-          }
+          unknownIn(known.get(name), name, value).forEach((each) => unknown.add(each));
         }
       }
     }
