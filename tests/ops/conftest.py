@@ -1,18 +1,31 @@
-"""Driving the ``dealbase`` command in-process, against the session's real database."""
+"""Driving the ``dealbase`` command in-process, against the session's real database; and the
+pipeline board's browser, server and tabs (``tests/ops/board_browser.py``)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import structlog
 from typer.testing import CliRunner, Result
 
+from dealbase.config import Settings
 from dealbase.ops.cli import cli
+from tests.ops.board_browser import (
+    LOCALE,
+    POLL_SECONDS,
+    WAIT_MS,
+    chromium,
+    launched_browser,
+    served,
+)
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
 
 
 @dataclass(frozen=True)
@@ -78,3 +91,36 @@ def run_cli(cli_env: dict[str, str | None]) -> RunCli:
         return invoke_cli(args, {**cli_env, **(env or {})})
 
     return run
+
+
+# The pipeline board in a browser.
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with launched_browser(chromium()) as launched:
+        yield launched
+
+
+@pytest.fixture(scope="module")
+def board_url(settings: Settings) -> Iterator[str]:
+    with served(settings.model_copy(update={"live_poll_seconds": POLL_SECONDS})) as base_url:
+        yield base_url
+
+
+@pytest.fixture
+def open_page(browser: Browser) -> Iterator[Callable[[], Page]]:
+    """A new tab, each in a browser context of its own (its own session storage), closed after
+    the test."""
+    contexts = []
+
+    def open_one() -> Page:
+        # In UTC, so that a timestamp shows the hour it was written with.
+        context = browser.new_context(locale=LOCALE, timezone_id="UTC")
+        context.set_default_timeout(WAIT_MS)
+        contexts.append(context)
+        return context.new_page()
+
+    yield open_one
+    for context in contexts:
+        context.close()

@@ -9,7 +9,7 @@ import re
 import secrets
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,17 +24,16 @@ from dealbase.db.database import Database
 from dealbase.graphql_api.guards import estimate_cost
 from dealbase.graphql_api.schema import build_schema
 from dealbase.ops import admin
-from dealbase.ops.web_pages.pages import BOARD_DIRECTORY
+from dealbase.ops.web_pages.pages import BOARD_DIRECTORY, BOARD_FILES, board_page
 from tests.ops.board_browser import (
-    LOCALE,
     SEEDED,
+    WAIT_MS,
     SeedDeal,
-    chromium,
+    card_of,
+    column_of,
     create_deal,
-    launched_browser,
     rest_client,
     seed,
-    served,
     sign_in,
     sign_in_live,
     steps_of,
@@ -43,12 +42,8 @@ from tests.ops.board_browser import (
 from tests.support import TenantWorld, build_tenant
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, ConsoleMessage, Locator, Page
+    from playwright.sync_api import ConsoleMessage, Page
 
-WAIT_MS = 15_000
-# The board's server reads a department without a notice this seldom: what a page shows within
-# WAIT_MS came by the change's announcement.
-POLL_SECONDS = 3600.0
 # What a browser fetches from the page: its own script and stylesheet.
 _LOADED = re.compile(r'(?:src|href)="(/[^"]*)"')
 
@@ -78,40 +73,61 @@ def test_the_board_page_allows_only_its_own_scripts_styles_and_connections(
     assert response.headers["referrer-policy"] == "no-referrer"
 
 
-def test_the_board_loads_its_files_from_the_service_named_by_their_content(
+def test_the_board_loads_its_files_from_the_service_under_a_digest_of_their_content(
     client: TestClient,
 ) -> None:
     urls = _LOADED.findall(client.get("/board").text)
     served_files = [url for url in urls if url.startswith("/board/")]
 
-    assert {Path(url).suffix for url in served_files} == {".js", ".css"}
+    # Every file the board ships, each named by the page (the modules board.js imports too),
+    # all under one folder named by their content.
+    assert sorted(Path(url).name for url in served_files) == sorted(BOARD_FILES)
+    (folder,) = {Path(url).parent for url in served_files}
+    assert re.fullmatch(r"/board/[0-9a-f]{16}", str(folder))
     assert not re.findall(r"\w+://", client.get("/board").text)
     for url in served_files:
         response = client.get(url)
         assert response.status_code == 200, url
-        stem, _, rest = Path(url).name.partition(".")
-        shipped = BOARD_DIRECTORY / f"{stem}{Path(rest).suffix}"
-        assert response.content == shipped.read_bytes()
+        assert response.content == (BOARD_DIRECTORY / Path(url).name).read_bytes()
         assert response.headers["x-content-type-options"] == "nosniff"
         assert "immutable" in response.headers["cache-control"]
-    assert client.get("/board/board.js").status_code == 404
-    assert client.get("/board/board.html").status_code == 404
+    for unserved in ("/board/board.js", f"{folder}/board.html", "/board/0000000000000000/board.js"):
+        assert client.get(unserved).status_code == 404, unserved
 
 
-def test_the_board_script_never_parses_text_as_html() -> None:
-    script = (BOARD_DIRECTORY / "board.js").read_text()
+def test_the_board_files_digest_changes_with_any_files_content(tmp_path: Path) -> None:
+    """Else a browser would keep an old module under the new page's path."""
+    for name in (*BOARD_FILES, "board.html"):
+        (tmp_path / name).write_bytes((BOARD_DIRECTORY / name).read_bytes())
+    before = set(board_page(tmp_path).files)
 
-    for parsing in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
-        assert parsing not in script, parsing
+    with (tmp_path / "fields.js").open("a") as fields:
+        fields.write("\n")
+
+    after = set(board_page(tmp_path).files)
+    assert before.isdisjoint(after)
+    assert {Path(path).name for path in after} == set(BOARD_FILES)
+
+
+def _scripts() -> dict[str, str]:
+    return {
+        name: (BOARD_DIRECTORY / name).read_text() for name in BOARD_FILES if name.endswith(".js")
+    }
+
+
+def test_the_board_scripts_never_parse_text_as_html() -> None:
+    for name, script in _scripts().items():
+        for parsing in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
+            assert parsing not in script, (name, parsing)
 
 
 def _documents() -> dict[str, str]:
-    """The GraphQL documents board.js sends, by the name of their constant."""
-    script = (BOARD_DIRECTORY / "board.js").read_text()
-    per_step = re.search(r"const CARDS_PER_STEP = (\d+);", script)
+    """The GraphQL documents the board's scripts send, by the name of their constant."""
+    scripts = "\n".join(_scripts().values())
+    per_step = re.search(r"const CARDS_PER_STEP = (\d+);", scripts)
     assert per_step is not None
     documents = re.findall(
-        r'const ([A-Z]+) = [`"]((?:query|mutation|subscription).*?)[`"];', script, re.DOTALL
+        r'const ([A-Z]+) = [`"]((?:query|mutation|subscription).*?)[`"];', scripts, re.DOTALL
     )
     return {name: text.replace("${CARDS_PER_STEP}", per_step[1]) for name, text in documents}
 
@@ -124,7 +140,7 @@ def test_the_board_documents_are_valid_and_its_subscription_fits_the_default_cos
     # graphql-core's schema from the SDL Strawberry prints (it has no public accessor for its own).
     schema = build_graphql_core_schema(build_schema(settings).as_str())
 
-    assert set(documents) == {"DEPARTMENTS", "BOARD", "MOVE"}
+    assert set(documents) == {"DEPARTMENTS", "BOARD", "MOVE", "DEFINITIONS"}
     for name, text in documents.items():
         assert validate(schema, parse(text)) == [], name
     estimate = estimate_cost(schema, parse(documents["BOARD"]), {"departmentId": str(uuid.uuid4())})
@@ -132,35 +148,6 @@ def test_the_board_documents_are_valid_and_its_subscription_fits_the_default_cos
 
 
 # In a browser.
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with launched_browser(chromium()) as launched:
-        yield launched
-
-
-@pytest.fixture(scope="module")
-def board_url(settings: Settings) -> Iterator[str]:
-    with served(settings.model_copy(update={"live_poll_seconds": POLL_SECONDS})) as base_url:
-        yield base_url
-
-
-@pytest.fixture
-def open_page(browser: Browser) -> Iterator[Callable[[], Page]]:
-    """A new tab, each in a browser context of its own (its own session storage), closed after
-    the test."""
-    contexts = []
-
-    def open_one() -> Page:
-        context = browser.new_context(locale=LOCALE)
-        context.set_default_timeout(WAIT_MS)
-        contexts.append(context)
-        return context.new_page()
-
-    yield open_one
-    for context in contexts:
-        context.close()
 
 
 def _shown(page: Page) -> dict[str, tuple[str, list[str]]]:
@@ -174,18 +161,6 @@ def _shown(page: Page) -> dict[str, tuple[str, list[str]]]:
         ])"""
     )
     return {step: (summary, cards) for step, summary, cards in shown}
-
-
-def _column(page: Page, step: str) -> Locator:
-    return page.get_by_role("region", name=step, exact=True)
-
-
-def _card(page: Page, step: str, deal: str) -> Locator:
-    return (
-        _column(page, step)
-        .locator(".card")
-        .filter(has=page.get_by_role("heading", name=deal, exact=True))
-    )
 
 
 def test_the_board_shows_each_step_with_its_seeded_deals_count_volume_employee_and_customers(
@@ -249,7 +224,7 @@ def test_a_step_with_more_deals_than_cards_says_how_many_more_it_holds(
     assert 0 < shown < len(deals)
     # The oldest first.
     assert [card.splitlines()[0] for card in cards] == [deal.name for deal in deals[:shown]]
-    more = _column(page, "Lead").locator(".more").inner_text()
+    more = column_of(page, "Lead").locator(".more").inner_text()
     assert more == f"and {len(deals) - shown} more"
 
 
@@ -285,9 +260,9 @@ def test_a_deal_created_through_rest_appears_on_the_board_by_its_announcement(
 
         create_deal(rest, SeedDeal(name, 4_200, "Lead", None, ()), steps)
         # Long before the server's periodic read of the department could bring it.
-        _card(page, "Lead", name).wait_for(timeout=WAIT_MS)
+        card_of(page, "Lead", name).wait_for(timeout=WAIT_MS)
 
-    assert _column(page, "Lead").locator(".summary").inner_text() == "1 deal · 4,200"
+    assert column_of(page, "Lead").locator(".summary").inner_text() == "1 deal · 4,200"
 
 
 def _rest_step(rest: httpx.Client, deal_id: str, expected: str) -> str:
@@ -312,16 +287,16 @@ def test_a_card_dragged_to_another_step_is_there_for_rest_and_in_a_second_browse
     for page in (mover, watcher):
         sign_in_live(page, board_url, world)
 
-    _card(mover, "Lead", moving.name).drag_to(_column(mover, target))
+    card_of(mover, "Lead", moving.name).drag_to(column_of(mover, target))
 
     with rest_client(board_url, world.key) as rest:
         steps = steps_of(rest)
         assert _rest_step(rest, deals[moving.name]["id"], steps[target]) == steps[target]
-    _card(watcher, target, moving.name).wait_for()
-    _card(watcher, "Lead", moving.name).wait_for(state="detached")
-    assert _card(mover, target, moving.name).count() == 1
+    card_of(watcher, target, moving.name).wait_for()
+    card_of(watcher, "Lead", moving.name).wait_for(state="detached")
+    assert card_of(mover, target, moving.name).count() == 1
     landed = [deal for deal in SEEDED if deal.step == target] + [moving]
-    assert _column(watcher, target).locator(".summary").inner_text() == (
+    assert column_of(watcher, target).locator(".summary").inner_text() == (
         f"{len(landed)} deals · {sum(deal.volume or 0 for deal in landed):,}"
     )
 
@@ -351,14 +326,14 @@ def test_a_focused_card_moves_a_step_with_each_arrow_key_pressed_in_a_row(
         page = open_page()
         sign_in_live(page, board_url, world)
 
-        _card(page, first, deal["name"]).focus()
+        card_of(page, first, deal["name"]).focus()
         # Each key moves the card from where the key before showed it, before the server
         # answers; the three moves reach the server in the order they were made.
         for key in ("ArrowRight", "ArrowLeft", "ArrowRight"):
             page.keyboard.press(key)
 
         assert _deal_once(graphql, deal["id"], created + 3) == (created + 3, steps[second])
-    _card(page, second, deal["name"]).wait_for()
+    card_of(page, second, deal["name"]).wait_for()
     # Still focused, where it went: the next key moves it on.
     assert page.evaluate("() => document.activeElement.dataset.dealId") == deal["id"]
 
@@ -411,5 +386,5 @@ def test_a_tenant_wide_key_chooses_the_department_whose_board_it_shows(
     page.get_by_role("button", name="Show its board").click()
     wait_until_live(page)
     for deal in SEEDED[:2]:
-        _card(page, deal.step, deal.name).wait_for()
+        card_of(page, deal.step, deal.name).wait_for()
     assert page.locator("#department-name").inner_text() == second.department.name

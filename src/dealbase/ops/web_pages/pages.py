@@ -37,8 +37,8 @@ _ASSET_MARKER = re.compile(r"\{\{ (\S+) (\S+) \}\}")
 
 BOARD_PATH = "/board"
 BOARD_DIRECTORY = _HERE / "board"
-# The board's own files, which its page names as "{{ file }}".
-BOARD_FILES = ("board.js", "board.css")
+# The board's own files, which its page names as "{{ file }}" (board.js imports the others).
+BOARD_FILES = ("board.js", "fields.js", "transport.js", "board.css")
 _BOARD_MARKER = re.compile(r"\{\{ (\S+) \}\}")
 # The page runs only its own script and style, talks only to this service, and is framed by
 # no one: a key pasted into it can be read by nothing else the page could load. Trusted Types
@@ -121,24 +121,35 @@ def docs_page(assets: WebAssets, openapi_url: str, title: str) -> bytes:
 
 @dataclass(frozen=True)
 class BoardPage:
-    """The board's HTML, and its files by the name it loads them under (``board.<digest>.js``):
-    a name changes with the content, so a browser may keep a file for good."""
+    """The board's HTML, and its files by the path it loads them under, below /board/
+    (``<digest>/board.js``). The digest is of all of them: a path's content never changes, so a
+    browser may keep a file for good, and the modules import one another by their own names
+    (``./fields.js``), which resolve beside the importing file's path."""
 
     html: str
     files: dict[str, Asset]
 
 
 def board_page(directory: Path = BOARD_DIRECTORY) -> BoardPage:
-    files: dict[str, Asset] = {}
-    urls: dict[str, str] = {}
+    digest = hashlib.sha256()
     for name in BOARD_FILES:
-        file = directory / name
-        digest = hashlib.sha256(file.read_bytes()).hexdigest()[:16]
-        served = f"{file.stem}.{digest}{file.suffix}"
-        files[served] = Asset(file, CONTENT_TYPES[file.suffix])
-        urls[name] = f"{BOARD_PATH}/{served}"
+        digest.update(f"{name}\0".encode())
+        digest.update(hashlib.sha256((directory / name).read_bytes()).digest())
+    version = digest.hexdigest()[:16]
+    files = {
+        f"{version}/{name}": Asset(directory / name, CONTENT_TYPES[Path(name).suffix])
+        for name in BOARD_FILES
+    }
     template = (directory / "board.html").read_text(encoding="utf-8")
-    return BoardPage(_BOARD_MARKER.sub(lambda marker: urls[marker[1]], template), files)
+    html = _BOARD_MARKER.sub(lambda marker: _board_url(files, f"{version}/{marker[1]}"), template)
+    return BoardPage(html, files)
+
+
+def _board_url(files: dict[str, Asset], path: str) -> str:
+    # A page naming a file the board does not serve fails at start, not in a user's browser.
+    if path not in files:
+        raise KeyError(f"board.html names {path}, which is not one of BOARD_FILES.")
+    return f"{BOARD_PATH}/{path}"
 
 
 def _served(found: Asset | None) -> FileResponse:
@@ -171,6 +182,6 @@ def install_web_pages(app: FastAPI, assets: WebAssets) -> None:
     async def pipeline_board() -> HTMLResponse:
         return HTMLResponse(board.html, headers=BOARD_PAGE_HEADERS)
 
-    @app.get(f"{BOARD_PATH}/{{name}}", include_in_schema=False)
-    async def pipeline_board_file(name: str) -> FileResponse:
-        return _served(board.files.get(name))
+    @app.get(f"{BOARD_PATH}/{{version}}/{{name}}", include_in_schema=False)
+    async def pipeline_board_file(version: str, name: str) -> FileResponse:
+        return _served(board.files.get(f"{version}/{name}"))

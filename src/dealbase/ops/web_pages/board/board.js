@@ -1,14 +1,17 @@
 // @ts-check
 /**
  * The pipeline board: one department's steps as columns and its deals as cards, kept live by
- * the `pipelineBoard` subscription over graphql-sse (a `fetch` stream: unlike a WebSocket or
- * EventSource, it sends the key in a header, never in a URL). Dragging a card to another column
- * calls `moveDeal`. Text from the server is only ever set as `textContent`.
+ * the `pipelineBoard` subscription (over graphql-sse: transport.js). Dragging a card to another
+ * column calls `moveDeal`. Each card shows the tenant's custom fields of deals the user chose
+ * (fields.js). Text from the server is only ever set as `textContent`.
  */
+
+import { CardFields } from "./fields.js";
+import { Refused, graphql, subscribe } from "./transport.js";
 
 const STORED_KEY = "dealbase.board.key";
 const STORED_DEPARTMENT = "dealbase.board.department";
-// The subscription's estimated cost grows with the cards per step; 20 keeps it (40,178) within the
+// The subscription's estimated cost grows with the cards per step; 20 keeps it (41,178) within the
 // default budget (DEALBASE_GRAPHQL_MAX_COST). A column says how many more it holds.
 const CARDS_PER_STEP = 20;
 const DEAL_TYPE = "application/x-dealbase-deal";
@@ -16,6 +19,8 @@ const RETRY_FIRST_MS = 1000;
 const RETRY_MAX_MS = 10000;
 
 const DEPARTMENTS = "query Departments { departments { id name } }";
+// Every card's custom fields, whichever are chosen: choosing others shows them at once, from
+// the board already here.
 const BOARD = `subscription Board($departmentId: UUID!) {
   pipelineBoard(departmentId: $departmentId) {
     cursor
@@ -24,7 +29,7 @@ const BOARD = `subscription Board($departmentId: UUID!) {
       dealCount
       totalVolume
       deals(first: ${CARDS_PER_STEP}) {
-        id name volume employeeName version
+        id name volume employeeName version customFields
         customers { firstName lastName company }
       }
     }
@@ -34,28 +39,21 @@ const MOVE = `mutation Move($id: UUID!, $stepId: UUID!) {
   moveDeal(id: $id, stepId: $stepId) { id stepId version }
 }`;
 
-/** @typedef {{ key: string, department: string | null }} Credentials */
+/** @typedef {import("./transport.js").Credentials} Credentials */
 /** @typedef {{ id: string, name: string }} Department */
 /** @typedef {{ firstName: string | null, lastName: string, company: string | null }} Customer */
 /**
  * @typedef {{ id: string, name: string, volume: number | null, employeeName: string | null,
- *   version: number, customers: Customer[] }} Deal
+ *   version: number, customFields: Record<string, unknown> | null, customers: Customer[] }} Deal
  */
 /**
  * @typedef {{ step: { id: string, name: string, kind: string }, dealCount: number,
  *   totalVolume: number, deals: Deal[] }} Column
  */
-/** @typedef {{ message: string, extensions?: { code?: string } }} GraphQLError */
 /**
  * A move made here; ``version``: the deal's once the server has made it.
  * @typedef {{ dealId: string, stepId: string, version?: number }} Move
  */
-
-/** A refusal that trying again will not change (a wrong key, an unknown department). */
-class Refused extends Error {}
-
-/** The server stopped the stream for a reason after which a client comes back. */
-class Retry extends Error {}
 
 /**
  * @template {HTMLElement} T
@@ -82,6 +80,12 @@ const ui = {
   message: byId("message", HTMLElement),
   board: byId("board", HTMLElement),
 };
+
+const fields = new CardFields(
+  byId("card-fields", HTMLDetailsElement),
+  byId("card-field-choices", HTMLElement),
+  () => current?.show(),
+);
 
 const volumes = new Intl.NumberFormat(undefined, { maximumFractionDigits: 0 });
 
@@ -122,138 +126,6 @@ function store(credentials) {
   sessionStorage.setItem(STORED_KEY, credentials.key);
   if (credentials.department) sessionStorage.setItem(STORED_DEPARTMENT, credentials.department);
   else sessionStorage.removeItem(STORED_DEPARTMENT);
-}
-
-/** @param {Credentials} credentials @returns {Record<string, string>} */
-function headersOf(credentials) {
-  /** @type {Record<string, string>} */
-  const headers = { "X-Api-Key": credentials.key, "Content-Type": "application/json" };
-  if (credentials.department) headers["X-Department-Id"] = credentials.department;
-  return headers;
-}
-
-/**
- * What to tell the user about a refused request (an RFC 9457 problem).
- * @param {Response} response
- */
-async function problemOf(response) {
-  /** @type {{ code?: string, detail?: string, title?: string }} */
-  let problem = {};
-  try {
-    problem = await response.json();
-  } catch {
-    // Not a problem document (a proxy's page): the status says enough.
-  }
-  if (response.status === 401) {
-    return (
-      "This key was not accepted. Check that it was pasted whole and is still active;" +
-      " a department key also needs its department's id."
-    );
-  }
-  const why = problem.detail || problem.title || response.statusText;
-  return `${why} (HTTP ${response.status}${problem.code ? `, ${problem.code}` : ""})`;
-}
-
-/** @param {GraphQLError} error */
-function errorText(error) {
-  const code = error.extensions?.code;
-  return code ? `${error.message} (${code})` : error.message;
-}
-
-/**
- * @param {Credentials} credentials
- * @param {string} query
- * @param {Record<string, unknown>} [variables]
- * @returns {Promise<any>}
- */
-async function graphql(credentials, query, variables = {}) {
-  const response = await fetch("/graphql", {
-    method: "POST",
-    headers: { ...headersOf(credentials), Accept: "application/json" },
-    body: JSON.stringify({ query, variables }),
-    cache: "no-store",
-    credentials: "omit",
-  });
-  if (!response.ok) throw new Refused(await problemOf(response));
-  const body = await response.json();
-  if (body.errors?.length) throw new Refused(errorText(body.errors[0]));
-  return body.data;
-}
-
-/**
- * Runs one graphql-sse subscription until the server completes it ("complete") or the stream
- * ends without that ("ended": a client reconnects); throws Refused or Retry for an error result.
- * @param {Credentials} credentials
- * @param {string} query
- * @param {Record<string, unknown>} variables
- * @param {AbortSignal} signal
- * @param {(data: any) => void} onData
- * @returns {Promise<"complete" | "ended">}
- */
-async function subscribe(credentials, query, variables, signal, onData) {
-  const response = await fetch("/graphql/stream", {
-    method: "POST",
-    headers: { ...headersOf(credentials), Accept: "text/event-stream" },
-    body: JSON.stringify({ query, variables }),
-    cache: "no-store",
-    credentials: "omit",
-    signal,
-  });
-  if (!response.ok) {
-    const problem = await problemOf(response);
-    // Too many connections, rate limits, a server not ready: passing states.
-    const passing = response.status === 429 || response.status >= 500;
-    throw passing ? new Retry(problem) : new Refused(problem);
-  }
-  if (!response.body) throw new Retry("The server sent no stream.");
-  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-  let buffered = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) return "ended";
-    buffered = (buffered + value).replaceAll("\r\n", "\n");
-    let end;
-    while ((end = buffered.indexOf("\n\n")) >= 0) {
-      const { event, data } = parseEvent(buffered.slice(0, end));
-      buffered = buffered.slice(end + 2);
-      if (event === "complete") return "complete";
-      if (event !== "next" || data === null) continue; // a keep-alive comment
-      /** @type {{ data?: any, errors?: GraphQLError[] }} */
-      const result = JSON.parse(data);
-      if (result.errors?.length) throw failureOf(result.errors[0]);
-      onData(result.data);
-    }
-  }
-}
-
-/** @param {string} block one event of a text/event-stream */
-function parseEvent(block) {
-  let event = "message";
-  /** @type {string | null} */
-  let data = null;
-  for (const line of block.split("\n")) {
-    if (line.startsWith("event:")) event = line.slice(6).trim();
-    else if (line.startsWith("data:")) {
-      // The field's value is what follows "data:" and at most one space.
-      data = (data === null ? "" : `${data}\n`) + line.slice(5).replace(/^ /, "");
-    }
-  }
-  return { event, data };
-}
-
-/** @param {GraphQLError} error */
-function failureOf(error) {
-  switch (error.extensions?.code) {
-    case "shutdown":
-    case "slow_consumer":
-      return new Retry(error.message);
-    case "revoked":
-      return new Refused(
-        "This key was revoked or reset, or its tenant suspended: paste a current key.",
-      );
-    default:
-      return new Refused(errorText(error));
-  }
 }
 
 /** @param {number} ms */
@@ -299,6 +171,7 @@ class Session {
             showStatus("Live", "live");
             this.sent = data.pipelineBoard.steps;
             this.show();
+            fields.notice(this.credentials, this.sent);
           },
         );
         if (ended === "complete") {
@@ -426,6 +299,7 @@ function customerText(customer) {
  * @param {Column | undefined} next the step after it, if any
  */
 function card(session, deal, previous, next) {
+  const shown = fields.shownOf(deal.customFields);
   const made = element("li", { className: "card" }, [
     element("h3", { text: deal.name }),
     element("p", {
@@ -436,6 +310,7 @@ function card(session, deal, previous, next) {
       className: deal.employeeName ? "employee" : "employee unassigned",
       text: deal.employeeName ?? "Unassigned",
     }),
+    ...(shown ? [shown] : []),
     element(
       "ul",
       { className: "customers" },
@@ -529,6 +404,7 @@ function leave() {
   ui.pick.hidden = true;
   ui.forget.hidden = true;
   ui.departmentName.textContent = "";
+  fields.clear();
   showStatus("", "stopped");
 }
 
@@ -537,6 +413,7 @@ function signInAgain(why) {
   leave();
   sessionStorage.removeItem(STORED_KEY);
   sessionStorage.removeItem(STORED_DEPARTMENT);
+  fields.forget();
   ui.signIn.hidden = false;
   showMessage(why);
   ui.key.focus();
@@ -554,6 +431,7 @@ function showBoard(credentials, department) {
   showMessage(null);
   current = new Session({ ...credentials, department: department.id }, department);
   void current.follow();
+  void fields.read(current.credentials);
 }
 
 /**
