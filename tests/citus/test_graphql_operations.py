@@ -72,6 +72,9 @@ def test_every_graphql_root_field_answers_on_a_distributed_schema_each_statement
         assert [each["id"] for each in departments] == [str(cluster_world.department.id)]
         steps = ask("{ steps { id name position } }")["steps"]
         ask("{ employees(first: 5) { totalCount edges { node { id } } } }")
+        assert ask("{ customFieldDefinitions(record: CUSTOMER) { name } }") == {
+            "customFieldDefinitions": []
+        }
 
         customer = ask(
             f"mutation($input: CustomerInput!) {{ createCustomer(input: $input) {{ {CUSTOMER} }} }}",
