@@ -19,7 +19,6 @@ from dealbase.platform.activities.models import (
 from dealbase.platform.events import service as events
 from dealbase.platform.record_writes import IN_BULK
 from dealbase.platform.resources import ACTIVITY
-from dealbase.platform.rows import external_id_unique
 from dealbase.platform.shapes import CUSTOM_FIELDS
 from dealbase.platform.validation import department_of
 
@@ -54,15 +53,13 @@ def create(uow: UnitOfWork, fields: ActivityFields) -> Activity:
     record = RECORD.fitted(uow)
     values = {**fields.model_dump(exclude={CUSTOM_FIELDS}), **record.created_columns(fields)}
     RECORD.check_references(uow, department_id, values)
-    # A unique custom field's value another activity has: 409 value_taken.
-    with external_id_unique(RECORD.noun):
-        activity = repository.insert_activity(
-            uow.connection,
-            department_id,
-            values,
-            record.shape.table,
-            lambda row: record.to_model(uow, row),
-        )
+    activity = repository.insert_activity(
+        uow.connection,
+        department_id,
+        values,
+        record.shape.table,
+        lambda row: record.to_model(uow, row),
+    )
     if activity is None:
         raise ExternalIdTaken(
             f"Another activity of the department has the external id {fields.external_id!r};"
