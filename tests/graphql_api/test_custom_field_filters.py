@@ -14,7 +14,6 @@ from fastapi.testclient import TestClient
 
 from dealbase.db.database import Database
 from tests.graphql_api.support import codes_of, data_of, field_errors, gql
-from tests.graphql_api.test_custom_fields import _compiled_count
 from tests.rest_api.test_custom_fields import define, tenant_wide
 from tests.support import TenantWorld, build_tenant
 
@@ -51,7 +50,30 @@ def catalog(client: TestClient, database: Database) -> Catalog:
     Bronze, Gold, Silver, Bronze, tags, revenues, renewals and a remark that no index serves;
     deals D1..D3 by region, activities A1..A3 by score. Read only."""
     world = build_tenant(database)
-    admin = tenant_wide(database, world)
+    options = _defined(client, tenant_wide(database, world))
+    post = _poster(client, world)
+    for number, tier in enumerate(("Gold", "Silver", "Bronze") * 2, start=1):
+        values = {
+            "seats": number,
+            "code": f"C-{number}",
+            "tier": options[tier],
+            "tags": [options["a"] if number % 2 else options["b"]],
+            "revenue": f"{number}00.50",
+            "renewal": f"2027-0{number}-15",
+            "signed_at": f"2026-0{number}-01T10:00:00Z",
+            "remark": "same",
+        }
+        post("customers", {"last_name": f"N{number}", "custom_fields": values})
+    customer = post("customers", {"last_name": "Activities' own"})
+    for number, region in enumerate(("north", "south", "east"), start=1):
+        post("deals", {"name": f"D{number}", "custom_fields": {"region": region}})
+        activity = {"type": "call", "customer_id": customer["id"], "subject": f"A{number}"}
+        post("activities", {**activity, "custom_fields": {"score": number * 10}})
+    return Catalog(world, options)
+
+
+def _defined(client: TestClient, admin: dict[str, str]) -> dict[str, str]:
+    """The catalog's fields; the selects' option ids by label."""
     for name, kind in (
         ("seats", "integer"),
         ("revenue", "decimal"),
@@ -60,65 +82,21 @@ def catalog(client: TestClient, database: Database) -> Catalog:
     ):
         define(client, admin, name=name, label=name, type=kind, filterable=True)
     define(client, admin, name="code", label="Code", type="text", unique=True)
-    define(client, admin, name="remark", label="Note", type="text")
-    selects = [
-        define(
-            client,
-            admin,
-            name=name,
-            label=name,
-            type=kind,
-            options=[{"label": label} for label in labels],
-            filterable=True,
-        )
-        for name, kind, labels in (
-            ("tier", "single_select", ("Gold", "Silver", "Bronze")),
-            ("tags", "multi_select", ("a", "b")),
-        )
-    ]
+    define(client, admin, name="remark", label="Remark", type="text")
     define(client, admin, record="deal", name="region", label="Region", type="text", unique=True)
-    define(
-        client,
-        admin,
-        record="activity",
-        name="score",
-        label="Score",
-        type="integer",
-        filterable=True,
-    )
-    options = {option["label"]: option["id"] for each in selects for option in each["options"]}
-    post = _poster(client, world)
-    tiers = ("Gold", "Silver", "Bronze") * 2
-    for number, tier in enumerate(tiers, start=1):
-        post(
-            "customers",
-            {
-                "last_name": f"N{number}",
-                "custom_fields": {
-                    "seats": number,
-                    "code": f"C-{number}",
-                    "tier": options[tier],
-                    "tags": [options["a"] if number % 2 else options["b"]],
-                    "revenue": f"{number}00.50",
-                    "renewal": f"2027-0{number}-15",
-                    "signed_at": f"2026-0{number}-01T10:00:00Z",
-                    "remark": "same",
-                },
-            },
+    score = {"name": "score", "label": "Score", "type": "integer", "filterable": True}
+    define(client, admin, record="activity", **score)
+    options = {}
+    for name, kind, labels in (
+        ("tier", "single_select", ("Gold", "Silver", "Bronze")),
+        ("tags", "multi_select", ("a", "b")),
+    ):
+        chosen = [{"label": label} for label in labels]
+        select = define(
+            client, admin, name=name, label=name, type=kind, options=chosen, filterable=True
         )
-    customer = post("customers", {"last_name": "Activities' own"})
-    for number, region in enumerate(("north", "south", "east"), start=1):
-        post("deals", {"name": f"D{number}", "custom_fields": {"region": region}})
-        post(
-            "activities",
-            {
-                "type": "call",
-                "customer_id": customer["id"],
-                "subject": f"A{number}",
-                "custom_fields": {"score": number * 10},
-            },
-        )
-    return Catalog(world, options)
+        options.update({option["label"]: option["id"] for option in select["options"]})
+    return options
 
 
 def _poster(client: TestClient, world: TenantWorld) -> Callable[[str, dict[str, Any]], Any]:
@@ -128,6 +106,13 @@ def _poster(client: TestClient, world: TenantWorld) -> Callable[[str, dict[str, 
         return response.json()
 
     return post
+
+
+def _compiled_count(client: TestClient, field: str) -> float:
+    """How many times the root field ``field`` was answered by its compiled read."""
+    line = f'dealbase_graphql_root_fields_total{{field="{field}",path="compiled"}} '
+    found = [each for each in client.get("/metrics").text.splitlines() if each.startswith(line)]
+    return float(found[0][len(line) :]) if found else 0.0
 
 
 def _both(
