@@ -188,3 +188,42 @@ def test_customers_carry_filter_and_upsert_by_their_custom_values_on_the_cluster
     assert changed.json()["custom_fields"] == {"contract": "C-1", "seats": 2}
     assert [result["outcome"] for result in batch.json()["results"]] == ["updated", "created"]
     assert [c["custom_fields"]["contract"] for c in listed.json()["data"]] == ["C-1", "C-2"]
+
+
+GRAPHQL_CUSTOMERS = """
+query ($filter: CustomerFilter) {
+  customers(filter: $filter) { totalCount edges { node { lastName customFields } } }
+}"""
+
+
+def test_graphql_lists_filter_by_custom_values_on_the_cluster_each_statement_routed_whole(
+    cluster_client_either_way: TestClient,
+    cluster_world: TenantWorld,
+    changes: SchemaChanges,
+    citus_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A GraphQL list's ``customFields`` filter narrows its compiled statement (page and count)
+    as on one server, each statement Citus routes whole."""
+    client, headers = cluster_client_either_way, cluster_world.key.headers
+    seats = {"record": "customer", "name": "seats", "label": "S", "type": "integer"}
+    definition = validated(CustomFieldFields, {**seats, "filterable": True})
+    asyncio.run(service.define(changes, cluster_world.tenant.scope, definition))
+    for number in (1, 2, 3):
+        client.post(
+            "/api/v1/integration/customers",
+            json={"last_name": f"N{number}", "custom_fields": {"seats": number}},
+            headers=headers,
+        ).raise_for_status()
+    body = {"query": GRAPHQL_CUSTOMERS, "variables": {"filter": {"customFields": {"seats.gte": 2}}}}
+
+    with statements_sent(monkeypatch) as sent:
+        answer = client.post("/graphql", json=body, headers=headers).json()
+
+    listed = answer["data"]["customers"]
+    assert listed["totalCount"] == 2
+    assert [edge["node"] for edge in listed["edges"]] == [
+        {"lastName": "N2", "customFields": {"seats": 2}},
+        {"lastName": "N3", "customFields": {"seats": 3}},
+    ]
+    assert_routed_whole(citus_url, sent)

@@ -73,6 +73,22 @@ class Shop:
     activity_ids: list[str]
     foreign_ids: list[str]  # of the second department
     cursors: list[str]  # cursors that lists answered
+    options: list[str]  # of the customers' select
+
+
+def _custom_filters(shop: Shop) -> st.SearchStrategy[dict[str, Any]]:
+    """A list's ``customFields`` filter, good or bad, on the shop's customers' fields (``seats``
+    and ``tier`` filterable)."""
+    return st.sampled_from(
+        [
+            {"seats.gte": 0},
+            {"seats.lte": 12, "tier": shop.options},
+            {"tier": shop.options[0]},
+            {"seats": "many"},
+            {"remark": "x"},
+            {"nope": 1},
+        ]
+    )
 
 
 def _custom_fields(client: TestClient, database: Database, world: TenantWorld) -> list[str]:
@@ -90,8 +106,9 @@ def _custom_fields(client: TestClient, database: Database, world: TenantWorld) -
             ("signed_at", "timestamp"),
         )
     ]
+    fields[1]["filterable"] = True  # seats, which lists filter on
     fields += [
-        {"record": "customer", "name": "tier", "type": "single_select"},
+        {"record": "customer", "name": "tier", "type": "single_select", "filterable": True},
         {"record": "activity", "name": "outcome", "type": "text"},
         {"record": "deal", "name": "region", "type": "text"},
     ]
@@ -216,6 +233,7 @@ def shop(client: TestClient, database: Database) -> Shop:
         [a["id"] for a in activities],
         [other["id"], other_deal["id"]],
         cursors,
+        options,
     )
 
 
@@ -412,6 +430,7 @@ def operations(draw: st.DrawFn, shop: Shop) -> tuple[str, dict[str, Any]]:
                 optional={
                     "q": st.sampled_from(TEXTS),
                     "email": st.sampled_from(["g@example.com", *TEXTS]),
+                    "customFields": _custom_filters(shop),
                 },
             ),
             "activities": st.fixed_dictionaries(

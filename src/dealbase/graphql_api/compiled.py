@@ -14,8 +14,8 @@ they select is an attribute (``customFields`` too), a nested object or list the 
 ``totalCount``, through aliases, fragments and ``@skip``/``@include``, and the platform takes
 their arguments. Anything else (and every mutation) runs through the resolvers, which then
 refuse what they refuse. A compiled read refuses what the caller may not read (a department or
-row it cannot see, a bad cursor) with the platform's error, the one its resolver raises: the
-field's error, answered once. Arguments are graphql-core's coerced values, named and shaped as
+row it cannot see, a bad cursor, a custom filter its tenant's fields refuse) with the platform's
+error, the one its resolver raises: the field's error, answered once. Arguments are graphql-core's coerced values, named and shaped as
 the resolvers take them (``FieldDefinitions``, through Strawberry's public lookups).
 
 A compiled tree is kept per root field of a document (the document cache keeps its parsed
@@ -413,19 +413,18 @@ def _page_read(
 ) -> PreparedRead:
     """A list's read of a page, filtered and ordered as its arguments say."""
     order = arguments.get("order_by")
-    department_id, fields = inputs.filter_fields(arguments.get("filter"))
     if isinstance(order, Enum):  # the argument's default, a member of DealOrder
         order = order.value
-    filters = validated(
-        _LISTS[name][0], {**fields, **({} if order is None else {"order_by": order})}
-    )
+    given_filter = inputs.filter_fields(arguments.get("filter"))
+    fields = {**given_filter.fields, **({} if order is None else {"order_by": order})}
     return PreparedRead(
         reader,
         given,
-        department_id,
-        filters=filters,
+        given_filter.department_id,
+        filters=validated(_LISTS[name][0], fields),
         first=arguments["first"],
         after=arguments["after"],
+        custom_filters=given_filter.custom,
     )
 
 
@@ -549,6 +548,8 @@ class PreparedRead:
     filters: BaseModel | None = None
     first: int | None = None
     after: str | None = None
+    # A list's custom filters, judged by each caller's tenant's fields (``PageReader.run``).
+    custom_filters: Mapping[str, object] | None = None
 
     async def run(self, context: GraphQLContext, last: bool = False) -> str:
         """The root field's JSON text for the caller of ``context``. What the caller may not
@@ -561,10 +562,10 @@ class PreparedRead:
             scope = await context.scope_in(self.department_id)
             filters, first, after = self.filters, self.first, self.after
             assert filters is not None
-            caller_department = context.scope.department_id
+            caller_department, custom = context.scope.department_id, self.custom_filters
             return await context.run(
                 lambda uow: reader.run(
-                    uow, filters, first, after, given, caller_department, last=last
+                    uow, filters, first, after, given, caller_department, custom, last=last
                 ),
                 scope,
             )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 from types import GenericAlias, UnionType
@@ -22,8 +23,10 @@ from dealbase.graphql_api.types import ActivityType, BigInt
 from dealbase.platform.activities.models import ActivityFields
 from dealbase.platform.activities.models import ActivityType as ActivityTypeLiteral
 from dealbase.platform.batches.models import Batch
+from dealbase.platform.custom_fields.filters import named_as_parameters
 from dealbase.platform.customers.models import CustomerFields
 from dealbase.platform.deals.models import DealCreate, DealPatch, DealUpsert
+from dealbase.platform.shapes import CUSTOM_FIELDS
 from dealbase.platform.validation import validated
 from dealbase.platform.webhooks.models import EventChoice, WebhookEndpointFields
 from dealbase.tenancy.scope import Scope
@@ -43,11 +46,29 @@ def fields_of(value: object) -> dict[str, Any]:
     return found
 
 
-def filter_fields(filter_input: object | None) -> tuple[uuid.UUID | None, dict[str, Any]]:
-    """A list's filter input: the department it names, if any, and its other fields as the
-    platform names them."""
+@dataclass(frozen=True)
+class FilterFields:
+    """A list's filter input as the platform takes it: the department it names (None: the
+    caller's), its other fields by the platform's names, and its filters on the tenant's
+    custom fields by their parameters' names (``custom_fields.filters``)."""
+
+    department_id: uuid.UUID | None
+    fields: dict[str, Any]
+    custom: dict[str, object]
+
+
+def filter_fields(filter_input: object | None) -> FilterFields:
+    """A list's filter input as the platform takes it (``FilterFields``): the same for the
+    resolvers and the compiled reads. A ``customFields`` that is no object is refused."""
     given = fields_of(filter_input) if filter_input is not None else {}
-    return given.pop("department_id", None), given
+    custom = given.pop(CUSTOM_FIELDS, None)
+    if custom is not None and not isinstance(custom, dict):
+        raise Invalid.of(
+            CUSTOM_FIELDS,
+            "wrong_type",
+            f"{CUSTOM_FIELDS} is an object of filters on the tenant's custom fields by name.",
+        )
+    return FilterFields(given.pop("department_id", None), given, named_as_parameters(custom or {}))
 
 
 async def listed(
@@ -55,13 +76,14 @@ async def listed(
     model: type[Filters],
     filter_input: object | None,
     extra: Mapping[str, Any],
-) -> tuple[Scope, Filters]:
+) -> tuple[Scope, Filters, dict[str, object]]:
     """A list's filter input narrowed to its department (when it names one) and, with ``extra``
-    (an order), validated as the platform's filter model: the same for the resolvers and the
-    compiled reads."""
-    department_id, given = filter_fields(filter_input)
-    scope = await context.scope_in(department_id)
-    return scope, validated(model, {**given, **extra})
+    (an order), validated as the platform's filter model, and its custom filters, which the
+    platform judges by the tenant's fields: the same for the resolvers and the compiled
+    reads."""
+    given = filter_fields(filter_input)
+    scope = await context.scope_in(given.department_id)
+    return scope, validated(model, {**given.fields, **extra}), given.custom
 
 
 # The GraphQL type of each Literal the platform's input models use: an enum, or String where
@@ -307,6 +329,19 @@ class WebhookEndpointChanges:
     pass
 
 
+def _custom_filters() -> Any:
+    """A filter input's customFields: REST's custom filters, named without their prefix."""
+    return strawberry.field(
+        default=strawberry.UNSET,
+        description="Filters on the tenant's unique or filterable custom fields of the record,"
+        ' as REST\'s custom_fields.* parameters without that prefix: {"<name>": value}'
+        " equality (a select: an option id or a list of them, any of them; a multi select:"
+        ' records holding any of them), {"<name>.gte": value, "<name>.lte": value}'
+        " ranges of integer, decimal, date and timestamp fields. Values as customFields shows"
+        " them; a decimal may also be a number.",
+    )
+
+
 @strawberry.input
 class CustomerFilter:
     external_id: str | None = strawberry.UNSET
@@ -314,6 +349,7 @@ class CustomerFilter:
     q: str | None = strawberry.UNSET
     updated_since: datetime | None = strawberry.UNSET
     department_id: uuid.UUID | None = strawberry.UNSET
+    custom_fields: JSON | None = _custom_filters()
 
 
 @strawberry.input
@@ -328,6 +364,7 @@ class DealFilter:
     created_before: datetime | None = strawberry.UNSET
     volume_min: BigInt | None = strawberry.UNSET
     volume_max: BigInt | None = strawberry.UNSET
+    custom_fields: JSON | None = _custom_filters()
 
 
 @strawberry.enum
@@ -344,3 +381,4 @@ class ActivityFilter:
     customer_id: uuid.UUID | None = strawberry.UNSET
     deal_id: uuid.UUID | None = strawberry.UNSET
     department_id: uuid.UUID | None = strawberry.UNSET
+    custom_fields: JSON | None = _custom_filters()

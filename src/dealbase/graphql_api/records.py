@@ -74,7 +74,8 @@ class GraphQLRecord:
 @dataclass(frozen=True)
 class RecordListing(Generic[Item, Filters]):
     """A synced record's list as a connection: the filter input narrowed to its department (when
-    it names one) and validated as the platform's filter model, the page, and a lazy count."""
+    it names one) and validated as the platform's filter model, the page, and a lazy count,
+    both narrowed by the filter's custom filters."""
 
     record: SyncedRecord[Item, Any, Filters]
     filter_model: type[Filters]
@@ -87,13 +88,17 @@ class RecordListing(Generic[Item, Filters]):
         after: str | None,
         order_by: dict[str, Any] | None = None,
     ) -> Connection[Item]:
-        scope, filters = await listed(info.context, self.filter_model, filter_input, order_by or {})
+        scope, filters, custom = await listed(
+            info.context, self.filter_model, filter_input, order_by or {}
+        )
         page = await info.context.run(
-            lambda uow: self.record.list_page(uow, filters, first, after), scope
+            lambda uow: self.record.list_page(uow, filters, first, after, custom), scope
         )
 
         async def count() -> int:
-            return await info.context.run(lambda uow: self.record.count(uow, filters), scope)
+            return await info.context.run(
+                lambda uow: self.record.count(uow, filters, custom), scope
+            )
 
         return connection(page, count)
 

@@ -84,11 +84,19 @@ class ListFilters:
         return shape, values
 
     def count(
-        self, connection: TenantConnection, department_id: uuid.UUID | None, filters: BaseModel
+        self,
+        connection: TenantConnection,
+        department_id: uuid.UUID | None,
+        filters: BaseModel,
+        narrowed: Callable[[Select[Any], dict[str, Any]], Select[Any]] | None = None,
     ) -> int:
-        """How many rows of the table the caller may see and the filters admit."""
+        """How many rows of the table the caller may see and the filters admit, the statement
+        run as ``narrowed`` makes it, given its values (by a tenant's custom filters)."""
         shape, values = self.shape_and_values(department_id, filters)
-        return int(connection.execute(_count_query(self, shape), values).scalar_one())
+        query = _count_query(self, shape)
+        if narrowed is not None:
+            query = narrowed(query, values)
+        return int(connection.execute(query, values).scalar_one())
 
 
 @functools.lru_cache(maxsize=256)

@@ -54,9 +54,9 @@ Filter = TypeVar("Filter", bound=BaseModel)
 # A record of a page of REST's lists: its id, the value its list sorts by besides the id (None
 # in a list by id alone), and its JSON text made by PostgreSQL.
 JsonRow = tuple[uuid.UUID, int | None, str]
-# What a list's statement of JSON texts is run as, given its values: itself, or (a record fitted
-# to a tenant's custom fields) one narrowed by the custom filters, whose values it adds, and
-# adding the custom values to each text.
+# What a list's statement is run as, given its values: itself, or (a record fitted to a
+# tenant's custom fields) one narrowed by the custom filters, whose values it adds, and (of JSON
+# texts) adding the custom values to each text.
 Completed = Callable[[Select[Any], dict[str, Any]], Select[Any]]
 
 
@@ -78,7 +78,8 @@ class Listing(Generic[Model, Filter]):
     is more) that the caller may see and the filters admit, in the filters' order, by statements
     of its repository."""
 
-    models: Callable[[UnitOfWork, Filter, PageRequest], Sequence[Model]]
+    # Each statement run as the ``Completed`` given makes it (narrowed by custom filters).
+    models: Callable[[UnitOfWork, Filter, PageRequest, Completed], Sequence[Model]]
     texts: Callable[[UnitOfWork, Filter, PageRequest, Completed], Sequence[JsonRow]]
     # Its filters' rules, which also count the records they admit.
     filtering: ListFilters
@@ -264,14 +265,37 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
         return {row_id: self.to_model(uow, row) for row_id, row in rows.items()}
 
     def list_page(
-        self, uow: UnitOfWork, filters: Filter, limit: int | None, cursor: str | None
+        self,
+        uow: UnitOfWork,
+        filters: Filter,
+        limit: int | None,
+        cursor: str | None,
+        custom_filters: Mapping[str, object] | None = None,
     ) -> Page[Model]:
-        """A page of the records the caller may see that ``filters`` admit, after ``cursor``."""
+        """A page of the records the caller may see that ``filters`` admit, after ``cursor``,
+        narrowed by ``custom_filters`` too (filters on the tenant's custom fields by their
+        parameters' names, their values text or JSON: ``custom_fields.filters``)."""
         if (fitted := self.fitted(uow)) is not self:
-            return fitted.list_page(uow, filters, limit, cursor)
+            return fitted.list_page(uow, filters, limit, cursor, custom_filters)
+        filters, filtered = self._custom_filtered(filters, custom_filters)
+        narrowed: Completed = as_it_is
+        if filtered:
+            assert self.custom is not None
+            narrowed = functools.partial(self.custom.narrowed, filtered)
         page = page_request(limit, cursor, filters)
-        found = self.lists.models(uow, filters, page)
+        found = self.lists.models(uow, filters, page, narrowed)
         return page.page_of(found, _id_of, filters, self.lists.sort_of(filters))
+
+    def _custom_filtered(
+        self, filters: Filter, custom_filters: Mapping[str, object] | None
+    ) -> tuple[Filter, dict[str, Any]]:
+        """A fitted record's ``filters`` with ``custom_filters`` judged (``CustomFilters``), and
+        the values of the custom ones given, by attribute."""
+        custom = self.custom
+        if custom is None or not (custom.fields or custom_filters):
+            return filters, {}
+        judged = cast(Filter, custom.filters.judged(filters, custom_filters or {}))
+        return judged, custom.filters.values(judged)
 
     def list_page_as_json(
         self,
@@ -279,26 +303,39 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
         filters: Filter,
         limit: int | None,
         cursor: str | None,
-        custom_filters: Mapping[str, str] | None = None,
+        custom_filters: Mapping[str, object] | None = None,
     ) -> Page[str]:
         """``list_page`` with each record as its JSON text made by PostgreSQL (a page of REST's
-        list, made without a read model), narrowed by ``custom_filters`` too (query parameters
-        on the tenant's custom fields, by name: ``custom_fields.filters``)."""
+        list, made without a read model)."""
         if (fitted := self.fitted(uow)) is not self:
             return fitted.list_page_as_json(uow, filters, limit, cursor, custom_filters)
         custom = self.custom
         completed: Completed = as_it_is
         if custom is not None and (custom.fields or custom_filters):
-            filters = cast(Filter, custom.filters.judged(filters, custom_filters or {}))
-            completed = functools.partial(custom.completed, custom.filters.values(filters))
+            filters, filtered = self._custom_filtered(filters, custom_filters)
+            completed = functools.partial(custom.completed, filtered)
         page = page_request(limit, cursor, filters)
         rows = self.lists.texts(uow, filters, page, completed)
         by_value = self.lists.sort_of(filters) is not None
         found = page.page_of(rows, _row_id, filters, _row_sort if by_value else None)
         return Page([row[2] for row in found.items], found.next_cursor, found.cursors)
 
-    def count(self, uow: UnitOfWork, filters: Filter) -> int:
-        return self.lists.filtering.count(uow.connection, uow.scope.department_id, filters)
+    def count(
+        self,
+        uow: UnitOfWork,
+        filters: Filter,
+        custom_filters: Mapping[str, object] | None = None,
+    ) -> int:
+        """How many records ``list_page`` lists over every page, of the same filters."""
+        if custom_filters and (fitted := self.fitted(uow)) is not self:
+            return fitted.count(uow, filters, custom_filters)
+        filters, filtered = self._custom_filtered(filters, custom_filters)
+        narrowed = None
+        if filtered:
+            assert self.custom is not None
+            narrowed = functools.partial(self.custom.narrowed, filtered)
+        connection, department_id = uow.connection, uow.scope.department_id
+        return self.lists.filtering.count(connection, department_id, filters, narrowed)
 
     def update(
         self,

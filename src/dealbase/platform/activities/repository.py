@@ -55,7 +55,7 @@ def insert_activity(
         .returning(*table.c)
     )
     # A unique custom field's value another activity has: 409 value_taken.
-    with external_id_unique("activity"):
+    with external_id_unique(rows.noun):
         return first_as(connection, inserted, to_model or to_activity)
 
 
@@ -105,9 +105,12 @@ def list_activities(
     department_id: uuid.UUID | None,
     filters: ActivityFilter,
     page: PageRequest,
+    narrowed: Callable[[Select[Any], dict[str, Any]], Select[Any]] | None = None,
 ) -> list[Activity]:
-    rows = _page(connection, department_id, filters, page, as_json=False).mappings()
-    return [to_activity(row) for row in rows]
+    """Up to ``page.limit + 1`` activities in id order (the extra one tells there is more), its
+    statement run as ``narrowed`` makes it."""
+    rows = _page(connection, department_id, filters, page, as_json=False, completed=narrowed)
+    return [to_activity(row) for row in rows.mappings()]
 
 
 def list_activities_as_json(

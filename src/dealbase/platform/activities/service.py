@@ -29,8 +29,8 @@ RECORD: records.SyncedRecord[Activity, ActivityFields, ActivityFilter] = records
         uow.connection, uow.scope.department_id, activity_id
     ),
     lists=records.Listing(
-        models=lambda uow, filters, page: repository.list_activities(
-            uow.connection, uow.scope.department_id, filters, page
+        models=lambda uow, filters, page, narrowed: repository.list_activities(
+            uow.connection, uow.scope.department_id, filters, page, narrowed
         ),
         texts=lambda uow, filters, page, completed: repository.list_activities_as_json(
             uow.connection, uow.scope.department_id, filters, page, completed

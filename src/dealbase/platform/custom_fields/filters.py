@@ -1,17 +1,20 @@
 """A list's filters on a tenant's custom fields: query parameters ``custom_fields.<name>``
 (equality; for a select, any of its comma-separated option ids), ``custom_fields.<name>.gte``
 and ``.lte`` (a number's, a date's or a moment's range), on the fields that have an index (unique
-or filterable): a filter scans no more of the table than an indexed column lets it.
+or filterable): a filter scans no more of the table than an indexed column lets it. GraphQL's
+lists take the same filters as JSON, named without the prefix (``named_as_parameters``).
 
 They are judged by a filter model made for the tenant's fields (the record's own filter model
 with one field a parameter), which a list's cursor also fingerprints, and become conditions on
-the fields' columns added to the list's statement.
+the fields' columns added to the list's statement (``narrowed``, or ``conditions`` for a
+statement built around them: GraphQL's compiled reads).
 """
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -20,6 +23,7 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationError, create_
 from sqlalchemy import ColumnElement, Select, bindparam, column
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 
+from dealbase.db.statements import built_once
 from dealbase.errors import FieldError, Invalid, invalid_from_pydantic
 from dealbase.platform.custom_fields.models import OPTIONS_LIMIT, CustomField, FieldType
 from dealbase.platform.custom_fields.rules import column_name
@@ -49,6 +53,12 @@ class _Filter:
 
     field: CustomField
     comparison: str  # "=", ">=", "<=", "any" (a single select's), "overlap" (a multi select's)
+
+
+def named_as_parameters(given: Mapping[str, object]) -> dict[str, object]:
+    """Filters named without the parameters' prefix (``seats.gte``: a GraphQL filter's
+    ``customFields``), by their parameters' names (``custom_fields.seats.gte``)."""
+    return {f"{PREFIX}{name}": value for name, value in given.items()}
 
 
 def _parameter_name(field_name: str, bound: str | None = None) -> str:
@@ -96,10 +106,12 @@ class CustomFilters:
             )
         return found
 
-    def judged(self, filters: BaseModel, given: Mapping[str, str]) -> BaseModel:
-        """``filters`` with the custom ones ``given`` (query parameters by name), judged: else
+    def judged(self, filters: BaseModel, given: Mapping[str, object]) -> BaseModel:
+        """``filters`` with the custom ones ``given`` (by their parameters' names), judged: else
         Invalid naming each bad parameter (an unknown field, one without an index, a value not
-        of its type)."""
+        of its type). A value is a query parameter's text, or JSON's (a GraphQL filter's): a
+        number, a boolean or a string, and for a select a list of option ids; each is read as
+        its field's type, the same way whichever it is."""
         if not given:
             return filters
         indexed = {each.name for each in self.fields if each.unique or each.filterable}
@@ -118,7 +130,7 @@ class CustomFilters:
             raise Invalid("The request has invalid filters.", errors)
         values = {**filters.model_dump(mode="json", exclude_none=True), **given}
         try:
-            return self._model(type(filters)).model_validate_json(orjson.dumps(values))
+            return self._model(type(filters)).model_validate_json(_json_text(values))
         except ValidationError as exc:
             raise invalid_from_pydantic(exc.errors(include_url=False)) from None
 
@@ -131,16 +143,27 @@ class CustomFilters:
         }
 
     def narrowed(self, statement: Select[Any], given: frozenset[str]) -> Select[Any]:
-        """``statement`` (a list's page) with the conditions of the ``given`` filters (their
-        attributes): on the fields' columns by name alone, which only the record's table has."""
+        """``statement`` (a list's page, or its count) with the ``conditions`` of the ``given``
+        filters (their attributes)."""
         if not given:
             return statement
         key = (statement, given)
         found = self._completed.get(key)
         if found is None:
-            conditions = [self._condition(attribute) for attribute in sorted(given)]
-            found = self._completed[key] = statement.where(*conditions)
+            found = self._completed[key] = built_once(statement.where(*self.conditions(given)))
         return found
+
+    def conditions(self, given: frozenset[str]) -> tuple[ColumnElement[bool], ...]:
+        """The conditions of the ``given`` filters (their attributes), each value bound by its
+        attribute: on the fields' columns by name alone, which only the record's table has."""
+        return tuple(self._condition(attribute) for attribute in sorted(given))
+
+    def kinds(self, given: frozenset[str]) -> Hashable:
+        """What tells the ``conditions`` of the ``given`` filters from those of other filters
+        or of another tenant's fields: each one's attribute and its field's type."""
+        return tuple(
+            (attribute, self.by_attribute[attribute].field.type) for attribute in sorted(given)
+        )
 
     def _condition(self, attribute: str) -> ColumnElement[bool]:
         each = self.by_attribute[attribute]
@@ -151,6 +174,14 @@ class CustomFilters:
         if each.comparison == "overlap":
             return held.op("&&")(bindparam(attribute, type_=ARRAY(UUID(as_uuid=True))))
         return held.op(each.comparison)(bindparam(attribute, type_=kind))
+
+
+def _json_text(values: Mapping[str, object]) -> bytes:
+    try:
+        return orjson.dumps(values)
+    except orjson.JSONEncodeError:
+        # An integer past 64 bits (a GraphQL literal's): its field's type refuses it.
+        return json.dumps(values).encode()
 
 
 def _parameters(each: CustomField) -> list[tuple[str, str, Any]]:

@@ -34,7 +34,7 @@ from dealbase.platform.record_writes import InBulk, OneByOne
 from dealbase.platform.shapes import CUSTOM_FIELDS, Shape
 
 if TYPE_CHECKING:
-    from dealbase.platform.records import Listing, SyncedRecord
+    from dealbase.platform.records import Completed, Listing, SyncedRecord
 
 R = TypeVar("R", bound="SyncedRecord[Any, Any, Any]")
 
@@ -97,15 +97,23 @@ class CustomValues:
         """The custom values of the records of ``ids``, by id."""
         return {key: values_of_row(self.fields, row) for key, row in self._rows(uow, ids).items()}
 
+    def narrowed(
+        self, filtered: Mapping[str, Any], statement: Select[Any], values: dict[str, Any]
+    ) -> Select[Any]:
+        """A list's ``statement`` (of rows, of JSON texts, or its count), its ``values`` given,
+        narrowed by the custom filters ``filtered`` (their values by attribute, added to
+        ``values``)."""
+        values.update(filtered)
+        return self.filters.narrowed(statement, frozenset(filtered))
+
     def completed(
         self, filtered: Mapping[str, Any], statement: Select[Any], values: dict[str, Any]
     ) -> Select[Any]:
-        """A list's ``statement`` of JSON texts, its ``values`` given: narrowed by the custom
-        filters ``filtered`` (their values by attribute, added to ``values``), and each text (its
-        last column) completed by ``custom_fields`` (last, as the record's JSON shows it), by a
-        statement over it that reads each record's values by its id."""
-        values.update(filtered)
-        statement = self.filters.narrowed(statement, frozenset(filtered))
+        """A list's ``statement`` of JSON texts, its ``values`` given: ``narrowed`` by the
+        custom filters ``filtered``, and each text (its last column) completed by
+        ``custom_fields`` (last, as the record's JSON shows it), by a statement over it that
+        reads each record's values by its id."""
+        statement = self.narrowed(filtered, statement, values)
         if self.table is None:
             return statement
         found = self._completed.get(statement)
@@ -266,8 +274,8 @@ def _listing(base: Listing[Any, Any], values: CustomValues) -> Listing[Any, Any]
     """The record's lists of read models with the custom values of each page's records, read
     by one more statement (its lists of JSON texts are ``CustomValues.completed``)."""
 
-    def models(uow: UnitOfWork, filters: Any, page: PageRequest) -> list[Any]:
-        found = base.models(uow, filters, page)
+    def models(uow: UnitOfWork, filters: Any, page: PageRequest, narrowed: Completed) -> list[Any]:
+        found = base.models(uow, filters, page, narrowed)
         custom = values.values(uow, [model.id for model in found])
         return [values.with_values(model, custom.get(model.id)) for model in found]
 

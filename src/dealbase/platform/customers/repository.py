@@ -313,9 +313,11 @@ def list_customers(
     department_id: uuid.UUID | None,
     filters: CustomerFilter,
     page: PageRequest,
+    narrowed: Callable[[Select[Any], dict[str, Any]], Select[Any]] | None = None,
 ) -> list[Customer]:
-    """Up to ``page.limit + 1`` customers in id order (the extra one tells there is more)."""
-    rows = _page(connection, department_id, filters, page)
+    """Up to ``page.limit + 1`` customers in id order (the extra one tells there is more), its
+    statement run as ``narrowed`` makes it."""
+    rows = _page(connection, department_id, filters, page, completed=narrowed)
     return [to_customer(row, tenant_id) for row in rows.mappings()]
 
 

@@ -27,8 +27,8 @@ RECORD: records.SyncedRecord[Customer, CustomerFields, CustomerFilter] = records
         uow.connection, uow.scope.tenant_id, uow.scope.department_id, customer_id
     ),
     lists=records.Listing(
-        models=lambda uow, filters, page: repository.list_customers(
-            uow.connection, uow.scope.tenant_id, uow.scope.department_id, filters, page
+        models=lambda uow, filters, page, narrowed: repository.list_customers(
+            uow.connection, uow.scope.tenant_id, uow.scope.department_id, filters, page, narrowed
         ),
         texts=lambda uow, filters, page, completed: repository.list_customers_as_json(
             uow.connection, uow.scope.tenant_id, uow.scope.department_id, filters, page, completed

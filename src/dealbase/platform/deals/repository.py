@@ -264,12 +264,15 @@ def list_deal_rows(
     department_id: uuid.UUID | None,
     filters: DealFilter,
     page: PageRequest,
+    narrowed: Callable[[Select[Any], dict[str, Any]], Select[Any]] | None = None,
 ) -> list[Record]:
     """Up to ``page.limit + 1`` deals in the filter's order (the extra one tells there is more),
-    paged by keyset."""
+    paged by keyset, the statement run as ``narrowed`` makes it."""
     order = deal_order(filters.order_by)
     shape, values = DEAL_FILTERS.page_values(department_id, filters, order, page)
     query = _page_query(shape, filters.order_by, page.after is not None)
+    if narrowed is not None:
+        query = narrowed(query, values)
     return list(connection.execute(query, values).mappings().all())
 
 

@@ -201,10 +201,12 @@ def _by_ids(uow: UnitOfWork, deal_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, D
     return {deal.id: deal for deal in _with_customers(uow, rows)}
 
 
-def _page(uow: UnitOfWork, filters: DealFilter, page: PageRequest) -> list[Deal]:
+def _page(
+    uow: UnitOfWork, filters: DealFilter, page: PageRequest, narrowed: records.Completed
+) -> list[Deal]:
     """A page of deals with their customers: two statements whatever the page size."""
     scope, connection = uow.scope, uow.connection
-    rows = repository.list_deal_rows(connection, scope.department_id, filters, page)
+    rows = repository.list_deal_rows(connection, scope.department_id, filters, page, narrowed)
     customers = customers_repository.customers_of_deals(
         connection, scope.tenant_id, [row["id"] for row in rows[: page.limit]]
     )

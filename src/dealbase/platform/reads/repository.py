@@ -457,13 +457,20 @@ def list_order(resource: str, filters: BaseModel) -> KeysetOrder:
 
 
 def page_statement(
-    read: PageRead, shape: Shape, order: KeysetOrder, after: bool, custom: CustomShapes
+    read: PageRead,
+    shape: Shape,
+    order: KeysetOrder,
+    after: bool,
+    custom: CustomShapes,
+    narrowing: tuple[ColumnElement[bool], ...] = (),
 ) -> Select[Any]:
     """The statement of a page: one row, the connection's JSON text. ``custom``: the custom
-    fields of the kinds its tree shows them of (``custom_kinds``)."""
+    fields of the kinds its tree shows them of (``custom_kinds``). ``narrowing``: conditions
+    on the list's table besides its filters' (a tenant's custom filters), on its rows and its
+    count."""
     listed = _LISTS[read.resource]
     table = listed.filters.table
-    conditions = listed.filters.conditions(shape)
+    conditions = (*listed.filters.conditions(shape), *narrowing)
     builder = _Builder(custom=custom)
     query = select(
         *table.c, func.row_number().over(order_by=order.order_by(table)).label("ordinal")

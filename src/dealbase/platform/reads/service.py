@@ -13,10 +13,11 @@ from __future__ import annotations
 import uuid
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import Select
+from sqlalchemy import ColumnElement, Select
 
 from dealbase.db.sessions import StatementSettings
 from dealbase.db.units import UnitOfWork
@@ -143,6 +144,37 @@ class _CustomFields:
         return key, shapes
 
 
+@dataclass(frozen=True)
+class _Narrowing:
+    """A page's custom filters (``CustomFilters``): their conditions, what tells those from
+    others (``kinds``) and their values by attribute."""
+
+    conditions: tuple[ColumnElement[bool], ...] = ()
+    kinds: Hashable = ()
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _custom_filtered(
+    uow: UnitOfWork,
+    resource: str,
+    filters: BaseModel,
+    custom_filters: Mapping[str, object] | None,
+) -> tuple[BaseModel, _Narrowing]:
+    """``filters`` with ``custom_filters`` judged by the caller's tenant's fields, as
+    ``SyncedRecord.list_page`` judges them (the same model, so the same cursors), and their
+    narrowing of the page."""
+    if not custom_filters:
+        return filters, _Narrowing()
+    kind = listed_kind(resource)
+    assert kind is not None, "the tree names a list there is"
+    custom = _RECORDS[kind].fitted(uow).custom
+    assert custom is not None, "a fitted record has its custom fields"
+    judged = custom.filters.judged(filters, custom_filters)
+    values = custom.filters.values(judged)
+    given = frozenset(values)
+    return judged, _Narrowing(custom.filters.conditions(given), custom.filters.kinds(given), values)
+
+
 class PageReader:
     """A page of a list as its connection's JSON text, with the rules of ``list_page``: the
     same page size and cursor checks (``Invalid``), the same filters in the scope's department,
@@ -161,27 +193,31 @@ class PageReader:
         after: str | None,
         given: Mapping[str, Any],
         caller_department_id: uuid.UUID | None,
+        custom_filters: Mapping[str, object] | None = None,
         *,
         last: bool = False,
     ) -> str:
-        """``given``: the nested lists' lengths, by the names the tree gives them. ``last``:
-        the unit of work reads nothing after the page, whose statement then carries its
-        COMMIT (once the request passed every check: a refusal sends nothing)."""
-        page = page_request(first, after, filters)
+        """``given``: the nested lists' lengths, by the names the tree gives them.
+        ``custom_filters``: filters on the tenant's custom fields, as ``list_page`` takes them.
+        ``last``: the unit of work reads nothing after the page, whose statement then carries
+        its COMMIT (once the request passed every check: a refusal sends nothing)."""
         resource = self.read.resource
+        filters, narrowing = _custom_filtered(uow, resource, filters, custom_filters)
+        page = page_request(first, after, filters)
         shape, values = list_filters(resource).shape_and_values(uow.scope.department_id, filters)
         order = list_order(resource, filters)
         fields, custom = self._custom.of(uow)
-        key = (shape, order, page.after is not None, fields)
+        key = (shape, order, page.after is not None, fields, narrowing.kinds)
         statement = self._statements.get(key)
         if statement is None:
             if len(self._statements) >= _SHAPES_KEPT:
                 self._statements.popitem(last=False)
             statement = self._statements[key] = page_statement(
-                self.read, shape, order, page.after is not None, custom
+                self.read, shape, order, page.after is not None, custom, narrowing.conditions
             )
         else:
             self._statements.move_to_end(key)
+        values.update(narrowing.values)
         values.update(given)
         values.update(
             order.values(page),
