@@ -372,3 +372,18 @@ def test_a_tenant_neither_writes_nor_sees_another_tenants_fields(
         {("custom_fields.seats", "unknown_field")},
     )
     assert "custom_fields" not in created.json()
+
+
+def test_an_integer_past_64_bits_is_refused_naming_its_field(
+    client: TestClient, world: TenantWorld, tier: dict[str, Any]
+) -> None:
+    response = client.post(
+        CUSTOMERS,
+        json={"last_name": "Ada", "custom_fields": {"seats": 2**70}},
+        headers=world.key.headers,
+    )
+
+    assert (response.status_code, field_codes(response)) == (
+        422,
+        {("custom_fields.seats", "out_of_range")},
+    )

@@ -12,13 +12,11 @@ statement built around them: GraphQL's compiled reads).
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-import orjson
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError, create_model
 from sqlalchemy import ColumnElement, Select, bindparam, column
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
@@ -27,7 +25,7 @@ from dealbase.db.statements import built_once
 from dealbase.errors import FieldError, Invalid, invalid_from_pydantic
 from dealbase.platform.custom_fields.models import OPTIONS_LIMIT, CustomField, FieldType
 from dealbase.platform.custom_fields.rules import column_name
-from dealbase.platform.custom_fields.values import COLUMN_TYPES, value_type
+from dealbase.platform.custom_fields.values import COLUMN_TYPES, json_text, value_type
 from dealbase.platform.shapes import CUSTOM_FIELDS
 
 PREFIX = f"{CUSTOM_FIELDS}."
@@ -130,7 +128,7 @@ class CustomFilters:
             raise Invalid("The request has invalid filters.", errors)
         values = {**filters.model_dump(mode="json", exclude_none=True), **given}
         try:
-            return self._model(type(filters)).model_validate_json(_json_text(values))
+            return self._model(type(filters)).model_validate_json(json_text(values))
         except ValidationError as exc:
             raise invalid_from_pydantic(exc.errors(include_url=False)) from None
 
@@ -174,14 +172,6 @@ class CustomFilters:
         if each.comparison == "overlap":
             return held.op("&&")(bindparam(attribute, type_=ARRAY(UUID(as_uuid=True))))
         return held.op(each.comparison)(bindparam(attribute, type_=kind))
-
-
-def _json_text(values: Mapping[str, object]) -> bytes:
-    try:
-        return orjson.dumps(values)
-    except orjson.JSONEncodeError:
-        # An integer past 64 bits (a GraphQL literal's): its field's type refuses it.
-        return json.dumps(values).encode()
 
 
 def _parameters(each: CustomField) -> list[tuple[str, str, Any]]:

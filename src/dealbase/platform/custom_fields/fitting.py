@@ -11,7 +11,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import orjson
 from pydantic import BaseModel, ValidationError
 from sqlalchemy import Select, Table, bindparam, func, select
 
@@ -26,6 +25,7 @@ from dealbase.platform.custom_fields.values import (
     extended_shape,
     extended_table,
     input_models,
+    json_text,
     values_model,
     values_of_row,
 )
@@ -85,7 +85,7 @@ class CustomValues:
             return {}
         model = self.of_change if change else self.of_create
         try:
-            judged = model.model_validate_json(orjson.dumps(given or {}))
+            judged = model.model_validate_json(json_text(given or {}))
         except ValidationError as exc:
             raise invalid_from_pydantic(
                 exc.errors(include_url=False), prefix=(CUSTOM_FIELDS,)

@@ -10,12 +10,14 @@ statements every record's writes are made of write them as any other column.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping
 from datetime import date
 from decimal import Decimal
 from typing import Annotated, Any
 
+import orjson
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -204,6 +206,16 @@ def extended_shape(shape: Shape, table: Table, fields: tuple[CustomField, ...]) 
         for field in fields
     )
     return Shape(table, (*shape.fields, ShapeField(CUSTOM_FIELDS, Kind.OBJECT, Nested(nested))))
+
+
+def json_text(values: Mapping[str, object]) -> bytes:
+    """``values`` (a client's, parsed) as JSON text again, for a model to judge them by JSON's
+    rules."""
+    try:
+        return orjson.dumps(values)
+    except orjson.JSONEncodeError:
+        # An integer past 64 bits, which orjson does not write: its field's type refuses it.
+        return json.dumps(values).encode()
 
 
 def values_of_row(fields: tuple[CustomField, ...], row: Mapping[str, Any]) -> dict[str, Any]:
