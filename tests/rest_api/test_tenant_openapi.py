@@ -136,6 +136,9 @@ def test_a_required_field_is_required_of_creates_and_upserts_never_of_a_patch(
     shown = out["properties"]["custom_fields"]
     assert shown["required"] == ["seats", "note_two"]
     assert all(NULL in schema["anyOf"] for schema in shown["properties"].values())
+    # The examples are the typed schemas': a create's gives the required field.
+    content = document["paths"][CUSTOMERS]["post"]["requestBody"]["content"]
+    assert content["application/json"]["example"]["custom_fields"] == {"seats": 12}
 
 
 def test_a_record_kind_without_fields_shows_none_and_takes_only_an_empty_object(
@@ -276,3 +279,22 @@ def test_the_public_document_stays_free_of_any_tenants_fields(
     shown = public["components"]["schemas"]["CustomerOut"]["properties"]["custom_fields"]
     assert "properties" not in shown and "custom_fields" not in shown.get("required", [])
     assert "seats" not in client.get("/openapi.json").text
+
+
+def test_a_created_activity_shows_every_custom_field_as_the_document_requires(
+    client: TestClient, world: TenantWorld, admin_headers: dict[str, str]
+) -> None:
+    define(client, admin_headers, record="activity", name="minutes", label="M", type="integer")
+    define(client, admin_headers, record="activity", name="outcome", label="Outcome")
+    document = tenant_document(client, world.key.headers)
+    assert "custom_fields" in schemas(document)["ActivityOut"]["required"]
+    customer = client.post(CUSTOMERS, json={"last_name": "A"}, headers=world.key.headers).json()
+
+    created = client.post(
+        "/api/v1/integration/activities",
+        json={"type": "call", "customer_id": customer["id"], "custom_fields": {"minutes": 3}},
+        headers=world.key.headers,
+    )
+
+    assert created.status_code == 201, created.text
+    assert created.json()["custom_fields"] == {"minutes": 3, "outcome": None}
