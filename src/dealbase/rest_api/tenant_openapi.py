@@ -151,7 +151,8 @@ def install_tenant_documents(app: FastAPI) -> None:
 def tenant_document(
     public: Mapping[str, Any], tenant_id: uuid.UUID, live: LiveFields
 ) -> dict[str, Any]:
-    """The public document (left as it is) with ``custom_fields`` typed by ``live``."""
+    """The public document (left as it is) with ``custom_fields`` typed by ``live``, and the
+    examples fitted to the types."""
     document: dict[str, Any] = orjson.loads(orjson.dumps(public))
     info = document["info"]
     info["title"] = f"{info['title']}: tenant {tenant_id}"
@@ -161,32 +162,57 @@ def tenant_document(
         " read (GET /custom-fields). Read it again after a change of the fields."
     )
     schemas: dict[str, Any] = document["components"]["schemas"]
+    referenced = _references(document)
     roles = request_body_roles(document["paths"], schemas)
     for name, schema in schemas.items():
-        if CUSTOM_FIELDS not in schema.get("properties", {}):
-            continue
-        record = record_of(name)
-        fields = live.get(record, ())
-        role = roles.get(name)
-        if role is None:
-            _type_response(schema, record, fields)
-        elif role == {"update"}:
-            _type_request(schema, record, fields, change=True)
-        elif "update" not in role:
-            _type_request(schema, record, fields, change=False)
-        else:
-            raise ValueError(f"{name}: custom_fields of a body that creates and updates: {role}")
-    for name, schema in schemas.items():
-        for example in schema.get("examples", []):
-            _fit_example(example, {"$ref": _ref(name)}, schemas, live)
+        if CUSTOM_FIELDS in schema.get("properties", {}):
+            _type_record(name, schema, roles.get(name), live)
+    _fit_examples(document, live)
+    # What only the free objects referred to (JsonValue) would be left unused.
+    for name in referenced - _references(document):
+        del schemas[name]
     return document
 
 
+def _type_record(
+    name: str, schema: dict[str, Any], role: set[str] | None, live: LiveFields
+) -> None:
+    """``custom_fields`` of the component schema ``name``, as the bodies it is part of (its
+    ``role``: what they do, none for a response's) take it."""
+    record = record_of(name)
+    fields = live.get(record, ())
+    if role is None:
+        _type_response(schema, record, fields)
+    elif role == {"update"}:
+        _type_request(schema, record, fields, change=True)
+    elif "update" not in role:
+        _type_request(schema, record, fields, change=False)
+    else:
+        raise ValueError(f"{name}: custom_fields of a body that creates and updates: {role}")
+
+
+def _references(node: object) -> set[str]:
+    """The component schemas ``node`` refers to."""
+    if isinstance(node, list):
+        return set().union(*map(_references, node))
+    if not isinstance(node, dict):
+        return set()
+    found = set().union(*map(_references, node.values()))
+    reference = node.get("$ref")
+    if isinstance(reference, str):
+        found.add(reference.rsplit("/", 1)[1])
+    return found
+
+
 def record_of(schema_name: str) -> RecordKind:
-    for prefix, record in _RECORDS:
-        if schema_name.startswith(prefix):
-            return record
-    raise ValueError(f"{schema_name} has custom_fields, but no record kind is named by it")
+    record = record_of_or_none(schema_name)
+    if record is None:
+        raise ValueError(f"{schema_name} has custom_fields, but no record kind is named by it")
+    return record
+
+
+def record_of_or_none(schema_name: str) -> RecordKind | None:
+    return next((record for prefix, record in _RECORDS if schema_name.startswith(prefix)), None)
 
 
 def _ref(name: str) -> str:
@@ -302,32 +328,73 @@ def _describe(field: CustomField) -> str:
     return f"{field.label}: {_TYPE_WORDS[field.type]}."
 
 
-def _fit_example(
-    example: object, schema: Mapping[str, Any], schemas: Mapping[str, Any], live: LiveFields
-) -> None:
-    """``example`` of ``schema`` (a component's), its records' ``custom_fields`` made of the
-    tenant's fields: every live one, each with a value of its type; none without fields."""
-    reference = schema.get("$ref")
-    if isinstance(reference, str):
-        name = reference.rsplit("/", 1)[1]
-        schema = schemas[name]
-        if isinstance(example, dict) and CUSTOM_FIELDS in example:
-            fields = live.get(record_of(name), ())
-            if fields:
-                example[CUSTOM_FIELDS] = {field.name: example_value(field) for field in fields}
-            else:
-                del example[CUSTOM_FIELDS]
-    if isinstance(example, list):
-        for item in example:
-            _fit_example(item, schema.get("items", {}), schemas, live)
-    elif isinstance(example, dict):
-        for key, value in example.items():
-            for branch in _branches(schema.get("properties", {}).get(key, {})):
-                _fit_example(value, branch, schemas, live)
+def _fit_examples(document: dict[str, Any], live: LiveFields) -> None:
+    """The examples of the component schemas and of the request bodies, each record's
+    ``custom_fields`` given what its typed schema requires (a response: every live field; a
+    create's: the required ones), each field a value of its type."""
+    schemas: dict[str, Any] = document["components"]["schemas"]
+    fit = _ExampleFitter(schemas, live)
+    for name, schema in schemas.items():
+        for example in schema.get("examples", []):
+            fit(example, {"$ref": _ref(name)})
+    for operations in document["paths"].values():
+        for operation in operations.values():
+            for media in operation.get("requestBody", {}).get("content", {}).values():
+                if "example" in media:
+                    fit(media["example"], media["schema"])
 
 
-def _branches(schema: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [schema, *schema.get("anyOf", [])]
+class _ExampleFitter:
+    def __init__(self, schemas: Mapping[str, Any], live: LiveFields) -> None:
+        self._schemas = schemas
+        self._live = live
+
+    def __call__(self, example: object, schema: Mapping[str, Any]) -> None:
+        """Fits ``example``, a value of ``schema``, and every value in it."""
+        reference = schema.get("$ref")
+        if isinstance(reference, str):
+            name = reference.rsplit("/", 1)[1]
+            schema = self._schemas[name]
+            if isinstance(example, dict) and CUSTOM_FIELDS in schema.get("properties", {}):
+                self._fit_record(example, schema, live=self._live.get(record_of(name), ()))
+            elif isinstance(example, dict) and record_of_or_none(name) is not None:
+                example.pop(CUSTOM_FIELDS, None)
+        for branch in _branches(schema, example):
+            self(example, branch)
+        if isinstance(example, list):
+            for item in example:
+                self(item, schema.get("items", {}))
+        elif isinstance(example, dict):
+            properties = schema.get("properties", {})
+            for key, value in example.items():
+                if key in properties:
+                    self(value, properties[key])
+
+    @staticmethod
+    def _fit_record(
+        example: dict[str, Any], schema: Mapping[str, Any], live: tuple[CustomField, ...]
+    ) -> None:
+        if CUSTOM_FIELDS not in schema.get("required", []) and CUSTOM_FIELDS not in example:
+            return
+        typed = schema["properties"][CUSTOM_FIELDS]
+        (values,) = [branch for branch in typed.get("anyOf", [typed]) if branch != _NULL]
+        wanted = values.get("required", [])
+        example[CUSTOM_FIELDS] = {
+            field.name: example_value(field) for field in live if field.name in wanted
+        }
+
+
+def _branches(schema: Mapping[str, Any], example: object) -> list[Mapping[str, Any]]:
+    """The schemas ``example`` is also a value of: each of an ``anyOf`` or an ``allOf``, and the
+    one of a ``oneOf`` its discriminator names."""
+    branches: list[Mapping[str, Any]] = [*schema.get("anyOf", []), *schema.get("allOf", [])]
+    discriminator = schema.get("discriminator")
+    if discriminator is not None and isinstance(example, dict):
+        chosen = discriminator["mapping"].get(example.get(discriminator["propertyName"]))
+        branches += [{"$ref": chosen}] if chosen else []
+    else:
+        branches += schema.get("oneOf", [])
+    return branches
 
 
 _EXAMPLES: Mapping[FieldType, object] = {
