@@ -37,7 +37,8 @@ def schemas(document: dict[str, Any]) -> dict[str, Any]:
 def typed_values(document: dict[str, Any], schema: str) -> dict[str, Any]:
     """The object ``custom_fields`` of ``schema`` holds (its non-null branch in a body)."""
     shown: dict[str, Any] = schemas(document)[schema]["properties"]["custom_fields"]
-    (values,) = [branch for branch in shown.get("anyOf", [shown]) if branch != NULL]
+    branches: list[dict[str, Any]] = shown.get("anyOf", [shown])
+    (values,) = [branch for branch in branches if branch != NULL]
     return values
 
 
@@ -298,3 +299,24 @@ def test_a_created_activity_shows_every_custom_field_as_the_document_requires(
 
     assert created.status_code == 201, created.text
     assert created.json()["custom_fields"] == {"minutes": 3, "outcome": None}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="platform/custom_fields/fitting.py writes custom values as JSON with orjson, which"
+    " refuses an integer past 64 bits (a 500); pydantic_core.to_json would hold it",
+)
+@pytest.mark.parametrize("seats", [-(2**63) - 1, 2**64])
+def test_a_custom_integer_past_64_bits_is_refused_as_out_of_range(
+    client: TestClient, world: TenantWorld, admin_headers: dict[str, str], seats: int
+) -> None:
+    # The document bounds an integer field to a signed 64-bit integer: past that is 422.
+    define(client, admin_headers, name="seats", label="Seats", type="integer")
+
+    response = client.post(
+        CUSTOMERS,
+        json={"last_name": "A", "custom_fields": {"seats": seats}},
+        headers=world.key.headers,
+    )
+
+    assert response.status_code == 422, response.text

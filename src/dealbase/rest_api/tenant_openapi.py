@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from anyio import to_thread
@@ -56,13 +56,16 @@ _RECORDS: tuple[tuple[str, RecordKind], ...] = (
 _WHOLE_DIGITS = DECIMAL_DIGITS - DECIMAL_PLACES
 DECIMAL_PATTERN = rf"^-?[0-9]{{1,{_WHOLE_DIGITS}}}(\.[0-9]{{1,{DECIMAL_PLACES}}})?$"
 
-# What a value of each type is, for a field's description.
+# What a schema with custom_fields is to its record: a create's or an upsert's body, a change's
+# (a PATCH), or a response.
+Role = Literal["create", "change", "response"]
 # What a required field's value is, by the role of the schema it is in.
-_REQUIRED_WORDS = {
+_REQUIRED_WORDS: Mapping[Role, str] = {
     "create": "Required: a create or an upsert gives it, never null.",
     "change": "Required of the record: it may be left out, never null.",
     "response": "Required of new records: one older than the rule may show null.",
 }
+# What a value of each type is, for a field's description.
 _TYPE_WORDS: Mapping[FieldType, str] = {
     FieldType.EMAIL: "an email address (name@domain), at most 320 characters",
     FieldType.URL: "a URL, at most 2,048 characters",
@@ -249,7 +252,8 @@ def _type_request(
     # out means, which stays true.
     meaning = public.get("description", "").partition(". ")[2]
     required = [] if change else [field.name for field in fields if field.required]
-    values = _values_object(fields, required=required, role="change" if change else "create")
+    role: Role = "change" if change else "create"
+    values = _values_object(fields, required=required, role=role)
     intro = (
         f"The tenant's custom fields of the {record}, by name, each of its type."
         if fields
@@ -267,7 +271,7 @@ def _type_request(
 
 
 def _values_object(
-    fields: tuple[CustomField, ...], *, required: list[str], role: str
+    fields: tuple[CustomField, ...], *, required: list[str], role: Role
 ) -> dict[str, Any]:
     """``custom_fields``' object in a schema of ``role`` (``_REQUIRED_WORDS``'): a response's
     values are each null or of its type, a body's a required field's never null."""
@@ -287,7 +291,7 @@ def _values_object(
     return typed
 
 
-def _field_schema(field: CustomField, *, nullable: bool, role: str) -> dict[str, Any]:
+def _field_schema(field: CustomField, *, nullable: bool, role: Role) -> dict[str, Any]:
     words = _describe(field)
     if field.required:
         words += f" {_REQUIRED_WORDS[role]}"
