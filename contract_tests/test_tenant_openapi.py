@@ -1,5 +1,5 @@
 """The service against a tenant's own OpenAPI document (GET /api/v1/integration/openapi.json),
-whose customers' and activities' ``custom_fields`` are typed by the tenant's fields: the values
+whose customers', deals' and activities' ``custom_fields`` are typed by the tenant's fields: the values
 schemathesis generates there are valid ones, sent as they are (server_rules.py empties them only
 for the public document's free object), and every default check holds. A case the document
 accepts, typed custom values included, is accepted (200, 201); one it refuses is refused (422).
@@ -42,6 +42,10 @@ CUSTOMER_FIELDS: list[dict[str, Any]] = [
     {"name": "tier", "type": "single_select", "options": OPTIONS},
     {"name": "tags", "type": "multi_select", "options": OPTIONS},
 ]
+DEAL_FIELDS: list[dict[str, Any]] = [
+    {"name": "closes_on", "type": "date"},
+    {"name": "probability", "type": "integer"},
+]
 ACTIVITY_FIELDS: list[dict[str, Any]] = [
     {"name": "minutes", "type": "integer"},
     {"name": "outcome", "type": "single_select", "options": OPTIONS},
@@ -52,6 +56,8 @@ OPERATIONS = [
     ("PATCH", "/customers/{customer_id}"),
     ("PUT", "/customers/by-external-id/{external_id}"),
     ("POST", "/customers/batch"),
+    ("POST", "/deals"),
+    ("PATCH", "/deals/{deal_id}"),
     ("POST", "/activities"),
     ("PATCH", "/activities/{activity_id}"),
 ]
@@ -89,7 +95,8 @@ def typed_tenant(contract_app: FastAPI, database: Database) -> TypedTenant:
     world = build_tenant(database)
     client = TestClient(contract_app)  # the lifespan already runs, in contract_app
     fields_key = {"X-Api-Key": admin.issue_key(database, world.tenant.id, None, "fields").api_key}
-    for record, fields in (("customer", CUSTOMER_FIELDS), ("activity", ACTIVITY_FIELDS)):
+    records = (("customer", CUSTOMER_FIELDS), ("deal", DEAL_FIELDS), ("activity", ACTIVITY_FIELDS))
+    for record, fields in records:
         for field in fields:
             body = {"record": record, "label": field["name"].title(), **field}
             defined = client.post(f"{API}/custom-fields", json=body, headers=fields_key)
@@ -125,7 +132,11 @@ def test_generated_requests_with_typed_custom_values_are_answered_as_the_documen
     method: str, path: str, mode: schemathesis.GenerationMode, typed_tenant: TypedTenant
 ) -> None:
     rows = typed_tenant.rows
-    ids = {"customer_id": rows.customer_id, "activity_id": typed_tenant.activity_id}
+    ids = {
+        "customer_id": rows.customer_id,
+        "deal_id": rows.deal_id,
+        "activity_id": typed_tenant.activity_id,
+    }
     operation = typed_tenant.schema[API + path][method]
     fixed = {name: ids[name] for name in ids if f"{{{name}}}" in path}
     # Only cases that give custom fields values: the public document's suite fuzzes the rest.

@@ -320,3 +320,36 @@ def test_a_custom_integer_past_64_bits_is_refused_as_out_of_range(
     )
 
     assert response.status_code == 422, response.text
+
+
+def test_a_deals_fields_are_typed_and_its_customers_show_none_of_theirs(
+    client: TestClient, world: TenantWorld, admin_headers: dict[str, str]
+) -> None:
+    define(client, admin_headers, name="seats", label="Seats", type="integer")
+    define(client, admin_headers, record="deal", name="closes_on", label="Closes", type="date")
+
+    document = tenant_document(client, world.key.headers)
+
+    for schema in ("DealCreate", "DealUpsert", "DealPatch", "DealOut"):
+        assert list(typed_values(document, schema)["properties"]) == ["closes_on"], schema
+    deal_out = schemas(document)["DealOut"]
+    assert "custom_fields" in deal_out["required"]
+    # A deal's new customers take the customer's fields; its customers show none.
+    new_customers = schemas(document)["DealCreate"]["properties"]["customers"]["items"]
+    assert new_customers == {"$ref": "#/components/schemas/CustomerFields"}
+    assert deal_out["properties"]["customers"]["items"] == {
+        "$ref": "#/components/schemas/DealCustomerOut"
+    }
+    assert "custom_fields" not in schemas(document)["DealCustomerOut"]["properties"]
+    created = client.post(
+        "/api/v1/integration/deals",
+        json={
+            "name": "D",
+            "custom_fields": {"closes_on": "2027-06-30"},
+            "customers": [{"last_name": "A", "custom_fields": {"seats": 3}}],
+        },
+        headers=world.key.headers,
+    )
+    assert created.status_code == 201, created.text
+    assert created.json()["custom_fields"] == {"closes_on": "2027-06-30"}
+    assert "custom_fields" not in created.json()["customers"][0]

@@ -167,6 +167,8 @@ def tenant_document(
     schemas: dict[str, Any] = document["components"]["schemas"]
     referenced = _references(document)
     roles = request_body_roles(document["paths"], schemas)
+    if live.get("customer"):
+        _deals_customers_without_custom_fields(schemas)
     for name, schema in schemas.items():
         if CUSTOM_FIELDS in schema.get("properties", {}):
             _type_record(name, schema, roles.get(name), live)
@@ -175,6 +177,24 @@ def tenant_document(
     for name in referenced - _references(document):
         del schemas[name]
     return document
+
+
+# A deal's customers as it shows them: without their custom fields (docs/api.md, "Records carry
+# them": read the customer).
+DEAL_CUSTOMER = "DealCustomerOut"
+
+
+def _deals_customers_without_custom_fields(schemas: dict[str, Any]) -> None:
+    """A deal's ``customers``, of a schema of their own: the customer's without
+    ``custom_fields``, which a deal does not show."""
+    customer: dict[str, Any] = orjson.loads(orjson.dumps(schemas["CustomerOut"]))
+    del customer["properties"][CUSTOM_FIELDS]
+    customer["title"] = DEAL_CUSTOMER
+    customer["description"] = (
+        "A customer as a deal shows it: without its custom fields (read the customer for them)."
+    )
+    schemas[DEAL_CUSTOMER] = customer
+    schemas["DealOut"]["properties"]["customers"]["items"] = {"$ref": _ref(DEAL_CUSTOMER)}
 
 
 def _type_record(
