@@ -301,11 +301,6 @@ def test_a_created_activity_shows_every_custom_field_as_the_document_requires(
     assert created.json()["custom_fields"] == {"minutes": 3, "outcome": None}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="platform/custom_fields/fitting.py writes custom values as JSON with orjson, which"
-    " refuses an integer past 64 bits (a 500); pydantic_core.to_json would hold it",
-)
 @pytest.mark.parametrize("seats", [-(2**63) - 1, 2**64])
 def test_a_custom_integer_past_64_bits_is_refused_as_out_of_range(
     client: TestClient, world: TenantWorld, admin_headers: dict[str, str], seats: int
