@@ -38,7 +38,9 @@ The rules (issue 3 and the field descriptions in the document):
 - A record's ``custom_fields`` names only fields the tenant has defined (GET /custom-fields),
   each of its own type; any other key is 422 ``unknown_field``. The public document's object is
   free (the tenant's own document types it); the suite's tenant defines none, so a generated
-  object is sent empty.
+  object is sent empty. A tenant's own document types the object, field by field: what it
+  generates there is sent as it is, an integer or a moment of a custom field adapted as the
+  record's own (below).
 
 - An integer field takes a JSON integer: ``302.0`` is 422 ``wrong_type`` (strict JSON types),
   though JSON Schema counts it as an integer, so the generator sends it as valid data.
@@ -97,6 +99,9 @@ class ServerRules:
     document: Mapping[str, Any]
     _requests_by_key: dict[str, str] = field(default_factory=dict)
     _integer_fields: frozenset[str] = field(init=False)
+    _moment_fields: frozenset[str] = field(init=False)
+    # Whether a body's custom_fields is the public document's free object (or a tenant's, typed).
+    _custom_fields_free: bool = field(init=False)
     _serial: Iterator[int] = field(default_factory=itertools.count)
 
     def adapt(
@@ -111,19 +116,35 @@ class ServerRules:
         _upserts_unconditional_and_consistent(case)
         _batches_per_operation(case)
         _clamp_birthday(case)
-        _custom_fields_emptied(case.body)
-        _moments_within_utc_years(case.body)
+        if self._custom_fields_free:
+            _custom_fields_emptied(case.body)
+        _moments_within_utc_years(case.body, self._moment_fields)
         _webhook_url_to_a_public_address(case)
         _integral_floats_as_integers(case.body, self._integer_fields)
         _refer_to_department_rows(case, rows, real_path_ids=real_path_ids)
         self._keep_idempotency_keys_unshared(case)
 
     def __post_init__(self) -> None:
+        properties = _properties(self.document)
         self._integer_fields = frozenset(
             name
-            for schema in self.document["components"]["schemas"].values()
-            for name, prop in schema.get("properties", {}).items()
+            for name, prop in properties
             if any(branch.get("type") == "integer" for branch in prop.get("anyOf", [prop]))
+        )
+        custom = [
+            branch
+            for name, prop in properties
+            if name == CUSTOM_FIELDS
+            for branch in prop.get("anyOf", [prop])
+        ]
+        self._moment_fields = frozenset(MOMENTS) | {
+            name
+            for values in custom
+            for name, prop in values.get("properties", {}).items()
+            if any(branch.get("format") == "date-time" for branch in prop.get("anyOf", [prop]))
+        }
+        self._custom_fields_free = any(
+            values.get("additionalProperties") is True for values in custom
         )
 
     def _drop_forged_cursor(self, case: schemathesis.Case[Any]) -> None:
@@ -260,16 +281,17 @@ MOMENTS = ("due_at", "done_at")
 _EDGE_YEAR = re.compile(r"^(0001|9999)(-\d{2}-\d{2}[Tt ])")
 
 
-def _moments_within_utc_years(value: object) -> None:
+def _moments_within_utc_years(value: object, names: frozenset[str]) -> None:
+    # `names`: the records' moments, and a tenant's custom fields of type timestamp.
     if isinstance(value, list):
         for item in value:
-            _moments_within_utc_years(item)
+            _moments_within_utc_years(item, names)
         return
     if not isinstance(value, dict):
         return
     for item in value.values():
-        _moments_within_utc_years(item)
-    for name in MOMENTS:
+        _moments_within_utc_years(item, names)
+    for name in names:
         moment = value.get(name)
         if isinstance(moment, str) and _EDGE_YEAR.match(moment):
             value[name] = _EDGE_YEAR.sub(r"2000\2", moment)
@@ -289,6 +311,19 @@ def _webhook_url_to_a_public_address(case: schemathesis.Case[Any]) -> None:
     url = body.get(WEBHOOK_URL)
     if isinstance(url, str) and len(url) <= MAX_WEBHOOK_URL and "\x00" not in url:
         body[WEBHOOK_URL] = PUBLIC_WEBHOOK_URL
+
+
+def _properties(document: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """Every property of the document's component schemas, with the custom fields' inside a
+    tenant's typed ``custom_fields``."""
+    found: list[tuple[str, Any]] = []
+    for schema in document["components"]["schemas"].values():
+        for name, prop in schema.get("properties", {}).items():
+            found.append((name, prop))
+            if name == CUSTOM_FIELDS:
+                for branch in prop.get("anyOf", [prop]):
+                    found += branch.get("properties", {}).items()
+    return found
 
 
 def _calendar_date(value: object) -> date | None:

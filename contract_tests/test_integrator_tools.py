@@ -8,6 +8,11 @@
 - ``openapi-python-client`` with its defaults, then ``mypy --strict`` over ``integrators/
   readme_calls.py`` (the same calls), then Python runs it.
 - graphql-http's ``auditServer`` against ``/graphql``: no MUST failed, no SHOULD warned.
+- A tenant's own document (``/api/v1/integration/openapi.json``, its customers'
+  ``custom_fields`` typed): linted as the public one, then the same two generators over it:
+  ``integrators/tenant_custom_fields.*`` set the fields' values as typed, type-check and run;
+  ``tenant_custom_fields_mistyped.*`` set them with values of the wrong types, and the checkers
+  must name each.
 
 The npm tools are the versions ``package-lock.json`` pins, installed by ``npm ci`` into
 ``contract_tests/node_modules`` once per change of the lock file, whichever test process comes
@@ -21,11 +26,13 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +40,7 @@ import httpx
 import pytest
 
 from dealbase.db.database import Database
+from dealbase.ops import admin
 from tests.support import (
     IN_CI,
     SERVER_START_TIMEOUT_S,
@@ -192,8 +200,18 @@ def _warn_about(tool: str, rules: list[str]) -> None:
         warnings.warn(f"{tool}: {len(rules)} warnings ({counted})", UserWarning, stacklevel=2)
 
 
+@pytest.fixture(params=["public", "tenant"])
+def linted_document(request: pytest.FixtureRequest) -> Path:
+    """The served ``/openapi.json``, then a tenant's own document (``tenant_document``)."""
+    if request.param == "public":
+        public: Path = request.getfixturevalue("served_document")
+        return public
+    tenant: TenantDocument = request.getfixturevalue("tenant_document")
+    return tenant.path
+
+
 def test_redocly_recommended_rules_find_no_error_and_no_invalid_example(
-    node: str, served_document: Path
+    node: str, linted_document: Path
 ) -> None:
     linted = _run(
         [
@@ -203,9 +221,9 @@ def test_redocly_recommended_rules_find_no_error_and_no_invalid_example(
             str(INTEGRATORS / "redocly.yaml"),
             "--format",
             "json",
-            str(served_document),
+            str(linted_document),
         ],
-        cwd=served_document.parent,
+        cwd=linted_document.parent,
     )
     assert linted.stdout.lstrip().startswith("{"), _said(linted)
     report: dict[str, Any] = json.loads(linted.stdout)
@@ -229,20 +247,20 @@ SPECTRAL_ERROR, SPECTRAL_WARNING = 0, 1
 
 
 def test_spectral_oas_rules_find_no_error_and_no_invalid_example(
-    node: str, served_document: Path
+    node: str, linted_document: Path
 ) -> None:
     linted = _run(
         [
             _tool("spectral"),
             "lint",
-            str(served_document),
+            str(linted_document),
             "--ruleset",
             str(INTEGRATORS / ".spectral.yaml"),
             "--format",
             "json",
             "--quiet",
         ],
-        cwd=served_document.parent,
+        cwd=linted_document.parent,
     )
     assert linted.stdout.lstrip().startswith("["), _said(linted)
     results: list[dict[str, Any]] = json.loads(linted.stdout)
@@ -381,3 +399,177 @@ def test_graphql_http_audit_finds_no_must_failure_and_no_should_warning(
     print("graphql-http audit notices (MAY):", *map(json.dumps, notices), sep="\n  ")
     failed = [result for result in results if result["status"] in ("warn", "error")]
     assert not failed, "graphql-http audit:\n" + "\n".join(map(json.dumps, failed))
+
+
+# The tenant's customer fields: one of each type a client types apart, and a required one.
+TENANT_FIELDS: list[dict[str, Any]] = [
+    {"name": "seats", "label": "Seats", "type": "integer", "required": True},
+    {"name": "revenue", "label": "Revenue", "type": "decimal"},
+    {"name": "vip", "label": "VIP", "type": "boolean"},
+    {"name": "renewal", "label": "Renewal", "type": "date"},
+    {
+        "name": "tier",
+        "label": "Tier",
+        "type": "single_select",
+        "options": [{"label": "Gold"}, {"label": "Silver"}],
+    },
+]
+API = "/api/v1/integration"
+
+
+@dataclass(frozen=True)
+class TenantDocument:
+    """A tenant's own document in a file, its department's key, and its select's first option."""
+
+    path: Path
+    key: Credentials
+    gold: str
+
+
+@pytest.fixture(scope="module")
+def tenant_document(
+    live_server: str, database: Database, tmp_path_factory: pytest.TempPathFactory
+) -> TenantDocument:
+    world = build_tenant(database)
+    fields_key = {"X-Api-Key": admin.issue_key(database, world.tenant.id, None, "fields").api_key}
+    defined = [
+        httpx.post(
+            f"{live_server}{API}/custom-fields",
+            json={"record": "customer", **field},
+            headers=fields_key,
+            timeout=30,
+        )
+        for field in TENANT_FIELDS
+    ]
+    assert [response.status_code for response in defined] == [201] * len(TENANT_FIELDS)
+    response = httpx.get(f"{live_server}{API}/openapi.json", headers=world.key.headers, timeout=30)
+    response.raise_for_status()
+    path = tmp_path_factory.mktemp("tenant-document") / "openapi.json"
+    path.write_bytes(response.content)
+    return TenantDocument(path, world.key, defined[-1].json()["options"][0]["id"])
+
+
+def _typescript_program(project: Path, name: str, tenant: TenantDocument) -> None:
+    """``project`` holding the types generated from the tenant's document and the program
+    ``name`` (its option id written in), with the tsconfig of the README's program."""
+    project.mkdir()
+    (project / "node_modules").symlink_to(NODE_MODULES, target_is_directory=True)
+    program = (INTEGRATORS / name).read_text().replace("TIER_GOLD", tenant.gold)
+    (project / name).write_text(program)
+    tsconfig = json.loads((INTEGRATORS / "tsconfig.json").read_text())
+    (project / "tsconfig.json").write_text(json.dumps({**tsconfig, "files": [name]}))
+    generated = _run(
+        [_tool("openapi-typescript"), str(tenant.path), "--output", "schema.ts"], cwd=project
+    )
+    assert generated.returncode == 0, _said(generated)
+
+
+# A line of a mistyped program that the checker must refuse says so in a comment (`// refused:`,
+# `# refused:`); each error names its line
+# (tsc: the file, its line and column, and the error's code; mypy: an argument of a wrong type).
+ERROR_OF_TSC = re.compile(r"\S+\((\d+),\d+\): error (TS\d+): ")
+ERROR_OF_MYPY = re.compile(r"\S+:(\d+): error: Argument \"\w+\" .*\[arg-type\]$")
+
+
+def _lines_marked(program: Path, marker: str) -> set[int]:
+    """The numbers of ``program``'s lines that carry ``marker`` (a comment's)."""
+    return {
+        number for number, line in enumerate(program.read_text().splitlines(), 1) if marker in line
+    }
+
+
+def test_typescript_types_of_a_tenants_document_set_its_custom_fields_as_typed(
+    node: str, tenant_document: TenantDocument, live_server: str, tmp_path: Path
+) -> None:
+    project = tmp_path / "typescript"
+    _typescript_program(project, "tenant_custom_fields.mts", tenant_document)
+
+    compiled = _run(
+        [_tool("tsc"), "--project", "tsconfig.json", "--strict", "--pretty", "false"], cwd=project
+    )
+    assert compiled.returncode == 0, f"tsc --strict: {_said(compiled)}"
+    ran = _run(
+        [node, "out/tenant_custom_fields.mjs"],
+        cwd=project,
+        env=_program_settings(live_server, tenant_document.key),
+    )
+    assert ran.returncode == 0, _said(ran)
+    assert "custom fields set as typed" in ran.stdout
+
+
+def test_typescript_types_of_a_tenants_document_refuse_custom_values_of_wrong_types(
+    node: str, tenant_document: TenantDocument, tmp_path: Path
+) -> None:
+    project = tmp_path / "typescript"
+    _typescript_program(project, "tenant_custom_fields_mistyped.mts", tenant_document)
+
+    compiled = _run(
+        [_tool("tsc"), "--project", "tsconfig.json", "--strict", "--pretty", "false"], cwd=project
+    )
+
+    assert compiled.returncode != 0, _said(compiled)
+    named = [ERROR_OF_TSC.match(line) for line in compiled.stdout.splitlines()]
+    assert all(named), _said(compiled)
+    refused = _lines_marked(INTEGRATORS / "tenant_custom_fields_mistyped.mts", "// refused:")
+    assert {(int(match[1]), match[2]) for match in named if match} == {
+        (line, "TS2322") for line in refused
+    }, _said(compiled)
+
+
+@pytest.fixture(scope="module")
+def tenant_python_client(
+    tenant_document: TenantDocument, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The folder holding ``dealbase_client``, generated from the tenant's document."""
+    folder = tmp_path_factory.mktemp("tenant-python-client")
+    generated = _run(
+        [
+            str(VENV_BIN / "openapi-python-client"),
+            "generate",
+            "--path",
+            str(tenant_document.path),
+            "--meta",
+            "none",
+            "--output-path",
+            str(folder / "dealbase_client"),
+            "--config",
+            str(INTEGRATORS / "openapi-python-client.yaml"),
+        ],
+        cwd=folder,
+    )
+    assert generated.returncode == 0, _said(generated)
+    assert "Warning" not in generated.stdout + generated.stderr, _said(generated)
+    return folder
+
+
+def test_python_client_of_a_tenants_document_sets_its_custom_fields_as_typed(
+    tenant_python_client: Path, tenant_document: TenantDocument, live_server: str
+) -> None:
+    program = INTEGRATORS / "tenant_custom_fields.py"
+    errors = _mypy_strict(program, tenant_python_client)
+    assert not errors, "mypy --strict:\n" + "\n".join(errors)
+    ran = _run(
+        [sys.executable, str(program)],
+        cwd=tenant_python_client,
+        env={
+            "PYTHONPATH": str(tenant_python_client),
+            "TIER_GOLD": tenant_document.gold,
+            **_program_settings(live_server, tenant_document.key),
+        },
+    )
+    assert ran.returncode == 0, _said(ran)
+    assert "custom fields set as typed" in ran.stdout
+
+
+def test_python_client_of_a_tenants_document_refuses_custom_values_of_wrong_types(
+    tenant_python_client: Path,
+) -> None:
+    program = INTEGRATORS / "tenant_custom_fields_mistyped.py"
+
+    errors = _mypy_strict(program, tenant_python_client)
+
+    named = [ERROR_OF_MYPY.match(error) for error in errors]
+    assert all(named), errors
+    assert {int(match[1]) for match in named if match} == _lines_marked(program, "# refused:"), (
+        errors
+    )

@@ -606,6 +606,16 @@ def delete_custom_field(probe: Probe) -> None:
     probe.expect(404, "deleted already", at=at, headers=headers)
 
 
+# The tenant's own document: any key of the tenant reads it; nothing else of the request is
+# judged (the edge's drive gives its 400, 401, 403 and 413).
+
+
+@drives
+def get_tenant_openapi_document(probe: Probe) -> None:
+    response = probe.expect(200, "the tenant's document")
+    assert str(probe.world.tenant.id) in response.json()["info"]["title"]
+
+
 def _operations() -> dict[str, tuple[str, str, set[int]]]:
     """Each operation of the document by its id: method, path (under the API's) and statuses."""
     return {

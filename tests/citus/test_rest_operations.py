@@ -288,6 +288,10 @@ def test_every_rest_operation_answers_on_a_distributed_schema_each_statement_rou
         ).json()
         call("GET", "/custom-fields", 200)
         call("GET", "/custom-fields/{field_id}", 200, field_id=field["id"])
+        # The tenant's own document types the deal's new field.
+        document = call("GET", "/openapi.json", 200).json()
+        deal_out = document["components"]["schemas"]["DealOut"]["properties"]
+        assert list(deal_out["custom_fields"]["properties"]) == ["tier"]
         call(
             "PATCH",
             "/custom-fields/{field_id}",

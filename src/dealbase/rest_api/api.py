@@ -1,4 +1,5 @@
-"""Mounts the integration API on an app: routers, problem+json mapping, OpenAPI document."""
+"""Mounts the integration API on an app: routers, problem+json mapping, OpenAPI document (and
+each tenant's own, ``tenant_openapi``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dealbase.rest_api import (
     deals,
     events,
     pipeline,
+    tenant_openapi,
     webhooks,
 )
 from dealbase.rest_api.openapi import install_openapi
@@ -27,6 +29,8 @@ def install_rest_api(app: FastAPI) -> None:
     integration.include_router(webhooks.router)
     integration.include_router(events.router)
     integration.include_router(custom_fields.router)
+    integration.include_router(tenant_openapi.router)
     app.include_router(integration)
     install_problem_handlers(app)
     install_openapi(app)
+    tenant_openapi.install_tenant_documents(app)

@@ -404,7 +404,7 @@ def _describe_absent_fields(document: dict[str, Any]) -> None:
     PATCH also wrong in meaning (a field left out keeps its value). Each optional field of a
     request body says instead what leaving it out means."""
     schemas: dict[str, Any] = document["components"]["schemas"]
-    roles = _request_body_roles(document["paths"], schemas)
+    roles = request_body_roles(document["paths"], schemas)
     for name, schema in schemas.items():
         required = schema.get("required", [])
         for field_name, field in schema.get("properties", {}).items():
@@ -427,7 +427,7 @@ def _describe_absent_fields(document: dict[str, Any]) -> None:
             field["description"] = f"{described} {meaning}" if described else meaning
 
 
-def _request_body_roles(paths: dict[str, Any], schemas: dict[str, Any]) -> dict[str, set[str]]:
+def request_body_roles(paths: dict[str, Any], schemas: dict[str, Any]) -> dict[str, set[str]]:
     """The component schemas request bodies use, each with what the bodies it is part of do:
     ``create``, ``upsert`` or ``update``."""
     roles: dict[str, set[str]] = {}
