@@ -24,7 +24,7 @@ from dealbase.graphql_api import loaders
 from dealbase.graphql_api.context import GraphQLContext
 from dealbase.graphql_api.types import GraphQLInfo, read_type
 from dealbase.platform.custom_fields import service
-from dealbase.platform.custom_fields.models import CustomField, Option
+from dealbase.platform.custom_fields.models import CustomField, FieldType, Option
 from dealbase.platform.records import SyncedRecord
 from dealbase.platform.shapes import CUSTOM_FIELDS, Shape
 
@@ -120,18 +120,11 @@ class CustomFieldRecord(Enum):
     ACTIVITY = "activity"
 
 
-@strawberry.enum(description="A custom field's type: what its values are (customFields).")
-class CustomFieldType(Enum):
-    TEXT = "text"
-    INTEGER = "integer"
-    DECIMAL = "decimal"
-    BOOLEAN = "boolean"
-    DATE = "date"
-    TIMESTAMP = "timestamp"
-    SINGLE_SELECT = "single_select"
-    MULTI_SELECT = "multi_select"
-    EMAIL = "email"
-    URL = "url"
+# The platform's types, each by its name.
+_TYPES: Any = Enum("CustomFieldType", {kind.name: kind.value for kind in FieldType})
+CustomFieldType = strawberry.enum(
+    _TYPES, description="A custom field's type: what its values are (customFields)."
+)
 
 
 @read_type(Option, description="A select's option: records hold its id, which never changes.")
