@@ -1,7 +1,7 @@
 """The parts of `make bench` measured after the wrk scenarios (bench/run.py), each on a scratch
-database of its own, with a table of its own: bench/webhooks.py, sync.py and live.py, each
-imported when it runs (webhooks.py imports dealbase itself, which the wrk scenarios do not
-need)."""
+database of its own, with a table of its own: bench/webhooks.py, sync.py, live.py and
+custom_fields.py, each imported when it runs (webhooks.py and custom_fields.py import dealbase
+itself, which the wrk scenarios do not need)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from harness.console import sayer
 from harness.paths import RESULTS
 from harness.processes import ServiceFailed
 from harness.profiling import ProfileFailed
-from harness.scenarios import LIVE, SYNC, WEBHOOKS
+from harness.scenarios import CUSTOM_FIELDS, LIVE, SYNC, WEBHOOKS
 from harness.settings import BenchSettings
 
 say = sayer("bench")
@@ -116,9 +116,38 @@ def _deliver_webhooks(settings: BenchSettings, stamp: str) -> tuple[Any, str | N
         return None, f"{type(exc).__name__}: {exc}"
 
 
+def custom_field_tables(report: Any) -> str:
+    import custom_fields
+
+    text: str = custom_fields.tables(report)
+    return text
+
+
+def _custom_fields(settings: BenchSettings, stamp: str) -> tuple[Any, str | None]:
+    """bench/custom_fields.py's measurements, on a scratch database of their own; the report, or
+    why there is none."""
+    import custom_fields  # imports dealbase itself, through bench/custom_field_ddl.py
+
+    say(
+        "custom_fields: POST /customers with 20 custom fields, a list filtered on one over"
+        f" {settings.custom_fields_customers:,} customers, a field added and removed on"
+        f" {settings.custom_fields_ddl_count:,} customers (bench/custom_fields.py)"
+    )
+    try:
+        return custom_fields.measure(
+            custom_fields.Options(settings, RESULTS / f"{stamp}-logs")
+        ), None
+    except ServiceFailed as exc:
+        return None, str(exc)
+    except Exception as exc:
+        traceback.print_exc()
+        return None, f"{type(exc).__name__}: {exc}"
+
+
 # In the order they run, after the wrk scenarios.
 PARTS = (
     Part(WEBHOOKS, _deliver_webhooks, webhook_tables),
     Part(SYNC, _sync, sync_tables),
     Part(LIVE, _live, live_tables),
+    Part(CUSTOM_FIELDS, _custom_fields, custom_field_tables),
 )

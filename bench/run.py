@@ -14,10 +14,12 @@ a GraphQL error, a socket error or a timeout) fails the run (exit 1) instead of 
 After the wrk scenarios, bench runs its parts (PARTS), each on a scratch database of its own,
 alone when BENCH_SCENARIOS names it alone: bench/webhooks.py (webhook delivery by one `dealbase
 worker`, beside plain httpx), bench/sync.py (a nightly sync of customers upserted in batches by
-external id, beside the same sync one customer a request) and bench/live.py (1,000 GraphQL
+external id, beside the same sync one customer a request), bench/live.py (1,000 GraphQL
 subscriptions on one department under 50 writes a second: the delay from each commit to each
-subscriber). Each part's tables follow the targets, its figures go into the results file under
-its name, and its failure (an event lost, an answer or a row not what was sent) fails the run.
+subscriber) and bench/custom_fields.py (POST /customers with 20 custom fields, a list filtered
+on one, a field added under writers, each beside its peer). Each part's tables follow the
+targets, its figures go into the results file under its name, and its failure (an event lost,
+an answer or a row not what was sent) fails the run.
 
 profile: the same setup for dealbase alone, one scenario under load while py-spy records the
 server's worker processes; writes a speedscope file and a text summary to bench/results/.

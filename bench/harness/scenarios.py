@@ -201,12 +201,13 @@ SCENARIOS: tuple[Scenario, ...] = (
 )
 
 BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}
-# Not wrk scenarios: bench/webhooks.py, bench/sync.py and bench/live.py, run after them, each
-# with a table of its own.
+# Not wrk scenarios: bench/webhooks.py, bench/sync.py, bench/live.py and bench/custom_fields.py,
+# run after them, each with a table of its own.
 WEBHOOKS = "webhooks"
 SYNC = "sync"
 LIVE = "live"
-OWN_TABLES = (WEBHOOKS, SYNC, LIVE)
+CUSTOM_FIELDS = "custom_fields"
+OWN_TABLES = (WEBHOOKS, SYNC, LIVE, CUSTOM_FIELDS)
 DEALBASE_SCENARIOS = tuple(s.name for s in SCENARIOS if s.server == "dealbase")
 
 
