@@ -201,12 +201,13 @@ SCENARIOS: tuple[Scenario, ...] = (
 )
 
 BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}
-# Not wrk scenarios: bench/webhooks.py, bench/sync.py and bench/live.py, run after them, each
-# with a table of its own.
+# Not wrk scenarios: bench/webhooks.py, bench/sync.py, bench/live.py and bench/custom_fields.py,
+# run after them, each with a table of its own.
 WEBHOOKS = "webhooks"
 SYNC = "sync"
 LIVE = "live"
-OWN_TABLES = (WEBHOOKS, SYNC, LIVE)
+CUSTOM_FIELDS = "custom_fields"
+OWN_TABLES = (WEBHOOKS, SYNC, LIVE, CUSTOM_FIELDS)
 DEALBASE_SCENARIOS = tuple(s.name for s in SCENARIOS if s.server == "dealbase")
 
 
@@ -274,7 +275,7 @@ class UnknownScenario(Exception):
 
 def select(names: tuple[str, ...]) -> list[Scenario]:
     """The scenarios named (all when none), with the ones their ratios need, in run order;
-    none when only `webhooks`, `sync` or `live` is named."""
+    none when only parts of OWN_TABLES are named."""
     if not names:
         return list(SCENARIOS)
     unknown = [name for name in names if name not in BY_NAME and name not in OWN_TABLES]
@@ -293,19 +294,7 @@ def select(names: tuple[str, ...]) -> list[Scenario]:
     return [scenario for scenario in SCENARIOS if scenario.name in wanted]
 
 
-def wants_webhooks(names: tuple[str, ...]) -> bool:
-    """Whether the run measures webhook delivery (bench/webhooks.py): always, unless scenarios
-    are named and `webhooks` is not one of them."""
-    return not names or WEBHOOKS in names
-
-
-def wants_sync(names: tuple[str, ...]) -> bool:
-    """Whether the run measures the bulk sync (bench/sync.py): always, unless scenarios are
-    named and `sync` is not one of them."""
-    return not names or SYNC in names
-
-
-def wants_live(names: tuple[str, ...]) -> bool:
-    """Whether the run measures live subscriptions under writes (bench/live.py): always, unless
-    scenarios are named and `live` is not one of them."""
-    return not names or LIVE in names
+def wants(names: tuple[str, ...], part: str) -> bool:
+    """Whether the run measures ``part`` (one of OWN_TABLES): always, unless scenarios are named
+    and it is not one of them."""
+    return not names or part in names

@@ -14,6 +14,11 @@ DEFAULT_REDIS = "redis://127.0.0.1:6379/13"
 # 700 instead) and the route shortcuts (the route index and the direct call of a REST route). A
 # run that leaves any out measures no target.
 LEAVE_OUT = ("redis", "access-lines", "gc-threshold", "route-shortcuts")
+# bench/custom_fields.py's table of customers a field is added to under writers: the target's
+# (issue 57), and a quick look's (BENCH_SECONDS=3), which seeds in seconds rather than a minute.
+TARGET_DDL_CUSTOMERS = 1_000_000
+QUICK_DDL_CUSTOMERS = 100_000
+QUICK_SECONDS = 3
 
 
 class SettingsError(Exception):
@@ -69,6 +74,11 @@ class BenchSettings:
     live_subscribers: int = 1000
     live_rate: int = 50
     live_deflate: bool = False
+    # bench/custom_fields.py: the customers a list is filtered over, and those a field is added
+    # to and removed from under writers (0: TARGET_DDL_CUSTOMERS, or QUICK_DDL_CUSTOMERS in a
+    # quick run, `seconds` <= QUICK_SECONDS).
+    custom_fields_customers: int = 100_000
+    custom_fields_ddl_customers: int = 0
     without: tuple[str, ...] = ()
 
     @classmethod
@@ -103,6 +113,10 @@ class BenchSettings:
             live_subscribers=_int("BENCH_LIVE_SUBSCRIBERS", 1000, 1, 10_000),
             live_rate=_int("BENCH_LIVE_RATE", 50, 1, 1000),
             live_deflate=os.environ.get("BENCH_LIVE_DEFLATE", "0") == "1",
+            custom_fields_customers=_int("BENCH_CUSTOM_FIELDS_CUSTOMERS", 100_000, 100, 10_000_000),
+            custom_fields_ddl_customers=_int(
+                "BENCH_CUSTOM_FIELDS_DDL_CUSTOMERS", 0, 0, 100_000_000
+            ),
             without=without,
         )
 
@@ -114,6 +128,14 @@ class BenchSettings:
     def sync_single_count(self) -> int:
         """The one-at-a-time sample: never more customers than the sync has."""
         return min(self.sync_single_customers, self.sync_customers)
+
+    @property
+    def custom_fields_ddl_count(self) -> int:
+        """The customers a field is added to under writers: as set, else the target's count, or
+        fewer in a quick run (its output says so)."""
+        if self.custom_fields_ddl_customers:
+            return self.custom_fields_ddl_customers
+        return QUICK_DDL_CUSTOMERS if self.seconds <= QUICK_SECONDS else TARGET_DDL_CUSTOMERS
 
     def as_dict(self) -> dict[str, Any]:
         values = asdict(self)
