@@ -121,7 +121,7 @@ class CustomFieldRecord(Enum):
 
 
 # The platform's types, each by its name.
-_TYPES: Any = Enum("CustomFieldType", {kind.name: kind.value for kind in FieldType})
+_TYPES: Any = Enum("CustomFieldType", {kind.name: kind.value for kind in FieldType})  # type: ignore[misc]
 CustomFieldType = strawberry.enum(
     _TYPES, description="A custom field's type: what its values are (customFields)."
 )

@@ -107,7 +107,9 @@ def _inserted(
     writable: list[ColumnElement[bool]],
     department_id: ColumnElement[Any],
 ) -> CTE:
-    """The CTE ``inserted``: the new records, in external id order."""
+    """The CTE ``inserted``: the new records, in the order of their key (their external ids,
+    or the unique custom field the upserts name them by): two batches inserting the same new
+    keys wait for each other in the same order."""
     table = judging.table
     fields = judging.fields
     return (
@@ -123,7 +125,7 @@ def _inserted(
                 func.now(),
             )
             .where(judged.c.verdict == INSERT, *writable)
-            .order_by(judged.c.external_id),
+            .order_by(judged.c[judging.key]),
         )
         .returning(*table.c)
         .cte("inserted")

@@ -272,10 +272,12 @@ def _insert_new(
     shared: Mapping[str, object],
     meaning: ErrorMeaning,
 ) -> list[Deferred]:
-    """Defers the inserts of the new records, in external id order."""
+    """Defers the inserts of the new records, in the order of their key (their external ids,
+    or the unique custom field the upserts name them by)."""
+    key = judging.key
     new = sorted(
         (_new(judging, row) for row in writing if row["verdict"] == INSERT),
-        key=_by_external_id,
+        key=lambda row: (row[key] is None, row[key] or ""),
     )
     return [
         connection.defer(
@@ -283,10 +285,6 @@ def _insert_new(
         )
         for rows in _in_statements(new)
     ]
-
-
-def _by_external_id(row: Record) -> tuple[bool, str]:
-    return (row["external_id"] is None, row["external_id"] or "")
 
 
 def _update_changed(
