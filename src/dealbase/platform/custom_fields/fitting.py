@@ -160,12 +160,17 @@ class CustomValues:
 def fitted(record: R, uow: UnitOfWork) -> R:
     """``record`` fitted to the caller's tenant's live fields of it."""
     live = DEFINITIONS.of(uow.connection, uow.scope.schema).get(record.noun, ())  # type: ignore[call-overload]
-    fitted_record: R = _FITTED.get((id(record), live), lambda: _fitted(record, live))
-    return fitted_record
+    kept: tuple[tuple[CustomField, ...], R] = _FITTED.get(
+        (id(record), id(live)), lambda: (live, _fitted(record, live))
+    )
+    return kept[1]
 
 
-# By the record (a module's constant) and the tenant's live fields of it as they are now.
-_FITTED: Kept[tuple[int, tuple[CustomField, ...]], Any] = Kept()
+# By the record (a module's constant) and the tuple of the tenant's live fields of it, which
+# ``DEFINITIONS`` keeps until they change, by identity: hashing and comparing the fields
+# themselves on every request costs more than the rest of fitting. Each value holds its tuple,
+# which no other can then share the address of.
+_FITTED: Kept[tuple[int, int], Any] = Kept()
 
 
 def _fitted(record: R, live: tuple[CustomField, ...]) -> R:
