@@ -119,6 +119,9 @@ def _optional(name: str, annotation: Any, default: Any = None) -> inspect.Parame
     return inspect.Parameter(name, _KEYWORD, annotation=annotation, default=default)
 
 
+_IDEMPOTENCY_KEY = _optional("idempotency_key", IdempotencyKey)
+
+
 def add_create_route(
     router: APIRouter,
     record: SyncedRecordRoutes[Record, Fields],
@@ -142,8 +145,8 @@ def add_create_route(
                     lambda: created_from_json_text(*written.read(), f"/{record.plural}")
                 )
             # Its JSON as the tenant's custom fields make it.
-            as_json = record.service.fitted(uow).as_json
-            return created(as_json, written, record.location(written.id))
+            shown = record.service.fitted(uow).as_json
+            return created(shown, written, record.location(written.id))
 
         return await run_once(request, scope, idempotency_key, fields, perform)
 
@@ -162,13 +165,7 @@ def add_create_route(
             **problem_responses(400, 401, 403, 409, 413, 415, 422),
         },
         openapi_extra=json_request_body(body, example),
-    )(
-        _endpoint(
-            f"create_{record.noun}",
-            create,
-            [_REQUEST, _optional("idempotency_key", IdempotencyKey)],
-        )
-    )
+    )(_endpoint(f"create_{record.noun}", create, [_REQUEST, _IDEMPOTENCY_KEY]))
 
 
 def add_list_route(
@@ -188,11 +185,8 @@ def add_list_route(
     ) -> Response:
         scope = caller_of(request)
         judged = validated(filter_model, given)
-        custom = {
-            name: value
-            for name, value in request.query_params.items()
-            if name.startswith(CUSTOM_FILTERS_PREFIX)
-        }
+        query = request.query_params.items()
+        custom = {name: value for name, value in query if name.startswith(CUSTOM_FILTERS_PREFIX)}
         found = await database_of(request).read(
             scope,
             lambda uow: record.service.list_page_as_json(uow, judged, limit, cursor, custom),
@@ -445,7 +439,7 @@ def _add_batch_route(router: APIRouter, record: SyncedRecordRoutes[Record, Field
                     bool,
                     Query(False, description="All or nothing: any failure writes nothing."),
                 ),
-                _optional("idempotency_key", IdempotencyKey),
+                _IDEMPOTENCY_KEY,
             ],
         )
     )
