@@ -387,3 +387,32 @@ def test_an_integer_past_64_bits_is_refused_naming_its_field(
         422,
         {("custom_fields.seats", "out_of_range")},
     )
+
+
+def test_a_required_field_is_needed_by_a_create_and_never_cleared(
+    client: TestClient, world: TenantWorld, admin_headers: dict[str, str]
+) -> None:
+    define(client, admin_headers, name="region", label="Region", required=True)
+
+    missing = client.post(CUSTOMERS, json={"last_name": "Ada"}, headers=world.key.headers)
+    created = client.post(
+        CUSTOMERS,
+        json={"last_name": "Ada", "custom_fields": {"region": "EMEA"}},
+        headers=world.key.headers,
+    )
+    cleared = client.patch(
+        f"{CUSTOMERS}/{created.json()['id']}",
+        json={"custom_fields": {"region": None}},
+        headers=world.key.headers,
+    )
+    kept = client.patch(
+        f"{CUSTOMERS}/{created.json()['id']}", json={"city": "Paris"}, headers=world.key.headers
+    )
+
+    assert (missing.status_code, field_codes(missing)) == (
+        422,
+        {("custom_fields.region", "missing")},
+    )
+    assert cleared.status_code == 422
+    assert {field for field, _ in field_codes(cleared)} == {"custom_fields.region"}
+    assert kept.json()["custom_fields"] == {"region": "EMEA"}

@@ -20,7 +20,7 @@ from dealbase.platform.batches import bulk_writes, routed_writes, upserts
 from dealbase.platform.batches.models import Fields, Outcome, Result, Write
 from dealbase.platform.batches.service import savepoint
 from dealbase.platform.events import service as events
-from dealbase.platform.rows import external_id_taken
+from dealbase.platform.rows import unique_value_taken
 from dealbase.platform.validation import department_of
 
 if TYPE_CHECKING:
@@ -239,7 +239,7 @@ def _raced(noun: str, fault: Fault) -> RunAgain | None:
     """A bulk insert that met an external id another transaction inserted after the lookup:
     the unit of work runs again, and its lookup finds that record; or a unique custom field's
     value another record has."""
-    taken = external_id_taken(noun, fault)
+    taken = unique_value_taken(noun, fault)
     if taken is None:
         return None
     if isinstance(taken, ValueTaken):

@@ -396,7 +396,7 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
         if (fitted := self.fitted(uow)) is not self:
             return fitted.change_later(uow, record_id, changes, expected)
         shape, values = _change_parameters(self.changes, uow.scope, record_id, changes, expected)
-        connection, meaning = uow.connection, self.rows.external_id_meaning
+        connection, meaning = uow.connection, self.rows.unique_value_meaning
         if connection.distributed:
             return self._change_routed(uow, shape, values, record_id)
         deferred = connection.defer(
@@ -416,7 +416,7 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
         they make inserted with the next round trip."""
         connection = uow.connection
         routed = record_changes.routed(self.changes, shape)
-        written = connection.defer(routed.update, values, meaning=self.rows.external_id_meaning)
+        written = connection.defer(routed.update, values, meaning=self.rows.unique_value_meaning)
         check = connection.defer(routed.check, values)
         row = record_changes.routed_row(
             written.rows().mappings().first(), check.rows().mappings().first()

@@ -115,7 +115,7 @@ def ids_in_department(
     return {row_id for (row_id,) in found}
 
 
-def external_id_taken(noun: str, fault: Fault) -> ExternalIdTaken | ValueTaken | None:
+def unique_value_taken(noun: str, fault: Fault) -> ExternalIdTaken | ValueTaken | None:
     """What a write's database fault means when it gave a row an external id its department
     already uses, or a unique custom field's value another row of it has: 409
     ExternalIdTaken or ValueTaken, not a database error; else None."""
@@ -134,10 +134,10 @@ def external_id_taken(noun: str, fault: Fault) -> ExternalIdTaken | ValueTaken |
 
 
 @contextmanager
-def external_id_unique(noun: str) -> Iterator[None]:
-    """``external_id_taken`` of a statement run inside. The transaction is then unusable, as
+def unique_values_taken(noun: str) -> Iterator[None]:
+    """``unique_value_taken`` of a statement run inside. The transaction is then unusable, as
     after any failed statement; the unit of work rolls it back (or a batch, to its savepoint)."""
-    with faults_meaning(lambda fault: external_id_taken(noun, fault)):
+    with faults_meaning(lambda fault: unique_value_taken(noun, fault)):
         yield
 
 
@@ -176,7 +176,7 @@ class OwnedRows:
         before = (
             select(*table.c).where(owned_by(table, department_id, row_id)).with_for_update()
         ).subquery("before")
-        with external_id_unique(self.noun):
+        with unique_values_taken(self.noun):
             found = (
                 connection.execute(
                     update(table)
@@ -239,9 +239,9 @@ class OwnedRows:
             f"The {self.noun} has changed since the version named in If-Match; read it again."
         )
 
-    def external_id_meaning(self, fault: Fault) -> ExternalIdTaken | ValueTaken | None:
-        """``external_id_taken`` of this noun: a deferred write's ``meaning``."""
-        return external_id_taken(self.noun, fault)
+    def unique_value_meaning(self, fault: Fault) -> ExternalIdTaken | ValueTaken | None:
+        """``unique_value_taken`` of this noun: a deferred write's ``meaning``."""
+        return unique_value_taken(self.noun, fault)
 
     def not_found(self, row_id: uuid.UUID) -> NotFound:
         """What a row the caller does not own, or that does not exist, answers."""

@@ -15,7 +15,7 @@ from dealbase.platform.activities.models import Activity, ActivityFilter
 from dealbase.platform.listing import BY_ID, ListFilters, Rule, Shape, equal
 from dealbase.platform.pagination import PageRequest
 from dealbase.platform.resources import ACTIVITY
-from dealbase.platform.rows import OwnedRows, external_id_unique, first_as, owned_by
+from dealbase.platform.rows import OwnedRows, first_as, owned_by, unique_values_taken
 from dealbase.platform.tables import activities, customers, deals, employees
 
 # Its rows as every department-owned, versioned record's are read and written.
@@ -55,7 +55,7 @@ def insert_activity(
         .returning(*table.c)
     )
     # A unique custom field's value another activity has: 409 value_taken.
-    with external_id_unique(rows.noun):
+    with unique_values_taken(rows.noun):
         return first_as(connection, inserted, to_model or to_activity)
 
 

@@ -171,7 +171,7 @@ class Inserted:
 
 
 def _external_id_meaning(fault: Fault) -> ExternalIdTaken | ValueTaken | None:
-    taken = rows.external_id_meaning(fault)
+    taken = rows.unique_value_meaning(fault)
     return external_id_taken() if isinstance(taken, ExternalIdTaken) else taken
 
 

@@ -44,7 +44,7 @@ def _steps_to_start_in() -> Iterator[None]:
 
 
 def _no_steps_or_value_taken(fault: Fault) -> Conflict | None:
-    taken = RECORD.rows.external_id_meaning(fault)
+    taken = RECORD.rows.unique_value_meaning(fault)
     return taken if isinstance(taken, ValueTaken) else _no_steps_meant(fault)
 
 
@@ -171,9 +171,9 @@ def _create_failure(fault: Fault, external_id: str | None) -> Exception | None:
             return _taken(external_id)
         if fault.constraint == "customers_external_id_key":
             return customers_repository.external_id_taken()
-        taken = RECORD.rows.external_id_meaning(
+        taken = RECORD.rows.unique_value_meaning(
             fault
-        ) or customers_repository.rows.external_id_meaning(fault)
+        ) or customers_repository.rows.unique_value_meaning(fault)
         if isinstance(taken, ValueTaken):
             return taken
     return _no_steps_meant(fault)
