@@ -138,12 +138,15 @@ def test_a_batch_dearer_than_a_burst_costs_the_burst(
     with serving_batches(
         settings, **limiter.app_options, **slow_limits(bursts["key"], bursts["tenant"])
     ) as client:
+        started = time.monotonic()
         largest = _send(client, world, 1000)
         next_one = _send(client, world, 1)
+        # What Redis's clock refilled between the two (in the process, nothing).
+        elapsed = 0 if limiter.redis_url is None else math.ceil(time.monotonic() - started)
 
     assert largest.status_code == 200, largest.text
     assert state(largest) == State(policy, 0, 5 * burst)
-    assert assert_rate_limited(next_one) == 5
+    assert 5 - elapsed <= assert_rate_limited(next_one) <= 5
 
 
 @pytest.fixture
