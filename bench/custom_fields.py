@@ -184,6 +184,15 @@ def define(client: httpx.Client, headers: dict[str, str], body: dict[str, Any]) 
     return response.json()
 
 
+def value_of(kind: str, value: Any, defined: dict[str, Any]) -> Any:
+    """One of FIELDS' values in a body: a select's options by the ids ``defined`` gave them."""
+    if kind == "single_select":
+        return defined["options"][value]["id"]
+    if kind == "multi_select":
+        return [defined["options"][index]["id"] for index in value]
+    return value
+
+
 def define_fields(client: httpx.Client, headers: dict[str, str]) -> dict[str, Any]:
     """The 20 fields defined; the custom values of the body, by field."""
     values: dict[str, Any] = {}
@@ -191,12 +200,23 @@ def define_fields(client: httpx.Client, headers: dict[str, str]) -> dict[str, An
         body: dict[str, Any] = {"record": "customer", "name": name, "label": name, "type": kind}
         if kind.endswith("select"):
             body["options"] = OPTIONS
-        defined = define(client, headers, body)
-        if kind == "single_select":
-            value = defined["options"][value]["id"]
-        elif kind == "multi_select":
-            value = [defined["options"][index]["id"] for index in value]
-        values[name] = value
+        values[name] = value_of(kind, value, define(client, headers, body))
+    return values
+
+
+def define_fields_by_cli(database: str, tenant: Tenant) -> dict[str, Any]:
+    """The 20 fields defined by `dealbase field define`; the custom values of the body."""
+    values: dict[str, Any] = {}
+    for name, kind, value in FIELDS:
+        options = [arg for option in OPTIONS for arg in ("--option", option["label"])]
+        defined = dealbase_cli(
+            database,
+            *("field", "define", "--tenant", tenant.tenant_id, "--record", "customer"),
+            *("--name", name, "--label", name, "--type", kind),
+            *(options if kind.endswith("select") else ()),
+            "--json",
+        )[0]
+        values[name] = value_of(kind, value, defined)
     return values
 
 

@@ -18,6 +18,7 @@ Redis rate limits), with no client in the process.
     .venv/bin/python bench/inprocess.py dealbase --get "/api/v1/integration/customers/{id}"
     .venv/bin/python bench/inprocess.py dealbase --without access-lines --without metrics
     .venv/bin/python bench/inprocess.py dealbase --instructions   # counted by callgrind
+    .venv/bin/python bench/inprocess.py dealbase --custom-fields   # bench/custom_fields.py's 20
 
 `--instructions` counts the instructions the process executes for a number of requests under
 valgrind's callgrind instead of timing rounds: nearly the same count whatever else the machine
@@ -59,6 +60,7 @@ from harness.console import arguments_parser
 from harness.cpu import CpuUse
 from harness.paths import BASELINES, QUERIES
 from harness.stack import provision, scratch_database
+from custom_fields import define_fields_by_cli
 
 CUSTOMER = {
     "last_name": "Lovelace",
@@ -257,6 +259,8 @@ def _count_instructions(arguments: argparse.Namespace) -> None:
         route = f"POST /graphql ({arguments.graphql})"
     else:
         route = f"GET {arguments.get}" if arguments.get else f"POST {arguments.path}"
+        if arguments.custom_fields:
+            route += " (20 custom fields)"
     measured = " without ".join([arguments.server, *arguments.without])
     print(
         f"{measured} {route}: {int(collected.group(1)) / arguments.requests:,.0f}"
@@ -281,6 +285,11 @@ def main() -> None:
         const="package",
         choices=("package", "function"),
         help="count the calls of 100 requests instead, by package (the default) or function",
+    )
+    parser.add_argument(
+        "--custom-fields",
+        action="store_true",
+        help="POST /customers with a value for each of bench/custom_fields.py's 20 fields",
     )
     parser.add_argument(
         "--graphql", metavar="NAME", help="POST bench/queries/NAME.graphql ($first 50) instead"
@@ -323,6 +332,9 @@ def main() -> None:
         body = json.dumps({"query": query, "variables": {"first": 50}}).encode()
     with scratch_database(server) as database:
         tenant = provision(database)
+        if arguments.custom_fields:
+            customer = {**CUSTOMER, "custom_fields": define_fields_by_cli(database, tenant)}
+            body = json.dumps(customer).encode()
         os.environ.update(serving_settings(database, redis_url))
         for part in arguments.without:
             WITHOUT[part]()
