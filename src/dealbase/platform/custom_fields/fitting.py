@@ -6,6 +6,7 @@ models typed to refuse any ``custom_fields`` key."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ class CustomValues:
     # ``completed``'s statements, by the statement they complete.
     _completed: dict[Select[Any], Select[Any]] = field(default_factory=dict, compare=False)
 
-    @property
+    @functools.cached_property
     def columns_of_fields(self) -> tuple[str, ...]:
         return tuple(column_name(field.name) for field in self.fields)
 
@@ -90,8 +91,8 @@ class CustomValues:
             raise invalid_from_pydantic(
                 exc.errors(include_url=False), prefix=(CUSTOM_FIELDS,)
             ) from None
-        values = judged.model_dump(exclude_unset=change)
-        return {column_name(name): value for name, value in values.items()}
+        columns: dict[str, Any] = judged.model_dump(exclude_unset=change, by_alias=True)
+        return columns
 
     def values(self, uow: UnitOfWork, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
         """The custom values of the records of ``ids``, by id."""
