@@ -13,10 +13,11 @@ other is compiled each time it runs.
 
 Statements are compiled with PostgreSQL's own placeholders (``$1``, SQLAlchemy's
 ``numeric_dollar`` paramstyle) and their values given as a sequence in that order, for
-psycopg's raw cursors (``RawCursor``): psycopg then sends the text as it is. Its other cursors
-parse a statement's text for ``%(name)s`` placeholders on every run, and keep the parsed form
-only for statements of up to 4096 characters, which a write's CTEs and a compiled read pass
-once the tenant's schema is written in.
+psycopg's raw cursors (``RawCursor``): psycopg then sends the text as it is, given encoded
+(a kept statement's bytes, whose hash psycopg's prepared-statement lookup computes once). Its
+other cursors parse a statement's text for ``%(name)s`` placeholders on every run, and keep
+the parsed form only for statements of up to 4096 characters, which a write's CTEs and a
+compiled read pass once the tenant's schema is written in.
 """
 
 from __future__ import annotations
@@ -145,15 +146,16 @@ class _BuiltOnce:
     # or ``_GIVEN``, and the converter of a given value; None when a render needs more than the
     # given values (an IN list to expand, a computed default): only the compile is kept.
     slots: tuple[tuple[str, Any, Processor | None], ...] | None
-    sql_by_schema: dict[str, str]
+    sql_by_schema: dict[str, bytes]
 
 
 # Schemas whose SQL a built-once statement keeps; past that it starts again (a busy tenant's
 # text is back after one render).
 _SCHEMAS_KEPT = 256
 
-# The SQL text, one sequence of values per parameter set, and the compiled statement.
-Rendered = tuple[str, list[list[Any]], Compiled]
+# The SQL text (encoded: kept so, psycopg neither encodes nor hashes it again), one sequence
+# of values per parameter set, and the compiled statement.
+Rendered = tuple[bytes, list[list[Any]], Compiled]
 
 
 class StatementCache:
@@ -211,7 +213,9 @@ class StatementCache:
         if sql is None:
             if len(known.sql_by_schema) >= _SCHEMAS_KEPT:
                 known.sql_by_schema.clear()
-            sql = known.sql_by_schema[schema] = _in_schema(known.entry.compiled.string, schema)
+            sql = known.sql_by_schema[schema] = _in_schema(
+                known.entry.compiled.string, schema
+            ).encode()
         return sql, values, known.entry
 
     def _remember(
@@ -221,7 +225,7 @@ class StatementCache:
         parameters: Sequence[Mapping[str, Any]],
         values: Sequence[Mapping[str, Any]],
         entry: Compiled,
-        sql: str,
+        sql: bytes,
         schema: str,
     ) -> None:
         """Keeps ``statement``'s compiled form, and what rendering it again needs when that is
@@ -240,7 +244,7 @@ class StatementCache:
         parameters: Sequence[Mapping[str, Any]],
         schema: str,
         entry: Compiled | None = None,
-    ) -> tuple[str, Sequence[Mapping[str, Any]], tuple[str, ...], Compiled]:
+    ) -> tuple[bytes, Sequence[Mapping[str, Any]], tuple[str, ...], Compiled]:
         """The SQL text for ``schema``, the values by name (converted), the names in the order
         of the text's placeholders, and the compiled statement (``entry``, or compiled now)."""
         if entry is None:
@@ -272,7 +276,7 @@ class StatementCache:
                 }
                 for given in values
             ]
-        return _in_schema(sql, schema), values, order, entry
+        return _in_schema(sql, schema).encode(), values, order, entry
 
     def _compile(self, statement: ClauseElement, column_keys: list[str]) -> Compiled:
         dialect = self._dialect

@@ -60,7 +60,7 @@ Fetched = tuple[tuple[str, ...], list[tuple[Any, ...]]]
 class _Call:
     """A statement with its values: one set, or many (run once per set, in the same trip)."""
 
-    sql: str
+    sql: str | bytes
     values: Values
 
 
@@ -188,7 +188,7 @@ class TenantConnection:
             parameter_sets = parameters
         sql, values, entry = self._statements.render(statement, parameter_sets, self._schema_name)
         for listener in self._listeners:
-            listener(sql)
+            listener(sql.decode())
         return _Call(sql, values), entry
 
     def execute(
