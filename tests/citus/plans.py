@@ -26,6 +26,11 @@ class Sent:
     values: tuple[Any, ...]
 
 
+def _text(sql: str | bytes) -> str:
+    """A statement's text: a rendered one is sent encoded, the unit of work's own as text."""
+    return sql if isinstance(sql, str) else sql.decode()
+
+
 @contextmanager
 def statements_sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Sent]]:
     """The statements units of work send meanwhile, in order."""
@@ -33,7 +38,9 @@ def statements_sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Sent]]:
     alone, on_the_loop = transactions._round_trip, transactions._round_trip_async
 
     def note(calls: list[Any]) -> None:
-        sent.extend(Sent(call.sql, tuple(values)) for call in calls for values in call.values)
+        sent.extend(
+            Sent(_text(call.sql), tuple(values)) for call in calls for values in call.values
+        )
 
     def recorded(connection: Any, calls: list[Any]) -> Any:
         note(calls)
