@@ -55,12 +55,12 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from custom_fields import define_fields_by_cli
 from harness.asgi import request, serving_settings, sized
 from harness.console import arguments_parser
 from harness.cpu import CpuUse
 from harness.paths import BASELINES, QUERIES
 from harness.stack import provision, scratch_database
-from custom_fields import define_fields_by_cli
 
 CUSTOMER = {
     "last_name": "Lovelace",
