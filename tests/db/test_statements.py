@@ -53,9 +53,9 @@ def test_a_statement_is_rendered_for_each_tenants_schema_with_its_own_values(
 
     assert len(cache) == 0  # not built once: compiled each time, nothing kept
     assert [values for _, _, values in rendered] == [["Ada"], ["Grace"]] * 2
-    for schema, sql, _ in rendered:
-        assert f"{schema}.customers" in sql
-        assert "tenant" not in sql.replace(schema, "")
+    for schema, text, _ in rendered:
+        assert f"{schema}.customers" in text
+        assert "tenant" not in text.replace(schema, "")
 
 
 def test_a_built_once_statement_is_compiled_once_for_every_tenant(
