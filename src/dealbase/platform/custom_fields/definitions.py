@@ -4,8 +4,10 @@ by the unit of work otherwise.
 
 A change of a schema's fields notifies ``CHANGES_CHANNEL`` with the schema's name once it is
 done (``repository.definitions_locked``). Between the change and the notice a process may still
-use the fields it kept: a value of a new field is refused as unknown, and a statement naming a
-dropped column fails and is run again (``RunAgain``) with the fields read anew.
+use the fields it kept: a value of a new field is refused as unknown. A column is dropped only
+once its field is archived, which takes it out of every statement by an earlier change and its
+own notice; a write that names it still (the archive and the delete a moment apart, the notice
+of the first not yet heard) fails.
 """
 
 from __future__ import annotations
