@@ -190,13 +190,15 @@ _PYDANTIC_CODES: dict[str, str] = {
     "literal_error": "invalid_choice",
     "string_pattern_mismatch": "invalid_format",
     "value_error": "invalid",
-    # Raised by our own validators under these names (platform/validation.py).
+    # Raised by our own validators under these names (platform/validation.py,
+    # platform/custom_fields/values.py).
     "blank": "blank",
     "invalid_character": "invalid_character",
     "invalid_format": "invalid_format",
     "out_of_range": "out_of_range",
     "cannot_clear": "cannot_clear",
     "duplicate_item": "duplicate_item",
+    "not_an_option": "not_an_option",
     "unknown_field": "unknown_field",
     "invalid_choice": "invalid_choice",
     "invalid_datetime": "invalid_datetime",

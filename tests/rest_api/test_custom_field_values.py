@@ -4,6 +4,7 @@ by the events."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -78,6 +79,37 @@ def test_every_bad_custom_value_is_named_at_once(
         "custom_fields.tier",
         "custom_fields.nope",
     }
+
+
+def test_a_select_takes_only_its_live_options_and_a_multi_select_each_once(
+    client: TestClient, world: TenantWorld, tier: dict[str, Any]
+) -> None:
+    def create(values: dict[str, Any]) -> Any:
+        return client.post(
+            CUSTOMERS,
+            json={"last_name": "Ada", "custom_fields": values},
+            headers=world.key.headers,
+        )
+
+    stranger = str(uuid.uuid4())
+    refused = create({"tier": stranger, "tags": [tier["a"], stranger]})
+    twice = create({"tags": [tier["a"], tier["a"].upper()]})
+    taken = create({"tier": tier["gold"], "tags": [tier["b"], tier["a"]]})
+    none = create({"tags": []})
+
+    assert (refused.status_code, field_codes(refused)) == (
+        422,
+        {("custom_fields.tier", "not_an_option"), ("custom_fields.tags[1]", "not_an_option")},
+    )
+    assert (twice.status_code, field_codes(twice)) == (
+        422,
+        {("custom_fields.tags", "duplicate_item")},
+    )
+    assert taken.status_code == 201, taken.text
+    assert taken.json()["custom_fields"]["tier"] == tier["gold"]
+    assert taken.json()["custom_fields"]["tags"] == [tier["b"], tier["a"]]
+    assert none.status_code == 201, none.text
+    assert none.json()["custom_fields"]["tags"] == []
 
 
 def test_a_patch_changes_the_custom_values_it_gives_and_its_event_names_them(
