@@ -19,13 +19,17 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError, create_model
 from sqlalchemy import ColumnElement, Select, bindparam, column
-from sqlalchemy.dialects.postgresql import ARRAY, UUID
 
 from dealbase.db.statements import built_once
 from dealbase.errors import FieldError, Invalid, invalid_from_pydantic
 from dealbase.platform.custom_fields.models import OPTIONS_LIMIT, CustomField, FieldType
 from dealbase.platform.custom_fields.rules import column_name
-from dealbase.platform.custom_fields.values import COLUMN_TYPES, json_text, value_type
+from dealbase.platform.custom_fields.values import (
+    COLUMN_TYPES,
+    OptionIds,
+    json_text,
+    value_type,
+)
 from dealbase.platform.shapes import CUSTOM_FIELDS
 
 PREFIX = f"{CUSTOM_FIELDS}."
@@ -168,9 +172,9 @@ class CustomFilters:
         kind = COLUMN_TYPES[each.field.type]
         held = column(column_name(each.field.name), kind)
         if each.comparison == "any":
-            return held == bindparam(attribute, type_=ARRAY(UUID(as_uuid=True))).any_()
+            return held == bindparam(attribute, type_=OptionIds()).any_()
         if each.comparison == "overlap":
-            return held.op("&&")(bindparam(attribute, type_=ARRAY(UUID(as_uuid=True))))
+            return held.op("&&")(bindparam(attribute, type_=OptionIds()))
         return held.op(each.comparison)(bindparam(attribute, type_=kind))
 
 

@@ -74,9 +74,9 @@ class Flag(UserDefinedType[bool]):
 
 
 class OptionIds(UserDefinedType[list[uuid.UUID]]):
-    """``uuid[]``, a multi select's options, bound as PostgreSQL's array text (``{a,b}``):
-    SQLAlchemy's ARRAY and psycopg's list dumper convert a list element by element in Python,
-    which costs a write more than all its other values."""
+    """``uuid[]``, option ids (a multi select's values, a select's filter), bound as
+    PostgreSQL's array text (``{a,b}``): SQLAlchemy's ARRAY and psycopg's list dumper convert
+    a list element by element in Python."""
 
     cache_ok = True
 
