@@ -26,11 +26,6 @@ class Sent:
     values: tuple[Any, ...]
 
 
-def _text(sql: str | bytes) -> str:
-    """A statement's text: a rendered one is sent encoded, the unit of work's own as text."""
-    return sql if isinstance(sql, str) else sql.decode()
-
-
 @contextmanager
 def statements_sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Sent]]:
     """The statements units of work send meanwhile, in order."""
@@ -39,7 +34,7 @@ def statements_sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Sent]]:
 
     def note(calls: list[Any]) -> None:
         sent.extend(
-            Sent(_text(call.sql), tuple(values)) for call in calls for values in call.values
+            Sent(call.sql.decode(), tuple(values)) for call in calls for values in call.values
         )
 
     def recorded(connection: Any, calls: list[Any]) -> Any:

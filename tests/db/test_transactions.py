@@ -25,11 +25,6 @@ from dealbase.tenancy.scope import tenant_role
 from tests.support import TenantWorld, row_count
 
 
-def _text(sql: str | bytes) -> str:
-    """A statement's text: a rendered one is sent encoded, the unit of work's own as text."""
-    return sql if isinstance(sql, str) else sql.decode()
-
-
 @contextmanager
 def round_trips_sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[str]]]:
     """The round trips units of work send meanwhile: the SQL of each statement of each."""
@@ -37,11 +32,11 @@ def round_trips_sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[str]
     alone, on_the_loop = transactions._round_trip, transactions._round_trip_async
 
     def counted(connection: Any, calls: list[Any]) -> Any:
-        sent.append([_text(call.sql) for call in calls])
+        sent.append([call.sql.decode() for call in calls])
         return alone(connection, calls)
 
     async def counted_on_the_loop(connection: Any, calls: list[Any]) -> Any:
-        sent.append([_text(call.sql) for call in calls])
+        sent.append([call.sql.decode() for call in calls])
         return await on_the_loop(connection, calls)
 
     with monkeypatch.context() as patched:

@@ -138,8 +138,7 @@ class _Slots:
     """How a built-once statement's placeholders take their values, in the text's order: read
     by one C call (``in_order``) from the given values and those the statement holds itself
     (``fixed``, its literals), then the given ones that need it converted (``converted``, by
-    position). A loop in Python over every placeholder costs a wide insert several times as
-    much."""
+    position), rather than by a Python loop over every placeholder of a wide insert."""
 
     fixed: dict[str, Any]
     in_order: Callable[[Mapping[str, Any]], tuple[Any, ...]]

@@ -58,14 +58,17 @@ Fetched = tuple[tuple[str, ...], list[tuple[Any, ...]]]
 
 @dataclass(frozen=True, slots=True)
 class _Call:
-    """A statement with its values: one set, or many (run once per set, in the same trip)."""
+    """A statement with its values: one set, or many (run once per set, in the same trip). Its
+    text encoded, as psycopg sends it (``StatementCache`` keeps a rendered one so)."""
 
-    sql: str | bytes
+    sql: bytes
     values: Values
 
 
-_BEGIN = _Call("BEGIN", ())
-_COMMIT = _Call("COMMIT", ())
+_BEGIN = _Call(b"BEGIN", ())
+_COMMIT = _Call(b"COMMIT", ())
+_SWITCH_TO_ROLE = SWITCH_TO_ROLE.encode()
+_SWITCH_SESSION_TO_ROLE = SWITCH_SESSION_TO_ROLE.encode()
 
 
 class Deferred:
@@ -366,18 +369,18 @@ class TenantConnection:
         sessions, role = self._sessions, self._role
         if sessions is None:
             self._in_force = None  # what the last transaction set ended with it
-            return [_Call(SWITCH_TO_ROLE, ([role],))]
+            return [_Call(_SWITCH_TO_ROLE, ([role],))]
         held = self._held
         self._in_force = NOT_KNOWN if held is None else held.settings
         if held is not None and held.role == role:
             return []
-        return [_Call(SWITCH_SESSION_TO_ROLE, ([role],))]
+        return [_Call(_SWITCH_SESSION_TO_ROLE, ([role],))]
 
     def _settings_for(self, wanted: StatementSettings | None) -> list[_Call]:
         """What puts ``wanted`` in force for the next statement, where it is not."""
         changes = settings_changes(self._in_force, wanted, local=self._sessions is None)
         self._in_force = wanted
-        return [_Call(sql, values) for sql, values in changes]
+        return [_Call(sql.encode(), values) for sql, values in changes]
 
     def _session_committed(self) -> None:
         """The transaction committed: the session holds its role, and its last settings."""
