@@ -91,7 +91,11 @@ class CustomValues:
             raise invalid_from_pydantic(
                 exc.errors(include_url=False), prefix=(CUSTOM_FIELDS,)
             ) from None
-        columns: dict[str, Any] = judged.model_dump(exclude_unset=change, by_alias=True)
+        # As JSON's text and numbers: PostgreSQL reads each by its column's type, which spares
+        # the driver a dumper of its own for every other Python type.
+        columns: dict[str, Any] = judged.model_dump(
+            mode="json", exclude_unset=change, by_alias=True
+        )
         return columns
 
     def values(self, uow: UnitOfWork, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:

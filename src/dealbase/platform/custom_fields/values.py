@@ -87,10 +87,16 @@ class OptionIds(UserDefinedType[list[uuid.UUID]]):
         return _array_text
 
 
-def _array_text(ids: list[uuid.UUID] | None) -> str | None:
-    # PostgreSQL reads a UUID as its 32 hex digits too, which need no quoting in an array's
-    # text (and no Python call to write).
-    return None if ids is None else "{" + ",".join([f"{each.int:032x}" for each in ids]) + "}"
+def _array_text(ids: list[uuid.UUID] | list[str] | None) -> str | None:
+    # A UUID's text, or its 32 hex digits (written without a Python call), needs no quoting in
+    # an array's text.
+    if ids is None:
+        return None
+    return (
+        "{"
+        + ",".join([each if isinstance(each, str) else f"{each.int:032x}" for each in ids])
+        + "}"
+    )
 
 
 # The column's type as SQLAlchemy declares it (``rules.SQL_TYPES`` as PostgreSQL names it).
