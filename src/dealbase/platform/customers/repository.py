@@ -106,14 +106,19 @@ def _insert_recorded_statement(shape: Shape, as_json: bool) -> Select[Any]:
         .returning(*table.c)
         .cte("inserted")
     )
-    shown = select(inserted, shape.json_of_row(inserted).label("shown")).cte("shown")
+    # Read twice (the event, the answer), the CTE is materialized: it carries only the columns
+    # read after it.
+    columns = (table.c.id, table.c.version) if as_json else table.c
+    kept = (*columns, table.c.department_id) if as_json else columns
+    shown = select(
+        *(inserted.c[column.name] for column in kept), shape.json_of_row(inserted).label("shown")
+    ).cte("shown")
     recorded, wakes = recorded_with(
         shown,
         "customer.created",
         shown.c.shown,
         bindparam("department_id", type_=table.c.department_id.type),
     )
-    columns = (table.c.id, table.c.version) if as_json else table.c
     return select(
         *(shown.c[column.name] for column in columns),
         cast(shown.c.shown, Text).label("shown"),
