@@ -195,8 +195,9 @@ class SyncedRecord(Generic[Model, Fields, Filter]):
         create model typed already (a batch's), their judged values."""
         custom = self.custom
         if custom is not None and isinstance(fields, self.create_model):
-            # Its dump names them by column (``custom_fields.values``).
-            dumped = fields.model_dump(include={CUSTOM_FIELDS})
+            # Its dump names them by column (``custom_fields.values``), bound as
+            # ``CustomValues.columns`` binds them.
+            dumped = fields.model_dump(mode="json", include={CUSTOM_FIELDS})
             return {name: dumped.get(name) for name in custom.columns_of_fields}
         given = getattr(fields, CUSTOM_FIELDS, None)
         if custom is None or (given is None and not custom.fields):

@@ -137,12 +137,10 @@ class CustomFilters:
             raise invalid_from_pydantic(exc.errors(include_url=False)) from None
 
     def values(self, filters: BaseModel) -> dict[str, Any]:
-        """The given custom filters' values, by their parameters' bound names."""
-        return {
-            attribute: value
-            for attribute in self.by_attribute
-            if (value := getattr(filters, attribute, None)) is not None
-        }
+        """The given custom filters' values, by their parameters' bound names: as JSON's text
+        and numbers, as a record's custom values are bound (``CustomValues.columns``)."""
+        given = {attribute for attribute in self.by_attribute if hasattr(filters, attribute)}
+        return filters.model_dump(mode="json", include=given, exclude_none=True)
 
     def narrowed(self, statement: Select[Any], given: frozenset[str]) -> Select[Any]:
         """``statement`` (a list's page, or its count) with the ``conditions`` of the ``given``

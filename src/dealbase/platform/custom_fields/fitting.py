@@ -91,8 +91,8 @@ class CustomValues:
             raise invalid_from_pydantic(
                 exc.errors(include_url=False), prefix=(CUSTOM_FIELDS,)
             ) from None
-        # As JSON's text and numbers: PostgreSQL reads each by its column's type, which spares
-        # the driver a dumper of its own for every other Python type.
+        # As JSON's text and numbers, which PostgreSQL reads by each column's type: the driver
+        # then needs no dumper of its own for a date, a moment, a decimal or a UUID.
         columns: dict[str, Any] = judged.model_dump(
             mode="json", exclude_unset=change, by_alias=True
         )

@@ -73,10 +73,10 @@ class Flag(UserDefinedType[bool]):
         return "boolean"
 
 
-class OptionIds(UserDefinedType[list[uuid.UUID]]):
-    """``uuid[]``, option ids (a multi select's values, a select's filter), bound as
-    PostgreSQL's array text (``{a,b}``): SQLAlchemy's ARRAY and psycopg's list dumper convert
-    a list element by element in Python."""
+class OptionIds(UserDefinedType[list[str]]):
+    """``uuid[]``, option ids (a multi select's values, a select's filter) as JSON gives them,
+    bound as PostgreSQL's array text (``{a,b}``): SQLAlchemy's ARRAY and psycopg's list dumper
+    convert a list element by element in Python."""
 
     cache_ok = True
 
@@ -87,16 +87,9 @@ class OptionIds(UserDefinedType[list[uuid.UUID]]):
         return _array_text
 
 
-def _array_text(ids: list[uuid.UUID] | list[str] | None) -> str | None:
-    # A UUID's text, or its 32 hex digits (written without a Python call), needs no quoting in
-    # an array's text.
-    if ids is None:
-        return None
-    return (
-        "{"
-        + ",".join([each if isinstance(each, str) else f"{each.int:032x}" for each in ids])
-        + "}"
-    )
+def _array_text(ids: list[str] | None) -> str | None:
+    # A UUID's text needs no quoting in an array's text.
+    return None if ids is None else "{" + ",".join(ids) + "}"
 
 
 # The column's type as SQLAlchemy declares it (``rules.SQL_TYPES`` as PostgreSQL names it).
